@@ -1,0 +1,244 @@
+package models
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Manifest is what a build declares.
+type Manifest struct {
+	Resources []ManifestResource `json:"resources"`
+}
+
+// ManifestResource is one resource of a manifest; composing prefixes its
+// name with the module's.
+type ManifestResource struct {
+	Name     string            `json:"name"`
+	Kind     string            `json:"kind"`
+	Path     string            `json:"path,omitempty"`
+	Artifact *Artifact         `json:"artifact,omitempty"`
+	Content  *string           `json:"content,omitempty"`
+	Mode     string            `json:"mode,omitempty"`
+	Command  []string          `json:"command,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	After    []string          `json:"after,omitempty"`
+	Check    *Check            `json:"check,omitempty"`
+	OnRemove string            `json:"on_remove,omitempty"`
+}
+
+// ParseManifest decodes and checks a manifest strictly.
+func ParseManifest(b []byte) (*Manifest, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, Invalid("manifest", err.Error())
+	}
+	if m.Resources == nil {
+		m.Resources = []ManifestResource{}
+	}
+	seen := map[string]bool{}
+	for i, r := range m.Resources {
+		f := fmt.Sprintf("manifest.resources[%d]", i)
+		if err := ValidName(f+".name", r.Name); err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, Invalid(f+".name", "duplicate resource name "+r.Name)
+		}
+		seen[r.Name] = true
+		switch r.Kind {
+		case "file":
+			if r.Content == nil {
+				return nil, Invalid(f+".content", "a file needs content")
+			}
+			if r.Mode != "" && !regexp.MustCompile(`^0[0-7]{3}$`).MatchString(r.Mode) {
+				return nil, Invalid(f+".mode", "mode is octal like 0644")
+			}
+			fallthrough
+		case "tree":
+			if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "..") {
+				return nil, Invalid(f+".path", "an absolute path without '..' is needed")
+			}
+		case "service":
+			if len(r.Command) == 0 {
+				return nil, Invalid(f+".command", "a service needs a command")
+			}
+		default:
+			return nil, Invalid(f+".kind", "kind is file, tree or service")
+		}
+		if r.OnRemove != "" && r.OnRemove != "delete" && r.OnRemove != "forget" {
+			return nil, Invalid(f+".on_remove", "on_remove is delete or forget")
+		}
+		if r.Check != nil {
+			n := 0
+			if r.Check.TCP != "" {
+				n++
+			}
+			if r.Check.HTTP != "" {
+				n++
+			}
+			if len(r.Check.Exec) > 0 {
+				n++
+			}
+			if n != 1 {
+				return nil, Invalid(f+".check", "a check is exactly one of tcp, http, exec")
+			}
+		}
+	}
+	for i, r := range m.Resources {
+		for _, a := range r.After {
+			if !seen[a] {
+				return nil, Invalid(fmt.Sprintf("manifest.resources[%d].after", i), "names no resource of this manifest: "+a)
+			}
+		}
+	}
+	return &m, nil
+}
+
+// ComposeInput is everything one declaration is made of.
+type ComposeInput struct {
+	Machine    string
+	Generation int64
+	EmptyOK    bool
+	ComposedAt time.Time
+	ComposedBy string
+	Variables  map[string]string
+	Host       *HostRelease
+	Modules    []ComposeModule
+}
+
+// ComposeModule is one assigned module with the build chosen for it.
+type ComposeModule struct {
+	Name     string
+	Build    int64
+	Digest   string
+	Size     int64
+	Manifest string
+}
+
+var placeholderRE = regexp.MustCompile(`\$\{([a-z]+)\.([A-Za-z0-9_.-]+)\}`)
+
+// Compose builds the payload bytes of a declaration. The same input gives
+// the same bytes.
+func Compose(in ComposeInput) ([]byte, error) {
+	p := DeclarationPayload{
+		Schema: SchemaV1, Machine: in.Machine, Generation: in.Generation,
+		ComposedAt: in.ComposedAt.UTC().Truncate(time.Second), ComposedBy: in.ComposedBy,
+		EmptyOK: in.EmptyOK, Host: in.Host, Resources: []Resource{},
+	}
+	mods := append([]ComposeModule(nil), in.Modules...)
+	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
+	for _, m := range mods {
+		man, err := ParseManifest([]byte(m.Manifest))
+		if err != nil {
+			return nil, fmt.Errorf("module %s build %d: %w", m.Name, m.Build, err)
+		}
+		for _, r := range man.Resources {
+			res := Resource{
+				ID: m.Name + "." + r.Name, Module: m.Name, Build: m.Build, Kind: r.Kind,
+				Path: r.Path, Artifact: r.Artifact, Content: r.Content, Mode: r.Mode,
+				Command: r.Command, Env: r.Env, Check: r.Check, OnRemove: r.OnRemove,
+			}
+			if r.Kind == "tree" && res.Artifact == nil {
+				if m.Digest == "" {
+					return nil, Invalid("manifest", fmt.Sprintf("module %s build %d: tree %s has no artifact", m.Name, m.Build, r.Name))
+				}
+				res.Artifact = &Artifact{Digest: m.Digest, Size: m.Size, URL: BlobURL(m.Digest)}
+			}
+			for _, a := range r.After {
+				res.After = append(res.After, m.Name+"."+a)
+			}
+			if err := substitute(&res, in); err != nil {
+				return nil, fmt.Errorf("module %s build %d resource %s: %w", m.Name, m.Build, r.Name, err)
+			}
+			p.Resources = append(p.Resources, res)
+		}
+	}
+	return json.Marshal(p)
+}
+
+// substitute replaces ${machine.name} and ${var.NAME} in every string of r.
+// A variable that is not set is an error: a declaration with a hole in it
+// must not reach a machine.
+func substitute(r *Resource, in ComposeInput) error {
+	var err error
+	sub := func(s string) string {
+		return placeholderRE.ReplaceAllStringFunc(s, func(ph string) string {
+			m := placeholderRE.FindStringSubmatch(ph)
+			switch {
+			case m[1] == "machine" && m[2] == "name":
+				return in.Machine
+			case m[1] == "var":
+				v, ok := in.Variables[m[2]]
+				if !ok && err == nil {
+					err = Invalid("variables", fmt.Sprintf("%s is not set on machine %s", ph, in.Machine))
+				}
+				return v
+			}
+			if err == nil {
+				err = Invalid("manifest", "unknown placeholder "+ph)
+			}
+			return ph
+		})
+	}
+	r.Path = sub(r.Path)
+	if r.Content != nil {
+		c := sub(*r.Content)
+		r.Content = &c
+	}
+	for i := range r.Command {
+		r.Command[i] = sub(r.Command[i])
+	}
+	if r.Env != nil {
+		env := make(map[string]string, len(r.Env))
+		for k, v := range r.Env {
+			env[k] = sub(v)
+		}
+		r.Env = env
+	}
+	if r.Check != nil {
+		c := *r.Check
+		c.TCP, c.HTTP = sub(c.TCP), sub(c.HTTP)
+		c.Exec = append([]string(nil), c.Exec...)
+		for i := range c.Exec {
+			c.Exec[i] = sub(c.Exec[i])
+		}
+		r.Check = &c
+	}
+	return err
+}
+
+// ChooseBuild is the build a machine gets for a module, in DESIGN.md's order:
+// its pin; else the plan's target; else the module's current build. It never
+// gives an older build than the machine reports running unless a person
+// pinned that build with a reason.
+func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, running int64) (int64, bool) {
+	if pin != nil {
+		if *pin < running && pinReason == "" {
+			return running, true
+		}
+		return *pin, true
+	}
+	var b *int64
+	if planTarget != nil {
+		b = planTarget
+	} else if current != nil {
+		b = current
+	}
+	if b == nil {
+		if running > 0 {
+			return running, true
+		}
+		return 0, false
+	}
+	if *b < running {
+		return running, true
+	}
+	return *b, true
+}

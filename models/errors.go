@@ -1,0 +1,42 @@
+// Package models holds mesh's domain: its records, the words of DESIGN.md,
+// the rules that compose a declaration, and the errors every layer shares.
+// It imports no sibling package.
+package models
+
+import "errors"
+
+// Sentinel errors. Every layer wraps these with %w; api maps them to
+// problem+json in one place.
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrConflict           = errors.New("conflict")
+	ErrStaleGeneration    = errors.New("stale generation")
+	ErrPreconditionNeeded = errors.New("If-Match with the current generation is required")
+	ErrInvalid            = errors.New("invalid input")
+	ErrUnauthorized       = errors.New("unauthorized")
+	ErrForbidden          = errors.New("forbidden")
+	ErrTokenUsed          = errors.New("join token is used, expired or unknown")
+	ErrDigestMismatch     = errors.New("digest does not match the bytes")
+	ErrDowngrade          = errors.New("would give an older build than the machine runs")
+	ErrMachineConflict    = errors.New("machine is in conflict")
+	ErrDraining           = errors.New("instance is draining")
+)
+
+// InvalidError names the field that is wrong and why; it is ErrInvalid.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Invalid builds an InvalidError.
+func Invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }

@@ -1,0 +1,229 @@
+package models
+
+import "time"
+
+// Trigger words: what made a generation (DESIGN.md, "send").
+const (
+	TriggerAssignment = "assignment"
+	TriggerVariables  = "variables"
+	TriggerCurrent    = "current"
+	TriggerPush       = "push"
+	TriggerPlan       = "plan"
+	TriggerRollout    = "rollout"
+	TriggerResolve    = "resolve"
+	TriggerEnrol      = "enrol"
+)
+
+// Roles of a person (or a builder's token).
+const (
+	RoleViewer   = "viewer"
+	RoleOperator = "operator"
+	RoleAdmin    = "admin"
+	RoleBuilder  = "builder"
+)
+
+// RoleRank orders the person roles; builder stands apart and ranks nothing.
+func RoleRank(role string) int {
+	switch role {
+	case RoleViewer:
+		return 1
+	case RoleOperator:
+		return 2
+	case RoleAdmin:
+		return 3
+	}
+	return 0
+}
+
+// ValidRole reports whether r is a known role.
+func ValidRole(r string) bool {
+	return r == RoleViewer || r == RoleOperator || r == RoleAdmin || r == RoleBuilder
+}
+
+// Module kinds.
+const (
+	KindService    = "service"
+	KindHost       = "host"
+	KindController = "controller"
+)
+
+// Instance states.
+const (
+	InstanceStarting = "starting"
+	InstanceServing  = "serving"
+	InstanceDraining = "draining"
+	InstanceStopped  = "stopped"
+)
+
+// Instance is one running controller process.
+type Instance struct {
+	ID          string    `gorm:"primaryKey" json:"id"`
+	Version     string    `json:"version"`
+	Build       int64     `json:"build"`
+	State       string    `json:"state"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+}
+
+// Key is one of the controller's ed25519 keys. Purpose "declaration" signs
+// declarations and host releases; "token" signs JWTs. Kept in the store so
+// every replica signs alike.
+type Key struct {
+	ID         string    `gorm:"primaryKey"`
+	Purpose    string
+	PrivateKey []byte
+	PublicKey  []byte
+	CreatedAt  time.Time
+}
+
+// User is a person (or a builder) who may call the operator API.
+type User struct {
+	ID           int64     `gorm:"primaryKey" json:"id"`
+	Name         string    `json:"name"`
+	Role         string    `json:"role"`
+	PasswordHash string    `json:"-"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// JoinToken lets one host enrol once before it expires. Only its hash is kept.
+type JoinToken struct {
+	ID        int64 `gorm:"primaryKey"`
+	TokenHash string
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+	UsedBy    string
+	CreatedBy string
+	CreatedAt time.Time
+}
+
+// Machine is a computer registered with the controller.
+type Machine struct {
+	ID                int64      `gorm:"primaryKey"`
+	Name              string     `gorm:"column:name"`
+	OS                string     `gorm:"column:os"`
+	Arch              string     `gorm:"column:arch"`
+	HostVersion       string     `gorm:"column:host_version"`
+	Schema            string     `gorm:"column:schema"`
+	Generation        int64      `gorm:"column:generation"`
+	GenerationTrigger string     `gorm:"column:generation_trigger"`
+	GenerationAt      time.Time  `gorm:"column:generation_at"`
+	EmptyOK           bool       `gorm:"column:empty_ok"`
+	TargetHostVersion string     `gorm:"column:target_host_version"`
+	AppliedGeneration int64      `gorm:"column:applied_generation"`
+	FinishedGen       int64      `gorm:"column:finished_generation"`
+	LastOutcome       string     `gorm:"column:last_outcome"`
+	LastReason        string     `gorm:"column:last_reason"`
+	LastReportAt      *time.Time `gorm:"column:last_report_at"`
+	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
+	Conflict          bool       `gorm:"column:conflict"`
+	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
+	TokenID           string     `gorm:"column:token_id"`
+	LastSeen          *time.Time `gorm:"column:last_seen"`
+	CreatedAt         time.Time  `gorm:"column:created_at"`
+}
+
+// MachineVariable is one key/value of a machine, used as ${var.KEY}.
+type MachineVariable struct {
+	MachineID int64 `gorm:"primaryKey"`
+	Key       string `gorm:"primaryKey"`
+	Value     string
+}
+
+// Module is a deployable unit.
+type Module struct {
+	ID           int64     `gorm:"primaryKey"`
+	Name         string
+	Kind         string
+	Repository   string
+	SourcePaths  string // JSON array
+	Tiers        string // JSON array
+	CurrentBuild *int64
+	CreatedAt    time.Time
+}
+
+// Build is an immutable build of a module. Number is monotonic per module.
+type Build struct {
+	ID        int64 `gorm:"primaryKey"`
+	ModuleID  int64
+	Number    int64
+	Version   string
+	Commit    string `gorm:"column:source_commit"`
+	Digest    string
+	Size      int64
+	Manifest  string // JSON, see Manifest
+	CreatedBy string
+	CreatedAt time.Time
+}
+
+// Assignment puts a module on a machine, optionally pinned to a build.
+type Assignment struct {
+	MachineID int64 `gorm:"primaryKey"`
+	ModuleID  int64 `gorm:"primaryKey"`
+	Build     *int64
+	Reason    string
+	CreatedAt time.Time
+}
+
+// Declaration is the one composed declaration of (machine, generation).
+type Declaration struct {
+	ID         int64 `gorm:"primaryKey"`
+	MachineID  int64
+	Generation int64
+	Digest     string
+	Envelope   []byte
+	Artifacts  string // the blob digests it names, space-separated
+	Trigger    string
+	ComposedBy string
+	ComposedAt time.Time
+}
+
+// Send is one delivery of a declaration to a host, written before the bytes leave.
+type Send struct {
+	ID         string    `gorm:"primaryKey" json:"id"`
+	MachineID  int64     `json:"-"`
+	Machine    string    `gorm:"-" json:"machine"`
+	Generation int64     `json:"generation"`
+	Digest     string    `json:"digest"`
+	InstanceID string    `json:"instance"`
+	Trigger    string    `json:"trigger"`
+	CreatedAt  time.Time `json:"time"`
+}
+
+// ReportRow is a host's report as stored: its own row, never an overwrite.
+type ReportRow struct {
+	ID          int64 `gorm:"primaryKey"`
+	SendID      string
+	MachineID   int64
+	Generation  int64
+	Digest      string
+	Outcome     string
+	Reason      string
+	Attempt     int
+	HostVersion string
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	Body        string // the report's JSON as received, unknown fields kept
+	CreatedAt   time.Time
+}
+
+// TableName keeps the table's plain name.
+func (ReportRow) TableName() string { return "reports" }
+
+// Blob is a content-addressed artifact. Kept in the store so that every
+// replica serves the same bytes.
+type Blob struct {
+	Digest    string `gorm:"primaryKey"`
+	Size      int64
+	Data      []byte
+	CreatedAt time.Time
+}
+
+// AuditEvent records who did what, when.
+type AuditEvent struct {
+	ID     int64     `gorm:"primaryKey" json:"id"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Action string    `json:"action"`
+	Target string    `json:"target"`
+	Detail string    `json:"detail"`
+}

@@ -1,0 +1,173 @@
+package models
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// SchemaV1 is the declaration schema this code composes and decodes.
+const SchemaV1 = 1
+
+// Envelope is the poll's 200 body: the exact payload bytes and their
+// signatures. A host verifies the bytes first and decodes second.
+type Envelope struct {
+	Payload    []byte      `json:"payload"` // base64 in JSON
+	Signatures []Signature `json:"signatures"`
+}
+
+// Signature is an ed25519 signature over the payload bytes by key KeyID.
+type Signature struct {
+	KeyID string `json:"key_id"`
+	Sig   []byte `json:"sig"`
+}
+
+// DeclarationPayload is the declaration itself (wire contract v1). Field
+// order is fixed by this struct, so the same content marshals to the same bytes.
+type DeclarationPayload struct {
+	Schema     int          `json:"schema"`
+	Machine    string       `json:"machine"`
+	Generation int64        `json:"generation"`
+	ComposedAt time.Time    `json:"composed_at"`
+	ComposedBy string       `json:"composed_by"`
+	EmptyOK    bool         `json:"empty_ok"`
+	Host       *HostRelease `json:"host"`
+	Resources  []Resource   `json:"resources"`
+}
+
+// HostRelease is the target host release as a declaration names it.
+type HostRelease struct {
+	Version   string `json:"version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	Digest    string `json:"digest"`
+	Size      int64  `json:"size"`
+	URL       string `json:"url"`
+	KeyID     string `json:"key_id"`
+	Signature []byte `json:"signature"`
+}
+
+// Resource is one thing a declaration makes true on the machine.
+type Resource struct {
+	ID       string            `json:"id"`
+	Module   string            `json:"module"`
+	Build    int64             `json:"build"`
+	Kind     string            `json:"kind"`
+	Path     string            `json:"path,omitempty"`
+	Artifact *Artifact         `json:"artifact,omitempty"`
+	Content  *string           `json:"content,omitempty"`
+	Mode     string            `json:"mode,omitempty"`
+	Command  []string          `json:"command,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	After    []string          `json:"after,omitempty"`
+	Check    *Check            `json:"check,omitempty"`
+	OnRemove string            `json:"on_remove,omitempty"`
+}
+
+// Artifact is a content-addressed blob a resource needs.
+type Artifact struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	URL    string `json:"url"`
+}
+
+// Check is a health check of a service: exactly one of TCP, HTTP, Exec.
+type Check struct {
+	TCP      string   `json:"tcp,omitempty"`
+	HTTP     string   `json:"http,omitempty"`
+	Status   int      `json:"status,omitempty"`
+	Exec     []string `json:"exec,omitempty"`
+	Interval string   `json:"interval,omitempty"`
+	Timeout  string   `json:"timeout,omitempty"`
+}
+
+// Report outcomes, action words and machine states (DESIGN.md's words).
+const (
+	OutcomeApplied    = "applied"
+	OutcomeRefused    = "refused"
+	OutcomeFailed     = "failed"
+	OutcomeRejected   = "rejected"
+	OutcomeUpgraded   = "upgraded"
+	OutcomeRolledBack = "rolled_back"
+
+	StateCurrent    = "current"
+	StateBehind     = "behind"
+	StateRefused    = "refused"
+	StateFailed     = "failed"
+	StateRejected   = "rejected"
+	StateConflict   = "conflict"
+	StateOffline    = "offline"
+	StateUpgrading  = "upgrading"
+	StateRolledBack = "rolled_back"
+)
+
+// ValidOutcome reports whether o is a report outcome.
+func ValidOutcome(o string) bool {
+	switch o {
+	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack:
+		return true
+	}
+	return false
+}
+
+// FinalOutcome reports whether a report with outcome o ends the host's work on
+// its generation (a `failed` attempt will be retried).
+func FinalOutcome(o string) bool {
+	return o == OutcomeApplied || o == OutcomeRefused || o == OutcomeRejected
+}
+
+// Report is what a host says after an apply attempt, refusal or upgrade.
+type Report struct {
+	Send        string                  `json:"send"`
+	Generation  int64                   `json:"generation"`
+	Digest      string                  `json:"digest"`
+	Outcome     string                  `json:"outcome"`
+	Reason      string                  `json:"reason"`
+	Attempt     int                     `json:"attempt"`
+	HostVersion string                  `json:"host_version"`
+	StartedAt   *time.Time              `json:"started_at,omitempty"`
+	FinishedAt  *time.Time              `json:"finished_at,omitempty"`
+	Actions     []Action                `json:"actions,omitempty"`
+	Running     map[string]RunningBuild `json:"running,omitempty"`
+	Checks      []CheckResult           `json:"checks,omitempty"`
+}
+
+// Action is what an apply did to one resource.
+type Action struct {
+	Resource string `json:"resource"`
+	Action   string `json:"action"`
+	Digest   string `json:"digest,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// RunningBuild is the build of a module a host runs.
+type RunningBuild struct {
+	Build  int64  `json:"build"`
+	Digest string `json:"digest,omitempty"`
+}
+
+// CheckResult is one run of a service's check.
+type CheckResult struct {
+	Resource string    `json:"resource"`
+	OK       bool      `json:"ok"`
+	At       time.Time `json:"at"`
+	Detail   string    `json:"detail,omitempty"`
+}
+
+// DigestOf is the content address of b: "sha256:" + hex.
+func DigestOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// ValidDigest reports whether d has the form sha256:<64 hex>.
+func ValidDigest(d string) bool {
+	if len(d) != 71 || d[:7] != "sha256:" {
+		return false
+	}
+	_, err := hex.DecodeString(d[7:])
+	return err == nil
+}
+
+// BlobURL is where a blob is served.
+func BlobURL(digest string) string { return "/api/v1/blobs/" + digest }

@@ -1,0 +1,314 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// lockMachine reads a machine row for update: on PostgreSQL a row lock, on
+// SQLite the immediate transaction already holds the database's write lock.
+func lockMachine(tx *Tx, name string) (*models.Machine, error) {
+	var m models.Machine
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	if err := q.Where("name = ?", name).First(&m).Error; err != nil {
+		return nil, fmt.Errorf("machine %s: %w", name, mapErr(err))
+	}
+	return &m, nil
+}
+
+// checkIfMatch enforces the optimistic lock on a machine's desired state.
+func checkIfMatch(m *models.Machine, ifMatch *int64) error {
+	if ifMatch == nil {
+		return models.ErrPreconditionNeeded
+	}
+	if *ifMatch != m.Generation {
+		return fmt.Errorf("%w: machine %s is at generation %d, the request was made from %d", models.ErrStaleGeneration, m.Name, m.Generation, *ifMatch)
+	}
+	return nil
+}
+
+// bumpGenerations advances the generation of every machine in ids, in the
+// transaction that changed what they should be, and remembers the bumps so
+// waiting polls are woken once it commits.
+func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
+	now := tx.s.Now()
+	return inChunks(ids, 1000, func(chunk []int64) error {
+		if err := tx.Model(&models.Machine{}).Where("id IN ?", chunk).Updates(map[string]any{
+			"generation":         gorm.Expr("generation + 1"),
+			"generation_trigger": trigger,
+			"generation_at":      now,
+		}).Error; err != nil {
+			return err
+		}
+		var rows []models.Bump
+		if err := tx.Model(&models.Machine{}).Select("id AS machine_id, name, generation").
+			Where("id IN ?", chunk).Scan(&rows).Error; err != nil {
+			return err
+		}
+		tx.bumps = append(tx.bumps, rows...)
+		return nil
+	})
+}
+
+// Enroll spends a join token and registers a machine. The machine starts at
+// generation 1 (trigger enrol): an empty declaration it may apply while it
+// runs nothing.
+func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersion, schema, tokenID string) (*models.Machine, error) {
+	var m models.Machine
+	err := s.write(ctx, func(tx *Tx) error {
+		now := s.Now()
+		var jt models.JoinToken
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("token_hash = ?", tokenHash).First(&jt).Error; err != nil {
+			return models.ErrTokenUsed
+		}
+		if jt.UsedAt != nil || !now.Before(jt.ExpiresAt) {
+			return models.ErrTokenUsed
+		}
+		var n int64
+		if err := tx.Model(&models.Machine{}).Where("name = ?", name).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: machine %s is already enrolled", models.ErrConflict, name)
+		}
+		if err := tx.Model(&jt).Updates(map[string]any{"used_at": now, "used_by": name}).Error; err != nil {
+			return err
+		}
+		m = models.Machine{Name: name, OS: os, Arch: arch, HostVersion: hostVersion, Schema: schema,
+			Generation: 0, GenerationAt: now, Running: "{}", TokenID: tokenID, LastSeen: &now, CreatedAt: now}
+		if err := tx.Create(&m).Error; err != nil {
+			return err
+		}
+		if err := audit(tx, "host:"+name, "enroll", "machine/"+name, fmt.Sprintf("%s/%s host %s", os, arch, hostVersion)); err != nil {
+			return err
+		}
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerEnrol); err != nil {
+			return err
+		}
+		m.Generation = 1
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Machine reads one machine by name.
+func (s *Store) Machine(ctx context.Context, name string) (*models.Machine, error) {
+	var m models.Machine
+	if err := s.db.WithContext(ctx).Where("name = ?", name).First(&m).Error; err != nil {
+		return nil, fmt.Errorf("machine %s: %w", name, mapErr(err))
+	}
+	return &m, nil
+}
+
+// Machines lists machines newest first, after cursor (an id; 0 = from the top).
+func (s *Store) Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error) {
+	var ms []models.Machine
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return ms, mapErr(q.Find(&ms).Error)
+}
+
+// MachineHeads are what the long-poll hub keeps in memory for every machine.
+type MachineHead struct {
+	ID          int64
+	Name        string
+	Generation  int64
+	Conflict    bool
+	HostVersion string
+	Schema      string
+	TokenID     string
+	LastSeen    *time.Time
+}
+
+// MachineHeads reads the hub's view of every machine.
+func (s *Store) MachineHeads(ctx context.Context) ([]MachineHead, error) {
+	var hs []MachineHead
+	err := s.db.WithContext(ctx).Model(&models.Machine{}).
+		Select("id, name, generation, conflict, host_version, schema, token_id, last_seen").Scan(&hs).Error
+	return hs, mapErr(err)
+}
+
+// RecordHostInfo stores the host version and schema a poll reported. The
+// hub calls it only when they differ from what it last saw.
+func (s *Store) RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error {
+	return mapErr(s.db.WithContext(ctx).Model(&models.Machine{}).Where("id = ?", machineID).
+		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error)
+}
+
+// FlushLastSeen sets last_seen for the machines seen since the last flush:
+// one statement per interval however many polls there were.
+func (s *Store) FlushLastSeen(ctx context.Context, at time.Time, ids []int64) error {
+	return inChunks(ids, 20000, func(chunk []int64) error {
+		return mapErr(s.db.WithContext(ctx).Model(&models.Machine{}).Where("id IN ?", chunk).
+			Update("last_seen", at).Error)
+	})
+}
+
+// CheckConflict judges, against the store and never a cache, whether a host
+// that finished hostGen is ahead of its machine; if so it puts the machine
+// in conflict (nothing is sent until an admin resolves it).
+func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64) (bool, error) {
+	conflict := false
+	err := s.write(ctx, func(tx *Tx) error {
+		var m models.Machine
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("id = ?", machineID).First(&m).Error; err != nil {
+			return err
+		}
+		if hostGen <= m.Generation {
+			conflict = m.Conflict
+			return nil
+		}
+		conflict = true
+		if m.Conflict && m.ConflictHostGen >= hostGen {
+			return nil
+		}
+		if err := tx.Model(&m).Updates(map[string]any{"conflict": true, "conflict_host_generation": hostGen}).Error; err != nil {
+			return err
+		}
+		return audit(tx, "host:"+m.Name, "conflict", "machine/"+m.Name,
+			fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation))
+	})
+	return conflict, err
+}
+
+// Resolve ends a conflict: the generation moves past the host's and the
+// declaration is composed from the store as it is now.
+func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machine, error) {
+	var out *models.Machine
+	err := s.write(ctx, func(tx *Tx) error {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return err
+		}
+		if !m.Conflict {
+			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
+		}
+		gen := max(m.Generation, m.ConflictHostGen)
+		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "conflict_host_generation": 0, "generation": gen}).Error; err != nil {
+			return err
+		}
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerResolve); err != nil {
+			return err
+		}
+		if err := audit(tx, actor, "resolve", "machine/"+name, fmt.Sprintf("generation %d past the host's %d", gen+1, m.ConflictHostGen)); err != nil {
+			return err
+		}
+		out, err = lockMachine(tx, name)
+		return err
+	})
+	return out, err
+}
+
+// Variables reads a machine's variables.
+func (s *Store) Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error) {
+	m, err := s.Machine(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	var vs []models.MachineVariable
+	if err := s.db.WithContext(ctx).Where("machine_id = ?", m.ID).Find(&vs).Error; err != nil {
+		return nil, nil, mapErr(err)
+	}
+	out := make(map[string]string, len(vs))
+	for _, v := range vs {
+		out[v.Key] = v.Value
+	}
+	return out, m, nil
+}
+
+// SetVariables replaces a machine's variables under If-Match.
+func (s *Store) SetVariables(ctx context.Context, actor, name string, ifMatch *int64, vars map[string]string) (*models.Machine, error) {
+	var out *models.Machine
+	err := s.write(ctx, func(tx *Tx) error {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := checkIfMatch(m, ifMatch); err != nil {
+			return err
+		}
+		if err := tx.Where("machine_id = ?", m.ID).Delete(&models.MachineVariable{}).Error; err != nil {
+			return err
+		}
+		for k, v := range vars {
+			if err := tx.Create(&models.MachineVariable{MachineID: m.ID, Key: k, Value: v}).Error; err != nil {
+				return err
+			}
+		}
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerVariables); err != nil {
+			return err
+		}
+		keys, _ := json.Marshal(sortedKeys(vars))
+		if err := audit(tx, actor, "set-variables", "machine/"+name, "keys "+string(keys)); err != nil {
+			return err
+		}
+		out, err = lockMachine(tx, name)
+		return err
+	})
+	return out, err
+}
+
+// Push makes a new generation with the same content.
+func (s *Store) Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error) {
+	var out *models.Machine
+	err := s.write(ctx, func(tx *Tx) error {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := checkIfMatch(m, ifMatch); err != nil {
+			return err
+		}
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerPush); err != nil {
+			return err
+		}
+		if err := audit(tx, actor, "push", "machine/"+name, fmt.Sprintf("generation %d", m.Generation+1)); err != nil {
+			return err
+		}
+		out, err = lockMachine(tx, name)
+		return err
+	})
+	return out, err
+}
+
+// DeleteMachine removes a machine and everything recorded of it.
+func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
+	return s.write(ctx, func(tx *Tx) error {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return err
+		}
+		for _, t := range []any{&models.ReportRow{}, &models.Send{}, &models.Declaration{}, &models.Assignment{}, &models.MachineVariable{}} {
+			if err := tx.Where("machine_id = ?", m.ID).Delete(t).Error; err != nil {
+				return err
+			}
+		}
+		if err := tx.Delete(m).Error; err != nil {
+			return err
+		}
+		return audit(tx, actor, "delete-machine", "machine/"+name, "")
+	})
+}

@@ -1,0 +1,248 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// CreateModule adds a module.
+func (s *Store) CreateModule(ctx context.Context, actor string, m *models.Module) error {
+	return s.write(ctx, func(tx *Tx) error {
+		m.CreatedAt = s.Now()
+		if err := tx.Create(m).Error; err != nil {
+			if errors.Is(err, gorm.ErrDuplicatedKey) {
+				return fmt.Errorf("%w: module %s already exists", models.ErrConflict, m.Name)
+			}
+			return err
+		}
+		return audit(tx, actor, "create-module", "module/"+m.Name, "kind "+m.Kind)
+	})
+}
+
+// Module reads one module by name.
+func (s *Store) Module(ctx context.Context, name string) (*models.Module, error) {
+	var m models.Module
+	if err := s.db.WithContext(ctx).Where("name = ?", name).First(&m).Error; err != nil {
+		return nil, fmt.Errorf("module %s: %w", name, mapErr(err))
+	}
+	return &m, nil
+}
+
+// Modules lists modules newest first.
+func (s *Store) Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error) {
+	var ms []models.Module
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return ms, mapErr(q.Find(&ms).Error)
+}
+
+// CreateBuild adds a build with the next number of its module. The artifact
+// blob, when there is one, is stored in the same transaction. A module's
+// first build becomes current; later ones only through a plan or a person.
+func (s *Store) CreateBuild(ctx context.Context, actor, module string, b *models.Build, artifact []byte) error {
+	return s.write(ctx, func(tx *Tx) error {
+		var mod models.Module
+		q := tx.DB
+		if s.dialect == Postgres {
+			// Serialises numbering per module across replicas.
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
+			return fmt.Errorf("module %s: %w", module, mapErr(err))
+		}
+		var last struct{ N *int64 }
+		if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
+			return err
+		}
+		b.ModuleID = mod.ID
+		b.Number = 1
+		if last.N != nil {
+			b.Number = *last.N + 1
+		}
+		b.CreatedAt = s.Now()
+		if artifact != nil {
+			if err := putBlob(tx, b.Digest, artifact); err != nil {
+				return err
+			}
+		}
+		if err := tx.Create(b).Error; err != nil {
+			return err
+		}
+		if err := audit(tx, actor, "create-build", "module/"+module, fmt.Sprintf("build %d %s %s", b.Number, b.Version, b.Digest)); err != nil {
+			return err
+		}
+		if mod.CurrentBuild == nil {
+			return setCurrent(tx, &mod, b.Number)
+		}
+		return nil
+	})
+}
+
+// Builds lists a module's builds, newest first.
+func (s *Store) Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error) {
+	mod, err := s.Module(ctx, module)
+	if err != nil {
+		return nil, nil, err
+	}
+	var bs []models.Build
+	q := s.db.WithContext(ctx).Where("module_id = ?", mod.ID).Order("number DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("number < ?", cursor)
+	}
+	return bs, mod, mapErr(q.Find(&bs).Error)
+}
+
+// Build reads one build of a module.
+func (s *Store) Build(ctx context.Context, module string, number int64) (*models.Build, error) {
+	mod, err := s.Module(ctx, module)
+	if err != nil {
+		return nil, err
+	}
+	var b models.Build
+	if err := s.db.WithContext(ctx).Where("module_id = ? AND number = ?", mod.ID, number).First(&b).Error; err != nil {
+		return nil, fmt.Errorf("module %s build %d: %w", module, number, mapErr(err))
+	}
+	return &b, nil
+}
+
+// SetCurrent makes a build current everywhere at once: every machine
+// assigned the module gets a new generation.
+func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64) (int, error) {
+	touched := 0
+	err := s.write(ctx, func(tx *Tx) error {
+		var mod models.Module
+		if err := tx.Where("name = ?", module).First(&mod).Error; err != nil {
+			return fmt.Errorf("module %s: %w", module, mapErr(err))
+		}
+		var n int64
+		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, number).Count(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("module %s build %d: %w", module, number, models.ErrNotFound)
+		}
+		before := len(tx.bumps)
+		if err := setCurrent(tx, &mod, number); err != nil {
+			return err
+		}
+		touched = len(tx.bumps) - before
+		return audit(tx, actor, "set-current", "module/"+module, fmt.Sprintf("build %d, %d machine(s)", number, touched))
+	})
+	return touched, err
+}
+
+func setCurrent(tx *Tx, mod *models.Module, number int64) error {
+	if err := tx.Model(mod).Update("current_build", number).Error; err != nil {
+		return err
+	}
+	var ids []int64
+	if err := tx.Model(&models.Assignment{}).Where("module_id = ?", mod.ID).Order("machine_id").Pluck("machine_id", &ids).Error; err != nil {
+		return err
+	}
+	return bumpGenerations(tx, ids, models.TriggerCurrent)
+}
+
+// AssignmentView is an assignment as the API shows it.
+type AssignmentView struct {
+	Module string `json:"module"`
+	Build  *int64 `json:"build,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Assignments reads a machine's assignments, by module name.
+func (s *Store) Assignments(ctx context.Context, name string) ([]AssignmentView, *models.Machine, error) {
+	m, err := s.Machine(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := []AssignmentView{}
+	err = s.db.WithContext(ctx).Table("assignments").
+		Select("modules.name AS module, assignments.build, assignments.reason").
+		Joins("JOIN modules ON modules.id = assignments.module_id").
+		Where("assignments.machine_id = ?", m.ID).Order("modules.name").Scan(&out).Error
+	return out, m, mapErr(err)
+}
+
+// SetAssignments replaces a machine's assignments under If-Match. A pin to an
+// older build than the machine reports running needs a reason, and is
+// recorded as the explicit act it is.
+func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []AssignmentView) (*models.Machine, error) {
+	var out *models.Machine
+	err := s.write(ctx, func(tx *Tx) error {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return err
+		}
+		if err := checkIfMatch(m, ifMatch); err != nil {
+			return err
+		}
+		running := map[string]models.RunningBuild{}
+		_ = json.Unmarshal([]byte(m.Running), &running)
+		seen := map[string]bool{}
+		rows := make([]models.Assignment, 0, len(as))
+		for i, a := range as {
+			f := fmt.Sprintf("assignments[%d]", i)
+			if seen[a.Module] {
+				return models.Invalid(f+".module", "module "+a.Module+" is assigned twice")
+			}
+			seen[a.Module] = true
+			var mod models.Module
+			if err := tx.Where("name = ?", a.Module).First(&mod).Error; err != nil {
+				return models.Invalid(f+".module", "no module named "+a.Module)
+			}
+			if a.Build != nil {
+				var n int64
+				if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, *a.Build).Count(&n).Error; err != nil {
+					return err
+				}
+				if n == 0 {
+					return models.Invalid(f+".build", fmt.Sprintf("module %s has no build %d", a.Module, *a.Build))
+				}
+				if r, ok := running[a.Module]; ok && *a.Build < r.Build && a.Reason == "" {
+					return fmt.Errorf("%w: machine %s runs %s build %d; a pin to build %d needs a reason", models.ErrDowngrade, name, a.Module, r.Build, *a.Build)
+				}
+			}
+			rows = append(rows, models.Assignment{MachineID: m.ID, ModuleID: mod.ID, Build: a.Build, Reason: a.Reason, CreatedAt: s.Now()})
+		}
+		if err := tx.Where("machine_id = ?", m.ID).Delete(&models.Assignment{}).Error; err != nil {
+			return err
+		}
+		if len(rows) > 0 {
+			if err := tx.Create(&rows).Error; err != nil {
+				return err
+			}
+		}
+		if err := tx.Model(m).Update("empty_ok", len(rows) == 0).Error; err != nil {
+			return err
+		}
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerAssignment); err != nil {
+			return err
+		}
+		desc, _ := json.Marshal(as)
+		if err := audit(tx, actor, "set-assignments", "machine/"+name, string(desc)); err != nil {
+			return err
+		}
+		out, err = lockMachine(tx, name)
+		return err
+	})
+	return out, err
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,202 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// column is a dialect-neutral description of a column.
+type column struct {
+	Type     string
+	Nullable bool
+	Default  string
+}
+
+// family maps a dialect's declared type to one word, so that the two
+// dialects can be compared.
+func family(t string) string {
+	t = strings.ToLower(t)
+	switch {
+	case strings.Contains(t, "int"):
+		return "integer"
+	case strings.Contains(t, "bool"):
+		return "boolean"
+	case strings.Contains(t, "time") || strings.Contains(t, "date"):
+		return "timestamp"
+	case t == "bytea" || t == "blob":
+		return "bytes"
+	case t == "text":
+		return "text"
+	}
+	return t
+}
+
+// normDefault removes the dialects' spelling of the same default.
+func normDefault(d string) string {
+	d = strings.ToLower(strings.TrimSpace(d))
+	d = strings.TrimSuffix(d, "::text")
+	switch d {
+	case "false", "0":
+		return "false"
+	case "true", "1":
+		return "true"
+	}
+	if strings.HasPrefix(d, "nextval(") {
+		return "" // identity columns: auto-increment in both
+	}
+	return d
+}
+
+func schemaOf(t *testing.T, s *store.Store) (map[string]map[string]column, map[string]string) {
+	t.Helper()
+	db := s.DB()
+	tables := map[string]map[string]column{}
+	uniques := map[string]string{}
+	if s.Dialect() == store.SQLite {
+		var names []string
+		db.Raw(`SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' AND name <> 'goose_db_version'`).Scan(&names)
+		for _, n := range names {
+			var cols []struct {
+				Name      string
+				Type      string
+				NotNull   int    `gorm:"column:notnull"`
+				DfltValue *string `gorm:"column:dflt_value"`
+				Pk        int
+			}
+			db.Raw(fmt.Sprintf("PRAGMA table_info(%q)", n)).Scan(&cols)
+			tables[n] = map[string]column{}
+			for _, c := range cols {
+				d := ""
+				if c.DfltValue != nil {
+					d = *c.DfltValue
+				}
+				tables[n][c.Name] = column{family(c.Type), c.NotNull == 0 && c.Pk == 0, normDefault(d)}
+			}
+			var idx []struct {
+				Name   string
+				Unique int
+				Origin string
+			}
+			db.Raw(fmt.Sprintf("PRAGMA index_list(%q)", n)).Scan(&idx)
+			for _, i := range idx {
+				if i.Unique == 0 {
+					continue
+				}
+				var cs []struct{ Name string }
+				db.Raw(fmt.Sprintf("PRAGMA index_info(%q)", i.Name)).Scan(&cs)
+				var names []string
+				for _, c := range cs {
+					names = append(names, c.Name)
+				}
+				uniques[n+"("+strings.Join(names, ",")+")"] = "unique"
+			}
+			// An INTEGER PRIMARY KEY is the rowid, with no index of its own.
+			for _, c := range cols {
+				if c.Pk == 1 && !strings.Contains(fmt.Sprint(idx), "pk") {
+					pks := []string{}
+					for _, c2 := range cols {
+						if c2.Pk > 0 {
+							pks = append(pks, c2.Name)
+						}
+					}
+					uniques[n+"("+strings.Join(pks, ",")+")"] = "unique"
+					break
+				}
+			}
+		}
+		return tables, uniques
+	}
+	var cols []struct {
+		TableName     string
+		ColumnName    string
+		DataType      string
+		IsNullable    string
+		ColumnDefault *string
+	}
+	db.Raw(`SELECT table_name, column_name, data_type, is_nullable, column_default
+		FROM information_schema.columns WHERE table_schema = current_schema() AND table_name <> 'goose_db_version'`).Scan(&cols)
+	for _, c := range cols {
+		if tables[c.TableName] == nil {
+			tables[c.TableName] = map[string]column{}
+		}
+		d := ""
+		if c.ColumnDefault != nil {
+			d = *c.ColumnDefault
+		}
+		tables[c.TableName][c.ColumnName] = column{family(c.DataType), c.IsNullable == "YES", normDefault(d)}
+	}
+	var idx []struct {
+		Tablename string
+		Indexdef  string
+	}
+	db.Raw(`SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> 'goose_db_version'`).Scan(&idx)
+	for _, i := range idx {
+		if !strings.Contains(i.Indexdef, "UNIQUE") {
+			continue
+		}
+		open := strings.LastIndex(i.Indexdef, "(")
+		cols := strings.ReplaceAll(strings.Trim(i.Indexdef[open:], "()"), " ", "")
+		uniques[i.Tablename+"("+cols+")"] = "unique"
+	}
+	return tables, uniques
+}
+
+// TestMigrations_DialectsAgree proves both dialects end with the same tables,
+// columns, types, nullability, defaults and unique indexes.
+func TestMigrations_DialectsAgree(t *testing.T) {
+	lite := storetest.MustOpen(t, store.SQLite)
+	pg := storetest.MustOpen(t, store.Postgres)
+	lt, lu := schemaOf(t, lite)
+	pt, pu := schemaOf(t, pg)
+	if len(lt) == 0 {
+		t.Fatal("no tables read from SQLite")
+	}
+	var diffs []string
+	for tbl, cols := range lt {
+		if pt[tbl] == nil {
+			diffs = append(diffs, "table "+tbl+" only in sqlite")
+			continue
+		}
+		for c, def := range cols {
+			if p, ok := pt[tbl][c]; !ok {
+				diffs = append(diffs, tbl+"."+c+" only in sqlite")
+			} else if p != def {
+				diffs = append(diffs, fmt.Sprintf("%s.%s: sqlite %+v, postgres %+v", tbl, c, def, p))
+			}
+		}
+		for c := range pt[tbl] {
+			if _, ok := cols[c]; !ok {
+				diffs = append(diffs, tbl+"."+c+" only in postgres")
+			}
+		}
+	}
+	for tbl := range pt {
+		if lt[tbl] == nil {
+			diffs = append(diffs, "table "+tbl+" only in postgres")
+		}
+	}
+	for u := range lu {
+		if pu[u] == "" {
+			diffs = append(diffs, "unique "+u+" only in sqlite")
+		}
+	}
+	for u := range pu {
+		if lu[u] == "" {
+			diffs = append(diffs, "unique "+u+" only in postgres")
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) > 0 {
+		t.Fatalf("dialects differ:\n%s", strings.Join(diffs, "\n"))
+	}
+	v, known, err := lite.SchemaVersion(context.Background())
+	if err != nil || v != known || v == 0 {
+		t.Fatalf("sqlite schema version %d of %d known: %v", v, known, err)
+	}
+}

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+
+	"mesh/models"
+)
+
+// InsertSends writes send rows in one transaction: the group commit of polls
+// woken together. A poll answers only after this has returned.
+func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
+	if len(sends) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(tx *Tx) error {
+		return tx.CreateInBatches(&sends, 500).Error
+	})
+}
+
+// SendView is a send with the outcome its reports give.
+type SendView struct {
+	models.Send
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+}
+
+// Sends lists sends newest first (ids are time-ordered UUIDv7), of one
+// machine when machineID > 0, after cursor (a send id).
+func (s *Store) Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]SendView, error) {
+	var rows []struct {
+		models.Send
+		Name string
+	}
+	q := s.db.WithContext(ctx).Table("sends").Select("sends.*, machines.name AS name").
+		Joins("JOIN machines ON machines.id = sends.machine_id").Order("sends.id DESC").Limit(limit)
+	if machineID > 0 {
+		q = q.Where("sends.machine_id = ?", machineID)
+	}
+	if cursor != "" {
+		q = q.Where("sends.id < ?", cursor)
+	}
+	if err := q.Scan(&rows).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]SendView, len(rows))
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		r.Send.Machine = r.Name
+		out[i] = SendView{Send: r.Send}
+		ids[i] = r.ID
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	// A send's outcome is the latest final report naming it; else the
+	// latest report of any kind; never written over the send.
+	var reps []models.ReportRow
+	if err := s.db.WithContext(ctx).Where("send_id IN ?", ids).Order("id").Find(&reps).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	by := map[string]models.ReportRow{}
+	for _, r := range reps {
+		prev, ok := by[r.SendID]
+		if !ok || models.FinalOutcome(r.Outcome) || !models.FinalOutcome(prev.Outcome) {
+			by[r.SendID] = r
+		}
+	}
+	for i := range out {
+		if r, ok := by[out[i].ID]; ok {
+			out[i].Outcome, out[i].Reason = r.Outcome, r.Reason
+		}
+	}
+	return out, nil
+}
+
+// Send reads one send.
+func (s *Store) Send(ctx context.Context, id string) (*models.Send, error) {
+	var snd models.Send
+	if err := s.db.WithContext(ctx).Where("id = ?", id).First(&snd).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	return &snd, nil
+}
+
+// CountSends counts the sends of a generation or all (generation 0).
+func (s *Store) CountSends(ctx context.Context) (int64, error) {
+	var n int64
+	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)
+}

@@ -1,0 +1,266 @@
+// Package store is mesh's persistence: gorm over embedded SQLite (the
+// zero-configuration default) or PostgreSQL. Functions that take a *gorm.DB
+// compose inside one transaction; Store methods wrap them. gorm's errors are
+// mapped to models' sentinels here and nowhere else.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/gofrs/flock"
+	"github.com/pressly/goose/v3"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"mesh/migrations"
+	"mesh/models"
+)
+
+// Dialect names.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// Config says where the store lives.
+type Config struct {
+	// DataDir holds the SQLite file (and its lock) when DatabaseURL is empty.
+	DataDir string
+	// DatabaseURL is a postgres:// URL; empty means SQLite in DataDir.
+	DatabaseURL string
+	// Exclusive takes an flock on the data dir so only one controller
+	// serves a SQLite store; short commands (user add, migrate) leave it.
+	Exclusive bool
+	// Logger for slow statements and errors; nil is slog.Default.
+	Logger *slog.Logger
+}
+
+// Store is mesh's store.
+type Store struct {
+	db      *gorm.DB
+	dialect string
+	lock    *flock.Flock
+	log     *slog.Logger
+
+	// Now is the clock; tests fix it.
+	Now func() time.Time
+
+	mu       sync.RWMutex
+	onBumped []func([]models.Bump)
+}
+
+// Open connects to the store described by cfg. It does not migrate.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	gcfg := &gorm.Config{
+		TranslateError: true,
+		Logger:         logger.Discard,
+		NowFunc:        func() time.Time { return time.Now().UTC() },
+	}
+	s := &Store{log: log, Now: func() time.Time { return time.Now().UTC() }}
+	var err error
+	if cfg.DatabaseURL != "" {
+		if !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
+			return nil, fmt.Errorf("database URL must start with postgres:// (empty means SQLite in the data dir)")
+		}
+		s.dialect = Postgres
+		s.db, err = gorm.Open(postgres.Open(cfg.DatabaseURL), gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		sqlDB, _ := s.db.DB()
+		sqlDB.SetMaxOpenConns(20)
+		sqlDB.SetMaxIdleConns(20)
+	} else {
+		s.dialect = SQLite
+		if cfg.DataDir == "" {
+			return nil, errors.New("a data dir is needed for the embedded store")
+		}
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		if cfg.Exclusive {
+			s.lock = flock.New(filepath.Join(cfg.DataDir, "controller.lock"))
+			ok, err := s.lock.TryLock()
+			if err != nil {
+				return nil, fmt.Errorf("lock data dir: %w", err)
+			}
+			if !ok {
+				return nil, fmt.Errorf("data dir %s is in use by another controller (it holds %s)", cfg.DataDir, s.lock.Path())
+			}
+		}
+		// WAL lets readers run beside the one writer; busy_timeout makes a
+		// second writer wait rather than fail; immediate transactions take
+		// the write lock up front so two never deadlock upgrading a read.
+		dsn := "file:" + filepath.Join(cfg.DataDir, "mesh.db") +
+			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		s.db, err = gorm.Open(sqlite.Open(dsn), gcfg)
+		if err != nil {
+			s.unlock()
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		sqlDB, _ := s.db.DB()
+		sqlDB.SetMaxOpenConns(8)
+		sqlDB.SetMaxIdleConns(8)
+	}
+	sqlDB, _ := s.db.DB()
+	if err := sqlDB.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("connect %s store: %w", s.dialect, err)
+	}
+	return s, nil
+}
+
+// Dialect is SQLite or Postgres.
+func (s *Store) Dialect() string { return s.dialect }
+
+// DB is the gorm handle, for tests and the few callers that count statements.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+func (s *Store) unlock() {
+	if s.lock != nil {
+		_ = s.lock.Unlock()
+	}
+}
+
+// Close releases the connection and the data dir lock.
+func (s *Store) Close() error {
+	var err error
+	if s.db != nil {
+		if sqlDB, e := s.db.DB(); e == nil {
+			err = sqlDB.Close()
+		}
+	}
+	s.unlock()
+	return err
+}
+
+func (s *Store) gooseProvider() (*goose.Provider, error) {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := fs.Sub(migrations.FS, s.dialect)
+	if err != nil {
+		return nil, err
+	}
+	d := goose.DialectSQLite3
+	if s.dialect == Postgres {
+		d = goose.DialectPostgres
+	}
+	return goose.NewProvider(d, sqlDB, sub)
+}
+
+// Migrate applies every pending migration, each in its own transaction.
+func (s *Store) Migrate(ctx context.Context) (applied []string, err error) {
+	p, err := s.gooseProvider()
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.Up(ctx)
+	for _, r := range res {
+		applied = append(applied, r.Source.Path)
+	}
+	if err != nil {
+		return applied, fmt.Errorf("migrate: %w", err)
+	}
+	return applied, nil
+}
+
+// SchemaVersion is the newest migration applied to the store, and the
+// newest this binary knows.
+func (s *Store) SchemaVersion(ctx context.Context) (store, known int64, err error) {
+	p, err := s.gooseProvider()
+	if err != nil {
+		return 0, 0, err
+	}
+	store, err = p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	srcs := p.ListSources()
+	if len(srcs) > 0 {
+		known = srcs[len(srcs)-1].Version
+	}
+	return store, known, nil
+}
+
+// OnBumped registers f to be called, after commit, with every generation a
+// committed transaction bumped. The waker of long polls hangs here.
+func (s *Store) OnBumped(f func([]models.Bump)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onBumped = append(s.onBumped, f)
+}
+
+// Tx is a write transaction that remembers the generations it bumped so they
+// are announced only once it has committed.
+type Tx struct {
+	*gorm.DB
+	s      *Store
+	bumps  []models.Bump
+	notify bool
+}
+
+// write runs fn in one transaction; after it commits, bumped generations are
+// announced to OnBumped listeners.
+func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
+	var t *Tx
+	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		t = &Tx{DB: db, s: s}
+		return fn(t)
+	})
+	if err != nil {
+		return mapErr(err)
+	}
+	if len(t.bumps) > 0 {
+		s.mu.RLock()
+		fs := s.onBumped
+		s.mu.RUnlock()
+		for _, f := range fs {
+			f(t.bumps)
+		}
+	}
+	return nil
+}
+
+// mapErr turns gorm's errors into models' sentinels.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gorm.ErrRecordNotFound), errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w", models.ErrNotFound)
+	case errors.Is(err, gorm.ErrDuplicatedKey):
+		return fmt.Errorf("%w: already exists", models.ErrConflict)
+	}
+	return err
+}
+
+// inChunks calls fn with slices of at most n ids, so no statement carries
+// more placeholders than the dialect allows.
+func inChunks[T any](ids []T, n int, fn func([]T) error) error {
+	for len(ids) > 0 {
+		k := min(n, len(ids))
+		if err := fn(ids[:k]); err != nil {
+			return err
+		}
+		ids = ids[k:]
+	}
+	return nil
+}
