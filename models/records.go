@@ -69,7 +69,7 @@ type Instance struct {
 // declarations and host releases; "token" signs JWTs. Kept in the store so
 // every replica signs alike.
 type Key struct {
-	ID         string    `gorm:"primaryKey"`
+	ID         string `gorm:"primaryKey"`
 	Purpose    string
 	PrivateKey []byte
 	PublicKey  []byte
@@ -124,14 +124,14 @@ type Machine struct {
 
 // MachineVariable is one key/value of a machine, used as ${var.KEY}.
 type MachineVariable struct {
-	MachineID int64 `gorm:"primaryKey"`
+	MachineID int64  `gorm:"primaryKey"`
 	Key       string `gorm:"primaryKey"`
 	Value     string
 }
 
 // Module is a deployable unit.
 type Module struct {
-	ID           int64     `gorm:"primaryKey"`
+	ID           int64 `gorm:"primaryKey"`
 	Name         string
 	Kind         string
 	Repository   string

@@ -102,3 +102,20 @@ func (s *Store) CreateJoinToken(ctx context.Context, actor, hash string, expires
 		return audit(tx, actor, "create-join-token", fmt.Sprintf("join-token/%d", jt.ID), "expires "+expires.Format(time.RFC3339))
 	})
 }
+
+// KeySigner signs with one of the store's ed25519 keys.
+type KeySigner struct {
+	ID   string
+	Priv ed25519.PrivateKey
+}
+
+// NewKeySigner makes a signer of a stored key.
+func NewKeySigner(k *models.Key) *KeySigner {
+	return &KeySigner{ID: k.ID, Priv: ed25519.NewKeyFromSeed(k.PrivateKey)}
+}
+
+// KeyID names the key.
+func (k *KeySigner) KeyID() string { return k.ID }
+
+// Sign signs payload.
+func (k *KeySigner) Sign(payload []byte) []byte { return ed25519.Sign(k.Priv, payload) }

@@ -65,7 +65,7 @@ func schemaOf(t *testing.T, s *store.Store) (map[string]map[string]column, map[s
 			var cols []struct {
 				Name      string
 				Type      string
-				NotNull   int    `gorm:"column:notnull"`
+				NotNull   int     `gorm:"column:notnull"`
 				DfltValue *string `gorm:"column:dflt_value"`
 				Pk        int
 			}

@@ -1,0 +1,194 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// Join tokens last a day unless asked otherwise, thirty days at most.
+const (
+	DefaultJoinTokenTTL = 24 * time.Hour
+	MaxJoinTokenTTL     = 30 * 24 * time.Hour
+)
+
+// HashToken is how a secret token is kept: only its sha256.
+func HashToken(tok string) string {
+	s := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(s[:])
+}
+
+// NewSecret makes a random URL-safe secret.
+func NewSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+type loginRequest struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+type tokenResponse struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func (s *Server) login(c echo.Context) error {
+	var req loginRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	u, err := s.Store.User(ctx, req.Username)
+	if err != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(req.Password)) != nil {
+		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+req.Username, c.RealIP())
+		return fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
+	}
+	tok, exp, err := s.Auth.IssuePerson(u.Name, u.Role)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, tokenResponse{Token: tok, ExpiresAt: exp})
+}
+
+type userRequest struct {
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	Password string `json:"password"`
+}
+
+type userResponse struct {
+	Name      string    `json:"name"`
+	Role      string    `json:"role"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// HashPassword hashes a password for the store, refusing short ones.
+func HashPassword(pw string) (string, error) {
+	if len(pw) < 12 {
+		return "", models.Invalid("password", "at least 12 characters")
+	}
+	if len(pw) > 72 {
+		return "", models.Invalid("password", "at most 72 bytes")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+	return string(h), err
+}
+
+func (s *Server) createUser(c echo.Context) error {
+	var req userRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if err := models.ValidName("name", req.Name); err != nil {
+		return err
+	}
+	if !models.ValidRole(req.Role) {
+		return models.Invalid("role", "one of viewer, operator, admin, builder")
+	}
+	h, err := HashPassword(req.Password)
+	if err != nil {
+		return err
+	}
+	u := &models.User{Name: req.Name, Role: req.Role, PasswordHash: h}
+	if err := s.Store.CreateUser(c.Request().Context(), principal(c).Actor(), u); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt})
+}
+
+type joinTokenRequest struct {
+	ExpiresIn string `json:"expires_in"`
+}
+
+func (s *Server) createJoinToken(c echo.Context) error {
+	var req joinTokenRequest
+	if c.Request().ContentLength != 0 {
+		if err := decodeStrict(c, &req); err != nil {
+			return err
+		}
+	}
+	ttl := DefaultJoinTokenTTL
+	if req.ExpiresIn != "" {
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d <= 0 {
+			return models.Invalid("expires_in", "a positive duration like 24h")
+		}
+		ttl = min(d, MaxJoinTokenTTL)
+	}
+	tok := NewSecret()
+	exp := s.Store.Now().Add(ttl)
+	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), HashToken(tok), exp); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, tokenResponse{Token: tok, ExpiresAt: exp})
+}
+
+type enrollRequest struct {
+	JoinToken   string `json:"join_token"`
+	Name        string `json:"name"`
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	HostVersion string `json:"host_version"`
+	Schema      string `json:"schema"`
+}
+
+// PublicKey is one of the controller's declaration keys: a host's trust root.
+type PublicKey struct {
+	KeyID     string `json:"key_id"`
+	PublicKey []byte `json:"public_key"`
+}
+
+type enrollResponse struct {
+	Machine string      `json:"machine"`
+	Token   string      `json:"token"`
+	Keys    []PublicKey `json:"keys"`
+}
+
+func (s *Server) enroll(c echo.Context) error {
+	var req enrollRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.JoinToken == "" {
+		return models.Invalid("join_token", "required")
+	}
+	if err := models.ValidName("name", req.Name); err != nil {
+		return err
+	}
+	if req.OS == "" || req.Arch == "" {
+		return models.Invalid("os", "os and arch are required (e.g. linux, amd64)")
+	}
+	ctx := c.Request().Context()
+	tokenID := NewSecret()[:16]
+	m, err := s.Store.Enroll(ctx, HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
+	if err != nil {
+		return err
+	}
+	s.Hub.Add(m)
+	tok, err := s.Auth.IssueHost(m.Name, tokenID)
+	if err != nil {
+		return err
+	}
+	keys, err := s.Store.Keys(ctx, store.KeyDeclaration)
+	if err != nil {
+		return err
+	}
+	resp := enrollResponse{Machine: m.Name, Token: tok, Keys: []PublicKey{}}
+	for _, k := range keys {
+		resp.Keys = append(resp.Keys, PublicKey{KeyID: k.ID, PublicKey: k.PublicKey})
+	}
+	return c.JSON(http.StatusCreated, resp)
+}

@@ -1,0 +1,311 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// Hub is the controller's memory of every machine for the long poll: its
+// generation, whether it is in conflict, what its host last said, and a
+// channel closed when any of that changes. A poll that finds nothing new
+// waits here and never touches the store.
+type Hub struct {
+	Store    *store.Store
+	Signer   store.Signer
+	Instance string
+	Log      *slog.Logger
+
+	mu     sync.Mutex
+	byName map[string]*machineEntry
+	byID   map[int64]*machineEntry
+	ready  bool
+
+	pending   map[int64]int64 // bumps not yet composed and woken
+	pendingCh chan struct{}
+	seen      map[int64]bool
+}
+
+type machineEntry struct {
+	id          int64
+	name        string
+	gen         int64
+	conflict    bool
+	hostVersion string
+	schema      string
+	tokenID     string
+	lastSeen    time.Time
+	polls       int
+	changed     chan struct{}
+	composed    *store.Composed
+	composeErr  int64 // the generation whose compose failure was recorded
+}
+
+// wakeChunk is how many polls are woken at once: when all waiters wake
+// together the send writer queues behind them for the CPU; in chunks, the
+// first answers leave in milliseconds.
+const wakeChunk = 500
+
+// NewHub makes an empty hub; Load fills it.
+func NewHub(st *store.Store, signer store.Signer, instance string, log *slog.Logger) *Hub {
+	return &Hub{Store: st, Signer: signer, Instance: instance, Log: log,
+		byName: map[string]*machineEntry{}, byID: map[int64]*machineEntry{},
+		pending: map[int64]int64{}, pendingCh: make(chan struct{}, 1), seen: map[int64]bool{}}
+}
+
+// Load reads every machine's head from the store. Polls are answered only
+// once it has run.
+func (h *Hub) Load(ctx context.Context) error {
+	heads, err := h.Store.MachineHeads(ctx)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range heads {
+		e := h.byID[m.ID]
+		if e == nil {
+			e = &machineEntry{id: m.ID, name: m.Name, changed: make(chan struct{})}
+			h.byID[m.ID], h.byName[m.Name] = e, e
+		}
+		e.gen, e.conflict, e.hostVersion, e.schema, e.tokenID = m.Generation, m.Conflict, m.HostVersion, m.Schema, m.TokenID
+		if m.LastSeen != nil && m.LastSeen.After(e.lastSeen) {
+			e.lastSeen = *m.LastSeen
+		}
+	}
+	h.ready = true
+	return nil
+}
+
+// Ready reports whether the hub has loaded the store.
+func (h *Hub) Ready() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ready
+}
+
+// Add puts a newly enrolled machine in the hub.
+func (h *Hub) Add(m *models.Machine) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := &machineEntry{id: m.ID, name: m.Name, gen: m.Generation, hostVersion: m.HostVersion,
+		schema: m.Schema, tokenID: m.TokenID, lastSeen: time.Now(), changed: make(chan struct{})}
+	h.byID[m.ID], h.byName[m.Name] = e, e
+}
+
+// Remove forgets a deleted machine; its polls wake and its token stops working.
+func (h *Hub) Remove(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byName[name]; e != nil {
+		delete(h.byName, name)
+		delete(h.byID, e.id)
+		close(e.changed)
+	}
+}
+
+// Authorize checks a host token's machine and token id against memory.
+func (h *Hub) Authorize(name, tokenID string) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byName[name]
+	if e == nil || e.tokenID != tokenID {
+		return 0, false
+	}
+	return e.id, true
+}
+
+// LastSeen is when a machine's host last polled (or polls now).
+func (h *Hub) LastSeen(id int64) *time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byID[id]
+	if e == nil || e.lastSeen.IsZero() {
+		return nil
+	}
+	t := e.lastSeen
+	if e.polls > 0 {
+		t = time.Now()
+	}
+	return &t
+}
+
+// Bumped is called after a transaction that bumped generations commits. It
+// queues the machines; the run loop composes them in batches and wakes
+// their polls chunk by chunk.
+func (h *Hub) Bumped(bs []models.Bump) {
+	h.mu.Lock()
+	for _, b := range bs {
+		if b.Generation > h.pending[b.MachineID] {
+			h.pending[b.MachineID] = b.Generation
+		}
+	}
+	h.mu.Unlock()
+	select {
+	case h.pendingCh <- struct{}{}:
+	default:
+	}
+}
+
+// Run composes and wakes bumped machines, and flushes last-seen times every
+// flushEvery, until ctx ends.
+func (h *Hub) Run(ctx context.Context, flushEvery time.Duration) {
+	flush := time.NewTicker(flushEvery)
+	defer flush.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.flushSeen(context.Background())
+			return
+		case <-flush.C:
+			h.flushSeen(ctx)
+		case <-h.pendingCh:
+			h.drain(ctx)
+		}
+	}
+}
+
+func (h *Hub) drain(ctx context.Context) {
+	h.mu.Lock()
+	p := h.pending
+	h.pending = map[int64]int64{}
+	h.mu.Unlock()
+	ids := make([]int64, 0, len(p))
+	for id := range p {
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		k := min(wakeChunk, len(ids))
+		chunk := ids[:k]
+		ids = ids[k:]
+		// Compose ahead of the polls, so a woken poll finds its declaration
+		// ready. A failure here is not fatal: the poll composes on its own.
+		composed, _, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
+		if err != nil {
+			h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
+		}
+		h.mu.Lock()
+		for _, id := range chunk {
+			e := h.byID[id]
+			if e == nil {
+				continue
+			}
+			if p[id] > e.gen {
+				e.gen = p[id]
+			}
+			if c := composed[id]; c != nil && c.Generation >= e.gen {
+				e.gen, e.composed = c.Generation, c
+			}
+			close(e.changed)
+			e.changed = make(chan struct{})
+		}
+		h.mu.Unlock()
+	}
+}
+
+// view is what a poll reads of its machine at one moment.
+type view struct {
+	gen      int64
+	conflict bool
+	changed  <-chan struct{}
+	composed *store.Composed
+	gone     bool
+}
+
+func (h *Hub) view(id int64) view {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byID[id]
+	if e == nil {
+		return view{gone: true}
+	}
+	return view{gen: e.gen, conflict: e.conflict, changed: e.changed, composed: e.composed}
+}
+
+// pollStarted records a poll's arrival and what its host reported; it says
+// whether version or schema changed and must be written.
+func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byID[id]
+	if e == nil {
+		return false
+	}
+	e.polls++
+	e.lastSeen = time.Now()
+	h.seen[id] = true
+	if e.hostVersion != hostVersion || e.schema != schema {
+		e.hostVersion, e.schema = hostVersion, schema
+		return true
+	}
+	return false
+}
+
+func (h *Hub) pollEnded(id int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil {
+		e.polls--
+		e.lastSeen = time.Now()
+		h.seen[id] = true
+	}
+}
+
+// setComposed caches a declaration a poll composed itself.
+func (h *Hub) setComposed(c *store.Composed) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[c.MachineID]; e != nil && c.Generation >= e.gen {
+		e.gen, e.composed = c.Generation, c
+	}
+}
+
+// setConflict records the store's verdict on a machine's conflict.
+func (h *Hub) setConflict(id int64, conflict bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil && e.conflict != conflict {
+		e.conflict = conflict
+		close(e.changed)
+		e.changed = make(chan struct{})
+	}
+}
+
+// composeFailed says whether a compose failure of gen is new (to be recorded once).
+func (h *Hub) composeFailed(id, gen int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byID[id]
+	if e == nil || e.composeErr >= gen {
+		return false
+	}
+	e.composeErr = gen
+	return true
+}
+
+// flushSeen writes last-seen for every machine seen since the last flush,
+// and every machine that holds a poll now, in one statement.
+func (h *Hub) flushSeen(ctx context.Context) {
+	h.mu.Lock()
+	ids := make([]int64, 0, len(h.seen))
+	for id := range h.seen {
+		ids = append(ids, id)
+	}
+	for id, e := range h.byID {
+		if e.polls > 0 && !h.seen[id] {
+			ids = append(ids, id)
+		}
+	}
+	h.seen = map[int64]bool{}
+	h.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if err := h.Store.FlushLastSeen(ctx, time.Now().UTC(), ids); err != nil {
+		h.Log.Warn("flushing last-seen", "err", err)
+	}
+}

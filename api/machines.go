@@ -1,0 +1,283 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// MachineView is a machine as the API shows it; its state is computed from
+// records, never stored.
+type MachineView struct {
+	Name              string                         `json:"name"`
+	OS                string                         `json:"os"`
+	Arch              string                         `json:"arch"`
+	Generation        int64                          `json:"generation"`
+	GenerationTrigger string                         `json:"generation_trigger"`
+	GenerationAt      time.Time                      `json:"generation_at"`
+	AppliedGeneration int64                          `json:"applied_generation"`
+	FinishedGen       int64                          `json:"finished_generation"`
+	HostVersion       string                         `json:"host_version"`
+	TargetHostVersion string                         `json:"target_host_version"`
+	Schema            string                         `json:"schema"`
+	State             string                         `json:"state"`
+	LastOutcome       string                         `json:"last_outcome"`
+	LastReason        string                         `json:"last_reason"`
+	LastSeen          *time.Time                     `json:"last_seen"`
+	ConflictHostGen   int64                          `json:"conflict_host_generation"`
+	Running           map[string]models.RunningBuild `json:"running"`
+	CreatedAt         time.Time                      `json:"created_at"`
+}
+
+func (s *Server) machineView(m *models.Machine) MachineView {
+	seen := s.Hub.LastSeen(m.ID)
+	if seen == nil {
+		seen = m.LastSeen
+	}
+	running := map[string]models.RunningBuild{}
+	_ = json.Unmarshal([]byte(m.Running), &running)
+	return MachineView{Name: m.Name, OS: m.OS, Arch: m.Arch, Generation: m.Generation,
+		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
+		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
+		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
+		State: models.MachineState(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
+		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt}
+}
+
+func (s *Server) listMachines(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	ms, err := s.Store.Machines(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]MachineView, len(ms))
+	for i := range ms {
+		views[i] = s.machineView(&ms[i])
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(MachineView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) }))
+}
+
+func (s *Server) getMachine(c echo.Context) error {
+	m, err := s.Store.Machine(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, s.machineView(m))
+}
+
+func (s *Server) deleteMachine(c echo.Context) error {
+	name := c.Param("name")
+	if err := s.Store.DeleteMachine(c.Request().Context(), principal(c).Actor(), name); err != nil {
+		return err
+	}
+	s.Hub.Remove(name)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// Assignments is the body of GET/PUT …/assignments.
+type Assignments struct {
+	Assignments []store.AssignmentView `json:"assignments"`
+}
+
+func (s *Server) getAssignments(c echo.Context) error {
+	as, m, err := s.Store.Assignments(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, Assignments{Assignments: as})
+}
+
+func (s *Server) putAssignments(c echo.Context) error {
+	im, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	var req Assignments
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.Assignments == nil {
+		return models.Invalid("assignments", "required (an empty list empties the machine on purpose)")
+	}
+	for i, a := range req.Assignments {
+		if err := models.ValidName("assignments["+strconv.Itoa(i)+"].module", a.Module); err != nil {
+			return err
+		}
+	}
+	ctx := c.Request().Context()
+	m, err := s.Store.SetAssignments(ctx, principal(c).Actor(), c.Param("name"), im, req.Assignments)
+	if err != nil {
+		return err
+	}
+	as, _, err := s.Store.Assignments(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, Assignments{Assignments: as})
+}
+
+// Variables is the body of GET/PUT …/variables.
+type Variables struct {
+	Variables map[string]string `json:"variables"`
+}
+
+func (s *Server) getVariables(c echo.Context) error {
+	vs, m, err := s.Store.Variables(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, Variables{Variables: vs})
+}
+
+func (s *Server) putVariables(c echo.Context) error {
+	im, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	var req Variables
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.Variables == nil {
+		return models.Invalid("variables", "required (an object of KEY: value)")
+	}
+	for k, v := range req.Variables {
+		if err := models.ValidVarKey(k); err != nil {
+			return err
+		}
+		if len(v) > 4096 {
+			return models.Invalid("variables."+k, "at most 4096 bytes")
+		}
+	}
+	m, err := s.Store.SetVariables(c.Request().Context(), principal(c).Actor(), c.Param("name"), im, req.Variables)
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, req)
+}
+
+func (s *Server) push(c echo.Context) error {
+	im, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	m, err := s.Store.Push(c.Request().Context(), principal(c).Actor(), c.Param("name"), im)
+	if err != nil {
+		return err
+	}
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, s.machineView(m))
+}
+
+func (s *Server) resolve(c echo.Context) error {
+	m, err := s.Store.Resolve(c.Request().Context(), principal(c).Actor(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	s.Hub.setConflict(m.ID, false)
+	setETag(c, m.Generation)
+	return c.JSON(http.StatusOK, s.machineView(m))
+}
+
+// previewDeclaration shows the declaration of the machine's current
+// generation without sending it (composing it if need be: the same bytes
+// a poll will send).
+func (s *Server) previewDeclaration(c echo.Context) error {
+	ctx := c.Request().Context()
+	m, err := s.Store.Machine(ctx, c.Param("name"))
+	if err != nil {
+		return err
+	}
+	got, fails, err := s.Store.Compose(ctx, []int64{m.ID}, s.Instance, s.Signer)
+	if err != nil {
+		return err
+	}
+	if ferr := fails[m.ID]; ferr != nil {
+		return ferr
+	}
+	comp := got[m.ID]
+	var env models.Envelope
+	if err := json.Unmarshal(comp.Envelope, &env); err != nil {
+		return err
+	}
+	setETag(c, comp.Generation)
+	return c.JSON(http.StatusOK, map[string]any{
+		"generation": comp.Generation, "digest": comp.Digest, "trigger": comp.Trigger,
+		"declaration": json.RawMessage(env.Payload), "envelope": json.RawMessage(comp.Envelope),
+	})
+}
+
+func (s *Server) machineSends(c echo.Context) error {
+	limit, cur, err := page(c)
+	if err != nil {
+		return err
+	}
+	m, err := s.Store.Machine(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	ss, err := s.Store.Sends(c.Request().Context(), m.ID, limit, cur)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(ss, limit, func(v store.SendView) string { return v.ID }))
+}
+
+func (s *Server) listSends(c echo.Context) error {
+	limit, cur, err := page(c)
+	if err != nil {
+		return err
+	}
+	ss, err := s.Store.Sends(c.Request().Context(), 0, limit, cur)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(ss, limit, func(v store.SendView) string { return v.ID }))
+}
+
+// ReportView is a stored report as the API shows it: the host's own body
+// (unknown fields kept) with the row's id and time.
+type ReportView struct {
+	ID         int64           `json:"id"`
+	Send       string          `json:"send"`
+	Generation int64           `json:"generation"`
+	Outcome    string          `json:"outcome"`
+	Reason     string          `json:"reason"`
+	ReceivedAt time.Time       `json:"received_at"`
+	Report     json.RawMessage `json:"report"`
+}
+
+func (s *Server) machineReports(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	m, err := s.Store.Machine(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	rs, err := s.Store.Reports(c.Request().Context(), m.ID, limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]ReportView, len(rs))
+	for i, r := range rs {
+		views[i] = ReportView{ID: r.ID, Send: r.SendID, Generation: r.Generation, Outcome: r.Outcome,
+			Reason: r.Reason, ReceivedAt: r.CreatedAt, Report: json.RawMessage(r.Body)}
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(v ReportView) string { return strconv.FormatInt(v.ID, 10) }))
+}

@@ -1,0 +1,258 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+// Tier is one step of a module's plans: a count of machines or a percent.
+type Tier struct {
+	Machines int `json:"machines,omitempty"`
+	Percent  int `json:"percent,omitempty"`
+}
+
+// DefaultTiers: one canary machine, then all.
+var DefaultTiers = []Tier{{Machines: 1}, {Percent: 100}}
+
+type moduleRequest struct {
+	Name        string   `json:"name"`
+	Kind        string   `json:"kind"`
+	Repository  string   `json:"repository"`
+	SourcePaths []string `json:"source_paths"`
+	Tiers       []Tier   `json:"tiers"`
+}
+
+// ModuleView is a module as the API shows it.
+type ModuleView struct {
+	Name         string    `json:"name"`
+	Kind         string    `json:"kind"`
+	Repository   string    `json:"repository"`
+	SourcePaths  []string  `json:"source_paths"`
+	Tiers        []Tier    `json:"tiers"`
+	CurrentBuild *int64    `json:"current_build"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+func moduleView(m *models.Module) ModuleView {
+	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt,
+		SourcePaths: []string{}, Tiers: []Tier{}}
+	_ = json.Unmarshal([]byte(m.SourcePaths), &v.SourcePaths)
+	_ = json.Unmarshal([]byte(m.Tiers), &v.Tiers)
+	return v
+}
+
+func (s *Server) createModule(c echo.Context) error {
+	var req moduleRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if err := models.ValidName("name", req.Name); err != nil {
+		return err
+	}
+	if req.Kind == "" {
+		req.Kind = models.KindService
+	}
+	if req.Kind != models.KindService && req.Kind != models.KindHost && req.Kind != models.KindController {
+		return models.Invalid("kind", "one of service, host, controller")
+	}
+	if req.SourcePaths == nil {
+		req.SourcePaths = []string{}
+	}
+	if req.Tiers == nil {
+		req.Tiers = DefaultTiers
+	}
+	for i, t := range req.Tiers {
+		if (t.Machines > 0) == (t.Percent > 0) || t.Machines < 0 || t.Percent < 0 || t.Percent > 100 {
+			return models.Invalid(fmt.Sprintf("tiers[%d]", i), `a tier is {"machines": N} or {"percent": 1-100}`)
+		}
+	}
+	sp, _ := json.Marshal(req.SourcePaths)
+	ts, _ := json.Marshal(req.Tiers)
+	m := &models.Module{Name: req.Name, Kind: req.Kind, Repository: req.Repository, SourcePaths: string(sp), Tiers: string(ts)}
+	if err := s.Store.CreateModule(c.Request().Context(), principal(c).Actor(), m); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, moduleView(m))
+}
+
+func (s *Server) getModule(c echo.Context) error {
+	m, err := s.Store.Module(c.Request().Context(), c.Param("module"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, moduleView(m))
+}
+
+func (s *Server) listModules(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	ms, err := s.Store.Modules(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]ModuleView, len(ms))
+	for i := range ms {
+		views[i] = moduleView(&ms[i])
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(ModuleView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) }))
+}
+
+// BuildView is a build as the API shows it.
+type BuildView struct {
+	Module    string          `json:"module"`
+	Number    int64           `json:"number"`
+	Version   string          `json:"version"`
+	Commit    string          `json:"commit"`
+	Digest    string          `json:"digest"`
+	Size      int64           `json:"size"`
+	Manifest  json.RawMessage `json:"manifest"`
+	CreatedBy string          `json:"created_by"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+func buildView(module string, b *models.Build) BuildView {
+	return BuildView{Module: module, Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: b.Digest,
+		Size: b.Size, Manifest: json.RawMessage(b.Manifest), CreatedBy: b.CreatedBy, CreatedAt: b.CreatedAt}
+}
+
+// createBuild takes a multipart upload: artifact (tar.gz, optional),
+// manifest (JSON), version, commit, digest (optional; refused when the
+// bytes do not match it).
+func (s *Server) createBuild(c echo.Context) error {
+	module := c.Param("module")
+	form, err := c.MultipartForm()
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			return err
+		}
+		return models.Invalid("body", "a multipart/form-data upload with manifest, version, commit and artifact is expected: "+err.Error())
+	}
+	defer form.RemoveAll()
+	for k := range form.Value {
+		switch k {
+		case "manifest", "version", "commit", "digest":
+		default:
+			return models.Invalid(k, "unknown field")
+		}
+	}
+	for k := range form.File {
+		if k != "artifact" && k != "manifest" {
+			return models.Invalid(k, "unknown file field")
+		}
+	}
+	field := func(k string) string {
+		if v := form.Value[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	manifest := field("manifest")
+	if fs := form.File["manifest"]; len(fs) > 0 {
+		f, err := fs[0].Open()
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(io.LimitReader(f, MaxJSONBody))
+		f.Close()
+		if err != nil {
+			return err
+		}
+		manifest = string(b)
+	}
+	if manifest == "" {
+		return models.Invalid("manifest", "required")
+	}
+	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
+		return err
+	}
+	var artifact []byte
+	if fs := form.File["artifact"]; len(fs) > 0 {
+		f, err := fs[0].Open()
+		if err != nil {
+			return err
+		}
+		artifact, err = io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	b := &models.Build{Version: field("version"), Commit: field("commit"), Manifest: manifest, CreatedBy: principal(c).Actor()}
+	given := field("digest")
+	if artifact != nil {
+		b.Digest, b.Size = models.DigestOf(artifact), int64(len(artifact))
+		if given != "" && given != b.Digest {
+			return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, b.Digest, given)
+		}
+	} else if given != "" {
+		return models.Invalid("digest", "given without an artifact")
+	}
+	if len(b.Version) > 200 || len(b.Commit) > 200 {
+		return models.Invalid("version", "version and commit are at most 200 characters")
+	}
+	if err := s.Store.CreateBuild(c.Request().Context(), principal(c).Actor(), module, b, artifact); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, buildView(module, b))
+}
+
+func (s *Server) listBuilds(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	bs, mod, err := s.Store.Builds(c.Request().Context(), c.Param("module"), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]BuildView, len(bs))
+	for i := range bs {
+		views[i] = buildView(mod.Name, &bs[i])
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(v BuildView) string { return strconv.FormatInt(v.Number, 10) }))
+}
+
+func (s *Server) getBuild(c echo.Context) error {
+	n, err := strconv.ParseInt(c.Param("number"), 10, 64)
+	if err != nil {
+		return models.Invalid("number", "a build number")
+	}
+	b, err := s.Store.Build(c.Request().Context(), c.Param("module"), n)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, buildView(c.Param("module"), b))
+}
+
+type currentRequest struct {
+	Build int64 `json:"build"`
+}
+
+func (s *Server) setCurrent(c echo.Context) error {
+	var req currentRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.Build <= 0 {
+		return models.Invalid("build", "a build number")
+	}
+	n, err := s.Store.SetCurrent(c.Request().Context(), principal(c).Actor(), c.Param("module"), req.Build)
+	if err != nil {
+		return err
+	}
+	m, err := s.Store.Module(c.Request().Context(), c.Param("module"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"module": moduleView(m), "machines": n})
+}

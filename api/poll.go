@@ -1,0 +1,198 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+// Long-poll bounds (DESIGN.md): 50 s by default, under the 60 s common
+// proxies allow; at most 300 s; plus up to wait/16 of jitter.
+const (
+	DefaultWait = 50 * time.Second
+	MaxWait     = 300 * time.Second
+)
+
+// Header names of the host protocol.
+const (
+	HeaderHostVersion = "X-Mesh-Host-Version"
+	HeaderSchema      = "X-Mesh-Schema"
+	HeaderSend        = "X-Mesh-Send"
+)
+
+// parseWait reads ?wait=; out-of-range values are clamped, nonsense refused.
+func parseWait(s string) (time.Duration, error) {
+	if s == "" {
+		return DefaultWait, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, err2 := strconv.Atoi(s)
+		if err2 != nil {
+			return 0, models.Invalid("wait", "a duration like 50s")
+		}
+		d = time.Duration(n) * time.Second
+	}
+	return min(max(d, 0), MaxWait), nil
+}
+
+// parseETagGen reads If-None-Match: "<generation>"; absent means 0.
+func parseETagGen(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	s = strings.TrimPrefix(strings.TrimSpace(s), "W/")
+	n, err := strconv.ParseInt(strings.Trim(s, `"`), 10, 64)
+	if err != nil || n < 0 {
+		return 0, models.Invalid("If-None-Match", `the last generation the host finished with, quoted: "42"`)
+	}
+	return n, nil
+}
+
+// pollDeclaration is the long poll: one select over the request, the
+// machine's change channel and the timer. It answers 200 with the signed
+// declaration once the machine's generation is newer than the host's,
+// after the send row is committed; 304 when wait passes.
+func (s *Server) pollDeclaration(c echo.Context) error {
+	p := principal(c)
+	wait, err := parseWait(c.QueryParam("wait"))
+	if err != nil {
+		return err
+	}
+	known, err := parseETagGen(c.Request().Header.Get("If-None-Match"))
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	hv, schema := c.Request().Header.Get(HeaderHostVersion), c.Request().Header.Get(HeaderSchema)
+	if s.Hub.pollStarted(p.hostID, hv, schema) {
+		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
+			return err
+		}
+	}
+	defer s.Hub.pollEnded(p.hostID)
+
+	if wait > 0 {
+		wait += rand.N(wait/16 + 1)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	checkedConflict := false
+	for {
+		if s.Draining() {
+			c.Response().Header().Set("Retry-After", "0")
+			return models.ErrDraining
+		}
+		v := s.Hub.view(p.hostID)
+		if v.gone {
+			return fmt.Errorf("%w: machine %s was removed", models.ErrUnauthorized, p.Machine)
+		}
+		if known > v.gen && !v.conflict && !checkedConflict {
+			// The host finished a generation this instance has not seen:
+			// judged against the store, never this cache.
+			checkedConflict = true
+			conflict, err := s.Store.CheckConflict(ctx, p.hostID, known)
+			if err != nil {
+				return err
+			}
+			s.Hub.setConflict(p.hostID, conflict)
+			if !conflict {
+				if err := s.Hub.Load(ctx); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if !v.conflict && v.gen > known {
+			sent, err := s.deliver(c, p, v)
+			if sent || err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			return c.NoContent(http.StatusNotModified)
+		case <-v.changed:
+		case <-s.drainCh:
+		}
+	}
+}
+
+// deliver sends the declaration of the machine's generation: reuse the one
+// composed for it, or compose it now; write the send row; then answer.
+// It returns false when there is nothing it may send (compose failed).
+func (s *Server) deliver(c echo.Context, p *Principal, v view) (bool, error) {
+	ctx := c.Request().Context()
+	comp := v.composed
+	if comp == nil || comp.Generation < v.gen {
+		got, fails, err := s.Store.Compose(ctx, []int64{p.hostID}, s.Instance, s.Signer)
+		if err != nil {
+			return false, err
+		}
+		if ferr := fails[p.hostID]; ferr != nil {
+			if errors.Is(ferr, models.ErrMachineConflict) {
+				s.Hub.setConflict(p.hostID, true)
+				return false, nil
+			}
+			if s.Hub.composeFailed(p.hostID, v.gen) {
+				s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", v.gen, "err", ferr)
+				_ = s.Store.Audit(ctx, "controller:"+s.Instance, "compose-failed", "machine/"+p.Machine,
+					fmt.Sprintf("generation %d: %v", v.gen, ferr))
+			}
+			return false, nil
+		}
+		comp = got[p.hostID]
+		if comp == nil {
+			return false, nil
+		}
+		s.Hub.setComposed(comp)
+	}
+	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: p.hostID, Generation: comp.Generation,
+		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
+	// Every send is a row, committed before the bytes leave.
+	if err := s.Sends.Write(ctx, send); err != nil {
+		return false, err
+	}
+	h := c.Response().Header()
+	h.Set("ETag", fmt.Sprintf(`"%d"`, comp.Generation))
+	h.Set(HeaderSend, send.ID)
+	h.Set("Cache-Control", "no-store")
+	return true, c.Blob(http.StatusOK, echo.MIMEApplicationJSON, comp.Envelope)
+}
+
+// postReport stores a host's report as its own row. Reports are read
+// leniently: unknown fields from a newer host are kept in the row's body.
+func (s *Server) postReport(c echo.Context) error {
+	p := principal(c)
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var r models.Report
+	if err := decodeLenient(body, &r); err != nil {
+		return err
+	}
+	if !models.ValidOutcome(r.Outcome) {
+		return models.Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back")
+	}
+	if r.Generation < 0 {
+		return models.Invalid("generation", "must not be negative")
+	}
+	row, err := s.Store.InsertReport(c.Request().Context(), p.hostID, &r, body)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, map[string]any{"id": row.ID, "send": row.SendID, "outcome": row.Outcome})
+}
+

@@ -1,0 +1,92 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+// Problem is an RFC 9457 problem+json body. Type is stable; clients match it,
+// never the text.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// ProblemType makes a stable problem type URI.
+func ProblemType(slug string) string { return "urn:mesh:problem:" + slug }
+
+// problemOf is the one place errors become statuses.
+func problemOf(err error) Problem {
+	var inv *models.InvalidError
+	var he *echo.HTTPError
+	var mbe *http.MaxBytesError
+	p := func(status int, slug, title string) Problem {
+		return Problem{Type: ProblemType(slug), Title: title, Status: status, Detail: err.Error()}
+	}
+	switch {
+	case errors.As(err, &mbe):
+		return p(http.StatusRequestEntityTooLarge, "too-large", "Request body too large")
+	case errors.As(err, &inv):
+		return Problem{Type: ProblemType("invalid"), Title: "Invalid input", Status: http.StatusBadRequest, Detail: inv.Error()}
+	case errors.Is(err, models.ErrNotFound):
+		return p(http.StatusNotFound, "not-found", "Not found")
+	case errors.Is(err, models.ErrStaleGeneration):
+		return p(http.StatusPreconditionFailed, "stale-generation", "The machine changed since you read it")
+	case errors.Is(err, models.ErrPreconditionNeeded):
+		return p(http.StatusPreconditionRequired, "if-match-required", "If-Match is required")
+	case errors.Is(err, models.ErrUnauthorized):
+		return p(http.StatusUnauthorized, "unauthorized", "Not authenticated")
+	case errors.Is(err, models.ErrForbidden):
+		return p(http.StatusForbidden, "forbidden", "Not allowed")
+	case errors.Is(err, models.ErrTokenUsed):
+		return p(http.StatusForbidden, "join-token-refused", "Join token refused")
+	case errors.Is(err, models.ErrDigestMismatch):
+		return p(http.StatusUnprocessableEntity, "digest-mismatch", "Digest does not match")
+	case errors.Is(err, models.ErrDowngrade):
+		return p(http.StatusConflict, "downgrade-needs-reason", "Older build needs a reason")
+	case errors.Is(err, models.ErrMachineConflict):
+		return p(http.StatusConflict, "machine-conflict", "Machine is in conflict")
+	case errors.Is(err, models.ErrConflict):
+		return p(http.StatusConflict, "conflict", "Conflict")
+	case errors.Is(err, models.ErrDraining):
+		return p(http.StatusServiceUnavailable, "draining", "Instance is draining")
+	case errors.As(err, &he):
+		msg, _ := he.Message.(string)
+		if msg == "" {
+			msg = http.StatusText(he.Code)
+		}
+		slug := map[int]string{404: "not-found", 405: "method-not-allowed", 413: "too-large", 401: "unauthorized"}[he.Code]
+		if slug == "" {
+			slug = "http"
+		}
+		return Problem{Type: ProblemType(slug), Title: http.StatusText(he.Code), Status: he.Code, Detail: msg}
+	}
+	return Problem{Type: ProblemType("internal"), Title: "Internal error", Status: http.StatusInternalServerError, Detail: "internal error"}
+}
+
+// errorHandler writes every error as problem+json. A 5xx says "internal
+// error"; the detail goes to the log with the request id.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	p := problemOf(err)
+	rid := c.Response().Header().Get(echo.HeaderXRequestID)
+	if p.Status >= 500 {
+		s.Log.Error("request failed", "err", err, "request_id", rid, "method", c.Request().Method, "path", c.Path())
+	} else {
+		s.Log.Debug("request refused", "err", err, "status", p.Status, "request_id", rid)
+	}
+	b, _ := json.Marshal(p)
+	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+	c.Response().WriteHeader(p.Status)
+	_, _ = c.Response().Write(b)
+}
+

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// SendWriter writes send rows in groups: the rows of polls answered
+// together go into one transaction (one fsync, not one per host), and each
+// poll writes its response only after the transaction holding its row has
+// committed.
+type SendWriter struct {
+	Store  *store.Store
+	Window time.Duration // how long a group stays open after its first row
+	Max    int           // rows per group at most
+
+	in chan sendReq
+}
+
+type sendReq struct {
+	send models.Send
+	done chan error
+}
+
+// NewSendWriter makes a writer; Run must be running for Write to return.
+func NewSendWriter(st *store.Store) *SendWriter {
+	return &SendWriter{Store: st, Window: 3 * time.Millisecond, Max: 1000, in: make(chan sendReq, 1024)}
+}
+
+// Write records a send and returns once it is committed.
+func (w *SendWriter) Write(ctx context.Context, s models.Send) error {
+	r := sendReq{send: s, done: make(chan error, 1)}
+	select {
+	case w.in <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		// The row may still commit: a send on the record whose bytes never
+		// left is harmless; bytes that left with no row are not.
+		return ctx.Err()
+	}
+}
+
+// Run groups and writes sends until ctx ends.
+func (w *SendWriter) Run(ctx context.Context) {
+	for {
+		var first sendReq
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-w.in:
+		}
+		group := []sendReq{first}
+		timer := time.NewTimer(w.Window)
+	collect:
+		for len(group) < w.Max {
+			select {
+			case r := <-w.in:
+				group = append(group, r)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		rows := make([]models.Send, len(group))
+		for i, r := range group {
+			rows[i] = r.send
+		}
+		err := w.Store.InsertSends(context.WithoutCancel(ctx), rows)
+		for _, r := range group {
+			r.done <- err
+		}
+	}
+}

@@ -1,0 +1,303 @@
+// Package api is the controller's HTTP/JSON API: the host protocol (enroll,
+// long poll, reports, blobs) and the operator API, with auth, body limits
+// and the one error mapper. It never imports web/.
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// Body limits: every route has one. Uploads are artifacts; the rest JSON.
+const (
+	MaxJSONBody   = 1 << 20   // 1 MiB
+	MaxUploadBody = 512 << 20 // 512 MiB
+)
+
+// Server holds the API's dependencies, filled in by cmd/.
+type Server struct {
+	Store    *store.Store
+	Hub      *Hub
+	Sends    *SendWriter
+	Auth     *Authority
+	Signer   store.Signer
+	Instance string
+	Log      *slog.Logger
+	// OpenAPI is the spec served at /openapi.yaml.
+	OpenAPI []byte
+
+	drainOnce sync.Once
+	drainCh   chan struct{}
+}
+
+// NewServer wires a server.
+func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
+	return &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
+		OpenAPI: spec, drainCh: make(chan struct{})}
+}
+
+// Drain stops composing: held polls are answered 503 with Retry-After: 0 so
+// hosts move to their next controller URL.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drainCh) }) }
+
+// Draining reports whether Drain was called.
+func (s *Server) Draining() bool {
+	select {
+	case <-s.drainCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// Register adds every route to e.
+func (s *Server) Register(e *echo.Echo) {
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(middleware.RequestID())
+	e.Use(s.bodyLimit)
+	e.Use(s.accessLog)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.yaml", s.openapi)
+
+	v1 := e.Group("/api/v1")
+	v1.POST("/auth/login", s.login)
+	v1.POST("/enroll", s.enroll)
+
+	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
+	v1.POST("/host/reports", s.postReport, s.requireHost)
+	v1.GET("/blobs/:digest", s.getBlob, s.requireHostOrViewer)
+
+	viewer := s.requireRole(models.RoleViewer)
+	operator := s.requireRole(models.RoleOperator)
+	admin := s.requireRole(models.RoleAdmin)
+
+	v1.POST("/join-tokens", s.createJoinToken, admin)
+	v1.POST("/users", s.createUser, admin)
+
+	v1.GET("/machines", s.listMachines, viewer)
+	v1.GET("/machines/:name", s.getMachine, viewer)
+	v1.DELETE("/machines/:name", s.deleteMachine, admin)
+	v1.GET("/machines/:name/assignments", s.getAssignments, viewer)
+	v1.PUT("/machines/:name/assignments", s.putAssignments, operator)
+	v1.GET("/machines/:name/variables", s.getVariables, viewer)
+	v1.PUT("/machines/:name/variables", s.putVariables, operator)
+	v1.POST("/machines/:name/push", s.push, operator)
+	v1.POST("/machines/:name/resolve", s.resolve, admin)
+	v1.GET("/machines/:name/declaration", s.previewDeclaration, viewer)
+	v1.GET("/machines/:name/sends", s.machineSends, viewer)
+	v1.GET("/machines/:name/reports", s.machineReports, viewer)
+	v1.GET("/sends", s.listSends, viewer)
+
+	v1.GET("/modules", s.listModules, viewer)
+	v1.POST("/modules", s.createModule, operator)
+	v1.GET("/modules/:module", s.getModule, viewer)
+	v1.GET("/modules/:module/builds", s.listBuilds, viewer)
+	v1.POST("/modules/:module/builds", s.createBuild, operator)
+	v1.GET("/modules/:module/builds/:number", s.getBuild, viewer)
+	v1.POST("/modules/:module/current", s.setCurrent, operator)
+
+	v1.GET("/instances", s.listInstances, viewer)
+	v1.GET("/audit", s.listAudit, viewer)
+}
+
+// bodyLimit caps every request body; uploads get a larger cap.
+func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		limit := int64(MaxJSONBody)
+		if strings.HasSuffix(c.Path(), "/builds") && c.Request().Method == http.MethodPost {
+			limit = MaxUploadBody
+		}
+		r := c.Request()
+		if r.ContentLength > limit {
+			return &http.MaxBytesError{Limit: limit}
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
+		return next(c)
+	}
+}
+
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if c.Path() == "/api/v1/host/declaration" && err == nil {
+			return nil // a poll a minute per host would drown the log
+		}
+		status := c.Response().Status
+		if err != nil {
+			status = problemOf(err).Status
+		}
+		s.Log.Debug("request", "method", c.Request().Method, "path", c.Request().URL.Path, "status", status,
+			"duration", time.Since(start), "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		return err
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz says whether this instance answers polls: the hub is loaded and
+// it is not draining; and whether the store's schema is ahead of it.
+func (s *Server) readyz(c echo.Context) error {
+	st, known, err := s.Store.SchemaVersion(c.Request().Context())
+	body := map[string]any{"instance": s.Instance, "store_schema": st, "known_schema": known}
+	status := http.StatusOK
+	switch {
+	case err != nil:
+		body["status"], body["detail"] = "store unreachable", "store unreachable"
+		status = http.StatusServiceUnavailable
+		s.Log.Warn("readyz: store", "err", err)
+	case s.Draining():
+		body["status"] = "draining"
+		status = http.StatusServiceUnavailable
+	case !s.Hub.Ready():
+		body["status"] = "starting"
+		status = http.StatusServiceUnavailable
+	case st > known:
+		body["status"] = "behind the store"
+	default:
+		body["status"] = "ready"
+	}
+	return c.JSON(status, body)
+}
+
+func (s *Server) openapi(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", s.OpenAPI)
+}
+
+// readBody reads the (limited) body.
+func readBody(c echo.Context) ([]byte, error) {
+	b, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, models.Invalid("body", "could not be read: "+err.Error())
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON value; unknown fields and trailing data are refused.
+func decodeStrict(c echo.Context, v any) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return models.Invalid("body", jsonErr(err))
+	}
+	if dec.More() {
+		return models.Invalid("body", "trailing data after the JSON value")
+	}
+	return nil
+}
+
+// decodeLenient decodes one JSON value, keeping quiet about unknown fields.
+func decodeLenient(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return models.Invalid("body", jsonErr(err))
+	}
+	return nil
+}
+
+func jsonErr(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %s must be %s", te.Field, te.Type)
+	case errors.Is(err, io.EOF):
+		return "empty body; a JSON object is expected"
+	}
+	return err.Error()
+}
+
+// Pagination bounds.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+// page reads ?limit= (clamped to 1..500) and ?cursor=.
+func page(c echo.Context) (int, string, error) {
+	limit := DefaultLimit
+	if l := c.QueryParam("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return 0, "", models.Invalid("limit", "a number")
+		}
+		limit = min(max(n, 1), MaxLimit)
+	}
+	return limit, c.QueryParam("cursor"), nil
+}
+
+// pageID reads a numeric cursor.
+func pageID(c echo.Context) (int, int64, error) {
+	limit, cur, err := page(c)
+	if err != nil || cur == "" {
+		return limit, 0, err
+	}
+	n, err := strconv.ParseInt(cur, 10, 64)
+	if err != nil || n < 0 {
+		return 0, 0, models.Invalid("cursor", "not a cursor this list gave")
+	}
+	return limit, n, nil
+}
+
+// List is a page of items, newest first.
+type List[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
+func listOf[T any](items []T, limit int, cursor func(T) string) List[T] {
+	l := List[T]{Items: items}
+	if l.Items == nil {
+		l.Items = []T{}
+	}
+	if len(items) == limit && limit > 0 {
+		l.NextCursor = cursor(items[len(items)-1])
+	}
+	return l
+}
+
+// ifMatch reads If-Match: "<generation>"; nil when absent.
+func ifMatch(c echo.Context) (*int64, error) {
+	h := c.Request().Header.Get("If-Match")
+	if h == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(strings.Trim(strings.TrimSpace(h), `"`), 10, 64)
+	if err != nil {
+		return nil, models.Invalid("If-Match", `the generation you read, quoted: "42"`)
+	}
+	return &n, nil
+}
+
+func setETag(c echo.Context, gen int64) {
+	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, gen))
+}
+

@@ -1,0 +1,183 @@
+// Command mesh-controller runs the controller: `serve` (the default),
+// `migrate`, `user add`.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"mesh/api"
+	"mesh/controller"
+	"mesh/models"
+	"mesh/version"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "mesh-controller:", err)
+		os.Exit(1)
+	}
+}
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// storeFlags are the flags every subcommand takes.
+func storeFlags(fs *flag.FlagSet, cfg *controller.Config) *string {
+	fs.StringVar(&cfg.DataDir, "data", env("MESH_DATA_DIR", "./mesh-data"), "data dir: the SQLite store and its lock (MESH_DATA_DIR)")
+	fs.StringVar(&cfg.DatabaseURL, "database", env("MESH_DATABASE_URL", ""), "postgres:// URL; empty = SQLite in the data dir (MESH_DATABASE_URL)")
+	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error (MESH_LOG_LEVEL)")
+}
+
+func logger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	for _, a := range args {
+		if a == "--version" || a == "-version" {
+			fmt.Fprintln(stdout, "mesh-controller", version.String())
+			return nil
+		}
+	}
+	switch cmd {
+	case "serve":
+		return serve(args, stdout, stderr)
+	case "migrate":
+		return migrate(args, stdout, stderr)
+	case "user":
+		if len(args) == 0 || args[0] != "add" {
+			return errors.New("usage: mesh-controller user add NAME --role R --password-stdin")
+		}
+		return userAdd(args[1:], stdin, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "mesh-controller", version.String())
+		return nil
+	}
+	return fmt.Errorf("unknown command %q (serve, migrate, user add, version)", cmd)
+}
+
+func serve(args []string, stdout, stderr io.Writer) error {
+	var cfg controller.Config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	level := storeFlags(fs, &cfg)
+	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.Log = logger(*level, stderr)
+	cfg.Out = stdout
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	c, err := controller.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	where := cfg.DataDir + " (SQLite)"
+	if cfg.DatabaseURL != "" {
+		where = "PostgreSQL"
+	}
+	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
+		version.String(), c.URL(), where, c.URL(), c.URL(), c.URL())
+	<-ctx.Done()
+	cfg.Log.Info("draining", "instance", c.Instance)
+	return c.Stop()
+}
+
+func migrate(args []string, stdout, stderr io.Writer) error {
+	var cfg controller.Config
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	storeFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	st, err := controller.OpenStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, known, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "store schema at %d (this build knows %d)\n", v, known)
+	return nil
+}
+
+func userAdd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	var cfg controller.Config
+	fs := flag.NewFlagSet("user add", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	storeFlags(fs, &cfg)
+	role := fs.String("role", models.RoleViewer, "viewer, operator, admin or builder")
+	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
+	// The name comes first (user add NAME --role R); flag stops at it.
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return errors.New("usage: mesh-controller user add NAME --role R --password-stdin")
+	}
+	name := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if err := models.ValidName("name", name); err != nil {
+		return err
+	}
+	if !models.ValidRole(*role) {
+		return fmt.Errorf("role %q: one of viewer, operator, admin, builder", *role)
+	}
+	if !*fromStdin {
+		return errors.New("--password-stdin is required: the password is read from stdin, never from the command line")
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	hash, err := api.HashPassword(strings.TrimRight(line, "\r\n"))
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	st, err := controller.OpenStore(ctx, cfg, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	u := &models.User{Name: name, Role: *role, PasswordHash: hash}
+	err = st.CreateUser(ctx, "shell", u)
+	if errors.Is(err, models.ErrConflict) {
+		if err := st.UpdateUser(ctx, "shell", name, *role, hash); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "user %s updated (role %s)\n", name, *role)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, *role)
+	return nil
+}

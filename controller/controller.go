@@ -1,0 +1,205 @@
+// Package controller wires a running mesh-controller: store, keys, hub,
+// send writer, API and the instance's lifecycle. cmd/mesh-controller and
+// the tests that run a controller in-process both start it from here.
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh"
+	"mesh/api"
+	"mesh/models"
+	"mesh/store"
+	"mesh/version"
+)
+
+// Config is a controller's configuration.
+type Config struct {
+	Listen      string
+	DataDir     string
+	DatabaseURL string
+	// FlushEvery is how often last-seen times are written.
+	FlushEvery time.Duration
+	// DrainTimeout bounds a graceful stop.
+	DrainTimeout time.Duration
+	Log          *slog.Logger
+	// Out is where the first start prints its one-time way in.
+	Out io.Writer
+}
+
+// Controller is a running controller instance.
+type Controller struct {
+	cfg      Config
+	Store    *store.Store
+	Server   *api.Server
+	Hub      *api.Hub
+	Echo     *echo.Echo
+	Instance string
+	Addr     net.Addr
+
+	ln     net.Listener
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenStore opens and migrates the store the config names.
+func OpenStore(ctx context.Context, cfg Config, exclusive bool) (*store.Store, error) {
+	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Exclusive: exclusive, Logger: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// Start opens the store, prepares keys, loads the hub and starts serving.
+func Start(ctx context.Context, cfg Config) (*Controller, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.FlushEvery == 0 {
+		cfg.FlushEvery = 30 * time.Second
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	st, err := OpenStore(ctx, cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	c, err := start(ctx, cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error) {
+	declKey, err := st.EnsureKey(ctx, "k1", store.KeyDeclaration)
+	if err != nil {
+		return nil, fmt.Errorf("declaration key: %w", err)
+	}
+	tokKey, err := st.EnsureKey(ctx, "t1", store.KeyToken)
+	if err != nil {
+		return nil, fmt.Errorf("token key: %w", err)
+	}
+	if err := firstUser(ctx, st, cfg); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	inst := "ctl-" + hex.EncodeToString(b)
+	if err := st.RegisterInstance(ctx, &models.Instance{ID: inst, Version: version.Version, Build: version.BuildNumber(), State: models.InstanceStarting}); err != nil {
+		return nil, err
+	}
+	signer := store.NewKeySigner(declKey)
+	tokSigner := store.NewKeySigner(tokKey)
+	hub := api.NewHub(st, signer, inst, cfg.Log)
+	st.OnBumped(hub.Bumped)
+	if err := hub.Load(ctx); err != nil {
+		return nil, err
+	}
+	sends := api.NewSendWriter(st)
+	auth := &api.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
+	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	srv.Register(e)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln, cancel: cancel, done: make(chan struct{})}
+	go hub.Run(runCtx, cfg.FlushEvery)
+	go sends.Run(runCtx)
+	go c.heartbeat(runCtx)
+	e.Server.ReadHeaderTimeout = 10 * time.Second
+	go func() {
+		defer close(c.done)
+		if err := e.Server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Log.Error("serve", "err", err)
+		}
+	}()
+	if err := st.SetInstanceState(ctx, inst, models.InstanceServing); err != nil {
+		return nil, err
+	}
+	cfg.Log.Info("serving", "instance", inst, "listen", ln.Addr().String(), "store", st.Dialect(), "version", version.String())
+	return c, nil
+}
+
+func (c *Controller) heartbeat(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.Store.Heartbeat(ctx, c.Instance); err != nil {
+				c.cfg.Log.Warn("heartbeat", "err", err)
+			}
+		}
+	}
+}
+
+// URL is where the controller listens.
+func (c *Controller) URL() string { return "http://" + c.Addr.String() }
+
+// Stop drains (held polls answered 503, nothing composed), stops serving
+// within the drain timeout, and marks the instance stopped.
+func (c *Controller) Stop() error {
+	ctx := context.Background()
+	_ = c.Store.SetInstanceState(ctx, c.Instance, models.InstanceDraining)
+	c.Server.Drain()
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.DrainTimeout)
+	defer cancel()
+	err := c.Echo.Shutdown(sctx)
+	<-c.done
+	c.cancel()
+	_ = c.Store.SetInstanceState(ctx, c.Instance, models.InstanceStopped)
+	if cerr := c.Store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// firstUser makes an admin with a random password on a store with no users
+// and prints it once: there is no fixed default password.
+func firstUser(ctx context.Context, st *store.Store, cfg Config) error {
+	n, err := st.CountUsers(ctx)
+	if err != nil || n > 0 {
+		return err
+	}
+	pw := api.NewSecret()[:24]
+	h, err := api.HashPassword(pw)
+	if err != nil {
+		return err
+	}
+	if err := st.CreateUser(ctx, "controller", &models.User{Name: "admin", Role: models.RoleAdmin, PasswordHash: h}); err != nil {
+		if errors.Is(err, models.ErrConflict) {
+			return nil // another replica made it first
+		}
+		return err
+	}
+	if cfg.Out != nil {
+		fmt.Fprintf(cfg.Out, "\nFirst start: an admin user was made. Log in as\n\n    user: admin\n    password: %s\n\nThis password is shown once. Make your own users with\n    mesh-controller user add NAME --role admin --password-stdin\n\n", pw)
+	}
+	return nil
+}
