@@ -309,3 +309,11 @@ func (h *Hub) flushSeen(ctx context.Context) {
 		h.Log.Warn("flushing last-seen", "err", err)
 	}
 }
+
+// Polling reports whether a machine's host holds a poll now.
+func (h *Hub) Polling(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byName[name]
+	return e != nil && e.polls > 0
+}

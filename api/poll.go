@@ -195,4 +195,3 @@ func (s *Server) postReport(c echo.Context) error {
 	}
 	return c.JSON(http.StatusCreated, map[string]any{"id": row.ID, "send": row.SendID, "outcome": row.Outcome})
 }
-

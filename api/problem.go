@@ -89,4 +89,3 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	c.Response().WriteHeader(p.Status)
 	_, _ = c.Response().Write(b)
 }
-

@@ -300,4 +300,3 @@ func ifMatch(c echo.Context) (*int64, error) {
 func setETag(c echo.Context, gen int64) {
 	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, gen))
 }
-
