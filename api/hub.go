@@ -287,6 +287,9 @@ func (h *Hub) composeFailed(id, gen int64) bool {
 	return true
 }
 
+// FlushSeen writes last-seen times now (tests; the run loop does it every interval).
+func (h *Hub) FlushSeen() { h.flushSeen(context.Background()) }
+
 // flushSeen writes last-seen for every machine seen since the last flush,
 // and every machine that holds a poll now, in one statement.
 func (h *Hub) flushSeen(ctx context.Context) {

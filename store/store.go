@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -59,7 +60,32 @@ type Store struct {
 
 	mu       sync.RWMutex
 	onBumped []func([]models.Bump)
+
+	statements atomic.Int64
 }
+
+// countStatements counts every statement gorm issues, so tests and metrics
+// can prove what a path costs the store.
+func (s *Store) countStatements() error {
+	count := func(*gorm.DB) { s.statements.Add(1) }
+	cb := s.db.Callback()
+	for _, err := range []error{
+		cb.Create().After("gorm:create").Register("mesh:count", count),
+		cb.Query().After("gorm:query").Register("mesh:count", count),
+		cb.Update().After("gorm:update").Register("mesh:count", count),
+		cb.Delete().After("gorm:delete").Register("mesh:count", count),
+		cb.Row().After("gorm:row").Register("mesh:count", count),
+		cb.Raw().After("gorm:raw").Register("mesh:count", count),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Statements is how many statements this store has issued through gorm.
+func (s *Store) Statements() int64 { return s.statements.Load() }
 
 // Open connects to the store described by cfg. It does not migrate.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
@@ -117,6 +143,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		sqlDB, _ := s.db.DB()
 		sqlDB.SetMaxOpenConns(8)
 		sqlDB.SetMaxIdleConns(8)
+	}
+	if err := s.countStatements(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	sqlDB, _ := s.db.DB()
 	if err := sqlDB.PingContext(ctx); err != nil {

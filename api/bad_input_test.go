@@ -1,0 +1,156 @@
+package api_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"mesh/api"
+	"mesh/controller/ctltest"
+	"mesh/models"
+	"mesh/store"
+)
+
+var regexpLastSeen = regexp.MustCompile(`"last_seen":"[^"]*"`)
+
+// snapshot is what a refused request must not change.
+func snapshot(t *testing.T, e *ctltest.Env) string {
+	t.Helper()
+	var parts []string
+	for _, p := range []string{"/api/v1/machines", "/api/v1/modules", "/api/v1/sends", "/api/v1/modules/node-tools/builds",
+		"/api/v1/machines/m1/assignments", "/api/v1/machines/m1/variables"} {
+		_, b := e.Do(ctltest.Request{Method: "GET", Path: p, Token: e.Admin})
+		parts = append(parts, string(b))
+	}
+	// last_seen moves with every poll; it is not desired state.
+	s := strings.Join(parts, "\n")
+	return regexpLastSeen.ReplaceAllString(s, "")
+}
+
+func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		ctx := context.Background()
+		a := e.Enroll("m1")
+		b := e.Enroll("m2")
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "node-tools"}}, 201, nil)
+		if resp, body := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("tree"), ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %s", body)
+		}
+		usedJoin := e.JoinToken()
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": usedJoin, "name": "m3", "os": "linux", "arch": "amd64"}}, 201, nil)
+		var expiring struct{ Token string }
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: e.Admin, Body: map[string]string{"expires_in": "1ms"}}, 201, &expiring)
+		time.Sleep(2 * time.Millisecond) // the token's lifetime, not a state to wait for
+
+		keys, err := e.Ctl.Store.Keys(ctx, store.KeyToken)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("token key: %v", err)
+		}
+		priv := ed25519.NewKeyFromSeed(keys[0].PrivateKey)
+		past := &api.Authority{KeyID: keys[0].ID, Priv: priv, Now: func() time.Time { return time.Now().Add(-13 * time.Hour) }}
+		expired, _, _ := past.IssuePerson("admin", "admin")
+		claims := jwt.MapClaims{"iss": api.Issuer, "aud": api.AudienceOperator, "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
+		none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
+		hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(keys[0].PublicKey))
+		otherKey := func() string {
+			_, k, _ := ed25519.GenerateKey(nil)
+			tok, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(k)
+			return tok
+		}()
+		wrongAud := jwt.MapClaims{"iss": api.Issuer, "aud": "someone-else", "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
+		wrongAudTok, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, wrongAud).SignedString(priv)
+		viewer := e.AddUser("vera", models.RoleViewer)
+
+		sendOfB := firstSend(t, e, b.Token)
+		before := snapshot(t, e)
+		bigJSON := `{"name": "` + strings.Repeat("x", 2<<20) + `"}`
+		cases := []struct {
+			name   string
+			req    ctltest.Request
+			status int
+			ptype  string
+		}{
+			{"malformed JSON", ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: []byte(`{"name": "x"`)}, 400, "invalid"},
+			{"not JSON", ctltest.Request{Method: "POST", Path: "/api/v1/auth/login", Body: []byte(`username=admin`)}, 400, "invalid"},
+			{"unknown field", ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "x", "colour": "red"}}, 400, "invalid"},
+			{"unknown field in assignments", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "node-tools", "pinned": true}}}}, 400, "invalid"},
+			{"trailing data", ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: []byte(`{"name": "x"} {}`)}, 400, "invalid"},
+			{"oversized body", ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: []byte(bigJSON)}, 413, "too-large"},
+			{"no token", ctltest.Request{Method: "GET", Path: "/api/v1/machines"}, 401, "unauthorized"},
+			{"not a bearer", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Header: map[string]string{"Authorization": "Basic YWRtaW46eA=="}}, 401, "unauthorized"},
+			{"expired JWT", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: expired}, 401, "unauthorized"},
+			{"alg none", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: none}, 401, "unauthorized"},
+			{"HS256 keyed with the public key", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: hs}, 401, "unauthorized"},
+			{"signed by another key", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: otherKey}, 401, "unauthorized"},
+			{"wrong audience", ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: wrongAudTok}, 401, "unauthorized"},
+			{"host token on an operator route", ctltest.Request{Method: "GET", Path: "/api/v1/machines/m2/declaration", Token: a.Token}, 401, "unauthorized"},
+			{"host token assigning", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: a.Token, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []any{}}}, 401, "unauthorized"},
+			{"person token on the host poll", ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=0s", Token: e.Admin}, 401, "unauthorized"},
+			{"person token reporting", ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: e.Admin, Body: map[string]any{"generation": 1, "outcome": "applied"}}, 401, "unauthorized"},
+			{"viewer assigning", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: viewer, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []any{}}}, 403, "forbidden"},
+			{"viewer making a join token", ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: viewer}, 403, "forbidden"},
+			{"host A reporting on host B's send", ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: a.Token, Body: map[string]any{"send": sendOfB, "generation": 1, "outcome": "applied"}}, 403, "forbidden"},
+			{"host A reading a blob it was never sent", ctltest.Request{Method: "GET", Path: "/api/v1/blobs/" + models.DigestOf([]byte("tree")), Token: a.Token}, 403, "forbidden"},
+			{"reused join token", ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": usedJoin, "name": "m4", "os": "linux", "arch": "amd64"}}, 403, "join-token-refused"},
+			{"expired join token", ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": expiring.Token, "name": "m4", "os": "linux", "arch": "amd64"}}, 403, "join-token-refused"},
+			{"unknown join token", ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": "nope", "name": "m4", "os": "linux", "arch": "amd64"}}, 403, "join-token-refused"},
+			{"invalid machine name", ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": e.JoinToken(), "name": "Bad Name", "os": "linux", "arch": "amd64"}}, 400, "invalid"},
+			{"invalid module name", ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "../etc"}}, 400, "invalid"},
+			{"invalid variable key", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"1bad-key": "x"}}}, 400, "invalid"},
+			{"assigning an unknown module", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "ghost"}}}}, 400, "invalid"},
+			{"pinning a build that does not exist", ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin, Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "node-tools", "build": 9}}}}, 400, "invalid"},
+			{"bad If-None-Match", ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=0s", Token: a.Token, Header: map[string]string{"If-None-Match": "yesterday"}}, 400, "invalid"},
+			{"bad wait", ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=soon", Token: a.Token}, 400, "invalid"},
+			{"bad report outcome", ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: a.Token, Body: map[string]any{"generation": 1, "outcome": "great"}}, 400, "invalid"},
+			{"bad blob digest", ctltest.Request{Method: "GET", Path: "/api/v1/blobs/md5:abc", Token: e.Admin}, 400, "invalid"},
+			{"unknown machine", ctltest.Request{Method: "GET", Path: "/api/v1/machines/ghost", Token: e.Admin}, 404, "not-found"},
+			{"bad cursor", ctltest.Request{Method: "GET", Path: "/api/v1/machines?cursor=abc", Token: e.Admin}, 400, "invalid"},
+		}
+		for _, c := range cases {
+			resp, body := e.Do(c.req)
+			if resp.StatusCode != c.status {
+				t.Errorf("%s: status %d, want %d: %s", c.name, resp.StatusCode, c.status, body)
+				continue
+			}
+			var p api.Problem
+			if resp.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil {
+				t.Errorf("%s: not problem+json: %s %s", c.name, resp.Header.Get("Content-Type"), body)
+				continue
+			}
+			if p.Type != api.ProblemType(c.ptype) || p.Detail == "" || p.Status != c.status {
+				t.Errorf("%s: problem %+v, want type %s with a detail", c.name, p, c.ptype)
+			}
+		}
+
+		// An upload whose bytes do not match the digest given is refused and stores nothing.
+		resp, body := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("other bytes"), models.DigestOf([]byte("tree")))
+		if resp.StatusCode != 422 || !strings.Contains(string(body), "digest-mismatch") {
+			t.Errorf("digest mismatch: %d %s", resp.StatusCode, body)
+		}
+		if after := snapshot(t, e); after != before {
+			t.Errorf("refused requests changed the store:\nbefore %s\nafter  %s", before, after)
+		}
+
+		// Clamped, not refused: limit=1000000000 gives at most 500.
+		var page struct{ Items []any }
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=1000000000", Token: e.Admin}, 200, &page)
+		if len(page.Items) == 0 || len(page.Items) > api.MaxLimit {
+			t.Errorf("clamped limit gave %d items", len(page.Items))
+		}
+	})
+}
+
+func firstSend(t *testing.T, e *ctltest.Env, token string) string {
+	t.Helper()
+	p := doPoll(e, token, 0, "1s")
+	if p.status != 200 {
+		t.Fatalf("first poll %d", p.status)
+	}
+	return p.send
+}

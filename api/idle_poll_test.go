@@ -1,0 +1,57 @@
+package api_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestIdlePolls_NoStatements: a poll that finds nothing new never touches
+// the store. Hundreds of idle polls, held and timed out, issue zero
+// statements; last-seen is flushed later, in one statement for all.
+func TestIdlePolls_NoStatements(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			e := ctltest.Start(t, d, ctltest.Options{FlushEvery: time.Hour})
+			const hosts = 20
+			tokens := make([]string, hosts)
+			for i := range tokens {
+				en := e.Enroll("m" + string(rune('a'+i)))
+				tokens[i] = en.Token
+				if p := doPoll(e, en.Token, 0, "0s"); p.status != 200 {
+					t.Fatalf("first poll: %d", p.status)
+				}
+				// The same version and schema as every later poll: nothing to record.
+			}
+			before := e.Ctl.Store.Statements()
+			var wg sync.WaitGroup
+			for _, tok := range tokens {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						if p := doPoll(e, tok, 1, "0s"); p.status != 304 {
+							t.Errorf("idle poll: %d", p.status)
+						}
+					}
+					if p := doPoll(e, tok, 1, "50ms"); p.status != 304 {
+						t.Errorf("held idle poll: %d", p.status)
+					}
+				}()
+			}
+			wg.Wait()
+			if n := e.Ctl.Store.Statements() - before; n != 0 {
+				t.Fatalf("%d idle polls issued %d statement(s); want 0", hosts*11, n)
+			}
+			// The flush is one statement for all of them.
+			before = e.Ctl.Store.Statements()
+			e.Ctl.Hub.FlushSeen()
+			if n := e.Ctl.Store.Statements() - before; n != 1 {
+				t.Fatalf("last-seen flush issued %d statements; want 1", n)
+			}
+		})
+	}
+}

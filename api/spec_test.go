@@ -1,0 +1,70 @@
+package api_test
+
+import (
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestSpec_RoutesAgree proves the router and openapi.yaml list the same routes.
+func TestSpec_RoutesAgree(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	doc, _ := ctltest.Spec(t)
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	served := map[string]bool{}
+	for _, r := range e.Ctl.Echo.Routes() {
+		if r.Method == "echo_route_not_found" || strings.HasSuffix(r.Path, "/*") {
+			continue
+		}
+		served[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true
+	}
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented[method+" "+path] = true
+		}
+	}
+	var diff []string
+	for r := range served {
+		if !documented[r] {
+			diff = append(diff, "served but not in openapi.yaml: "+r)
+		}
+	}
+	for r := range documented {
+		if !served[r] {
+			diff = append(diff, "in openapi.yaml but not served: "+r)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		t.Fatal(strings.Join(diff, "\n"))
+	}
+	if len(served) < 30 {
+		t.Fatalf("only %d routes read from the router", len(served))
+	}
+}
+
+// TestSpec_UndocumentedFieldFails proves response validation has teeth: a
+// real response passes, the same with one extra field does not.
+func TestSpec_UndocumentedFieldFails(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.Enroll("m1")
+	resp, body := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin})
+	req, _ := http.NewRequest("GET", e.URL+"/api/v1/machines/m1", nil)
+	if err := ctltest.ValidateResponse(t, req, resp.StatusCode, resp.Header, body); err != nil {
+		t.Fatalf("real response fails: %v", err)
+	}
+	extra := []byte(strings.Replace(string(body), `{"name"`, `{"undocumented":1,"name"`, 1))
+	if err := ctltest.ValidateResponse(t, req, resp.StatusCode, resp.Header, extra); err == nil {
+		t.Fatal("a response with an undocumented field passed validation")
+	}
+	missing := []byte(strings.Replace(string(body), `"state":`, `"statez":`, 1))
+	if err := ctltest.ValidateResponse(t, req, resp.StatusCode, resp.Header, missing); err == nil {
+		t.Fatal("a response missing a required field passed validation")
+	}
+}

@@ -1,0 +1,204 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"crypto/ed25519"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+type signer struct{ priv ed25519.PrivateKey }
+
+func (s signer) KeyID() string        { return "k1" }
+func (s signer) Sign(p []byte) []byte { return ed25519.Sign(s.priv, p) }
+
+func newSigner() signer {
+	_, priv, _ := ed25519.GenerateKey(nil)
+	return signer{priv}
+}
+
+const manifest = `{"resources": [{"name": "config", "kind": "file", "path": "/etc/x.conf", "content": "port=${var.port}\n"}]}`
+
+// fixture enrols a machine and assigns it a module with one build.
+func fixture(t *testing.T, s *store.Store, name string) *models.Machine {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateJoinToken(ctx, "test", "hash-"+name, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Enroll(ctx, "hash-"+name, name, "linux", "amd64", "1.0.0", "1", "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Module(ctx, "mod"); errors.Is(err, models.ErrNotFound) {
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := m.Generation
+	if m, err = s.SetVariables(ctx, "test", name, &g, map[string]string{"port": "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	g = m.Generation
+	if m, err = s.SetAssignments(ctx, "test", name, &g, []store.AssignmentView{{Module: "mod"}}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestCompose_OncePerGeneration: instances composing the same generation at
+// once end with one declaration, byte for byte, whoever wins.
+func TestCompose_OncePerGeneration(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		m := fixture(t, s, "m1")
+		sg := newSigner()
+		var wg sync.WaitGroup
+		results := make([]*store.Composed, 8)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, fails, err := s.Compose(context.Background(), []int64{m.ID}, "ctl-"+string(rune('a'+i)), sg)
+				if err != nil || fails[m.ID] != nil {
+					t.Errorf("compose: %v %v", err, fails[m.ID])
+					return
+				}
+				results[i] = got[m.ID]
+			}()
+		}
+		wg.Wait()
+		for _, r := range results[1:] {
+			if r == nil || results[0] == nil || !bytes.Equal(r.Envelope, results[0].Envelope) || r.Generation != m.Generation {
+				t.Fatal("two different declarations for one generation")
+			}
+		}
+		var n int64
+		s.DB().Model(&models.Declaration{}).Where("machine_id = ?", m.ID).Count(&n)
+		if n != 1 {
+			t.Fatalf("%d declarations stored, want 1 (only the latest generation was composed)", n)
+		}
+	})
+}
+
+// TestCompose_MissingVariableRefused: a declaration with a hole never leaves.
+func TestCompose_MissingVariableRefused(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		g := m.Generation
+		if _, err := s.SetVariables(ctx, "test", "m1", &g, map[string]string{}); err != nil {
+			t.Fatal(err)
+		}
+		_, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(fails[m.ID], models.ErrInvalid) {
+			t.Fatalf("compose without ${var.port}: %v", fails[m.ID])
+		}
+	})
+}
+
+// TestGenerations_BumpInTheSameTransaction: every change to desired state
+// bumps the generation, announced only after commit; a stale If-Match
+// changes nothing.
+func TestGenerations_BumpInTheSameTransaction(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var mu sync.Mutex
+		var seen []models.Bump
+		s.OnBumped(func(bs []models.Bump) { mu.Lock(); seen = append(seen, bs...); mu.Unlock() })
+		m := fixture(t, s, "m1") // enrol 1, variables 2, assignments 3
+		if m.Generation != 3 || len(seen) != 3 || seen[2].Generation != 3 {
+			t.Fatalf("generation %d, bumps %+v", m.Generation, seen)
+		}
+		stale := int64(2)
+		if _, err := s.Push(ctx, "test", "m1", &stale); !errors.Is(err, models.ErrStaleGeneration) {
+			t.Fatalf("stale push: %v", err)
+		}
+		if _, err := s.SetAssignments(ctx, "test", "m1", &stale, nil); !errors.Is(err, models.ErrStaleGeneration) {
+			t.Fatalf("stale assignments: %v", err)
+		}
+		if len(seen) != 3 {
+			t.Fatalf("refused writes announced bumps: %+v", seen)
+		}
+		// A second build does not become current by arriving; making it
+		// current bumps every machine assigned the module.
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		mod, _ := s.Module(ctx, "mod")
+		if *mod.CurrentBuild != 1 {
+			t.Fatalf("build 2 became current by arriving")
+		}
+		n, err := s.SetCurrent(ctx, "test", "mod", 2)
+		if err != nil || n != 1 {
+			t.Fatalf("set current: %d %v", n, err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		if m.Generation != 4 || m.GenerationTrigger != models.TriggerCurrent {
+			t.Fatalf("after set current: generation %d trigger %s", m.Generation, m.GenerationTrigger)
+		}
+	})
+}
+
+// TestCompose_NeverOlderThanRunning: a machine that reports running build 2
+// is not given build 1 when build 1 is made current again, unless pinned
+// with a reason.
+func TestCompose_NeverOlderThanRunning(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "test", "mod", 2); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		if _, err := s.InsertReport(ctx, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
+			Running: map[string]models.RunningBuild{"mod": {Build: 2}}}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "test", "mod", 1); err != nil {
+			t.Fatal(err)
+		}
+		buildOf := func() int64 {
+			got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
+			if err != nil || fails[m.ID] != nil {
+				t.Fatalf("compose: %v %v", err, fails[m.ID])
+			}
+			var env models.Envelope
+			var p models.DeclarationPayload
+			decode(t, got[m.ID].Envelope, &env)
+			decode(t, env.Payload, &p)
+			return p.Resources[0].Build
+		}
+		if b := buildOf(); b != 2 {
+			t.Fatalf("composed build %d for a machine running 2", b)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		g := m.Generation
+		one := int64(1)
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []store.AssignmentView{{Module: "mod", Build: &one}}); !errors.Is(err, models.ErrDowngrade) {
+			t.Fatalf("pin to an older build without a reason: %v", err)
+		}
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []store.AssignmentView{{Module: "mod", Build: &one, Reason: "build 2 leaks"}}); err != nil {
+			t.Fatal(err)
+		}
+		if b := buildOf(); b != 1 {
+			t.Fatalf("pinned with a reason, composed build %d", b)
+		}
+	})
+}
