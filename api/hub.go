@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"mesh/models"
@@ -24,6 +25,8 @@ type Hub struct {
 	byName map[string]*machineEntry
 	byID   map[int64]*machineEntry
 	ready  bool
+
+	polls atomic.Int64 // polls held open now
 
 	pending   map[int64]int64 // bumps not yet composed and woken
 	pendingCh chan struct{}
@@ -233,9 +236,11 @@ func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
 	defer h.mu.Unlock()
 	e := h.byID[id]
 	if e == nil {
+		h.polls.Add(1) // balanced by pollEnded
 		return false
 	}
 	e.polls++
+	h.polls.Add(1)
 	e.lastSeen = time.Now()
 	h.seen[id] = true
 	if e.hostVersion != hostVersion || e.schema != schema {
@@ -248,6 +253,7 @@ func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
 func (h *Hub) pollEnded(id int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.polls.Add(-1)
 	if e := h.byID[id]; e != nil {
 		e.polls--
 		e.lastSeen = time.Now()
@@ -319,4 +325,14 @@ func (h *Hub) Polling(name string) bool {
 	defer h.mu.Unlock()
 	e := h.byName[name]
 	return e != nil && e.polls > 0
+}
+
+// OpenPolls is how many polls this instance holds now.
+func (h *Hub) OpenPolls() int64 { return h.polls.Load() }
+
+// Machines is how many machines the hub knows.
+func (h *Hub) Machines() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byID)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"mesh/models"
@@ -17,8 +18,12 @@ type SendWriter struct {
 	Window time.Duration // how long a group stays open after its first row
 	Max    int           // rows per group at most
 
-	in chan sendReq
+	in      chan sendReq
+	written atomic.Int64
 }
+
+// Written is how many send rows this writer has committed.
+func (w *SendWriter) Written() int64 { return w.written.Load() }
 
 type sendReq struct {
 	send models.Send
@@ -74,6 +79,9 @@ func (w *SendWriter) Run(ctx context.Context) {
 			rows[i] = r.send
 		}
 		err := w.Store.InsertSends(context.WithoutCancel(ctx), rows)
+		if err == nil {
+			w.written.Add(int64(len(rows)))
+		}
 		for _, r := range group {
 			r.done <- err
 		}

@@ -75,6 +75,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
+	e.GET("/metrics", s.metrics())
 
 	v1 := e.Group("/api/v1")
 	v1.POST("/auth/login", s.login)

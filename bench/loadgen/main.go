@@ -1,0 +1,181 @@
+// Command loadgen is the load side of the fan-out benchmark: a process of
+// its own that holds thousands of host long polls over real TCP, triggers
+// one change, and measures how long each poll takes to get its 200. It
+// verifies every envelope it receives.
+//
+// It reads commands on stdin, one per line:
+//
+//	open GEN     open a poll per host with If-None-Match GEN
+//	fire BUILD   make BUILD current (bumping every host), wait for every
+//	             poll, verify, print "result {json}"
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"mesh/models"
+)
+
+type host struct{ name, token string }
+
+type outcome struct {
+	done   time.Time
+	status int
+	body   []byte
+	err    error
+}
+
+// Result is what one fan-out measured.
+type Result struct {
+	Polls      int     `json:"polls"`
+	OK         int     `json:"ok"`
+	Verified   int     `json:"verified"`
+	Errors     int     `json:"errors"`
+	FirstMs    float64 `json:"first_ms"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+func main() {
+	url := flag.String("url", "", "controller URL")
+	tokens := flag.String("tokens", "", "file of 'name token' lines")
+	pub := flag.String("pubkey", "", "the declaration key, base64")
+	admin := flag.String("admin", "", "an operator's bearer token")
+	module := flag.String("module", "", "the module to make current")
+	flag.Parse()
+	key, err := base64.StdEncoding.DecodeString(*pub)
+	if err != nil {
+		fail(err)
+	}
+	hosts := readHosts(*tokens)
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: len(hosts) + 10, MaxIdleConns: len(hosts) + 10,
+		DialContext: (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+	}}
+	var results []outcome
+	var wg sync.WaitGroup
+	var gen int64
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
+		case "open":
+			gen, _ = strconv.ParseInt(arg, 10, 64)
+			results = make([]outcome, len(hosts))
+			for i, h := range hosts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i] = pollOnce(client, *url, h, gen)
+				}()
+			}
+			fmt.Println("opened")
+		case "fire":
+			start := time.Now()
+			req, _ := http.NewRequest("POST", *url+"/api/v1/modules/"+*module+"/current", strings.NewReader(`{"build": `+arg+`}`))
+			req.Header.Set("Authorization", "Bearer "+*admin)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				fail(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				fail(fmt.Errorf("make current: %d %s", resp.StatusCode, b))
+			}
+			wg.Wait()
+			r := measure(hosts, results, start, key, gen+1)
+			j, _ := json.Marshal(r)
+			fmt.Println("result " + string(j))
+		default:
+			fail(fmt.Errorf("unknown command %q", cmd))
+		}
+	}
+}
+
+func pollOnce(c *http.Client, url string, h host, gen int64) outcome {
+	req, _ := http.NewRequest("GET", url+"/api/v1/host/declaration?wait=240s", nil)
+	req.Header.Set("Authorization", "Bearer "+h.token)
+	req.Header.Set("If-None-Match", fmt.Sprintf(`"%d"`, gen))
+	req.Header.Set("X-Mesh-Host-Version", "1.0.0")
+	req.Header.Set("X-Mesh-Schema", "1")
+	resp, err := c.Do(req)
+	if err != nil {
+		return outcome{done: time.Now(), err: err}
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return outcome{done: time.Now(), status: resp.StatusCode, body: b, err: err}
+}
+
+// measure computes latencies from start and verifies every envelope after
+// the fact, so verifying does not compete with the server while it answers.
+func measure(hosts []host, rs []outcome, start time.Time, key ed25519.PublicKey, want int64) Result {
+	r := Result{Polls: len(rs)}
+	var lat []float64
+	for i, o := range rs {
+		if o.err != nil || o.status != 200 {
+			r.Errors++
+			if r.FirstError == "" {
+				r.FirstError = fmt.Sprintf("%s: status %d %v %.200s", hosts[i].name, o.status, o.err, o.body)
+			}
+			continue
+		}
+		r.OK++
+		lat = append(lat, float64(o.done.Sub(start).Microseconds())/1000)
+		var env models.Envelope
+		var p models.DeclarationPayload
+		if json.Unmarshal(o.body, &env) != nil || len(env.Signatures) == 0 || !ed25519.Verify(key, env.Payload, env.Signatures[0].Sig) {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(env.Payload))
+		dec.DisallowUnknownFields()
+		if dec.Decode(&p) != nil || p.Machine != hosts[i].name || p.Generation != want {
+			continue
+		}
+		r.Verified++
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		r.FirstMs, r.MaxMs = lat[0], lat[len(lat)-1]
+		r.P50Ms = lat[len(lat)*50/100]
+		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return r
+}
+
+func readHosts(path string) []host {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fail(err)
+	}
+	var hs []host
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		n, t, _ := strings.Cut(l, " ")
+		hs = append(hs, host{n, t})
+	}
+	return hs
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "loadgen:", err)
+	os.Exit(1)
+}
