@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -29,7 +30,17 @@ type Authority struct {
 	KeyID string
 	Priv  ed25519.PrivateKey
 	Now   func() time.Time
+
+	// verified remembers host tokens whose signature checked out. A host
+	// polls every minute with the same token; verifying it each time would
+	// cost a signature check per poll. Host tokens do not expire; they are
+	// revoked through the token id the hub checks on every request.
+	mu       sync.Mutex
+	verified map[string]*HostClaims
 }
+
+// maxVerified bounds the verified-token memory; past it, it starts over.
+const maxVerified = 200_000
 
 // PersonClaims are a person's token claims.
 type PersonClaims struct {
@@ -89,6 +100,26 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 
 // ParseHost checks a host's token.
 func (a *Authority) ParseHost(s string) (*HostClaims, error) {
+	a.mu.Lock()
+	c, ok := a.verified[s]
+	a.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	c, err := a.parseHost(s)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	if a.verified == nil || len(a.verified) >= maxVerified {
+		a.verified = map[string]*HostClaims{}
+	}
+	a.verified[s] = c
+	a.mu.Unlock()
+	return c, nil
+}
+
+func (a *Authority) parseHost(s string) (*HostClaims, error) {
 	var c HostClaims
 	_, err := jwt.ParseWithClaims(s, &c, a.keyFunc,
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),

@@ -98,7 +98,9 @@ func fanout(b *testing.B, bin, dialect string) {
 		if label == "first" {
 			perPoll := float64(rss(b, ctl.Process.Pid)-baseRSS) / fanoutHosts
 			b.ReportMetric(perPoll/1024, "KiB/poll")
-			b.Logf("%s: controller RSS %d MiB before the polls, %.1f KiB more per waiting poll", dialect, baseRSS>>20, perPoll/1024)
+			b.Logf("%s: controller RSS %d MiB before the polls, %.1f KiB more per waiting poll (heap in use %.0f MiB, stacks %.0f MiB, goroutines %.0f)",
+				dialect, baseRSS>>20, perPoll/1024, metric(url, "go_memstats_heap_inuse_bytes")/(1<<20),
+				metric(url, "go_memstats_stack_inuse_bytes")/(1<<20), metric(url, "go_goroutines"))
 		}
 		fmt.Fprintf(stdin, "fire %d\n", build)
 		var r struct {

@@ -120,6 +120,9 @@ type ComposeModule struct {
 	Digest   string
 	Size     int64
 	Manifest string
+	// Parsed is Manifest already parsed (composing a batch parses each
+	// build once); nil means parse Manifest.
+	Parsed *Manifest
 }
 
 var placeholderRE = regexp.MustCompile(`\$\{([a-z]+)\.([A-Za-z0-9_.-]+)\}`)
@@ -127,7 +130,16 @@ var placeholderRE = regexp.MustCompile(`\$\{([a-z]+)\.([A-Za-z0-9_.-]+)\}`)
 // Compose builds the payload bytes of a declaration. The same input gives
 // the same bytes.
 func Compose(in ComposeInput) ([]byte, error) {
-	p := DeclarationPayload{
+	p, err := ComposePayload(in)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}
+
+// ComposePayload builds the declaration of in.
+func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
+	p := &DeclarationPayload{
 		Schema: SchemaV1, Machine: in.Machine, Generation: in.Generation,
 		ComposedAt: in.ComposedAt.UTC().Truncate(time.Second), ComposedBy: in.ComposedBy,
 		EmptyOK: in.EmptyOK, Host: in.Host, Resources: []Resource{},
@@ -135,15 +147,18 @@ func Compose(in ComposeInput) ([]byte, error) {
 	mods := append([]ComposeModule(nil), in.Modules...)
 	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	for _, m := range mods {
-		man, err := ParseManifest([]byte(m.Manifest))
-		if err != nil {
-			return nil, fmt.Errorf("module %s build %d: %w", m.Name, m.Build, err)
+		man := m.Parsed
+		if man == nil {
+			var err error
+			if man, err = ParseManifest([]byte(m.Manifest)); err != nil {
+				return nil, fmt.Errorf("module %s build %d: %w", m.Name, m.Build, err)
+			}
 		}
 		for _, r := range man.Resources {
 			res := Resource{
 				ID: m.Name + "." + r.Name, Module: m.Name, Build: m.Build, Kind: r.Kind,
 				Path: r.Path, Artifact: r.Artifact, Content: r.Content, Mode: r.Mode,
-				Command: r.Command, Env: r.Env, Check: r.Check, OnRemove: r.OnRemove,
+				Command: append([]string(nil), r.Command...), Env: r.Env, Check: r.Check, OnRemove: r.OnRemove,
 			}
 			if r.Kind == "tree" && res.Artifact == nil {
 				if m.Digest == "" {
@@ -160,7 +175,21 @@ func Compose(in ComposeInput) ([]byte, error) {
 			p.Resources = append(p.Resources, res)
 		}
 	}
-	return json.Marshal(p)
+	return p, nil
+}
+
+// Artifacts lists the blob digests a declaration names.
+func (p *DeclarationPayload) Artifacts() []string {
+	var ds []string
+	for _, r := range p.Resources {
+		if r.Artifact != nil {
+			ds = append(ds, r.Artifact.Digest)
+		}
+	}
+	if p.Host != nil {
+		ds = append(ds, p.Host.Digest)
+	}
+	return ds
 }
 
 // substitute replaces ${machine.name} and ${var.NAME} in every string of r.

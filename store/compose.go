@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -41,25 +45,43 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer Sign
 	out := make(map[int64]*Composed, len(ids))
 	fails := map[int64]error{}
 	err := inChunks(ids, composeChunk, func(chunk []int64) error {
-		return s.write(ctx, func(tx *Tx) error {
-			return composeTx(tx, chunk, by, signer, out, fails)
-		})
+		for attempt := 1; ; attempt++ {
+			err := s.write(ctx, func(tx *Tx) error {
+				if s.dialect == Postgres {
+					// One snapshot for every read: the content read is
+					// exactly that of the generation read, with no row
+					// locks taken on the machines.
+					if err := tx.Exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").Error; err != nil {
+						return err
+					}
+				}
+				return composeTx(tx, chunk, by, signer, out, fails)
+			})
+			// Another instance stored one of these generations after this
+			// snapshot began: compose again; the retry reads its row.
+			if isSerialization(err) && attempt < 5 {
+				continue
+			}
+			return err
+		}
 	})
 	return out, fails, err
 }
 
+// isSerialization reports a PostgreSQL serialization failure (SQLSTATE 40001).
+func isSerialization(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40001"
+}
+
 func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Composed, fails map[int64]error) error {
 	s := tx.s
-	// The machine rows are read first, under a share lock on PostgreSQL: a
-	// change that bumps one of them waits for this transaction, and this one
-	// waits for a bump in flight, so what is read next is exactly the
-	// content of the generation read here.
+	// Every read below sees one state of the store: SQLite's immediate
+	// transaction excludes writers; PostgreSQL's repeatable-read snapshot
+	// (see Compose) sees a bump and the change it came with together or
+	// not at all. So the content read is exactly that of the generation read.
 	var ms []models.Machine
-	q := tx.DB
-	if s.dialect == Postgres {
-		q = q.Clauses(clause.Locking{Strength: "SHARE"})
-	}
-	if err := q.Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
+	if err := tx.Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
 		return err
 	}
 	if err := readComposed(tx, ids, out); err != nil {
@@ -145,8 +167,15 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 		asOf[a.MachineID] = append(asOf[a.MachineID], a)
 	}
 
+	parsed := map[int64]*models.Manifest{}
+	for _, b := range builds {
+		if m, err := models.ParseManifest([]byte(b.Manifest)); err == nil {
+			parsed[b.ID] = m
+		}
+	}
 	now := s.Now()
 	rows := make([]models.Declaration, 0, len(todo))
+	payloads := make([][]byte, 0, len(todo))
 	for _, m := range todo {
 		in := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
 			ComposedAt: now, ComposedBy: by, Variables: varsOf[m.ID]}
@@ -163,30 +192,49 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 				err = fmt.Errorf("module %s build %d: %w", mod.Name, n, models.ErrNotFound)
 				break
 			}
-			in.Modules = append(in.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest, Size: b.Size, Manifest: b.Manifest})
+			in.Modules = append(in.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest,
+				Size: b.Size, Manifest: b.Manifest, Parsed: parsed[b.ID]})
+		}
+		var p *models.DeclarationPayload
+		if err == nil {
+			p, err = models.ComposePayload(in)
 		}
 		var payload []byte
 		if err == nil {
-			payload, err = models.Compose(in)
+			payload, err = json.Marshal(p)
 		}
 		if err != nil {
 			fails[m.ID] = err
 			continue
 		}
-		env, err := json.Marshal(models.Envelope{Payload: payload,
-			Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(payload)}}})
-		if err != nil {
-			return err
-		}
+		payloads = append(payloads, payload)
 		rows = append(rows, models.Declaration{MachineID: m.ID, Generation: m.Generation,
-			Digest: models.DigestOf(payload), Envelope: env, Artifacts: artifactsOf(payload),
+			Digest: models.DigestOf(payload), Artifacts: strings.Join(p.Artifacts(), " "),
 			Trigger: m.GenerationTrigger, ComposedBy: by, ComposedAt: now})
 	}
-	if len(rows) > 0 {
-		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&rows, 100).Error; err != nil {
-			return err
-		}
+	if err := sign(rows, payloads, signer); err != nil {
+		return err
 	}
+	if len(rows) == 0 {
+		return nil
+	}
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&rows, s.batchRows(9))
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == int64(len(rows)) {
+		// Every row is ours: no other instance composed these generations.
+		names := make(map[int64]string, len(todo))
+		for _, m := range todo {
+			names[m.ID] = m.Name
+		}
+		for _, r := range rows {
+			out[r.MachineID] = &Composed{MachineID: r.MachineID, Machine: names[r.MachineID], Generation: r.Generation,
+				Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger}
+		}
+		return nil
+	}
+	// Another instance won some: read what is stored, theirs and ours.
 	return readComposed(tx, todoIDs, out)
 }
 
@@ -225,21 +273,34 @@ func parseRunning(s string) map[string]models.RunningBuild {
 	return r
 }
 
-func artifactsOf(payload []byte) string {
-	var p models.DeclarationPayload
-	if json.Unmarshal(payload, &p) != nil {
-		return ""
+// sign signs and wraps every payload, spread over the CPUs: signing is
+// most of composing's cost in a fan-out.
+func sign(rows []models.Declaration, payloads [][]byte, signer Signer) error {
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(rows)/32))
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(rows); i += workers {
+				env, err := json.Marshal(models.Envelope{Payload: payloads[i],
+					Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(payloads[i])}}})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				rows[i].Envelope = env
+			}
+		}()
 	}
-	var ds []string
-	for _, r := range p.Resources {
-		if r.Artifact != nil {
-			ds = append(ds, r.Artifact.Digest)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
-	if p.Host != nil {
-		ds = append(ds, p.Host.Digest)
-	}
-	return strings.Join(ds, " ")
+	return nil
 }
 
 func keysOf(m map[int64]bool) []int64 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -43,16 +42,10 @@ func checkIfMatch(m *models.Machine, ifMatch *int64) error {
 func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 	now := tx.s.Now()
 	return inChunks(ids, 1000, func(chunk []int64) error {
-		if err := tx.Model(&models.Machine{}).Where("id IN ?", chunk).Updates(map[string]any{
-			"generation":         gorm.Expr("generation + 1"),
-			"generation_trigger": trigger,
-			"generation_at":      now,
-		}).Error; err != nil {
-			return err
-		}
 		var rows []models.Bump
-		if err := tx.Model(&models.Machine{}).Select("id AS machine_id, name, generation").
-			Where("id IN ?", chunk).Scan(&rows).Error; err != nil {
+		err := tx.Raw(`UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ?
+			WHERE id IN ? RETURNING id AS machine_id, name, generation`, trigger, now, chunk).Scan(&rows).Error
+		if err != nil {
 			return err
 		}
 		tx.bumps = append(tx.bumps, rows...)

@@ -62,6 +62,12 @@ type Store struct {
 	onBumped []func([]models.Bump)
 
 	statements atomic.Int64
+
+	// wmu serialises SQLite's write transactions in Go. SQLite's own busy
+	// handler sleeps and retries, so a writer that commits back to back
+	// (a fan-out composing batch after batch) starves the others (the
+	// send writer); Go's mutex hands over in arrival order under contention.
+	wmu sync.Mutex
 }
 
 // countStatements counts every statement gorm issues, so tests and metrics
@@ -251,6 +257,10 @@ type Tx struct {
 // announced to OnBumped listeners.
 func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	var t *Tx
+	if s.dialect == SQLite {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+	}
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
 		t = &Tx{DB: db, s: s}
 		return fn(t)
@@ -293,4 +303,15 @@ func inChunks[T any](ids []T, n int, fn func([]T) error) error {
 		ids = ids[k:]
 	}
 	return nil
+}
+
+// batchRows is how many rows of cols columns one multi-row INSERT carries.
+// The SQLite driver binds each parameter by searching the argument list,
+// so a statement's cost grows with the square of its parameters: keep them
+// to a few hundred there.
+func (s *Store) batchRows(cols int) int {
+	if s.dialect == SQLite {
+		return max(1, 700/cols)
+	}
+	return 500
 }
