@@ -1,0 +1,392 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"mesh/models"
+	"mesh/version"
+)
+
+// Config is how the host runs.
+type Config struct {
+	StateDir string
+	// Root maps every declared path under it ("/" in production).
+	Root string
+	// AllowRoots are the declared paths the host may manage (default "/").
+	AllowRoots []string
+	// Services is "host" (the host's own supervisor) or "systemd".
+	Services string
+	// MaxAttempts bounds the applies of one generation before it is rejected.
+	MaxAttempts int
+	// RetryBase is the first wait between failed attempts; it doubles.
+	RetryBase time.Duration
+	// Wait is how long each poll is held.
+	Wait time.Duration
+	// StopGrace is how long a service has between SIGTERM and SIGKILL.
+	StopGrace time.Duration
+	// CheckEvery is how often checks run between applies.
+	CheckEvery time.Duration
+	Log        *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Root == "" {
+		c.Root = "/"
+	}
+	if len(c.AllowRoots) == 0 {
+		c.AllowRoots = []string{"/"}
+	}
+	if c.Services == "" {
+		c.Services = "host"
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.Wait <= 0 {
+		c.Wait = 50 * time.Second
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 10 * time.Second
+	}
+	if c.CheckEvery <= 0 {
+		c.CheckEvery = 30 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Agent is a running host.
+type Agent struct {
+	cfg      Config
+	id       *Identity
+	client   *client
+	root     *machineRoot
+	services services
+	outbox   outbox
+	state    *State
+	current  *models.DeclarationPayload
+
+	checksMu     sync.Mutex
+	lastChecks   []models.CheckResult
+	checkTargets []models.Resource // the services with checks, for checkLoop
+}
+
+// Run runs the host until ctx ends: adopt what an earlier run left, then
+// poll, verify, apply, journal, report — one poll at a time.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := newAgent(cfg)
+	if err != nil {
+		return err
+	}
+	defer a.services.Close()
+	a.adopt(ctx)
+	a.saveState()
+	go a.checkLoop(ctx)
+	return a.loop(ctx)
+}
+
+func newAgent(cfg Config) (*Agent, error) {
+	cfg.defaults()
+	id, err := LoadIdentity(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	root, err := openMachineRoot(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	st, err := LoadState(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
+		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox")}}
+	switch cfg.Services {
+	case "host":
+		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)
+		if err != nil {
+			return nil, err
+		}
+		a.services = sup
+	case "systemd":
+		a.services = newSystemd(root)
+	default:
+		return nil, fmt.Errorf("--services must be host or systemd, not %q", cfg.Services)
+	}
+	return a, nil
+}
+
+// adopt recovers what a crash or restart left: half-installed trees, and
+// the services the host supervised (adopted from their pidfiles, restarted
+// if they died) — never a second copy.
+func (a *Agent) adopt(ctx context.Context) {
+	for _, id := range sortedIDs(a.state.Resources) {
+		m := a.state.Resources[id]
+		switch m.Kind {
+		case "tree":
+			a.root.recoverTree(m.Path)
+		case "service":
+			if m.Resource == nil {
+				continue
+			}
+			if _, err := a.services.Ensure(ctx, *m.Resource, m.Digest); err != nil {
+				a.cfg.Log.Error("adopting service", "service", id, "err", err)
+			}
+		}
+	}
+}
+
+func (a *Agent) loop(ctx context.Context) error {
+	backoff := time.Second
+	wait := func(d time.Duration) bool {
+		d += time.Duration(rand.Int64N(int64(d/2) + 1)) // jitter, so hosts spread out
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		if err := a.outbox.flush(ctx, a.client); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Debug("reports wait in the outbox", "err", err)
+		}
+		res, err := a.client.poll(ctx, a.state.Finished, a.cfg.Wait)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, errSwitch) {
+				a.client.next()
+			}
+			a.cfg.Log.Warn("poll failed; retrying", "err", err, "next", a.client.base(), "in", backoff)
+			if !wait(backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 60*time.Second)
+			continue
+		}
+		backoff = time.Second
+		if res.notModified {
+			continue
+		}
+		if !a.handle(ctx, res) {
+			// A refusal that cannot advance the generation (a body this
+			// host cannot trust): do not ask again at once.
+			if !wait(backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 60*time.Second)
+		}
+	}
+	return nil
+}
+
+// handle takes one declaration; it returns false when it refused one whose
+// generation it could not trust (so the poll loop backs off).
+func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
+	etagGen, _ := strconv.ParseInt(strings.Trim(res.etag, `"`), 10, 64)
+	if res.body == nil {
+		a.refused(ctx, res.send, 0, "", "refused: declaration larger than the size cap", false)
+		return false
+	}
+	v, err := verify(res.body, a.id.Keys, a.id.Machine)
+	var rf *refusal
+	if errors.As(err, &rf) {
+		if v == nil || v.decl.Generation == 0 {
+			// Not verified: neither its generation nor its digest can be
+			// trusted, so nothing is recorded as finished.
+			digest := ""
+			if v != nil {
+				digest = v.digest
+			}
+			a.refused(ctx, res.send, etagGen, digest, rf.reason, false)
+			return false
+		}
+		a.refused(ctx, res.send, v.decl.Generation, v.digest, rf.reason, v.decl.Machine == a.id.Machine)
+		return true
+	}
+	d := &v.decl
+	switch {
+	case d.Generation < a.state.Applied:
+		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf("older: generation %d is older than generation %d, the last applied", d.Generation, a.state.Applied), false)
+		return false
+	case d.Generation == a.state.Applied && v.digest != a.state.AppliedDigest:
+		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf("generation %d was applied with digest %s; this one has %s", d.Generation, a.state.AppliedDigest, v.digest), false)
+		return false
+	case d.Generation == a.state.Applied:
+		a.finish(ctx, res.send, v, models.OutcomeApplied, "no-op: generation already applied", nil, 0, nil)
+		return true
+	case d.Generation <= a.state.Finished:
+		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf("older: generation %d was already finished (the last finished is %d)", d.Generation, a.state.Finished), false)
+		return false
+	}
+	if err := checkResources(d, a.cfg.AllowRoots); err != nil {
+		a.refused(ctx, res.send, d.Generation, v.digest, err.Error(), true)
+		return true
+	}
+	if len(d.Resources) == 0 && !d.EmptyOK && len(a.state.Resources) > 0 {
+		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf(
+			"empty declaration without empty_ok while %d resource(s) run: a lost or restored store must not tear this machine down", len(a.state.Resources)), true)
+		return true
+	}
+	a.applyWithRetries(ctx, res.send, v)
+	return true
+}
+
+// applyWithRetries applies a generation, retrying with backoff; after
+// MaxAttempts it is rejected and the host waits for a newer one.
+func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) {
+	a.current = &v.decl
+	for attempt := 1; ; attempt++ {
+		started := time.Now().UTC()
+		st := a.state.clone()
+		actions, err := a.applyInFull(ctx, &v.decl, st)
+		a.state = st // what succeeded is true now, even if a later step failed
+		if err == nil {
+			checks := checkAll(ctx, a.root, v.decl.Resources, 15*time.Second)
+			a.setChecks(checks)
+			a.finish(ctx, send, v, models.OutcomeApplied, "", actions, attempt, checks, started)
+			return
+		}
+		var rf *refusal
+		if errors.As(err, &rf) {
+			a.saveState()
+			a.refused(ctx, send, v.decl.Generation, v.digest, rf.reason, true)
+			return
+		}
+		if ctx.Err() != nil {
+			a.saveState()
+			return
+		}
+		if attempt >= a.cfg.MaxAttempts {
+			a.finish(ctx, send, v, models.OutcomeRejected, fmt.Sprintf("failed %d attempts; last: %v", attempt, err), actions, attempt, nil, started)
+			return
+		}
+		a.saveState()
+		a.record(ctx, models.Report{Send: send, Generation: v.decl.Generation, Digest: v.digest, Outcome: models.OutcomeFailed,
+			Reason: err.Error(), Attempt: attempt, StartedAt: &started}, actions, nil)
+		d := min(a.cfg.RetryBase<<(attempt-1), 30*time.Second)
+		a.cfg.Log.Warn("apply failed; retrying", "generation", v.decl.Generation, "attempt", attempt, "in", d, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// finish records a generation the host is done with: state, journal, report.
+func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, reason string, actions []models.Action, attempt int, checks []models.CheckResult, started ...time.Time) {
+	gen := v.decl.Generation
+	a.state.Finished = max(a.state.Finished, gen)
+	if outcome == models.OutcomeApplied {
+		a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend = gen, v.digest, send
+	}
+	a.saveState()
+	r := models.Report{Send: send, Generation: gen, Digest: v.digest, Outcome: outcome, Reason: reason, Attempt: attempt}
+	if len(started) > 0 {
+		r.StartedAt = &started[0]
+	}
+	a.record(ctx, r, actions, checks)
+}
+
+// refused records a refusal; finished says whether the generation counts
+// as finished (it does for a verified declaration for this machine that
+// the host will not apply; not for one it cannot trust or an older one).
+func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, reason string, finished bool) {
+	if finished && gen > a.state.Finished {
+		a.state.Finished = gen
+		a.saveState()
+	}
+	a.cfg.Log.Warn("refused a declaration", "generation", gen, "send", send, "reason", reason)
+	a.record(ctx, models.Report{Send: send, Generation: gen, Digest: digest, Outcome: models.OutcomeRefused, Reason: reason}, nil, nil)
+}
+
+// record journals then reports (through the outbox, so an outage loses nothing).
+func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) {
+	now := time.Now().UTC()
+	r.FinishedAt = &now
+	r.HostVersion = version.Version
+	r.Actions = actions
+	r.Checks = checks
+	r.Running = a.state.Running()
+	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
+		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
+		a.cfg.Log.Error("journal", "err", err)
+	}
+	if _, err := a.outbox.put(r); err != nil {
+		a.cfg.Log.Error("outbox", "err", err)
+		return
+	}
+	if err := a.outbox.flush(ctx, a.client); err != nil {
+		a.cfg.Log.Warn("report waits in the outbox", "err", err)
+	}
+}
+
+func (a *Agent) saveState() {
+	var targets []models.Resource
+	for _, id := range sortedIDs(a.state.Resources) {
+		if m := a.state.Resources[id]; m.Kind == "service" && m.Resource != nil && m.Resource.Check != nil {
+			targets = append(targets, *m.Resource)
+		}
+	}
+	a.checksMu.Lock()
+	a.checkTargets = targets
+	a.checksMu.Unlock()
+	if err := a.state.Save(a.cfg.StateDir); err != nil {
+		a.cfg.Log.Error("saving state", "err", err)
+	}
+}
+
+func (a *Agent) setChecks(c []models.CheckResult) {
+	a.checksMu.Lock()
+	a.lastChecks = c
+	a.checksMu.Unlock()
+}
+
+// checkLoop runs the checks between applies and logs a change of health.
+func (a *Agent) checkLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.CheckEvery)
+	defer t.Stop()
+	prev := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var rs []models.Resource
+		for _, m := range a.snapshotServices() {
+			rs = append(rs, m)
+		}
+		res := checkAll(ctx, a.root, rs, 0)
+		for _, c := range res {
+			if was, ok := prev[c.Resource]; !ok || was != c.OK {
+				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
+			}
+			prev[c.Resource] = c.OK
+		}
+		a.setChecks(res)
+	}
+}
+
+func (a *Agent) snapshotServices() []models.Resource {
+	a.checksMu.Lock()
+	defer a.checksMu.Unlock()
+	return a.checkTargets
+}
+

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+
+	"mesh/models"
+)
+
+// fileDigest identifies a file's content and mode.
+func fileDigest(content, mode string) string {
+	h := sha256.New()
+	h.Write([]byte(mode))
+	h.Write([]byte{0})
+	h.Write([]byte(content))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func fileMode(m string) fs.FileMode {
+	if m == "" {
+		return 0o644
+	}
+	n, err := strconv.ParseUint(m, 8, 32)
+	if err != nil {
+		return 0o644
+	}
+	return fs.FileMode(n).Perm()
+}
+
+// applyInFull makes the machine equal to the declaration: it creates or
+// updates every resource named, in dependency order, and removes what is
+// no longer named — services stopped before their files go. st is updated
+// as each step succeeds, so a failure part way leaves a state that says
+// what is true.
+func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, st *State) ([]models.Action, error) {
+	ordered, err := order(d.Resources)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, r := range ordered {
+		want[r.ID] = true
+	}
+	var actions []models.Action
+
+	// 1. Services no longer named stop first: nothing may run on files
+	// about to go.
+	for _, id := range sortedIDs(st.Resources) {
+		m := st.Resources[id]
+		if want[id] || m.Kind != "service" {
+			continue
+		}
+		if err := a.services.Stop(ctx, id); err != nil {
+			return actions, fmt.Errorf("stopping %s: %w", id, err)
+		}
+		delete(st.Resources, id)
+		actions = append(actions, models.Action{Resource: id, Action: "removed", Digest: m.Digest, Detail: "stopped"})
+	}
+
+	// 2. Everything named, in order.
+	digests := map[string]string{}
+	for _, r := range ordered {
+		act, err := a.applyOne(ctx, r, st, digests)
+		if err != nil {
+			return actions, fmt.Errorf("%s: %w", r.ID, err)
+		}
+		actions = append(actions, act)
+	}
+
+	// 3. Files and trees no longer named, last first.
+	ids := sortedIDs(st.Resources)
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		m := st.Resources[id]
+		if want[id] {
+			continue
+		}
+		act := models.Action{Resource: id, Action: "removed", Digest: m.Digest}
+		if m.OnRemove == "forget" {
+			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
+		} else {
+			var err error
+			switch m.Kind {
+			case "file":
+				err = a.root.remove(m.Path)
+			case "tree":
+				err = a.root.removeTree(m.Path)
+			}
+			if err != nil {
+				return actions, fmt.Errorf("removing %s: %w", id, err)
+			}
+			act.Detail = m.Path
+		}
+		delete(st.Resources, id)
+		actions = append(actions, act)
+	}
+	return actions, nil
+}
+
+func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
+	prev := st.Resources[r.ID]
+	verb := "created"
+	if prev != nil {
+		verb = "updated"
+	}
+	m := &Managed{Kind: r.Kind, Module: r.Module, Build: r.Build, Path: r.Path, OnRemove: r.OnRemove}
+	switch r.Kind {
+	case "file":
+		mode := fileMode(r.Mode)
+		m.Digest = fileDigest(*r.Content, mode.String())
+		digests[r.ID] = m.Digest
+		if prev != nil && prev.Digest == m.Digest && a.root.fileMatches(r.Path, []byte(*r.Content), mode) {
+			st.Resources[r.ID] = m
+			return models.Action{Resource: r.ID, Action: "unchanged", Digest: m.Digest}, nil
+		}
+		if prev != nil && prev.Path != r.Path && prev.Kind == "file" {
+			defer a.root.remove(prev.Path)
+		}
+		if err := a.root.writeFile(r.Path, []byte(*r.Content), mode); err != nil {
+			return models.Action{}, err
+		}
+		st.Resources[r.ID] = m
+		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: fmt.Sprintf("%s, %d byte(s), mode %s", r.Path, len(*r.Content), r.Mode)}, nil
+	case "tree":
+		m.Digest = r.Artifact.Digest
+		digests[r.ID] = m.Digest
+		if prev != nil && prev.Digest == m.Digest && a.root.treeLive(r.Path, m.Digest) {
+			st.Resources[r.ID] = m
+			return models.Action{Resource: r.ID, Action: "unchanged", Digest: m.Digest}, nil
+		}
+		blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
+		if err != nil {
+			return models.Action{}, err
+		}
+		n, err := a.root.installTree(r.Path, r.Artifact.Digest, blob)
+		if err != nil {
+			return models.Action{}, err
+		}
+		st.Resources[r.ID] = m
+		detail := fmt.Sprintf("%d file(s) at %s", n, r.Path)
+		if users := a.usersOf(r.ID); users != "" {
+			detail += ", running as " + users
+		}
+		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: detail}, nil
+	case "service":
+		m.Digest = serviceDigest(r, digests)
+		digests[r.ID] = m.Digest
+		rc := r
+		m.Resource = &rc
+		act, err := a.services.Ensure(ctx, r, m.Digest)
+		if err != nil {
+			return models.Action{}, err
+		}
+		st.Resources[r.ID] = m
+		return models.Action{Resource: r.ID, Action: act, Digest: m.Digest, Detail: "command " + r.Command[0]}, nil
+	}
+	return models.Action{}, fmt.Errorf("unknown kind %q", r.Kind)
+}
+
+// usersOf names the services that come after a resource, for the journal.
+func (a *Agent) usersOf(id string) string {
+	if a.current == nil {
+		return ""
+	}
+	s := ""
+	for _, r := range a.current.Resources {
+		for _, x := range r.After {
+			if x == id && r.Kind == "service" {
+				if s != "" {
+					s += ", "
+				}
+				s += r.ID
+			}
+		}
+	}
+	return s
+}
+
+func sortedIDs(m map[string]*Managed) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,287 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"mesh/models"
+	"mesh/version"
+)
+
+// MaxDeclaration caps a poll's body: a declaration larger than this is refused.
+const MaxDeclaration = 16 << 20
+
+// errSwitch means: this controller cannot serve us now (connection failed,
+// 503 draining); try the next URL.
+var errSwitch = errors.New("try the next controller")
+
+// client speaks the host protocol to the controllers, one at a time.
+type client struct {
+	id   *Identity
+	http *http.Client
+	cur  int // index of the controller in use
+}
+
+func newClient(id *Identity) *client {
+	return &client{id: id, http: &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
+		ResponseHeaderTimeout: 0, // the long poll decides
+	}}}
+}
+
+func (c *client) base() string { return c.id.Controllers[c.cur%len(c.id.Controllers)] }
+
+// next moves to the next controller URL.
+func (c *client) next() { c.cur = (c.cur + 1) % len(c.id.Controllers) }
+
+// pollResult is one poll's answer.
+type pollResult struct {
+	notModified bool
+	body        []byte
+	send        string
+	etag        string
+}
+
+// poll is one long poll. Its deadline is wait plus a margin: a body that
+// trickles past it is cut off.
+func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (*pollResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+wait/8+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/v1/host/declaration?wait=%s", c.base(), wait), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.id.Token)
+	req.Header.Set("If-None-Match", fmt.Sprintf(`"%d"`, finished))
+	req.Header.Set("X-Mesh-Host-Version", version.Version)
+	req.Header.Set("X-Mesh-Schema", SchemaHeader)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", errSwitch, err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return &pollResult{notModified: true}, nil
+	case http.StatusOK:
+		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxDeclaration+1))
+		if err != nil {
+			return nil, fmt.Errorf("reading declaration: %w", err)
+		}
+		if len(b) > MaxDeclaration {
+			return &pollResult{body: nil, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")},
+				fmt.Errorf("%w: declaration larger than %d bytes", errTooLarge, MaxDeclaration)
+		}
+		return &pollResult{body: b, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")}, nil
+	case http.StatusServiceUnavailable:
+		return nil, fmt.Errorf("%w: %s answered 503", errSwitch, c.base())
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return nil, fmt.Errorf("poll %s: %s: %s", c.base(), resp.Status, problemDetail(b))
+}
+
+var errTooLarge = errors.New("too large")
+
+// postReport sends one report; the caller keeps it in the outbox until this
+// succeeds.
+func (c *client) postReport(ctx context.Context, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", c.base()+"/api/v1/host/reports", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.id.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errSwitch, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode == http.StatusCreated:
+		return nil
+	case resp.StatusCode >= 500:
+		return fmt.Errorf("%w: report: %s", errSwitch, resp.Status)
+	case resp.StatusCode >= 400:
+		return &reportRefused{status: resp.StatusCode, detail: problemDetail(b)}
+	}
+	return fmt.Errorf("report: %s", resp.Status)
+}
+
+// reportRefused is a 4xx: sending it again will not help.
+type reportRefused struct {
+	status int
+	detail string
+}
+
+func (e *reportRefused) Error() string { return fmt.Sprintf("report refused (%d): %s", e.status, e.detail) }
+
+// fetchBlob downloads a blob into the state dir's cache, verifying its
+// digest; a cached blob whose bytes still match is reused. A partial
+// download is resumed with Range.
+func (c *client) fetchBlob(ctx context.Context, stateDir, digest string, size int64) (string, error) {
+	if !models.ValidDigest(digest) {
+		return "", fmt.Errorf("artifact digest %q is not sha256:<hex>", digest)
+	}
+	dir := filepath.Join(stateDir, "blobs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, digest[7:])
+	if ok, _ := fileHasDigest(path, digest); ok {
+		return path, nil
+	}
+	part := path + ".part"
+	var lastErr error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(time.Duration(attempt) * time.Second):
+			}
+		}
+		if err := c.download(ctx, digest, part); err != nil {
+			lastErr = err
+			continue
+		}
+		ok, err := fileHasDigest(part, digest)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			os.Remove(part)
+			return "", fmt.Errorf("artifact %s: the bytes served do not match the digest", digest)
+		}
+		if size > 0 {
+			if fi, err := os.Stat(part); err == nil && fi.Size() != size {
+				os.Remove(part)
+				return "", fmt.Errorf("artifact %s: %d bytes, the declaration says %d", digest, fi.Size(), size)
+			}
+		}
+		return path, os.Rename(part, path)
+	}
+	return "", fmt.Errorf("artifact %s: %w", digest, lastErr)
+}
+
+func (c *client) download(ctx context.Context, digest, part string) error {
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	have, _ := f.Seek(0, io.SeekEnd)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base()+models.BlobURL(digest), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.id.Token)
+	if have > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if err := f.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	case http.StatusPartialContent:
+	case http.StatusRequestedRangeNotSatisfiable:
+		return f.Truncate(0)
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return fmt.Errorf("GET %s: %s: %s", models.BlobURL(digest), resp.Status, strings.TrimSpace(problemDetail(b)))
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func fileHasDigest(path, digest string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return false, err
+	}
+	return "sha256:"+hex.EncodeToString(h.Sum(nil)) == digest, nil
+}
+
+// outbox keeps reports until the controller has them: nothing is lost to
+// an outage.
+type outbox struct{ dir string }
+
+func (o outbox) put(r models.Report) (string, error) {
+	if err := os.MkdirAll(o.dir, 0o700); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	name := filepath.Join(o.dir, fmt.Sprintf("%020d.json", time.Now().UnixNano()))
+	return name, writeFileAtomic(name, b, 0o600)
+}
+
+// flush sends every queued report in order; it stops at the first that
+// cannot be sent now. A report the controller refuses (4xx) is dropped
+// (the journal still holds it).
+func (o outbox) flush(ctx context.Context, c *client) error {
+	ents, err := os.ReadDir(o.dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(o.dir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		err = c.postReport(ctx, b)
+		var refused *reportRefused
+		if err != nil && !errors.As(err, &refused) {
+			return err
+		}
+		os.Remove(p)
+	}
+	return nil
+}

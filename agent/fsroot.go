@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// machineRoot maps declared absolute paths under the host's --root and
+// writes through os.Root, so a planted symlink cannot lead a write out.
+type machineRoot struct {
+	dir  string // the --root directory ("/" in production)
+	root *os.Root
+}
+
+func openMachineRoot(dir string) (*machineRoot, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", dir, err)
+	}
+	return &machineRoot{dir: dir, root: r}, nil
+}
+
+// rel turns a declared absolute path into one relative to the root.
+func rel(p string) string { return strings.TrimPrefix(path.Clean(p), "/") }
+
+// host is the path as the host's own processes see it (for commands).
+func (m *machineRoot) host(p string) string {
+	if m.dir == "/" {
+		return p
+	}
+	return strings.TrimRight(m.dir, "/") + p
+}
+
+func randSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// writeFile writes content at declared path p atomically (temp + rename in
+// the same directory) with mode.
+func (m *machineRoot) writeFile(p string, content []byte, mode fs.FileMode) error {
+	r := rel(p)
+	if err := m.root.MkdirAll(path.Dir(r), 0o755); err != nil {
+		return err
+	}
+	if fi, err := m.root.Lstat(r); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", p)
+	}
+	tmp := path.Join(path.Dir(r), "."+path.Base(r)+".mesh-"+randSuffix())
+	f, err := m.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	defer m.root.Remove(tmp)
+	if _, err := f.Write(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return m.root.Rename(tmp, r)
+}
+
+// fileMatches reports whether the file at p has exactly this content and mode.
+func (m *machineRoot) fileMatches(p string, content []byte, mode fs.FileMode) bool {
+	r := rel(p)
+	fi, err := m.root.Lstat(r)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != mode.Perm() || fi.Size() != int64(len(content)) {
+		return false
+	}
+	b, err := m.root.ReadFile(r)
+	return err == nil && string(b) == string(content)
+}
+
+func (m *machineRoot) remove(p string) error {
+	err := m.root.Remove(rel(p))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func (m *machineRoot) removeAll(p string) error {
+	return m.root.RemoveAll(rel(p))
+}

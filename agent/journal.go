@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"mesh/models"
+)
+
+// Entry is one line of the journal: one apply, refusal or upgrade.
+type Entry struct {
+	Time       time.Time            `json:"time"`
+	Send       string               `json:"send"`
+	Generation int64                `json:"generation"`
+	Digest     string               `json:"digest"`
+	Outcome    string               `json:"outcome"`
+	Reason     string               `json:"reason"`
+	Attempt    int                  `json:"attempt,omitempty"`
+	Actions    []models.Action      `json:"actions"`
+	Checks     []models.CheckResult `json:"checks,omitempty"`
+}
+
+func journalPath(dir string) string { return filepath.Join(dir, "journal.jsonl") }
+
+// appendJournal appends one entry and syncs it: the journal is what settles
+// "which image did that declaration name?", so it must survive a crash.
+func appendJournal(dir string, e Entry) error {
+	if e.Actions == nil {
+		e.Actions = []models.Action{}
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(journalPath(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// ReadJournal reads every entry.
+func ReadJournal(dir string) ([]Entry, error) {
+	f, err := os.Open(journalPath(dir))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	var es []Entry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var e Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return es, fmt.Errorf("journal line %d: %w", len(es)+1, err)
+		}
+		es = append(es, e)
+	}
+	return es, sc.Err()
+}
+
+// PrintJournal writes the journal for a person, or as JSON lines.
+func PrintJournal(dir string, w io.Writer, asJSON bool) error {
+	es, err := ReadJournal(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if asJSON {
+			b, _ := json.Marshal(e)
+			fmt.Fprintln(w, string(b))
+			continue
+		}
+		fmt.Fprintln(w, e.String())
+	}
+	return nil
+}
+
+// String is the entry in words a person reads.
+func (e Entry) String() string {
+	var b strings.Builder
+	send := e.Send
+	if send == "" {
+		send = "-"
+	}
+	fmt.Fprintf(&b, "%s  generation %d  %s  (send %s, %s)", e.Time.Local().Format("2006-01-02 15:04:05"), e.Generation, e.Outcome, send, short(e.Digest))
+	if e.Reason != "" {
+		fmt.Fprintf(&b, ": %s", e.Reason)
+	}
+	for _, a := range e.Actions {
+		if a.Action == "unchanged" {
+			continue
+		}
+		fmt.Fprintf(&b, "\n    %s", ActionWords(a))
+	}
+	n := 0
+	for _, a := range e.Actions {
+		if a.Action == "unchanged" {
+			n++
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(&b, "\n    %d resource(s) unchanged", n)
+	}
+	for _, c := range e.Checks {
+		state := "healthy"
+		if !c.OK {
+			state = "unhealthy"
+		}
+		fmt.Fprintf(&b, "\n    check %s: %s (%s)", c.Resource, state, c.Detail)
+	}
+	return b.String()
+}
+
+// ActionWords says an action as a sentence: "created node-tools.runtime
+// (node-tools): 239 file(s), running as node-tools.service".
+func ActionWords(a models.Action) string {
+	mod, _, _ := strings.Cut(a.Resource, ".")
+	s := fmt.Sprintf("%s %s (%s)", a.Action, a.Resource, mod)
+	if a.Detail != "" {
+		s += ": " + a.Detail
+	}
+	if a.Digest != "" {
+		s += " [" + short(a.Digest) + "]"
+	}
+	return s
+}
+
+func short(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+
+	"mesh/models"
+)
+
+// State is what the host has made true, written atomically after every
+// apply (and every refusal): the generation it last finished, what it
+// applied, and every resource it manages with its digest.
+type State struct {
+	// Finished is the last generation the host finished with: applied,
+	// refused or rejected. It is the poll's If-None-Match.
+	Finished int64 `json:"finished"`
+	// Applied is the last generation applied, with its digest and send.
+	Applied       int64  `json:"applied"`
+	AppliedDigest string `json:"applied_digest"`
+	AppliedSend   string `json:"applied_send"`
+	// Resources by id: what apply-in-full compares the next declaration with.
+	Resources map[string]*Managed `json:"resources"`
+	// RefusedReleases are host release digests that were rolled back.
+	RefusedReleases []string `json:"refused_releases,omitempty"`
+}
+
+// Managed is one resource the host manages.
+type Managed struct {
+	Kind     string            `json:"kind"`
+	Module   string            `json:"module"`
+	Build    int64             `json:"build"`
+	Path     string            `json:"path,omitempty"`
+	Digest   string            `json:"digest"`
+	OnRemove string            `json:"on_remove,omitempty"`
+	Resource *models.Resource  `json:"resource,omitempty"` // services: how to run it on adoption
+	Extra    map[string]string `json:"extra,omitempty"`
+}
+
+func statePath(dir string) string { return filepath.Join(dir, "state.json") }
+
+// LoadState reads state.json; a missing one is the empty state.
+func LoadState(dir string) (*State, error) {
+	s := &State{Resources: map[string]*Managed{}}
+	err := readJSON(statePath(dir), s)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if s.Resources == nil {
+		s.Resources = map[string]*Managed{}
+	}
+	return s, err
+}
+
+// Save writes state.json atomically.
+func (s *State) Save(dir string) error { return writeJSONAtomic(statePath(dir), s, 0o600) }
+
+// Running is what the host runs, by module, for reports.
+func (s *State) Running() map[string]models.RunningBuild {
+	r := map[string]models.RunningBuild{}
+	for _, m := range s.Resources {
+		if m.Module == "" {
+			continue
+		}
+		if cur, ok := r[m.Module]; !ok || m.Build > cur.Build {
+			r[m.Module] = models.RunningBuild{Build: m.Build}
+		}
+	}
+	return r
+}
+
+func (s *State) clone() *State {
+	c := *s
+	c.Resources = make(map[string]*Managed, len(s.Resources))
+	for k, v := range s.Resources {
+		vv := *v
+		c.Resources[k] = &vv
+	}
+	return &c
+}

@@ -1,0 +1,317 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"mesh/models"
+)
+
+// services runs the declared services: the host's own supervisor, or
+// systemd units.
+type services interface {
+	// Ensure makes the service run as declared; it says "created",
+	// "updated" or "unchanged".
+	Ensure(ctx context.Context, r models.Resource, digest string) (string, error)
+	// Stop stops and forgets the service.
+	Stop(ctx context.Context, id string) error
+	// Close stops supervising (the services keep running).
+	Close()
+}
+
+// pidRecord is a service's pidfile: the pid, the process's start time (so
+// a recycled pid is never mistaken for it) and the digest it runs.
+type pidRecord struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Digest    string `json:"digest"`
+}
+
+// supervisor is the host's own service manager. Each service runs in its
+// own session with output to a log file under the state dir, so it
+// outlives the host's own restarts and upgrades; a restarted host adopts
+// it from its pidfile instead of starting a second copy.
+type supervisor struct {
+	dir   string // state/services
+	root  *machineRoot
+	log   *slog.Logger
+	grace time.Duration
+
+	mu   sync.Mutex
+	svcs map[string]*supervised
+}
+
+type supervised struct {
+	id     string
+	res    models.Resource
+	digest string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu  sync.Mutex
+	pid pidRecord
+}
+
+func newSupervisor(stateDir string, root *machineRoot, log *slog.Logger, grace time.Duration) (*supervisor, error) {
+	dir := filepath.Join(stateDir, "services")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &supervisor{dir: dir, root: root, log: log, grace: grace, svcs: map[string]*supervised{}}, nil
+}
+
+func (s *supervisor) pidPath(id string) string { return filepath.Join(s.dir, id+".pid") }
+
+// LogPath is where a service's output goes.
+func (s *supervisor) LogPath(id string) string { return filepath.Join(s.dir, id+".log") }
+
+func (s *supervisor) readPid(id string) (pidRecord, bool) {
+	var p pidRecord
+	if err := readJSON(s.pidPath(id), &p); err != nil || p.PID <= 0 {
+		return p, false
+	}
+	return p, alive(p)
+}
+
+// Ensure implements services.
+func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest string) (string, error) {
+	s.mu.Lock()
+	sv := s.svcs[r.ID]
+	s.mu.Unlock()
+	if sv != nil && sv.digest == digest {
+		return "unchanged", nil
+	}
+	action := "created"
+	if sv != nil {
+		action = "updated"
+		if err := s.Stop(ctx, r.ID); err != nil {
+			return "", err
+		}
+	} else if p, ok := s.readPid(r.ID); ok {
+		if p.Digest == digest {
+			// Adopt what an earlier run of the host started: never two copies.
+			s.watch(r, digest, p)
+			return "unchanged", nil
+		}
+		action = "updated"
+		if err := s.kill(p); err != nil {
+			return "", err
+		}
+	}
+	p, err := s.start(r, digest)
+	if err != nil {
+		return "", err
+	}
+	s.watch(r, digest, p)
+	return action, nil
+}
+
+// start launches the service in its own session.
+func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) {
+	logf, err := os.OpenFile(s.LogPath(r.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return pidRecord{}, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(s.root.host(r.Command[0]), r.Command[1:]...)
+	cmd.Dir = s.root.dir
+	cmd.Env = serviceEnv(s.root.dir, r.Env)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
+	}
+	// Reap it when it exits (while this host is its parent).
+	go func() { _ = cmd.Wait() }()
+	st, err := startTime(cmd.Process.Pid)
+	if err != nil {
+		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
+	}
+	p := pidRecord{PID: cmd.Process.Pid, StartTime: st, Digest: digest}
+	if err := writeJSONAtomic(s.pidPath(r.ID), p, 0o600); err != nil {
+		return p, err
+	}
+	fmt.Fprintf(logf, "--- mesh-host started %s (pid %d, %s)\n", r.ID, p.PID, short(digest))
+	return p, nil
+}
+
+func serviceEnv(root string, env map[string]string) []string {
+	out := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "MESH_ROOT=" + root}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// watch keeps a service running: when it exits it is started again, with
+// backoff (1 s doubling to 30 s, reset after a minute of running).
+func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p}
+	s.mu.Lock()
+	s.svcs[r.ID] = sv
+	s.mu.Unlock()
+	go func() {
+		defer close(sv.done)
+		backoff := time.Second
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		startedAt := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			sv.mu.Lock()
+			cur := sv.pid
+			sv.mu.Unlock()
+			if alive(cur) {
+				continue
+			}
+			if time.Since(startedAt) > time.Minute {
+				backoff = time.Second
+			}
+			s.log.Warn("service exited; restarting", "service", r.ID, "pid", cur.PID, "after", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			np, err := s.start(r, digest)
+			if err != nil {
+				s.log.Error("restarting service", "service", r.ID, "err", err)
+				continue
+			}
+			startedAt = time.Now()
+			sv.mu.Lock()
+			sv.pid = np
+			sv.mu.Unlock()
+		}
+	}()
+}
+
+// Stop implements services: SIGTERM to the service's process group, then
+// SIGKILL after the grace.
+func (s *supervisor) Stop(ctx context.Context, id string) error {
+	s.mu.Lock()
+	sv := s.svcs[id]
+	delete(s.svcs, id)
+	s.mu.Unlock()
+	var p pidRecord
+	if sv != nil {
+		sv.cancel()
+		<-sv.done
+		p = sv.pid
+	} else if rec, ok := s.readPid(id); ok {
+		p = rec
+	}
+	if err := s.kill(p); err != nil {
+		return err
+	}
+	if err := os.Remove(s.pidPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (s *supervisor) kill(p pidRecord) error {
+	if !alive(p) {
+		return nil
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
+	_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	deadline := time.Now().Add(s.grace)
+	for time.Now().Before(deadline) {
+		if !alive(p) {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	for range 100 {
+		if !alive(p) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("pid %d survived SIGKILL", p.PID)
+}
+
+// Close implements services: stop watching; the services keep running.
+func (s *supervisor) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sv := range s.svcs {
+		sv.cancel()
+	}
+}
+
+// alive reports whether the pidfile's process still runs: the pid exists,
+// is not a zombie, and started when the pidfile says (not a recycled pid).
+func alive(p pidRecord) bool {
+	if p.PID <= 0 {
+		return false
+	}
+	st, state, err := procStat(p.PID)
+	return err == nil && state != "Z" && st == p.StartTime
+}
+
+func startTime(pid int) (uint64, error) {
+	st, _, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads a process's start time (clock ticks after boot) and state.
+func procStat(pid int) (uint64, string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, f[0], err
+}
+
+// serviceDigest identifies what a service runs: its definition and the
+// digests of what it comes after, so a new tree or config restarts it.
+func serviceDigest(r models.Resource, deps map[string]string) string {
+	d := struct {
+		Command []string          `json:"command"`
+		Env     map[string]string `json:"env"`
+		Check   *models.Check     `json:"check"`
+		After   map[string]string `json:"after"`
+	}{r.Command, r.Env, r.Check, map[string]string{}}
+	for _, a := range r.After {
+		d.After[a] = deps[a]
+	}
+	b, _ := json.Marshal(d)
+	return models.DigestOf(b)
+}

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+
+	"mesh/models"
+)
+
+// systemdServices runs services as systemd units: it writes a unit file
+// under <root>/etc/systemd/system and calls systemctl.
+type systemdServices struct {
+	root      *machineRoot
+	systemctl string
+}
+
+func newSystemd(root *machineRoot) *systemdServices {
+	return &systemdServices{root: root, systemctl: "systemctl"}
+}
+
+// UnitName is the unit a service resource becomes: mesh-node-tools-service.service.
+func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "-") + ".service" }
+
+func unitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
+
+// Unit renders a service resource as a systemd unit.
+func Unit(r models.Resource, digest, rootDir string, hostPath func(string) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Written by mesh-host; changes are overwritten.\n# digest %s\n", digest)
+	fmt.Fprintf(&b, "[Unit]\nDescription=mesh %s (module %s, build %d)\nAfter=network.target\n\n", r.ID, r.Module, r.Build)
+	b.WriteString("[Service]\nType=simple\n")
+	args := []string{hostPath(r.Command[0])}
+	args = append(args, r.Command[1:]...)
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = systemdQuote(a)
+	}
+	fmt.Fprintf(&b, "ExecStart=%s\n", strings.Join(q, " "))
+	fmt.Fprintf(&b, "Environment=%s\n", systemdQuote("MESH_ROOT="+rootDir))
+	keys := make([]string, 0, len(r.Env))
+	for k := range r.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(k+"="+r.Env[k]))
+	}
+	b.WriteString("Restart=always\nRestartSec=2\nKillMode=control-group\nTimeoutStopSec=10\n\n[Install]\nWantedBy=multi-user.target\n")
+	return b.String()
+}
+
+// systemdQuote quotes a word for ExecStart= and Environment=.
+func systemdQuote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "%", "%%", "$", "$$")
+	return `"` + r.Replace(s) + `"`
+}
+
+func (s *systemdServices) run(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, s.systemctl, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("systemctl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// Ensure implements services.
+func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest string) (string, error) {
+	unit := Unit(r, digest, s.root.dir, s.root.host)
+	p := unitPath(r.ID)
+	old, err := s.root.root.ReadFile(rel(p))
+	if err == nil && string(old) == unit {
+		return "unchanged", s.run(ctx, "start", UnitName(r.ID))
+	}
+	action := "created"
+	if err == nil {
+		action = "updated"
+	}
+	if err := s.root.writeFile(p, []byte(unit), 0o644); err != nil {
+		return "", err
+	}
+	if err := s.run(ctx, "daemon-reload"); err != nil {
+		return "", err
+	}
+	if err := s.run(ctx, "enable", UnitName(r.ID)); err != nil {
+		return "", err
+	}
+	return action, s.run(ctx, "restart", UnitName(r.ID))
+}
+
+// Stop implements services.
+func (s *systemdServices) Stop(ctx context.Context, id string) error {
+	if err := s.run(ctx, "disable", "--now", UnitName(id)); err != nil {
+		return err
+	}
+	if err := s.root.remove(unitPath(id)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return s.run(ctx, "daemon-reload")
+}
+
+// Close implements services.
+func (s *systemdServices) Close() {}
+

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// A tree is swapped in atomically by a symlink flip: the declared path is
+// a symlink to a directory named by the artifact digest, beside it in a
+// hidden versions directory. The new version is unpacked into a temporary
+// directory, renamed to its digest's name once complete, and the declared
+// path is flipped to it by renaming a new symlink over the old one. A crash
+// leaves either the old link or the new; half-unpacked temporaries are
+// removed by recoverTree at start.
+
+// versionsDir is where a tree's unpacked versions live: /opt/.node-tools.mesh.
+func versionsDir(p string) string { return path.Join(path.Dir(p), "."+path.Base(p)+".mesh") }
+
+// treeLive reports whether the declared path points at the version of digest.
+func (m *machineRoot) treeLive(p, digest string) bool {
+	target, err := m.root.Readlink(rel(p))
+	if err != nil {
+		return false
+	}
+	want := path.Base(versionsDir(p)) + "/" + strings.TrimPrefix(digest, "sha256:")
+	if target != want {
+		return false
+	}
+	fi, err := m.root.Stat(rel(p))
+	return err == nil && fi.IsDir()
+}
+
+// installTree unpacks the tar.gz at archive for declared path p and swaps it
+// in. It returns the number of regular files.
+func (m *machineRoot) installTree(p, digest, archive string) (int, error) {
+	r := rel(p)
+	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	}
+	vdir := rel(versionsDir(p))
+	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
+		return 0, err
+	}
+	m.recoverTree(p)
+	name := strings.TrimPrefix(digest, "sha256:")
+	final := path.Join(vdir, name)
+	files := 0
+	if _, err := m.root.Lstat(final); err != nil {
+		tmp := path.Join(vdir, "tmp-"+randSuffix())
+		if err := m.root.Mkdir(tmp, 0o755); err != nil {
+			return 0, err
+		}
+		n, err := m.unpack(tmp, archive)
+		if err != nil {
+			_ = m.root.RemoveAll(tmp)
+			return 0, err
+		}
+		files = n
+		if err := m.root.Rename(tmp, final); err != nil {
+			_ = m.root.RemoveAll(tmp)
+			return 0, err
+		}
+	} else {
+		files = m.countFiles(final)
+	}
+	link := path.Join(path.Dir(r), "."+path.Base(r)+".link-"+randSuffix())
+	if err := m.root.Symlink(path.Base(vdir)+"/"+name, link); err != nil {
+		return 0, err
+	}
+	if err := m.root.Rename(link, r); err != nil {
+		_ = m.root.Remove(link)
+		return 0, err
+	}
+	// The old versions are no longer named: remove them.
+	if ents, err := fs.ReadDir(m.root.FS(), vdir); err == nil {
+		for _, e := range ents {
+			if e.Name() != name {
+				_ = m.root.RemoveAll(path.Join(vdir, e.Name()))
+			}
+		}
+	}
+	return files, nil
+}
+
+// recoverTree removes what a crash mid-install left: temporary unpack
+// directories and links that were never renamed into place.
+func (m *machineRoot) recoverTree(p string) {
+	vdir := rel(versionsDir(p))
+	if ents, err := fs.ReadDir(m.root.FS(), vdir); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "tmp-") {
+				_ = m.root.RemoveAll(path.Join(vdir, e.Name()))
+			}
+		}
+	}
+	dir := path.Dir(rel(p))
+	if dir == "" {
+		dir = "."
+	}
+	if ents, err := fs.ReadDir(m.root.FS(), dir); err == nil {
+		prefix := "." + path.Base(p) + ".link-"
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), prefix) {
+				_ = m.root.Remove(path.Join(dir, e.Name()))
+			}
+		}
+	}
+}
+
+func (m *machineRoot) removeTree(p string) error {
+	if err := m.remove(p); err != nil {
+		return err
+	}
+	return m.root.RemoveAll(rel(versionsDir(p)))
+}
+
+func (m *machineRoot) countFiles(dir string) int {
+	n := 0
+	_ = fs.WalkDir(m.root.FS(), dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
+
+// unpack extracts a tar.gz into dir (relative to the root), refusing any
+// entry that would escape it: "..", an absolute name, a symlink or hardlink
+// whose target leaves the tree, a device file. Symlinks that stay inside
+// are kept: real runtimes ship them. Every write goes through a Root
+// opened at dir, so even a symlink made earlier cannot lead out.
+func (m *machineRoot) unpack(dir, archive string) (int, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return 0, escapeErr("not a tar.gz: %v", err)
+	}
+	root, err := m.root.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	tr := tar.NewReader(gz)
+	files := 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return files, escapeErr("reading archive: %v", err)
+		}
+		name, err := entryName(h.Name)
+		if err != nil {
+			return files, err
+		}
+		if name == "." {
+			continue
+		}
+		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+			return files, err
+		}
+		mode := fs.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return files, err
+			}
+			_ = root.Chmod(name, mode|0o700)
+		case tar.TypeReg:
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+			if err != nil {
+				return files, fmt.Errorf("%s: %w", h.Name, err)
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return files, err
+			}
+			_ = root.Chmod(name, mode)
+			files++
+		case tar.TypeSymlink:
+			if path.IsAbs(h.Linkname) {
+				return files, escapeErr("symlink %s points to the absolute path %s, outside the tree", h.Name, h.Linkname)
+			}
+			if t := path.Join(path.Dir(name), h.Linkname); t == ".." || strings.HasPrefix(t, "../") {
+				return files, escapeErr("symlink %s → %s leaves the tree", h.Name, h.Linkname)
+			}
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return files, err
+			}
+		case tar.TypeLink:
+			target, err := entryName(h.Linkname)
+			if err != nil {
+				return files, escapeErr("hardlink %s → %s leaves the tree", h.Name, h.Linkname)
+			}
+			if err := root.Link(target, name); err != nil {
+				return files, escapeErr("hardlink %s → %s: %v", h.Name, h.Linkname, err)
+			}
+			files++
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return files, escapeErr("%s is a device file", h.Name)
+		case tar.TypeXGlobalHeader, tar.TypeXHeader:
+		default:
+			return files, escapeErr("%s has unsupported type %q", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// entryName cleans an archive entry name and refuses ones that escape.
+func entryName(n string) (string, error) {
+	if path.IsAbs(n) || strings.HasPrefix(n, "/") {
+		return "", escapeErr("entry %s has an absolute path", n)
+	}
+	for _, part := range strings.Split(n, "/") {
+		if part == ".." {
+			return "", escapeErr("entry %s contains ..", n)
+		}
+	}
+	c := path.Clean(n)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", escapeErr("entry %s escapes", n)
+	}
+	return c, nil
+}
+
+// escapeErr is an archive the host refuses (not a failure to retry).
+func escapeErr(format string, a ...any) error { return refuse("escape: "+format, a...) }

@@ -1,0 +1,129 @@
+// Command mesh-host is the host agent: `enroll` once, then `run` (or
+// `launch`, under a service manager); `journal` shows what it applied.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"mesh/agent"
+	"mesh/version"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "mesh-host:", err)
+		os.Exit(1)
+	}
+}
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// multi is a repeatable flag.
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+func run(args []string, stdout, stderr io.Writer) error {
+	for _, a := range args {
+		if a == "--version" || a == "-version" {
+			fmt.Fprintln(stdout, "mesh-host", version.String())
+			return nil
+		}
+	}
+	if len(args) == 0 {
+		return errors.New("usage: mesh-host enroll|run|journal [flags] (mesh-host CMD -h for flags)")
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "enroll":
+		return enroll(args, stdout, stderr)
+	case "run":
+		return runAgent(args, stderr)
+	case "journal":
+		return journal(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "mesh-host", version.String())
+		return nil
+	}
+	return fmt.Errorf("unknown command %q (enroll, run, journal, version)", cmd)
+}
+
+func enroll(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("enroll", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	controllers := fs.String("controller", env("MESH_CONTROLLER", ""), "controller URL(s), comma-separated, tried in turn")
+	token := fs.String("join-token", env("MESH_JOIN_TOKEN", ""), "a single-use join token from an admin")
+	name := fs.String("name", "", "this machine's name")
+	state := fs.String("state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *controllers == "" || *token == "" || *name == "" {
+		return errors.New("--controller, --join-token and --name are required")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, err := agent.Enroll(ctx, strings.Split(*controllers, ","), *token, *name, *state)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "enrolled as %s with %s; %d trusted key(s) kept in %s\n", id.Machine, strings.Join(id.Controllers, ", "), len(id.Keys), *state)
+	return nil
+}
+
+// agentFlags are run's flags (launch takes them too).
+func agentFlags(fs *flag.FlagSet, cfg *agent.Config) *string {
+	fs.StringVar(&cfg.StateDir, "state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
+	fs.StringVar(&cfg.Root, "root", env("MESH_HOST_ROOT", "/"), "map every declared path under this dir (MESH_HOST_ROOT)")
+	fs.Var((*multi)(&cfg.AllowRoots), "allow-root", "a declared path must fall under one of these (repeatable; default /)")
+	fs.StringVar(&cfg.Services, "services", "host", "run services under the host's own supervisor (host) or as systemd units (systemd)")
+	fs.DurationVar(&cfg.Wait, "wait", 50*time.Second, "how long each poll is held")
+	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "applies of one generation before it is rejected")
+	fs.DurationVar(&cfg.RetryBase, "retry", time.Second, "first wait between failed applies (doubles)")
+	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping a service")
+	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
+}
+
+func runAgent(args []string, stderr io.Writer) error {
+	var cfg agent.Config
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	level := agentFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(*level))
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg.Log.Info("mesh-host running", "version", version.String(), "state", cfg.StateDir, "root", cfg.Root, "services", cfg.Services)
+	return agent.Run(ctx, cfg)
+}
+
+func journal(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("journal", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	state := fs.String("state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
+	asJSON := fs.Bool("json", false, "JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return agent.PrintJournal(*state, stdout, *asJSON)
+}
