@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -48,9 +49,10 @@ type Controller struct {
 	Instance string
 	Addr     net.Addr
 
-	ln     net.Listener
-	cancel context.CancelFunc
-	done   chan struct{}
+	ln      net.Listener
+	cancel  context.CancelFunc
+	done    chan struct{}
+	workers sync.WaitGroup
 }
 
 // OpenStore opens and migrates the store the config names.
@@ -127,9 +129,10 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln, cancel: cancel, done: make(chan struct{})}
-	go hub.Run(runCtx, cfg.FlushEvery)
-	go sends.Run(runCtx)
-	go c.heartbeat(runCtx)
+	c.workers.Add(3)
+	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery) }()
+	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
+	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
 	e.Server.ReadHeaderTimeout = 10 * time.Second
 	go func() {
 		defer close(c.done)
@@ -173,6 +176,7 @@ func (c *Controller) Stop() error {
 	err := c.Echo.Shutdown(sctx)
 	<-c.done
 	c.cancel()
+	c.workers.Wait() // the last last-seen flush is written before the store closes
 	_ = c.Store.SetInstanceState(ctx, c.Instance, models.InstanceStopped)
 	if cerr := c.Store.Close(); err == nil {
 		err = cerr

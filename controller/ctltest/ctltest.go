@@ -157,6 +157,9 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 
 // Stop stops the controller (once).
 func (e *Env) Stop() {
+	if e.Ctl == nil {
+		return
+	}
 	e.stopOnce.Do(func() {
 		if err := e.Ctl.Stop(); err != nil {
 			e.T.Logf("stopping controller: %v", err)
@@ -299,4 +302,10 @@ func (e *Env) Upload(token, module, manifest string, artifact []byte, digest str
 	mw.Close()
 	return e.Do(Request{Method: "POST", Path: "/api/v1/modules/" + module + "/builds", Token: token, Body: buf.Bytes(),
 		Header: map[string]string{"Content-Type": mw.FormDataContentType()}})
+}
+
+// Attach is a client for a controller running elsewhere (a real binary).
+func Attach(tb testing.TB, url, admin string) *Env {
+	return &Env{T: tb, URL: url, Admin: admin,
+		HTTP: &http.Client{Transport: validating{tb, http.DefaultTransport}, Timeout: 5 * time.Minute}}
 }

@@ -1,0 +1,419 @@
+// Package e2e runs the real mesh-controller and mesh-host binaries on
+// loopback, with temp dirs, and checks what a person would: the machines,
+// the sends, the reports, the journals and the processes.
+package e2e
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/agent"
+	"mesh/controller/ctltest"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+var bin string // the built binaries
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mesh-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	bin = dir
+	for name, pkg := range map[string]string{"mesh-controller": "../cmd/mesh-controller", "mesh-host": "../cmd/mesh-host", "svc": "./testdata/svc"} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version=1.0.0 -X mesh/version.Build=1", "-o", filepath.Join(dir, name), pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// controllerProc is a running mesh-controller binary.
+type controllerProc struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	URL   string
+	port  string
+	cfg   store.Config
+	Admin string
+	*ctltest.Env
+	log *bytes.Buffer
+}
+
+func startController(t *testing.T, dialect string) *controllerProc {
+	t.Helper()
+	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect)}
+	c.URL = "http://127.0.0.1:" + c.port
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *controllerProc) start() {
+	c.t.Helper()
+	args := []string{"serve", "--listen", "127.0.0.1:" + c.port, "--data", c.cfg.DataDir, "--log-level", "info"}
+	if c.cfg.DatabaseURL != "" {
+		args = append(args, "--database", c.cfg.DatabaseURL)
+	}
+	c.cmd = exec.Command(filepath.Join(bin, "mesh-controller"), args...)
+	var out bytes.Buffer
+	c.log = &bytes.Buffer{}
+	c.cmd.Stdout, c.cmd.Stderr = &out, c.log
+	if err := c.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	waitFor(c.t, 20*time.Second, "controller ready", func() bool {
+		resp, err := http.Get(c.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if m := regexp.MustCompile(`password: (\S+)`).FindStringSubmatch(out.String()); m != nil {
+		env := ctltest.Attach(c.t, c.URL, "")
+		c.Admin = env.Login("admin", m[1])
+	}
+	c.Env = ctltest.Attach(c.t, c.URL, c.Admin)
+}
+
+func (c *controllerProc) stop() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+	c.cmd = nil
+	if c.t.Failed() {
+		c.t.Logf("controller log:\n%s", c.log.String())
+	}
+}
+
+// hostProc is a running mesh-host binary.
+type hostProc struct {
+	t     *testing.T
+	Name  string
+	State string
+	Root  string
+	cmd   *exec.Cmd
+	log   *bytes.Buffer
+	extra []string
+}
+
+// enroll enrols a host against url (a controller or a proxy in front of it).
+func enroll(t *testing.T, c *controllerProc, name, url string) *hostProc {
+	t.Helper()
+	h := &hostProc{t: t, Name: name, State: filepath.Join(t.TempDir(), "state"), Root: filepath.Join(t.TempDir(), "root")}
+	if err := os.MkdirAll(h.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, "mesh-host"), "enroll", "--controller", url,
+		"--join-token", c.JoinToken(), "--name", name, "--state", h.State).CombinedOutput()
+	if err != nil {
+		t.Fatalf("enroll %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(h.cleanup)
+	return h
+}
+
+func (h *hostProc) start(extra ...string) {
+	h.t.Helper()
+	h.extra = extra
+	args := append([]string{"run", "--state", h.State, "--root", h.Root, "--wait", "5s", "--retry", "100ms",
+		"--stop-grace", "2s", "--log-level", "debug"}, extra...)
+	h.cmd = exec.Command(filepath.Join(bin, "mesh-host"), args...)
+	if h.log == nil {
+		h.log = &bytes.Buffer{}
+	}
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	if err := h.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *hostProc) signal(sig syscall.Signal) {
+	if h.cmd == nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(sig)
+	_ = h.cmd.Wait()
+	h.cmd = nil
+}
+
+// cleanup stops the host and every service it started (they live in their
+// own sessions and would outlive the test).
+func (h *hostProc) cleanup() {
+	h.signal(syscall.SIGTERM)
+	ents, _ := filepath.Glob(filepath.Join(h.State, "services", "*.pid"))
+	for _, p := range ents {
+		var rec struct{ PID int }
+		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 {
+			_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+		}
+	}
+	if h.t.Failed() {
+		h.t.Logf("host %s log:\n%s", h.Name, h.log)
+		out, _ := exec.Command(filepath.Join(bin, "mesh-host"), "journal", "--state", h.State).CombinedOutput()
+		h.t.Logf("host %s journal:\n%s", h.Name, out)
+	}
+}
+
+func (h *hostProc) journal() []agent.Entry {
+	h.t.Helper()
+	out, err := exec.Command(filepath.Join(bin, "mesh-host"), "journal", "--state", h.State, "--json").Output()
+	if err != nil {
+		h.t.Fatalf("journal: %v", err)
+	}
+	var es []agent.Entry
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e agent.Entry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			h.t.Fatalf("journal line %q: %v", sc.Text(), err)
+		}
+		es = append(es, e)
+	}
+	return es
+}
+
+func (h *hostProc) journalText() string {
+	out, _ := exec.Command(filepath.Join(bin, "mesh-host"), "journal", "--state", h.State).CombinedOutput()
+	return string(out)
+}
+
+// machine reads a machine from the API.
+type machineView struct {
+	Name              string `json:"name"`
+	Generation        int64  `json:"generation"`
+	AppliedGeneration int64  `json:"applied_generation"`
+	FinishedGen       int64  `json:"finished_generation"`
+	State             string `json:"state"`
+	LastOutcome       string `json:"last_outcome"`
+	LastReason        string `json:"last_reason"`
+	HostVersion       string `json:"host_version"`
+}
+
+func (c *controllerProc) machine(name string) machineView {
+	c.t.Helper()
+	var m machineView
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/" + name, Token: c.Admin}, 200, &m)
+	return m
+}
+
+// waitApplied waits until the machine's host applied its latest generation.
+func (c *controllerProc) waitApplied(name string, d time.Duration) machineView {
+	c.t.Helper()
+	var m machineView
+	waitFor(c.t, d, name+" applied its latest generation", func() bool {
+		m = c.machine(name)
+		return m.Generation > 0 && m.AppliedGeneration == m.Generation && m.FinishedGen == m.Generation
+	})
+	return m
+}
+
+func (c *controllerProc) put(path string, gen int64, body any) int64 {
+	c.t.Helper()
+	resp := c.JSON(ctltest.Request{Method: "PUT", Path: path, Token: c.Admin, Header: map[string]string{"If-Match": fmt.Sprintf(`"%d"`, gen)}, Body: body}, 200, nil)
+	n, _ := strconv.ParseInt(strings.Trim(resp.Header.Get("ETag"), `"`), 10, 64)
+	return n
+}
+
+func (c *controllerProc) assign(machine string, modules ...string) int64 {
+	c.t.Helper()
+	as := []map[string]any{}
+	for _, m := range modules {
+		as = append(as, map[string]any{"module": m})
+	}
+	return c.put("/api/v1/machines/"+machine+"/assignments", c.machine(machine).Generation, map[string]any{"assignments": as})
+}
+
+func (c *controllerProc) setVars(machine string, vars map[string]string) int64 {
+	c.t.Helper()
+	return c.put("/api/v1/machines/"+machine+"/variables", c.machine(machine).Generation, map[string]any{"variables": vars})
+}
+
+func (c *controllerProc) module(name string) {
+	c.t.Helper()
+	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: c.Admin, Body: map[string]any{"name": name}}, 201, nil)
+}
+
+func (c *controllerProc) upload(module, manifest string, artifact []byte) {
+	c.t.Helper()
+	resp, b := c.Upload(c.Admin, module, manifest, artifact, "")
+	if resp.StatusCode != 201 {
+		c.t.Fatalf("upload %s: %d %s", module, resp.StatusCode, b)
+	}
+}
+
+type reportView struct {
+	Send       string `json:"send"`
+	Generation int64  `json:"generation"`
+	Outcome    string `json:"outcome"`
+	Reason     string `json:"reason"`
+}
+
+func (c *controllerProc) reports(machine string) []reportView {
+	c.t.Helper()
+	var l struct{ Items []reportView }
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/" + machine + "/reports?limit=500", Token: c.Admin}, 200, &l)
+	return l.Items
+}
+
+type sendView struct {
+	ID         string `json:"id"`
+	Generation int64  `json:"generation"`
+	Digest     string `json:"digest"`
+	Instance   string `json:"instance"`
+	Trigger    string `json:"trigger"`
+	Outcome    string `json:"outcome"`
+}
+
+func (c *controllerProc) sends(machine string) []sendView {
+	c.t.Helper()
+	var l struct{ Items []sendView }
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/" + machine + "/sends?limit=500", Token: c.Admin}, 200, &l)
+	return l.Items
+}
+
+// tarball builds a tar.gz from entries.
+type entry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func tarball(t *testing.T, es ...entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, e := range es {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Size: int64(len(e.body))}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if h.Typeflag != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			_, _ = io.WriteString(tw, e.body)
+		}
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+// runtimeTree is node-tools' runtime: the svc binary as bin/run, an inner
+// symlink, and a few files.
+func runtimeTree(t *testing.T) []byte {
+	t.Helper()
+	svc, err := os.ReadFile(filepath.Join(bin, "svc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tarball(t,
+		entry{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		entry{name: "bin/run", body: string(svc), mode: 0o755},
+		entry{name: "bin/node", link: "run", typ: tar.TypeSymlink},
+		entry{name: "lib/current", link: "../bin", typ: tar.TypeSymlink},
+		entry{name: "share/README", body: "node tools\n"},
+		entry{name: "share/VERSION", body: "17\n"},
+	)
+}
+
+const runtimeManifest = `{"resources": [
+  {"name": "runtime", "kind": "tree", "path": "/opt/node-tools"},
+  {"name": "config", "kind": "file", "path": "/etc/node-tools.conf", "content": "port=${var.port}\nmachine=${machine.name}\n", "mode": "0644"},
+  {"name": "service", "kind": "service", "command": ["/opt/node-tools/bin/run", "--port", "${var.port}", "--config", "/etc/node-tools.conf"],
+   "after": ["runtime", "config"], "check": {"tcp": "127.0.0.1:${var.port}"}}
+]}`
+
+// copies counts the running processes of the svc listening on port.
+func copies(port string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) >= 3 && strings.HasSuffix(args[0], "/opt/node-tools/bin/run") && args[1] == "--port" && args[2] == port {
+			if st, _ := os.ReadFile(filepath.Dir(p) + "/stat"); !strings.Contains(string(st), ") Z ") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func listening(port string) bool {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
