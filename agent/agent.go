@@ -206,17 +206,18 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	v, err := verify(res.body, a.id.Keys, a.id.Machine)
 	var rf *refusal
 	if errors.As(err, &rf) {
-		if v == nil || v.decl.Generation == 0 {
-			// Not verified: neither its generation nor its digest can be
-			// trusted, so nothing is recorded as finished.
+		if v == nil || v.decl.Generation == 0 || v.decl.Machine != a.id.Machine {
+			// Not verified, or not ours: neither its generation nor the
+			// send it claims can be attributed to this machine, so the
+			// report names neither and nothing is recorded as finished.
 			digest := ""
 			if v != nil {
 				digest = v.digest
 			}
-			a.refused(ctx, res.send, etagGen, digest, rf.reason, false)
+			a.refused(ctx, "", 0, digest, fmt.Sprintf("%s (send %s, generation %d claimed)", rf.reason, res.send, etagGen), false)
 			return false
 		}
-		a.refused(ctx, res.send, v.decl.Generation, v.digest, rf.reason, v.decl.Machine == a.id.Machine)
+		a.refused(ctx, res.send, v.decl.Generation, v.digest, rf.reason, true)
 		return true
 	}
 	d := &v.decl

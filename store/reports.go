@@ -36,7 +36,13 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		up := map[string]any{"last_outcome": r.Outcome, "last_reason": r.Reason, "last_report_at": now}
+		up := map[string]any{"last_report_at": now}
+		// The summary speaks of the latest generation only: a refusal of a
+		// stale replay is kept as a report row, but the machine is still
+		// what its latest generation made it.
+		if r.Generation >= m.FinishedGen && r.Generation > 0 {
+			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+		}
 		if r.HostVersion != "" {
 			up["host_version"] = r.HostVersion
 		}
