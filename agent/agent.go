@@ -390,4 +390,3 @@ func (a *Agent) snapshotServices() []models.Resource {
 	defer a.checksMu.Unlock()
 	return a.checkTargets
 }
-

@@ -131,7 +131,9 @@ type reportRefused struct {
 	detail string
 }
 
-func (e *reportRefused) Error() string { return fmt.Sprintf("report refused (%d): %s", e.status, e.detail) }
+func (e *reportRefused) Error() string {
+	return fmt.Sprintf("report refused (%d): %s", e.status, e.detail)
+}
 
 // fetchBlob downloads a blob into the state dir's cache, verifying its
 // digest; a cached blob whose bytes still match is reused. A partial

@@ -107,4 +107,3 @@ func (s *systemdServices) Stop(ctx context.Context, id string) error {
 
 // Close implements services.
 func (s *systemdServices) Close() {}
-

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,39 @@ func BenchmarkCompose_Batch500(b *testing.B) {
 				s.DB().Exec("UPDATE machines SET generation = generation + 1")
 				b.StartTimer()
 				if _, fails, err := s.Compose(ctx, ids, "ctl", sg); err != nil || len(fails) > 0 {
+					b.Fatal(err, fails)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCompose_569Resources: composing one declaration of 569
+// resources (target: under 50 ms).
+func BenchmarkCompose_569Resources(b *testing.B) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		b.Run(d, func(b *testing.B) {
+			s := storetest.MustOpen(b, d)
+			ctx := context.Background()
+			var res []string
+			for i := range 569 {
+				res = append(res, fmt.Sprintf(`{"name": "f%03d", "kind": "file", "path": "/etc/mod/f%03d.conf", "content": "port=${var.port}\nmachine=${machine.name}\n"}`, i, i))
+			}
+			if err := s.CreateModule(ctx, "t", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.CreateBuild(ctx, "t", "mod", &models.Build{Manifest: `{"resources": [` + strings.Join(res, ",") + `]}`}, nil); err != nil {
+				b.Fatal(err)
+			}
+			m := fixture(b, s, "m1")
+			sg := newSigner()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				s.DB().Exec("UPDATE machines SET generation = generation + 1")
+				b.StartTimer()
+				got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", sg)
+				if err != nil || len(fails) > 0 || len(got[m.ID].Envelope) < 569*50 {
 					b.Fatal(err, fails)
 				}
 			}

@@ -28,7 +28,7 @@ func newSigner() signer {
 const manifest = `{"resources": [{"name": "config", "kind": "file", "path": "/etc/x.conf", "content": "port=${var.port}\n"}]}`
 
 // fixture enrols a machine and assigns it a module with one build.
-func fixture(t *testing.T, s *store.Store, name string) *models.Machine {
+func fixture(t testing.TB, s *store.Store, name string) *models.Machine {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.CreateJoinToken(ctx, "test", "hash-"+name, time.Now().Add(time.Hour)); err != nil {
@@ -38,7 +38,7 @@ func fixture(t *testing.T, s *store.Store, name string) *models.Machine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Module(ctx, "mod"); errors.Is(err, models.ErrNotFound) {
+	if mod, err := s.Module(ctx, "mod"); errors.Is(err, models.ErrNotFound) || mod.CurrentBuild == nil {
 		if err := s.CreateModule(ctx, "test", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
 			t.Fatal(err)
 		}
