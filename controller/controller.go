@@ -32,6 +32,8 @@ type Config struct {
 	DatabaseURL string
 	// FlushEvery is how often last-seen times are written.
 	FlushEvery time.Duration
+	// HeartbeatEvery is how often the instance row is touched.
+	HeartbeatEvery time.Duration
 	// DrainTimeout bounds a graceful stop.
 	DrainTimeout time.Duration
 	Log          *slog.Logger
@@ -75,6 +77,9 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 30 * time.Second
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = 15 * time.Second
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 10 * time.Second
@@ -148,7 +153,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 }
 
 func (c *Controller) heartbeat(ctx context.Context) {
-	t := time.NewTicker(15 * time.Second)
+	t := time.NewTicker(c.cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
 		select {

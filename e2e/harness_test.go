@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,24 @@ import (
 )
 
 var bin string // the built binaries
+
+// syncBuffer is a buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "mesh-e2e-bin-")
@@ -58,7 +77,7 @@ type controllerProc struct {
 	cfg   store.Config
 	Admin string
 	*ctltest.Env
-	log *bytes.Buffer
+	log *syncBuffer
 }
 
 func startController(t *testing.T, dialect string) *controllerProc {
@@ -77,9 +96,9 @@ func (c *controllerProc) start() {
 		args = append(args, "--database", c.cfg.DatabaseURL)
 	}
 	c.cmd = exec.Command(filepath.Join(bin, "mesh-controller"), args...)
-	var out bytes.Buffer
-	c.log = &bytes.Buffer{}
-	c.cmd.Stdout, c.cmd.Stderr = &out, c.log
+	out := &syncBuffer{}
+	c.log = &syncBuffer{}
+	c.cmd.Stdout, c.cmd.Stderr = out, c.log
 	if err := c.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
@@ -124,7 +143,7 @@ type hostProc struct {
 	State string
 	Root  string
 	cmd   *exec.Cmd
-	log   *bytes.Buffer
+	log   *syncBuffer
 	extra []string
 }
 
@@ -151,7 +170,7 @@ func (h *hostProc) start(extra ...string) {
 		"--stop-grace", "2s", "--log-level", "debug"}, extra...)
 	h.cmd = exec.Command(filepath.Join(bin, "mesh-host"), args...)
 	if h.log == nil {
-		h.log = &bytes.Buffer{}
+		h.log = &syncBuffer{}
 	}
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
 	if err := h.cmd.Start(); err != nil {

@@ -119,7 +119,8 @@ func (v validating) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // Options change how a test controller starts.
 type Options struct {
-	FlushEvery time.Duration
+	FlushEvery     time.Duration
+	HeartbeatEvery time.Duration
 }
 
 // Start runs a controller on a fresh store of the dialect.
@@ -141,7 +142,7 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 		level = slog.LevelDebug
 	}
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Out: &out,
-		FlushEvery: o.FlushEvery, DrainTimeout: 5 * time.Second,
+		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, DrainTimeout: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level}))}
 	c, err := controller.Start(context.Background(), cfg)
 	if err != nil {
