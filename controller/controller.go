@@ -23,6 +23,7 @@ import (
 	"mesh/models"
 	"mesh/store"
 	"mesh/version"
+	"mesh/web"
 )
 
 // Config is a controller's configuration.
@@ -127,6 +128,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	srv.Register(e)
+	web.NewServer(st, hub, auth, signer, inst, cfg.Log).Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

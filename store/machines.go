@@ -305,3 +305,9 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 		return audit(tx, actor, "delete-machine", "machine/"+name, "")
 	})
 }
+
+// AllMachines reads every machine, by name (the dashboard's overview).
+func (s *Store) AllMachines(ctx context.Context) ([]models.Machine, error) {
+	var ms []models.Machine
+	return ms, mapErr(s.db.WithContext(ctx).Order("name").Find(&ms).Error)
+}

@@ -1,0 +1,420 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/agent"
+	"mesh/models"
+	"mesh/store"
+)
+
+// overviewData computes every machine's row, the counts, and the filter.
+func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, error) {
+	ms, err := s.Store.AllMachines(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	now := time.Now()
+	o := Overview{State: state, Q: q, Total: len(ms)}
+	counts := map[string]int{}
+	for i := range ms {
+		seen := s.lastSeen(&ms[i])
+		r := row(&ms[i], seen, now)
+		counts[r.State]++
+		if state != "" && r.State != state {
+			continue
+		}
+		if q != "" && !strings.Contains(r.Name, strings.ToLower(q)) {
+			continue
+		}
+		o.Rows = append(o.Rows, r)
+	}
+	for _, st := range AllStates {
+		if counts[st] > 0 {
+			o.Counts = append(o.Counts, StateCount{State: st, N: counts[st]})
+		}
+	}
+	return o, nil
+}
+
+func (s *Server) lastSeen(m *models.Machine) *time.Time {
+	if t := s.Seen.LastSeen(m.ID); t != nil {
+		return t
+	}
+	return m.LastSeen
+}
+
+func (s *Server) overview(c echo.Context) error {
+	o, err := s.overviewData(c.Request().Context(), c.QueryParam("state"), c.QueryParam("q"))
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, OverviewPage(s.page(c, "Machines"), o))
+}
+
+// overviewFragment is the live table htmx polls.
+func (s *Server) overviewFragment(c echo.Context) error {
+	o, err := s.overviewData(c.Request().Context(), c.QueryParam("state"), c.QueryParam("q"))
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, MachineTable(o))
+}
+
+// detail reads everything the machine page shows.
+func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *models.Machine, error) {
+	m, err := s.Store.Machine(ctx, name)
+	if err != nil {
+		return MachineDetail{}, nil, err
+	}
+	d := MachineDetail{Row: row(m, s.lastSeen(m), time.Now()), Generation: m.Generation}
+	sends, err := s.Store.Sends(ctx, m.ID, 50, "")
+	if err != nil {
+		return d, m, err
+	}
+	reps, err := s.Store.Reports(ctx, m.ID, 200, 0)
+	if err != nil {
+		return d, m, err
+	}
+	bySend := map[string][]ReportLine{}
+	for _, r := range reps {
+		bySend[r.SendID] = append(bySend[r.SendID], reportLine(r))
+	}
+	for _, sd := range sends {
+		d.Sends = append(d.Sends, SendRow{ID: sd.ID, Time: stamp(sd.CreatedAt), Generation: sd.Generation, Instance: sd.InstanceID,
+			Trigger: sd.Trigger, Outcome: sd.Outcome, Reason: sd.Reason, Reports: bySend[sd.ID]})
+	}
+	return d, m, nil
+}
+
+// reportLine says a report in the journal's words.
+func reportLine(r models.ReportRow) ReportLine {
+	l := ReportLine{Time: stamp(r.CreatedAt), Outcome: r.Outcome, Reason: r.Reason}
+	var body models.Report
+	if json.Unmarshal([]byte(r.Body), &body) == nil {
+		for _, a := range body.Actions {
+			if a.Action != "unchanged" {
+				l.Actions = append(l.Actions, agent.ActionWords(a))
+			}
+		}
+		for _, c := range body.Checks {
+			word := "healthy"
+			if !c.OK {
+				word = "unhealthy"
+			}
+			l.Checks = append(l.Checks, fmt.Sprintf("check %s: %s (%s) at %s", c.Resource, word, c.Detail, stamp(c.At)))
+		}
+	}
+	return l
+}
+
+func (s *Server) machinePage(c echo.Context) error {
+	ctx := c.Request().Context()
+	d, m, err := s.detail(ctx, c.Param("name"))
+	if errors.Is(err, models.ErrNotFound) {
+		return s.errorPage(c, http.StatusNotFound, "No machine named "+c.Param("name")+".")
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.fillForms(ctx, &d, m, nil, nil); err != nil {
+		return err
+	}
+	s.fillDeclaration(ctx, &d, m)
+	if c.QueryParam("saved") != "" {
+		d.Saved = c.QueryParam("saved")
+	}
+	return s.render(c, http.StatusOK, MachinePage(s.page(c, m.Name), d))
+}
+
+func (s *Server) machineStatus(c echo.Context) error {
+	d, _, err := s.detail(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, MachineStatus(d))
+}
+
+// fillForms fills the assignment and variable forms: from the store, or
+// from what the person submitted (kept when a save is refused).
+func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Machine, typed map[string]store.AssignmentView, typedVars *string) error {
+	as, _, err := s.Store.Assignments(ctx, m.Name)
+	if err != nil {
+		return err
+	}
+	stored := map[string]store.AssignmentView{}
+	for _, a := range as {
+		stored[a.Module] = a
+	}
+	if typed == nil {
+		typed = stored
+	}
+	mods, err := s.Store.Modules(ctx, 500, 0)
+	if err != nil {
+		return err
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
+	for _, mod := range mods {
+		mc := ModuleChoice{Name: mod.Name}
+		if mod.CurrentBuild != nil {
+			mc.Current = fmt.Sprintf("current: %d", *mod.CurrentBuild)
+		}
+		if a, ok := typed[mod.Name]; ok {
+			mc.Assigned, mc.Reason = true, a.Reason
+			if a.Build != nil {
+				mc.Build = strconv.FormatInt(*a.Build, 10)
+			}
+		}
+		d.Modules = append(d.Modules, mc)
+	}
+	if typedVars != nil {
+		d.Vars = *typedVars
+	} else {
+		vars, _, err := s.Store.Variables(ctx, m.Name)
+		if err != nil {
+			return err
+		}
+		keys := make([]string, 0, len(vars))
+		for k := range vars {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			d.Vars += k + "=" + vars[k] + "\n"
+		}
+	}
+	return nil
+}
+
+// fillDeclaration composes the current declaration (the bytes a poll
+// will send) and compares it with what the host last applied.
+func (s *Server) fillDeclaration(ctx context.Context, d *MachineDetail, m *models.Machine) {
+	got, fails, err := s.Store.Compose(ctx, []int64{m.ID}, s.Instance, s.Signer)
+	if err == nil && fails[m.ID] != nil {
+		err = fails[m.ID]
+	}
+	if err != nil {
+		d.DeclErr = problemText(err)
+		return
+	}
+	next := payloadOf(got[m.ID].Envelope)
+	pretty, _ := json.MarshalIndent(next, "", "  ")
+	d.Decl = string(pretty)
+	var prev *models.DeclarationPayload
+	if m.AppliedGeneration > 0 {
+		if old, err := s.Store.Declaration(ctx, m.ID, m.AppliedGeneration); err == nil {
+			prev = payloadOf(old.Envelope)
+		}
+	}
+	d.Diff = diff(prev, next)
+}
+
+func payloadOf(env []byte) *models.DeclarationPayload {
+	var e models.Envelope
+	var p models.DeclarationPayload
+	if json.Unmarshal(env, &e) != nil || json.Unmarshal(e.Payload, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// diff is what applying next in full does to a machine that applied prev:
+// every resource created, changed and removed.
+func diff(prev, next *models.DeclarationPayload) []DiffRow {
+	old := map[string]models.Resource{}
+	if prev != nil {
+		for _, r := range prev.Resources {
+			old[r.ID] = r
+		}
+	}
+	var out []DiffRow
+	if next == nil {
+		return out
+	}
+	seen := map[string]bool{}
+	for _, r := range next.Resources {
+		seen[r.ID] = true
+		o, ok := old[r.ID]
+		switch {
+		case !ok:
+			out = append(out, DiffRow{Resource: r.ID, Change: "create", Detail: describe(r)})
+		default:
+			a, _ := json.Marshal(o)
+			b, _ := json.Marshal(r)
+			if string(a) != string(b) {
+				out = append(out, DiffRow{Resource: r.ID, Change: "change", Detail: fmt.Sprintf("build %d → %d; %s", o.Build, r.Build, describe(r))})
+			}
+		}
+	}
+	for _, r := range sortedResources(old) {
+		if !seen[r.ID] {
+			verb := "remove"
+			if r.OnRemove == "forget" {
+				verb = "forget"
+			}
+			out = append(out, DiffRow{Resource: r.ID, Change: verb, Detail: describe(r)})
+		}
+	}
+	return out
+}
+
+func describe(r models.Resource) string {
+	switch r.Kind {
+	case "tree":
+		return fmt.Sprintf("tree %s from %s", r.Path, r.Artifact.Digest)
+	case "file":
+		return fmt.Sprintf("file %s", r.Path)
+	case "service":
+		return "service " + strings.Join(r.Command, " ")
+	}
+	return r.Kind
+}
+
+func sortedResources(m map[string]models.Resource) []models.Resource {
+	out := make([]models.Resource, 0, len(m))
+	for _, r := range m {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// formGeneration reads the generation the person's form was made from.
+func formGeneration(c echo.Context) (*int64, error) {
+	g, err := strconv.ParseInt(c.FormValue("generation"), 10, 64)
+	if err != nil {
+		return nil, models.Invalid("generation", "the form is missing the generation it was made from; reload the page")
+	}
+	return &g, nil
+}
+
+// refused re-renders the machine page with a plain message and what the
+// person typed, when a save was refused (stale, invalid).
+func (s *Server) refused(c echo.Context, name string, saveErr error, typed map[string]store.AssignmentView, typedVars *string, what string) error {
+	ctx := c.Request().Context()
+	d, m, err := s.detail(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := s.fillForms(ctx, &d, m, typed, typedVars); err != nil {
+		return err
+	}
+	s.fillDeclaration(ctx, &d, m)
+	status := http.StatusBadRequest
+	if errors.Is(saveErr, models.ErrStaleGeneration) {
+		status = http.StatusConflict
+		sent, _ := formGeneration(c)
+		as, _, _ := s.Store.Assignments(ctx, name)
+		names := []string{}
+		for _, a := range as {
+			n := a.Module
+			if a.Build != nil {
+				n += fmt.Sprintf(" (pinned to %d)", *a.Build)
+			}
+			names = append(names, n)
+		}
+		stored := "none"
+		if len(names) > 0 {
+			stored = strings.Join(names, ", ")
+		}
+		d.Notice = fmt.Sprintf("Not saved: %s changed since you opened this page (generation %d then, %d now: %s at %s). "+
+			"Nothing was overwritten. Your %s are kept below; the assignments stored now are: %s. Review, then save again to replace them.",
+			name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt), what, stored)
+	} else {
+		d.Notice = "Not saved: " + problemText(saveErr)
+	}
+	return s.render(c, status, MachinePage(s.page(c, name), d))
+}
+
+func (s *Server) saveAssignments(c echo.Context) error {
+	name := c.Param("name")
+	gen, err := formGeneration(c)
+	if err != nil {
+		return s.refused(c, name, err, nil, nil, "assignments")
+	}
+	mods, err := s.Store.Modules(c.Request().Context(), 500, 0)
+	if err != nil {
+		return err
+	}
+	typed := map[string]store.AssignmentView{}
+	var as []store.AssignmentView
+	var parseErr error
+	for _, mod := range mods {
+		if c.FormValue("m_"+mod.Name) == "" {
+			continue
+		}
+		a := store.AssignmentView{Module: mod.Name, Reason: strings.TrimSpace(c.FormValue("r_" + mod.Name))}
+		if b := strings.TrimSpace(c.FormValue("b_" + mod.Name)); b != "" {
+			n, err := strconv.ParseInt(b, 10, 64)
+			if err != nil {
+				parseErr = models.Invalid("build of "+mod.Name, "a build number")
+			}
+			a.Build = &n
+		}
+		typed[mod.Name] = a
+		as = append(as, a)
+	}
+	if parseErr != nil {
+		return s.refused(c, name, parseErr, typed, nil, "assignments")
+	}
+	if as == nil {
+		as = []store.AssignmentView{}
+	}
+	m, err := s.Store.SetAssignments(c.Request().Context(), "user:"+who(c).User, name, gen, as)
+	if err != nil {
+		return s.refused(c, name, err, typed, nil, "assignments")
+	}
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Assignments+saved+as+generation+%d", name, m.Generation))
+}
+
+func (s *Server) saveVariables(c echo.Context) error {
+	name := c.Param("name")
+	text := c.FormValue("vars")
+	gen, err := formGeneration(c)
+	if err != nil {
+		return s.refused(c, name, err, nil, &text, "variables")
+	}
+	vars := map[string]string{}
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), "KEY=value expected"), nil, &text, "variables")
+		}
+		if err := models.ValidVarKey(strings.TrimSpace(k)); err != nil {
+			return s.refused(c, name, err, nil, &text, "variables")
+		}
+		vars[strings.TrimSpace(k)] = v
+	}
+	m, err := s.Store.SetVariables(c.Request().Context(), "user:"+who(c).User, name, gen, vars)
+	if err != nil {
+		return s.refused(c, name, err, nil, &text, "variables")
+	}
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Variables+saved+as+generation+%d", name, m.Generation))
+}
+
+func (s *Server) push(c echo.Context) error {
+	name := c.Param("name")
+	gen, err := formGeneration(c)
+	if err != nil {
+		return s.refused(c, name, err, nil, nil, "push")
+	}
+	m, err := s.Store.Push(c.Request().Context(), "user:"+who(c).User, name, gen)
+	if err != nil {
+		return s.refused(c, name, err, nil, nil, "push")
+	}
+	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Pushed+as+generation+%d", name, m.Generation))
+}

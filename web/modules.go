@@ -1,0 +1,69 @@
+package web
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+)
+
+func (s *Server) modulesPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	mods, err := s.Store.Modules(ctx, 500, 0)
+	if err != nil {
+		return err
+	}
+	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
+	var out []ModuleView
+	for _, m := range mods {
+		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none"}
+		if m.CurrentBuild != nil {
+			v.Current = strconv.FormatInt(*m.CurrentBuild, 10)
+		}
+		bs, _, err := s.Store.Builds(ctx, m.Name, 20, 0)
+		if err != nil {
+			return err
+		}
+		for _, b := range bs {
+			d := b.Digest
+			if len(d) > 19 {
+				d = d[:19] + "…"
+			}
+			v.Builds = append(v.Builds, BuildRow{Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: d,
+				CreatedBy: b.CreatedBy, CreatedAt: stamp(b.CreatedAt), Current: m.CurrentBuild != nil && *m.CurrentBuild == b.Number})
+		}
+		out = append(out, v)
+	}
+	return s.render(c, http.StatusOK, ModulesPage(s.page(c, "Modules"), out))
+}
+
+// promote makes a build current everywhere (a person's explicit act).
+func (s *Server) promote(c echo.Context) error {
+	n, err := strconv.ParseInt(c.FormValue("build"), 10, 64)
+	if err != nil {
+		return s.errorPage(c, http.StatusBadRequest, "Not a build number.")
+	}
+	if _, err := s.Store.SetCurrent(c.Request().Context(), "user:"+who(c).User, c.Param("module"), n); err != nil {
+		return s.errorPage(c, http.StatusBadRequest, "Not made current: "+problemText(err))
+	}
+	return c.Redirect(http.StatusSeeOther, "/modules")
+}
+
+func (s *Server) instancesPage(c echo.Context) error {
+	is, err := s.Store.Instances(c.Request().Context(), 100)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, InstancesPage(s.page(c, "Instances"), is))
+}
+
+func (s *Server) auditPage(c echo.Context) error {
+	es, err := s.Store.AuditEvents(c.Request().Context(), 200, 0)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, AuditPage(s.page(c, "Audit"), es))
+}
+

@@ -1,0 +1,251 @@
+// Package web is the dashboard: templ components rendered on the server,
+// htmx for live fragments, static assets embedded. Every badge is computed
+// from recorded facts (generations, sends, reports, checks) and says when
+// it was last true.
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/crypto/bcrypt"
+
+	"mesh/api"
+	"mesh/models"
+	"mesh/store"
+)
+
+//go:generate go tool templ generate
+
+//go:embed static
+var staticFS embed.FS
+
+// htmx request and response headers.
+const (
+	HeaderHXRequest = "HX-Request"
+	HeaderHXTrigger = "HX-Trigger"
+)
+
+// SessionCookie carries a person's JWT.
+const SessionCookie = "mesh_session"
+
+// Seen says when a machine's host was last seen (the hub knows best).
+type Seen interface {
+	LastSeen(id int64) *time.Time
+}
+
+// Server is the dashboard.
+type Server struct {
+	Store    *store.Store
+	Seen     Seen
+	Auth     *api.Authority
+	Signer   store.Signer
+	Instance string
+	Log      *slog.Logger
+
+	assets map[string]asset // by hashed name
+	names  map[string]string
+}
+
+type asset struct {
+	body []byte
+	ctype string
+}
+
+// NewServer makes the dashboard and hashes its assets.
+func NewServer(st *store.Store, seen Seen, auth *api.Authority, signer store.Signer, instance string, log *slog.Logger) *Server {
+	s := &Server{Store: st, Seen: seen, Auth: auth, Signer: signer, Instance: instance, Log: log,
+		assets: map[string]asset{}, names: map[string]string{}}
+	_ = fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := staticFS.ReadFile(p)
+		sum := sha256.Sum256(b)
+		base := path.Base(p)
+		ext := path.Ext(base)
+		hashed := strings.TrimSuffix(base, ext) + "." + hex.EncodeToString(sum[:6]) + ext
+		ct := "application/octet-stream"
+		switch ext {
+		case ".js":
+			ct = "text/javascript; charset=utf-8"
+		case ".css":
+			ct = "text/css; charset=utf-8"
+		}
+		s.assets[hashed] = asset{body: b, ctype: ct}
+		s.names[base] = "/static/" + hashed
+		return nil
+	})
+	return s
+}
+
+// Asset is the content-hashed URL of a static file.
+func (s *Server) Asset(name string) string { return s.names[name] }
+
+// Register adds the dashboard's routes to e.
+func (s *Server) Register(e *echo.Echo) {
+	e.GET("/static/:name", s.static)
+	// CSRF protection on every dashboard route (a double-submit token:
+	// a cookie, and the same value in each form or htmx header); the API
+	// takes bearer tokens and needs none.
+	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
+		TokenLookup:    "header:X-CSRF-Token,form:_csrf",
+		CookieName:     "mesh_csrf",
+		CookiePath:     "/",
+		CookieHTTPOnly: true,
+		CookieSameSite: http.SameSiteStrictMode,
+		ErrorHandler: func(err error, c echo.Context) error {
+			return s.errorPage(c, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
+		},
+	})
+	viewer := []echo.MiddlewareFunc{csrf, s.session(models.RoleViewer)}
+	operator := []echo.MiddlewareFunc{csrf, s.session(models.RoleOperator)}
+	e.GET("/login", s.loginPage, csrf)
+	e.POST("/login", s.login, csrf)
+	e.POST("/logout", s.logout, csrf)
+	e.GET("/", s.overview, viewer...)
+	e.GET("/ui/machines", s.overviewFragment, viewer...)
+	e.GET("/machines/:name", s.machinePage, viewer...)
+	e.GET("/ui/machines/:name/status", s.machineStatus, viewer...)
+	e.POST("/machines/:name/assignments", s.saveAssignments, operator...)
+	e.POST("/machines/:name/variables", s.saveVariables, operator...)
+	e.POST("/machines/:name/push", s.push, operator...)
+	e.GET("/modules", s.modulesPage, viewer...)
+	e.POST("/modules/:module/current", s.promote, operator...)
+	e.GET("/instances", s.instancesPage, viewer...)
+	e.GET("/audit", s.auditPage, viewer...)
+}
+
+// static serves content-hashed assets, cached for a year.
+func (s *Server) static(c echo.Context) error {
+	a, ok := s.assets[c.Param("name")]
+	if !ok {
+		return echo.NewHTTPError(http.StatusNotFound)
+	}
+	c.Response().Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	return c.Blob(http.StatusOK, a.ctype, a.body)
+}
+
+// viewer is who is looking, with their CSRF token.
+type viewer struct {
+	User string
+	Role string
+	CSRF string
+}
+
+func (v viewer) can(role string) bool { return models.RoleRank(v.Role) >= models.RoleRank(role) }
+
+const viewerKey = "mesh.web.viewer"
+
+// session lets a person with a valid session cookie and at least role min
+// through; others are sent to the login page (or refused, for a change).
+func (s *Server) session(min string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ck, err := c.Cookie(SessionCookie)
+			var claims *api.PersonClaims
+			if err == nil {
+				claims, err = s.Auth.ParsePerson(ck.Value)
+			}
+			if err != nil {
+				if c.Request().Method == http.MethodGet {
+					if c.Request().Header.Get(HeaderHXRequest) != "" {
+						c.Response().Header().Set("HX-Redirect", "/login")
+						return c.NoContent(http.StatusUnauthorized)
+					}
+					return c.Redirect(http.StatusSeeOther, "/login")
+				}
+				return s.errorPage(c, http.StatusUnauthorized, "Your session has ended. Log in again.")
+			}
+			if models.RoleRank(claims.Role) < models.RoleRank(min) {
+				return s.errorPage(c, http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot do this; it needs %s.", claims.Role, min))
+			}
+			csrf, _ := c.Get(middleware.DefaultCSRFConfig.ContextKey).(string)
+			c.Set(viewerKey, viewer{User: claims.Subject, Role: claims.Role, CSRF: csrf})
+			return next(c)
+		}
+	}
+}
+
+func who(c echo.Context) viewer {
+	v, _ := c.Get(viewerKey).(viewer)
+	if v.CSRF == "" {
+		v.CSRF, _ = c.Get(middleware.DefaultCSRFConfig.ContextKey).(string)
+	}
+	return v
+}
+
+// render writes a component through a buffer, so a failed render never
+// sends half a 200.
+func (s *Server) render(c echo.Context, status int, comp templ.Component) error {
+	var buf bytes.Buffer
+	if err := comp.Render(c.Request().Context(), &buf); err != nil {
+		s.Log.Error("render", "err", err, "path", c.Path())
+		return echo.NewHTTPError(http.StatusInternalServerError, "internal error")
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+func (s *Server) errorPage(c echo.Context, status int, msg string) error {
+	return s.render(c, status, ErrorPage(s.page(c, "Error"), status, msg))
+}
+
+// page is what every page's layout needs.
+func (s *Server) page(c echo.Context, title string) Page {
+	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path}
+}
+
+func (s *Server) loginPage(c echo.Context) error {
+	return s.render(c, http.StatusOK, LoginPage(s.page(c, "Log in"), "", ""))
+}
+
+func (s *Server) login(c echo.Context) error {
+	user, pw := c.FormValue("username"), c.FormValue("password")
+	ctx := c.Request().Context()
+	u, err := s.Store.User(ctx, user)
+	if err != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(pw)) != nil {
+		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, c.RealIP())
+		return s.render(c, http.StatusUnauthorized, LoginPage(s.page(c, "Log in"), user, "Wrong user name or password."))
+	}
+	tok, exp, err := s.Auth.IssuePerson(u.Name, u.Role)
+	if err != nil {
+		return err
+	}
+	c.SetCookie(&http.Cookie{Name: SessionCookie, Value: tok, Path: "/", Expires: exp, HttpOnly: true,
+		Secure: c.IsTLS(), SameSite: http.SameSiteStrictMode})
+	return c.Redirect(http.StatusSeeOther, "/")
+}
+
+func (s *Server) logout(c echo.Context) error {
+	c.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		Secure: c.IsTLS(), SameSite: http.SameSiteStrictMode})
+	return c.Redirect(http.StatusSeeOther, "/login")
+}
+
+// problemText is an error as a sentence for a person.
+func problemText(err error) string {
+	var inv *models.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		return inv.Error()
+	case errors.Is(err, models.ErrNotFound), errors.Is(err, models.ErrConflict), errors.Is(err, models.ErrDowngrade),
+		errors.Is(err, models.ErrStaleGeneration), errors.Is(err, models.ErrMachineConflict):
+		return err.Error()
+	}
+	return "internal error"
+}
+

@@ -1,0 +1,179 @@
+package web
+
+import (
+	"fmt"
+	"time"
+
+	"mesh/models"
+)
+
+// Page is what every page's layout needs.
+type Page struct {
+	Title  string
+	Viewer viewer
+	CSS    string
+	HTMX   string
+	Path   string
+}
+
+// MachineRow is one machine on the overview.
+type MachineRow struct {
+	Name        string
+	State       string
+	Badge       string // the state in words, with why
+	Since       string // when it became (or was last) true
+	Generation  int64
+	Applied     int64
+	HostVersion string
+	Target      string
+	LastSeen    string
+}
+
+// StateCount is how many machines are in a state.
+type StateCount struct {
+	State string
+	N     int
+}
+
+// AllStates in the order the overview counts them.
+var AllStates = []string{models.StateCurrent, models.StateBehind, models.StateRefused, models.StateFailed, models.StateRejected,
+	models.StateConflict, models.StateOffline, models.StateUpgrading, models.StateRolledBack}
+
+// Overview is the overview page's data.
+type Overview struct {
+	Rows   []MachineRow
+	Counts []StateCount
+	Total  int
+	State  string
+	Q      string
+}
+
+func ago(t time.Time, now time.Time) string {
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+// row computes a machine's badge from its records.
+func row(m *models.Machine, seen *time.Time, now time.Time) MachineRow {
+	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
+		Target: m.TargetHostVersion, LastSeen: "never"}
+	if seen != nil {
+		r.LastSeen = ago(*seen, now)
+	}
+	r.State = models.MachineState(m, seen, now)
+	reported := "no report yet"
+	if m.LastReportAt != nil {
+		reported = stamp(*m.LastReportAt)
+	}
+	switch r.State {
+	case models.StateCurrent:
+		r.Badge = fmt.Sprintf("current at generation %d", m.Generation)
+		r.Since = "applied, reported " + reported
+	case models.StateBehind:
+		r.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
+		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + ")"
+	case models.StateRefused:
+		r.Badge = "refused: " + m.LastReason
+		r.Since = "reported " + reported
+	case models.StateFailed:
+		r.Badge = "failed: " + m.LastReason
+		r.Since = "reported " + reported
+	case models.StateRejected:
+		r.Badge = "rejected: " + m.LastReason
+		r.Since = "reported " + reported
+	case models.StateConflict:
+		r.Badge = fmt.Sprintf("conflict: the host finished generation %d, the store holds %d", m.ConflictHostGen, m.Generation)
+		r.Since = "nothing is sent until an admin resolves it"
+	case models.StateOffline:
+		r.Badge = "offline"
+		r.Since = "last seen " + r.LastSeen
+	case models.StateUpgrading:
+		r.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)
+		r.Since = "reported " + reported
+	case models.StateRolledBack:
+		r.Badge = "rolled back: " + m.LastReason
+		r.Since = "reported " + reported
+	}
+	return r
+}
+
+// ModuleChoice is one module on a machine's assignment form.
+type ModuleChoice struct {
+	Name     string
+	Assigned bool
+	Build    string
+	Reason   string
+	Builds   []int64
+	Current  string
+}
+
+// DiffRow is what apply-in-full will do to one resource.
+type DiffRow struct {
+	Resource string
+	Change   string // create, change, remove
+	Detail   string
+}
+
+// ReportLine is a report under its send: the host's journal in words.
+type ReportLine struct {
+	Time    string
+	Outcome string
+	Reason  string
+	Actions []string
+	Checks  []string
+}
+
+// SendRow is one send with its outcome and reports.
+type SendRow struct {
+	ID         string
+	Time       string
+	Generation int64
+	Instance   string
+	Trigger    string
+	Outcome    string
+	Reason     string
+	Reports    []ReportLine
+}
+
+// MachineDetail is the machine page's data.
+type MachineDetail struct {
+	Row        MachineRow
+	Generation int64
+	Modules    []ModuleChoice
+	Vars       string
+	Notice     string // a plain message: a conflict, a refusal
+	Saved      string
+	Diff       []DiffRow
+	Decl       string
+	DeclErr    string
+	Sends      []SendRow
+}
+
+// ModuleView is a module with its builds.
+type ModuleView struct {
+	Name    string
+	Kind    string
+	Current string
+	Builds  []BuildRow
+}
+
+// BuildRow is one build.
+type BuildRow struct {
+	Number    int64
+	Version   string
+	Commit    string
+	Digest    string
+	CreatedBy string
+	CreatedAt string
+	Current   bool
+}
