@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
-
 )
 
 func (s *Server) modulesPage(c echo.Context) error {
@@ -66,4 +65,3 @@ func (s *Server) auditPage(c echo.Context) error {
 	}
 	return s.render(c, http.StatusOK, AuditPage(s.page(c, "Audit"), es))
 }
-

@@ -61,7 +61,7 @@ type Server struct {
 }
 
 type asset struct {
-	body []byte
+	body  []byte
 	ctype string
 }
 
@@ -248,4 +248,3 @@ func problemText(err error) string {
 	}
 	return "internal error"
 }
-

@@ -1,0 +1,195 @@
+package web_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// browser is a person's HTTP client: cookies kept, redirects not followed.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+	csrf string
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+var csrfRE = regexp.MustCompile(`name="_csrf" value="([^"]+)"`)
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	resp, err := b.c.Get(b.base + path)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if m := csrfRE.FindSubmatch(body); m != nil {
+		b.csrf = string(m[1])
+	}
+	if resp.StatusCode == http.StatusSeeOther {
+		return resp.StatusCode, resp.Header.Get("Location")
+	}
+	return resp.StatusCode, string(body)
+}
+
+func (b *browser) post(path string, form url.Values, withCSRF bool) (int, string) {
+	b.t.Helper()
+	if withCSRF {
+		form.Set("_csrf", b.csrf)
+	}
+	resp, err := b.c.PostForm(b.base+path, form)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusSeeOther {
+		return resp.StatusCode, resp.Header.Get("Location")
+	}
+	return resp.StatusCode, string(body)
+}
+
+func (b *browser) login(user, pw string) {
+	b.t.Helper()
+	b.get("/login")
+	if st, loc := b.post("/login", url.Values{"username": {user}, "password": {pw}}, true); st != 303 || loc != "/" {
+		b.t.Fatalf("login: %d %s", st, loc)
+	}
+}
+
+// fixture: a controller with an admin and a viewer browser, a module with
+// a build, and an enrolled machine.
+func fixture(t *testing.T) (*ctltest.Env, *browser, *browser) {
+	e := ctltest.Start(t, store.SQLite)
+	e.AddUser("olga", "operator")
+	e.AddUser("vera", "viewer")
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "node-tools"}}, 201, nil)
+	if resp, b := e.Upload(e.Admin, "node-tools", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/x.conf", "content": "x\n"}]}`, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %s", b)
+	}
+	e.Enroll("m1")
+	op := newBrowser(t, e.URL)
+	op.login("olga", "password-of-olga")
+	vw := newBrowser(t, e.URL)
+	vw.login("vera", "password-of-vera")
+	return e, op, vw
+}
+
+func TestPages_RenderForEveryRole(t *testing.T) {
+	_, op, vw := fixture(t)
+	for _, p := range []struct{ path, want string }{
+		{"/", `data-machine="m1"`}, {"/ui/machines", "behind by 1 generation(s)"}, {"/machines/m1", "Assignments"},
+		{"/ui/machines/m1/status", "Sends"}, {"/modules", "node-tools"}, {"/instances", "serving"}, {"/audit", "enroll"},
+		{"/?state=behind&q=m", "m1"},
+	} {
+		for _, b := range []*browser{op, vw} {
+			if st, body := b.get(p.path); st != 200 || !strings.Contains(body, p.want) {
+				t.Errorf("GET %s: %d, want 200 with %q:\n%.300s", p.path, st, p.want, body)
+			}
+		}
+	}
+	if st, body := vw.get("/machines/m1"); st != 200 || strings.Contains(body, "Save assignments") || strings.Contains(body, "Push") {
+		t.Errorf("a viewer is offered a change: %d", st)
+	}
+	if st, body := op.get("/machines/m1"); st != 200 || !strings.Contains(body, "Save assignments") {
+		t.Errorf("an operator is not offered the form: %d", st)
+	}
+}
+
+func TestPages_NeedALogin(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	anon := newBrowser(t, e.URL)
+	for _, p := range []string{"/", "/machines/m1", "/modules", "/audit"} {
+		if st, loc := anon.get(p); st != 303 || loc != "/login" {
+			t.Errorf("GET %s anonymously: %d %s", p, st, loc)
+		}
+	}
+	anon.get("/login")
+	if st, _ := anon.post("/login", url.Values{"username": {"admin"}, "password": {"wrong-password"}}, true); st != 401 {
+		t.Errorf("a wrong password: %d", st)
+	}
+	if st, _ := anon.post("/machines/m1/push", url.Values{"generation": {"1"}}, true); st != 401 {
+		t.Errorf("an anonymous change: %d", st)
+	}
+}
+
+func TestChanges_RoleAndCSRFChecked(t *testing.T) {
+	e, op, vw := fixture(t)
+	form := url.Values{"generation": {"1"}, "m_node-tools": {"on"}}
+	vw.get("/machines/m1")
+	if st, body := vw.post("/machines/m1/assignments", form, true); st != 403 || !strings.Contains(body, "cannot do this") {
+		t.Errorf("a viewer's change: %d", st)
+	}
+	op.get("/machines/m1")
+	if st, body := op.post("/machines/m1/assignments", form, false); st != 403 || !strings.Contains(body, "CSRF") {
+		t.Errorf("a change without the CSRF token: %d", st)
+	}
+	if st, _ := op.post("/machines/m1/assignments", url.Values{"generation": {"1"}, "m_node-tools": {"on"}, "_csrf": {"forged"}}, false); st != 403 {
+		t.Errorf("a change with a forged CSRF token: %d", st)
+	}
+	var as struct{ Assignments []any }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
+	if len(as.Assignments) != 0 {
+		t.Fatal("a refused change was stored")
+	}
+	if st, loc := op.post("/machines/m1/assignments", form, true); st != 303 || !strings.Contains(loc, "generation+2") {
+		t.Fatalf("the operator's change: %d %s", st, loc)
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
+	if len(as.Assignments) != 1 {
+		t.Fatal("the operator's change was not stored")
+	}
+}
+
+// TestStaleEdit_ConflictLosesNothing: a form made from generation 1 is
+// saved after the machine moved on: a plain conflict message, the person's
+// input kept, nothing overwritten.
+func TestStaleEdit_ConflictLosesNothing(t *testing.T) {
+	e, op, _ := fixture(t)
+	op.get("/machines/m1")
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+	st, body := op.post("/machines/m1/assignments", url.Values{"generation": {"1"}, "m_node-tools": {"on"}, "b_node-tools": {"1"}, "r_node-tools": {"typed by hand"}}, true)
+	if st != 409 || !strings.Contains(body, "Not saved: m1 changed since you opened this page (generation 1 then, 2 now: variables") {
+		t.Fatalf("stale save: %d\n%s", st, body)
+	}
+	if !strings.Contains(body, `value="typed by hand"`) || !strings.Contains(body, `name="generation" value="2"`) {
+		t.Fatal("the person's input was lost, or the form was not brought up to date")
+	}
+	var as struct{ Assignments []any }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
+	if len(as.Assignments) != 0 {
+		t.Fatal("the stale save overwrote the store")
+	}
+}
+
+func TestStatic_HashedAndCached(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	b := newBrowser(t, e.URL)
+	_, page := b.get("/login")
+	m := regexp.MustCompile(`src="(/static/htmx\.min\.[0-9a-f]{12}\.js)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no hashed htmx URL in the page")
+	}
+	resp, err := http.Get(e.URL + m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") {
+		t.Fatalf("%s: %d %s", m[1], resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+}
