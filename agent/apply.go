@@ -125,7 +125,7 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 			return models.Action{}, err
 		}
 		st.Resources[r.ID] = m
-		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: fmt.Sprintf("%s, %d byte(s), mode %s", r.Path, len(*r.Content), r.Mode)}, nil
+		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: fmt.Sprintf("%s, %d byte(s), mode %04o", r.Path, len(*r.Content), mode)}, nil
 	case "tree":
 		m.Digest = r.Artifact.Digest
 		digests[r.ID] = m.Digest

@@ -75,7 +75,8 @@ type controllerProc struct {
 	URL   string
 	port  string
 	cfg   store.Config
-	Admin string
+	Admin    string
+	AdminPW  string
 	*ctltest.Env
 	log *syncBuffer
 }
@@ -112,7 +113,7 @@ func (c *controllerProc) start() {
 	})
 	if m := regexp.MustCompile(`password: (\S+)`).FindStringSubmatch(out.String()); m != nil {
 		env := ctltest.Attach(c.t, c.URL, "")
-		c.Admin = env.Login("admin", m[1])
+		c.Admin, c.AdminPW = env.Login("admin", m[1]), m[1]
 	}
 	c.Env = ctltest.Attach(c.t, c.URL, c.Admin)
 }
