@@ -70,13 +70,13 @@ func TestMain(m *testing.M) {
 
 // controllerProc is a running mesh-controller binary.
 type controllerProc struct {
-	t     *testing.T
-	cmd   *exec.Cmd
-	URL   string
-	port  string
-	cfg   store.Config
-	Admin    string
-	AdminPW  string
+	t       *testing.T
+	cmd     *exec.Cmd
+	URL     string
+	port    string
+	cfg     store.Config
+	Admin   string
+	AdminPW string
 	*ctltest.Env
 	log *syncBuffer
 }

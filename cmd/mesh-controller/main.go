@@ -71,11 +71,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return errors.New("usage: mesh-controller user add NAME --role R --password-stdin")
 		}
 		return userAdd(args[1:], stdin, stdout, stderr)
+	case "demo":
+		return demo(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mesh-controller", version.String())
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (serve, migrate, user add, version)", cmd)
+	return fmt.Errorf("unknown command %q (serve, migrate, user add, demo, version)", cmd)
 }
 
 func serve(args []string, stdout, stderr io.Writer) error {

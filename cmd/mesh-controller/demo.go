@@ -1,0 +1,158 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"mesh/agent"
+	"mesh/api"
+	"mesh/controller"
+	"mesh/models"
+	"mesh/store"
+)
+
+// demo starts a controller on a fresh store in a temp dir, with three
+// local hosts (each its own state and root dir) and two sample modules, so
+// a newcomer sees a living mesh and can click through it.
+func demo(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "mesh-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	c, err := controller.Start(ctx, controller.Config{Listen: *listen, DataDir: filepath.Join(dir, "controller"), Log: log, Out: stdout})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	st := c.Store
+	if err := demoModules(ctx, st); err != nil {
+		return err
+	}
+	hosts := []string{"demo-1", "demo-2", "demo-3"}
+	agents, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{}, len(hosts))
+	for i, name := range hosts {
+		tok := api.NewSecret()
+		if err := st.CreateJoinToken(ctx, "demo", api.HashToken(tok), time.Now().Add(time.Hour)); err != nil {
+			return err
+		}
+		state, root := filepath.Join(dir, name, "state"), filepath.Join(dir, name, "root")
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return err
+		}
+		if _, err := agent.Enroll(ctx, []string{c.URL()}, tok, name, state); err != nil {
+			return err
+		}
+		m, err := st.Machine(ctx, name)
+		if err != nil {
+			return err
+		}
+		vars := map[string]string{"greeting": fmt.Sprintf("hello from %s", name), "canary": fmt.Sprint(i == 0)}
+		if m, err = st.SetVariables(ctx, "demo", name, &m.Generation, vars); err != nil {
+			return err
+		}
+		as := []store.AssignmentView{{Module: "motd"}}
+		if i < 2 {
+			as = append(as, store.AssignmentView{Module: "hello"})
+		}
+		if _, err = st.SetAssignments(ctx, "demo", name, &m.Generation, as); err != nil {
+			return err
+		}
+		go func() {
+			defer func() { done <- struct{}{} }()
+			err := agent.Run(agents, agent.Config{StateDir: state, Root: root, Wait: 20 * time.Second, StopGrace: 2 * time.Second, Log: log})
+			if err != nil {
+				log.Error("demo host", "host", name, "err", err)
+			}
+		}()
+	}
+	fmt.Fprintf(stdout, "mesh demo: a controller and three hosts (%s) in %s\n  dashboard: %s/  (log in as admin with the password above)\n  Ctrl-C stops it and removes everything.\n",
+		fmt.Sprint(hosts), dir, c.URL())
+	<-ctx.Done()
+	cancel()
+	for range hosts {
+		<-done
+	}
+	// The hosts' services live in sessions of their own, to outlive a
+	// host's restart; the demo ends them itself.
+	for _, name := range hosts {
+		pids, _ := filepath.Glob(filepath.Join(dir, name, "state", "services", "*.pid"))
+		for _, p := range pids {
+			var rec struct{ PID int }
+			if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &rec) == nil && rec.PID > 0 {
+				_ = syscall.Kill(-rec.PID, syscall.SIGTERM)
+			}
+		}
+	}
+	return nil
+}
+
+// demoModules makes motd (a file) and hello (a tree with a script, a
+// config file and a service checked by an exec check).
+func demoModules(ctx context.Context, st *store.Store) error {
+	for _, m := range []string{"motd", "hello"} {
+		if err := st.CreateModule(ctx, "demo", &models.Module{Name: m, Kind: models.KindService, SourcePaths: "[]", Tiers: `[{"machines":1},{"percent":100}]`}); err != nil {
+			return err
+		}
+	}
+	motd := `{"resources": [{"name": "motd", "kind": "file", "path": "/etc/motd", "content": "${var.greeting}\nmanaged by mesh\n", "mode": "0644"}]}`
+	if err := st.CreateBuild(ctx, "demo", "motd", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: motd}, nil); err != nil {
+		return err
+	}
+	script := "#!/bin/sh\nif [ \"$1\" = --check ]; then test -f \"$MESH_ROOT/etc/hello.conf\"; exit $?; fi\necho \"hello, serving under $MESH_ROOT\"\nexec sleep 2147483647\n"
+	art, err := demoTar(map[string]string{"bin/hello": script, "README": "the hello module of the mesh demo\n"})
+	if err != nil {
+		return err
+	}
+	hello := `{"resources": [
+	  {"name": "runtime", "kind": "tree", "path": "/opt/hello"},
+	  {"name": "config", "kind": "file", "path": "/etc/hello.conf", "content": "greeting=${var.greeting}\n"},
+	  {"name": "service", "kind": "service", "command": ["/opt/hello/bin/hello"], "after": ["runtime", "config"],
+	   "check": {"exec": ["/opt/hello/bin/hello", "--check"], "interval": "10s"}}]}`
+	return st.CreateBuild(ctx, "demo", "hello", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: hello,
+		Digest: models.DigestOf(art), Size: int64(len(art))}, art)
+}
+
+func demoTar(files map[string]string) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := io.WriteString(tw, body); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
