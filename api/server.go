@@ -114,6 +114,14 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/modules/:module/builds/:number", s.getBuild, viewer)
 	v1.POST("/modules/:module/current", s.setCurrent, operator)
 
+	v1.POST("/host-releases", s.createRelease, admin)
+	v1.GET("/host-releases", s.listReleases, viewer)
+	v1.POST("/host-releases/:version/rollout", s.startRollout, admin)
+	v1.GET("/host-releases/:version/rollout", s.getRollout, viewer)
+	v1.POST("/host-releases/:version/rollout/pause", s.rolloutAction("pause"), admin)
+	v1.POST("/host-releases/:version/rollout/resume", s.rolloutAction("resume"), admin)
+	v1.POST("/host-releases/:version/rollout/cancel", s.rolloutAction("cancel"), admin)
+
 	v1.GET("/instances", s.listInstances, viewer)
 	v1.GET("/audit", s.listAudit, viewer)
 }
@@ -122,7 +130,7 @@ func (s *Server) Register(e *echo.Echo) {
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		limit := int64(MaxJSONBody)
-		if strings.HasSuffix(c.Path(), "/builds") && c.Request().Method == http.MethodPost {
+		if (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost {
 			limit = MaxUploadBody
 		}
 		r := c.Request()

@@ -136,7 +136,8 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln, cancel: cancel, done: make(chan struct{})}
-	c.workers.Add(3)
+	c.workers.Add(4)
+	go func() { defer c.workers.Done(); c.rollouts(runCtx) }()
 	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery) }()
 	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
 	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
@@ -164,6 +165,22 @@ func (c *Controller) heartbeat(ctx context.Context) {
 		case <-t.C:
 			if err := c.Store.Heartbeat(ctx, c.Instance); err != nil {
 				c.cfg.Log.Warn("heartbeat", "err", err)
+			}
+		}
+	}
+}
+
+// rollouts advances host rollouts: waves, deadlines, completion.
+func (c *Controller) rollouts(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := c.Store.StepRollouts(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("stepping rollouts", "err", err)
 			}
 		}
 	}

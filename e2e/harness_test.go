@@ -56,8 +56,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	bin = dir
-	for name, pkg := range map[string]string{"mesh-controller": "../cmd/mesh-controller", "mesh-host": "../cmd/mesh-host", "svc": "./testdata/svc"} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version=1.0.0 -X mesh/version.Build=1", "-o", filepath.Join(dir, name), pkg)
+	for name, b := range map[string]struct{ pkg, version string }{
+		"mesh-controller": {"../cmd/mesh-controller", "1.0.0"}, "mesh-host": {"../cmd/mesh-host", "1.0.0"},
+		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "svc": {"./testdata/svc", "1.0.0"},
+		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
+	} {
+		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version="+b.version+" -X mesh/version.Build=1", "-o", filepath.Join(dir, name), b.pkg)
+		pkg := b.pkg
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
 			os.Exit(1)
@@ -144,8 +149,9 @@ type hostProc struct {
 	State string
 	Root  string
 	cmd   *exec.Cmd
-	log   *syncBuffer
-	extra []string
+	log    *syncBuffer
+	extra  []string
+	launch bool // run under `mesh-host launch`
 }
 
 // enroll enrols a host against url (a controller or a proxy in front of it).
@@ -167,7 +173,11 @@ func enroll(t *testing.T, c *controllerProc, name, url string) *hostProc {
 func (h *hostProc) start(extra ...string) {
 	h.t.Helper()
 	h.extra = extra
-	args := append([]string{"run", "--state", h.State, "--root", h.Root, "--wait", "5s", "--retry", "100ms",
+	cmd := "run"
+	if h.launch {
+		cmd = "launch"
+	}
+	args := append([]string{cmd, "--state", h.State, "--root", h.Root, "--wait", "5s", "--retry", "100ms",
 		"--stop-grace", "2s", "--log-level", "debug"}, extra...)
 	h.cmd = exec.Command(filepath.Join(bin, "mesh-host"), args...)
 	if h.log == nil {

@@ -24,8 +24,9 @@ type captured struct {
 type proxy struct {
 	*httptest.Server
 	mu       sync.Mutex
-	captured []captured
-	inject   *captured
+	captured     []captured
+	inject       *captured
+	corruptBlobs bool
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -33,6 +34,20 @@ func newProxy(t *testing.T, target string) *proxy {
 	p := &proxy{}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = func(r *http.Response) error {
+		p.mu.Lock()
+		corrupt := p.corruptBlobs
+		p.mu.Unlock()
+		if corrupt && strings.HasPrefix(r.Request.URL.Path, "/api/v1/blobs/") && r.StatusCode < 300 {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return err
+			}
+			if len(b) > 0 {
+				b[len(b)/2] ^= 0xff // the bytes no longer match their digest
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			return nil
+		}
 		if r.Request.URL.Path != "/api/v1/host/declaration" || r.StatusCode != 200 {
 			return nil
 		}

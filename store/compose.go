@@ -173,12 +173,23 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 			parsed[b.ID] = m
 		}
 	}
+	releases, hostDef, err := releasesFor(tx, todo)
+	if err != nil {
+		return err
+	}
 	now := s.Now()
 	rows := make([]models.Declaration, 0, len(todo))
 	payloads := make([][]byte, 0, len(todo))
 	for _, m := range todo {
 		in := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
 			ComposedAt: now, ComposedBy: by, Variables: varsOf[m.ID]}
+		target := m.TargetHostVersion
+		if target == "" {
+			target = hostDef
+		}
+		if rel := releases[target+" "+m.OS+"/"+m.Arch]; rel != nil {
+			in.Host = rel.Wire()
+		}
 		running := parseRunning(m.Running)
 		var err error
 		for _, a := range asOf[m.ID] {

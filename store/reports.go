@@ -56,7 +56,13 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				up["running"] = string(b)
 			}
 		}
-		return tx.Model(&m).Updates(up).Error
+		if err := tx.Model(&m).Updates(up).Error; err != nil {
+			return err
+		}
+		if r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack {
+			return upgradeReported(tx, &m, r)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

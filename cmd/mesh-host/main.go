@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,7 +21,11 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, agent.ErrUpgradeStaged) {
+		os.Exit(agent.ExitUpgrade) // the launcher takes it from here
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mesh-host:", err)
 		os.Exit(1)
 	}
@@ -47,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(args) == 0 {
-		return errors.New("usage: mesh-host enroll|run|journal [flags] (mesh-host CMD -h for flags)")
+		return errors.New("usage: mesh-host enroll|run|launch|journal [flags] (mesh-host CMD -h for flags)")
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
@@ -55,13 +60,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return enroll(args, stdout, stderr)
 	case "run":
 		return runAgent(args, stderr)
+	case "launch":
+		return launch(args, stderr)
 	case "journal":
 		return journal(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "mesh-host", version.String())
 		return nil
 	}
-	return fmt.Errorf("unknown command %q (enroll, run, journal, version)", cmd)
+	return fmt.Errorf("unknown command %q (enroll, run, launch, journal, version)", cmd)
 }
 
 func enroll(args []string, stdout, stderr io.Writer) error {
@@ -115,6 +122,38 @@ func runAgent(args []string, stderr io.Writer) error {
 	defer stop()
 	cfg.Log.Info("mesh-host running", "version", version.String(), "state", cfg.StateDir, "root", cfg.Root, "services", cfg.Services)
 	return agent.Run(ctx, cfg)
+}
+
+// launch is what a service manager runs: it takes run's flags, runs the
+// known-good host, and tries staged releases with automatic rollback.
+func launch(args []string, stderr io.Writer) error {
+	var cfg agent.Config
+	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	level := agentFlags(fs, &cfg)
+	deadline := fs.Duration("trial-deadline", 2*time.Minute, "how long a new release has to complete a reconcile before known-good is put back")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(*level))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
+	// Everything but the launcher's own flag goes to run.
+	var runArgs []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "trial-deadline" {
+			runArgs = append(runArgs, "--"+f.Name+"="+f.Value.String())
+		}
+	})
+	if len(cfg.AllowRoots) > 1 {
+		runArgs = slices.DeleteFunc(runArgs, func(a string) bool { return strings.HasPrefix(a, "--allow-root=") })
+		for _, r := range cfg.AllowRoots {
+			runArgs = append(runArgs, "--allow-root="+r)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return agent.Launch(ctx, agent.LaunchConfig{StateDir: cfg.StateDir, RunArgs: runArgs, TrialDeadline: *deadline, Log: log})
 }
 
 func journal(args []string, stdout, stderr io.Writer) error {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -309,4 +310,19 @@ func (e *Env) Upload(token, module, manifest string, artifact []byte, digest str
 func Attach(tb testing.TB, url, admin string) *Env {
 	return &Env{T: tb, URL: url, Admin: admin,
 		HTTP: &http.Client{Transport: validating{tb, http.DefaultTransport}, Timeout: 5 * time.Minute}}
+}
+
+// UploadRelease posts a host release for linux/amd64 (this machine's platform).
+func (e *Env) UploadRelease(token, version string, binary []byte) (*http.Response, []byte) {
+	e.T.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("version", version)
+	_ = mw.WriteField("os", runtime.GOOS)
+	_ = mw.WriteField("arch", runtime.GOARCH)
+	w, _ := mw.CreateFormFile("binary", "mesh-host")
+	_, _ = w.Write(binary)
+	mw.Close()
+	return e.Do(Request{Method: "POST", Path: "/api/v1/host-releases", Token: token, Body: buf.Bytes(),
+		Header: map[string]string{"Content-Type": mw.FormDataContentType()}})
 }

@@ -1,0 +1,265 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"mesh/version"
+)
+
+// LaunchConfig is how `mesh-host launch` runs the host.
+type LaunchConfig struct {
+	StateDir string
+	// RunArgs are the flags of `mesh-host run` (passed through).
+	RunArgs []string
+	// TrialDeadline is how long a new release has to complete a reconcile
+	// (poll, and have its upgraded report accepted) before known-good is
+	// put back.
+	TrialDeadline time.Duration
+	Log           *slog.Logger
+}
+
+// launcherState is launcher.json: the known-good release.
+type launcherState struct {
+	KnownGood     string `json:"known_good"`
+	KnownGoodPath string `json:"known_good_path"`
+}
+
+func launcherPath(dir string) string { return filepath.Join(dir, "launcher.json") }
+
+// Launch is the launcher a service manager runs. It runs the known-good
+// host; when the host hands over to a staged release (exit status
+// ExitUpgrade), it runs that release on trial and keeps it only if it
+// completes a reconcile within the deadline; otherwise it puts known-good
+// back and records why. It is a child subreaper: services orphaned by a
+// host's exit are its children, reaped here, and adopted by the next host.
+func Launch(ctx context.Context, cfg LaunchConfig) error {
+	if cfg.TrialDeadline <= 0 {
+		cfg.TrialDeadline = 2 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		cfg.Log.Warn("cannot become a child subreaper; orphaned services go to init", "err", err)
+	}
+	var st launcherState
+	if err := readJSON(launcherPath(cfg.StateDir), &st); err != nil || st.KnownGoodPath == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		st = launcherState{KnownGood: version.Version, KnownGoodPath: self}
+		if err := writeJSONAtomic(launcherPath(cfg.StateDir), st, 0o600); err != nil {
+			return err
+		}
+	}
+	l := &launcher{cfg: cfg, st: st, exits: map[int]chan syscall.WaitStatus{}}
+	// The reaper outlives the loop: stopping the host waits for its exit.
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	defer stopReaping()
+	go l.reap(reapCtx)
+	return l.loop(ctx)
+}
+
+type launcher struct {
+	cfg   LaunchConfig
+	st    launcherState
+	exits map[int]chan syscall.WaitStatus
+	mu    chanMutex
+}
+
+// chanMutex is a tiny mutex that selects.
+type chanMutex chan struct{}
+
+func (m *chanMutex) lock() {
+	if *m == nil {
+		*m = make(chan struct{}, 1)
+	}
+	*m <- struct{}{}
+}
+func (m *chanMutex) unlock() { <-*m }
+
+// reap waits for every child — the host it started and the services
+// orphaned to it — and hands the host's exit status to whoever waits.
+func (l *launcher) reap(ctx context.Context) {
+	sig := make(chan os.Signal, 8)
+	signal.Notify(sig, syscall.SIGCHLD)
+	defer signal.Stop(sig)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			l.mu.lock()
+			ch := l.exits[pid]
+			delete(l.exits, pid)
+			l.mu.unlock()
+			if ch != nil {
+				ch <- ws
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+		case <-tick.C:
+		}
+	}
+}
+
+// start runs a host binary with run's flags; env adds to the environment.
+func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.WaitStatus, error) {
+	ch := make(chan syscall.WaitStatus, 1)
+	l.mu.lock()
+	defer l.mu.unlock()
+	p, err := os.StartProcess(path, append([]string{path, "run"}, l.cfg.RunArgs...), &os.ProcAttr{
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Env:   append(append(os.Environ(), EnvLauncher+"=1"), env...),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	l.exits[p.Pid] = ch
+	return p, ch, nil
+}
+
+func (l *launcher) loop(ctx context.Context) error {
+	backoff := time.Second
+	for {
+		p, exited, err := l.start(l.st.KnownGoodPath)
+		if err != nil {
+			return fmt.Errorf("starting known-good %s: %w", l.st.KnownGoodPath, err)
+		}
+		l.cfg.Log.Info("launched", "version", l.st.KnownGood, "pid", p.Pid)
+		started := time.Now()
+		var ws syscall.WaitStatus
+		select {
+		case <-ctx.Done():
+			stop(p, exited)
+			return nil
+		case ws = <-exited:
+		}
+		if ws.Exited() && ws.ExitStatus() == ExitUpgrade {
+			if err := l.tryRelease(ctx); err != nil {
+				return err
+			}
+			backoff = time.Second
+			continue
+		}
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		l.cfg.Log.Warn("host exited; starting it again", "status", ws, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// tryRelease runs a staged release on trial; it becomes known-good only if
+// it completes a reconcile before the deadline.
+func (l *launcher) tryRelease(ctx context.Context) error {
+	var pd pending
+	if err := readJSON(pendingPath(l.cfg.StateDir), &pd); err != nil {
+		l.cfg.Log.Error("the host asked for a hand-over but staged nothing", "err", err)
+		return nil
+	}
+	_ = os.Remove(pendingPath(l.cfg.StateDir))
+	if ok, _ := fileHasDigest(pd.Path, pd.Digest); !ok {
+		return l.rollBack(pd, "the staged binary does not match its digest")
+	}
+	marker := markerPath(l.cfg.StateDir, pd.Version)
+	_ = os.Remove(marker)
+	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+l.st.KnownGood)
+	if err != nil {
+		return l.rollBack(pd, "could not start: "+err.Error())
+	}
+	l.cfg.Log.Info("release on trial", "version", pd.Version, "pid", p.Pid, "deadline", l.cfg.TrialDeadline)
+	deadline := time.NewTimer(l.cfg.TrialDeadline)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stop(p, exited)
+			return nil
+		case ws := <-exited:
+			return l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
+		case <-deadline.C:
+			stop(p, exited)
+			return l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
+		case <-tick.C:
+			if _, err := os.Stat(marker); err != nil {
+				continue
+			}
+			_ = os.Remove(marker)
+			l.st = launcherState{KnownGood: pd.Version, KnownGoodPath: pd.Path}
+			if err := writeJSONAtomic(launcherPath(l.cfg.StateDir), l.st, 0o600); err != nil {
+				return err
+			}
+			l.cfg.Log.Info("release is known-good", "version", pd.Version)
+			// Supervise it as the known-good host from here.
+			select {
+			case <-ctx.Done():
+				stop(p, exited)
+				return nil
+			case ws := <-exited:
+				if ws.Exited() && ws.ExitStatus() == ExitUpgrade {
+					return l.tryRelease(ctx)
+				}
+				l.cfg.Log.Warn("host exited; starting it again", "status", ws)
+				return nil
+			}
+		}
+	}
+}
+
+// rollBack puts known-good back and records why, for the restored host to
+// report (rolled_back) and to refuse the release from then on.
+func (l *launcher) rollBack(pd pending, reason string) error {
+	l.cfg.Log.Warn("rolling back", "from", pd.Version, "to", l.st.KnownGood, "reason", reason)
+	return writeJSONAtomic(rollbackPath(l.cfg.StateDir), rollback{From: pd.Version, To: l.st.KnownGood, Digest: pd.Digest,
+		Reason: reason, At: time.Now().UTC()}, 0o600)
+}
+
+// stop ends a host: SIGTERM, then SIGKILL after ten seconds.
+func stop(p *os.Process, exited chan syscall.WaitStatus) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		_ = p.Kill()
+		<-exited
+	}
+}
+
+func describeExit(ws syscall.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprint(ws)
+}
+

@@ -1,0 +1,181 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	"mesh/models"
+	"mesh/version"
+)
+
+// ExitUpgrade is the status with which `mesh-host run` hands over to a
+// staged release: the launcher then runs it on trial.
+const ExitUpgrade = 3
+
+// ErrUpgradeStaged ends Run when a new release is staged for the launcher.
+var ErrUpgradeStaged = errors.New("a new host release is staged; handing over to it")
+
+// Environment the launcher gives the host it runs.
+const (
+	EnvLauncher     = "MESH_LAUNCHER"      // set: a launcher runs this host and can hand over
+	EnvTrialVersion = "MESH_TRIAL_VERSION" // this host is on trial as that version
+	EnvTrialFrom    = "MESH_TRIAL_FROM"    // the version it replaces
+)
+
+// pending is a staged release waiting for the launcher (launch.json).
+type pending struct {
+	Version    string `json:"version"`
+	Digest     string `json:"digest"`
+	Path       string `json:"path"`
+	Generation int64  `json:"generation"`
+}
+
+// rollback is what the launcher records when it puts known-good back
+// (rollback.json); the restored host reports it.
+type rollback struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Digest string    `json:"digest"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+func pendingPath(dir string) string  { return filepath.Join(dir, "launch.json") }
+func rollbackPath(dir string) string { return filepath.Join(dir, "rollback.json") }
+func markerPath(dir, v string) string {
+	return filepath.Join(dir, "reconciled-"+v)
+}
+
+// maybeUpgrade acts on the declaration's host block: a host whose version
+// differs downloads the release, verifies its digest and signature, stages
+// it under versions/<version>/ and hands over to the launcher.
+func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int64) error {
+	if h == nil || h.Version == version.Version {
+		return nil
+	}
+	if h.OS != runtime.GOOS || h.Arch != runtime.GOARCH {
+		return a.refuseRelease(ctx, h, gen, fmt.Sprintf("built for %s/%s, this host is %s/%s", h.OS, h.Arch, runtime.GOOS, runtime.GOARCH))
+	}
+	if slices.Contains(a.state.RefusedReleases, h.Digest) {
+		a.once("release-refused-"+h.Digest, "host release %s (%s) was refused or rolled back before; not fetching it again", h.Version, short(h.Digest))
+		return nil
+	}
+	if os.Getenv(EnvLauncher) == "" {
+		a.once("no-launcher-"+h.Digest, "host release %s is targeted, but this host does not run under `mesh-host launch`, which keeps known-good; not upgrading", h.Version)
+		return nil
+	}
+	ok := false
+	for _, k := range a.id.Keys {
+		if k.KeyID == h.KeyID && len(k.PublicKey) == ed25519.PublicKeySize &&
+			ed25519.Verify(ed25519.PublicKey(k.PublicKey), models.ReleaseStatement(h.Version, h.OS, h.Arch, h.Digest), h.Signature) {
+			ok = true
+		}
+	}
+	if !ok {
+		return a.refuseRelease(ctx, h, gen, "its signature does not verify with a trusted key")
+	}
+	blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, h.Digest, h.Size)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return a.refuseRelease(ctx, h, gen, err.Error())
+	}
+	dir := filepath.Join(a.cfg.StateDir, "versions", h.Version)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	staged := filepath.Join(dir, "mesh-host")
+	if err := copyFile(blob, staged, 0o755); err != nil {
+		return err
+	}
+	if ok, err := fileHasDigest(staged, h.Digest); err != nil || !ok {
+		return a.refuseRelease(ctx, h, gen, "the staged copy does not match the digest")
+	}
+	if err := writeJSONAtomic(pendingPath(a.cfg.StateDir), pending{Version: h.Version, Digest: h.Digest, Path: staged, Generation: gen}, 0o600); err != nil {
+		return err
+	}
+	a.cfg.Log.Info("host release staged; handing over", "from", version.Version, "to", h.Version, "digest", h.Digest)
+	return ErrUpgradeStaged
+}
+
+// refuseRelease records a release this host will not run: the running
+// binary is untouched. It is tried again only with a new generation (bad
+// bytes may have been the transport's doing); a release that was rolled
+// back is never fetched again.
+func (a *Agent) refuseRelease(ctx context.Context, h *models.HostRelease, gen int64, why string) error {
+	a.refused(ctx, "", gen, h.Digest, fmt.Sprintf("host release %s refused: %s", h.Version, why), false)
+	return nil
+}
+
+// trial runs on a host the launcher started on trial: once it has polled
+// (a 304 counts) it reports upgraded; once that report is accepted it
+// leaves the marker the launcher waits for.
+func (a *Agent) trial(ctx context.Context) {
+	if os.Getenv(EnvTrialVersion) != version.Version || a.trialDone {
+		return
+	}
+	now := time.Now().UTC()
+	r := models.Report{Send: a.state.AppliedSend, Generation: a.state.Applied, Digest: a.state.AppliedDigest,
+		Outcome: models.OutcomeUpgraded, Reason: fmt.Sprintf("upgraded from %s to %s", os.Getenv(EnvTrialFrom), version.Version),
+		HostVersion: version.Version, FinishedAt: &now, Running: a.state.Running()}
+	b, _ := json.Marshal(r)
+	if err := a.client.postReport(ctx, b); err != nil {
+		a.cfg.Log.Warn("upgraded report not accepted yet", "err", err)
+		return
+	}
+	a.trialDone = true
+	_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason})
+	if err := writeFileAtomic(markerPath(a.cfg.StateDir, version.Version), []byte(version.Version+"\n"), 0o600); err != nil {
+		a.cfg.Log.Error("writing the reconcile marker", "err", err)
+	}
+}
+
+// reportRollback reports a rollback the launcher recorded, and remembers
+// the release so it is not fetched again.
+func (a *Agent) reportRollback(ctx context.Context) {
+	var rb rollback
+	if err := readJSON(rollbackPath(a.cfg.StateDir), &rb); err != nil {
+		return
+	}
+	if rb.Digest != "" && !slices.Contains(a.state.RefusedReleases, rb.Digest) {
+		a.state.RefusedReleases = append(a.state.RefusedReleases, rb.Digest)
+		a.saveState()
+	}
+	a.record(ctx, models.Report{Generation: a.state.Applied, Digest: a.state.AppliedDigest, Outcome: models.OutcomeRolledBack,
+		Reason: fmt.Sprintf("rolled back from %s to %s: %s", rb.From, rb.To, rb.Reason)}, nil, nil)
+	_ = os.Remove(rollbackPath(a.cfg.StateDir))
+}
+
+func (a *Agent) once(key, format string, args ...any) {
+	if a.said == nil {
+		a.said = map[string]bool{}
+	}
+	if a.said[key] {
+		return
+	}
+	a.said[key] = true
+	a.cfg.Log.Warn(fmt.Sprintf(format, args...))
+}
+
+func copyFile(from, to string, perm os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	b, err := io.ReadAll(in)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(to, b, perm)
+}

@@ -1,0 +1,158 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+var platformRE = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+
+// createRelease takes a multipart upload of a mesh-host binary with its
+// version, os and arch; the controller stores it content-addressed and
+// signs {version, os, arch, digest}.
+func (s *Server) createRelease(c echo.Context) error {
+	form, err := c.MultipartForm()
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			return err
+		}
+		return models.Invalid("body", "a multipart/form-data upload with binary, version, os and arch is expected: "+err.Error())
+	}
+	defer form.RemoveAll()
+	for k := range form.Value {
+		if k != "version" && k != "os" && k != "arch" {
+			return models.Invalid(k, "unknown field")
+		}
+	}
+	for k := range form.File {
+		if k != "binary" {
+			return models.Invalid(k, "unknown file field")
+		}
+	}
+	get := func(k string) string {
+		if v := form.Value[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	version, goos, arch := get("version"), get("os"), get("arch")
+	if version == "" || len(version) > 100 {
+		return models.Invalid("version", "required, at most 100 characters")
+	}
+	if !platformRE.MatchString(goos) || !platformRE.MatchString(arch) {
+		return models.Invalid("os", "os and arch are required, like linux and amd64")
+	}
+	fs := form.File["binary"]
+	if len(fs) == 0 {
+		return models.Invalid("binary", "required: the mesh-host binary")
+	}
+	f, err := fs[0].Open()
+	if err != nil {
+		return err
+	}
+	bin, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if len(bin) == 0 {
+		return models.Invalid("binary", "empty")
+	}
+	d := models.DigestOf(bin)
+	r := &models.Release{Version: version, OS: goos, Arch: arch, Digest: d, Size: int64(len(bin)), KeyID: s.Signer.KeyID(),
+		Signature: s.Signer.Sign(models.ReleaseStatement(version, goos, arch, d)), CreatedBy: principal(c).Actor()}
+	if err := s.Store.CreateRelease(c.Request().Context(), principal(c).Actor(), r, bin); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, r)
+}
+
+func (s *Server) listReleases(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	rs, err := s.Store.Releases(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(rs, limit, func(r models.Release) string { return strconv.FormatInt(rs[len(rs)-1].ID, 10) }))
+}
+
+type rolloutRequest struct {
+	Canary      json.RawMessage `json:"canary"`
+	MaxInFlight *int64          `json:"max_in_flight"`
+	Deadline    string          `json:"deadline"`
+}
+
+// DefaultRolloutDeadline is how long a machine has to report upgraded.
+const DefaultRolloutDeadline = 10 * time.Minute
+
+func (s *Server) startRollout(c echo.Context) error {
+	var req rolloutRequest
+	if c.Request().ContentLength != 0 {
+		if err := decodeStrict(c, &req); err != nil {
+			return err
+		}
+	}
+	canary := "1"
+	if len(req.Canary) > 0 {
+		var n int64
+		var p string
+		switch {
+		case json.Unmarshal(req.Canary, &n) == nil:
+			canary = strconv.FormatInt(n, 10)
+		case json.Unmarshal(req.Canary, &p) == nil:
+			canary = p
+		default:
+			return models.Invalid("canary", `a count like 1 or a percent like "10%"`)
+		}
+	}
+	inFlight := int64(1)
+	if req.MaxInFlight != nil {
+		if *req.MaxInFlight < 1 {
+			return models.Invalid("max_in_flight", "at least 1")
+		}
+		inFlight = *req.MaxInFlight
+	}
+	deadline := DefaultRolloutDeadline
+	if req.Deadline != "" {
+		d, err := time.ParseDuration(req.Deadline)
+		if err != nil || d < time.Second {
+			return models.Invalid("deadline", "a duration of a second or more, like 10m")
+		}
+		deadline = d
+	}
+	v, err := s.Store.StartRollout(c.Request().Context(), principal(c).Actor(), c.Param("version"), canary, inFlight, int64(deadline/time.Second))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, v)
+}
+
+func (s *Server) getRollout(c echo.Context) error {
+	v, err := s.Store.Rollout(c.Request().Context(), c.Param("version"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) rolloutAction(action string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		v, err := s.Store.SetRolloutState(c.Request().Context(), principal(c).Actor(), c.Param("version"), action)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, v)
+	}
+}
+

@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/models"
+	"mesh/store"
+)
+
+type rolloutView struct {
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Machines []struct {
+		Machine    string     `json:"machine"`
+		Wave       int64      `json:"wave"`
+		State      string     `json:"state"`
+		Reason     string     `json:"reason"`
+		StartedAt  *time.Time `json:"started_at"`
+		FinishedAt *time.Time `json:"finished_at"`
+	} `json:"machines"`
+}
+
+func (c *controllerProc) release(file, version string) {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(bin, file))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, body := c.UploadRelease(c.Admin, version, b)
+	if resp.StatusCode != 201 {
+		c.t.Fatalf("release %s: %d %s", version, resp.StatusCode, body)
+	}
+}
+
+func (c *controllerProc) rollout(version string) rolloutView {
+	c.t.Helper()
+	var v rolloutView
+	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/" + version + "/rollout", Token: c.Admin,
+		Body: map[string]any{"canary": 1, "max_in_flight": 1, "deadline": "60s"}}, 201, &v)
+	return v
+}
+
+func (c *controllerProc) waitRollout(version string, d time.Duration, states ...string) rolloutView {
+	c.t.Helper()
+	var v rolloutView
+	waitFor(c.t, d, "rollout of "+version+" "+strings.Join(states, "/"), func() bool {
+		c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases/" + version + "/rollout", Token: c.Admin}, 200, &v)
+		for _, s := range states {
+			if v.State == s {
+				return true
+			}
+		}
+		return false
+	})
+	return v
+}
+
+func (c *controllerProc) hostVersion(name string) string {
+	return c.machine(name).HostVersion
+}
+
+
+// TestHostUpgrade_RolloutAndAutomaticRollback: three hosts on v1 under
+// `mesh-host launch`. v2 (a real build) rolls out canary first, then the
+// others. v3 exits at start and v4 never polls: each time the canary rolls
+// itself back to v2 within the deadline, the rollout halts and says why,
+// and the other machines never leave v2. Services run on throughout.
+func TestHostUpgrade_RolloutAndAutomaticRollback(t *testing.T) {
+	c := startController(t, store.SQLite)
+	nodeTools(t, c)
+	names := []string{"m1", "m2", "m3"}
+	hosts := map[string]*hostProc{}
+	ports := map[string]string{}
+	for _, n := range names {
+		h := enroll(t, c, n, c.URL)
+		h.launch = true
+		h.start("--trial-deadline", "8s")
+		hosts[n], ports[n] = h, freePort(t)
+		vars := map[string]string{"port": ports[n]}
+		if n == "m2" {
+			vars["canary"] = "true" // the canary is chosen by variable, not by name
+		}
+		c.setVars(n, vars)
+		c.assign(n, "node-tools")
+	}
+	for _, n := range names {
+		c.waitApplied(n, 30*time.Second)
+		waitFor(t, 10*time.Second, n+" service", func() bool { return listening(ports[n]) })
+	}
+	pids := map[string]int{}
+	for _, n := range names {
+		pids[n] = svcPID(t, hosts[n])
+	}
+
+	// v2: the canary first, then the others, one at a time.
+	c.release("mesh-host-2", "2.0.0")
+	c.rollout("2.0.0")
+	v := c.waitRollout("2.0.0", 90*time.Second, "done", "halted")
+	if v.State != "done" {
+		t.Fatalf("rollout of v2: %+v", v)
+	}
+	var canaryDone time.Time
+	for _, m := range v.Machines {
+		if m.Machine == "m2" {
+			if m.Wave != 0 {
+				t.Fatalf("m2 is not the canary: %+v", v.Machines)
+			}
+			canaryDone = *m.FinishedAt
+		}
+	}
+	for _, m := range v.Machines {
+		if m.State != "upgraded" {
+			t.Fatalf("%s: %s", m.Machine, m.State)
+		}
+		if m.Machine != "m2" && m.StartedAt.Before(canaryDone) {
+			t.Fatalf("%s started before the canary finished", m.Machine)
+		}
+	}
+	for _, n := range names {
+		waitFor(t, 10*time.Second, n+" reports v2", func() bool { return c.hostVersion(n) == "2.0.0" })
+		if got := svcPID(t, hosts[n]); got != pids[n] || copies(ports[n]) != 1 {
+			t.Fatalf("%s: the service changed across the upgrade (pid %d → %d, %d copies)", n, pids[n], got, copies(ports[n]))
+		}
+	}
+
+	for _, bad := range []struct{ file, version, says string }{
+		{"exitatstart", "3.0.0", "exited before completing a reconcile"},
+		{"neverpolls", "4.0.0", "did not complete a reconcile within 8s"},
+	} {
+		c.release(bad.file, bad.version)
+		c.rollout(bad.version)
+		v := c.waitRollout(bad.version, 90*time.Second, "halted", "done")
+		if v.State != "halted" || !strings.Contains(v.Reason, "machine m2 rolled back") || !strings.Contains(v.Reason, bad.says) {
+			t.Fatalf("rollout of %s: %+v", bad.version, v)
+		}
+		for _, m := range v.Machines {
+			if m.Machine != "m2" && m.State != "pending" {
+				t.Fatalf("%s left v2 during the rollout of %s: %+v", m.Machine, bad.version, m)
+			}
+		}
+		var rels struct{ Items []models.Release }
+		c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases", Token: c.Admin}, 200, &rels)
+		for _, r := range rels.Items {
+			if r.Version == bad.version && (r.State != "failed" || !strings.Contains(r.Failure, bad.says)) {
+				t.Fatalf("release %s: %+v", bad.version, r)
+			}
+		}
+		// The canary is back on v2, its target too; the others never left.
+		waitFor(t, 30*time.Second, "m2 back on v2 and current", func() bool {
+			m := c.machine("m2")
+			return m.HostVersion == "2.0.0" && m.AppliedGeneration == m.Generation
+		})
+		var m2 struct {
+			Target string `json:"target_host_version"`
+		}
+		c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m2", Token: c.Admin}, 200, &m2)
+		if m2.Target != "2.0.0" {
+			t.Fatalf("m2's target is %q after the rollback", m2.Target)
+		}
+		for _, n := range names {
+			if c.hostVersion(n) != "2.0.0" {
+				t.Fatalf("%s runs %s", n, c.hostVersion(n))
+			}
+			if got := svcPID(t, hosts[n]); got != pids[n] || copies(ports[n]) != 1 {
+				t.Fatalf("%s: the service changed across the rollback (pid %d → %d)", n, pids[n], got)
+			}
+		}
+		c.waitReport("m2", "rolled_back", "rolled back from "+bad.version+" to 2.0.0")
+	}
+	j := hosts["m2"].journalText()
+	if !strings.Contains(j, "rolled_back") || !strings.Contains(j, "upgraded from 1.0.0 to 2.0.0") {
+		t.Fatalf("m2's journal:\n%s", j)
+	}
+}
+
+func svcPID(t *testing.T, h *hostProc) int {
+	var rec struct{ PID int }
+	b, err := os.ReadFile(filepath.Join(h.State, "services", "node-tools.service.pid"))
+	if err != nil || json.Unmarshal(b, &rec) != nil {
+		t.Fatalf("no pidfile: %v", err)
+	}
+	return rec.PID
+}
+
+// TestHostRelease_BadDigestOrSignatureRefused: a release whose bytes do not
+// match its digest, or whose signature is wrong, is refused and reported;
+// the running binary is untouched.
+func TestHostRelease_BadDigestOrSignatureRefused(t *testing.T) {
+	c := startController(t, store.SQLite)
+	px := newProxy(t, c.URL)
+	h := enroll(t, c, "m1", px.URL)
+	h.launch = true
+	h.start("--trial-deadline", "8s")
+	c.waitApplied("m1", 30*time.Second)
+
+	px.mu.Lock()
+	px.corruptBlobs = true
+	px.mu.Unlock()
+	c.release("mesh-host-2", "2.0.0")
+	c.rollout("2.0.0")
+	c.waitReport("m1", "refused", "host release 2.0.0 refused")
+	if c.hostVersion("m1") != "1.0.0" || exists(filepath.Join(h.State, "launch.json")) {
+		t.Fatal("a release with bad bytes was staged")
+	}
+	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/2.0.0/rollout/cancel", Token: c.Admin}, 200, nil)
+	px.mu.Lock()
+	px.corruptBlobs = false
+	px.mu.Unlock()
+
+	// A wrong signature: the stored release's signature is damaged (as a
+	// tampered store would have it).
+	c.release("mesh-host-2", "2.0.1")
+	st, err := store.Open(context.Background(), c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DB().Exec("UPDATE host_releases SET signature = ? WHERE version = ?", make([]byte, 64), "2.0.1").Error; err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	c.rollout("2.0.1")
+	r := c.waitReport("m1", "refused", "host release 2.0.1 refused: its signature does not verify")
+	_ = r
+	if c.hostVersion("m1") != "1.0.0" || exists(filepath.Join(h.State, "versions", "2.0.1")) {
+		t.Fatal("a release with a bad signature was staged")
+	}
+	if !strings.Contains(h.journalText(), "signature does not verify") {
+		t.Fatal("the refusal is not in the journal")
+	}
+}

@@ -1,0 +1,97 @@
+package models
+
+import (
+	"fmt"
+	"time"
+)
+
+// Release is a host release as stored: a build of mesh-host for one
+// os/arch, content-addressed and signed.
+type Release struct {
+	ID        int64     `gorm:"primaryKey" json:"-"`
+	Version   string    `json:"version"`
+	OS        string    `gorm:"column:os" json:"os"`
+	Arch      string    `json:"arch"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	KeyID     string    `json:"key_id"`
+	Signature []byte    `json:"signature"`
+	State     string    `json:"state"` // ready or failed
+	Failure   string    `json:"failure"`
+	CreatedBy string    `json:"created_by"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// TableName keeps the table's name.
+func (Release) TableName() string { return "host_releases" }
+
+// Release states.
+const (
+	ReleaseReady  = "ready"
+	ReleaseFailed = "failed"
+)
+
+// ReleaseStatement is the exact bytes a host release's signature covers.
+func ReleaseStatement(version, os, arch, digest string) []byte {
+	return fmt.Appendf(nil, "mesh-host-release/v1\n%s\n%s\n%s\n%s\n", version, os, arch, digest)
+}
+
+// Wire gives the declaration's host block for the release.
+func (r *Release) Wire() *HostRelease {
+	return &HostRelease{Version: r.Version, OS: r.OS, Arch: r.Arch, Digest: r.Digest, Size: r.Size,
+		URL: BlobURL(r.Digest), KeyID: r.KeyID, Signature: r.Signature}
+}
+
+// Rollout states.
+const (
+	RolloutRunning   = "running"
+	RolloutPaused    = "paused"
+	RolloutDone      = "done"
+	RolloutHalted    = "halted"
+	RolloutCancelled = "cancelled"
+)
+
+// States of a machine in a rollout (DESIGN.md's words).
+const (
+	UpgradePending    = "pending"
+	UpgradeUpgrading  = "upgrading"
+	UpgradeUpgraded   = "upgraded"
+	UpgradeRolledBack = "rolled_back"
+	UpgradeFailed     = "failed"
+)
+
+// Rollout moves the fleet to a host release, wave by wave.
+type Rollout struct {
+	ID              int64      `gorm:"primaryKey" json:"id"`
+	Version         string     `json:"version"`
+	State           string     `json:"state"`
+	Canary          string     `json:"canary"`
+	MaxInFlight     int64      `json:"max_in_flight"`
+	DeadlineSeconds int64      `json:"deadline_seconds"`
+	Reason          string     `json:"reason"`
+	CreatedBy       string     `json:"created_by"`
+	CreatedAt       time.Time  `json:"created_at"`
+	FinishedAt      *time.Time `json:"finished_at"`
+}
+
+// RolloutMachine is one machine's progress in a rollout.
+type RolloutMachine struct {
+	RolloutID  int64      `gorm:"primaryKey" json:"-"`
+	MachineID  int64      `gorm:"primaryKey" json:"-"`
+	Machine    string     `gorm:"-" json:"machine"`
+	Wave       int64      `json:"wave"`
+	State      string     `json:"state"`
+	Previous   string     `json:"previous"`
+	Reason     string     `json:"reason"`
+	StartedAt  *time.Time `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
+// Setting is a fleet-wide value (the default host release).
+type Setting struct {
+	Key   string `gorm:"primaryKey"`
+	Value string
+}
+
+// SettingHostDefault names the fleet-wide default host version.
+const SettingHostDefault = "host_default_version"

@@ -1,0 +1,440 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// CreateRelease stores a host release and its binary (content-addressed).
+func (s *Store) CreateRelease(ctx context.Context, actor string, r *models.Release, binary []byte) error {
+	return s.write(ctx, func(tx *Tx) error {
+		r.CreatedAt, r.State = s.Now(), models.ReleaseReady
+		if err := putBlob(tx, r.Digest, binary); err != nil {
+			return err
+		}
+		if err := tx.Create(r).Error; err != nil {
+			if errors.Is(err, gorm.ErrDuplicatedKey) {
+				return fmt.Errorf("%w: host release %s for %s/%s already exists", models.ErrConflict, r.Version, r.OS, r.Arch)
+			}
+			return err
+		}
+		return audit(tx, actor, "create-host-release", "host-release/"+r.Version, fmt.Sprintf("%s/%s %s", r.OS, r.Arch, r.Digest))
+	})
+}
+
+// Releases lists host releases, newest first.
+func (s *Store) Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error) {
+	var rs []models.Release
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return rs, mapErr(q.Find(&rs).Error)
+}
+
+// HostDefault is the fleet-wide default host version ("" when none).
+func hostDefault(tx *gorm.DB) (string, error) {
+	var st models.Setting
+	err := tx.Where("key = ?", models.SettingHostDefault).First(&st).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return "", nil
+	}
+	return st.Value, err
+}
+
+// HostDefault is the fleet-wide default host version.
+func (s *Store) HostDefault(ctx context.Context) (string, error) {
+	return hostDefault(s.db.WithContext(ctx))
+}
+
+// RolloutView is a rollout with its machines.
+type RolloutView struct {
+	models.Rollout
+	Machines []models.RolloutMachine `json:"machines"`
+}
+
+// StartRollout begins a rollout of a host release to every machine whose
+// os/arch it was built for: canaries first (machines whose variable canary
+// is "true", else the first by name), then the rest, max_in_flight at a time.
+func (s *Store) StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*RolloutView, error) {
+	var out *RolloutView
+	err := s.write(ctx, func(tx *Tx) error {
+		var rels []models.Release
+		if err := tx.Where("version = ?", version).Find(&rels).Error; err != nil {
+			return err
+		}
+		if len(rels) == 0 {
+			return fmt.Errorf("host release %s: %w", version, models.ErrNotFound)
+		}
+		platforms := map[string]bool{}
+		for _, r := range rels {
+			if r.State == models.ReleaseFailed {
+				return fmt.Errorf("%w: host release %s failed (%s); release a new version", models.ErrConflict, version, r.Failure)
+			}
+			platforms[r.OS+"/"+r.Arch] = true
+		}
+		var n int64
+		if err := tx.Model(&models.Rollout{}).Where("state IN ?", []string{models.RolloutRunning, models.RolloutPaused}).Count(&n).Error; err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: another host rollout is running or paused; finish or cancel it first", models.ErrConflict)
+		}
+		var ms []models.Machine
+		if err := tx.Order("name").Find(&ms).Error; err != nil {
+			return err
+		}
+		var eligible []models.Machine
+		for _, m := range ms {
+			if platforms[m.OS+"/"+m.Arch] {
+				eligible = append(eligible, m)
+			}
+		}
+		if len(eligible) == 0 {
+			return models.Invalid("version", "no machine runs on a platform this release was built for")
+		}
+		canaries, err := canaryCount(canary, len(eligible))
+		if err != nil {
+			return err
+		}
+		var flagged []int64
+		if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
+			return err
+		}
+		isCanary := map[int64]bool{}
+		for _, id := range flagged {
+			isCanary[id] = true
+		}
+		sort.SliceStable(eligible, func(i, j int) bool { return isCanary[eligible[i].ID] && !isCanary[eligible[j].ID] })
+		def, err := hostDefault(tx.DB)
+		if err != nil {
+			return err
+		}
+		ro := &models.Rollout{Version: version, State: models.RolloutRunning, Canary: canary, MaxInFlight: maxInFlight,
+			DeadlineSeconds: deadline, CreatedBy: actor, CreatedAt: s.Now()}
+		if err := tx.Create(ro).Error; err != nil {
+			return err
+		}
+		for i, m := range eligible {
+			wave := int64(1)
+			if i < canaries {
+				wave = 0
+			}
+			prev := m.TargetHostVersion
+			if prev == "" {
+				prev = def
+			}
+			if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev}).Error; err != nil {
+				return err
+			}
+		}
+		if err := audit(tx, actor, "start-rollout", "host-release/"+version, fmt.Sprintf("%d machine(s), canary %s, max in flight %d", len(eligible), canary, maxInFlight)); err != nil {
+			return err
+		}
+		if err := stepRollout(tx, ro); err != nil {
+			return err
+		}
+		out, err = rolloutView(tx, ro)
+		return err
+	})
+	return out, err
+}
+
+// canaryCount reads a canary size: a count ("1") or a percent ("10%").
+func canaryCount(c string, total int) (int, error) {
+	if p, ok := strings.CutSuffix(c, "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 100 {
+			return 0, models.Invalid("canary", `a count like 1 or a percent like "10%"`)
+		}
+		return max(1, int(math.Ceil(float64(total*n)/100))), nil
+	}
+	n, err := strconv.Atoi(c)
+	if err != nil || n <= 0 {
+		return 0, models.Invalid("canary", `a count like 1 or a percent like "10%"`)
+	}
+	return min(n, total), nil
+}
+
+func rolloutView(tx *Tx, ro *models.Rollout) (*RolloutView, error) {
+	v := &RolloutView{Rollout: *ro, Machines: []models.RolloutMachine{}}
+	var rows []struct {
+		models.RolloutMachine
+		Name string
+	}
+	err := tx.Table("rollout_machines").Select("rollout_machines.*, machines.name AS name").
+		Joins("JOIN machines ON machines.id = rollout_machines.machine_id").
+		Where("rollout_id = ?", ro.ID).Order("rollout_machines.wave, machines.name").Scan(&rows).Error
+	for _, r := range rows {
+		r.RolloutMachine.Machine = r.Name
+		v.Machines = append(v.Machines, r.RolloutMachine)
+	}
+	return v, err
+}
+
+// Rollout reads the latest rollout of a version with its machines.
+func (s *Store) Rollout(ctx context.Context, version string) (*RolloutView, error) {
+	var out *RolloutView
+	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		var ro models.Rollout
+		if err := db.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {
+			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
+		}
+		var err error
+		out, err = rolloutView(&Tx{DB: db, s: s}, &ro)
+		return err
+	})
+	return out, err
+}
+
+// SetRolloutState pauses, resumes or cancels the latest rollout of a version.
+func (s *Store) SetRolloutState(ctx context.Context, actor, version, action string) (*RolloutView, error) {
+	var out *RolloutView
+	err := s.write(ctx, func(tx *Tx) error {
+		var ro models.Rollout
+		if err := tx.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {
+			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
+		}
+		from := map[string]string{"pause": models.RolloutRunning, "resume": models.RolloutPaused, "cancel": ""}[action]
+		to := map[string]string{"pause": models.RolloutPaused, "resume": models.RolloutRunning, "cancel": models.RolloutCancelled}[action]
+		active := ro.State == models.RolloutRunning || ro.State == models.RolloutPaused
+		if (from != "" && ro.State != from) || (from == "" && !active) {
+			return fmt.Errorf("%w: the rollout of %s is %s; cannot %s it", models.ErrConflict, version, ro.State, action)
+		}
+		up := map[string]any{"state": to}
+		if to == models.RolloutCancelled {
+			up["finished_at"] = s.Now()
+			up["reason"] = "cancelled by " + actor
+		}
+		if err := tx.Model(&ro).Updates(up).Error; err != nil {
+			return err
+		}
+		if err := audit(tx, actor, action+"-rollout", "host-release/"+version, ""); err != nil {
+			return err
+		}
+		if to == models.RolloutRunning {
+			if err := stepRollout(tx, &ro); err != nil {
+				return err
+			}
+		}
+		var err error
+		out, err = rolloutView(tx, &ro)
+		return err
+	})
+	return out, err
+}
+
+// StepRollouts advances every running rollout: machines past their deadline
+// fail (and halt it), the next wave starts when the one before has
+// upgraded, and a rollout whose machines all upgraded completes.
+func (s *Store) StepRollouts(ctx context.Context) error {
+	var ids []int64
+	if err := s.db.WithContext(ctx).Model(&models.Rollout{}).Where("state = ?", models.RolloutRunning).Pluck("id", &ids).Error; err != nil {
+		return mapErr(err)
+	}
+	for _, id := range ids {
+		err := s.write(ctx, func(tx *Tx) error {
+			var ro models.Rollout
+			q := tx.DB
+			if s.dialect == Postgres {
+				q = q.Clauses(clause.Locking{Strength: "UPDATE", Options: "SKIP LOCKED"})
+			}
+			if err := q.Where("id = ? AND state = ?", id, models.RolloutRunning).First(&ro).Error; err != nil {
+				if errors.Is(err, gorm.ErrRecordNotFound) {
+					return nil // another instance holds it, or it moved on
+				}
+				return err
+			}
+			return stepRollout(tx, &ro)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func stepRollout(tx *Tx, ro *models.Rollout) error {
+	if ro.State != models.RolloutRunning {
+		return nil
+	}
+	now := tx.s.Now()
+	var rms []models.RolloutMachine
+	if err := tx.Where("rollout_id = ?", ro.ID).Order("wave, machine_id").Find(&rms).Error; err != nil {
+		return err
+	}
+	deadline := time.Duration(ro.DeadlineSeconds) * time.Second
+	inFlight, canaryLeft, pending := 0, 0, 0
+	for i := range rms {
+		rm := &rms[i]
+		if rm.State == models.UpgradeUpgrading && rm.StartedAt != nil && now.Sub(*rm.StartedAt) > deadline {
+			reason := fmt.Sprintf("no upgraded report within %s", deadline)
+			if err := failMachine(tx, ro, rm, models.UpgradeFailed, reason); err != nil {
+				return err
+			}
+			return nil
+		}
+		switch rm.State {
+		case models.UpgradeUpgrading:
+			inFlight++
+			if rm.Wave == 0 {
+				canaryLeft++
+			}
+		case models.UpgradePending:
+			pending++
+			if rm.Wave == 0 {
+				canaryLeft++
+			}
+		}
+	}
+	if pending == 0 && inFlight == 0 {
+		if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutDone, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		if err := tx.Clauses(clause.OnConflict{UpdateAll: true}).Create(&models.Setting{Key: models.SettingHostDefault, Value: ro.Version}).Error; err != nil {
+			return err
+		}
+		ro.State = models.RolloutDone
+		return audit(tx, "controller", "rollout-done", "host-release/"+ro.Version, "the fleet default is now "+ro.Version)
+	}
+	for i := range rms {
+		rm := &rms[i]
+		if rm.State != models.UpgradePending {
+			continue
+		}
+		if rm.Wave == 0 {
+			// Every canary at once.
+		} else if canaryLeft > 0 || int64(inFlight) >= max(1, ro.MaxInFlight) {
+			break
+		}
+		if err := startUpgrade(tx, ro, rm); err != nil {
+			return err
+		}
+		inFlight++
+	}
+	return nil
+}
+
+// startUpgrade makes the release a machine's target: a new generation whose
+// declaration names it.
+func startUpgrade(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine) error {
+	now := tx.s.Now()
+	if err := tx.Model(&models.Machine{}).Where("id = ?", rm.MachineID).Update("target_host_version", ro.Version).Error; err != nil {
+		return err
+	}
+	if err := bumpGenerations(tx, []int64{rm.MachineID}, models.TriggerRollout); err != nil {
+		return err
+	}
+	rm.State, rm.StartedAt = models.UpgradeUpgrading, &now
+	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
+		Updates(map[string]any{"state": rm.State, "started_at": now}).Error
+}
+
+// failMachine ends a machine's upgrade in failure: the rollout halts with
+// the cause, the release is marked failed, and the machine's target goes
+// back (a new generation), so no declaration names the release again.
+func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, reason string) error {
+	now := tx.s.Now()
+	var m models.Machine
+	if err := tx.Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
+		return err
+	}
+	if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
+		Updates(map[string]any{"state": state, "reason": reason, "finished_at": now}).Error; err != nil {
+		return err
+	}
+	why := fmt.Sprintf("machine %s %s: %s", m.Name, strings.ReplaceAll(state, "_", " "), reason)
+	if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutHalted, "reason": why, "finished_at": now}).Error; err != nil {
+		return err
+	}
+	ro.State = models.RolloutHalted
+	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
+		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+		return err
+	}
+	if err := tx.Model(&m).Update("target_host_version", rm.Previous).Error; err != nil {
+		return err
+	}
+	if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
+		return err
+	}
+	return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
+}
+
+// upgradeReported applies an upgraded or rolled_back report to the
+// machine's running rollout.
+func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
+	var rm models.RolloutMachine
+	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ?", m.ID, models.RolloutRunning, models.UpgradeUpgrading).
+		Order("rollout_machines.rollout_id DESC").First(&rm).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var ro models.Rollout
+	if err := tx.Where("id = ?", rm.RolloutID).First(&ro).Error; err != nil {
+		return err
+	}
+	switch r.Outcome {
+	case models.OutcomeUpgraded:
+		if r.HostVersion != ro.Version {
+			return nil
+		}
+		now := tx.s.Now()
+		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
+			Updates(map[string]any{"state": models.UpgradeUpgraded, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		return stepRollout(tx, &ro)
+	case models.OutcomeRolledBack:
+		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason)
+	}
+	return nil
+}
+
+// releasesFor loads the ready releases the machines may be targeted at.
+func releasesFor(tx *Tx, ms []models.Machine) (map[string]*models.Release, string, error) {
+	def, err := hostDefault(tx.DB)
+	if err != nil {
+		return nil, "", err
+	}
+	versions := map[string]bool{}
+	if def != "" {
+		versions[def] = true
+	}
+	for _, m := range ms {
+		if m.TargetHostVersion != "" {
+			versions[m.TargetHostVersion] = true
+		}
+	}
+	out := map[string]*models.Release{}
+	if len(versions) == 0 {
+		return out, def, nil
+	}
+	vs := make([]string, 0, len(versions))
+	for v := range versions {
+		vs = append(vs, v)
+	}
+	var rs []models.Release
+	if err := tx.Where("version IN ? AND state = ?", vs, models.ReleaseReady).Find(&rs).Error; err != nil {
+		return nil, "", err
+	}
+	for i := range rs {
+		out[rs[i].Version+" "+rs[i].OS+"/"+rs[i].Arch] = &rs[i]
+	}
+	return out, def, nil
+}
