@@ -83,7 +83,7 @@ type Agent struct {
 	trialDone     bool
 	trialPolls    int
 	upgradeStaged bool
-	said      map[string]bool
+	said          map[string]bool
 
 	checksMu     sync.Mutex
 	lastChecks   []models.CheckResult

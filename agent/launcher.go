@@ -262,4 +262,3 @@ func describeExit(ws syscall.WaitStatus) string {
 	}
 	return fmt.Sprint(ws)
 }
-

@@ -155,4 +155,3 @@ func (s *Server) rolloutAction(action string) echo.HandlerFunc {
 		return c.JSON(http.StatusOK, v)
 	}
 }
-

@@ -144,11 +144,11 @@ func (c *controllerProc) stop() {
 
 // hostProc is a running mesh-host binary.
 type hostProc struct {
-	t     *testing.T
-	Name  string
-	State string
-	Root  string
-	cmd   *exec.Cmd
+	t      *testing.T
+	Name   string
+	State  string
+	Root   string
+	cmd    *exec.Cmd
 	log    *syncBuffer
 	extra  []string
 	launch bool // run under `mesh-host launch`

@@ -23,7 +23,7 @@ type captured struct {
 // poll with one of them instead — the stale send of the incident.
 type proxy struct {
 	*httptest.Server
-	mu       sync.Mutex
+	mu           sync.Mutex
 	captured     []captured
 	inject       *captured
 	corruptBlobs bool

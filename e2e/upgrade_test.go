@@ -66,7 +66,6 @@ func (c *controllerProc) hostVersion(name string) string {
 	return c.machine(name).HostVersion
 }
 
-
 // TestHostUpgrade_RolloutAndAutomaticRollback: three hosts on v1 under
 // `mesh-host launch`. v2 (a real build) rolls out canary first, then the
 // others. v3 exits at start and v4 never polls: each time the canary rolls
