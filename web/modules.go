@@ -65,3 +65,30 @@ func (s *Server) auditPage(c echo.Context) error {
 	}
 	return s.render(c, http.StatusOK, AuditPage(s.page(c, "Audit"), es))
 }
+
+func (s *Server) releasesPage(c echo.Context) error {
+	ctx := c.Request().Context()
+	rs, err := s.Store.Releases(ctx, 100, 0)
+	if err != nil {
+		return err
+	}
+	def, err := s.Store.HostDefault(ctx)
+	if err != nil {
+		return err
+	}
+	rows := make([]ReleaseRow, 0, len(rs))
+	seen := map[string]*RolloutRow{}
+	for _, r := range rs {
+		row := ReleaseRow{Release: r}
+		ro, ok := seen[r.Version]
+		if !ok {
+			if v, err := s.Store.Rollout(ctx, r.Version); err == nil {
+				ro = &RolloutRow{State: v.State, Reason: v.Reason, Machines: v.Machines}
+			}
+			seen[r.Version] = ro
+		}
+		row.Rollout = ro
+		rows = append(rows, row)
+	}
+	return s.render(c, http.StatusOK, ReleasesPage(s.page(c, "Releases"), rows, def))
+}

@@ -125,6 +125,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.POST("/machines/:name/push", s.push, operator...)
 	e.GET("/modules", s.modulesPage, viewer...)
 	e.POST("/modules/:module/current", s.promote, operator...)
+	e.GET("/releases", s.releasesPage, viewer...)
 	e.GET("/instances", s.instancesPage, viewer...)
 	e.GET("/audit", s.auditPage, viewer...)
 }

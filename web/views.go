@@ -99,7 +99,7 @@ func row(m *models.Machine, seen *time.Time, now time.Time) MachineRow {
 		r.Since = "last seen " + r.LastSeen
 	case models.StateUpgrading:
 		r.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)
-		r.Since = "reported " + reported
+		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"
 	case models.StateRolledBack:
 		r.Badge = "rolled back: " + m.LastReason
 		r.Since = "reported " + reported
@@ -176,4 +176,31 @@ type BuildRow struct {
 	CreatedBy string
 	CreatedAt string
 	Current   bool
+}
+
+// ReleaseRow is a host release with its latest rollout.
+type ReleaseRow struct {
+	models.Release
+	Rollout *RolloutRow
+}
+
+// RolloutRow is a rollout's progress, machine by machine.
+type RolloutRow struct {
+	State    string
+	Reason   string
+	Machines []models.RolloutMachine
+}
+
+func releaseBadge(state string) string {
+	if state == models.ReleaseFailed {
+		return "failed"
+	}
+	return "current"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none yet"
+	}
+	return s
 }
