@@ -26,7 +26,11 @@ type Hub struct {
 	byID   map[int64]*machineEntry
 	ready  bool
 
-	polls atomic.Int64 // polls held open now
+	polls    atomic.Int64 // polls held open now
+	draining bool         // the run loop is composing and waking bumped machines
+
+	// dispatch answers woken parked polls (set by the Server).
+	dispatch func([]*parkedPoll)
 
 	pending   map[int64]int64 // bumps not yet composed and woken
 	pendingCh chan struct{}
@@ -46,6 +50,62 @@ type machineEntry struct {
 	changed     chan struct{}
 	composed    *store.Composed
 	composeErr  int64 // the generation whose compose failure was recorded
+	parked      []*parkedPoll
+}
+
+// wake closes the entry's change channel and takes its parked polls (to be
+// dispatched once the hub's lock is released). Call with h.mu held.
+func (e *machineEntry) wake() []*parkedPoll {
+	close(e.changed)
+	e.changed = make(chan struct{})
+	ps := e.parked
+	e.parked = nil
+	return ps
+}
+
+func (h *Hub) send(ps []*parkedPoll) {
+	if len(ps) > 0 && h.dispatch != nil {
+		h.dispatch(ps)
+	}
+}
+
+// parkPoll leaves a poll with its machine.
+func (h *Hub) parkPoll(pp *parkedPoll) {
+	h.mu.Lock()
+	e := h.byID[pp.machine]
+	if e != nil {
+		e.parked = append(e.parked, pp)
+	}
+	h.mu.Unlock()
+	if e == nil {
+		h.send([]*parkedPoll{pp}) // the machine is gone: answer at once
+	}
+}
+
+// unparkPoll removes a poll from its machine.
+func (h *Hub) unparkPoll(pp *parkedPoll) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[pp.machine]; e != nil {
+		for i, q := range e.parked {
+			if q == pp {
+				e.parked = append(e.parked[:i], e.parked[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// allParked takes every parked poll (a draining instance answers them all).
+func (h *Hub) allParked() []*parkedPoll {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ps []*parkedPoll
+	for _, e := range h.byID {
+		ps = append(ps, e.parked...)
+		e.parked = nil
+	}
+	return ps
 }
 
 // wakeChunk is how many polls are woken at once: when all waiters wake
@@ -67,20 +127,26 @@ func (h *Hub) Load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var ps []*parkedPoll
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	for _, m := range heads {
 		e := h.byID[m.ID]
 		if e == nil {
 			e = &machineEntry{id: m.ID, name: m.Name, changed: make(chan struct{})}
 			h.byID[m.ID], h.byName[m.Name] = e, e
 		}
+		changed := e.gen != m.Generation || e.conflict != m.Conflict
 		e.gen, e.conflict, e.hostVersion, e.schema, e.tokenID = m.Generation, m.Conflict, m.HostVersion, m.Schema, m.TokenID
 		if m.LastSeen != nil && m.LastSeen.After(e.lastSeen) {
 			e.lastSeen = *m.LastSeen
 		}
+		if changed {
+			ps = append(ps, e.wake()...)
+		}
 	}
 	h.ready = true
+	h.mu.Unlock()
+	h.send(ps)
 	return nil
 }
 
@@ -102,13 +168,15 @@ func (h *Hub) Add(m *models.Machine) {
 
 // Remove forgets a deleted machine; its polls wake and its token stops working.
 func (h *Hub) Remove(name string) {
+	var ps []*parkedPoll
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if e := h.byName[name]; e != nil {
 		delete(h.byName, name)
 		delete(h.byID, e.id)
-		close(e.changed)
+		ps = e.wake()
 	}
+	h.mu.Unlock()
+	h.send(ps)
 }
 
 // Authorize checks a host token's machine and token id against memory.
@@ -176,7 +244,13 @@ func (h *Hub) drain(ctx context.Context) {
 	h.mu.Lock()
 	p := h.pending
 	h.pending = map[int64]int64{}
+	h.draining = len(p) > 0
 	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.draining = false
+		h.mu.Unlock()
+	}()
 	ids := make([]int64, 0, len(p))
 	for id := range p {
 		ids = append(ids, id)
@@ -191,6 +265,7 @@ func (h *Hub) drain(ctx context.Context) {
 		if err != nil {
 			h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 		}
+		var ps []*parkedPoll
 		h.mu.Lock()
 		for _, id := range chunk {
 			e := h.byID[id]
@@ -203,10 +278,10 @@ func (h *Hub) drain(ctx context.Context) {
 			if c := composed[id]; c != nil && c.Generation >= e.gen {
 				e.gen, e.composed = c.Generation, c
 			}
-			close(e.changed)
-			e.changed = make(chan struct{})
+			ps = append(ps, e.wake()...)
 		}
 		h.mu.Unlock()
+		h.send(ps)
 	}
 }
 
@@ -272,13 +347,14 @@ func (h *Hub) setComposed(c *store.Composed) {
 
 // setConflict records the store's verdict on a machine's conflict.
 func (h *Hub) setConflict(id int64, conflict bool) {
+	var ps []*parkedPoll
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if e := h.byID[id]; e != nil && e.conflict != conflict {
 		e.conflict = conflict
-		close(e.changed)
-		e.changed = make(chan struct{})
+		ps = e.wake()
 	}
+	h.mu.Unlock()
+	h.send(ps)
 }
 
 // composeFailed says whether a compose failure of gen is new (to be recorded once).
@@ -335,4 +411,12 @@ func (h *Hub) Machines() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.byID)
+}
+
+// Settled reports whether every announced change has been composed and
+// its polls woken (tests wait for it before counting statements).
+func (h *Hub) Settled() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending) == 0 && !h.draining
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/store"
 )
 
 // Long-poll bounds (DESIGN.md): 50 s by default, under the 60 s common
@@ -79,11 +81,17 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			return err
 		}
 	}
-	defer s.Hub.pollEnded(p.hostID)
+	parked := false
+	defer func() {
+		if !parked {
+			s.Hub.pollEnded(p.hostID)
+		}
+	}()
 
 	if wait > 0 {
 		wait += rand.N(wait/16 + 1)
 	}
+	deadline := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	checkedConflict := false
@@ -118,6 +126,13 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 				return err
 			}
 		}
+		// Nothing to send: a long wait parks without a goroutine.
+		if left := time.Until(deadline); left >= parkMin && c.Request().ProtoMajor == 1 && !checkedConflict {
+			if err := s.park(c.Response().Writer, p, known, left); err == nil {
+				parked = true
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -129,34 +144,44 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}
 }
 
-// deliver sends the declaration of the machine's generation: reuse the one
-// composed for it, or compose it now; write the send row; then answer.
-// It returns false when there is nothing it may send (compose failed).
+// composed is the declaration of the machine's generation: the one
+// composed for it, or composed now. It is nil when there is nothing the
+// controller may send (a conflict, a compose failure, recorded once).
+func (s *Server) composed(ctx context.Context, p *Principal, v view) (*store.Composed, error) {
+	comp := v.composed
+	if comp != nil && comp.Generation >= v.gen {
+		return comp, nil
+	}
+	got, fails, err := s.Store.Compose(ctx, []int64{p.hostID}, s.Instance, s.Signer)
+	if err != nil {
+		return nil, err
+	}
+	if ferr := fails[p.hostID]; ferr != nil {
+		if errors.Is(ferr, models.ErrMachineConflict) {
+			s.Hub.setConflict(p.hostID, true)
+			return nil, nil
+		}
+		if s.Hub.composeFailed(p.hostID, v.gen) {
+			s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", v.gen, "err", ferr)
+			_ = s.Store.Audit(ctx, "controller:"+s.Instance, "compose-failed", "machine/"+p.Machine,
+				fmt.Sprintf("generation %d: %v", v.gen, ferr))
+		}
+		return nil, nil
+	}
+	comp = got[p.hostID]
+	if comp != nil {
+		s.Hub.setComposed(comp)
+	}
+	return comp, nil
+}
+
+// deliver sends the declaration of the machine's generation: write the
+// send row, then answer. It returns false when there is nothing it may send.
 func (s *Server) deliver(c echo.Context, p *Principal, v view) (bool, error) {
 	ctx := c.Request().Context()
-	comp := v.composed
-	if comp == nil || comp.Generation < v.gen {
-		got, fails, err := s.Store.Compose(ctx, []int64{p.hostID}, s.Instance, s.Signer)
-		if err != nil {
-			return false, err
-		}
-		if ferr := fails[p.hostID]; ferr != nil {
-			if errors.Is(ferr, models.ErrMachineConflict) {
-				s.Hub.setConflict(p.hostID, true)
-				return false, nil
-			}
-			if s.Hub.composeFailed(p.hostID, v.gen) {
-				s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", v.gen, "err", ferr)
-				_ = s.Store.Audit(ctx, "controller:"+s.Instance, "compose-failed", "machine/"+p.Machine,
-					fmt.Sprintf("generation %d: %v", v.gen, ferr))
-			}
-			return false, nil
-		}
-		comp = got[p.hostID]
-		if comp == nil {
-			return false, nil
-		}
-		s.Hub.setComposed(comp)
+	comp, err := s.composed(ctx, p, v)
+	if err != nil || comp == nil {
+		return false, err
 	}
 	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: p.hostID, Generation: comp.Generation,
 		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}

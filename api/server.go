@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,17 +44,35 @@ type Server struct {
 
 	drainOnce sync.Once
 	drainCh   chan struct{}
+
+	parkedCh chan *parkedPoll
+	runCtx   context.Context
 }
 
 // NewServer wires a server.
 func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
-	return &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
-		OpenAPI: spec, drainCh: make(chan struct{})}
+	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
+		OpenAPI: spec, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+	hub.dispatch = s.dispatch
+	return s
+}
+
+// Start runs the workers that answer parked polls, until ctx ends.
+func (s *Server) Start(ctx context.Context) {
+	s.runCtx = ctx
+	for range parkWorkers {
+		go s.parkedWorker()
+	}
 }
 
 // Drain stops composing: held polls are answered 503 with Retry-After: 0 so
 // hosts move to their next controller URL.
-func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drainCh) }) }
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() {
+		close(s.drainCh)
+		s.dispatch(s.Hub.allParked())
+	})
+}
 
 // Draining reports whether Drain was called.
 func (s *Server) Draining() bool {

@@ -33,6 +33,8 @@ type Config struct {
 	DatabaseURL string
 	// FlushEvery is how often last-seen times are written.
 	FlushEvery time.Duration
+	// RolloutEvery is how often host rollouts are stepped.
+	RolloutEvery time.Duration
 	// HeartbeatEvery is how often the instance row is touched.
 	HeartbeatEvery time.Duration
 	// DrainTimeout bounds a graceful stop.
@@ -78,6 +80,9 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 30 * time.Second
+	}
+	if cfg.RolloutEvery == 0 {
+		cfg.RolloutEvery = time.Second
 	}
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 15 * time.Second
@@ -136,6 +141,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln, cancel: cancel, done: make(chan struct{})}
+	srv.Start(runCtx)
 	c.workers.Add(4)
 	go func() { defer c.workers.Done(); c.rollouts(runCtx) }()
 	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery) }()
@@ -172,7 +178,7 @@ func (c *Controller) heartbeat(ctx context.Context) {
 
 // rollouts advances host rollouts: waves, deadlines, completion.
 func (c *Controller) rollouts(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(c.cfg.RolloutEvery)
 	defer t.Stop()
 	for {
 		select {

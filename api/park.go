@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mesh/models"
+)
+
+// A parked poll is a long poll that waits without a goroutine: its
+// connection is taken from net/http (hijacked) and kept in the hub with a
+// timer. A waiting goroutine with its stack and net/http's per-connection
+// buffers costs ~30 KiB; a parked poll well under 1 KiB, so 10,000 idle
+// hosts cost the controller little. When its machine changes, a worker
+// answers it (the send row committed first); when its wait passes, the
+// timer answers 304. Parked polls answer with Connection: close; the host
+// opens a new connection for its next poll, as it would after any 200.
+
+// parkMin is the shortest wait worth parking; shorter ones wait in place.
+const parkMin = time.Second
+
+// parkWorkers answer woken parked polls.
+const parkWorkers = 64
+
+// Parked poll states.
+const (
+	parkedWaiting = iota
+	parkedHandling
+	parkedDone
+)
+
+type parkedPoll struct {
+	conn     net.Conn
+	machine  int64
+	name     string
+	known    int64
+	deadline time.Time
+	timer    *time.Timer
+	state    atomic.Int32
+	checked  bool // the store was asked about a conflict once
+}
+
+// park hijacks the connection and leaves the poll in the hub.
+func (s *Server) park(w http.ResponseWriter, p *Principal, known int64, wait time.Duration) error {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return err
+	}
+	pp := &parkedPoll{conn: conn, machine: p.hostID, name: p.Machine, known: known, deadline: time.Now().Add(wait)}
+	pp.timer = time.AfterFunc(wait, func() { s.expire(pp) })
+	s.Hub.parkPoll(pp)
+	return nil
+}
+
+// expire answers a parked poll whose wait passed with 304.
+func (s *Server) expire(pp *parkedPoll) {
+	if !pp.state.CompareAndSwap(parkedWaiting, parkedDone) {
+		return // a worker has it; it checks the deadline itself
+	}
+	s.Hub.unparkPoll(pp)
+	s.finishParked(pp, notModified())
+}
+
+// dispatch hands woken parked polls to the workers.
+func (s *Server) dispatch(ps []*parkedPoll) {
+	for _, pp := range ps {
+		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
+			s.parkedCh <- pp
+		}
+	}
+}
+
+// parkedWorker answers woken parked polls: the same rules as a poll that
+// waits in place.
+func (s *Server) parkedWorker() {
+	for pp := range s.parkedCh {
+		s.answerParked(pp)
+	}
+}
+
+func (s *Server) answerParked(pp *parkedPoll) {
+	if s.Draining() {
+		s.finishParked(pp, draining())
+		return
+	}
+	v := s.Hub.view(pp.machine)
+	if v.gone {
+		s.finishParked(pp, rawResponse(http.StatusUnauthorized, nil, nil))
+		return
+	}
+	ctx := s.runCtx
+	if pp.known > v.gen && !v.conflict && !pp.checked {
+		pp.checked = true
+		conflict, err := s.Store.CheckConflict(ctx, pp.machine, pp.known)
+		if err == nil {
+			s.Hub.setConflict(pp.machine, conflict)
+			if !conflict {
+				err = s.Hub.Load(ctx)
+			}
+		}
+		if err != nil {
+			s.Log.Error("parked poll: conflict check", "machine", pp.name, "err", err)
+		}
+		v = s.Hub.view(pp.machine)
+	}
+	if !peerOpen(pp.conn) {
+		// The host went away while parked: no send, no bytes.
+		s.finishParked(pp, nil)
+		return
+	}
+	if !v.conflict && v.gen > pp.known {
+		comp, err := s.composed(ctx, &Principal{Machine: pp.name, hostID: pp.machine}, v)
+		if err != nil {
+			s.Log.Error("parked poll: compose", "machine", pp.name, "err", err)
+		}
+		if comp != nil {
+			send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: pp.machine, Generation: comp.Generation,
+				Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
+			// Every send is a row, committed before the bytes leave.
+			if err := s.Sends.Write(ctx, send); err != nil {
+				s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
+				s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
+				return
+			}
+			s.finishParked(pp, rawResponse(http.StatusOK, [][2]string{
+				{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
+				{HeaderSend, send.ID}, {"Cache-Control", "no-store"}}, comp.Envelope))
+			return
+		}
+	}
+	// Nothing to send yet: wait on, unless the wait is over.
+	if time.Now().After(pp.deadline) {
+		s.finishParked(pp, notModified())
+		return
+	}
+	pp.state.Store(parkedWaiting)
+	s.Hub.parkPoll(pp)
+	// The timer may have fired while this worker held the poll.
+	if time.Now().After(pp.deadline) {
+		s.expire(pp)
+	}
+}
+
+// finishParked writes the answer, closes the connection and ends the poll.
+func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
+	pp.state.Store(parkedDone)
+	pp.timer.Stop()
+	if resp != nil {
+		_ = pp.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, _ = pp.conn.Write(resp)
+	}
+	_ = pp.conn.Close()
+	s.Hub.pollEnded(pp.machine)
+}
+
+// peerOpen reports whether the host still holds its end: a parked
+// connection has nothing to read, so a read that ends at once means the
+// host closed it (or sent what it should not have).
+func peerOpen(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now().Add(50 * time.Microsecond))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	_ = c.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// rawResponse is an HTTP/1.1 response for a hijacked connection.
+func rawResponse(status int, headers [][2]string, body []byte) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	for _, h := range headers {
+		fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+	}
+	fmt.Fprintf(&b, "Date: %s\r\nConnection: close\r\n", time.Now().UTC().Format(http.TimeFormat))
+	if status != http.StatusNotModified {
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
+	}
+	b.WriteString("\r\n")
+	b.Write(body)
+	return b.Bytes()
+}
+
+func notModified() []byte { return rawResponse(http.StatusNotModified, nil, nil) }
+
+func draining() []byte {
+	p := problemOf(models.ErrDraining)
+	body, _ := json.Marshal(p)
+	return rawResponse(http.StatusServiceUnavailable, [][2]string{{"Content-Type", "application/problem+json"}, {"Retry-After", "0"}}, body)
+}
+
