@@ -27,8 +27,10 @@ import (
 // parkMin is the shortest wait worth parking; shorter ones wait in place.
 const parkMin = time.Second
 
-// parkWorkers answer woken parked polls.
-const parkWorkers = 64
+// parkWorkers answer woken parked polls. Each waits on the group commit of
+// its send row, so their number bounds the rows one commit carries; a few
+// hundred goroutines are a fixed cost, not a per-poll one.
+const parkWorkers = 512
 
 // Parked poll states.
 const (
