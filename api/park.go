@@ -2,8 +2,8 @@ package api
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -198,4 +198,3 @@ func draining() []byte {
 	body, _ := json.Marshal(p)
 	return rawResponse(http.StatusServiceUnavailable, [][2]string{{"Content-Type", "application/problem+json"}, {"Retry-After", "0"}}, body)
 }
-
