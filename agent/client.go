@@ -57,7 +57,9 @@ type pollResult struct {
 // poll is one long poll. Its deadline is wait plus a margin: a body that
 // trickles past it is cut off.
 func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (*pollResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, wait+wait/8+30*time.Second)
+	// The controller answers by wait + wait/16; past this, the body is cut
+	// off and the next controller is tried.
+	ctx, cancel := context.WithTimeout(ctx, wait+wait/8+10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/api/v1/host/declaration?wait=%s", c.base(), wait), nil)
 	if err != nil {

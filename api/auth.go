@@ -203,7 +203,14 @@ func (s *Server) requireHost(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		id, ok := s.Hub.Authorize(claims.Subject, claims.ID)
 		if !ok {
-			return fmt.Errorf("%w: host token of machine %s is not known here", models.ErrUnauthorized, claims.Subject)
+			// Enrolled through another instance since this one loaded:
+			// the store decides, and the hub learns the machine.
+			m, err := s.Store.Machine(c.Request().Context(), claims.Subject)
+			if err != nil || m.TokenID != claims.ID {
+				return fmt.Errorf("%w: host token of machine %s is not known here", models.ErrUnauthorized, claims.Subject)
+			}
+			s.Hub.Add(m)
+			id = m.ID
 		}
 		c.Set(principalKey, &Principal{Machine: claims.Subject, hostID: id})
 		return next(c)

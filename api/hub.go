@@ -28,6 +28,7 @@ type Hub struct {
 
 	polls    atomic.Int64 // polls held open now
 	draining bool         // the run loop is composing and waking bumped machines
+	stopped  bool         // the instance drains: compose nothing more
 
 	// dispatch answers woken parked polls (set by the Server).
 	dispatch func([]*parkedPoll)
@@ -222,16 +223,27 @@ func (h *Hub) Bumped(bs []models.Bump) {
 	}
 }
 
-// Run composes and wakes bumped machines, and flushes last-seen times every
-// flushEvery, until ctx ends.
-func (h *Hub) Run(ctx context.Context, flushEvery time.Duration) {
+// Run composes and wakes bumped machines, flushes last-seen times every
+// flushEvery and, when resyncEvery > 0, re-reads every machine's generation
+// (a missed notification is caught within that period), until ctx ends.
+func (h *Hub) Run(ctx context.Context, flushEvery, resyncEvery time.Duration) {
 	flush := time.NewTicker(flushEvery)
 	defer flush.Stop()
+	var resync <-chan time.Time
+	if resyncEvery > 0 {
+		t := time.NewTicker(resyncEvery)
+		defer t.Stop()
+		resync = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			h.flushSeen(context.Background())
 			return
+		case <-resync:
+			if err := h.Load(ctx); err != nil && ctx.Err() == nil {
+				h.Log.Warn("resync", "err", err)
+			}
 		case <-flush.C:
 			h.flushSeen(ctx)
 		case <-h.pendingCh:
@@ -242,6 +254,12 @@ func (h *Hub) Run(ctx context.Context, flushEvery time.Duration) {
 
 func (h *Hub) drain(ctx context.Context) {
 	h.mu.Lock()
+	if h.stopped {
+		// A draining instance composes nothing; its polls are answered 503.
+		h.pending = map[int64]int64{}
+		h.mu.Unlock()
+		return
+	}
 	p := h.pending
 	h.pending = map[int64]int64{}
 	h.draining = len(p) > 0
@@ -272,11 +290,13 @@ func (h *Hub) drain(ctx context.Context) {
 			if e == nil {
 				continue
 			}
-			if p[id] > e.gen {
+			if c := composed[id]; c != nil {
+				// The store's word: the generation just composed from it.
+				if c.Generation >= e.gen {
+					e.gen, e.composed = c.Generation, c
+				}
+			} else if p[id] > e.gen {
 				e.gen = p[id]
-			}
-			if c := composed[id]; c != nil && c.Generation >= e.gen {
-				e.gen, e.composed = c.Generation, c
 			}
 			ps = append(ps, e.wake()...)
 		}
@@ -419,4 +439,11 @@ func (h *Hub) Settled() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.pending) == 0 && !h.draining
+}
+
+// Stop makes the hub compose nothing more (the instance drains).
+func (h *Hub) Stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
 }

@@ -16,7 +16,7 @@ import (
 func TestIdlePolls_NoStatements(t *testing.T) {
 	for _, d := range []string{store.SQLite, store.Postgres} {
 		t.Run(d, func(t *testing.T) {
-			e := ctltest.Start(t, d, ctltest.Options{FlushEvery: time.Hour, HeartbeatEvery: time.Hour, RolloutEvery: time.Hour})
+			e := ctltest.Start(t, d, ctltest.Options{FlushEvery: time.Hour, HeartbeatEvery: time.Hour, RolloutEvery: time.Hour, ResyncEvery: time.Hour})
 			const hosts = 20
 			tokens := make([]string, hosts)
 			for i := range tokens {

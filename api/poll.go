@@ -66,6 +66,11 @@ func parseETagGen(s string) (int64, error) {
 // after the send row is committed; 304 when wait passes.
 func (s *Server) pollDeclaration(c echo.Context) error {
 	p := principal(c)
+	if !s.Hub.Ready() {
+		// Not yet listening and loaded: another instance can answer.
+		c.Response().Header().Set("Retry-After", "0")
+		return models.ErrDraining
+	}
 	wait, err := parseWait(c.QueryParam("wait"))
 	if err != nil {
 		return err

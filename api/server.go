@@ -69,6 +69,7 @@ func (s *Server) Start(ctx context.Context) {
 // hosts move to their next controller URL.
 func (s *Server) Drain() {
 	s.drainOnce.Do(func() {
+		s.Hub.Stop()
 		close(s.drainCh)
 		s.dispatch(s.Hub.allParked())
 	})

@@ -33,6 +33,10 @@ type Config struct {
 	DatabaseURL string
 	// FlushEvery is how often last-seen times are written.
 	FlushEvery time.Duration
+	// ResyncEvery is how often, on PostgreSQL, an instance re-reads every
+	// machine's generation: the bound on a change missed by a lost
+	// notification or a dropped listener connection.
+	ResyncEvery time.Duration
 	// RolloutEvery is how often host rollouts are stepped.
 	RolloutEvery time.Duration
 	// HeartbeatEvery is how often the instance row is touched.
@@ -81,6 +85,9 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	if cfg.FlushEvery == 0 {
 		cfg.FlushEvery = 30 * time.Second
 	}
+	if cfg.ResyncEvery == 0 {
+		cfg.ResyncEvery = 30 * time.Second
+	}
 	if cfg.RolloutEvery == 0 {
 		cfg.RolloutEvery = time.Second
 	}
@@ -124,7 +131,19 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	tokSigner := store.NewKeySigner(tokKey)
 	hub := api.NewHub(st, signer, inst, cfg.Log)
 	st.OnBumped(hub.Bumped)
+	// Polls are answered only once the listener runs and the cache is
+	// loaded from the store, in that order, so no change falls between.
+	listenCtx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
+	listening := make(chan struct{})
+	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = hub.Load(listenCtx) }, listening, cfg.Log)
+	select {
+	case <-listening:
+	case <-time.After(30 * time.Second):
+		stopListening()
+		return nil, errors.New("the PostgreSQL listener did not start within 30s")
+	}
 	if err := hub.Load(ctx); err != nil {
+		stopListening()
 		return nil, err
 	}
 	sends := api.NewSendWriter(st)
@@ -137,14 +156,20 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		stopListening()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln, cancel: cancel, done: make(chan struct{})}
+	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
+		cancel: func() { cancel(); stopListening() }, done: make(chan struct{})}
 	srv.Start(runCtx)
 	c.workers.Add(4)
 	go func() { defer c.workers.Done(); c.rollouts(runCtx) }()
-	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery) }()
+	resync := time.Duration(0)
+	if st.Dialect() == store.Postgres {
+		resync = cfg.ResyncEvery
+	}
+	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery, resync) }()
 	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
 	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
 	e.Server.ReadHeaderTimeout = 10 * time.Second

@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm/clause"
@@ -49,8 +53,64 @@ func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 			return err
 		}
 		tx.bumps = append(tx.bumps, rows...)
+		if tx.s.dialect == Postgres {
+			return notifyBumps(tx, rows)
+		}
 		return nil
 	})
+}
+
+// notifyChannel names the channel that carries bumped generations between
+// instances on PostgreSQL. NOTIFY is database-wide, so the name is made
+// from the database and schema: two meshes in one database never hear
+// each other.
+func notifyChannel(db, schema string) string {
+	h := sha256.Sum256([]byte(db + "\x00" + schema))
+	return "mesh_generation_" + hex.EncodeToString(h[:6])
+}
+
+// notifyBumps announces bumps to every instance's listener. NOTIFY in the
+// bumping transaction is delivered when it commits, never before, and not
+// at all if it rolls back. A payload stays under PostgreSQL's 8000 bytes.
+func notifyBumps(tx *Tx, bs []models.Bump) error {
+	var b strings.Builder
+	flush := func() error {
+		if b.Len() == 0 {
+			return nil
+		}
+		err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, b.String()).Error
+		b.Reset()
+		return err
+	}
+	for _, x := range bs {
+		if b.Len() > 7000 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d:%d", x.MachineID, x.Generation)
+	}
+	return flush()
+}
+
+// ParseNotification reads a notification's bumps ("id:gen,id:gen").
+func ParseNotification(payload string) []models.Bump {
+	var out []models.Bump
+	for _, part := range strings.Split(payload, ",") {
+		id, gen, ok := strings.Cut(part, ":")
+		if !ok {
+			continue
+		}
+		i, err1 := strconv.ParseInt(id, 10, 64)
+		g, err2 := strconv.ParseInt(gen, 10, 64)
+		if err1 == nil && err2 == nil {
+			out = append(out, models.Bump{MachineID: i, Generation: g})
+		}
+	}
+	return out
 }
 
 // Enroll spends a join token and registers a machine. The machine starts at

@@ -68,6 +68,9 @@ type Store struct {
 	// (a fan-out composing batch after batch) starves the others (the
 	// send writer); Go's mutex hands over in arrival order under contention.
 	wmu sync.Mutex
+
+	// channel is the NOTIFY channel of this store (PostgreSQL).
+	channel string
 }
 
 // countStatements counts every statement gorm issues, so tests and metrics
@@ -149,6 +152,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		sqlDB, _ := s.db.DB()
 		sqlDB.SetMaxOpenConns(8)
 		sqlDB.SetMaxIdleConns(8)
+	}
+	if s.dialect == Postgres {
+		var names struct{ DB, Schema string }
+		if err := s.db.WithContext(ctx).Raw("SELECT current_database() AS db, current_schema() AS schema").Scan(&names).Error; err != nil {
+			s.Close()
+			return nil, fmt.Errorf("connect postgres store: %w", err)
+		}
+		s.channel = notifyChannel(names.DB, names.Schema)
 	}
 	if err := s.countStatements(); err != nil {
 		s.Close()

@@ -1,0 +1,45 @@
+package api_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestWakeAcrossInstances: two instances on one PostgreSQL; a change
+// committed through one wakes a poll held by the other (NOTIFY in the
+// bumping transaction, LISTEN in every instance), and both send the same
+// bytes for one generation.
+func TestWakeAcrossInstances(t *testing.T) {
+	cfg := storetest.Config(t, store.Postgres)
+	a := ctltest.StartWith(t, cfg)
+	b := ctltest.StartWith(t, cfg)
+	b.Admin = a.Admin // one token key in the store: every instance accepts it
+	en := a.Enroll("m1")
+	if p := doPoll(b, en.Token, 0, "1s"); p.status != 200 {
+		t.Fatalf("first poll on b: %d", p.status)
+	}
+	var wg sync.WaitGroup
+	var woke poll
+	wg.Add(1)
+	go func() { defer wg.Done(); woke = doPoll(b, en.Token, 1, "30s") }()
+	waitFor(t, 5*time.Second, func() bool { return b.Ctl.Hub.Polling("m1") })
+	changed := time.Now()
+	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: a.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"x": "1"}}}, 200, nil)
+	wg.Wait()
+	if woke.status != 200 || woke.etag != `"2"` {
+		t.Fatalf("poll on b after a change on a: %d %s", woke.status, woke.etag)
+	}
+	if lag := time.Since(changed); lag > 5*time.Second {
+		t.Fatalf("woken %v after the change", lag)
+	}
+	other := doPoll(a, en.Token, 1, "1s")
+	if other.status != 200 || string(other.body) != string(woke.body) {
+		t.Fatal("two instances sent different bytes for one generation")
+	}
+}
