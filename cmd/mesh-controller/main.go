@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"mesh/api"
 	"mesh/controller"
@@ -86,6 +87,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	level := storeFlags(fs, &cfg)
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
+	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
