@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -156,7 +157,9 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	if resp != nil {
-		_ = pp.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		// A few hundred bytes to a socket with nothing else queued: the
+		// kernel takes them at once; a host that stopped reading gets cut
+		// off when the connection closes.
 		_, _ = pp.conn.Write(resp)
 	}
 	_ = pp.conn.Close()
@@ -164,15 +167,26 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 }
 
 // peerOpen reports whether the host still holds its end: a parked
-// connection has nothing to read, so a read that ends at once means the
-// host closed it (or sent what it should not have).
+// connection has nothing to read, so anything readable (an end of file,
+// an error, stray bytes) means the host is gone or misbehaving. It peeks
+// without blocking: no deadline, no timer.
 func peerOpen(c net.Conn) bool {
-	_ = c.SetReadDeadline(time.Now().Add(50 * time.Microsecond))
-	var b [1]byte
-	_, err := c.Read(b[:])
-	_ = c.SetReadDeadline(time.Time{})
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := true
+	_ = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = n < 0 && errors.Is(err, syscall.EAGAIN)
+		return true // never wait
+	})
+	return open
 }
 
 // rawResponse is an HTTP/1.1 response for a hijacked connection.
