@@ -102,7 +102,7 @@ var errTooLarge = errors.New("too large")
 // postReport sends one report; the caller keeps it in the outbox until this
 // succeeds.
 func (c *client) postReport(ctx context.Context, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", c.base()+"/api/v1/host/reports", bytes.NewReader(body))
 	if err != nil {
@@ -280,7 +280,12 @@ func (o outbox) flush(ctx context.Context, c *client) error {
 		if err != nil {
 			return err
 		}
+		// A controller that cannot take it now: try the others in turn.
 		err = c.postReport(ctx, b)
+		for tries := 1; errors.Is(err, errSwitch) && tries < len(c.id.Controllers) && ctx.Err() == nil; tries++ {
+			c.next()
+			err = c.postReport(ctx, b)
+		}
 		var refused *reportRefused
 		if err != nil && !errors.As(err, &refused) {
 			return err
