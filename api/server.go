@@ -142,6 +142,13 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.POST("/host-releases/:version/rollout/resume", s.rolloutAction("resume"), admin)
 	v1.POST("/host-releases/:version/rollout/cancel", s.rolloutAction("cancel"), admin)
 
+	v1.POST("/plans", s.createPlan, operator)
+	v1.GET("/plans", s.listPlans, viewer)
+	v1.GET("/plans/:id", s.getPlan, viewer)
+	v1.POST("/plans/:id/pause", s.planAction("pause"), operator)
+	v1.POST("/plans/:id/resume", s.planAction("resume"), operator)
+	v1.POST("/plans/:id/cancel", s.planAction("cancel"), operator)
+
 	v1.GET("/instances", s.listInstances, viewer)
 	v1.GET("/audit", s.listAudit, viewer)
 }

@@ -201,7 +201,8 @@ func (c *Controller) heartbeat(ctx context.Context) {
 	}
 }
 
-// rollouts advances host rollouts: waves, deadlines, completion.
+// rollouts advances host rollouts (waves, deadlines, completion) and plans
+// (tiers, completion).
 func (c *Controller) rollouts(ctx context.Context) {
 	t := time.NewTicker(c.cfg.RolloutEvery)
 	defer t.Stop()
@@ -212,6 +213,9 @@ func (c *Controller) rollouts(ctx context.Context) {
 		case <-t.C:
 			if err := c.Store.StepRollouts(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("stepping rollouts", "err", err)
+			}
+			if err := c.Store.StepPlans(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("stepping plans", "err", err)
 			}
 		}
 	}

@@ -128,6 +128,7 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 	}
 	mods := map[int64]models.Module{}
 	builds := map[[2]int64]models.Build{}
+	planTargets := map[[2]int64]int64{}
 	if len(modIDs) > 0 {
 		var list []models.Module
 		if err := tx.Where("id IN ?", keysOf(modIDs)).Find(&list).Error; err != nil {
@@ -153,6 +154,14 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 			for _, r := range parseRunning(m.Running) {
 				nums[r.Build] = true
 			}
+		}
+		var targets []models.MachineTarget
+		if err := tx.Where("machine_id IN ?", todoIDs).Find(&targets).Error; err != nil {
+			return err
+		}
+		for _, t := range targets {
+			nums[t.Build] = true
+			planTargets[[2]int64{t.MachineID, t.ModuleID}] = t.Build
 		}
 		var bl []models.Build
 		if err := tx.Where("module_id IN ? AND number IN ?", keysOf(modIDs), keysOf(nums)).Find(&bl).Error; err != nil {
@@ -194,7 +203,11 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 		var err error
 		for _, a := range asOf[m.ID] {
 			mod := mods[a.ModuleID]
-			n, ok := models.ChooseBuild(a.Build, a.Reason, nil, mod.CurrentBuild, running[mod.Name].Build)
+			var target *int64
+			if t, ok := planTargets[[2]int64{m.ID, mod.ID}]; ok && (mod.CurrentBuild == nil || t >= *mod.CurrentBuild) {
+				target = &t // never older than the current build either
+			}
+			n, ok := models.ChooseBuild(a.Build, a.Reason, target, mod.CurrentBuild, running[mod.Name].Build)
 			if !ok {
 				continue // a module with no build yet declares nothing
 			}

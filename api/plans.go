@@ -1,0 +1,83 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/version"
+)
+
+type planRequest struct {
+	Module string `json:"module"`
+	Build  int64  `json:"build"`
+}
+
+// createPlan starts a plan by hand. The controller's own build guards the
+// control nodes: a plan that would downgrade mesh-controller is refused.
+func (s *Server) createPlan(c echo.Context) error {
+	var req planRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if err := models.ValidName("module", req.Module); err != nil {
+		return err
+	}
+	if req.Build <= 0 {
+		return models.Invalid("build", "a build number")
+	}
+	v, err := s.Store.CreatePlan(c.Request().Context(), principal(c).Actor(), req.Module, req.Build, version.BuildNumber())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, v)
+}
+
+func planID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, models.Invalid("id", "a plan id")
+	}
+	return id, nil
+}
+
+func (s *Server) getPlan(c echo.Context) error {
+	id, err := planID(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.Store.Plan(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) listPlans(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	ps, err := s.Store.Plans(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(ps, limit, func(p store.PlanView) string { return strconv.FormatInt(p.ID, 10) }))
+}
+
+func (s *Server) planAction(action string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := planID(c)
+		if err != nil {
+			return err
+		}
+		v, err := s.Store.SetPlanState(c.Request().Context(), principal(c).Actor(), id, action)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, v)
+	}
+}

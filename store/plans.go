@@ -1,0 +1,390 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// PlanView is a plan with its steps.
+type PlanView struct {
+	models.Plan
+	Steps []models.PlanStep `json:"steps"`
+}
+
+type tier struct {
+	Machines int `json:"machines"`
+	Percent  int `json:"percent"`
+}
+
+// CreatePlan records a plan of a build. It never sends an older build:
+// a plan older than a newer plan or than the current build ends
+// superseded at once; a newer one supersedes the older plans still
+// running. A plan that would give the control nodes an older
+// mesh-controller than controllerBuild (the running one) is refused in its
+// own words.
+func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*PlanView, error) {
+	var out *PlanView
+	err := s.write(ctx, func(tx *Tx) error {
+		var mod models.Module
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"}) // one plan decision per module at a time
+		}
+		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
+			return fmt.Errorf("module %s: %w", module, mapErr(err))
+		}
+		var n int64
+		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, build).Count(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			return models.Invalid("build", fmt.Sprintf("module %s has no build %d", module, build))
+		}
+		now := s.Now()
+		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now}
+		var newer models.Plan
+		err := tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone}).
+			Order("build DESC").First(&newer).Error
+		switch {
+		case mod.Kind == models.KindController && controllerBuild > 0 && build < controllerBuild:
+			p.State = models.PlanRefused
+			p.Reason = fmt.Sprintf("refused: would downgrade mesh-controller from build %d to %d", controllerBuild, build)
+		case err == nil:
+			p.State = models.PlanSuperseded
+			p.Reason = fmt.Sprintf("superseded: plan %d already rolls out build %d, newer than %d", newer.ID, newer.Build, build)
+		case mod.CurrentBuild != nil && *mod.CurrentBuild > build:
+			p.State = models.PlanSuperseded
+			p.Reason = fmt.Sprintf("superseded: build %d is already current, newer than %d", *mod.CurrentBuild, build)
+		case !errors.Is(err, gorm.ErrRecordNotFound):
+			return err
+		}
+		if p.State != models.PlanRunning {
+			p.FinishedAt = &now
+		}
+		if err := tx.Create(p).Error; err != nil {
+			return err
+		}
+		if p.State == models.PlanRunning {
+			// Older plans still running are overtaken.
+			if err := tx.Model(&models.Plan{}).Where("module_id = ? AND build < ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused}).
+				Updates(map[string]any{"state": models.PlanSuperseded, "finished_at": now,
+					"reason": fmt.Sprintf("superseded by plan %d for build %d", p.ID, build)}).Error; err != nil {
+				return err
+			}
+			if err := planSteps(tx, p, &mod); err != nil {
+				return err
+			}
+		}
+		if err := audit(tx, actor, "create-plan", "module/"+module, fmt.Sprintf("plan %d, build %d: %s %s", p.ID, build, p.State, p.Reason)); err != nil {
+			return err
+		}
+		if err := stepPlan(tx, p); err != nil {
+			return err
+		}
+		var err2 error
+		out, err2 = planView(tx, p)
+		return err2
+	})
+	return out, err
+}
+
+// planSteps lays the machines assigned the module out in tiers: canaries
+// (variable canary=true) first, then by name.
+func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
+	var ms []models.Machine
+	if err := tx.Joins("JOIN assignments ON assignments.machine_id = machines.id").
+		Where("assignments.module_id = ?", mod.ID).Order("machines.name").Find(&ms).Error; err != nil {
+		return err
+	}
+	var flagged []int64
+	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
+		return err
+	}
+	canary := map[int64]bool{}
+	for _, id := range flagged {
+		canary[id] = true
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return canary[ms[i].ID] && !canary[ms[j].ID] })
+	var tiers []tier
+	_ = json.Unmarshal([]byte(mod.Tiers), &tiers)
+	if len(tiers) == 0 {
+		tiers = []tier{{Machines: 1}, {Percent: 100}}
+	}
+	i := 0
+	for t, tr := range tiers {
+		upto := len(ms)
+		if tr.Machines > 0 {
+			upto = min(len(ms), i+tr.Machines)
+		} else if tr.Percent > 0 {
+			upto = min(len(ms), max(i, int(math.Ceil(float64(len(ms)*tr.Percent)/100))))
+		}
+		if t == len(tiers)-1 {
+			upto = len(ms)
+		}
+		for ; i < upto; i++ {
+			if err := tx.Create(&models.PlanStep{PlanID: p.ID, MachineID: ms[i].ID, Tier: int64(t), State: models.StepPending}).Error; err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// StepPlans advances every running plan; plans are rows, so a restarted
+// controller continues where the last left off, and a step is one
+// transaction, so none runs twice.
+func (s *Store) StepPlans(ctx context.Context) error {
+	var ids []int64
+	if err := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state = ?", models.PlanRunning).Order("id").Pluck("id", &ids).Error; err != nil {
+		return mapErr(err)
+	}
+	for _, id := range ids {
+		if err := s.StepPlan(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StepPlan advances one plan if it is running.
+func (s *Store) StepPlan(ctx context.Context, id int64) error {
+	return s.write(ctx, func(tx *Tx) error {
+		var p models.Plan
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE", Options: "SKIP LOCKED"})
+		}
+		if err := q.Where("id = ?", id).First(&p).Error; err != nil {
+			if errors.Is(err, gorm.ErrRecordNotFound) {
+				return nil // another instance holds it
+			}
+			return err
+		}
+		return stepPlan(tx, &p)
+	})
+}
+
+func stepPlan(tx *Tx, p *models.Plan) error {
+	if p.State != models.PlanRunning {
+		return nil
+	}
+	now := tx.s.Now()
+	var mod models.Module
+	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
+		return err
+	}
+	var steps []models.PlanStep
+	if err := tx.Where("plan_id = ? AND tier = ?", p.ID, p.Tier).Order("machine_id").Find(&steps).Error; err != nil {
+		return err
+	}
+	if len(steps) == 0 {
+		var more int64
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND tier > ?", p.ID, p.Tier).Count(&more).Error; err != nil {
+			return err
+		}
+		if more > 0 {
+			p.Tier++
+			if err := tx.Model(p).Update("tier", p.Tier).Error; err != nil {
+				return err
+			}
+			return stepPlan(tx, p)
+		}
+		return finishPlan(tx, p, &mod)
+	}
+	done := 0
+	for i := range steps {
+		st := &steps[i]
+		switch st.State {
+		case models.StepPending:
+			if err := reach(tx, p, st); err != nil {
+				return err
+			}
+		case models.StepSent:
+			var m models.Machine
+			if err := tx.Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+				return err
+			}
+			running := parseRunning(m.Running)[mod.Name].Build
+			switch {
+			case m.AppliedGeneration >= st.Generation && running >= p.Build:
+				st.State = models.StepApplied
+				if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+					Updates(map[string]any{"state": st.State, "finished_at": now}).Error; err != nil {
+					return err
+				}
+				done++
+			case m.FinishedGen >= st.Generation && (m.LastOutcome == models.OutcomeRefused || m.LastOutcome == models.OutcomeRejected):
+				reason := fmt.Sprintf("machine %s %s generation %d: %s", m.Name, m.LastOutcome, m.FinishedGen, m.LastReason)
+				if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+					Updates(map[string]any{"state": models.StepFailed, "finished_at": now, "reason": reason}).Error; err != nil {
+					return err
+				}
+				p.State = models.PlanHalted
+				return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": "halted: " + reason, "finished_at": now}).Error
+			}
+		case models.StepApplied:
+			done++
+		}
+	}
+	if done == len(steps) {
+		p.Tier++
+		if err := tx.Model(p).Update("tier", p.Tier).Error; err != nil {
+			return err
+		}
+		return stepPlan(tx, p)
+	}
+	return nil
+}
+
+// reach makes the plan's build a machine's target: a new generation. The
+// target only ever rises, so an older plan's step cannot lower it.
+func reach(tx *Tx, p *models.Plan, st *models.PlanStep) error {
+	var cur models.MachineTarget
+	err := tx.Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).First(&cur).Error
+	switch {
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		if err := tx.Create(&models.MachineTarget{MachineID: st.MachineID, ModuleID: p.ModuleID, Build: p.Build, PlanID: p.ID}).Error; err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case cur.Build < p.Build:
+		if err := tx.Model(&models.MachineTarget{}).Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).
+			Updates(map[string]any{"build": p.Build, "plan_id": p.ID}).Error; err != nil {
+			return err
+		}
+	}
+	before := len(tx.bumps)
+	if err := bumpGenerations(tx, []int64{st.MachineID}, models.TriggerPlan); err != nil {
+		return err
+	}
+	now := tx.s.Now()
+	st.State, st.StartedAt = models.StepSent, &now
+	if len(tx.bumps) > before {
+		st.Generation = tx.bumps[len(tx.bumps)-1].Generation
+	}
+	return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+		Updates(map[string]any{"state": st.State, "started_at": now, "generation": st.Generation}).Error
+}
+
+// finishPlan makes the build current (never lowering it) and ends the plan.
+func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
+	now := tx.s.Now()
+	if mod.CurrentBuild == nil || *mod.CurrentBuild < p.Build {
+		if err := setCurrent(tx, mod, p.Build); err != nil {
+			return err
+		}
+	}
+	if err := tx.Where("module_id = ? AND build <= ?", p.ModuleID, p.Build).Delete(&models.MachineTarget{}).Error; err != nil {
+		return err
+	}
+	p.State = models.PlanDone
+	if err := tx.Model(p).Updates(map[string]any{"state": p.State, "finished_at": now}).Error; err != nil {
+		return err
+	}
+	return audit(tx, "controller", "plan-done", "module/"+mod.Name, fmt.Sprintf("plan %d: build %d is current", p.ID, p.Build))
+}
+
+func planView(tx *Tx, p *models.Plan) (*PlanView, error) {
+	v := &PlanView{Plan: *p, Steps: []models.PlanStep{}}
+	var mod models.Module
+	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
+		return nil, err
+	}
+	v.Module = mod.Name
+	var rows []struct {
+		models.PlanStep
+		Name string
+	}
+	err := tx.Table("plan_steps").Select("plan_steps.*, machines.name AS name").
+		Joins("JOIN machines ON machines.id = plan_steps.machine_id").
+		Where("plan_id = ?", p.ID).Order("plan_steps.tier, machines.name").Scan(&rows).Error
+	for _, r := range rows {
+		r.PlanStep.Machine = r.Name
+		v.Steps = append(v.Steps, r.PlanStep)
+	}
+	return v, err
+}
+
+// Plan reads one plan with its steps.
+func (s *Store) Plan(ctx context.Context, id int64) (*PlanView, error) {
+	var out *PlanView
+	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		var p models.Plan
+		if err := db.Where("id = ?", id).First(&p).Error; err != nil {
+			return fmt.Errorf("plan %d: %w", id, mapErr(err))
+		}
+		var err error
+		out, err = planView(&Tx{DB: db, s: s}, &p)
+		return err
+	})
+	return out, err
+}
+
+// Plans lists plans newest first, with their steps.
+func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]PlanView, error) {
+	var ps []models.Plan
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	if err := q.Find(&ps).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]PlanView, 0, len(ps))
+	for _, p := range ps {
+		v, err := s.Plan(ctx, p.ID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, nil
+}
+
+// SetPlanState pauses, resumes or cancels a plan.
+func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*PlanView, error) {
+	var out *PlanView
+	err := s.write(ctx, func(tx *Tx) error {
+		var p models.Plan
+		if err := tx.Where("id = ?", id).First(&p).Error; err != nil {
+			return fmt.Errorf("plan %d: %w", id, mapErr(err))
+		}
+		from := map[string][]string{"pause": {models.PlanRunning}, "resume": {models.PlanPaused}, "cancel": {models.PlanRunning, models.PlanPaused}}[action]
+		to := map[string]string{"pause": models.PlanPaused, "resume": models.PlanRunning, "cancel": models.PlanCancelled}[action]
+		ok := false
+		for _, f := range from {
+			ok = ok || p.State == f
+		}
+		if !ok {
+			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, p.State, action)
+		}
+		up := map[string]any{"state": to}
+		if to == models.PlanCancelled {
+			up["finished_at"], up["reason"] = s.Now(), "cancelled by "+actor
+		}
+		if err := tx.Model(&p).Updates(up).Error; err != nil {
+			return err
+		}
+		p.State = to
+		if err := audit(tx, actor, action+"-plan", fmt.Sprintf("plan/%d", id), ""); err != nil {
+			return err
+		}
+		if err := stepPlan(tx, &p); err != nil {
+			return err
+		}
+		var err error
+		out, err = planView(tx, &p)
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,153 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// planFixture: three machines assigned "mod" (build 1 current), build 2
+// and 3 uploaded.
+func planFixture(t *testing.T, s *store.Store) []*models.Machine {
+	t.Helper()
+	var ms []*models.Machine
+	for _, n := range []string{"m1", "m2", "m3"} {
+		ms = append(ms, fixture(t, s, n))
+	}
+	for range 2 {
+		if err := s.CreateBuild(context.Background(), "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ms
+}
+
+// applied reports, for a machine, that it applied its latest generation
+// and runs build b of mod.
+func applied(t *testing.T, s *store.Store, name string, b int64) {
+	t.Helper()
+	ctx := context.Background()
+	m, _ := s.Machine(ctx, name)
+	if _, err := s.InsertReport(ctx, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
+		Running: map[string]models.RunningBuild{"mod": {Build: b}}}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func composedBuild(t *testing.T, s *store.Store, m *models.Machine) int64 {
+	t.Helper()
+	got, fails, err := s.Compose(context.Background(), []int64{m.ID}, "ctl", newSigner())
+	if err != nil || fails[m.ID] != nil {
+		t.Fatalf("compose: %v %v", err, fails[m.ID])
+	}
+	var env models.Envelope
+	var p models.DeclarationPayload
+	decode(t, got[m.ID].Envelope, &env)
+	decode(t, env.Payload, &p)
+	return p.Resources[0].Build
+}
+
+func TestPlan_TiersThenCurrent(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil || v.State != models.PlanRunning || len(v.Steps) != 3 {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		// Tier 0 (one canary): only m1 is reached, and its declaration names build 2.
+		if v.Steps[0].Machine != "m1" || v.Steps[0].State != models.StepSent || v.Steps[1].State != models.StepPending {
+			t.Fatalf("steps %+v", v.Steps)
+		}
+		if b := composedBuild(t, s, ms[0]); b != 2 {
+			t.Fatalf("m1 composed with build %d", b)
+		}
+		if b := composedBuild(t, s, ms[1]); b != 1 {
+			t.Fatalf("m2 composed with build %d before its tier", b)
+		}
+		if m, _ := s.Machine(ctx, "m1"); m.GenerationTrigger != models.TriggerPlan {
+			t.Fatalf("trigger %s", m.GenerationTrigger)
+		}
+		applied(t, s, "m1", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent {
+			t.Fatalf("after the canary: %+v", v)
+		}
+		applied(t, s, "m2", 2)
+		applied(t, s, "m3", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		mod, _ := s.Module(ctx, "mod")
+		if v.State != models.PlanDone || *mod.CurrentBuild != 2 {
+			t.Fatalf("plan %s, current %d", v.State, *mod.CurrentBuild)
+		}
+	})
+}
+
+// TestOverlappingPlans_OlderNeverSent reproduces the incident: two merges,
+// two plans; the older plan's step runs last. No machine is given the
+// older build; the older plan ends superseded and says why.
+func TestOverlappingPlans_OlderNeverSent(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		older, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newer, err := s.CreatePlan(ctx, "test", "mod", 3, 0)
+		if err != nil || newer.State != models.PlanRunning {
+			t.Fatalf("newer plan: %+v %v", newer, err)
+		}
+		older, _ = s.Plan(ctx, older.ID)
+		if older.State != models.PlanSuperseded || !strings.Contains(older.Reason, "superseded by plan") {
+			t.Fatalf("older plan: %s %q", older.State, older.Reason)
+		}
+		// The older plan's step runs last anyway (a worker that held it
+		// across the newer plan's start): it cannot lower the target.
+		if err := s.DB().Exec("UPDATE plans SET state = 'running' WHERE id = ?", older.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB().Exec("UPDATE plan_steps SET state = 'pending' WHERE plan_id = ?", older.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlan(ctx, older.ID); err != nil {
+			t.Fatal(err)
+		}
+		if b := composedBuild(t, s, ms[0]); b != 3 {
+			t.Fatalf("m1 composed with build %d after the older plan's late step", b)
+		}
+		// A plan for an older build than a newer plan's is superseded at once.
+		late, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil || late.State != models.PlanSuperseded || !strings.Contains(late.Reason, "newer than 2") || len(late.Steps) != 0 {
+			t.Fatalf("late plan: %+v %v", late, err)
+		}
+	})
+}
+
+func TestPlan_ControllerDowngradeRefused(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "mesh-controller", Kind: models.KindController, SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 41 {
+			if err := s.CreateBuild(ctx, "test", "mesh-controller", &models.Build{Manifest: `{"resources": []}`}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 41, 42)
+		if err != nil || v.State != models.PlanRefused || v.Reason != "refused: would downgrade mesh-controller from build 42 to 41" {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+	})
+}
