@@ -118,11 +118,16 @@ type BuildView struct {
 	Manifest  json.RawMessage `json:"manifest"`
 	CreatedBy string          `json:"created_by"`
 	CreatedAt time.Time       `json:"created_at"`
+	State     string          `json:"state"`
 }
 
 func buildView(module string, b *models.Build) BuildView {
+	state := b.State
+	if state == "" {
+		state = models.BuildReady
+	}
 	return BuildView{Module: module, Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: b.Digest,
-		Size: b.Size, Manifest: json.RawMessage(b.Manifest), CreatedBy: b.CreatedBy, CreatedAt: b.CreatedAt}
+		Size: b.Size, Manifest: json.RawMessage(b.Manifest), CreatedBy: b.CreatedBy, CreatedAt: b.CreatedAt, State: state}
 }
 
 // createBuild takes a multipart upload: artifact (tar.gz, optional),

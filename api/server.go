@@ -142,6 +142,12 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.POST("/host-releases/:version/rollout/resume", s.rolloutAction("resume"), admin)
 	v1.POST("/host-releases/:version/rollout/cancel", s.rolloutAction("cancel"), admin)
 
+	v1.POST("/sources", s.createSource, admin)
+	v1.GET("/sources", s.listSources, viewer)
+	v1.POST("/hooks/:source", s.hook)
+	v1.POST("/builds/claim", s.claimBuild, s.requireBuilder)
+	v1.PUT("/builds/:id/artifact", s.finishBuild, s.requireBuilder)
+
 	v1.POST("/plans", s.createPlan, operator)
 	v1.GET("/plans", s.listPlans, viewer)
 	v1.GET("/plans/:id", s.getPlan, viewer)
@@ -157,8 +163,12 @@ func (s *Server) Register(e *echo.Echo) {
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		limit := int64(MaxJSONBody)
-		if (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost {
+		switch {
+		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
+			c.Path() == "/api/v1/builds/:id/artifact":
 			limit = MaxUploadBody
+		case c.Path() == "/api/v1/hooks/:source":
+			limit = MaxHookBody
 		}
 		r := c.Request()
 		if r.ContentLength > limit {

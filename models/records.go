@@ -153,6 +153,11 @@ type Build struct {
 	Manifest  string // JSON, see Manifest
 	CreatedBy string
 	CreatedAt time.Time
+	// State is ready, or queued/building for a build queued from a merge.
+	State      string `gorm:"default:ready"`
+	MergeID    *int64
+	LeaseOwner string
+	LeaseUntil *time.Time
 }
 
 // Assignment puts a module on a machine, optionally pinned to a build.

@@ -125,11 +125,11 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 			return fmt.Errorf("module %s: %w", module, mapErr(err))
 		}
 		var n int64
-		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, number).Count(&n).Error; err != nil {
+		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, number, models.BuildReady).Count(&n).Error; err != nil {
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("module %s build %d: %w", module, number, models.ErrNotFound)
+			return fmt.Errorf("module %s build %d (a finished one): %w", module, number, models.ErrNotFound)
 		}
 		before := len(tx.bumps)
 		if err := setCurrent(tx, &mod, number); err != nil {
@@ -202,7 +202,7 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 			}
 			if a.Build != nil {
 				var n int64
-				if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, *a.Build).Count(&n).Error; err != nil {
+				if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, *a.Build, models.BuildReady).Count(&n).Error; err != nil {
 					return err
 				}
 				if n == 0 {

@@ -43,11 +43,11 @@ func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, con
 			return fmt.Errorf("module %s: %w", module, mapErr(err))
 		}
 		var n int64
-		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ?", mod.ID, build).Count(&n).Error; err != nil {
+		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, build, models.BuildReady).Count(&n).Error; err != nil {
 			return err
 		}
 		if n == 0 {
-			return models.Invalid("build", fmt.Sprintf("module %s has no build %d", module, build))
+			return models.Invalid("build", fmt.Sprintf("module %s has no finished build %d", module, build))
 		}
 		now := s.Now()
 		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now}

@@ -1,0 +1,255 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/version"
+)
+
+// MaxHookBody caps a webhook's body (GitHub sends at most 25 MiB; pushes
+// that large are refused, not truncated).
+const MaxHookBody = 5 << 20
+
+type sourceRequest struct {
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	Repository    string `json:"repository"`
+	DefaultBranch string `json:"default_branch"`
+	Secret        string `json:"secret"`
+}
+
+func (s *Server) createSource(c echo.Context) error {
+	var req sourceRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if err := models.ValidName("name", req.Name); err != nil {
+		return err
+	}
+	if req.Kind != models.ForgeGitea && req.Kind != models.ForgeForgejo && req.Kind != models.ForgeGitHub {
+		return models.Invalid("kind", "gitea, forgejo or github")
+	}
+	if req.Repository == "" || req.DefaultBranch == "" {
+		return models.Invalid("repository", "repository (owner/name) and default_branch are required")
+	}
+	if len(req.Secret) < 16 {
+		return models.Invalid("secret", "at least 16 characters: the HMAC key the forge signs with")
+	}
+	src := &models.Source{Name: req.Name, Kind: req.Kind, Repository: req.Repository, DefaultBranch: req.DefaultBranch, Secret: req.Secret}
+	if err := s.Store.CreateSource(c.Request().Context(), principal(c).Actor(), src); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, src)
+}
+
+func (s *Server) listSources(c echo.Context) error {
+	ss, err := s.Store.Sources(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, List[models.Source]{Items: append([]models.Source{}, ss...)})
+}
+
+// hookHeaders are where each forge puts the event, the delivery id and
+// the signature.
+func hookHeaders(kind string, h http.Header) (event, delivery, sig string) {
+	switch kind {
+	case models.ForgeGitHub:
+		return h.Get("X-GitHub-Event"), h.Get("X-GitHub-Delivery"), strings.TrimPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
+	case models.ForgeForgejo:
+		if h.Get("X-Forgejo-Event") != "" {
+			return h.Get("X-Forgejo-Event"), h.Get("X-Forgejo-Delivery"), h.Get("X-Forgejo-Signature")
+		}
+	}
+	return h.Get("X-Gitea-Event"), h.Get("X-Gitea-Delivery"), h.Get("X-Gitea-Signature")
+}
+
+// pushPayload is the part of a push event mesh reads (GitHub's shape,
+// which Gitea and Forgejo share).
+type pushPayload struct {
+	Ref        string `json:"ref"`
+	After      string `json:"after"`
+	Repository struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	Pusher struct {
+		Name     string `json:"name"`
+		Login    string `json:"login"`
+		Username string `json:"username"`
+	} `json:"pusher"`
+	Commits []struct {
+		Added    []string `json:"added"`
+		Removed  []string `json:"removed"`
+		Modified []string `json:"modified"`
+	} `json:"commits"`
+}
+
+// hook takes a forge's webhook: HMAC-SHA256 over the raw body with the
+// source's secret (constant-time comparison), deduplicated by delivery id.
+func (s *Server) hook(c echo.Context) error {
+	ctx := c.Request().Context()
+	src, err := s.Store.Source(ctx, c.Param("source"))
+	if err != nil {
+		return err
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	event, delivery, sig := hookHeaders(src.Kind, c.Request().Header)
+	mac := hmac.New(sha256.New, []byte(src.Secret))
+	mac.Write(body)
+	want := mac.Sum(nil)
+	got, decErr := hex.DecodeString(sig)
+	if sig == "" || decErr != nil || !hmac.Equal(got, want) {
+		_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
+			fmt.Sprintf("event %q delivery %q from %s: signature missing or wrong", event, delivery, c.RealIP()))
+		return fmt.Errorf("%w: the webhook's signature does not match the source's secret", models.ErrUnauthorized)
+	}
+	if event == "" || delivery == "" {
+		return models.Invalid("headers", "the forge's event and delivery headers are required")
+	}
+	var push *store.Push
+	status := ""
+	switch event {
+	case "ping":
+		status = "pong"
+	case "push":
+		var p pushPayload
+		if err := json.Unmarshal(body, &p); err != nil {
+			return models.Invalid("body", "not a push event: "+err.Error())
+		}
+		switch {
+		case p.Ref != "refs/heads/"+src.DefaultBranch:
+			status = fmt.Sprintf("ignored: push to %s, not refs/heads/%s", p.Ref, src.DefaultBranch)
+		case !strings.EqualFold(p.Repository.FullName, src.Repository):
+			status = fmt.Sprintf("ignored: repository %s is not %s", p.Repository.FullName, src.Repository)
+		default:
+			push = &store.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository, Author: firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username)}
+			for _, cm := range p.Commits {
+				push.Paths = append(push.Paths, cm.Added...)
+				push.Paths = append(push.Paths, cm.Removed...)
+				push.Paths = append(push.Paths, cm.Modified...)
+			}
+		}
+	default:
+		status = "ignored: event " + event
+	}
+	out, err := s.Store.Deliver(ctx, src, delivery, event, push, status)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func firstOf(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// requireBuilder lets a builder's token, or an operator, through.
+func (s *Server) requireBuilder(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		tok, err := bearer(c)
+		if err != nil {
+			return err
+		}
+		claims, err := s.Auth.ParsePerson(tok)
+		if err != nil {
+			return err
+		}
+		if claims.Role != models.RoleBuilder && models.RoleRank(claims.Role) < models.RoleRank(models.RoleOperator) {
+			return fmt.Errorf("%w: role %s may not build (needs builder or operator)", models.ErrForbidden, claims.Role)
+		}
+		c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role})
+		return next(c)
+	}
+}
+
+// BuildLease is how long a builder holds a claimed build.
+const BuildLease = 30 * time.Minute
+
+func (s *Server) claimBuild(c echo.Context) error {
+	b, err := s.Store.ClaimBuild(c.Request().Context(), principal(c).Actor(), BuildLease)
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return c.NoContent(http.StatusNoContent)
+	}
+	return c.JSON(http.StatusOK, b)
+}
+
+// finishBuild takes a claimed build's artifact and manifest. A finished
+// build makes a plan (the module's first build becomes current instead).
+func (s *Server) finishBuild(c echo.Context) error {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil {
+		return models.Invalid("id", "a build id")
+	}
+	form, err := c.MultipartForm()
+	if err != nil {
+		if _, ok := err.(*http.MaxBytesError); ok {
+			return err
+		}
+		return models.Invalid("body", "a multipart/form-data upload with artifact and manifest is expected: "+err.Error())
+	}
+	defer form.RemoveAll()
+	manifest := ""
+	if v := form.Value["manifest"]; len(v) > 0 {
+		manifest = v[0]
+	}
+	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
+		return err
+	}
+	var artifact []byte
+	if fs := form.File["artifact"]; len(fs) > 0 {
+		f, err := fs[0].Open()
+		if err != nil {
+			return err
+		}
+		artifact, err = io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	digest, size := "", int64(0)
+	if artifact != nil {
+		digest, size = models.DigestOf(artifact), int64(len(artifact))
+		if given := form.Value["digest"]; len(given) > 0 && given[0] != digest {
+			return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, digest, given[0])
+		}
+	}
+	ctx := c.Request().Context()
+	b, mod, err := s.Store.FinishBuild(ctx, principal(c).Actor(), id, digest, size, manifest, artifact)
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"build": buildView(mod.Name, b), "plan": nil}
+	if mod.CurrentBuild != nil && *mod.CurrentBuild != b.Number {
+		p, err := s.Store.CreatePlan(ctx, principal(c).Actor(), mod.Name, b.Number, version.BuildNumber())
+		if err != nil {
+			return err
+		}
+		out["plan"] = p
+	}
+	return c.JSON(http.StatusOK, out)
+}

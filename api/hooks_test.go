@@ -1,0 +1,162 @@
+package api_test
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"mime/multipart"
+	"os"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+)
+
+const hookSecret = "a-secret-of-some-length"
+
+func sign(body []byte) string {
+	m := hmac.New(sha256.New, []byte(hookSecret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+type hookResult struct {
+	Status string `json:"status"`
+	Merge  *int64 `json:"merge"`
+	Builds []struct {
+		Module string `json:"module"`
+		Number int64  `json:"number"`
+	} `json:"builds"`
+}
+
+// TestWebhooks_DocumentedPayloads runs the push Gitea documents
+// (testdata/gitea-push.json, to refs/heads/develop of gitea/webhooks)
+// through every path of the webhook.
+func TestWebhooks_DocumentedPayloads(t *testing.T) {
+	body, err := os.ReadFile("testdata/gitea-push.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		for _, src := range []map[string]string{
+			{"name": "gitea", "kind": "gitea", "repository": "gitea/webhooks", "default_branch": "develop", "secret": hookSecret},
+			{"name": "github", "kind": "github", "repository": "gitea/webhooks", "default_branch": "develop", "secret": hookSecret},
+			{"name": "elsewhere", "kind": "forgejo", "repository": "gitea/webhooks", "default_branch": "main", "secret": hookSecret},
+		} {
+			e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin, Body: src}, 201, nil)
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
+			Body: map[string]any{"name": "webhooks", "repository": "gitea/webhooks"}}, 201, nil)
+		gitea := func(delivery, event string, b []byte, sig string) map[string]string {
+			return map[string]string{"X-Gitea-Event": event, "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sig}
+		}
+		post := func(source string, h map[string]string, b []byte) (int, hookResult, string) {
+			resp, out := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/" + source, Body: b, Header: h})
+			var r hookResult
+			if resp.StatusCode == 200 {
+				_ = jsonUnmarshal(out, &r)
+			}
+			return resp.StatusCode, r, string(out)
+		}
+
+		// Valid: a merge, a build queued as number 1.
+		st, r, raw := post("gitea", gitea("f6266f16-1bf3-46a5-9ea4-602e06ead473", "push", body, sign(body)), body)
+		if st != 200 || r.Merge == nil || len(r.Builds) != 1 || r.Builds[0].Number != 1 || !strings.HasPrefix(r.Status, "merged bffeb74") {
+			t.Fatalf("valid push: %d %s", st, raw)
+		}
+		// Replayed: answered, recorded, not acted on twice.
+		st, r, raw = post("gitea", gitea("f6266f16-1bf3-46a5-9ea4-602e06ead473", "push", body, sign(body)), body)
+		if st != 200 || r.Merge != nil || len(r.Builds) != 0 || !strings.HasPrefix(r.Status, "duplicate") {
+			t.Fatalf("replay: %d %s", st, raw)
+		}
+		// Bad signature: refused and recorded.
+		st, _, raw = post("gitea", gitea("d2", "push", body, sign([]byte("other"))), body)
+		if st != 401 || !strings.Contains(raw, "signature") {
+			t.Fatalf("bad signature: %d %s", st, raw)
+		}
+		st, _, _ = post("gitea", gitea("d3", "push", body, ""), body)
+		if st != 401 {
+			t.Fatalf("no signature: %d", st)
+		}
+		// GitHub's headers, the same documented body.
+		st, r, raw = post("github", map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1",
+			"X-Hub-Signature-256": "sha256=" + sign(body)}, body)
+		if st != 200 || len(r.Builds) != 1 || r.Builds[0].Number != 2 {
+			t.Fatalf("github push: %d %s (builds are numbered in merge order)", st, raw)
+		}
+		// Unknown event; ping.
+		st, r, _ = post("gitea", gitea("d4", "issues", body, sign(body)), body)
+		if st != 200 || r.Status != "ignored: event issues" {
+			t.Fatalf("unknown event: %d %+v", st, r)
+		}
+		st, r, _ = post("gitea", gitea("d5", "ping", body, sign(body)), body)
+		if st != 200 || r.Status != "pong" {
+			t.Fatalf("ping: %d %+v", st, r)
+		}
+		// A push to a branch that is not the default: ignored, recorded.
+		st, r, raw = post("elsewhere", map[string]string{"X-Forgejo-Event": "push", "X-Forgejo-Delivery": "fj-1", "X-Forgejo-Signature": sign(body)}, body)
+		if st != 200 || r.Status != "ignored: push to refs/heads/develop, not refs/heads/main" || len(r.Builds) != 0 {
+			t.Fatalf("non-default branch: %d %s", st, raw)
+		}
+		// Oversized.
+		big := bytes.Repeat([]byte(" "), 6<<20)
+		st, _, _ = post("gitea", gitea("d6", "push", big, sign(big)), big)
+		if st != 413 {
+			t.Fatalf("oversized: %d", st)
+		}
+		// The record: every delivery and refusal is in the audit log.
+		var audit struct {
+			Items []struct{ Action, Detail string }
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
+		seen := map[string]int{}
+		for _, a := range audit.Items {
+			seen[a.Action]++
+		}
+		if seen["merge"] != 2 || seen["webhook-replay"] != 1 || seen["webhook-refused"] != 2 || seen["webhook"] != 3 {
+			t.Fatalf("audit: %v", seen)
+		}
+
+		// A builder claims the oldest queued build and fills it; the
+		// module's first build becomes current, the next gets a plan.
+		builder := e.AddUser("ci", "builder")
+		var claimed struct {
+			ID     int64  `json:"id"`
+			Number int64  `json:"number"`
+			Commit string `json:"commit"`
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}, 200, &claimed)
+		if claimed.Number != 1 || claimed.Commit != "bffeb74224043ba2feb48d137756c8a9331c449a" {
+			t.Fatalf("claimed %+v", claimed)
+		}
+		finish := func(id int64) map[string]any {
+			var buf bytes.Buffer
+			mw := multipart.NewWriter(&buf)
+			_ = mw.WriteField("manifest", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/w", "content": "w\n"}]}`)
+			w, _ := mw.CreateFormFile("artifact", "a.tar.gz")
+			_, _ = w.Write([]byte("artifact bytes"))
+			mw.Close()
+			var out map[string]any
+			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/builds/" + itoa(id) + "/artifact", Token: builder, Body: buf.Bytes(),
+				Header: map[string]string{"Content-Type": mw.FormDataContentType()}}, 200, &out)
+			return out
+		}
+		if out := finish(claimed.ID); out["plan"] != nil {
+			t.Fatalf("the first build got a plan: %v", out)
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}, 200, &claimed)
+		out := finish(claimed.ID)
+		plan, _ := out["plan"].(map[string]any)
+		if plan == nil || plan["build"].(float64) != 2 {
+			t.Fatalf("the second build's plan: %v", out)
+		}
+		if resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}); resp.StatusCode != 204 {
+			t.Fatalf("nothing queued: %d", resp.StatusCode)
+		}
+		viewer := e.AddUser("vic", "viewer")
+		if resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: viewer}); resp.StatusCode != 403 {
+			t.Fatalf("a viewer claimed: %d", resp.StatusCode)
+		}
+	})
+}

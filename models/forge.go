@@ -1,0 +1,49 @@
+package models
+
+import "time"
+
+// Forge kinds.
+const (
+	ForgeGitea   = "gitea"
+	ForgeForgejo = "forgejo"
+	ForgeGitHub  = "github"
+)
+
+// Build states: a build queued from a merge waits for a builder.
+const (
+	BuildQueued   = "queued"
+	BuildBuilding = "building"
+	BuildReady    = "ready"
+)
+
+// Source is a forge repository whose webhooks the controller accepts.
+type Source struct {
+	ID            int64     `gorm:"primaryKey" json:"-"`
+	Name          string    `json:"name"`
+	Kind          string    `json:"kind"`
+	Repository    string    `json:"repository"`
+	DefaultBranch string    `json:"default_branch"`
+	Secret        string    `json:"-"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Delivery is one webhook delivery, kept so a replay is never acted on twice.
+type Delivery struct {
+	ID         int64 `gorm:"primaryKey"`
+	SourceID   int64
+	DeliveryID string
+	Event      string
+	Status     string
+	ReceivedAt time.Time
+}
+
+// Merge is a push to a repository's default branch.
+type Merge struct {
+	ID         int64     `gorm:"primaryKey" json:"id"`
+	SourceID   int64     `json:"-"`
+	Repository string    `json:"repository"`
+	Commit     string    `gorm:"column:source_commit" json:"commit"`
+	Author     string    `json:"author"`
+	Paths      string    `json:"-"` // JSON array
+	CreatedAt  time.Time `json:"created_at"`
+}

@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// CreateSource registers a forge repository.
+func (s *Store) CreateSource(ctx context.Context, actor string, src *models.Source) error {
+	return s.write(ctx, func(tx *Tx) error {
+		src.CreatedAt = s.Now()
+		if err := tx.Create(src).Error; err != nil {
+			if errors.Is(err, gorm.ErrDuplicatedKey) {
+				return fmt.Errorf("%w: source %s already exists", models.ErrConflict, src.Name)
+			}
+			return err
+		}
+		return audit(tx, actor, "create-source", "source/"+src.Name, src.Kind+" "+src.Repository)
+	})
+}
+
+// Sources lists forge sources.
+func (s *Store) Sources(ctx context.Context) ([]models.Source, error) {
+	var ss []models.Source
+	return ss, mapErr(s.db.WithContext(ctx).Order("name").Find(&ss).Error)
+}
+
+// Source reads one source by name.
+func (s *Store) Source(ctx context.Context, name string) (*models.Source, error) {
+	var src models.Source
+	if err := s.db.WithContext(ctx).Where("name = ?", name).First(&src).Error; err != nil {
+		return nil, fmt.Errorf("source %s: %w", name, mapErr(err))
+	}
+	return &src, nil
+}
+
+// QueuedBuild is a build a merge queued.
+type QueuedBuild struct {
+	Module string `json:"module"`
+	Number int64  `json:"number"`
+}
+
+// Push is what a push webhook says.
+type Push struct {
+	Ref        string
+	Commit     string
+	Repository string
+	Author     string
+	Paths      []string
+}
+
+// DeliveryOutcome is what a webhook delivery came to.
+type DeliveryOutcome struct {
+	Status string        `json:"status"`
+	Merge  *int64        `json:"merge"`
+	Builds []QueuedBuild `json:"builds"`
+}
+
+// Deliver records a delivery once (a replay is answered and recorded,
+// never acted on twice) and acts on it: a push to the default branch
+// records a merge and queues a build, numbered in merge order, for each
+// module of the repository whose source paths it touched.
+func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *Push, status string) (*DeliveryOutcome, error) {
+	out := &DeliveryOutcome{Builds: []QueuedBuild{}}
+	err := s.write(ctx, func(tx *Tx) error {
+		d := &models.Delivery{SourceID: src.ID, DeliveryID: deliveryID, Event: event, Status: status, ReceivedAt: s.Now()}
+		res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(d)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			out.Status = "duplicate: delivery " + deliveryID + " was already received; not acted on again"
+			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, deliveryID)
+		}
+		if push == nil {
+			out.Status = status
+			return audit(tx, "forge:"+src.Name, "webhook", "source/"+src.Name, fmt.Sprintf("%s %s: %s", event, deliveryID, status))
+		}
+		paths, _ := json.Marshal(push.Paths)
+		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Author: push.Author, Paths: string(paths), CreatedAt: s.Now()}
+		if err := tx.Create(m).Error; err != nil {
+			return err
+		}
+		out.Merge = &m.ID
+		var mods []models.Module
+		if err := tx.Where("repository = ?", src.Repository).Order("name").Find(&mods).Error; err != nil {
+			return err
+		}
+		for _, mod := range mods {
+			if !touches(mod.SourcePaths, push.Paths) {
+				continue
+			}
+			b, err := queueBuild(tx, &mod, m)
+			if err != nil {
+				return err
+			}
+			out.Builds = append(out.Builds, QueuedBuild{Module: mod.Name, Number: b.Number})
+		}
+		out.Status = fmt.Sprintf("merged %s: %d build(s) queued", short7(push.Commit), len(out.Builds))
+		if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
+			return err
+		}
+		return audit(tx, "forge:"+src.Name, "merge", "source/"+src.Name, out.Status)
+	})
+	return out, err
+}
+
+func short7(c string) string {
+	if len(c) > 7 {
+		return c[:7]
+	}
+	return c
+}
+
+// touches reports whether a change to paths touches a module with these
+// source paths (none: the whole repository). A push that names no paths
+// touches every module of its repository.
+func touches(sourcePaths string, paths []string) bool {
+	var sp []string
+	_ = json.Unmarshal([]byte(sourcePaths), &sp)
+	if len(sp) == 0 || len(paths) == 0 {
+		return true
+	}
+	for _, p := range paths {
+		for _, prefix := range sp {
+			if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func queueBuild(tx *Tx, mod *models.Module, m *models.Merge) (*models.Build, error) {
+	var last struct{ N *int64 }
+	if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
+		return nil, err
+	}
+	b := &models.Build{ModuleID: mod.ID, Number: 1, Commit: m.Commit, Manifest: `{"resources": []}`, State: models.BuildQueued,
+		MergeID: &m.ID, CreatedBy: "merge:" + short7(m.Commit), CreatedAt: tx.s.Now()}
+	if last.N != nil {
+		b.Number = *last.N + 1
+	}
+	return b, tx.Create(b).Error
+}
+
+// Claimed is a queued build a builder took.
+type Claimed struct {
+	ID         int64  `json:"id"`
+	Module     string `json:"module"`
+	Number     int64  `json:"number"`
+	Commit     string `json:"commit"`
+	Repository string `json:"repository"`
+}
+
+// ClaimBuild gives a builder the oldest queued build (or one whose lease
+// ran out) with a lease; nil when none waits.
+func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*Claimed, error) {
+	var out *Claimed
+	err := s.write(ctx, func(tx *Tx) error {
+		now := s.Now()
+		var b models.Build
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE", Options: "SKIP LOCKED"})
+		}
+		err := q.Where("state = ? OR (state = ? AND lease_until < ?)", models.BuildQueued, models.BuildBuilding, now).
+			Order("id").First(&b).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		until := now.Add(lease)
+		if err := tx.Model(&b).Updates(map[string]any{"state": models.BuildBuilding, "lease_owner": builder, "lease_until": until}).Error; err != nil {
+			return err
+		}
+		var mod models.Module
+		if err := tx.Where("id = ?", b.ModuleID).First(&mod).Error; err != nil {
+			return err
+		}
+		out = &Claimed{ID: b.ID, Module: mod.Name, Number: b.Number, Commit: b.Commit, Repository: mod.Repository}
+		return audit(tx, builder, "claim-build", "module/"+mod.Name, fmt.Sprintf("build %d", b.Number))
+	})
+	return out, err
+}
+
+// FinishBuild fills a claimed build with its artifact and manifest; the
+// module's first build becomes current, a later one gets a plan (made by
+// the caller).
+func (s *Store) FinishBuild(ctx context.Context, builder string, id int64, digest string, size int64, manifest string, artifact []byte) (*models.Build, *models.Module, error) {
+	var b models.Build
+	var mod models.Module
+	err := s.write(ctx, func(tx *Tx) error {
+		if err := tx.Where("id = ?", id).First(&b).Error; err != nil {
+			return fmt.Errorf("build %d: %w", id, mapErr(err))
+		}
+		if b.State == models.BuildReady {
+			return fmt.Errorf("%w: build %d is already finished", models.ErrConflict, b.Number)
+		}
+		if b.State == models.BuildBuilding && b.LeaseOwner != builder && b.LeaseUntil != nil && b.LeaseUntil.After(s.Now()) {
+			return fmt.Errorf("%w: build %d is leased to %s", models.ErrConflict, b.Number, b.LeaseOwner)
+		}
+		if artifact != nil {
+			if err := putBlob(tx, digest, artifact); err != nil {
+				return err
+			}
+		}
+		if err := tx.Model(&b).Updates(map[string]any{"state": models.BuildReady, "digest": digest, "size": size,
+			"manifest": manifest, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+			return err
+		}
+		b.State, b.Digest, b.Size, b.Manifest = models.BuildReady, digest, size, manifest
+		if err := tx.Where("id = ?", b.ModuleID).First(&mod).Error; err != nil {
+			return err
+		}
+		if err := audit(tx, builder, "finish-build", "module/"+mod.Name, fmt.Sprintf("build %d %s", b.Number, digest)); err != nil {
+			return err
+		}
+		if mod.CurrentBuild == nil {
+			return setCurrent(tx, &mod, b.Number)
+		}
+		return nil
+	})
+	return &b, &mod, err
+}
