@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -78,6 +79,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	p := problemOf(err)
+	var he *echo.HTTPError
+	if s.Behind != "" && errors.As(err, &he) && (he.Code == http.StatusNotFound || he.Code == http.StatusMethodNotAllowed) && strings.HasPrefix(c.Request().URL.Path, "/api/") {
+		// A route a newer build serves: say so, rather than "not found".
+		p = Problem{Type: ProblemType("behind-store"), Title: "This controller is behind its store", Status: http.StatusNotImplemented,
+			Detail: s.Behind + "; this route is not served by this build"}
+	}
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {
 		s.Log.Error("request failed", "err", err, "request_id", rid, "method", c.Request().Method, "path", c.Path())

@@ -47,6 +47,10 @@ type Server struct {
 
 	parkedCh chan *parkedPoll
 	runCtx   context.Context
+
+	// Behind is set when the store's schema is newer than this build knows:
+	// it serves what it can and says why it cannot serve the rest.
+	Behind string
 }
 
 // NewServer wires a server.

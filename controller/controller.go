@@ -149,6 +149,10 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	sends := api.NewSendWriter(st)
 	auth := &api.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
 	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
+	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
+		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
+		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	srv.Register(e)

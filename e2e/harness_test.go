@@ -68,6 +68,14 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// A controller build that knows one migration fewer: an older build
+	// against a store a newer one migrated.
+	cmd := exec.Command("go", "build", "-tags", "mesh_schema3", "-ldflags", "-X mesh/version.Version=0.9.0 -X mesh/version.Build=0",
+		"-o", filepath.Join(dir, "mesh-controller-schema3"), "../cmd/mesh-controller")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the older controller: %v\n%s", err, out)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -82,6 +90,7 @@ type controllerProc struct {
 	cfg     store.Config
 	Admin   string
 	AdminPW string
+	binary  string // another controller build, for the behind-the-store test
 	*ctltest.Env
 	log *syncBuffer
 }
@@ -101,7 +110,11 @@ func (c *controllerProc) start() {
 	if c.cfg.DatabaseURL != "" {
 		args = append(args, "--database", c.cfg.DatabaseURL)
 	}
-	c.cmd = exec.Command(filepath.Join(bin, "mesh-controller"), args...)
+	exe := "mesh-controller"
+	if c.binary != "" {
+		exe = c.binary
+	}
+	c.cmd = exec.Command(filepath.Join(bin, exe), args...)
 	out := &syncBuffer{}
 	c.log = &syncBuffer{}
 	c.cmd.Stdout, c.cmd.Stderr = out, c.log

@@ -10,3 +10,8 @@ import "embed"
 //
 //go:embed postgres/*.sql sqlite/*.sql
 var FS embed.FS
+
+// Max, when not 0, is the newest migration this build knows: a build made
+// with an older schema (tests build one with -tags mesh_schema3 to prove a
+// controller behind its store still serves).
+var Max int64

@@ -210,6 +210,9 @@ func (s *Store) gooseProvider() (*goose.Provider, error) {
 	if s.dialect == Postgres {
 		d = goose.DialectPostgres
 	}
+	if migrations.Max > 0 {
+		sub = capped{sub, migrations.Max}
+	}
 	return goose.NewProvider(d, sqlDB, sub)
 }
 
@@ -325,4 +328,23 @@ func (s *Store) batchRows(cols int) int {
 		return max(1, 700/cols)
 	}
 	return 500
+}
+
+// capped hides migrations newer than max (a build that knows fewer).
+type capped struct {
+	fs.FS
+	max int64
+}
+
+func (c capped) ReadDir(name string) ([]fs.DirEntry, error) {
+	ents, err := fs.ReadDir(c.FS, name)
+	var out []fs.DirEntry
+	for _, e := range ents {
+		var n int64
+		if _, scanErr := fmt.Sscanf(e.Name(), "%d_", &n); scanErr == nil && n > c.max {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, err
 }
