@@ -156,7 +156,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	srv.Register(e)
-	web.NewServer(st, hub, auth, signer, inst, cfg.Log).Register(e)
+	dash := web.NewServer(st, hub, auth, signer, inst, cfg.Log)
+	dash.Behind = srv.Behind
+	dash.Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

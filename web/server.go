@@ -56,6 +56,9 @@ type Server struct {
 	Instance string
 	Log      *slog.Logger
 
+	// Behind says why this controller is behind its store ("" when not).
+	Behind string
+
 	assets map[string]asset // by hashed name
 	names  map[string]string
 }
@@ -125,6 +128,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.POST("/machines/:name/push", s.push, operator...)
 	e.GET("/modules", s.modulesPage, viewer...)
 	e.POST("/modules/:module/current", s.promote, operator...)
+	e.GET("/plans", s.plansPage, viewer...)
 	e.GET("/releases", s.releasesPage, viewer...)
 	e.GET("/instances", s.instancesPage, viewer...)
 	e.GET("/audit", s.auditPage, viewer...)
@@ -207,7 +211,7 @@ func (s *Server) errorPage(c echo.Context, status int, msg string) error {
 
 // page is what every page's layout needs.
 func (s *Server) page(c echo.Context, title string) Page {
-	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path}
+	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path, Behind: s.Behind}
 }
 
 func (s *Server) loginPage(c echo.Context) error {

@@ -14,6 +14,7 @@ type Page struct {
 	CSS    string
 	HTMX   string
 	Path   string
+	Behind string // why this controller is behind its store, if it is
 }
 
 // MachineRow is one machine on the overview.
@@ -203,4 +204,26 @@ func orNone(s string) string {
 		return "none yet"
 	}
 	return s
+}
+
+func planBadge(state string) string {
+	switch state {
+	case models.PlanDone:
+		return "current"
+	case models.PlanRunning, models.PlanPaused:
+		return "behind"
+	case models.PlanSuperseded, models.PlanCancelled:
+		return "offline"
+	}
+	return "refused"
+}
+
+func stepBadge(state string) string {
+	switch state {
+	case models.StepApplied:
+		return "applied"
+	case models.StepFailed:
+		return "failed"
+	}
+	return "behind"
 }

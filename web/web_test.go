@@ -92,7 +92,7 @@ func TestPages_RenderForEveryRole(t *testing.T) {
 	_, op, vw := fixture(t)
 	for _, p := range []struct{ path, want string }{
 		{"/", `data-machine="m1"`}, {"/ui/machines", "behind by 1 generation(s)"}, {"/machines/m1", "Assignments"},
-		{"/ui/machines/m1/status", "Sends"}, {"/modules", "node-tools"}, {"/releases", "Fleet default"}, {"/instances", "serving"}, {"/audit", "enroll"},
+		{"/ui/machines/m1/status", "Sends"}, {"/modules", "node-tools"}, {"/releases", "Fleet default"}, {"/plans", "No plans yet"}, {"/instances", "serving"}, {"/audit", "enroll"},
 		{"/?state=behind&q=m", "m1"},
 	} {
 		for _, b := range []*browser{op, vw} {
