@@ -243,7 +243,35 @@ func (s *Server) finishBuild(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"build": buildView(mod.Name, b), "plan": nil}
+	out := map[string]any{"build": buildView(mod.Name, b), "plan": nil, "rollout": nil}
+	if mod.Kind == models.KindHost {
+		// A finished mesh-host build becomes a host release and enters a
+		// host rollout instead of a plan.
+		field := func(k string) string {
+			if v := form.Value[k]; len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
+		goos, arch, ver := field("os"), field("arch"), field("version")
+		if ver == "" {
+			ver = fmt.Sprintf("build-%d", b.Number)
+		}
+		if !platformRE.MatchString(goos) || !platformRE.MatchString(arch) || artifact == nil {
+			return models.Invalid("os", "a mesh-host build needs its binary as the artifact, and os and arch")
+		}
+		r := &models.Release{Version: ver, OS: goos, Arch: arch, Digest: digest, Size: size, KeyID: s.Signer.KeyID(),
+			Signature: s.Signer.Sign(models.ReleaseStatement(ver, goos, arch, digest)), CreatedBy: principal(c).Actor()}
+		if err := s.Store.CreateRelease(ctx, principal(c).Actor(), r, artifact); err != nil {
+			return err
+		}
+		ro, err := s.Store.StartRollout(ctx, principal(c).Actor(), ver, "1", 1, int64(DefaultRolloutDeadline/time.Second))
+		if err != nil {
+			return err
+		}
+		out["rollout"] = ro
+		return c.JSON(http.StatusOK, out)
+	}
 	if mod.CurrentBuild != nil && *mod.CurrentBuild != b.Number {
 		p, err := s.Store.CreatePlan(ctx, principal(c).Actor(), mod.Name, b.Number, version.BuildNumber())
 		if err != nil {

@@ -154,6 +154,39 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		if resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}); resp.StatusCode != 204 {
 			t.Fatalf("nothing queued: %d", resp.StatusCode)
 		}
+		// A mesh-host build becomes a host release and a rollout, not a plan.
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
+			Body: map[string]any{"name": "mesh-host", "kind": "host", "repository": "gitea/webhooks"}}, 201, nil)
+		st, r, raw = post("gitea", gitea("d7", "push", body, sign(body)), body)
+		if st != 200 || len(r.Builds) != 2 {
+			t.Fatalf("push with a host module: %d %s", st, raw)
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}, 200, &claimed)
+		if claimed.Number != 1 { // mesh-host's first; queued in the same merge before webhooks' third
+			t.Fatalf("claimed %+v", claimed)
+		}
+		var hb bytes.Buffer
+		mw := multipart.NewWriter(&hb)
+		_ = mw.WriteField("manifest", `{"resources": []}`)
+		_ = mw.WriteField("os", "linux")
+		_ = mw.WriteField("arch", "amd64")
+		_ = mw.WriteField("version", "1.5.0")
+		w, _ := mw.CreateFormFile("artifact", "mesh-host")
+		_, _ = w.Write([]byte("a mesh-host binary"))
+		mw.Close()
+		e.Enroll("m-host")
+		var fin struct {
+			Rollout *struct {
+				Version string `json:"version"`
+				State   string `json:"state"`
+			} `json:"rollout"`
+			Plan any `json:"plan"`
+		}
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/builds/" + itoa(claimed.ID) + "/artifact", Token: builder, Body: hb.Bytes(),
+			Header: map[string]string{"Content-Type": mw.FormDataContentType()}}, 200, &fin)
+		if fin.Rollout == nil || fin.Rollout.Version != "1.5.0" || fin.Rollout.State != "running" || fin.Plan != nil {
+			t.Fatalf("a finished mesh-host build: %+v", fin)
+		}
 		viewer := e.AddUser("vic", "viewer")
 		if resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: viewer}); resp.StatusCode != 403 {
 			t.Fatalf("a viewer claimed: %d", resp.StatusCode)

@@ -115,6 +115,7 @@ type Machine struct {
 	LastReason        string     `gorm:"column:last_reason"`
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
+	LastChecksOK      bool       `gorm:"column:last_checks_ok;default:true"`
 	Conflict          bool       `gorm:"column:conflict"`
 	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
 	TokenID           string     `gorm:"column:token_id"`

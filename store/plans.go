@@ -215,7 +215,8 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			}
 			running := parseRunning(m.Running)[mod.Name].Build
 			switch {
-			case m.AppliedGeneration >= st.Generation && running >= p.Build:
+			case m.AppliedGeneration >= st.Generation && running >= p.Build && m.LastChecksOK:
+				// Applied, and healthy where the module declares checks.
 				st.State = models.StepApplied
 				if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
 					Updates(map[string]any{"state": st.State, "finished_at": now}).Error; err != nil {

@@ -80,8 +80,21 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 		if v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent {
 			t.Fatalf("after the canary: %+v", v)
 		}
-		applied(t, s, "m2", 2)
+		// A tier waits for healthy: m2 applied but its check failed.
+		m2, _ := s.Machine(ctx, "m2")
+		if _, err := s.InsertReport(ctx, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied",
+			Running: map[string]models.RunningBuild{"mod": {Build: 2}},
+			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false}}}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
 		applied(t, s, "m3", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[1].State != models.StepSent {
+			t.Fatalf("an unhealthy machine counted as applied: %+v", v.Steps)
+		}
+		applied(t, s, "m2", 2)
 		if err := s.StepPlans(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -50,6 +50,11 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 			up["finished_generation"] = r.Generation
 		}
 		if r.Outcome == models.OutcomeApplied && r.Generation >= m.AppliedGeneration {
+			healthy := true
+			for _, c := range r.Checks {
+				healthy = healthy && c.OK
+			}
+			up["last_checks_ok"] = healthy
 			up["applied_generation"] = r.Generation
 			if r.Running != nil {
 				b, _ := json.Marshal(r.Running)
