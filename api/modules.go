@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/version"
 )
 
 // Tier is one step of a module's plans: a count of machines or a percent.
@@ -205,8 +206,15 @@ func (s *Server) createBuild(c echo.Context) error {
 	if len(b.Version) > 200 || len(b.Commit) > 200 {
 		return models.Invalid("version", "version and commit are at most 200 characters")
 	}
-	if err := s.Store.CreateBuild(c.Request().Context(), principal(c).Actor(), module, b, artifact); err != nil {
+	ctx := c.Request().Context()
+	if err := s.Store.CreateBuild(ctx, principal(c).Actor(), module, b, artifact); err != nil {
 		return err
+	}
+	// A finished build makes a plan (a module's first build became current).
+	if mod, err := s.Store.Module(ctx, module); err == nil && mod.CurrentBuild != nil && *mod.CurrentBuild < b.Number && mod.Kind != models.KindHost {
+		if _, err := s.Store.CreatePlan(ctx, principal(c).Actor(), module, b.Number, version.BuildNumber()); err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusCreated, buildView(module, b))
 }

@@ -43,9 +43,13 @@ func TestPlan_SurvivesControllerKill(t *testing.T) {
 		c.assign(n, "conf")
 		c.waitApplied(n, 30*time.Second)
 	}
-	c.upload("conf", manifest("2"), nil)
-	var p planView
-	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/plans", Token: c.Admin, Body: map[string]any{"module": "conf", "build": 2}}, 201, &p)
+	c.upload("conf", manifest("2"), nil) // a finished build makes a plan
+	var plans struct{ Items []planView }
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: c.Admin}, 200, &plans)
+	if len(plans.Items) != 1 {
+		t.Fatalf("%d plans after build 2", len(plans.Items))
+	}
+	p := plans.Items[0]
 	if p.State != "running" || p.Steps[0].State != "sent" {
 		t.Fatalf("plan %+v", p)
 	}
