@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"os/exec"
@@ -141,6 +142,28 @@ func (a *api) do(method, path string, ifMatch int64, body any) (int, []byte, str
 	return 0, nil, ""
 }
 
+// upload posts a build of a module (which makes a plan) to any live instance.
+func (a *api) upload(module, manifest string) int {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("manifest", manifest)
+	mw.Close()
+	for _, i := range rand.Perm(len(a.ins)) {
+		req, _ := http.NewRequest("POST", a.ins[i].url()+"/api/v1/modules/"+module+"/builds", bytes.NewReader(buf.Bytes()))
+		req.Header.Set("Authorization", "Bearer "+a.token)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := a.c.Do(req)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 500 {
+			return resp.StatusCode
+		}
+	}
+	return 0
+}
+
 func (a *api) generation(m string) int64 {
 	st, b, _ := a.do("GET", "/api/v1/machines/"+m, 0, nil)
 	if st != 200 {
@@ -153,13 +176,14 @@ func (a *api) generation(m string) int64 {
 
 // TestFaults_NoStaleSendThroughHandovers: three controller instances on
 // one PostgreSQL, five hosts, a driver making random assignment changes,
-// variable changes and pushes while instances are SIGTERM'd, SIGKILL'd,
+// variable changes, pushes and new builds (each rolled out by a plan) while instances are SIGTERM'd, SIGKILL'd,
 // paused (SIGSTOP, SIGCONT after longer than a poll's wait: the stale
 // leader) and restarted at random (seeded; the seed is printed). Then,
 // from the hosts' journals and the store: no host refused an older
 // generation or an equal one with another digest; every declaration a host
 // applied has its send row with the same digest; every send's digest is
-// the stored declaration's; every machine converges once the faults stop.
+// the stored declaration's; no plan step ran twice and a finished plan
+// skipped none; every machine converges once the faults stop.
 func TestFaults_NoStaleSendThroughHandovers(t *testing.T) {
 	seeds := []uint64{1, 2}
 	if s := os.Getenv("MESH_FAULT_SEEDS"); s != "" {
@@ -274,7 +298,10 @@ func faultRun(t *testing.T, seed uint64) {
 		if gen == 0 {
 			continue
 		}
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
+		case 3:
+			// A new build of conf: a plan rolls it out tier by tier.
+			a.upload("conf", fmt.Sprintf(`{"resources": [{"name": "f", "kind": "file", "path": "/etc/conf", "content": "x=${var.x}\nrelease %d\n"}]}`, ops))
 		case 0:
 			a.do("PUT", "/api/v1/machines/"+m+"/variables", gen, map[string]any{"variables": map[string]string{"x": strconv.Itoa(rng.IntN(1000))}})
 		case 1:
@@ -351,6 +378,42 @@ func faultRun(t *testing.T, seed uint64) {
 	if mismatched != 0 || orphan != 0 {
 		t.Fatalf("%d send(s) whose digest is not the stored declaration's, %d without a declaration", mismatched, orphan)
 	}
+	// Plans: none skipped a step or ran one twice. Each step made one
+	// generation of its own; a plan that ended done applied every step.
+	var steps []struct {
+		PlanID     int64
+		MachineID  int64
+		State      string
+		Generation int64
+	}
+	st.DB().Raw(`SELECT plan_id, machine_id, state, generation FROM plan_steps`).Scan(&steps)
+	var plans []struct {
+		ID    int64
+		State string
+	}
+	st.DB().Raw(`SELECT id, state FROM plans`).Scan(&plans)
+	planState := map[int64]string{}
+	for _, p := range plans {
+		planState[p.ID] = p.State
+	}
+	seenGen := map[[2]int64]int64{}
+	for _, sp := range steps {
+		if sp.State == "pending" {
+			if planState[sp.PlanID] == "done" {
+				t.Errorf("plan %d ended done with a step never run on machine %d", sp.PlanID, sp.MachineID)
+			}
+			continue
+		}
+		key := [2]int64{sp.MachineID, sp.Generation}
+		if other, dup := seenGen[key]; dup {
+			t.Errorf("generation %d of machine %d was made by two steps (plans %d and %d)", sp.Generation, sp.MachineID, other, sp.PlanID)
+		}
+		seenGen[key] = sp.PlanID
+		if planState[sp.PlanID] == "done" && sp.State != "applied" {
+			t.Errorf("plan %d ended done with machine %d's step %s", sp.PlanID, sp.MachineID, sp.State)
+		}
+	}
+	t.Logf("%d plans, %d steps", len(plans), len(steps))
 	applied := 0
 	for _, h := range hosts {
 		for _, e := range h.journal() {
