@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -166,21 +165,12 @@ func firstOf(ss ...string) string {
 
 // requireBuilder lets a builder's token, or an operator, through.
 func (s *Server) requireBuilder(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		tok, err := bearer(c)
-		if err != nil {
-			return err
+	return s.requirePerson(func(role string) error {
+		if role != models.RoleBuilder && models.RoleRank(role) < models.RoleRank(models.RoleOperator) {
+			return fmt.Errorf("%w: role %s may not build (needs builder or operator)", models.ErrForbidden, role)
 		}
-		claims, err := s.Auth.ParsePerson(tok)
-		if err != nil {
-			return err
-		}
-		if claims.Role != models.RoleBuilder && models.RoleRank(claims.Role) < models.RoleRank(models.RoleOperator) {
-			return fmt.Errorf("%w: role %s may not build (needs builder or operator)", models.ErrForbidden, claims.Role)
-		}
-		c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role})
-		return next(c)
-	}
+		return nil
+	})(next)
 }
 
 // BuildLease is how long a builder holds a claimed build.
@@ -219,17 +209,9 @@ func (s *Server) finishBuild(c echo.Context) error {
 	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
 		return err
 	}
-	var artifact []byte
-	if fs := form.File["artifact"]; len(fs) > 0 {
-		f, err := fs[0].Open()
-		if err != nil {
-			return err
-		}
-		artifact, err = io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
+	artifact, err := formFile(form, "artifact")
+	if err != nil {
+		return err
 	}
 	digest, size := "", int64(0)
 	if artifact != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"time"
@@ -181,17 +182,9 @@ func (s *Server) createBuild(c echo.Context) error {
 	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
 		return err
 	}
-	var artifact []byte
-	if fs := form.File["artifact"]; len(fs) > 0 {
-		f, err := fs[0].Open()
-		if err != nil {
-			return err
-		}
-		artifact, err = io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			return err
-		}
+	artifact, err := formFile(form, "artifact")
+	if err != nil {
+		return err
 	}
 	b := &models.Build{Version: field("version"), Commit: field("commit"), Manifest: manifest, CreatedBy: principal(c).Actor()}
 	given := field("digest")
@@ -268,4 +261,18 @@ func (s *Server) setCurrent(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"module": moduleView(m), "machines": n})
+}
+
+// formFile reads an uploaded file of a multipart form; nil when absent.
+func formFile(form *multipart.Form, name string) ([]byte, error) {
+	fs := form.File[name]
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	f, err := fs[0].Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -50,21 +49,12 @@ func (s *Server) createRelease(c echo.Context) error {
 	if !platformRE.MatchString(goos) || !platformRE.MatchString(arch) {
 		return models.Invalid("os", "os and arch are required, like linux and amd64")
 	}
-	fs := form.File["binary"]
-	if len(fs) == 0 {
-		return models.Invalid("binary", "required: the mesh-host binary")
-	}
-	f, err := fs[0].Open()
-	if err != nil {
-		return err
-	}
-	bin, err := io.ReadAll(f)
-	f.Close()
+	bin, err := formFile(form, "binary")
 	if err != nil {
 		return err
 	}
 	if len(bin) == 0 {
-		return models.Invalid("binary", "empty")
+		return models.Invalid("binary", "required: the mesh-host binary")
 	}
 	d := models.DigestOf(bin)
 	r := &models.Release{Version: version, OS: goos, Arch: arch, Digest: d, Size: int64(len(bin)), KeyID: s.Signer.KeyID(),
