@@ -367,10 +367,17 @@ func (h *Hub) setComposed(c *store.Composed) {
 
 // setConflict records the store's verdict on a machine's conflict.
 func (h *Hub) setConflict(id int64, conflict bool) {
+	h.setHead(id, 0, conflict)
+}
+
+// setHead records what the store says of one machine: its generation (0:
+// unknown) and whether it is in conflict; its polls wake if that changed.
+func (h *Hub) setHead(id, gen int64, conflict bool) {
 	var ps []*parkedPoll
 	h.mu.Lock()
-	if e := h.byID[id]; e != nil && e.conflict != conflict {
+	if e := h.byID[id]; e != nil && (e.conflict != conflict || gen > e.gen) {
 		e.conflict = conflict
+		e.gen = max(e.gen, gen)
 		ps = e.wake()
 	}
 	h.mu.Unlock()

@@ -102,14 +102,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 	ctx := s.runCtx
 	if pp.known > v.gen && !v.conflict && !pp.checked {
 		pp.checked = true
-		conflict, err := s.Store.CheckConflict(ctx, pp.machine, pp.known)
-		if err == nil {
-			s.Hub.setConflict(pp.machine, conflict)
-			if !conflict {
-				err = s.Hub.Load(ctx)
-			}
-		}
-		if err != nil {
+		if err := s.judge(ctx, pp.machine, pp.known); err != nil {
 			s.Log.Error("parked poll: conflict check", "machine", pp.name, "err", err)
 		}
 		v = s.Hub.view(pp.machine)

@@ -113,15 +113,8 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			// The host finished a generation this instance has not seen:
 			// judged against the store, never this cache.
 			checkedConflict = true
-			conflict, err := s.Store.CheckConflict(ctx, p.hostID, known)
-			if err != nil {
+			if err := s.judge(ctx, p.hostID, known); err != nil {
 				return err
-			}
-			s.Hub.setConflict(p.hostID, conflict)
-			if !conflict {
-				if err := s.Hub.Load(ctx); err != nil {
-					return err
-				}
 			}
 			continue
 		}
@@ -147,6 +140,19 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		case <-s.drainCh:
 		}
 	}
+}
+
+// judge asks the store about a host that finished a generation this
+// instance's cache has not seen: either the store is ahead of the cache
+// (the cache learns that machine's generation) or the host is ahead of the
+// store (conflict).
+func (s *Server) judge(ctx context.Context, id, known int64) error {
+	conflict, gen, err := s.Store.CheckConflict(ctx, id, known)
+	if err != nil {
+		return err
+	}
+	s.Hub.setHead(id, gen, conflict)
+	return nil
 }
 
 // composed is the declaration of the machine's generation: the one

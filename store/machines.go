@@ -218,10 +218,10 @@ func (s *Store) FlushLastSeen(ctx context.Context, at time.Time, ids []int64) er
 
 // CheckConflict judges, against the store and never a cache, whether a host
 // that finished hostGen is ahead of its machine; if so it puts the machine
-// in conflict (nothing is sent until an admin resolves it).
-func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64) (bool, error) {
-	conflict := false
-	err := s.write(ctx, func(tx *Tx) error {
+// in conflict (nothing is sent until an admin resolves it). It returns the
+// verdict and the machine's generation in the store.
+func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64) (conflict bool, gen int64, err error) {
+	err = s.write(ctx, func(tx *Tx) error {
 		var m models.Machine
 		q := tx.DB
 		if s.dialect == Postgres {
@@ -230,6 +230,7 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 		if err := q.Where("id = ?", machineID).First(&m).Error; err != nil {
 			return err
 		}
+		gen = m.Generation
 		if hostGen <= m.Generation {
 			conflict = m.Conflict
 			return nil
@@ -244,7 +245,7 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 		return audit(tx, "host:"+m.Name, "conflict", "machine/"+m.Name,
 			fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation))
 	})
-	return conflict, err
+	return conflict, gen, err
 }
 
 // Resolve ends a conflict: the generation moves past the host's and the
