@@ -44,9 +44,12 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 		}
 		usedJoin := e.JoinToken()
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{"join_token": usedJoin, "name": "m3", "os": "linux", "arch": "amd64"}}, 201, nil)
-		var expiring struct{ Token string }
+		var expiring struct {
+			Token     string
+			ExpiresAt time.Time `json:"expires_at"`
+		}
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: e.Admin, Body: map[string]string{"expires_in": "1ms"}}, 201, &expiring)
-		time.Sleep(2 * time.Millisecond) // the token's lifetime, not a state to wait for
+		waitFor(t, time.Second, func() bool { return time.Now().After(expiring.ExpiresAt) })
 
 		keys, err := e.Ctl.Store.Keys(ctx, store.KeyToken)
 		if err != nil || len(keys) != 1 {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,10 +36,17 @@ func TestHostKilledMidApply_ConvergesWithOneCopy(t *testing.T) {
 	if n := copies(port); n != 1 {
 		t.Fatalf("%d copies of the service run after the restart", n)
 	}
-	// Killing the service: the supervisor starts it again, once.
-	b, _ := os.ReadFile(pidfile)
-	if !strings.Contains(string(b), `"pid"`) {
-		t.Fatalf("pidfile %s", b)
+	// The service dies: the adopting supervisor starts it again, once.
+	old := svcPID(t, h)
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the service started again", func() bool {
+		b, err := os.ReadFile(pidfile)
+		return err == nil && !strings.Contains(string(b), fmt.Sprintf(`"pid": %d,`, old)) && listening(port)
+	})
+	if n := copies(port); n != 1 {
+		t.Fatalf("%d copies after the service was restarted", n)
 	}
 }
 
