@@ -276,3 +276,31 @@ func BenchmarkApply_FirstTree239(b *testing.B) {
 		}
 	}
 }
+
+// TestMovedResources_OldPlaceRemoved: a file or tree whose declared path
+// changes is put at the new path, and the old one is removed.
+func TestMovedResources_OldPlaceRemoved(t *testing.T) {
+	a := testAgent(t)
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "f", body: "1"}))
+	content := "x\n"
+	decl := func(file, tree string) *models.DeclarationPayload {
+		d := treeDecl(dg, tree)
+		d.Resources = append(d.Resources, models.Resource{ID: "mod.conf", Module: "mod", Build: 1, Kind: "file", Path: file, Content: &content})
+		return d
+	}
+	if _, err := a.applyInFull(context.Background(), decl("/etc/a.conf", "/opt/a"), a.state); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := a.applyInFull(context.Background(), decl("/etc/b.conf", "/opt/b"), a.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"etc/a.conf", "opt/a", "opt/.a.mesh"} {
+		if exists(filepath.Join(a.root.dir, p)) {
+			t.Errorf("%s left behind after the move: %+v", p, acts)
+		}
+	}
+	if !exists(filepath.Join(a.root.dir, "etc/b.conf")) || !a.root.treeLive("/opt/b", dg) {
+		t.Fatal("not at the new places")
+	}
+}

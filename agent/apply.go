@@ -84,14 +84,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		if m.OnRemove == "forget" {
 			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
 		} else {
-			var err error
-			switch m.Kind {
-			case "file":
-				err = a.root.remove(m.Path)
-			case "tree":
-				err = a.root.removeTree(m.Path)
-			}
-			if err != nil {
+			if err := a.removeManaged(m); err != nil {
 				return actions, fmt.Errorf("removing %s: %w", id, err)
 			}
 			act.Detail = m.Path
@@ -102,7 +95,37 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	return actions, nil
 }
 
+// removeManaged removes what a file or tree resource put on the machine.
+func (a *Agent) removeManaged(m *Managed) error {
+	switch m.Kind {
+	case "file":
+		return a.root.remove(m.Path)
+	case "tree":
+		return a.root.removeTree(m.Path)
+	}
+	return nil
+}
+
+// applyOne applies one resource; when it moved (a new path or kind), what
+// the old one left is removed once the new one is in place.
 func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
+	var moved *Managed
+	if prev := st.Resources[r.ID]; prev != nil && (prev.Path != r.Path || prev.Kind != r.Kind) && prev.OnRemove != "forget" {
+		old := *prev
+		moved = &old
+	}
+	act, err := a.applyResource(ctx, r, st, digests)
+	if err != nil || moved == nil {
+		return act, err
+	}
+	if err := a.removeManaged(moved); err != nil {
+		return act, fmt.Errorf("removing the old %s at %s: %w", moved.Kind, moved.Path, err)
+	}
+	act.Detail += " (moved from " + moved.Path + ")"
+	return act, nil
+}
+
+func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
 	prev := st.Resources[r.ID]
 	verb := "created"
 	if prev != nil {
@@ -117,9 +140,6 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 		if prev != nil && prev.Digest == m.Digest && a.root.fileMatches(r.Path, []byte(*r.Content), mode) {
 			st.Resources[r.ID] = m
 			return models.Action{Resource: r.ID, Action: "unchanged", Digest: m.Digest}, nil
-		}
-		if prev != nil && prev.Path != r.Path && prev.Kind == "file" {
-			defer a.root.remove(prev.Path)
 		}
 		if err := a.root.writeFile(r.Path, []byte(*r.Content), mode); err != nil {
 			return models.Action{}, err

@@ -66,7 +66,7 @@ type Controller struct {
 
 // OpenStore opens and migrates the store the config names.
 func OpenStore(ctx context.Context, cfg Config, exclusive bool) (*store.Store, error) {
-	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Exclusive: exclusive, Logger: cfg.Log})
+	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Exclusive: exclusive})
 	if err != nil {
 		return nil, err
 	}

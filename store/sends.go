@@ -82,7 +82,7 @@ func (s *Store) Send(ctx context.Context, id string) (*models.Send, error) {
 	return &snd, nil
 }
 
-// CountSends counts the sends of a generation or all (generation 0).
+// CountSends counts every send on record.
 func (s *Store) CountSends(ctx context.Context) (int64, error) {
 	var n int64
 	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)

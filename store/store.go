@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,8 +43,6 @@ type Config struct {
 	// Exclusive takes an flock on the data dir so only one controller
 	// serves a SQLite store; short commands (user add, migrate) leave it.
 	Exclusive bool
-	// Logger for slow statements and errors; nil is slog.Default.
-	Logger *slog.Logger
 }
 
 // Store is mesh's store.
@@ -53,7 +50,6 @@ type Store struct {
 	db      *gorm.DB
 	dialect string
 	lock    *flock.Flock
-	log     *slog.Logger
 
 	// Now is the clock; tests fix it.
 	Now func() time.Time
@@ -98,16 +94,12 @@ func (s *Store) Statements() int64 { return s.statements.Load() }
 
 // Open connects to the store described by cfg. It does not migrate.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	gcfg := &gorm.Config{
 		TranslateError: true,
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
-	s := &Store{log: log, Now: func() time.Time { return time.Now().UTC() }}
+	s := &Store{Now: func() time.Time { return time.Now().UTC() }}
 	var err error
 	if cfg.DatabaseURL != "" {
 		if !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
@@ -262,9 +254,8 @@ func (s *Store) OnBumped(f func([]models.Bump)) {
 // are announced only once it has committed.
 type Tx struct {
 	*gorm.DB
-	s      *Store
-	bumps  []models.Bump
-	notify bool
+	s     *Store
+	bumps []models.Bump
 }
 
 // write runs fn in one transaction; after it commits, bumped generations are
