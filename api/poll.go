@@ -69,7 +69,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	if !s.Hub.Ready() {
 		// Not yet listening and loaded: another instance can answer.
 		c.Response().Header().Set("Retry-After", "0")
-		return models.ErrDraining
+		return models.ErrStarting
 	}
 	wait, err := parseWait(c.QueryParam("wait"))
 	if err != nil {

@@ -58,6 +58,8 @@ func problemOf(err error) Problem {
 		return p(http.StatusConflict, "conflict", "Conflict")
 	case errors.Is(err, models.ErrDraining):
 		return p(http.StatusServiceUnavailable, "draining", "Instance is draining")
+	case errors.Is(err, models.ErrStarting):
+		return p(http.StatusServiceUnavailable, "starting", "Instance is starting")
 	case errors.As(err, &he):
 		msg, _ := he.Message.(string)
 		if msg == "" {

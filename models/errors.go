@@ -20,6 +20,7 @@ var (
 	ErrDowngrade          = errors.New("would give an older build than the machine runs")
 	ErrMachineConflict    = errors.New("machine is in conflict")
 	ErrDraining           = errors.New("instance is draining")
+	ErrStarting           = errors.New("instance is starting: not yet listening or loaded")
 )
 
 // InvalidError names the field that is wrong and why; it is ErrInvalid.
