@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -48,14 +49,14 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		}
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
 			Body: map[string]any{"name": "webhooks", "repository": "gitea/webhooks"}}, 201, nil)
-		gitea := func(delivery, event string, b []byte, sig string) map[string]string {
+		gitea := func(delivery, event string, _ []byte, sig string) map[string]string {
 			return map[string]string{"X-Gitea-Event": event, "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sig}
 		}
 		post := func(source string, h map[string]string, b []byte) (int, hookResult, string) {
 			resp, out := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/" + source, Body: b, Header: h})
 			var r hookResult
 			if resp.StatusCode == 200 {
-				_ = jsonUnmarshal(out, &r)
+				_ = json.Unmarshal(out, &r)
 			}
 			return resp.StatusCode, r, string(out)
 		}

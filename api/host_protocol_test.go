@@ -226,6 +226,4 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	}
 }
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 func itoa(n int64) string { return fmt.Sprint(n) }

@@ -44,6 +44,7 @@ type Env struct {
 
 var (
 	specOnce   sync.Once
+	specDoc    *openapi3.T
 	specRouter routers.Router
 	specErr    error
 )
@@ -51,25 +52,21 @@ var (
 // Spec is openapi.yaml, loaded and validated once.
 func Spec(tb testing.TB) (*openapi3.T, routers.Router) {
 	tb.Helper()
-	var doc *openapi3.T
 	specOnce.Do(func() {
 		loader := openapi3.NewLoader()
-		doc, specErr = loader.LoadFromData(mesh.OpenAPI)
+		specDoc, specErr = loader.LoadFromData(mesh.OpenAPI)
 		if specErr == nil {
-			specErr = doc.Validate(loader.Context)
+			specErr = specDoc.Validate(loader.Context)
 		}
 		if specErr == nil {
-			doc.Servers = nil // match any host
-			specRouter, specErr = gorillamux.NewRouter(doc)
+			specDoc.Servers = nil // match any host
+			specRouter, specErr = gorillamux.NewRouter(specDoc)
 		}
 	})
 	if specErr != nil {
 		tb.Fatalf("openapi.yaml: %v", specErr)
 	}
-	if doc == nil {
-		doc, _ = openapi3.NewLoader().LoadFromData(mesh.OpenAPI)
-	}
-	return doc, specRouter
+	return specDoc, specRouter
 }
 
 // ValidateResponse checks a response against the spec: its route, status,
