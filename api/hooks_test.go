@@ -2,10 +2,10 @@ package api_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"mime/multipart"
 	"os"
 	"strings"
