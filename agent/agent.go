@@ -323,7 +323,6 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 	if outcome == models.OutcomeApplied {
 		a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend = gen, v.digest, send
 	}
-	a.saveState()
 	r := models.Report{Send: send, Generation: gen, Digest: v.digest, Outcome: outcome, Reason: reason, Attempt: attempt}
 	if len(started) > 0 {
 		r.StartedAt = &started[0]
@@ -337,13 +336,17 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, reason string, finished bool) {
 	if finished && gen > a.state.Finished {
 		a.state.Finished = gen
-		a.saveState()
 	}
 	a.cfg.Log.Warn("refused a declaration", "generation", gen, "send", send, "reason", reason)
 	a.record(ctx, models.Report{Send: send, Generation: gen, Digest: digest, Outcome: models.OutcomeRefused, Reason: reason}, nil, nil)
 }
 
-// record journals then reports (through the outbox, so an outage loses nothing).
+// record writes what the host just did, in DESIGN.md's order (state file,
+// journal, report), with the report queued in the outbox first: the state
+// file says the generation is finished, so the host will not be sent it
+// again, and a crash between the state file and the report must not lose
+// the report (a crash before the state file only repeats it: reports are
+// rows, a second one harms nothing).
 func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) {
 	now := time.Now().UTC()
 	r.FinishedAt = &now
@@ -351,12 +354,17 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	r.Actions = actions
 	r.Checks = checks
 	r.Running = a.state.Running()
+	queued := true
+	if _, err := a.outbox.put(r); err != nil {
+		a.cfg.Log.Error("outbox", "err", err)
+		queued = false
+	}
+	a.saveState()
 	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
 		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
 	}
-	if _, err := a.outbox.put(r); err != nil {
-		a.cfg.Log.Error("outbox", "err", err)
+	if !queued {
 		return
 	}
 	if err := a.outbox.flush(ctx, a.client); err != nil {
