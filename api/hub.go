@@ -51,6 +51,7 @@ type machineEntry struct {
 	changed     chan struct{}
 	composed    *store.Composed
 	composeErr  int64 // the generation whose compose failure was recorded
+	queued      int64 // the newest generation queued to compose and wake
 	parked      []*parkedPoll
 }
 
@@ -211,12 +212,25 @@ func (h *Hub) LastSeen(id int64) *time.Time {
 // their polls chunk by chunk.
 func (h *Hub) Bumped(bs []models.Bump) {
 	h.mu.Lock()
+	n := 0
 	for _, b := range bs {
+		if e := h.byID[b.MachineID]; e != nil {
+			// A bump heard twice (in process, then from the store's
+			// notification) is composed and woken once.
+			if b.Generation <= max(e.gen, e.queued) {
+				continue
+			}
+			e.queued = b.Generation
+		}
 		if b.Generation > h.pending[b.MachineID] {
 			h.pending[b.MachineID] = b.Generation
+			n++
 		}
 	}
 	h.mu.Unlock()
+	if n == 0 {
+		return
+	}
 	select {
 	case h.pendingCh <- struct{}{}:
 	default:
@@ -273,36 +287,61 @@ func (h *Hub) drain(ctx context.Context) {
 	for id := range p {
 		ids = append(ids, id)
 	}
-	for len(ids) > 0 {
-		k := min(wakeChunk, len(ids))
-		chunk := ids[:k]
-		ids = ids[k:]
-		// Compose ahead of the polls, so a woken poll finds its declaration
-		// ready. A failure here is not fatal: the poll composes on its own.
-		composed, _, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
-		if err != nil {
-			h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
+	chunks := make(chan []int64)
+	go func() {
+		defer close(chunks)
+		for len(ids) > 0 {
+			k := min(wakeChunk, len(ids))
+			chunks <- ids[:k]
+			ids = ids[k:]
 		}
-		var ps []*parkedPoll
-		h.mu.Lock()
-		for _, id := range chunk {
-			e := h.byID[id]
-			if e == nil {
-				continue
+	}()
+	// Chunks compose side by side: one reads and signs while another's
+	// insert commits, and the send rows of polls already woken commit
+	// between them.
+	var wg sync.WaitGroup
+	for range composers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for chunk := range chunks {
+				h.composeAndWake(ctx, chunk, p)
 			}
-			if c := composed[id]; c != nil {
-				// The store's word: the generation just composed from it.
-				if c.Generation >= e.gen {
-					e.gen, e.composed = c.Generation, c
-				}
-			} else if p[id] > e.gen {
-				e.gen = p[id]
-			}
-			ps = append(ps, e.wake()...)
-		}
-		h.mu.Unlock()
-		h.send(ps)
+		}()
 	}
+	wg.Wait()
+}
+
+// composers is how many chunks of a fan-out compose at once.
+const composers = 2
+
+// composeAndWake composes a chunk of bumped machines ahead of their polls,
+// so a woken poll finds its declaration ready, then wakes them. A failure
+// here is not fatal: each poll composes on its own.
+func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
+	composed, _, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
+	if err != nil {
+		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
+	}
+	var ps []*parkedPoll
+	h.mu.Lock()
+	for _, id := range chunk {
+		e := h.byID[id]
+		if e == nil {
+			continue
+		}
+		if c := composed[id]; c != nil {
+			// The store's word: the generation just composed from it.
+			if c.Generation >= e.gen {
+				e.gen, e.composed = c.Generation, c
+			}
+		} else if bumped[id] > e.gen {
+			e.gen = bumped[id]
+		}
+		ps = append(ps, e.wake()...)
+	}
+	h.mu.Unlock()
+	h.send(ps)
 }
 
 // view is what a poll reads of its machine at one moment.

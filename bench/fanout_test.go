@@ -102,6 +102,7 @@ func fanout(b *testing.B, bin, dialect string) {
 				dialect, baseRSS>>20, perPoll/1024, metric(url, "go_memstats_heap_inuse_bytes")/(1<<20),
 				metric(url, "go_memstats_stack_inuse_bytes")/(1<<20), metric(url, "go_goroutines"))
 		}
+		cpu0 := cpuTime(b, ctl.Process.Pid)
 		fmt.Fprintf(stdin, "fire %d\n", build)
 		var r struct {
 			Polls, OK, Verified, Errors int
@@ -109,13 +110,15 @@ func fanout(b *testing.B, bin, dialect string) {
 			P50Ms                       float64 `json:"p50_ms"`
 			P99Ms                       float64 `json:"p99_ms"`
 			MaxMs                       float64 `json:"max_ms"`
+			CPUMs                       float64 `json:"cpu_ms"`
 			FirstError                  string  `json:"first_error"`
 		}
 		if err := json.Unmarshal([]byte(expect("result ")), &r); err != nil {
 			b.Fatal(err)
 		}
-		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; first %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms %s",
-			dialect, label, r.Polls, r.OK, r.Verified, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, r.FirstError)
+		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
+		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; first %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms %s",
+			dialect, label, r.Polls, r.OK, r.Verified, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.FirstError)
 		if r.Verified != fanoutHosts {
 			b.Fatalf("%d of %d envelopes verified", r.Verified, fanoutHosts)
 		}
@@ -242,6 +245,21 @@ func rss(b *testing.B, pid int) int64 {
 	}
 	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return kb * 1024
+}
+
+// cpuTime is the CPU a process has used so far, user and system (it
+// includes the verifying the load process does after the last answer).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th, in clock ticks (100 per second).
+	f := strings.Fields(string(s[strings.LastIndexByte(string(s), ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
 }
 
 func waitUntil(b *testing.B, d time.Duration, cond func() bool) {

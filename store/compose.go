@@ -2,14 +2,15 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -31,9 +32,14 @@ type Composed struct {
 	Trigger    string
 }
 
-// composeChunk bounds the machines composed in one transaction: a few
-// queries per chunk, never one per machine.
+// composeChunk bounds the machines composed at once: a few queries per
+// chunk, never one per machine.
 const composeChunk = 500
+
+// composeColumns are the machine columns composing reads (the others, the
+// times above all, cost a 10,000-machine fan-out time to scan and are not needed).
+var composeColumns = []string{"id", "name", "os", "arch", "generation", "generation_trigger",
+	"empty_ok", "target_host_version", "running", "conflict"}
 
 // Compose returns the declaration of each machine at its current generation,
 // composing and storing those not yet composed. A declaration is stored once
@@ -41,47 +47,65 @@ const composeChunk = 500
 // with another instance reads the winner's, so every send of a generation
 // carries the same bytes. Machines that cannot be composed (a variable
 // missing, a machine in conflict) are in the error map.
+//
+// Composing is three steps: read a consistent snapshot, compose and sign
+// outside any transaction, then insert in a short write transaction. The
+// write lock (SQLite's above all) is held only for the insert, so several
+// chunks compose at once and sends are committed between them.
 func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer Signer) (map[int64]*Composed, map[int64]error, error) {
 	out := make(map[int64]*Composed, len(ids))
 	fails := map[int64]error{}
 	err := inChunks(ids, composeChunk, func(chunk []int64) error {
-		for attempt := 1; ; attempt++ {
-			err := s.write(ctx, func(tx *Tx) error {
-				if s.dialect == Postgres {
-					// One snapshot for every read: the content read is
-					// exactly that of the generation read, with no row
-					// locks taken on the machines.
-					if err := tx.Exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").Error; err != nil {
-						return err
-					}
-				}
-				return composeTx(tx, chunk, by, signer, out, fails)
-			})
-			// Another instance stored one of these generations after this
-			// snapshot began: compose again; the retry reads its row.
-			if isSerialization(err) && attempt < 5 {
-				continue
-			}
+		var in composeInput
+		if err := s.snapshot(ctx, func(tx *Tx) error { return readCompose(tx, chunk, out, fails, &in) }); err != nil {
 			return err
 		}
+		rows, names := in.compose(s.Now(), by, fails)
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := sign(rows, signer); err != nil {
+			return err
+		}
+		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, out) })
 	})
 	return out, fails, err
 }
 
-// isSerialization reports a PostgreSQL serialization failure (SQLSTATE 40001).
-func isSerialization(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40001"
+// snapshot runs fn in a read-only transaction that sees one state of the
+// store: PostgreSQL's repeatable-read snapshot, SQLite's deferred read
+// transaction (under WAL, a snapshot taken at its first read). A bump and
+// the change it came with are seen together or not at all, so the content
+// read is exactly that of the generation read, with no locks taken.
+func (s *Store) snapshot(ctx context.Context, fn func(tx *Tx) error) error {
+	opts := &sql.TxOptions{ReadOnly: true}
+	if s.dialect == Postgres {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	return mapErr(s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		return fn(&Tx{DB: db, s: s})
+	}, opts))
 }
 
-func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Composed, fails map[int64]error) error {
-	s := tx.s
-	// Every read below sees one state of the store: SQLite's immediate
-	// transaction excludes writers; PostgreSQL's repeatable-read snapshot
-	// (see Compose) sees a bump and the change it came with together or
-	// not at all. So the content read is exactly that of the generation read.
+// composeInput is what one snapshot says of the machines to compose.
+type composeInput struct {
+	todo        []models.Machine
+	varsOf      map[int64]map[string]string
+	asOf        map[int64][]models.Assignment
+	mods        map[int64]models.Module
+	builds      map[[2]int64]models.Build
+	parsed      map[int64]*models.Manifest
+	planTargets map[[2]int64]int64
+	releases    map[string]*models.Release
+	hostDef     string
+}
+
+// readCompose reads, in one snapshot, the declarations already stored for
+// the machines' current generations (into out) and everything needed to
+// compose the others (into in).
+func readCompose(tx *Tx, ids []int64, out map[int64]*Composed, fails map[int64]error, in *composeInput) error {
 	var ms []models.Machine
-	if err := tx.Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
+	if err := tx.Select(composeColumns).Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
 		return err
 	}
 	if err := readComposed(tx, ids, out); err != nil {
@@ -99,6 +123,7 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 		}
 		todo = append(todo, m)
 	}
+	in.todo = todo
 	if len(todo) == 0 {
 		return nil
 	}
@@ -111,12 +136,12 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 	if err := tx.Where("machine_id IN ?", todoIDs).Find(&vars).Error; err != nil {
 		return err
 	}
-	varsOf := map[int64]map[string]string{}
+	in.varsOf = map[int64]map[string]string{}
 	for _, v := range vars {
-		if varsOf[v.MachineID] == nil {
-			varsOf[v.MachineID] = map[string]string{}
+		if in.varsOf[v.MachineID] == nil {
+			in.varsOf[v.MachineID] = map[string]string{}
 		}
-		varsOf[v.MachineID][v.Key] = v.Value
+		in.varsOf[v.MachineID][v.Key] = v.Value
 	}
 	var as []models.Assignment
 	if err := tx.Where("machine_id IN ?", todoIDs).Find(&as).Error; err != nil {
@@ -126,16 +151,16 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 	for _, a := range as {
 		modIDs[a.ModuleID] = true
 	}
-	mods := map[int64]models.Module{}
-	builds := map[[2]int64]models.Build{}
-	planTargets := map[[2]int64]int64{}
+	in.mods = map[int64]models.Module{}
+	in.builds = map[[2]int64]models.Build{}
+	in.planTargets = map[[2]int64]int64{}
 	if len(modIDs) > 0 {
 		var list []models.Module
 		if err := tx.Where("id IN ?", keysOf(modIDs)).Find(&list).Error; err != nil {
 			return err
 		}
 		for _, m := range list {
-			mods[m.ID] = m
+			in.mods[m.ID] = m
 		}
 		// The builds any machine could get: pins, currents and what they
 		// run. Loaded for the whole set at once.
@@ -161,67 +186,69 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 		}
 		for _, t := range targets {
 			nums[t.Build] = true
-			planTargets[[2]int64{t.MachineID, t.ModuleID}] = t.Build
+			in.planTargets[[2]int64{t.MachineID, t.ModuleID}] = t.Build
 		}
 		var bl []models.Build
 		if err := tx.Where("module_id IN ? AND number IN ?", keysOf(modIDs), keysOf(nums)).Find(&bl).Error; err != nil {
 			return err
 		}
 		for _, b := range bl {
-			builds[[2]int64{b.ModuleID, b.Number}] = b
+			in.builds[[2]int64{b.ModuleID, b.Number}] = b
 		}
 	}
-	asOf := map[int64][]models.Assignment{}
+	in.asOf = map[int64][]models.Assignment{}
 	for _, a := range as {
-		asOf[a.MachineID] = append(asOf[a.MachineID], a)
+		in.asOf[a.MachineID] = append(in.asOf[a.MachineID], a)
 	}
-
-	parsed := map[int64]*models.Manifest{}
-	for _, b := range builds {
+	in.parsed = map[int64]*models.Manifest{}
+	for _, b := range in.builds {
 		if m, err := models.ParseManifest([]byte(b.Manifest)); err == nil {
-			parsed[b.ID] = m
+			in.parsed[b.ID] = m
 		}
 	}
-	releases, hostDef, err := releasesFor(tx, todo)
-	if err != nil {
-		return err
-	}
-	now := s.Now()
-	rows := make([]models.Declaration, 0, len(todo))
-	payloads := make([][]byte, 0, len(todo))
-	for _, m := range todo {
-		in := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
-			ComposedAt: now, ComposedBy: by, Variables: varsOf[m.ID]}
+	var err error
+	in.releases, in.hostDef, err = releasesFor(tx, todo)
+	return err
+}
+
+// compose builds the payload of every machine read; it returns the rows
+// to store (payload not yet signed) and the machines' names.
+func (in *composeInput) compose(now time.Time, by string, fails map[int64]error) ([]composedRow, map[int64]string) {
+	rows := make([]composedRow, 0, len(in.todo))
+	names := make(map[int64]string, len(in.todo))
+	for _, m := range in.todo {
+		ci := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
+			ComposedAt: now, ComposedBy: by, Variables: in.varsOf[m.ID]}
 		target := m.TargetHostVersion
 		if target == "" {
-			target = hostDef
+			target = in.hostDef
 		}
-		if rel := releases[target+" "+m.OS+"/"+m.Arch]; rel != nil {
-			in.Host = rel.Wire()
+		if rel := in.releases[target+" "+m.OS+"/"+m.Arch]; rel != nil {
+			ci.Host = rel.Wire()
 		}
 		running := parseRunning(m.Running)
 		var err error
-		for _, a := range asOf[m.ID] {
-			mod := mods[a.ModuleID]
+		for _, a := range in.asOf[m.ID] {
+			mod := in.mods[a.ModuleID]
 			var target *int64
-			if t, ok := planTargets[[2]int64{m.ID, mod.ID}]; ok && (mod.CurrentBuild == nil || t >= *mod.CurrentBuild) {
+			if t, ok := in.planTargets[[2]int64{m.ID, mod.ID}]; ok && (mod.CurrentBuild == nil || t >= *mod.CurrentBuild) {
 				target = &t // never older than the current build either
 			}
 			n, ok := models.ChooseBuild(a.Build, a.Reason, target, mod.CurrentBuild, running[mod.Name].Build)
 			if !ok {
 				continue // a module with no build yet declares nothing
 			}
-			b, found := builds[[2]int64{mod.ID, n}]
+			b, found := in.builds[[2]int64{mod.ID, n}]
 			if !found {
 				err = fmt.Errorf("module %s build %d: %w", mod.Name, n, models.ErrNotFound)
 				break
 			}
-			in.Modules = append(in.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest,
-				Size: b.Size, Manifest: b.Manifest, Parsed: parsed[b.ID]})
+			ci.Modules = append(ci.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest,
+				Size: b.Size, Manifest: b.Manifest, Parsed: in.parsed[b.ID]})
 		}
 		var p *models.DeclarationPayload
 		if err == nil {
-			p, err = models.ComposePayload(in)
+			p, err = models.ComposePayload(ci)
 		}
 		var payload []byte
 		if err == nil {
@@ -231,35 +258,66 @@ func composeTx(tx *Tx, ids []int64, by string, signer Signer, out map[int64]*Com
 			fails[m.ID] = err
 			continue
 		}
-		payloads = append(payloads, payload)
-		rows = append(rows, models.Declaration{MachineID: m.ID, Generation: m.Generation,
-			Digest: models.DigestOf(payload), Artifacts: strings.Join(p.Artifacts(), " "),
-			Trigger: m.GenerationTrigger, ComposedBy: by, ComposedAt: now})
+		names[m.ID] = m.Name
+		rows = append(rows, composedRow{payload: payload, Declaration: models.Declaration{MachineID: m.ID,
+			Generation: m.Generation, Digest: models.DigestOf(payload), Artifacts: strings.Join(p.Artifacts(), " "),
+			Trigger: m.GenerationTrigger, ComposedBy: by, ComposedAt: now}})
 	}
-	if err := sign(rows, payloads, signer); err != nil {
-		return err
+	return rows, names
+}
+
+// composedRow is a declaration row and the payload its envelope signs.
+type composedRow struct {
+	models.Declaration
+	payload []byte
+}
+
+// storeComposed inserts the declarations; where another instance stored
+// one of these generations first, its row is read and used instead.
+func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*Composed) error {
+	decls := make([]models.Declaration, len(rows))
+	for i, r := range rows {
+		decls[i] = r.Declaration
 	}
-	if len(rows) == 0 {
-		return nil
-	}
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&rows, s.batchRows(9))
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
 	if res.Error != nil {
 		return res.Error
 	}
-	if res.RowsAffected == int64(len(rows)) {
+	if res.RowsAffected == int64(len(decls)) {
 		// Every row is ours: no other instance composed these generations.
-		names := make(map[int64]string, len(todo))
-		for _, m := range todo {
-			names[m.ID] = m.Name
-		}
-		for _, r := range rows {
-			out[r.MachineID] = &Composed{MachineID: r.MachineID, Machine: names[r.MachineID], Generation: r.Generation,
-				Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger}
+		for _, d := range decls {
+			out[d.MachineID] = &Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
+				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
 		}
 		return nil
 	}
-	// Another instance won some: read what is stored, theirs and ours.
-	return readComposed(tx, todoIDs, out)
+	// Another instance won some: read what is stored for exactly these
+	// (machine, generation) pairs, theirs and ours.
+	want := make(map[int64]int64, len(decls))
+	ids := make([]int64, 0, len(decls))
+	for _, d := range decls {
+		want[d.MachineID] = d.Generation
+		ids = append(ids, d.MachineID)
+	}
+	var stored []models.Declaration
+	if err := tx.Where("machine_id IN ?", ids).Where("generation IN ?", generationsOf(want)).Find(&stored).Error; err != nil {
+		return err
+	}
+	for _, d := range stored {
+		if want[d.MachineID] == d.Generation {
+			out[d.MachineID] = &Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
+				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+		}
+	}
+	return nil
+}
+
+func generationsOf(m map[int64]int64) []int64 {
+	seen := map[int64]bool{}
+	for _, g := range m {
+		seen[g] = true
+	}
+	return keysOf(seen)
 }
 
 // readComposed reads the stored declarations of machines at their current generation.
@@ -299,7 +357,7 @@ func parseRunning(s string) map[string]models.RunningBuild {
 
 // sign signs and wraps every payload, spread over the CPUs: signing is
 // most of composing's cost in a fan-out.
-func sign(rows []models.Declaration, payloads [][]byte, signer Signer) error {
+func sign(rows []composedRow, signer Signer) error {
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(rows)/32))
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
@@ -308,8 +366,8 @@ func sign(rows []models.Declaration, payloads [][]byte, signer Signer) error {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(rows); i += workers {
-				env, err := json.Marshal(models.Envelope{Payload: payloads[i],
-					Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(payloads[i])}}})
+				env, err := json.Marshal(models.Envelope{Payload: rows[i].payload,
+					Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(rows[i].payload)}}})
 				if err != nil {
 					errs[w] = err
 					return

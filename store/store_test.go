@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -87,6 +88,50 @@ func TestCompose_OncePerGeneration(t *testing.T) {
 		s.DB().Model(&models.Declaration{}).Where("machine_id = ?", m.ID).Count(&n)
 		if n != 1 {
 			t.Fatalf("%d declarations stored, want 1 (only the latest generation was composed)", n)
+		}
+	})
+}
+
+// TestCompose_BatchesRaceOnce: instances composing overlapping batches at
+// once (each wins some rows, loses others) all end with the stored bytes of
+// every machine, one declaration each.
+func TestCompose_BatchesRaceOnce(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		var ids []int64
+		for i := range 12 {
+			ids = append(ids, fixture(t, s, fmt.Sprintf("m%02d", i)).ID)
+		}
+		sg := newSigner()
+		var wg sync.WaitGroup
+		results := make([]map[int64]*store.Composed, 6)
+		for i := range results {
+			// Each instance composes a different window of the machines,
+			// in its own order.
+			batch := append([]int64(nil), ids[i:]...)
+			batch = append(batch, ids[:i]...)
+			batch = batch[:8]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, fails, err := s.Compose(context.Background(), batch, fmt.Sprintf("ctl-%d", i), sg)
+				if err != nil || len(fails) > 0 || len(got) != len(batch) {
+					t.Errorf("compose: %v %v, %d of %d composed", err, fails, len(got), len(batch))
+					return
+				}
+				results[i] = got
+			}()
+		}
+		wg.Wait()
+		for _, id := range ids {
+			var stored []models.Declaration
+			if err := s.DB().Where("machine_id = ?", id).Find(&stored).Error; err != nil || len(stored) != 1 {
+				t.Fatalf("machine %d: %d declarations stored (%v), want 1", id, len(stored), err)
+			}
+			for i, got := range results {
+				if c := got[id]; c != nil && (!bytes.Equal(c.Envelope, stored[0].Envelope) || c.Digest != stored[0].Digest) {
+					t.Fatalf("instance %d holds declaration bytes for machine %d that are not the stored ones", i, id)
+				}
+			}
 		}
 	})
 }

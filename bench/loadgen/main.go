@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"mesh/models"
@@ -50,6 +51,7 @@ type Result struct {
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	MaxMs      float64 `json:"max_ms"`
+	CPUMs      float64 `json:"cpu_ms"` // this load process's CPU from the change to the last answer
 	FirstError string  `json:"first_error,omitempty"`
 }
 
@@ -65,6 +67,7 @@ func main() {
 		fail(err)
 	}
 	hosts := readHosts(*tokens)
+	addr := strings.TrimPrefix(*url, "http://")
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: len(hosts) + 10, MaxIdleConns: len(hosts) + 10,
 		DialContext: (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
@@ -83,12 +86,12 @@ func main() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = pollOnce(client, *url, h, gen)
+					results[i] = pollOnce(addr, h, gen)
 				}()
 			}
 			fmt.Println("opened")
 		case "fire":
-			start := time.Now()
+			start, cpu0 := time.Now(), cpuTime()
 			req, _ := http.NewRequest("POST", *url+"/api/v1/modules/"+*module+"/current", strings.NewReader(`{"build": `+arg+`}`))
 			req.Header.Set("Authorization", "Bearer "+*admin)
 			req.Header.Set("Content-Type", "application/json")
@@ -102,7 +105,9 @@ func main() {
 				fail(fmt.Errorf("make current: %d %s", resp.StatusCode, b))
 			}
 			wg.Wait()
+			cpu := cpuTime() - cpu0
 			r := measure(hosts, results, start, key, gen+1)
+			r.CPUMs = float64(cpu.Microseconds()) / 1000
 			j, _ := json.Marshal(r)
 			fmt.Println("result " + string(j))
 		default:
@@ -111,13 +116,25 @@ func main() {
 	}
 }
 
-func pollOnce(c *http.Client, url string, h host, gen int64) outcome {
-	req, _ := http.NewRequest("GET", url+"/api/v1/host/declaration?wait=240s", nil)
-	req.Header.Set("Authorization", "Bearer "+h.token)
-	req.Header.Set("If-None-Match", fmt.Sprintf(`"%d"`, gen))
-	req.Header.Set("X-Mesh-Host-Version", "1.0.0")
-	req.Header.Set("X-Mesh-Schema", "1")
-	resp, err := c.Do(req)
+// pollOnce holds one host's poll on a connection of its own. It speaks
+// HTTP/1.1 directly rather than through http.Client: the load process
+// shares this machine's CPUs with the controller, and a transport's two
+// goroutines and connection pool per host would take CPU from the side
+// being measured.
+func pollOnce(addr string, h host, gen int64) outcome {
+	conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	if err != nil {
+		return outcome{done: time.Now(), err: err}
+	}
+	defer conn.Close()
+	req := "GET /api/v1/host/declaration?wait=240s HTTP/1.1\r\nHost: " + addr +
+		"\r\nAuthorization: Bearer " + h.token +
+		"\r\nIf-None-Match: \"" + strconv.FormatInt(gen, 10) + "\"" +
+		"\r\nX-Mesh-Host-Version: 1.0.0\r\nX-Mesh-Schema: 1\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		return outcome{done: time.Now(), err: err}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		return outcome{done: time.Now(), err: err}
 	}
@@ -160,6 +177,13 @@ func measure(hosts []host, rs []outcome, start time.Time, key ed25519.PublicKey,
 		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
 	}
 	return r
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func readHosts(path string) []host {
