@@ -313,7 +313,7 @@ func (h *Hub) drain(ctx context.Context) {
 }
 
 // composers is how many chunks of a fan-out compose at once.
-const composers = 2
+const composers = 4
 
 // composeAndWake composes a chunk of bumped machines ahead of their polls,
 // so a woken poll finds its declaration ready, then wakes them. A failure

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ type Server struct {
 	drainCh   chan struct{}
 
 	parkedCh chan *parkedPoll
+	closeCh  chan net.Conn // answered parked connections, closed after the answers
 	runCtx   context.Context
 
 	// Behind is set when the store's schema is newer than this build knows:
@@ -64,6 +66,12 @@ func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *Authority, si
 // Start runs the workers that answer parked polls, until ctx ends.
 func (s *Server) Start(ctx context.Context) {
 	s.runCtx = ctx
+	s.closeCh = make(chan net.Conn, 16384)
+	go func() {
+		for c := range s.closeCh {
+			_ = c.Close()
+		}
+	}()
 	for range parkWorkers {
 		go s.parkedWorker()
 	}

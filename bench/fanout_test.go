@@ -110,6 +110,7 @@ func fanout(b *testing.B, bin, dialect string) {
 			P50Ms                       float64 `json:"p50_ms"`
 			P99Ms                       float64 `json:"p99_ms"`
 			MaxMs                       float64 `json:"max_ms"`
+			ChangeMs                    float64 `json:"change_ms"`
 			CPUMs                       float64 `json:"cpu_ms"`
 			FirstError                  string  `json:"first_error"`
 		}
@@ -117,8 +118,8 @@ func fanout(b *testing.B, bin, dialect string) {
 			b.Fatal(err)
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
-		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; first %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms %s",
-			dialect, label, r.Polls, r.OK, r.Verified, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.FirstError)
+		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms %s",
+			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.FirstError)
 		if r.Verified != fanoutHosts {
 			b.Fatalf("%d of %d envelopes verified", r.Verified, fanoutHosts)
 		}

@@ -51,7 +51,8 @@ type Result struct {
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	MaxMs      float64 `json:"max_ms"`
-	CPUMs      float64 `json:"cpu_ms"` // this load process's CPU from the change to the last answer
+	ChangeMs   float64 `json:"change_ms"` // until the change's own request was answered
+	CPUMs      float64 `json:"cpu_ms"`    // this load process's CPU from the change to the last answer
 	FirstError string  `json:"first_error,omitempty"`
 }
 
@@ -101,6 +102,7 @@ func main() {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			changed := time.Since(start)
 			if resp.StatusCode != 200 {
 				fail(fmt.Errorf("make current: %d %s", resp.StatusCode, b))
 			}
@@ -108,6 +110,7 @@ func main() {
 			cpu := cpuTime() - cpu0
 			r := measure(hosts, results, start, key, gen+1)
 			r.CPUMs = float64(cpu.Microseconds()) / 1000
+			r.ChangeMs = float64(changed.Microseconds()) / 1000
 			j, _ := json.Marshal(r)
 			fmt.Println("result " + string(j))
 		default:
