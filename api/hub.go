@@ -27,6 +27,8 @@ type Hub struct {
 	ready  bool
 
 	polls    atomic.Int64 // polls held open now
+	heard    atomic.Int64 // bumps heard, in process and from the store's notifications
+	composed atomic.Int64 // machines composed ahead of their polls and woken
 	draining bool         // the run loop is composing and waking bumped machines
 	stopped  bool         // the instance drains: compose nothing more
 
@@ -211,6 +213,7 @@ func (h *Hub) LastSeen(id int64) *time.Time {
 // queues the machines; the run loop composes them in batches and wakes
 // their polls chunk by chunk.
 func (h *Hub) Bumped(bs []models.Bump) {
+	h.heard.Add(int64(len(bs)))
 	h.mu.Lock()
 	n := 0
 	for _, b := range bs {
@@ -320,6 +323,7 @@ const composers = 4
 // here is not fatal: each poll composes on its own.
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
 	composed, _, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
+	h.composed.Add(int64(len(chunk)))
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 	}
@@ -468,6 +472,14 @@ func (h *Hub) Polling(name string) bool {
 	e := h.byName[name]
 	return e != nil && e.polls > 0
 }
+
+// Heard is how many bumps the hub has been told of (on PostgreSQL each
+// bump twice: in process and by notification).
+func (h *Hub) Heard() int64 { return h.heard.Load() }
+
+// ComposedAhead is how many machines the hub has composed ahead of their
+// polls and woken: once per bump, however often it was heard.
+func (h *Hub) ComposedAhead() int64 { return h.composed.Load() }
 
 // OpenPolls is how many polls this instance holds now.
 func (h *Hub) OpenPolls() int64 { return h.polls.Load() }

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,37 @@ func TestIdlePolls_NoStatements(t *testing.T) {
 			e.Ctl.Hub.FlushSeen()
 			if n := e.Ctl.Store.Statements() - before; n != 1 {
 				t.Fatalf("last-seen flush issued %d statements; want 1", n)
+			}
+		})
+	}
+}
+
+// TestBumps_ComposedOnce: a bump reaches the hub twice on PostgreSQL (in
+// process after the commit, then by NOTIFY); its machine is composed and
+// woken once.
+func TestBumps_ComposedOnce(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			e := ctltest.Start(t, d)
+			const machines = 5
+			for i := range machines {
+				e.Enroll(fmt.Sprintf("m%d", i))
+			}
+			waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.Settled() })
+			heard, composed := e.Ctl.Hub.Heard(), e.Ctl.Hub.ComposedAhead()
+			for i := range machines {
+				e.JSON(ctltest.Request{Method: "PUT", Path: fmt.Sprintf("/api/v1/machines/m%d/variables", i), Token: e.Admin,
+					Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+			}
+			times := int64(1)
+			if d == store.Postgres {
+				times = 2
+			}
+			waitFor(t, 10*time.Second, func() bool {
+				return e.Ctl.Hub.Heard()-heard == times*machines && e.Ctl.Hub.Settled()
+			})
+			if n := e.Ctl.Hub.ComposedAhead() - composed; n != machines {
+				t.Fatalf("%d bumps heard %d times each: %d machines composed ahead, want %d", machines, times, n, machines)
 			}
 		})
 	}
