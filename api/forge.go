@@ -81,6 +81,7 @@ func hookHeaders(kind string, h http.Header) (event, delivery, sig string) {
 type pushPayload struct {
 	Ref        string `json:"ref"`
 	After      string `json:"after"`
+	Deleted    bool   `json:"deleted"`
 	Repository struct {
 		FullName string `json:"full_name"`
 	} `json:"repository"`
@@ -136,6 +137,10 @@ func (s *Server) hook(c echo.Context) error {
 			status = fmt.Sprintf("ignored: push to %s, not refs/heads/%s", p.Ref, src.DefaultBranch)
 		case !strings.EqualFold(p.Repository.FullName, src.Repository):
 			status = fmt.Sprintf("ignored: repository %s is not %s", p.Repository.FullName, src.Repository)
+		case p.Deleted || strings.Trim(p.After, "0") == "":
+			// A deleted branch names no commit to build (and no paths,
+			// which would otherwise touch every module).
+			status = fmt.Sprintf("ignored: %s was deleted", p.Ref)
 		default:
 			push = &store.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository, Author: firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username)}
 			for _, cm := range p.Commits {

@@ -194,3 +194,54 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhooks_GitHubPush runs a push in GitHub's shape (testdata/
+// github-push.json: a merged pull request on octo-org/fleet, its commits
+// touching one module's paths) through a GitHub source: one build queued
+// for the module it touches, none for the other; the build names the
+// merge commit. The same branch deleted queues nothing.
+func TestWebhooks_GitHubPush(t *testing.T) {
+	body, err := os.ReadFile("testdata/github-push.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+			Body: map[string]any{"name": "gh", "kind": "github", "repository": "octo-org/fleet", "default_branch": "main", "secret": hookSecret}}, 201, nil)
+		for name, paths := range map[string][]string{"node-tools": {"modules/node-tools/"}, "web": {"modules/web"}} {
+			e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
+				Body: map[string]any{"name": name, "repository": "octo-org/fleet", "source_paths": paths}}, 201, nil)
+		}
+		post := func(delivery string, b []byte) (int, hookResult, string) {
+			resp, out := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/gh", Body: b, Header: map[string]string{
+				"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": "sha256=" + sign(b),
+				"User-Agent": "GitHub-Hookshot/2c5b4a3"}})
+			var r hookResult
+			_ = json.Unmarshal(out, &r)
+			return resp.StatusCode, r, string(out)
+		}
+		st, r, raw := post("72d3162e-cc78-11e3-81ab-4c9367dc0958", body)
+		if st != 200 || r.Status != "merged 3d3c6d2: 1 build(s) queued" || len(r.Builds) != 1 || r.Builds[0].Module != "node-tools" || r.Builds[0].Number != 1 {
+			t.Fatalf("github push: %d %s", st, raw)
+		}
+		var claimed struct {
+			Module string `json:"module"`
+			Commit string `json:"commit"`
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: e.AddUser("ci", "builder")}, 200, &claimed)
+		if claimed.Commit != "3d3c6d2b1e0f4a5c9b8e7d6c5b4a39281706f5e4" {
+			t.Fatalf("claimed %+v, want the merge commit", claimed)
+		}
+
+		var p map[string]any
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatal(err)
+		}
+		p["deleted"], p["after"], p["commits"], p["head_commit"] = true, "0000000000000000000000000000000000000000", []any{}, nil
+		deleted, _ := json.Marshal(p)
+		st, r, raw = post("72d3162e-cc78-11e3-81ab-4c9367dc0959", deleted)
+		if st != 200 || r.Status != "ignored: refs/heads/main was deleted" || len(r.Builds) != 0 {
+			t.Fatalf("deleted branch: %d %s", st, raw)
+		}
+	})
+}
