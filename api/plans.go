@@ -16,8 +16,9 @@ type planRequest struct {
 	Build  int64  `json:"build"`
 }
 
-// createPlan starts a plan by hand. The controller's own build guards the
-// control nodes: a plan that would downgrade mesh-controller is refused.
+// createPlan starts a plan by hand. A plan that would downgrade
+// mesh-controller below this instance's build, another live instance's or
+// a control node's is refused.
 func (s *Server) createPlan(c echo.Context) error {
 	var req planRequest
 	if err := decodeStrict(c, &req); err != nil {

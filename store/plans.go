@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -25,12 +26,44 @@ type tier struct {
 	Percent  int `json:"percent"`
 }
 
+// controllerFloor is the newest mesh-controller build anything runs: this
+// instance (controllerBuild), any instance alive in the store, any control
+// node by its reports. A plan below it would take a controller back to a
+// binary that may not know the store; it says who runs the floor.
+func controllerFloor(tx *Tx, mod *models.Module, controllerBuild int64) (int64, string, error) {
+	floor, runs := controllerBuild, "this controller"
+	var insts []models.Instance
+	if err := tx.Where("state <> ? AND heartbeat_at > ?", models.InstanceStopped, tx.s.Now().Add(-instanceAlive)).Find(&insts).Error; err != nil {
+		return 0, "", err
+	}
+	for _, in := range insts {
+		if in.Build > floor {
+			floor, runs = in.Build, "controller instance "+in.ID
+		}
+	}
+	var ms []models.Machine
+	if err := tx.Select("id", "name", "running").Where("id IN (?)", tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ?", mod.ID)).
+		Order("name").Find(&ms).Error; err != nil {
+		return 0, "", err
+	}
+	for _, m := range ms {
+		if b := parseRunning(m.Running)[mod.Name].Build; b > floor {
+			floor, runs = b, "control node "+m.Name
+		}
+	}
+	return floor, runs, nil
+}
+
+// instanceAlive is how recently an instance must have touched its row to
+// count as running (several heartbeats).
+const instanceAlive = 2 * time.Minute
+
 // CreatePlan records a plan of a build. It never sends an older build:
 // a plan older than a newer plan or than the current build ends
 // superseded at once; a newer one supersedes the older plans still
 // running. A plan that would give the control nodes an older
-// mesh-controller than controllerBuild (the running one) is refused in its
-// own words.
+// mesh-controller than any controller or control node runs (controllerBuild
+// is this instance's) is refused in its own words.
 func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*PlanView, error) {
 	var out *PlanView
 	err := s.write(ctx, func(tx *Tx) error {
@@ -51,13 +84,20 @@ func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, con
 		}
 		now := s.Now()
 		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now}
+		floor, runs := int64(0), ""
+		if mod.Kind == models.KindController {
+			var err error
+			if floor, runs, err = controllerFloor(tx, &mod, controllerBuild); err != nil {
+				return err
+			}
+		}
 		var newer models.Plan
 		err := tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone}).
 			Order("build DESC").First(&newer).Error
 		switch {
-		case mod.Kind == models.KindController && controllerBuild > 0 && build < controllerBuild:
+		case build < floor:
 			p.State = models.PlanRefused
-			p.Reason = fmt.Sprintf("refused: would downgrade mesh-controller from build %d to %d", controllerBuild, build)
+			p.Reason = fmt.Sprintf("refused: would downgrade mesh-controller from build %d to %d (%s runs build %d)", floor, build, runs, floor)
 		case err == nil:
 			p.State = models.PlanSuperseded
 			p.Reason = fmt.Sprintf("superseded: plan %d already rolls out build %d, newer than %d", newer.ID, newer.Build, build)

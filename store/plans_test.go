@@ -147,20 +147,57 @@ func TestOverlappingPlans_OlderNeverSent(t *testing.T) {
 	})
 }
 
+// TestPlan_ControllerDowngradeRefused: a mesh-controller plan below what
+// anything runs is refused, saying who runs the newer build: this
+// controller, another instance alive in the store, or a control node by
+// its reports. A stopped instance does not count.
 func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		if err := s.CreateModule(ctx, "test", &models.Module{Name: "mesh-controller", Kind: models.KindController, SourcePaths: "[]", Tiers: "[]"}); err != nil {
 			t.Fatal(err)
 		}
-		for range 41 {
+		for range 45 {
 			if err := s.CreateBuild(ctx, "test", "mesh-controller", &models.Build{Manifest: `{"resources": []}`}, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 41, 42)
-		if err != nil || v.State != models.PlanRefused || v.Reason != "refused: would downgrade mesh-controller from build 42 to 41" {
-			t.Fatalf("plan: %+v %v", v, err)
+		refused := func(build, own int64, want string) {
+			t.Helper()
+			v, err := s.CreatePlan(ctx, "test", "mesh-controller", build, own)
+			if err != nil || v.State != models.PlanRefused || v.Reason != want {
+				t.Fatalf("plan of build %d: %s %q %v; want refused %q", build, v.State, v.Reason, err, want)
+			}
+		}
+		refused(41, 42, "refused: would downgrade mesh-controller from build 42 to 41 (this controller runs build 42)")
+
+		// Another instance, alive, runs a newer build than this one.
+		if err := s.RegisterInstance(ctx, &models.Instance{ID: "ctl-new", Build: 43, State: models.InstanceServing}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RegisterInstance(ctx, &models.Instance{ID: "ctl-gone", Build: 45, State: models.InstanceStopped}); err != nil {
+			t.Fatal(err)
+		}
+		refused(42, 42, "refused: would downgrade mesh-controller from build 43 to 42 (controller instance ctl-new runs build 43)")
+
+		// A control node reports running a newer one still.
+		m := fixture(t, s, "cp-1")
+		g := m.Generation
+		m, err := s.SetAssignments(ctx, "test", "cp-1", &g, []store.AssignmentView{{Module: "mod"}, {Module: "mesh-controller"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied,
+			Running: map[string]models.RunningBuild{"mesh-controller": {Build: 44}}}
+		if _, err := s.InsertReport(ctx, m.ID, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		refused(43, 42, "refused: would downgrade mesh-controller from build 44 to 43 (control node cp-1 runs build 44)")
+
+		// Not older than anything running: the plan runs.
+		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 45, 42)
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan of build 45: %+v %v", v, err)
 		}
 	})
 }
