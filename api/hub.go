@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -322,17 +323,24 @@ const composers = 4
 // so a woken poll finds its declaration ready, then wakes them. A failure
 // here is not fatal: each poll composes on its own.
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
-	composed, _, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
+	composed, fails, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
 	h.composed.Add(int64(len(chunk)))
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 	}
 	var ps []*parkedPoll
+	var failed []store.ComposeFailure
 	h.mu.Lock()
 	for _, id := range chunk {
 		e := h.byID[id]
 		if e == nil {
 			continue
+		}
+		// Why a generation cannot be composed is recorded once, here,
+		// before any host asks for it (a conflict is recorded as one).
+		if ferr := fails[id]; ferr != nil && !errors.Is(ferr, models.ErrMachineConflict) && e.composeErr < bumped[id] {
+			e.composeErr = bumped[id]
+			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: bumped[id], Reason: ferr.Error()})
 		}
 		if c := composed[id]; c != nil {
 			// The store's word: the generation just composed from it.
@@ -346,11 +354,18 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 	}
 	h.mu.Unlock()
 	h.send(ps)
+	if len(failed) > 0 {
+		h.Log.Warn("cannot compose declarations", "machines", len(failed), "first", failed[0].Machine, "err", failed[0].Reason)
+		if err := h.Store.RecordComposeErrors(ctx, "controller:"+h.Instance, failed); err != nil {
+			h.Log.Warn("recording compose failures", "err", err, "machines", len(failed))
+		}
+	}
 }
 
 // view is what a poll reads of its machine at one moment.
 type view struct {
 	gen      int64
+	pending  bool // a newer generation is queued to compose: its wake will come
 	conflict bool
 	changed  <-chan struct{}
 	composed *store.Composed
@@ -364,7 +379,7 @@ func (h *Hub) view(id int64) view {
 	if e == nil {
 		return view{gone: true}
 	}
-	return view{gen: e.gen, conflict: e.conflict, changed: e.changed, composed: e.composed}
+	return view{gen: e.gen, pending: e.queued > e.gen, conflict: e.conflict, changed: e.changed, composed: e.composed}
 }
 
 // pollStarted records a poll's arrival and what its host reported; it says

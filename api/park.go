@@ -112,7 +112,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		s.finishParked(pp, nil)
 		return
 	}
-	if !v.conflict && v.gen > pp.known {
+	if !v.conflict && !v.pending && v.gen > pp.known {
 		comp, err := s.composed(ctx, &Principal{Machine: pp.name, hostID: pp.machine}, v)
 		if err != nil {
 			s.Log.Error("parked poll: compose", "machine", pp.name, "err", err)

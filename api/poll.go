@@ -118,7 +118,9 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			}
 			continue
 		}
-		if !v.conflict && v.gen > known {
+		// A newer generation queued to compose is waited for: sending the
+		// one it supersedes would only make the host apply twice.
+		if !v.conflict && !v.pending && v.gen > known {
 			sent, err := s.deliver(c, p, v)
 			if sent || err != nil {
 				return err
@@ -174,8 +176,10 @@ func (s *Server) composed(ctx context.Context, p *Principal, v view) (*store.Com
 		}
 		if s.Hub.composeFailed(p.hostID, v.gen) {
 			s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", v.gen, "err", ferr)
-			_ = s.Store.Audit(ctx, "controller:"+s.Instance, "compose-failed", "machine/"+p.Machine,
-				fmt.Sprintf("generation %d: %v", v.gen, ferr))
+			f := store.ComposeFailure{MachineID: p.hostID, Machine: p.Machine, Generation: v.gen, Reason: ferr.Error()}
+			if err := s.Store.RecordComposeErrors(ctx, "controller:"+s.Instance, []store.ComposeFailure{f}); err != nil {
+				s.Log.Warn("recording a compose failure", "machine", p.Machine, "err", err)
+			}
 		}
 		return nil, nil
 	}

@@ -116,6 +116,8 @@ type Machine struct {
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
 	LastChecksOK      bool       `gorm:"column:last_checks_ok;default:true"`
+	ComposeError      string     `gorm:"column:compose_error"`            // why ComposeErrorGen could not be composed
+	ComposeErrorGen   int64      `gorm:"column:compose_error_generation"` // 0: none recorded
 	Conflict          bool       `gorm:"column:conflict"`
 	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
 	TokenID           string     `gorm:"column:token_id"`

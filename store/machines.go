@@ -372,3 +372,32 @@ func (s *Store) AllMachines(ctx context.Context) ([]models.Machine, error) {
 	var ms []models.Machine
 	return ms, mapErr(s.db.WithContext(ctx).Order("name").Find(&ms).Error)
 }
+
+// ComposeFailure is why one machine's generation could not be composed.
+type ComposeFailure struct {
+	MachineID  int64
+	Machine    string
+	Generation int64
+	Reason     string
+}
+
+// RecordComposeErrors records why machines' generations could not be
+// composed, on each machine (the overview shows it) and in the audit log,
+// in one transaction.
+func (s *Store) RecordComposeErrors(ctx context.Context, actor string, fs []ComposeFailure) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(tx *Tx) error {
+		for _, f := range fs {
+			if err := tx.Model(&models.Machine{}).Where("id = ? AND compose_error_generation <= ?", f.MachineID, f.Generation).
+				Updates(map[string]any{"compose_error": f.Reason, "compose_error_generation": f.Generation}).Error; err != nil {
+				return err
+			}
+			if err := audit(tx, actor, "compose-failed", "machine/"+f.Machine, fmt.Sprintf("generation %d: %s", f.Generation, f.Reason)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

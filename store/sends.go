@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"mesh/models"
 )
@@ -86,4 +87,37 @@ func (s *Store) Send(ctx context.Context, id string) (*models.Send, error) {
 func (s *Store) CountSends(ctx context.Context) (int64, error) {
 	var n int64
 	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)
+}
+
+// PendingSend is what was sent of a machine's current generation: how
+// often, the newest send's time and instance.
+type PendingSend struct {
+	N        int
+	At       time.Time
+	Instance string
+}
+
+// CurrentSends reads, for each machine, the sends of its current
+// generation (the overview says whether a behind machine was sent it).
+func (s *Store) CurrentSends(ctx context.Context, ids []int64) (map[int64]PendingSend, error) {
+	out := map[int64]PendingSend{}
+	err := inChunks(ids, 500, func(chunk []int64) error {
+		var rows []models.Send
+		err := s.db.WithContext(ctx).Table("sends").Select("sends.machine_id, sends.created_at, sends.instance_id").
+			Joins("JOIN machines ON machines.id = sends.machine_id AND machines.generation = sends.generation").
+			Where("sends.machine_id IN ?", chunk).Scan(&rows).Error
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			p := out[r.MachineID]
+			p.N++
+			if r.CreatedAt.After(p.At) {
+				p.At, p.Instance = r.CreatedAt, r.InstanceID
+			}
+			out[r.MachineID] = p
+		}
+		return nil
+	})
+	return out, mapErr(err)
 }

@@ -26,10 +26,22 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	}
 	now := time.Now()
 	o := Overview{State: state, Q: q, Total: len(ms)}
+	// What was sent of their current generation, for the machines behind.
+	var behind []int64
+	for i := range ms {
+		if ms[i].Generation > ms[i].FinishedGen {
+			behind = append(behind, ms[i].ID)
+		}
+	}
+	sent, err := s.Store.CurrentSends(ctx, behind)
+	if err != nil {
+		return Overview{}, err
+	}
 	counts := map[string]int{}
 	for i := range ms {
 		seen := s.lastSeen(&ms[i])
-		r := row(&ms[i], seen, now)
+		p := sent[ms[i].ID]
+		r := row(&ms[i], seen, &p, now)
 		counts[r.State]++
 		if state != "" && r.State != state {
 			continue
@@ -77,7 +89,12 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	if err != nil {
 		return MachineDetail{}, nil, err
 	}
-	d := MachineDetail{Row: row(m, s.lastSeen(m), time.Now()), Generation: m.Generation}
+	sent, err := s.Store.CurrentSends(ctx, []int64{m.ID})
+	if err != nil {
+		return MachineDetail{}, nil, err
+	}
+	p := sent[m.ID]
+	d := MachineDetail{Row: row(m, s.lastSeen(m), &p, time.Now()), Generation: m.Generation}
 	sends, err := s.Store.Sends(ctx, m.ID, 50, "")
 	if err != nil {
 		return d, m, err

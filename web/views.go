@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"mesh/models"
+	"mesh/store"
 )
 
 // Page is what every page's layout needs.
@@ -64,8 +65,9 @@ func ago(t time.Time, now time.Time) string {
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
-// row computes a machine's badge from its records.
-func row(m *models.Machine, seen *time.Time, now time.Time) MachineRow {
+// row computes a machine's badge from its records; sent is what was sent
+// of its current generation (nil: nothing).
+func row(m *models.Machine, seen *time.Time, sent *store.PendingSend, now time.Time) MachineRow {
 	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
 		Target: m.TargetHostVersion, LastSeen: "never"}
 	if seen != nil {
@@ -82,7 +84,21 @@ func row(m *models.Machine, seen *time.Time, now time.Time) MachineRow {
 		r.Since = "applied, reported " + reported
 	case models.StateBehind:
 		r.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
-		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + ")"
+		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + "); "
+		// Why: it cannot be composed, or it was sent and the host has not
+		// reported, or the host has not polled for it yet.
+		switch {
+		case m.ComposeErrorGen == m.Generation && m.ComposeError != "":
+			r.Badge = fmt.Sprintf("behind: generation %d cannot be composed: %s", m.Generation, m.ComposeError)
+			r.Since += "nothing is sent until that is fixed"
+		case sent != nil && sent.N > 0:
+			r.Since += fmt.Sprintf("sent %s by %s, no report yet", ago(sent.At, now), sent.Instance)
+			if sent.N > 1 {
+				r.Since += fmt.Sprintf(" (%d sends)", sent.N)
+			}
+		default:
+			r.Since += "not sent yet: the host last polled " + r.LastSeen
+		}
 	case models.StateRefused:
 		r.Badge = "refused: " + m.LastReason
 		r.Since = "reported " + reported

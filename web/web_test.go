@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/store"
@@ -191,5 +192,65 @@ func TestStatic_HashedAndCached(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Cache-Control"), "immutable") {
 		t.Fatalf("%s: %d %s", m[1], resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+}
+
+// TestOverview_SaysWhyBehind: a machine behind says why, at a glance: not
+// sent yet (and when its host last polled), sent and awaiting the host's
+// report, or its generation cannot be composed (and why).
+func TestOverview_SaysWhyBehind(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			e := ctltest.Start(t, d)
+			e.AddUser("olga", "operator")
+			op := newBrowser(t, e.URL)
+			op.login("olga", "password-of-olga")
+			rowOf := func(name string) string {
+				t.Helper()
+				_, body := op.get("/ui/machines?q=" + name)
+				i := strings.Index(body, `data-machine="`+name+`"`)
+				if i < 0 {
+					t.Fatalf("no row for %s:\n%.500s", name, body)
+				}
+				return body[i:]
+			}
+			poll := func(token string) int {
+				resp, _ := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=0s", Token: token,
+					Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": "1"}})
+				return resp.StatusCode
+			}
+
+			a := e.Enroll("m-a")
+			if r := rowOf("m-a"); !strings.Contains(r, "behind by 1 generation(s)") || !strings.Contains(r, "not sent yet: the host last polled") {
+				t.Fatalf("enrolled, never polled:\n%.400s", r)
+			}
+			if st := poll(a.Token); st != 200 {
+				t.Fatalf("poll: %d", st)
+			}
+			if r := rowOf("m-a"); !strings.Contains(r, "sent 0s ago by "+e.Ctl.Instance+", no report yet") {
+				t.Fatalf("sent, not reported:\n%.400s", r)
+			}
+
+			// A module that needs a variable the machine does not have.
+			e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "needs-port"}}, 201, nil)
+			if resp, b := e.Upload(e.Admin, "needs-port", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/p.conf", "content": "port=${var.port}\n"}]}`, nil, ""); resp.StatusCode != 201 {
+				t.Fatalf("upload: %s", b)
+			}
+			b := e.Enroll("m-b")
+			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m-b/assignments", Token: e.Admin,
+				Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "needs-port"}}}}, 200, nil)
+			// Recorded when the change is composed, before the host asks.
+			deadline := time.Now().Add(10 * time.Second)
+			for !strings.Contains(rowOf("m-b"), "cannot be composed") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if r := rowOf("m-b"); !strings.Contains(r, "behind: generation 2 cannot be composed: ") || !strings.Contains(r, "port") ||
+				!strings.Contains(r, "nothing is sent until that is fixed") {
+				t.Fatalf("cannot compose:\n%.600s", r)
+			}
+			if st := poll(b.Token); st != 304 {
+				t.Fatalf("a poll of a generation that cannot be composed: %d, want 304", st)
+			}
+		})
 	}
 }
