@@ -31,6 +31,7 @@ type MachineView struct {
 	LastReason        string                         `json:"last_reason"`
 	LastSeen          *time.Time                     `json:"last_seen"`
 	ConflictHostGen   int64                          `json:"conflict_host_generation"`
+	ComposeError      string                         `json:"compose_error"`
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
 }
@@ -42,12 +43,16 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 	}
 	running := map[string]models.RunningBuild{}
 	_ = json.Unmarshal([]byte(m.Running), &running)
-	return MachineView{Name: m.Name, OS: m.OS, Arch: m.Arch, Generation: m.Generation,
+	v := MachineView{Name: m.Name, OS: m.OS, Arch: m.Arch, Generation: m.Generation,
 		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: models.MachineState(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
 		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt}
+	if m.ComposeErrorGen == m.Generation {
+		v.ComposeError = m.ComposeError
+	}
+	return v
 }
 
 func (s *Server) listMachines(c echo.Context) error {

@@ -251,6 +251,15 @@ func TestOverview_SaysWhyBehind(t *testing.T) {
 			if st := poll(b.Token); st != 304 {
 				t.Fatalf("a poll of a generation that cannot be composed: %d, want 304", st)
 			}
+			// The API says it too.
+			var mb, ma struct {
+				ComposeError string `json:"compose_error"`
+			}
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m-b", Token: e.Admin}, 200, &mb)
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m-a", Token: e.Admin}, 200, &ma)
+			if !strings.Contains(mb.ComposeError, "port") || ma.ComposeError != "" {
+				t.Fatalf("compose_error: m-b %q, m-a %q", mb.ComposeError, ma.ComposeError)
+			}
 		})
 	}
 }
