@@ -338,9 +338,10 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 		}
 		// Why a generation cannot be composed is recorded once, here,
 		// before any host asks for it (a conflict is recorded as one).
-		if ferr := fails[id]; ferr != nil && !errors.Is(ferr, models.ErrMachineConflict) && e.composeErr < bumped[id] {
-			e.composeErr = bumped[id]
-			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: bumped[id], Reason: ferr.Error()})
+		var ferr *store.ComposeError
+		if errors.As(fails[id], &ferr) && !errors.Is(ferr, models.ErrMachineConflict) && e.composeErr < ferr.Generation {
+			e.composeErr = ferr.Generation
+			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
 		}
 		if c := composed[id]; c != nil {
 			// The store's word: the generation just composed from it.

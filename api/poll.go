@@ -174,9 +174,13 @@ func (s *Server) composed(ctx context.Context, p *Principal, v view) (*store.Com
 			s.Hub.setConflict(p.hostID, true)
 			return nil, nil
 		}
-		if s.Hub.composeFailed(p.hostID, v.gen) {
-			s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", v.gen, "err", ferr)
-			f := store.ComposeFailure{MachineID: p.hostID, Machine: p.Machine, Generation: v.gen, Reason: ferr.Error()}
+		gen := v.gen
+		if ce, ok := ferr.(*store.ComposeError); ok {
+			gen = ce.Generation // the store's, which may be past this cache's
+		}
+		if s.Hub.composeFailed(p.hostID, gen) {
+			s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", gen, "err", ferr)
+			f := store.ComposeFailure{MachineID: p.hostID, Machine: p.Machine, Generation: gen, Reason: ferr.Error()}
 			if err := s.Store.RecordComposeErrors(ctx, "controller:"+s.Instance, []store.ComposeFailure{f}); err != nil {
 				s.Log.Warn("recording a compose failure", "machine", p.Machine, "err", err)
 			}

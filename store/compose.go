@@ -41,12 +41,21 @@ const composeChunk = 500
 var composeColumns = []string{"id", "name", "os", "arch", "generation", "generation_trigger",
 	"empty_ok", "target_host_version", "running", "conflict"}
 
+// ComposeError is why a machine's generation could not be composed.
+type ComposeError struct {
+	Generation int64
+	Err        error
+}
+
+func (e *ComposeError) Error() string { return e.Err.Error() }
+func (e *ComposeError) Unwrap() error { return e.Err }
+
 // Compose returns the declaration of each machine at its current generation,
 // composing and storing those not yet composed. A declaration is stored once
 // per (machine, generation) under a unique key: an insert that loses a race
 // with another instance reads the winner's, so every send of a generation
 // carries the same bytes. Machines that cannot be composed (a variable
-// missing, a machine in conflict) are in the error map.
+// missing, a machine in conflict) are in the error map, as *ComposeError.
 //
 // Composing is three steps: read a consistent snapshot, compose and sign
 // outside any transaction, then insert in a short write transaction. The
@@ -118,7 +127,8 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*Composed, fails map[int64]e
 		}
 		delete(out, m.ID)
 		if m.Conflict {
-			fails[m.ID] = fmt.Errorf("%w: machine %s waits for an admin to resolve it", models.ErrMachineConflict, m.Name)
+			fails[m.ID] = &ComposeError{Generation: m.Generation,
+				Err: fmt.Errorf("%w: machine %s waits for an admin to resolve it", models.ErrMachineConflict, m.Name)}
 			continue
 		}
 		todo = append(todo, m)
@@ -255,7 +265,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 			payload, err = json.Marshal(p)
 		}
 		if err != nil {
-			fails[m.ID] = err
+			fails[m.ID] = &ComposeError{Generation: m.Generation, Err: err}
 			continue
 		}
 		names[m.ID] = m.Name
