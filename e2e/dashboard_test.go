@@ -194,6 +194,20 @@ func TestDashboard_InABrowser(t *testing.T) {
 		t.Fatalf("tab B's stale save changed the store: %+v", as.Assignments)
 	}
 
+	// A change that cannot be composed: the overview says why m1 is behind.
+	c.module("needs-port")
+	c.upload("needs-port", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/p.conf", "content": "port=${var.port}\n"}]}`, nil)
+	c.assign("m1", "motd", "needs-port")
+	run(t, ctx, "overview", chromedp.Navigate(c.URL+"/"))
+	// The live table shows it once the change has been composed.
+	get(t, ctx, "cannot compose shown",
+		chromedp.Poll[bool](`document.querySelector('tr[data-machine="m1"] [data-state=behind]')?.textContent.includes('cannot be composed')`))
+	why := get(t, ctx, "behind badge", chromedp.Text(css(`tr[data-machine="m1"] [data-state=behind]`)))
+	if !strings.Contains(why, "cannot be composed") || !strings.Contains(why, "port") {
+		t.Fatalf("behind badge says %q", why)
+	}
+	shot(t, ctx, shots, "06-cannot-compose")
+
 	// A viewer sees, and cannot change.
 	v := newBrowser(t, exe)
 	login(t, v, c.URL, "vera", "password-of-vera")
@@ -203,5 +217,5 @@ func TestDashboard_InABrowser(t *testing.T) {
 		t.Fatalf("a viewer is offered %d forms that change things", forms)
 	}
 	run(t, v, "phone width", chromedp.EmulateViewport(375, 800))
-	shot(t, v, shots, "06-viewer-phone")
+	shot(t, v, shots, "07-viewer-phone")
 }
