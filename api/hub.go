@@ -50,6 +50,7 @@ type machineEntry struct {
 	schema      string
 	tokenID     string
 	lastSeen    time.Time
+	polledHere  time.Time // when its host last polled this instance
 	polls       int
 	changed     chan struct{}
 	composed    *store.Composed
@@ -168,6 +169,7 @@ func (h *Hub) Add(m *models.Machine) {
 	defer h.mu.Unlock()
 	e := &machineEntry{id: m.ID, name: m.Name, gen: m.Generation, hostVersion: m.HostVersion,
 		schema: m.Schema, tokenID: m.TokenID, lastSeen: time.Now(), changed: make(chan struct{})}
+	e.polledHere = e.lastSeen // it enrolled here: its first poll comes here too
 	h.byID[m.ID], h.byName[m.Name] = e, e
 }
 
@@ -281,16 +283,29 @@ func (h *Hub) drain(ctx context.Context) {
 	p := h.pending
 	h.pending = map[int64]int64{}
 	h.draining = len(p) > 0
+	// Composed ahead: the machines whose hosts poll here (or did lately,
+	// and are applying or between polls). A host that polls another
+	// instance is composed for there; one that comes here later composes
+	// (or finds) its declaration when it asks.
+	ids := make([]int64, 0, len(p))
+	now := time.Now()
+	for id, gen := range p {
+		e := h.byID[id]
+		if e == nil {
+			continue
+		}
+		if e.polls == 0 && now.Sub(e.polledHere) > composeAheadAfter {
+			e.gen = max(e.gen, gen) // no poll to wake here
+			continue
+		}
+		ids = append(ids, id)
+	}
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		h.draining = false
 		h.mu.Unlock()
 	}()
-	ids := make([]int64, 0, len(p))
-	for id := range p {
-		ids = append(ids, id)
-	}
 	chunks := make(chan []int64)
 	go func() {
 		defer close(chunks)
@@ -315,6 +330,10 @@ func (h *Hub) drain(ctx context.Context) {
 	}
 	wg.Wait()
 }
+
+// composeAheadAfter is how long after its host's last poll here a machine
+// is still composed ahead: longer than a poll's longest wait plus an apply.
+const composeAheadAfter = 2 * MaxWait
 
 // composers is how many chunks of a fan-out compose at once.
 const composers = 4
@@ -396,6 +415,7 @@ func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
 	e.polls++
 	h.polls.Add(1)
 	e.lastSeen = time.Now()
+	e.polledHere = e.lastSeen
 	h.seen[id] = true
 	if e.hostVersion != hostVersion || e.schema != schema {
 		e.hostVersion, e.schema = hostVersion, schema

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +19,11 @@ func TestWakeAcrossInstances(t *testing.T) {
 	cfg := storetest.Config(t, store.Postgres)
 	a := ctltest.StartWith(t, cfg)
 	b := ctltest.StartWith(t, cfg)
-	b.Admin = a.Admin // one token key in the store: every instance accepts it
-	en := a.Enroll("m1")
+	b.Admin = a.Admin                                            // one token key in the store: every instance accepts it
+	en := b.Enroll("m1")                                         // the host enrols through b and polls b
+	if err := a.Ctl.Hub.Load(context.Background()); err != nil { // a knows m1 (as its resync would)
+		t.Fatal(err)
+	}
 	if p := doPoll(b, en.Token, 0, "1s"); p.status != 200 {
 		t.Fatalf("first poll on b: %d", p.status)
 	}
@@ -28,6 +32,7 @@ func TestWakeAcrossInstances(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); woke = doPoll(b, en.Token, 1, "30s") }()
 	waitFor(t, 5*time.Second, func() bool { return b.Ctl.Hub.Polling("m1") })
+	aheadA, aheadB := a.Ctl.Hub.ComposedAhead(), b.Ctl.Hub.ComposedAhead()
 	changed := time.Now()
 	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: a.Admin,
 		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"x": "1"}}}, 200, nil)
@@ -37,6 +42,12 @@ func TestWakeAcrossInstances(t *testing.T) {
 	}
 	if lag := time.Since(changed); lag > 5*time.Second {
 		t.Fatalf("woken %v after the change", lag)
+	}
+	// The instance the host polls composed it ahead; the one that made the
+	// change but holds no poll for it did not (it composes on demand).
+	waitFor(t, 5*time.Second, func() bool { return a.Ctl.Hub.Settled() && b.Ctl.Hub.Settled() })
+	if da, db := a.Ctl.Hub.ComposedAhead()-aheadA, b.Ctl.Hub.ComposedAhead()-aheadB; da != 0 || db != 1 {
+		t.Fatalf("composed ahead: %d on a (no poll there), %d on b (the poll); want 0 and 1", da, db)
 	}
 	other := doPoll(a, en.Token, 1, "1s")
 	if other.status != 200 || string(other.body) != string(woke.body) {
