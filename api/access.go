@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -174,6 +175,11 @@ func (s *Server) enroll(c echo.Context) error {
 	ctx := c.Request().Context()
 	tokenID := NewSecret()[:16]
 	m, err := s.Store.Enroll(ctx, HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
+	if errors.Is(err, models.ErrTokenUsed) {
+		// A refused enrolment is on the record: someone holds a stale or
+		// guessed join token.
+		_ = s.Store.Audit(ctx, "anonymous", "enroll-refused", "machine/"+req.Name, fmt.Sprintf("%v (from %s)", err, c.RealIP()))
+	}
 	if err != nil {
 		return err
 	}

@@ -141,10 +141,22 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 		}
 
 		// Clamped, not refused: limit=1000000000 gives at most 500.
-		var page struct{ Items []any }
+		var page struct {
+			Items []struct{ Action, Target string }
+		}
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=1000000000", Token: e.Admin}, 200, &page)
 		if len(page.Items) == 0 || len(page.Items) > api.MaxLimit {
 			t.Errorf("clamped limit gave %d items", len(page.Items))
+		}
+		// Refused enrolments (reused, expired, unknown join token) are on the record.
+		refused := 0
+		for _, a := range page.Items {
+			if a.Action == "enroll-refused" && a.Target == "machine/m4" {
+				refused++
+			}
+		}
+		if refused != 3 {
+			t.Errorf("%d refused enrolments in the audit log, want 3", refused)
 		}
 	})
 }
