@@ -362,12 +362,13 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 			e.composeErr = ferr.Generation
 			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
 		}
-		if c := composed[id]; c != nil {
+		if c := composed[id]; c != nil && c.Generation >= e.gen {
 			// The store's word: the generation just composed from it.
-			if c.Generation >= e.gen {
-				e.gen, e.composed = c.Generation, c
-			}
-		} else if bumped[id] > e.gen {
+			e.gen, e.composed = c.Generation, c
+		}
+		if bumped[id] > e.gen {
+			// Not composed (a failure): its polls compose it themselves
+			// and are no longer held for it.
 			e.gen = bumped[id]
 		}
 		ps = append(ps, e.wake()...)
