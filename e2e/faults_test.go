@@ -332,6 +332,13 @@ func faultRun(t *testing.T, seed uint64) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("machines at the end: %s", strings.Join(last, "; "))
+			// Each host's last words, one line each (CI shows test lines).
+			for _, h := range hosts {
+				lines := strings.Split(strings.TrimSpace(h.log.String()), "\n")
+				for _, l := range lines[max(0, len(lines)-6):] {
+					t.Logf("%s: %s", h.Name, l)
+				}
+			}
 		}
 	})
 	waitFor(t, 60*time.Second, "every machine applies its latest generation", func() bool {
