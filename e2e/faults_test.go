@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/agent"
 	"mesh/store"
 	"mesh/store/storetest"
 )
@@ -361,6 +362,14 @@ func faultRun(t *testing.T, seed uint64) {
 		return ok
 	})
 
+	// Plans still running step on after the faults stop, so the record
+	// is read in an order that cannot race them: what hosts journaled
+	// first, then the sends (each committed before its bytes left, so
+	// every journaled send is in a later read); plans before their steps.
+	journals := make([][]agent.Entry, len(hosts))
+	for i, h := range hosts {
+		journals[i] = h.journal()
+	}
 	st, err := store.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -387,6 +396,11 @@ func faultRun(t *testing.T, seed uint64) {
 	}
 	// Plans: none skipped a step or ran one twice. Each step made one
 	// generation of its own; a plan that ended done applied every step.
+	var plans []struct {
+		ID    int64
+		State string
+	}
+	st.DB().Raw(`SELECT id, state FROM plans`).Scan(&plans)
 	var steps []struct {
 		PlanID     int64
 		MachineID  int64
@@ -394,11 +408,6 @@ func faultRun(t *testing.T, seed uint64) {
 		Generation int64
 	}
 	st.DB().Raw(`SELECT plan_id, machine_id, state, generation FROM plan_steps`).Scan(&steps)
-	var plans []struct {
-		ID    int64
-		State string
-	}
-	st.DB().Raw(`SELECT id, state FROM plans`).Scan(&plans)
 	planState := map[int64]string{}
 	for _, p := range plans {
 		planState[p.ID] = p.State
@@ -422,8 +431,8 @@ func faultRun(t *testing.T, seed uint64) {
 	}
 	t.Logf("%d plans, %d steps", len(plans), len(steps))
 	applied := 0
-	for _, h := range hosts {
-		for _, e := range h.journal() {
+	for i, h := range hosts {
+		for _, e := range journals[i] {
 			if e.Outcome == "refused" && (strings.Contains(e.Reason, "older") || strings.Contains(e.Reason, "was applied with digest")) {
 				t.Errorf("%s refused a stale declaration (generation %d): %s", h.Name, e.Generation, e.Reason)
 			}
