@@ -70,8 +70,9 @@ type DeliveryOutcome struct {
 // records a merge and queues a build, numbered in merge order, for each
 // module of the repository whose source paths it touched.
 func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *Push, status string) (*DeliveryOutcome, error) {
-	out := &DeliveryOutcome{Builds: []QueuedBuild{}}
+	out := &DeliveryOutcome{}
 	err := s.write(ctx, func(tx *Tx) error {
+		*out = DeliveryOutcome{Builds: []QueuedBuild{}} // afresh, should the transaction run again
 		d := &models.Delivery{SourceID: src.ID, DeliveryID: deliveryID, Event: event, Status: status, ReceivedAt: s.Now()}
 		res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(d)
 		if res.Error != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/gofrs/flock"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -258,18 +259,32 @@ type Tx struct {
 	bumps []models.Bump
 }
 
+// writeAttempts bounds how often a transaction PostgreSQL aborted as a
+// deadlock victim (or a serialization failure) is run again.
+const writeAttempts = 4
+
 // write runs fn in one transaction; after it commits, bumped generations are
-// announced to OnBumped listeners.
+// announced to OnBumped listeners. On PostgreSQL a transaction aborted as a
+// deadlock's victim or for serialization is run again from the start (fn
+// must only act through tx): two writers that lock rows in different
+// orders (a plan being made and one being stepped) both succeed.
 func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	var t *Tx
 	if s.dialect == SQLite {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
 	}
-	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-		t = &Tx{DB: db, s: s}
-		return fn(t)
-	})
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+			t = &Tx{DB: db, s: s}
+			return fn(t)
+		})
+		if attempt < writeAttempts && s.dialect == Postgres && retryable(err) && ctx.Err() == nil {
+			continue
+		}
+		break
+	}
 	if err != nil {
 		return mapErr(err)
 	}
@@ -282,6 +297,13 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 	}
 	return nil
+}
+
+// retryable reports a PostgreSQL deadlock (40P01) or serialization
+// failure (40001): the transaction was rolled back and may simply run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // mapErr turns gorm's errors into models' sentinels.

@@ -247,3 +247,41 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 		}
 	})
 }
+
+// TestWrite_DeadlockVictimRunsAgain: two writers lock two machines in
+// opposite orders; PostgreSQL aborts one as a deadlock's victim, and it
+// runs again once the other has committed. Both succeed.
+func TestWrite_DeadlockVictimRunsAgain(t *testing.T) {
+	s := storetest.MustOpen(t, store.Postgres)
+	a, b := fixture(t, s, "m1"), fixture(t, s, "m2")
+	ctx := context.Background()
+	var locked sync.WaitGroup
+	locked.Add(2)
+	var attempts [2]int
+	write := func(i int, first, second int64) error {
+		return s.Write(ctx, func(tx *store.Tx) error {
+			attempts[i]++
+			if err := tx.Exec("SELECT 1 FROM machines WHERE id = ? FOR UPDATE", first).Error; err != nil {
+				return err
+			}
+			if attempts[i] == 1 {
+				locked.Done()
+				locked.Wait() // both hold their first row: the second locks deadlock
+			}
+			return tx.Exec("UPDATE machines SET empty_ok = NOT empty_ok WHERE id = ?", second).Error
+		})
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, order := range [][2]int64{{a.ID, b.ID}, {b.ID, a.ID}} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = write(i, order[0], order[1]) }()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("writers: %v, %v", errs[0], errs[1])
+	}
+	if attempts[0]+attempts[1] != 3 {
+		t.Fatalf("attempts %v: want one writer run twice (the deadlock's victim)", attempts)
+	}
+}
