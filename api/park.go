@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
-
 	"mesh/models"
 )
 
@@ -118,17 +116,15 @@ func (s *Server) answerParked(pp *parkedPoll) {
 			s.Log.Error("parked poll: compose", "machine", pp.name, "err", err)
 		}
 		if comp != nil {
-			send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: pp.machine, Generation: comp.Generation,
-				Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
-			// Every send is a row, committed before the bytes leave.
-			if err := s.Sends.Write(ctx, send); err != nil {
+			sendID, err := s.recordSend(ctx, pp.machine, comp)
+			if err != nil {
 				s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
 				s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
 				return
 			}
 			s.finishParked(pp, rawResponse(http.StatusOK, [][2]string{
 				{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
-				{HeaderSend, send.ID}, {"Cache-Control", "no-store"}}, comp.Envelope))
+				{HeaderSend, sendID}, {"Cache-Control", "no-store"}}, comp.Envelope))
 			return
 		}
 	}

@@ -202,17 +202,24 @@ func (s *Server) deliver(c echo.Context, p *Principal, v view) (bool, error) {
 	if err != nil || comp == nil {
 		return false, err
 	}
-	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: p.hostID, Generation: comp.Generation,
-		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
-	// Every send is a row, committed before the bytes leave.
-	if err := s.Sends.Write(ctx, send); err != nil {
+	sendID, err := s.recordSend(ctx, p.hostID, comp)
+	if err != nil {
 		return false, err
 	}
 	h := c.Response().Header()
 	h.Set("ETag", fmt.Sprintf(`"%d"`, comp.Generation))
-	h.Set(HeaderSend, send.ID)
+	h.Set(HeaderSend, sendID)
 	h.Set("Cache-Control", "no-store")
 	return true, c.Blob(http.StatusOK, echo.MIMEApplicationJSON, comp.Envelope)
+}
+
+// recordSend writes the send row of a declaration to a machine and
+// returns its id once committed: every send is a row, committed before the
+// bytes leave (held and parked polls alike).
+func (s *Server) recordSend(ctx context.Context, machineID int64, comp *store.Composed) (string, error) {
+	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: machineID, Generation: comp.Generation,
+		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
+	return send.ID, s.Sends.Write(ctx, send)
 }
 
 // postReport stores a host's report as its own row. Reports are read
