@@ -358,8 +358,7 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 		// Why a generation cannot be composed is recorded once, here,
 		// before any host asks for it (a conflict is recorded as one).
 		var ferr *store.ComposeError
-		if errors.As(fails[id], &ferr) && !errors.Is(ferr, models.ErrMachineConflict) && e.composeErr < ferr.Generation {
-			e.composeErr = ferr.Generation
+		if errors.As(fails[id], &ferr) && !errors.Is(ferr, models.ErrMachineConflict) && e.newComposeFailure(ferr.Generation) {
 			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
 		}
 		if c := composed[id]; c != nil && c.Generation >= e.gen {
@@ -469,7 +468,13 @@ func (h *Hub) composeFailed(id, gen int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.byID[id]
-	if e == nil || e.composeErr >= gen {
+	return e != nil && e.newComposeFailure(gen)
+}
+
+// newComposeFailure says whether a compose failure of gen is not yet
+// recorded, and remembers it. Call with h.mu held.
+func (e *machineEntry) newComposeFailure(gen int64) bool {
+	if e.composeErr >= gen {
 		return false
 	}
 	e.composeErr = gen
