@@ -95,7 +95,3 @@ func (m *machineRoot) remove(p string) error {
 	}
 	return err
 }
-
-func (m *machineRoot) removeAll(p string) error {
-	return m.root.RemoveAll(rel(p))
-}

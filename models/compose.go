@@ -127,16 +127,6 @@ type ComposeModule struct {
 
 var placeholderRE = regexp.MustCompile(`\$\{([a-z]+)\.([A-Za-z0-9_.-]+)\}`)
 
-// Compose builds the payload bytes of a declaration. The same input gives
-// the same bytes.
-func Compose(in ComposeInput) ([]byte, error) {
-	p, err := ComposePayload(in)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(p)
-}
-
 // ComposePayload builds the declaration of in.
 func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 	p := &DeclarationPayload{
