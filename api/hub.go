@@ -29,7 +29,7 @@ type Hub struct {
 
 	polls    atomic.Int64 // polls held open now
 	heard    atomic.Int64 // bumps heard, in process and from the store's notifications
-	composed atomic.Int64 // machines composed ahead of their polls and woken
+	ahead    atomic.Int64 // machines composed ahead of their polls and woken
 	draining bool         // the run loop is composing and waking bumped machines
 	stopped  bool         // the instance drains: compose nothing more
 
@@ -343,7 +343,7 @@ const composers = 4
 // here is not fatal: each poll composes on its own.
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
 	composed, fails, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
-	h.composed.Add(int64(len(chunk)))
+	h.ahead.Add(int64(len(chunk)))
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 	}
@@ -521,7 +521,7 @@ func (h *Hub) Heard() int64 { return h.heard.Load() }
 
 // ComposedAhead is how many machines the hub has composed ahead of their
 // polls and woken: once per bump, however often it was heard.
-func (h *Hub) ComposedAhead() int64 { return h.composed.Load() }
+func (h *Hub) ComposedAhead() int64 { return h.ahead.Load() }
 
 // OpenPolls is how many polls this instance holds now.
 func (h *Hub) OpenPolls() int64 { return h.polls.Load() }
