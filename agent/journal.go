@@ -104,7 +104,7 @@ func (e Entry) String() string {
 		if a.Action == "unchanged" {
 			continue
 		}
-		fmt.Fprintf(&b, "\n    %s", ActionWords(a))
+		fmt.Fprintf(&b, "\n    %s", a.Words())
 	}
 	n := 0
 	for _, a := range e.Actions {
@@ -123,20 +123,6 @@ func (e Entry) String() string {
 		fmt.Fprintf(&b, "\n    check %s: %s (%s)", c.Resource, state, c.Detail)
 	}
 	return b.String()
-}
-
-// ActionWords says an action as a sentence: "created node-tools.runtime
-// (node-tools): 239 file(s), running as node-tools.service".
-func ActionWords(a models.Action) string {
-	mod, _, _ := strings.Cut(a.Resource, ".")
-	s := fmt.Sprintf("%s %s (%s)", a.Action, a.Resource, mod)
-	if a.Detail != "" {
-		s += ": " + a.Detail
-	}
-	if a.Digest != "" {
-		s += " [" + short(a.Digest) + "]"
-	}
-	return s
 }
 
 func short(d string) string {

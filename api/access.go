@@ -1,18 +1,14 @@
 package api
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/crypto/bcrypt"
 
+	"mesh/auth"
 	"mesh/models"
 	"mesh/store"
 )
@@ -22,19 +18,6 @@ const (
 	DefaultJoinTokenTTL = 24 * time.Hour
 	MaxJoinTokenTTL     = 30 * 24 * time.Hour
 )
-
-// HashToken is how a secret token is kept: only its sha256.
-func HashToken(tok string) string {
-	s := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(s[:])
-}
-
-// NewSecret makes a random URL-safe secret.
-func NewSecret() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
 
 type loginRequest struct {
 	Username string `json:"username"`
@@ -53,7 +36,7 @@ func (s *Server) login(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	u, err := s.Store.User(ctx, req.Username)
-	if err != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(req.Password)) != nil {
+	if err != nil || !auth.CheckPassword(u.PasswordHash, req.Password) {
 		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+req.Username, c.RealIP())
 		return fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
 	}
@@ -76,18 +59,6 @@ type userResponse struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// HashPassword hashes a password for the store, refusing short ones.
-func HashPassword(pw string) (string, error) {
-	if len(pw) < 12 {
-		return "", models.Invalid("password", "at least 12 characters")
-	}
-	if len(pw) > 72 {
-		return "", models.Invalid("password", "at most 72 bytes")
-	}
-	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
-	return string(h), err
-}
-
 func (s *Server) createUser(c echo.Context) error {
 	var req userRequest
 	if err := decodeStrict(c, &req); err != nil {
@@ -99,7 +70,7 @@ func (s *Server) createUser(c echo.Context) error {
 	if !models.ValidRole(req.Role) {
 		return models.Invalid("role", "one of viewer, operator, admin, builder")
 	}
-	h, err := HashPassword(req.Password)
+	h, err := auth.HashPassword(req.Password)
 	if err != nil {
 		return err
 	}
@@ -129,9 +100,9 @@ func (s *Server) createJoinToken(c echo.Context) error {
 		}
 		ttl = min(d, MaxJoinTokenTTL)
 	}
-	tok := NewSecret()
+	tok := auth.NewSecret()
 	exp := s.Store.Now().Add(ttl)
-	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), HashToken(tok), exp); err != nil {
+	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), auth.HashToken(tok), exp); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusCreated, tokenResponse{Token: tok, ExpiresAt: exp})
@@ -173,8 +144,8 @@ func (s *Server) enroll(c echo.Context) error {
 		return models.Invalid("os", "os and arch are required (e.g. linux, amd64)")
 	}
 	ctx := c.Request().Context()
-	tokenID := NewSecret()[:16]
-	m, err := s.Store.Enroll(ctx, HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
+	tokenID := auth.NewSecret()[:16]
+	m, err := s.Store.Enroll(ctx, auth.HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
 	if errors.Is(err, models.ErrTokenUsed) {
 		// A refused enrolment is on the record: someone holds a stale or
 		// guessed join token.

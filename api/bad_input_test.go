@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"mesh/api"
+	"mesh/auth"
 	"mesh/controller/ctltest"
 	"mesh/models"
 	"mesh/store"
@@ -56,9 +57,9 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 			t.Fatalf("token key: %v", err)
 		}
 		priv := ed25519.NewKeyFromSeed(keys[0].PrivateKey)
-		past := &api.Authority{KeyID: keys[0].ID, Priv: priv, Now: func() time.Time { return time.Now().Add(-13 * time.Hour) }}
+		past := &auth.Authority{KeyID: keys[0].ID, Priv: priv, Now: func() time.Time { return time.Now().Add(-13 * time.Hour) }}
 		expired, _, _ := past.IssuePerson("admin", "admin")
-		claims := jwt.MapClaims{"iss": api.Issuer, "aud": api.AudienceOperator, "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
+		claims := jwt.MapClaims{"iss": auth.Issuer, "aud": auth.AudienceOperator, "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
 		none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
 		hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(keys[0].PublicKey))
 		otherKey := func() string {
@@ -66,7 +67,7 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 			tok, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(k)
 			return tok
 		}()
-		wrongAud := jwt.MapClaims{"iss": api.Issuer, "aud": "someone-else", "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
+		wrongAud := jwt.MapClaims{"iss": auth.Issuer, "aud": "someone-else", "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
 		wrongAudTok, _ := jwt.NewWithClaims(jwt.SigningMethodEdDSA, wrongAud).SignedString(priv)
 		viewer := e.AddUser("vera", models.RoleViewer)
 

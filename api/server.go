@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"mesh/auth"
 	"mesh/models"
 	"mesh/store"
 )
@@ -36,7 +37,7 @@ type Server struct {
 	Store    *store.Store
 	Hub      *Hub
 	Sends    *SendWriter
-	Auth     *Authority
+	Auth     *auth.Authority
 	Signer   store.Signer
 	Instance string
 	Log      *slog.Logger
@@ -56,7 +57,7 @@ type Server struct {
 }
 
 // NewServer wires a server.
-func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
+func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.dispatch = s.dispatch

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"mesh/api"
+	"mesh/auth"
 	"mesh/models"
 	"mesh/store"
 	"mesh/store/storetest"
@@ -190,7 +190,7 @@ func seed(b *testing.B, cfg store.Config, n int) (admin string, pub ed25519.Publ
 	if err := db.CreateInBatches(&as, 500).Error; err != nil {
 		b.Fatal(err)
 	}
-	auth := &api.Authority{KeyID: tk.ID, Priv: ed25519.NewKeyFromSeed(tk.PrivateKey), Now: time.Now}
+	auth := &auth.Authority{KeyID: tk.ID, Priv: ed25519.NewKeyFromSeed(tk.PrivateKey), Now: time.Now}
 	admin, _, err = auth.IssuePerson("admin", models.RoleAdmin)
 	if err != nil {
 		b.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"mesh"
 	"mesh/api"
+	"mesh/auth"
 	"mesh/models"
 	"mesh/store"
 	"mesh/version"
@@ -147,7 +148,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		return nil, err
 	}
 	sends := api.NewSendWriter(st)
-	auth := &api.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
+	auth := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
 	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
@@ -256,8 +257,8 @@ func firstUser(ctx context.Context, st *store.Store, cfg Config) error {
 	if err != nil || n > 0 {
 		return err
 	}
-	pw := api.NewSecret()[:24]
-	h, err := api.HashPassword(pw)
+	pw := auth.NewSecret()[:24]
+	h, err := auth.HashPassword(pw)
 	if err != nil {
 		return err
 	}

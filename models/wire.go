@@ -3,6 +3,8 @@ package models
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -138,6 +140,25 @@ type Action struct {
 	Action   string `json:"action"`
 	Digest   string `json:"digest,omitempty"`
 	Detail   string `json:"detail,omitempty"`
+}
+
+// Words says an action as a sentence: "created node-tools.runtime
+// (node-tools): 239 file(s), running as node-tools.service". The journal
+// and the dashboard say it the same way.
+func (a Action) Words() string {
+	mod, _, _ := strings.Cut(a.Resource, ".")
+	s := fmt.Sprintf("%s %s (%s)", a.Action, a.Resource, mod)
+	if a.Detail != "" {
+		s += ": " + a.Detail
+	}
+	if a.Digest != "" {
+		d := a.Digest
+		if len(d) > 19 {
+			d = d[:19]
+		}
+		s += " [" + d + "]"
+	}
+	return s
 }
 
 // RunningBuild is the build of a module a host runs.

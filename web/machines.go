@@ -13,7 +13,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"mesh/agent"
 	"mesh/models"
 	"mesh/store"
 )
@@ -121,7 +120,7 @@ func reportLine(r models.ReportRow) ReportLine {
 	if json.Unmarshal([]byte(r.Body), &body) == nil {
 		for _, a := range body.Actions {
 			if a.Action != "unchanged" {
-				l.Actions = append(l.Actions, agent.ActionWords(a))
+				l.Actions = append(l.Actions, a.Words())
 			}
 		}
 		for _, c := range body.Checks {

@@ -21,9 +21,8 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"golang.org/x/crypto/bcrypt"
 
-	"mesh/api"
+	"mesh/auth"
 	"mesh/models"
 	"mesh/store"
 )
@@ -51,7 +50,7 @@ type Seen interface {
 type Server struct {
 	Store    *store.Store
 	Seen     Seen
-	Auth     *api.Authority
+	Auth     *auth.Authority
 	Signer   store.Signer
 	Instance string
 	Log      *slog.Logger
@@ -69,7 +68,7 @@ type asset struct {
 }
 
 // NewServer makes the dashboard and hashes its assets.
-func NewServer(st *store.Store, seen Seen, auth *api.Authority, signer store.Signer, instance string, log *slog.Logger) *Server {
+func NewServer(st *store.Store, seen Seen, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger) *Server {
 	s := &Server{Store: st, Seen: seen, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		assets: map[string]asset{}, names: map[string]string{}}
 	_ = fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
@@ -161,7 +160,7 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			ck, err := c.Cookie(SessionCookie)
-			var claims *api.PersonClaims
+			var claims *auth.PersonClaims
 			if err == nil {
 				claims, err = s.Auth.ParsePerson(ck.Value)
 			}
@@ -222,7 +221,7 @@ func (s *Server) login(c echo.Context) error {
 	user, pw := c.FormValue("username"), c.FormValue("password")
 	ctx := c.Request().Context()
 	u, err := s.Store.User(ctx, user)
-	if err != nil || bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(pw)) != nil {
+	if err != nil || !auth.CheckPassword(u.PasswordHash, pw) {
 		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, c.RealIP())
 		return s.render(c, http.StatusUnauthorized, LoginPage(s.page(c, "Log in"), user, "Wrong user name or password."))
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"mesh/agent"
-	"mesh/api"
+	"mesh/auth"
 	"mesh/controller"
 	"mesh/models"
 	"mesh/store"
@@ -55,8 +55,8 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	done := make(chan struct{}, len(hosts))
 	for i, name := range hosts {
-		tok := api.NewSecret()
-		if err := st.CreateJoinToken(ctx, "demo", api.HashToken(tok), time.Now().Add(time.Hour)); err != nil {
+		tok := auth.NewSecret()
+		if err := st.CreateJoinToken(ctx, "demo", auth.HashToken(tok), time.Now().Add(time.Hour)); err != nil {
 			return err
 		}
 		state, root := filepath.Join(dir, name, "state"), filepath.Join(dir, name, "root")

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"mesh/api"
+	"mesh/auth"
 	"mesh/controller"
 	"mesh/models"
 	"mesh/version"
@@ -160,7 +160,7 @@ func userAdd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
-	hash, err := api.HashPassword(strings.TrimRight(line, "\r\n"))
+	hash, err := auth.HashPassword(strings.TrimRight(line, "\r\n"))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,136 @@
+// Package auth is who may do what: the token authority (JWTs for people
+// and hosts), password hashing and checking, and secret tokens. api, web
+// and cmd use it; it knows nothing of HTTP.
+package auth
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"mesh/models"
+)
+
+// JWT audiences: a host's token and a person's can never stand in for each
+// other, because each parser accepts exactly one audience.
+const (
+	Issuer           = "mesh-controller"
+	AudienceOperator = "mesh-operator"
+	AudienceHost     = "mesh-host"
+	// PersonTokenTTL is how long a login lasts.
+	PersonTokenTTL = 12 * time.Hour
+)
+
+// Authority issues and checks JWTs with the controller's token key. The
+// algorithm is pinned to EdDSA: a token that says HS256 (say, keyed with
+// the public key) or none is refused before its signature is looked at.
+type Authority struct {
+	KeyID string
+	Priv  ed25519.PrivateKey
+	Now   func() time.Time
+
+	// verified remembers host tokens whose signature checked out. A host
+	// polls every minute with the same token; verifying it each time would
+	// cost a signature check per poll. Host tokens do not expire; they are
+	// revoked through the token id the hub checks on every request.
+	mu       sync.Mutex
+	verified map[string]*HostClaims
+}
+
+// maxVerified bounds the verified-token memory; past it, it starts over.
+const maxVerified = 200_000
+
+// PersonClaims are a person's token claims.
+type PersonClaims struct {
+	Role string `json:"role"`
+	jwt.RegisteredClaims
+}
+
+// HostClaims are a host's token claims: the machine is the subject, the
+// token id lets an admin revoke it by re-enrolling.
+type HostClaims struct {
+	jwt.RegisteredClaims
+}
+
+// IssuePerson makes a person's token.
+func (a *Authority) IssuePerson(user, role string) (string, time.Time, error) {
+	now := a.Now()
+	exp := now.Add(PersonTokenTTL)
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
+	}})
+	t.Header["kid"] = a.KeyID
+	s, err := t.SignedString(a.Priv)
+	return s, exp, err
+}
+
+// IssueHost makes a host's token for a machine. It has no expiry: a host
+// must keep working through any outage; it is revoked with its machine.
+func (a *Authority) IssueHost(machine, tokenID string) (string, error) {
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, HostClaims{RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: Issuer, Subject: machine, Audience: jwt.ClaimStrings{AudienceHost},
+		IssuedAt: jwt.NewNumericDate(a.Now()), ID: tokenID,
+	}})
+	t.Header["kid"] = a.KeyID
+	return t.SignedString(a.Priv)
+}
+
+func (a *Authority) keyFunc(t *jwt.Token) (any, error) {
+	return a.Priv.Public(), nil
+}
+
+// ParsePerson checks a person's token.
+func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
+	var c PersonClaims
+	_, err := jwt.ParseWithClaims(s, &c, a.keyFunc,
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+		jwt.WithAudience(AudienceOperator), jwt.WithIssuer(Issuer),
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(a.Now), jwt.WithLeeway(30*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, err)
+	}
+	if !models.ValidRole(c.Role) || c.Subject == "" {
+		return nil, fmt.Errorf("%w: token has no valid role", models.ErrUnauthorized)
+	}
+	return &c, nil
+}
+
+// ParseHost checks a host's token.
+func (a *Authority) ParseHost(s string) (*HostClaims, error) {
+	a.mu.Lock()
+	c, ok := a.verified[s]
+	a.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	c, err := a.parseHost(s)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	if a.verified == nil || len(a.verified) >= maxVerified {
+		a.verified = map[string]*HostClaims{}
+	}
+	a.verified[s] = c
+	a.mu.Unlock()
+	return c, nil
+}
+
+func (a *Authority) parseHost(s string) (*HostClaims, error) {
+	var c HostClaims
+	_, err := jwt.ParseWithClaims(s, &c, a.keyFunc,
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
+		jwt.WithAudience(AudienceHost), jwt.WithIssuer(Issuer), jwt.WithTimeFunc(a.Now))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, err)
+	}
+	if c.Subject == "" || c.ID == "" {
+		return nil, fmt.Errorf("%w: host token names no machine", models.ErrUnauthorized)
+	}
+	return &c, nil
+}
+
