@@ -34,13 +34,7 @@ func (s *Server) login(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	u, err := s.Store.User(ctx, req.Username)
-	if err != nil || !auth.CheckPassword(u.PasswordHash, req.Password) {
-		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+req.Username, c.RealIP())
-		return fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
-	}
-	tok, exp, err := s.Auth.IssuePerson(u.Name, u.Role)
+	tok, exp, err := s.Service.Login(c.Request().Context(), req.Username, req.Password, c.RealIP())
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
-	"mesh/version"
 )
 
 // MaxHookBody caps a webhook's body (GitHub sends at most 25 MiB; pushes
@@ -192,8 +192,8 @@ func (s *Server) claimBuild(c echo.Context) error {
 	return c.JSON(http.StatusOK, b)
 }
 
-// finishBuild takes a claimed build's artifact and manifest. A finished
-// build makes a plan (the module's first build becomes current instead).
+// finishBuild takes a claimed build's artifact and manifest; the service
+// stores it and starts what follows it.
 func (s *Server) finishBuild(c echo.Context) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil {
@@ -207,64 +207,28 @@ func (s *Server) finishBuild(c echo.Context) error {
 		return models.Invalid("body", "a multipart/form-data upload with artifact and manifest is expected: "+err.Error())
 	}
 	defer form.RemoveAll()
-	manifest := ""
-	if v := form.Value["manifest"]; len(v) > 0 {
-		manifest = v[0]
-	}
-	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
-		return err
+	field := func(k string) string {
+		if v := form.Value[k]; len(v) > 0 {
+			return v[0]
+		}
+		return ""
 	}
 	artifact, err := formFile(form, "artifact")
 	if err != nil {
 		return err
 	}
-	digest, size := "", int64(0)
-	if artifact != nil {
-		digest, size = models.DigestOf(artifact), int64(len(artifact))
-		if given := form.Value["digest"]; len(given) > 0 && given[0] != digest {
-			return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, digest, given[0])
-		}
-	}
-	ctx := c.Request().Context()
-	b, mod, err := s.Store.FinishBuild(ctx, principal(c).Actor(), id, digest, size, manifest, artifact)
+	res, err := s.Service.FinishBuild(c.Request().Context(), principal(c).Actor(), &service.FinishBuild{ID: id,
+		Manifest: field("manifest"), Digest: field("digest"), Artifact: artifact,
+		Version: field("version"), OS: field("os"), Arch: field("arch")})
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"build": buildView(mod.Name, b), "plan": nil, "rollout": nil}
-	if mod.Kind == models.KindHost {
-		// A finished mesh-host build becomes a host release and enters a
-		// host rollout instead of a plan.
-		field := func(k string) string {
-			if v := form.Value[k]; len(v) > 0 {
-				return v[0]
-			}
-			return ""
-		}
-		goos, arch, ver := field("os"), field("arch"), field("version")
-		if ver == "" {
-			ver = fmt.Sprintf("build-%d", b.Number)
-		}
-		if !platformRE.MatchString(goos) || !platformRE.MatchString(arch) || artifact == nil {
-			return models.Invalid("os", "a mesh-host build needs its binary as the artifact, and os and arch")
-		}
-		r := &models.Release{Version: ver, OS: goos, Arch: arch, Digest: digest, Size: size, KeyID: s.Signer.KeyID(),
-			Signature: s.Signer.Sign(models.ReleaseStatement(ver, goos, arch, digest)), CreatedBy: principal(c).Actor()}
-		if err := s.Store.CreateRelease(ctx, principal(c).Actor(), r, artifact); err != nil {
-			return err
-		}
-		ro, err := s.Store.StartRollout(ctx, principal(c).Actor(), ver, "1", 1, int64(DefaultRolloutDeadline/time.Second))
-		if err != nil {
-			return err
-		}
-		out["rollout"] = ro
-		return c.JSON(http.StatusOK, out)
+	out := map[string]any{"build": buildView(res.Module.Name, res.Build), "plan": nil, "rollout": nil}
+	if res.Plan != nil {
+		out["plan"] = res.Plan
 	}
-	if mod.CurrentBuild != nil && *mod.CurrentBuild != b.Number {
-		p, err := s.Store.CreatePlan(ctx, principal(c).Actor(), mod.Name, b.Number, version.BuildNumber())
-		if err != nil {
-			return err
-		}
-		out["plan"] = p
+	if res.Rollout != nil {
+		out["rollout"] = res.Rollout
 	}
 	return c.JSON(http.StatusOK, out)
 }

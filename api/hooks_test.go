@@ -166,6 +166,17 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		if claimed.Number != 1 { // mesh-host's first; queued in the same merge before webhooks' third
 			t.Fatalf("claimed %+v", claimed)
 		}
+		// Sent without its platform: refused, nothing committed, the build
+		// still the builder's to send again corrected (it used to be left
+		// ready with no release, and the retry got 409).
+		var bad bytes.Buffer
+		bw := multipart.NewWriter(&bad)
+		_ = bw.WriteField("manifest", `{"resources": []}`)
+		bfw, _ := bw.CreateFormFile("artifact", "mesh-host")
+		_, _ = bfw.Write([]byte("a mesh-host binary"))
+		bw.Close()
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/builds/" + itoa(claimed.ID) + "/artifact", Token: builder, Body: bad.Bytes(),
+			Header: map[string]string{"Content-Type": bw.FormDataContentType()}}, 400, nil)
 		var hb bytes.Buffer
 		mw := multipart.NewWriter(&hb)
 		_ = mw.WriteField("manifest", `{"resources": []}`)

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
 )
 
@@ -156,18 +157,7 @@ func (s *Server) putVariables(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	if req.Variables == nil {
-		return models.Invalid("variables", "required (an object of KEY: value)")
-	}
-	for k, v := range req.Variables {
-		if err := models.ValidVarKey(k); err != nil {
-			return err
-		}
-		if len(v) > 4096 {
-			return models.Invalid("variables."+k, "at most 4096 bytes")
-		}
-	}
-	m, err := s.Store.SetVariables(c.Request().Context(), principal(c).Actor(), c.Param("name"), im, req.Variables)
+	m, err := s.Service.SetVariables(c.Request().Context(), principal(c).Actor(), &service.SetVariables{Machine: c.Param("name"), IfMatch: im, Variables: req.Variables})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
-	"mesh/version"
+	"mesh/service"
 )
 
 // Tier is one step of a module's plans: a count of machines or a percent.
@@ -134,7 +134,8 @@ func buildView(module string, b *models.Build) BuildView {
 
 // createBuild takes a multipart upload: artifact (tar.gz, optional),
 // manifest (JSON), version, commit, digest (optional; refused when the
-// bytes do not match it).
+// bytes do not match it), and for a mesh-host module os and arch. What
+// follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
 	form, err := c.MultipartForm()
@@ -147,7 +148,7 @@ func (s *Server) createBuild(c echo.Context) error {
 	defer form.RemoveAll()
 	for k := range form.Value {
 		switch k {
-		case "manifest", "version", "commit", "digest":
+		case "manifest", "version", "commit", "digest", "os", "arch":
 		default:
 			return models.Invalid(k, "unknown field")
 		}
@@ -176,39 +177,17 @@ func (s *Server) createBuild(c echo.Context) error {
 		}
 		manifest = string(b)
 	}
-	if manifest == "" {
-		return models.Invalid("manifest", "required")
-	}
-	if _, err := models.ParseManifest([]byte(manifest)); err != nil {
-		return err
-	}
 	artifact, err := formFile(form, "artifact")
 	if err != nil {
 		return err
 	}
-	b := &models.Build{Version: field("version"), Commit: field("commit"), Manifest: manifest, CreatedBy: principal(c).Actor()}
-	given := field("digest")
-	if artifact != nil {
-		b.Digest, b.Size = models.DigestOf(artifact), int64(len(artifact))
-		if given != "" && given != b.Digest {
-			return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, b.Digest, given)
-		}
-	} else if given != "" {
-		return models.Invalid("digest", "given without an artifact")
-	}
-	if len(b.Version) > 200 || len(b.Commit) > 200 {
-		return models.Invalid("version", "version and commit are at most 200 characters")
-	}
-	ctx := c.Request().Context()
-	if err := s.Store.CreateBuild(ctx, principal(c).Actor(), module, b, artifact); err != nil {
+	res, err := s.Service.UploadBuild(c.Request().Context(), principal(c).Actor(), &service.UploadBuild{Module: module,
+		Version: field("version"), Commit: field("commit"), Manifest: manifest, Digest: field("digest"), Artifact: artifact,
+		OS: field("os"), Arch: field("arch")})
+	if err != nil {
 		return err
 	}
-	// A finished build makes a plan (a module's first build became current).
-	if mod, err := s.Store.Module(ctx, module); err == nil && mod.CurrentBuild != nil && *mod.CurrentBuild < b.Number && mod.Kind != models.KindHost {
-		if _, err := s.Store.CreatePlan(ctx, principal(c).Actor(), module, b.Number, version.BuildNumber()); err != nil {
-			return err
-		}
-	}
+	b := res.Build
 	return c.JSON(http.StatusCreated, buildView(module, b))
 }
 

@@ -3,16 +3,14 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/service"
 )
-
-var platformRE = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
 
 // createRelease takes a multipart upload of a mesh-host binary with its
 // version, os and arch; the controller stores it content-addressed and
@@ -42,24 +40,13 @@ func (s *Server) createRelease(c echo.Context) error {
 		}
 		return ""
 	}
-	version, goos, arch := get("version"), get("os"), get("arch")
-	if version == "" || len(version) > 100 {
-		return models.Invalid("version", "required, at most 100 characters")
-	}
-	if !platformRE.MatchString(goos) || !platformRE.MatchString(arch) {
-		return models.Invalid("os", "os and arch are required, like linux and amd64")
-	}
 	bin, err := formFile(form, "binary")
 	if err != nil {
 		return err
 	}
-	if len(bin) == 0 {
-		return models.Invalid("binary", "required: the mesh-host binary")
-	}
-	d := models.DigestOf(bin)
-	r := &models.Release{Version: version, OS: goos, Arch: arch, Digest: d, Size: int64(len(bin)), KeyID: s.Signer.KeyID(),
-		Signature: s.Signer.Sign(models.ReleaseStatement(version, goos, arch, d)), CreatedBy: principal(c).Actor()}
-	if err := s.Store.CreateRelease(c.Request().Context(), principal(c).Actor(), r, bin); err != nil {
+	r, err := s.Service.CreateRelease(c.Request().Context(), principal(c).Actor(),
+		&service.CreateRelease{Version: get("version"), OS: get("os"), Arch: get("arch"), Binary: bin})
+	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusCreated, r)
@@ -82,9 +69,6 @@ type rolloutRequest struct {
 	MaxInFlight *int64          `json:"max_in_flight"`
 	Deadline    string          `json:"deadline"`
 }
-
-// DefaultRolloutDeadline is how long a machine has to report upgraded.
-const DefaultRolloutDeadline = 10 * time.Minute
 
 func (s *Server) startRollout(c echo.Context) error {
 	var req rolloutRequest
@@ -113,7 +97,7 @@ func (s *Server) startRollout(c echo.Context) error {
 		}
 		inFlight = *req.MaxInFlight
 	}
-	deadline := DefaultRolloutDeadline
+	deadline := service.DefaultRolloutDeadline
 	if req.Deadline != "" {
 		d, err := time.ParseDuration(req.Deadline)
 		if err != nil || d < time.Second {

@@ -23,6 +23,7 @@ import (
 
 	"mesh/auth"
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
 )
 
@@ -35,6 +36,7 @@ const (
 // Server holds the API's dependencies, filled in by cmd/.
 type Server struct {
 	Store    *store.Store
+	Service  *service.Service
 	Hub      *Hub
 	Sends    *SendWriter
 	Auth     *auth.Authority

@@ -22,6 +22,7 @@ import (
 	"mesh/api"
 	"mesh/auth"
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
 	"mesh/version"
 	"mesh/web"
@@ -149,7 +150,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	sends := api.NewSendWriter(st)
 	auth := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
+	svc := &service.Service{Store: st, Signer: signer, Auth: auth, ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
+	srv.Service = svc
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
 		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)
@@ -159,6 +162,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	srv.Register(e)
 	dash := web.NewServer(st, hub, auth, signer, inst, cfg.Log)
 	dash.Behind = srv.Behind
+	dash.Service = svc
 	dash.Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -14,6 +14,9 @@ const (
 	BuildQueued   = "queued"
 	BuildBuilding = "building"
 	BuildReady    = "ready"
+	// BuildFailed: the builder sent content that can never be accepted
+	// (a manifest that does not parse); it is never claimed again.
+	BuildFailed = "failed"
 )
 
 // Source is a forge repository whose webhooks the controller accepts.

@@ -197,41 +197,65 @@ func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Durat
 }
 
 // FinishBuild fills a claimed build with its artifact and manifest; the
-// module's first build becomes current, a later one gets a plan (made by
-// the caller).
-func (s *Store) FinishBuild(ctx context.Context, builder string, id int64, digest string, size int64, manifest string, artifact []byte) (*models.Build, *models.Module, error) {
+// module's first build becomes current. It returns the build and its
+// module as it stood before (what follows a build is the caller's rule).
+func (tx *Tx) FinishBuild(builder string, id int64, digest string, size int64, manifest string, artifact []byte) (*models.Build, *models.Module, error) {
+	b, mod, err := tx.leasedBuild(builder, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if artifact != nil {
+		if err := putBlob(tx, digest, artifact); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := tx.Model(b).Updates(map[string]any{"state": models.BuildReady, "digest": digest, "size": size,
+		"manifest": manifest, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+		return nil, nil, err
+	}
+	b.State, b.Digest, b.Size, b.Manifest = models.BuildReady, digest, size, manifest
+	if err := audit(tx, builder, "finish-build", "module/"+mod.Name, fmt.Sprintf("build %d %s", b.Number, digest)); err != nil {
+		return nil, nil, err
+	}
+	before := *mod
+	if mod.CurrentBuild == nil {
+		return b, &before, setCurrent(tx, mod, b.Number)
+	}
+	return b, &before, nil
+}
+
+// FailBuild ends a claimed build failed, with the reason on the record:
+// its commit's own content was refused, which no retry can fix, so it is
+// never claimed again.
+func (tx *Tx) FailBuild(builder string, id int64, reason string) error {
+	b, mod, err := tx.leasedBuild(builder, id)
+	if err != nil {
+		return err
+	}
+	if err := tx.Model(b).Updates(map[string]any{"state": models.BuildFailed, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+		return err
+	}
+	return audit(tx, builder, "fail-build", "module/"+mod.Name, fmt.Sprintf("build %d: %s", b.Number, reason))
+}
+
+// leasedBuild reads a build a builder may finish: not finished or failed,
+// and not leased to another builder whose lease still runs.
+func (tx *Tx) leasedBuild(builder string, id int64) (*models.Build, *models.Module, error) {
 	var b models.Build
+	if err := tx.Where("id = ?", id).First(&b).Error; err != nil {
+		return nil, nil, fmt.Errorf("build %d: %w", id, mapErr(err))
+	}
+	switch {
+	case b.State == models.BuildReady:
+		return nil, nil, fmt.Errorf("%w: build %d is already finished", models.ErrConflict, b.Number)
+	case b.State == models.BuildFailed:
+		return nil, nil, fmt.Errorf("%w: build %d failed; its commit needs a new build", models.ErrConflict, b.Number)
+	case b.State == models.BuildBuilding && b.LeaseOwner != builder && b.LeaseUntil != nil && b.LeaseUntil.After(tx.s.Now()):
+		return nil, nil, fmt.Errorf("%w: build %d is leased to %s", models.ErrConflict, b.Number, b.LeaseOwner)
+	}
 	var mod models.Module
-	err := s.write(ctx, func(tx *Tx) error {
-		if err := tx.Where("id = ?", id).First(&b).Error; err != nil {
-			return fmt.Errorf("build %d: %w", id, mapErr(err))
-		}
-		if b.State == models.BuildReady {
-			return fmt.Errorf("%w: build %d is already finished", models.ErrConflict, b.Number)
-		}
-		if b.State == models.BuildBuilding && b.LeaseOwner != builder && b.LeaseUntil != nil && b.LeaseUntil.After(s.Now()) {
-			return fmt.Errorf("%w: build %d is leased to %s", models.ErrConflict, b.Number, b.LeaseOwner)
-		}
-		if artifact != nil {
-			if err := putBlob(tx, digest, artifact); err != nil {
-				return err
-			}
-		}
-		if err := tx.Model(&b).Updates(map[string]any{"state": models.BuildReady, "digest": digest, "size": size,
-			"manifest": manifest, "lease_owner": "", "lease_until": nil}).Error; err != nil {
-			return err
-		}
-		b.State, b.Digest, b.Size, b.Manifest = models.BuildReady, digest, size, manifest
-		if err := tx.Where("id = ?", b.ModuleID).First(&mod).Error; err != nil {
-			return err
-		}
-		if err := audit(tx, builder, "finish-build", "module/"+mod.Name, fmt.Sprintf("build %d %s", b.Number, digest)); err != nil {
-			return err
-		}
-		if mod.CurrentBuild == nil {
-			return setCurrent(tx, &mod, b.Number)
-		}
-		return nil
-	})
-	return &b, &mod, err
+	if err := tx.Where("id = ?", b.ModuleID).First(&mod).Error; err != nil {
+		return nil, nil, err
+	}
+	return &b, &mod, nil
 }

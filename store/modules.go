@@ -50,42 +50,48 @@ func (s *Store) Modules(ctx context.Context, limit int, cursor int64) ([]models.
 // blob, when there is one, is stored in the same transaction. A module's
 // first build becomes current; later ones only through a plan or a person.
 func (s *Store) CreateBuild(ctx context.Context, actor, module string, b *models.Build, artifact []byte) error {
-	return s.write(ctx, func(tx *Tx) error {
-		var mod models.Module
-		q := tx.DB
-		if s.dialect == Postgres {
-			// Serialises numbering per module across replicas.
-			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	_, err := Write(ctx, s, func(tx *Tx) (*models.Module, error) { return tx.CreateBuild(actor, module, b, artifact) })
+	return err
+}
+
+// CreateBuild is Store.CreateBuild inside tx; it returns the module as it
+// stood before the build (its current build unchanged by this one).
+func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact []byte) (*models.Module, error) {
+	var mod models.Module
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		// Serialises numbering per module across replicas.
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
+		return nil, fmt.Errorf("module %s: %w", module, mapErr(err))
+	}
+	var last struct{ N *int64 }
+	if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
+		return nil, err
+	}
+	b.ModuleID = mod.ID
+	b.Number = 1
+	if last.N != nil {
+		b.Number = *last.N + 1
+	}
+	b.CreatedAt = tx.s.Now()
+	if artifact != nil {
+		if err := putBlob(tx, b.Digest, artifact); err != nil {
+			return nil, err
 		}
-		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
-			return fmt.Errorf("module %s: %w", module, mapErr(err))
-		}
-		var last struct{ N *int64 }
-		if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
-			return err
-		}
-		b.ModuleID = mod.ID
-		b.Number = 1
-		if last.N != nil {
-			b.Number = *last.N + 1
-		}
-		b.CreatedAt = s.Now()
-		if artifact != nil {
-			if err := putBlob(tx, b.Digest, artifact); err != nil {
-				return err
-			}
-		}
-		if err := tx.Create(b).Error; err != nil {
-			return err
-		}
-		if err := audit(tx, actor, "create-build", "module/"+module, fmt.Sprintf("build %d %s %s", b.Number, b.Version, b.Digest)); err != nil {
-			return err
-		}
-		if mod.CurrentBuild == nil {
-			return setCurrent(tx, &mod, b.Number)
-		}
-		return nil
-	})
+	}
+	if err := tx.Create(b).Error; err != nil {
+		return nil, err
+	}
+	if err := audit(tx, actor, "create-build", "module/"+module, fmt.Sprintf("build %d %s %s", b.Number, b.Version, b.Digest)); err != nil {
+		return nil, err
+	}
+	before := mod
+	if mod.CurrentBuild == nil {
+		return &before, setCurrent(tx, &mod, b.Number)
+	}
+	return &before, nil
 }
 
 // Builds lists a module's builds, newest first.

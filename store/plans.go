@@ -65,11 +65,16 @@ const instanceAlive = 2 * time.Minute
 // mesh-controller than any controller or control node runs (controllerBuild
 // is this instance's) is refused in its own words.
 func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*PlanView, error) {
+	return Write(ctx, s, func(tx *Tx) (*PlanView, error) { return tx.CreatePlan(actor, module, build, controllerBuild) })
+}
+
+// CreatePlan is Store.CreatePlan inside tx.
+func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*PlanView, error) {
 	var out *PlanView
-	err := s.write(ctx, func(tx *Tx) error {
+	err := func() error {
 		var mod models.Module
 		q := tx.DB
-		if s.dialect == Postgres {
+		if tx.s.dialect == Postgres {
 			q = q.Clauses(clause.Locking{Strength: "UPDATE"}) // one plan decision per module at a time
 		}
 		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
@@ -82,7 +87,7 @@ func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, con
 		if n == 0 {
 			return models.Invalid("build", fmt.Sprintf("module %s has no finished build %d", module, build))
 		}
-		now := s.Now()
+		now := tx.s.Now()
 		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now}
 		floor, runs := int64(0), ""
 		if mod.Kind == models.KindController {
@@ -133,7 +138,7 @@ func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, con
 		var err2 error
 		out, err2 = planView(tx, p)
 		return err2
-	})
+	}()
 	return out, err
 }
 

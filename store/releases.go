@@ -18,19 +18,22 @@ import (
 
 // CreateRelease stores a host release and its binary (content-addressed).
 func (s *Store) CreateRelease(ctx context.Context, actor string, r *models.Release, binary []byte) error {
-	return s.write(ctx, func(tx *Tx) error {
-		r.CreatedAt, r.State = s.Now(), models.ReleaseReady
-		if err := putBlob(tx, r.Digest, binary); err != nil {
-			return err
+	return s.write(ctx, func(tx *Tx) error { return tx.CreateRelease(actor, r, binary) })
+}
+
+// CreateRelease is Store.CreateRelease inside tx.
+func (tx *Tx) CreateRelease(actor string, r *models.Release, binary []byte) error {
+	r.CreatedAt, r.State = tx.s.Now(), models.ReleaseReady
+	if err := putBlob(tx, r.Digest, binary); err != nil {
+		return err
+	}
+	if err := tx.Create(r).Error; err != nil {
+		if errors.Is(err, gorm.ErrDuplicatedKey) {
+			return fmt.Errorf("%w: host release %s for %s/%s already exists", models.ErrConflict, r.Version, r.OS, r.Arch)
 		}
-		if err := tx.Create(r).Error; err != nil {
-			if errors.Is(err, gorm.ErrDuplicatedKey) {
-				return fmt.Errorf("%w: host release %s for %s/%s already exists", models.ErrConflict, r.Version, r.OS, r.Arch)
-			}
-			return err
-		}
-		return audit(tx, actor, "create-host-release", "host-release/"+r.Version, fmt.Sprintf("%s/%s %s", r.OS, r.Arch, r.Digest))
-	})
+		return err
+	}
+	return audit(tx, actor, "create-host-release", "host-release/"+r.Version, fmt.Sprintf("%s/%s %s", r.OS, r.Arch, r.Digest))
 }
 
 // Releases lists host releases, newest first.
@@ -68,8 +71,15 @@ type RolloutView struct {
 // os/arch it was built for: canaries first (machines whose variable canary
 // is "true", else the first by name), then the rest, max_in_flight at a time.
 func (s *Store) StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*RolloutView, error) {
+	return Write(ctx, s, func(tx *Tx) (*RolloutView, error) {
+		return tx.StartRollout(actor, version, canary, maxInFlight, deadline)
+	})
+}
+
+// StartRollout is Store.StartRollout inside tx.
+func (tx *Tx) StartRollout(actor, version, canary string, maxInFlight, deadline int64) (*RolloutView, error) {
 	var out *RolloutView
-	err := s.write(ctx, func(tx *Tx) error {
+	err := func() error {
 		var rels []models.Release
 		if err := tx.Where("version = ?", version).Find(&rels).Error; err != nil {
 			return err
@@ -122,7 +132,7 @@ func (s *Store) StartRollout(ctx context.Context, actor, version, canary string,
 			return err
 		}
 		ro := &models.Rollout{Version: version, State: models.RolloutRunning, Canary: canary, MaxInFlight: maxInFlight,
-			DeadlineSeconds: deadline, CreatedBy: actor, CreatedAt: s.Now()}
+			DeadlineSeconds: deadline, CreatedBy: actor, CreatedAt: tx.s.Now()}
 		if err := tx.Create(ro).Error; err != nil {
 			return err
 		}
@@ -147,7 +157,7 @@ func (s *Store) StartRollout(ctx context.Context, actor, version, canary string,
 		}
 		out, err = rolloutView(tx, ro)
 		return err
-	})
+	}()
 	return out, err
 }
 

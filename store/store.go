@@ -299,6 +299,27 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
+// Write runs fn in one write transaction (see write).
+func (s *Store) Write(ctx context.Context, fn func(tx *Tx) error) error { return s.write(ctx, fn) }
+
+// Write runs fn in one write transaction and returns what it made. A
+// closure keeps no state outside its transaction: a retried transaction
+// starts from nothing, and the result is whatever the attempt that
+// committed returned (headscale's Write[T]).
+func Write[T any](ctx context.Context, s *Store, fn func(tx *Tx) (T, error)) (T, error) {
+	var out T
+	err := s.write(ctx, func(tx *Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return out, nil
+}
+
 // retryable reports a PostgreSQL deadlock (40P01) or serialization
 // failure (40001): the transaction was rolled back and may simply run again.
 func retryable(err error) bool {

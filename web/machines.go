@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
 )
 
@@ -410,12 +411,9 @@ func (s *Server) saveVariables(c echo.Context) error {
 		if !ok {
 			return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), "KEY=value expected"), nil, &text, "variables")
 		}
-		if err := models.ValidVarKey(strings.TrimSpace(k)); err != nil {
-			return s.refused(c, name, err, nil, &text, "variables")
-		}
 		vars[strings.TrimSpace(k)] = v
 	}
-	m, err := s.Store.SetVariables(c.Request().Context(), "user:"+who(c).User, name, gen, vars)
+	m, err := s.Service.SetVariables(c.Request().Context(), "user:"+who(c).User, &service.SetVariables{Machine: name, IfMatch: gen, Variables: vars})
 	if err != nil {
 		return s.refused(c, name, err, nil, &text, "variables")
 	}

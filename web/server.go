@@ -24,6 +24,7 @@ import (
 
 	"mesh/auth"
 	"mesh/models"
+	"mesh/service"
 	"mesh/store"
 )
 
@@ -49,6 +50,7 @@ type Seen interface {
 // Server is the dashboard.
 type Server struct {
 	Store    *store.Store
+	Service  *service.Service
 	Seen     Seen
 	Auth     *auth.Authority
 	Signer   store.Signer
@@ -219,13 +221,10 @@ func (s *Server) loginPage(c echo.Context) error {
 
 func (s *Server) login(c echo.Context) error {
 	user, pw := c.FormValue("username"), c.FormValue("password")
-	ctx := c.Request().Context()
-	u, err := s.Store.User(ctx, user)
-	if err != nil || !auth.CheckPassword(u.PasswordHash, pw) {
-		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, c.RealIP())
+	tok, exp, err := s.Service.Login(c.Request().Context(), user, pw, c.RealIP())
+	if errors.Is(err, models.ErrUnauthorized) {
 		return s.render(c, http.StatusUnauthorized, LoginPage(s.page(c, "Log in"), user, "Wrong user name or password."))
 	}
-	tok, exp, err := s.Auth.IssuePerson(u.Name, u.Role)
 	if err != nil {
 		return err
 	}

@@ -263,3 +263,27 @@ func TestOverview_SaysWhyBehind(t *testing.T) {
 		})
 	}
 }
+
+// TestVariables_SameRefusalBothWays: the dashboard's form and the API
+// refuse the same oversized variable with the same words, and store
+// nothing (the form used to save it: it skipped the API's cap).
+func TestVariables_SameRefusalBothWays(t *testing.T) {
+	e, op, _ := fixture(t)
+	big := strings.Repeat("x", 4097)
+	const words = "variables.big: at most 4096 bytes"
+	resp, body := e.Do(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"big": big}}})
+	if resp.StatusCode != 400 || !strings.Contains(string(body), words) {
+		t.Fatalf("API: %d %s", resp.StatusCode, body)
+	}
+	op.get("/machines/m1")
+	st, page := op.post("/machines/m1/variables", url.Values{"generation": {"1"}, "vars": {"big=" + big}}, true)
+	if st != 400 || !strings.Contains(page, words) {
+		t.Fatalf("form: %d, want 400 saying %q:\n%.400s", st, words, page)
+	}
+	var vs struct{ Variables map[string]string }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/variables", Token: e.Admin}, 200, &vs)
+	if len(vs.Variables) != 0 {
+		t.Fatalf("a refused variable was stored: %d key(s)", len(vs.Variables))
+	}
+}

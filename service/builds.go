@@ -1,0 +1,168 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// UploadBuild is a build a person or CI uploads to a module.
+type UploadBuild struct {
+	Module   string
+	Version  string
+	Commit   string
+	Manifest string
+	// Digest, when given, must be the artifact's.
+	Digest   string
+	Artifact []byte
+	// OS and Arch: a mesh-host build names the platform of its binary.
+	OS, Arch string
+}
+
+// Validate checks what can be checked without the store.
+func (r *UploadBuild) Validate() error {
+	if r.Manifest == "" {
+		return models.Invalid("manifest", "required")
+	}
+	if _, err := models.ParseManifest([]byte(r.Manifest)); err != nil {
+		return err
+	}
+	if err := validBuildWords(r.Version, r.Commit, r.OS, r.Arch); err != nil {
+		return err
+	}
+	if r.Artifact == nil && r.Digest != "" {
+		return models.Invalid("digest", "given without an artifact")
+	}
+	return checkDigest(r.Artifact, r.Digest)
+}
+
+// FinishBuild is a builder's artifact and manifest for a build it claimed.
+type FinishBuild struct {
+	ID       int64
+	Manifest string
+	Digest   string
+	Artifact []byte
+	// Version, OS and Arch: a mesh-host build names its release.
+	Version, OS, Arch string
+}
+
+// Validate checks what can be checked without the store. The manifest is
+// the commit's own content and is judged by FinishBuild (a refusal ends
+// the build failed).
+func (r *FinishBuild) Validate() error {
+	if err := validBuildWords(r.Version, "", r.OS, r.Arch); err != nil {
+		return err
+	}
+	return checkDigest(r.Artifact, r.Digest)
+}
+
+func validBuildWords(version, commit, goos, arch string) error {
+	if err := models.ValidVersion("version", version, false); err != nil {
+		return err
+	}
+	if err := models.ValidCommit("commit", commit); err != nil {
+		return err
+	}
+	if goos != "" || arch != "" {
+		return models.ValidPlatform(goos, arch)
+	}
+	return nil
+}
+
+func checkDigest(artifact []byte, given string) error {
+	if artifact == nil || given == "" {
+		return nil
+	}
+	if d := models.DigestOf(artifact); d != given {
+		return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, d, given)
+	}
+	return nil
+}
+
+// BuildResult is a stored build and what it set going.
+type BuildResult struct {
+	Build   *models.Build
+	Module  *models.Module
+	Plan    *store.PlanView
+	Rollout *store.RolloutView
+}
+
+// UploadBuild stores a build and what follows it (models.AfterBuild), in
+// one transaction: a refusal leaves nothing behind.
+func (s *Service) UploadBuild(ctx context.Context, actor string, req *UploadBuild) (*BuildResult, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return store.Write(ctx, s.Store, func(tx *store.Tx) (*BuildResult, error) {
+		b := &models.Build{Version: req.Version, Commit: req.Commit, Manifest: req.Manifest, CreatedBy: actor}
+		if req.Artifact != nil {
+			b.Digest, b.Size = models.DigestOf(req.Artifact), int64(len(req.Artifact))
+		}
+		mod, err := tx.CreateBuild(actor, req.Module, b, req.Artifact)
+		if err != nil {
+			return nil, err
+		}
+		return s.follow(tx, actor, mod, b, req.Artifact, req.Version, req.OS, req.Arch)
+	})
+}
+
+// FinishBuild fills a claimed build and starts what follows it, in one
+// transaction: a refusal of the request (a mesh-host build without its
+// platform, say) commits nothing and the build stays leased to the
+// builder, which may send it again corrected. A manifest that does not
+// parse is the commit's own content, which no retry can fix: the build
+// ends failed with the reason audited, and is never claimed again.
+func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuild) (*BuildResult, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if _, perr := models.ParseManifest([]byte(req.Manifest)); perr != nil {
+		err := s.Store.Write(ctx, func(tx *store.Tx) error { return tx.FailBuild(actor, req.ID, "manifest refused: "+perr.Error()) })
+		return nil, errors.Join(perr, err)
+	}
+	return store.Write(ctx, s.Store, func(tx *store.Tx) (*BuildResult, error) {
+		var digest string
+		if req.Artifact != nil {
+			digest = models.DigestOf(req.Artifact)
+		}
+		b, mod, err := tx.FinishBuild(actor, req.ID, digest, int64(len(req.Artifact)), req.Manifest, req.Artifact)
+		if err != nil {
+			return nil, err
+		}
+		return s.follow(tx, actor, mod, b, req.Artifact, req.Version, req.OS, req.Arch)
+	})
+}
+
+// follow starts what models.AfterBuild says follows b, inside tx.
+func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *models.Build, artifact []byte, version, goos, arch string) (*BuildResult, error) {
+	out := &BuildResult{Build: b, Module: mod}
+	switch models.AfterBuild(mod.Kind, mod.CurrentBuild) {
+	case models.FollowRelease:
+		if artifact == nil || models.ValidPlatform(goos, arch) != nil {
+			return nil, models.Invalid("os", "a mesh-host build needs its binary as the artifact, and os and arch")
+		}
+		if version == "" {
+			version = fmt.Sprintf("build-%d", b.Number)
+		}
+		r := &models.Release{Version: version, OS: goos, Arch: arch, Digest: b.Digest, Size: b.Size, CreatedBy: actor}
+		s.signRelease(r)
+		if err := tx.CreateRelease(actor, r, artifact); err != nil {
+			return nil, err
+		}
+		ro, err := tx.StartRollout(actor, version, "1", 1, int64(DefaultRolloutDeadline.Seconds()))
+		if err != nil {
+			return nil, err
+		}
+		out.Rollout = ro
+	case models.FollowPlan:
+		p, err := tx.CreatePlan(actor, mod.Name, b.Number, s.ControllerBuild)
+		if err != nil {
+			return nil, err
+		}
+		out.Plan = p
+	}
+	return out, nil
+}

@@ -1,0 +1,160 @@
+package service_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/service"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+type keySigner struct{ priv ed25519.PrivateKey }
+
+func (k keySigner) KeyID() string              { return "test" }
+func (k keySigner) Sign(payload []byte) []byte { return ed25519.Sign(k.priv, payload) }
+
+func newService(s *store.Store) *service.Service {
+	_, priv, _ := ed25519.GenerateKey(nil)
+	return &service.Service{Store: s, Signer: keySigner{priv}}
+}
+
+// claimedBuild queues one build of a module of kind by a push and lets
+// the builder "ci" claim it.
+func claimedBuild(t *testing.T, s *store.Store, kind string) *store.Claimed {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateModule(ctx, "test", &models.Module{Name: "mod", Kind: kind, Repository: "o/r", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+		t.Fatal(err)
+	}
+	src := &models.Source{Name: "forge", Kind: models.ForgeGitea, Repository: "o/r", DefaultBranch: "main", Secret: strings.Repeat("s", 16)}
+	if err := s.CreateSource(ctx, "test", src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deliver(ctx, src, "d1", "push", &store.Push{Ref: "refs/heads/main", Commit: "c1", Repository: "o/r", Paths: []string{"x"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClaimBuild(ctx, "user:ci", time.Hour)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	return c
+}
+
+func auditActions(t *testing.T, s *store.Store) map[string]string {
+	t.Helper()
+	evs, err := s.AuditEvents(context.Background(), 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range evs {
+		out[e.Action] = e.Detail
+	}
+	return out
+}
+
+// TestFinishBuild_HostBuildWithoutPlatform: a builder finishing a
+// mesh-host build without os/arch is refused and nothing is committed —
+// the build stays leased to it, no release exists — so it can send the
+// build again corrected (it used to be left ready with no release, and a
+// retry got 409).
+func TestFinishBuild_HostBuildWithoutPlatform(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		svc := newService(s)
+		c := claimedBuild(t, s, models.KindHost)
+		if err := s.CreateJoinToken(ctx, "test", "hash", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enroll(ctx, "hash", "m1", "linux", "amd64", "1.4.0", "1", "tok"); err != nil {
+			t.Fatal(err)
+		}
+		req := &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`, Artifact: []byte("a mesh-host binary"), Version: "1.5.0"}
+		_, err := svc.FinishBuild(ctx, "user:ci", req)
+		var inv *models.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "os" {
+			t.Fatalf("finish without os/arch: %v", err)
+		}
+		b, err := s.Build(ctx, "mod", c.Number)
+		if err != nil || b.State != models.BuildBuilding || b.LeaseOwner != "user:ci" {
+			t.Fatalf("after the refusal the build is %+v (%v); want still building, leased to user:ci", b, err)
+		}
+		if rs, _ := s.Releases(ctx, 10, 0); len(rs) != 0 {
+			t.Fatalf("a refused finish left a release: %+v", rs)
+		}
+		if _, ok := auditActions(t, s)["finish-build"]; ok {
+			t.Fatal("a refused finish is on the record as finished")
+		}
+		req.OS, req.Arch = "linux", "amd64"
+		res, err := svc.FinishBuild(ctx, "user:ci", req)
+		if err != nil || res.Build.State != models.BuildReady {
+			t.Fatalf("the corrected finish: %+v %v", res, err)
+		}
+		if rs, _ := s.Releases(ctx, 10, 0); len(rs) != 1 || rs[0].Version != "1.5.0" || rs[0].OS != "linux" {
+			t.Fatalf("the corrected finish made releases %+v", rs)
+		}
+	})
+}
+
+// TestFinishBuild_ManifestRefusedFailsBuild: a manifest that does not
+// parse is the commit's own content; no retry can fix it. The build ends
+// failed with the reason audited, and is never claimed again.
+func TestFinishBuild_ManifestRefusedFailsBuild(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		svc := newService(s)
+		c := claimedBuild(t, s, models.KindService)
+		_, err := svc.FinishBuild(ctx, "user:ci", &service.FinishBuild{ID: c.ID, Manifest: `{"resources": [`})
+		if !errors.Is(err, models.ErrInvalid) {
+			t.Fatalf("a broken manifest: %v", err)
+		}
+		b, err := s.Build(ctx, "mod", c.Number)
+		if err != nil || b.State != models.BuildFailed {
+			t.Fatalf("the build is %+v (%v); want failed", b, err)
+		}
+		if d := auditActions(t, s)["fail-build"]; !strings.Contains(d, "manifest refused") {
+			t.Fatalf("the failure's reason is not on the record: %q", d)
+		}
+		if again, err := s.ClaimBuild(ctx, "user:ci", time.Hour); err != nil || again != nil {
+			t.Fatalf("a failed build was claimed again: %+v %v", again, err)
+		}
+		if _, err := svc.FinishBuild(ctx, "user:ci", &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`}); !errors.Is(err, models.ErrConflict) {
+			t.Fatalf("finishing a failed build: %v", err)
+		}
+	})
+}
+
+// TestUploadBuild_RefusedBeforeAnyWrite: upload refusals of each field,
+// each naming its field, and nothing stored.
+func TestUploadBuild_RefusedBeforeAnyWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		req   service.UploadBuild
+		field string
+	}{
+		{"NoManifest", service.UploadBuild{}, "manifest"},
+		{"LongVersion", service.UploadBuild{Manifest: `{"resources": []}`, Version: strings.Repeat("v", 101)}, "version"},
+		{"LongCommit", service.UploadBuild{Manifest: `{"resources": []}`, Commit: strings.Repeat("c", 201)}, "commit"},
+		{"BadPlatform", service.UploadBuild{Manifest: `{"resources": []}`, OS: "Linux!", Arch: "amd64"}, "os"},
+		{"DigestWithoutArtifact", service.UploadBuild{Manifest: `{"resources": []}`, Digest: "sha256:00"}, "digest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var inv *models.InvalidError
+			if err := tc.req.Validate(); !errors.As(err, &inv) || inv.Field != tc.field {
+				t.Fatalf("%v, want a refusal of %s", err, tc.field)
+			}
+		})
+	}
+	t.Run("DigestMismatch", func(t *testing.T) {
+		r := service.UploadBuild{Manifest: `{"resources": []}`, Artifact: []byte("x"), Digest: "sha256:00"}
+		if err := r.Validate(); !errors.Is(err, models.ErrDigestMismatch) {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,42 @@
+package service
+
+import (
+	"context"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// CreateRelease is a mesh-host binary an admin publishes.
+type CreateRelease struct {
+	Version, OS, Arch string
+	Binary            []byte
+}
+
+// Validate checks the release's words and that it has a binary.
+func (r *CreateRelease) Validate() error {
+	if err := models.ValidVersion("version", r.Version, true); err != nil {
+		return err
+	}
+	if err := models.ValidPlatform(r.OS, r.Arch); err != nil {
+		return err
+	}
+	if len(r.Binary) == 0 {
+		return models.Invalid("binary", "required: the mesh-host binary")
+	}
+	return nil
+}
+
+// CreateRelease stores a host release content-addressed and signs
+// {version, os, arch, digest}.
+func (s *Service) CreateRelease(ctx context.Context, actor string, req *CreateRelease) (*models.Release, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return store.Write(ctx, s.Store, func(tx *store.Tx) (*models.Release, error) {
+		r := &models.Release{Version: req.Version, OS: req.OS, Arch: req.Arch, Digest: models.DigestOf(req.Binary),
+			Size: int64(len(req.Binary)), CreatedBy: actor}
+		s.signRelease(r)
+		return r, tx.CreateRelease(actor, r, req.Binary)
+	})
+}
