@@ -133,4 +133,3 @@ func (a *Authority) parseHost(s string) (*HostClaims, error) {
 	}
 	return &c, nil
 }
-
