@@ -374,11 +374,52 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 	}
 	h.mu.Unlock()
 	h.send(ps)
-	if len(failed) > 0 {
-		h.Log.Warn("cannot compose declarations", "machines", len(failed), "first", failed[0].Machine, "err", failed[0].Reason)
-		if err := h.Store.RecordComposeErrors(ctx, "controller:"+h.Instance, failed); err != nil {
-			h.Log.Warn("recording compose failures", "err", err, "machines", len(failed))
+	h.recordFailures(ctx, failed)
+}
+
+// composeOne is the declaration of one machine's generation for a poll:
+// the one composed ahead, or composed now. It is nil when there is nothing
+// the controller may send (a conflict, or a compose failure, recorded once).
+func (h *Hub) composeOne(ctx context.Context, id int64, name string, v view) (*store.Composed, error) {
+	if c := v.composed; c != nil && c.Generation >= v.gen {
+		return c, nil
+	}
+	got, fails, err := h.Store.Compose(ctx, []int64{id}, h.Instance, h.Signer)
+	if err != nil {
+		return nil, err
+	}
+	if ferr := fails[id]; ferr != nil {
+		if errors.Is(ferr, models.ErrMachineConflict) {
+			h.setConflict(id, true)
+			return nil, nil
 		}
+		gen := v.gen
+		var ce *store.ComposeError
+		if errors.As(ferr, &ce) {
+			gen = ce.Generation // the store's, which may be past this cache's
+		}
+		if h.composeFailed(id, gen) {
+			h.recordFailures(ctx, []store.ComposeFailure{{MachineID: id, Machine: name, Generation: gen, Reason: ferr.Error()}})
+		}
+		return nil, nil
+	}
+	c := got[id]
+	if c != nil {
+		h.setComposed(c)
+	}
+	return c, nil
+}
+
+// recordFailures puts why generations cannot be composed on their
+// machines, where the overview shows them: the one place either way of
+// composing (ahead of a fan-out, or for one poll) records them.
+func (h *Hub) recordFailures(ctx context.Context, failed []store.ComposeFailure) {
+	if len(failed) == 0 {
+		return
+	}
+	h.Log.Warn("cannot compose declarations", "machines", len(failed), "first", failed[0].Machine, "err", failed[0].Reason)
+	if err := h.Store.RecordComposeErrors(ctx, "controller:"+h.Instance, failed); err != nil {
+		h.Log.Warn("recording compose failures", "err", err, "machines", len(failed))
 	}
 }
 

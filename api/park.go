@@ -39,24 +39,20 @@ const (
 )
 
 type parkedPoll struct {
-	conn     net.Conn
-	machine  int64
-	name     string
-	known    int64
-	deadline time.Time
-	timer    *time.Timer
-	state    atomic.Int32
-	checked  bool // the store was asked about a conflict once
+	*pollSession
+	conn  net.Conn
+	timer *time.Timer
+	state atomic.Int32
 }
 
-// park hijacks the connection and leaves the poll in the hub.
-func (s *Server) park(w http.ResponseWriter, p *Principal, known int64, wait time.Duration) error {
+// park hijacks the connection and leaves the poll's session in the hub.
+func (s *Server) park(w http.ResponseWriter, ps *pollSession) error {
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return err
 	}
-	pp := &parkedPoll{conn: conn, machine: p.hostID, name: p.Machine, known: known, deadline: time.Now().Add(wait)}
-	pp.timer = time.AfterFunc(wait, func() { s.expire(pp) })
+	pp := &parkedPoll{pollSession: ps, conn: conn}
+	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	s.Hub.parkPoll(pp)
 	return nil
 }
@@ -88,56 +84,44 @@ func (s *Server) parkedWorker() {
 }
 
 func (s *Server) answerParked(pp *parkedPoll) {
-	if s.Draining() {
-		s.finishParked(pp, draining())
-		return
-	}
-	v := s.Hub.view(pp.machine)
-	if v.gone {
-		s.finishParked(pp, rawResponse(http.StatusUnauthorized, nil, nil))
-		return
-	}
-	ctx := s.runCtx
-	if pp.known > v.gen && !v.conflict && !pp.checked {
-		pp.checked = true
-		if err := s.judge(ctx, pp.machine, pp.known); err != nil {
-			s.Log.Error("parked poll: conflict check", "machine", pp.name, "err", err)
-		}
-		v = s.Hub.view(pp.machine)
-	}
 	if !peerOpen(pp.conn) {
 		// The host went away while parked: no send, no bytes.
 		s.finishParked(pp, nil)
 		return
 	}
-	if !v.conflict && !v.pending && v.gen > pp.known {
-		comp, err := s.composed(ctx, &Principal{Machine: pp.name, hostID: pp.machine}, v)
-		if err != nil {
-			s.Log.Error("parked poll: compose", "machine", pp.name, "err", err)
+	ctx := s.runCtx
+	st, err := pp.next(ctx)
+	if err != nil {
+		// The store failed this time; the poll waits on and is answered
+		// by the next change or its deadline.
+		s.Log.Error("parked poll", "machine", pp.name, "err", err)
+		st = step{verdict: pollWait}
+		if !time.Now().Before(pp.deadline) {
+			st.verdict = pollNotModified
 		}
-		if comp != nil {
-			sendID, err := s.recordSend(ctx, pp.machine, comp)
-			if err != nil {
-				s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
-				s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
-				return
-			}
-			s.finishParked(pp, rawResponse(http.StatusOK, [][2]string{
-				{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
-				{HeaderSend, sendID}, {"Cache-Control", "no-store"}}, comp.Envelope))
+	}
+	switch st.verdict {
+	case pollDraining:
+		s.finishParked(pp, draining())
+	case pollGone:
+		s.finishParked(pp, rawResponse(http.StatusUnauthorized, nil, nil))
+	case pollNotModified:
+		s.finishParked(pp, notModified())
+	case pollSend:
+		sendID, err := pp.recordSend(ctx, st.comp)
+		if err != nil {
+			s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
+			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
 			return
 		}
-	}
-	// Nothing to send yet: wait on, unless the wait is over.
-	if time.Now().After(pp.deadline) {
-		s.finishParked(pp, notModified())
-		return
-	}
-	pp.state.Store(parkedWaiting)
-	s.Hub.parkPoll(pp)
-	// The timer may have fired while this worker held the poll.
-	if time.Now().After(pp.deadline) {
-		s.expire(pp)
+		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), st.comp.Envelope))
+	case pollWait:
+		pp.state.Store(parkedWaiting)
+		s.Hub.parkPoll(pp)
+		// The timer may have fired while this worker held the poll.
+		if !time.Now().Before(pp.deadline) {
+			s.expire(pp)
+		}
 	}
 }
 

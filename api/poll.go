@@ -1,8 +1,6 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -10,11 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
-	"mesh/store"
 )
 
 // Long-poll bounds (DESIGN.md): 50 s by default, under the 60 s common
@@ -96,39 +92,36 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	if wait > 0 {
 		wait += rand.N(wait/16 + 1)
 	}
-	deadline := time.Now().Add(wait)
+	ps := &pollSession{srv: s, machine: p.hostID, name: p.Machine, known: known, deadline: time.Now().Add(wait)}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	checkedConflict := false
 	for {
-		if s.Draining() {
+		st, err := ps.next(ctx)
+		if err != nil {
+			return err
+		}
+		switch st.verdict {
+		case pollDraining:
 			c.Response().Header().Set("Retry-After", "0")
 			return models.ErrDraining
-		}
-		v := s.Hub.view(p.hostID)
-		if v.gone {
+		case pollGone:
 			return fmt.Errorf("%w: machine %s was removed", models.ErrUnauthorized, p.Machine)
-		}
-		if known > v.gen && !v.conflict && !checkedConflict {
-			// The host finished a generation this instance has not seen:
-			// judged against the store, never this cache.
-			checkedConflict = true
-			if err := s.judge(ctx, p.hostID, known); err != nil {
+		case pollNotModified:
+			return c.NoContent(http.StatusNotModified)
+		case pollSend:
+			sendID, err := ps.recordSend(ctx, st.comp)
+			if err != nil {
 				return err
 			}
-			continue
-		}
-		// A newer generation queued to compose is waited for: sending the
-		// one it supersedes would only make the host apply twice.
-		if !v.conflict && !v.pending && v.gen > known {
-			sent, err := s.deliver(c, p, v)
-			if sent || err != nil {
-				return err
+			for _, kv := range sendHeaders(st.comp, sendID) {
+				c.Response().Header().Set(kv[0], kv[1])
 			}
+			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, st.comp.Envelope)
 		}
-		// Nothing to send: a long wait parks without a goroutine.
-		if left := time.Until(deadline); left >= parkMin && c.Request().ProtoMajor == 1 && !checkedConflict {
-			if err := s.park(c.Response().Writer, p, known, left); err == nil {
+		// Nothing to send: a long wait parks without a goroutine (not after
+		// a conflict check, which a parked poll would not repeat).
+		if left := time.Until(ps.deadline); left >= parkMin && c.Request().ProtoMajor == 1 && !ps.checked {
+			if err := s.park(c.Response().Writer, ps); err == nil {
 				parked = true
 				return nil
 			}
@@ -138,88 +131,10 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			return nil
 		case <-timer.C:
 			return c.NoContent(http.StatusNotModified)
-		case <-v.changed:
+		case <-st.changed:
 		case <-s.drainCh:
 		}
 	}
-}
-
-// judge asks the store about a host that finished a generation this
-// instance's cache has not seen: either the store is ahead of the cache
-// (the cache learns that machine's generation) or the host is ahead of the
-// store (conflict).
-func (s *Server) judge(ctx context.Context, id, known int64) error {
-	conflict, gen, err := s.Store.CheckConflict(ctx, id, known)
-	if err != nil {
-		return err
-	}
-	s.Hub.setHead(id, gen, conflict)
-	return nil
-}
-
-// composed is the declaration of the machine's generation: the one
-// composed for it, or composed now. It is nil when there is nothing the
-// controller may send (a conflict, a compose failure, recorded once).
-func (s *Server) composed(ctx context.Context, p *Principal, v view) (*store.Composed, error) {
-	comp := v.composed
-	if comp != nil && comp.Generation >= v.gen {
-		return comp, nil
-	}
-	got, fails, err := s.Store.Compose(ctx, []int64{p.hostID}, s.Instance, s.Signer)
-	if err != nil {
-		return nil, err
-	}
-	if ferr := fails[p.hostID]; ferr != nil {
-		if errors.Is(ferr, models.ErrMachineConflict) {
-			s.Hub.setConflict(p.hostID, true)
-			return nil, nil
-		}
-		gen := v.gen
-		if ce, ok := ferr.(*store.ComposeError); ok {
-			gen = ce.Generation // the store's, which may be past this cache's
-		}
-		if s.Hub.composeFailed(p.hostID, gen) {
-			s.Log.Warn("cannot compose declaration", "machine", p.Machine, "generation", gen, "err", ferr)
-			f := store.ComposeFailure{MachineID: p.hostID, Machine: p.Machine, Generation: gen, Reason: ferr.Error()}
-			if err := s.Store.RecordComposeErrors(ctx, "controller:"+s.Instance, []store.ComposeFailure{f}); err != nil {
-				s.Log.Warn("recording a compose failure", "machine", p.Machine, "err", err)
-			}
-		}
-		return nil, nil
-	}
-	comp = got[p.hostID]
-	if comp != nil {
-		s.Hub.setComposed(comp)
-	}
-	return comp, nil
-}
-
-// deliver sends the declaration of the machine's generation: write the
-// send row, then answer. It returns false when there is nothing it may send.
-func (s *Server) deliver(c echo.Context, p *Principal, v view) (bool, error) {
-	ctx := c.Request().Context()
-	comp, err := s.composed(ctx, p, v)
-	if err != nil || comp == nil {
-		return false, err
-	}
-	sendID, err := s.recordSend(ctx, p.hostID, comp)
-	if err != nil {
-		return false, err
-	}
-	h := c.Response().Header()
-	h.Set("ETag", fmt.Sprintf(`"%d"`, comp.Generation))
-	h.Set(HeaderSend, sendID)
-	h.Set("Cache-Control", "no-store")
-	return true, c.Blob(http.StatusOK, echo.MIMEApplicationJSON, comp.Envelope)
-}
-
-// recordSend writes the send row of a declaration to a machine and
-// returns its id once committed: every send is a row, committed before the
-// bytes leave (held and parked polls alike).
-func (s *Server) recordSend(ctx context.Context, machineID int64, comp *store.Composed) (string, error) {
-	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: machineID, Generation: comp.Generation,
-		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
-	return send.ID, s.Sends.Write(ctx, send)
 }
 
 // postReport stores a host's report as its own row. Reports are read

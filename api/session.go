@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mesh/models"
+	"mesh/store"
+)
+
+// A pollSession is one long poll of one machine. Its next method is the
+// one rule ladder every poll follows — draining → gone → conflict check →
+// "newer than the host knows and nothing newer queued" → deadline — for a
+// poll held in its goroutine and for a parked one alike; the two differ
+// only in how they wait and how they write their answer (nomad's one
+// blocking query for every blocking endpoint).
+type pollSession struct {
+	srv      *Server
+	machine  int64
+	name     string
+	known    int64 // the generation the host finished with
+	deadline time.Time
+	checked  bool // the store was asked about a conflict once
+}
+
+// verdict is what a poll does next.
+type verdict int
+
+const (
+	pollWait        verdict = iota // nothing to send yet: wait on changed
+	pollSend                       // send comp
+	pollNotModified                // the wait is over
+	pollDraining                   // this instance drains: the host moves on
+	pollGone                       // the machine was removed
+)
+
+// step is a session's decision.
+type step struct {
+	verdict verdict
+	comp    *store.Composed // pollSend
+	changed <-chan struct{} // pollWait: closed when the machine changes
+	judged  bool            // this step asked the store about a conflict
+}
+
+// next decides what the poll does now. It touches the store only to
+// compose a newer generation, or once per poll to judge a host that knows
+// a generation this instance's memory has not seen.
+func (ps *pollSession) next(ctx context.Context) (step, error) {
+	s := ps.srv
+	if s.Draining() {
+		return step{verdict: pollDraining}, nil
+	}
+	v := s.Hub.view(ps.machine)
+	if v.gone {
+		return step{verdict: pollGone}, nil
+	}
+	judged := false
+	if ps.known > v.gen && !v.conflict && !ps.checked {
+		// The host finished a generation this instance has not seen:
+		// judged against the store, never this cache.
+		ps.checked, judged = true, true
+		conflict, gen, err := s.Store.CheckConflict(ctx, ps.machine, ps.known)
+		if err != nil {
+			return step{}, err
+		}
+		s.Hub.setHead(ps.machine, gen, conflict)
+		v = s.Hub.view(ps.machine)
+	}
+	// A newer generation queued to compose is waited for: sending the one
+	// it supersedes would only make the host apply twice.
+	if !v.conflict && !v.pending && v.gen > ps.known {
+		comp, err := s.Hub.composeOne(ctx, ps.machine, ps.name, v)
+		if err != nil {
+			return step{}, err
+		}
+		if comp != nil {
+			return step{verdict: pollSend, comp: comp}, nil
+		}
+	}
+	if !time.Now().Before(ps.deadline) {
+		return step{verdict: pollNotModified}, nil
+	}
+	return step{verdict: pollWait, changed: v.changed, judged: judged}, nil
+}
+
+// recordSend writes the send row of a declaration to the session's machine
+// and returns its id once committed: every send is a row, committed before
+// the bytes leave (held and parked polls alike).
+func (ps *pollSession) recordSend(ctx context.Context, comp *store.Composed) (string, error) {
+	s := ps.srv
+	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: ps.machine, Generation: comp.Generation,
+		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
+	return send.ID, s.Sends.Write(ctx, send)
+}
+
+// sendHeaders are the headers of a 200 carrying comp.
+func sendHeaders(comp *store.Composed, sendID string) [][2]string {
+	return [][2]string{{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
+		{HeaderSend, sendID}, {"Cache-Control", "no-store"}}
+}
