@@ -183,7 +183,7 @@ func (s *Server) resolve(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Hub.setConflict(m.ID, false)
+	s.Hub.SetHead(m.ID, 0, false)
 	setETag(c, m.Generation)
 	return c.JSON(http.StatusOK, s.machineView(m))
 }

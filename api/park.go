@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"mesh/hub"
 	"mesh/models"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) park(w http.ResponseWriter, ps *pollSession) error {
 	}
 	pp := &parkedPoll{pollSession: ps, conn: conn}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
-	s.Hub.parkPoll(pp)
+	s.Hub.Park(pp)
 	return nil
 }
 
@@ -62,13 +63,17 @@ func (s *Server) expire(pp *parkedPoll) {
 	if !pp.state.CompareAndSwap(parkedWaiting, parkedDone) {
 		return // a worker has it; it checks the deadline itself
 	}
-	s.Hub.unparkPoll(pp)
+	s.Hub.Unpark(pp)
 	s.finishParked(pp, notModified())
 }
 
+// Machine is the machine a parked poll waits on (hub.Parked).
+func (pp *parkedPoll) Machine() int64 { return pp.machine }
+
 // dispatch hands woken parked polls to the workers.
-func (s *Server) dispatch(ps []*parkedPoll) {
-	for _, pp := range ps {
+func (s *Server) dispatch(ps []hub.Parked) {
+	for _, p := range ps {
+		pp := p.(*parkedPoll)
 		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
 			s.parkedCh <- pp
 		}
@@ -117,7 +122,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), st.comp.Envelope))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
-		s.Hub.parkPoll(pp)
+		s.Hub.Park(pp)
 		// The timer may have fired while this worker held the poll.
 		if !time.Now().Before(pp.deadline) {
 			s.expire(pp)
@@ -144,7 +149,7 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	default:
 		_ = pp.conn.Close()
 	}
-	s.Hub.pollEnded(pp.machine)
+	s.Hub.PollEnded(pp.machine)
 }
 
 // peerOpen reports whether the host still holds its end: a parked

@@ -77,7 +77,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	hv, schema := c.Request().Header.Get(HeaderHostVersion), c.Request().Header.Get(HeaderSchema)
-	if s.Hub.pollStarted(p.hostID, hv, schema) {
+	if s.Hub.PollStarted(p.hostID, hv, schema) {
 		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	parked := false
 	defer func() {
 		if !parked {
-			s.Hub.pollEnded(p.hostID)
+			s.Hub.PollEnded(p.hostID)
 		}
 	}()
 

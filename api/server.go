@@ -22,6 +22,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"mesh/auth"
+	"mesh/hub"
 	"mesh/models"
 	"mesh/service"
 	"mesh/store"
@@ -37,7 +38,7 @@ const (
 type Server struct {
 	Store    *store.Store
 	Service  *service.Service
-	Hub      *Hub
+	Hub      *hub.Hub
 	Sends    *SendWriter
 	Auth     *auth.Authority
 	Signer   store.Signer
@@ -59,10 +60,10 @@ type Server struct {
 }
 
 // NewServer wires a server.
-func NewServer(st *store.Store, hub *Hub, sends *SendWriter, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
+func NewServer(st *store.Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
-	hub.dispatch = s.dispatch
+	hub.Dispatch = s.dispatch
 	return s
 }
 
@@ -86,7 +87,7 @@ func (s *Server) Drain() {
 	s.drainOnce.Do(func() {
 		s.Hub.Stop()
 		close(s.drainCh)
-		s.dispatch(s.Hub.allParked())
+		s.dispatch(s.Hub.AllParked())
 	})
 }
 

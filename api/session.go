@@ -53,12 +53,12 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	if s.Draining() {
 		return step{verdict: pollDraining}, nil
 	}
-	v := s.Hub.view(ps.machine)
-	if v.gone {
+	v := s.Hub.View(ps.machine)
+	if v.Gone {
 		return step{verdict: pollGone}, nil
 	}
 	judged := false
-	if ps.known > v.gen && !v.conflict && !ps.checked {
+	if ps.known > v.Gen && !v.Conflict && !ps.checked {
 		// The host finished a generation this instance has not seen:
 		// judged against the store, never this cache.
 		ps.checked, judged = true, true
@@ -66,13 +66,13 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		if err != nil {
 			return step{}, err
 		}
-		s.Hub.setHead(ps.machine, gen, conflict)
-		v = s.Hub.view(ps.machine)
+		s.Hub.SetHead(ps.machine, gen, conflict)
+		v = s.Hub.View(ps.machine)
 	}
 	// A newer generation queued to compose is waited for: sending the one
 	// it supersedes would only make the host apply twice.
-	if !v.conflict && !v.pending && v.gen > ps.known {
-		comp, err := s.Hub.composeOne(ctx, ps.machine, ps.name, v)
+	if !v.Conflict && !v.Pending && v.Gen > ps.known {
+		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v)
 		if err != nil {
 			return step{}, err
 		}
@@ -83,7 +83,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	if !time.Now().Before(ps.deadline) {
 		return step{verdict: pollNotModified}, nil
 	}
-	return step{verdict: pollWait, changed: v.changed, judged: judged}, nil
+	return step{verdict: pollWait, changed: v.Changed, judged: judged}, nil
 }
 
 // recordSend writes the send row of a declaration to the session's machine

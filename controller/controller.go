@@ -21,6 +21,7 @@ import (
 	"mesh"
 	"mesh/api"
 	"mesh/auth"
+	"mesh/hub"
 	"mesh/models"
 	"mesh/service"
 	"mesh/store"
@@ -55,7 +56,7 @@ type Controller struct {
 	cfg      Config
 	Store    *store.Store
 	Server   *api.Server
-	Hub      *api.Hub
+	Hub      *hub.Hub
 	Echo     *echo.Echo
 	Instance string
 	Addr     net.Addr
@@ -131,7 +132,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	signer := store.NewKeySigner(declKey)
 	tokSigner := store.NewKeySigner(tokKey)
-	hub := api.NewHub(st, signer, inst, cfg.Log)
+	hub := hub.New(st, signer, inst, cfg.Log)
 	st.OnBumped(hub.Bumped)
 	// Polls are answered only once the listener runs and the cache is
 	// loaded from the store, in that order, so no change falls between.

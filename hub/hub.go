@@ -1,4 +1,10 @@
-package api
+// Package hub is a controller instance's memory of every machine for the
+// long poll: its generation, whether it is in conflict, what its host last
+// said, the polls parked on it, and a channel closed when any of that
+// changes. It composes bumped machines ahead of their polls and records
+// why a generation cannot be composed, in one place. It knows nothing of
+// HTTP: a parked poll is any value that names its machine.
+package hub
 
 import (
 	"context"
@@ -11,6 +17,13 @@ import (
 	"mesh/models"
 	"mesh/store"
 )
+
+// Parked is a poll waiting without a goroutine (api's hijacked
+// connection); the hub keeps it with its machine and hands it to Dispatch
+// when the machine changes.
+type Parked interface {
+	Machine() int64
+}
 
 // Hub is the controller's memory of every machine for the long poll: its
 // generation, whether it is in conflict, what its host last said, and a
@@ -33,8 +46,8 @@ type Hub struct {
 	draining bool         // the run loop is composing and waking bumped machines
 	stopped  bool         // the instance drains: compose nothing more
 
-	// dispatch answers woken parked polls (set by the Server).
-	dispatch func([]*parkedPoll)
+	// Dispatch answers woken parked polls (set by the API server).
+	Dispatch func([]Parked)
 
 	pending   map[int64]int64 // bumps not yet composed and woken
 	pendingCh chan struct{}
@@ -56,12 +69,12 @@ type machineEntry struct {
 	composed    *store.Composed
 	composeErr  int64 // the generation whose compose failure was recorded
 	queued      int64 // the newest generation queued to compose and wake
-	parked      []*parkedPoll
+	parked      []Parked
 }
 
 // wake closes the entry's change channel and takes its parked polls (to be
 // dispatched once the hub's lock is released). Call with h.mu held.
-func (e *machineEntry) wake() []*parkedPoll {
+func (e *machineEntry) wake() []Parked {
 	close(e.changed)
 	e.changed = make(chan struct{})
 	ps := e.parked
@@ -69,30 +82,30 @@ func (e *machineEntry) wake() []*parkedPoll {
 	return ps
 }
 
-func (h *Hub) send(ps []*parkedPoll) {
-	if len(ps) > 0 && h.dispatch != nil {
-		h.dispatch(ps)
+func (h *Hub) send(ps []Parked) {
+	if len(ps) > 0 && h.Dispatch != nil {
+		h.Dispatch(ps)
 	}
 }
 
-// parkPoll leaves a poll with its machine.
-func (h *Hub) parkPoll(pp *parkedPoll) {
+// Park leaves a poll with its machine.
+func (h *Hub) Park(pp Parked) {
 	h.mu.Lock()
-	e := h.byID[pp.machine]
+	e := h.byID[pp.Machine()]
 	if e != nil {
 		e.parked = append(e.parked, pp)
 	}
 	h.mu.Unlock()
 	if e == nil {
-		h.send([]*parkedPoll{pp}) // the machine is gone: answer at once
+		h.send([]Parked{pp}) // the machine is gone: answer at once
 	}
 }
 
-// unparkPoll removes a poll from its machine.
-func (h *Hub) unparkPoll(pp *parkedPoll) {
+// Unpark removes a poll from its machine.
+func (h *Hub) Unpark(pp Parked) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.byID[pp.machine]; e != nil {
+	if e := h.byID[pp.Machine()]; e != nil {
 		for i, q := range e.parked {
 			if q == pp {
 				e.parked = append(e.parked[:i], e.parked[i+1:]...)
@@ -102,11 +115,11 @@ func (h *Hub) unparkPoll(pp *parkedPoll) {
 	}
 }
 
-// allParked takes every parked poll (a draining instance answers them all).
-func (h *Hub) allParked() []*parkedPoll {
+// AllParked takes every parked poll (a draining instance answers them all).
+func (h *Hub) AllParked() []Parked {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var ps []*parkedPoll
+	var ps []Parked
 	for _, e := range h.byID {
 		ps = append(ps, e.parked...)
 		e.parked = nil
@@ -119,8 +132,8 @@ func (h *Hub) allParked() []*parkedPoll {
 // first answers leave in milliseconds.
 const wakeChunk = 500
 
-// NewHub makes an empty hub; Load fills it.
-func NewHub(st *store.Store, signer store.Signer, instance string, log *slog.Logger) *Hub {
+// New makes an empty hub; Load fills it.
+func New(st *store.Store, signer store.Signer, instance string, log *slog.Logger) *Hub {
 	return &Hub{Store: st, Signer: signer, Instance: instance, Log: log,
 		byName: map[string]*machineEntry{}, byID: map[int64]*machineEntry{},
 		pending: map[int64]int64{}, pendingCh: make(chan struct{}, 1), seen: map[int64]bool{}}
@@ -133,7 +146,7 @@ func (h *Hub) Load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var ps []*parkedPoll
+	var ps []Parked
 	h.mu.Lock()
 	for _, m := range heads {
 		e := h.byID[m.ID]
@@ -175,7 +188,7 @@ func (h *Hub) Add(m *models.Machine) {
 
 // Remove forgets a deleted machine; its polls wake and its token stops working.
 func (h *Hub) Remove(name string) {
-	var ps []*parkedPoll
+	var ps []Parked
 	h.mu.Lock()
 	if e := h.byName[name]; e != nil {
 		delete(h.byName, name)
@@ -332,8 +345,9 @@ func (h *Hub) drain(ctx context.Context) {
 }
 
 // composeAheadAfter is how long after its host's last poll here a machine
-// is still composed ahead: longer than a poll's longest wait plus an apply.
-const composeAheadAfter = 2 * MaxWait
+// is still composed ahead: longer than a poll's longest wait (300 s) plus
+// an apply.
+const composeAheadAfter = 10 * time.Minute
 
 // composers is how many chunks of a fan-out compose at once.
 const composers = 4
@@ -347,7 +361,7 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 	}
-	var ps []*parkedPoll
+	var ps []Parked
 	var failed []store.ComposeFailure
 	h.mu.Lock()
 	for _, id := range chunk {
@@ -377,11 +391,11 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 	h.recordFailures(ctx, failed)
 }
 
-// composeOne is the declaration of one machine's generation for a poll:
+// ComposeOne is the declaration of one machine's generation for a poll:
 // the one composed ahead, or composed now. It is nil when there is nothing
 // the controller may send (a conflict, or a compose failure, recorded once).
-func (h *Hub) composeOne(ctx context.Context, id int64, name string, v view) (*store.Composed, error) {
-	if c := v.composed; c != nil && c.Generation >= v.gen {
+func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*store.Composed, error) {
+	if c := v.Composed; c != nil && c.Generation >= v.Gen {
 		return c, nil
 	}
 	got, fails, err := h.Store.Compose(ctx, []int64{id}, h.Instance, h.Signer)
@@ -393,7 +407,7 @@ func (h *Hub) composeOne(ctx context.Context, id int64, name string, v view) (*s
 			h.setConflict(id, true)
 			return nil, nil
 		}
-		gen := v.gen
+		gen := v.Gen
 		var ce *store.ComposeError
 		if errors.As(ferr, &ce) {
 			gen = ce.Generation // the store's, which may be past this cache's
@@ -423,34 +437,35 @@ func (h *Hub) recordFailures(ctx context.Context, failed []store.ComposeFailure)
 	}
 }
 
-// view is what a poll reads of its machine at one moment.
-type view struct {
-	gen      int64
-	pending  bool // a newer generation is queued to compose: its wake will come
-	conflict bool
-	changed  <-chan struct{}
-	composed *store.Composed
-	gone     bool
+// View is what a poll reads of its machine at one moment.
+type View struct {
+	Gen      int64
+	Pending  bool // a newer generation is queued to compose: its wake will come
+	Conflict bool
+	Changed  <-chan struct{}
+	Composed *store.Composed
+	Gone     bool
 }
 
-func (h *Hub) view(id int64) view {
+// View reads one machine.
+func (h *Hub) View(id int64) View {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.byID[id]
 	if e == nil {
-		return view{gone: true}
+		return View{Gone: true}
 	}
-	return view{gen: e.gen, pending: e.queued > e.gen, conflict: e.conflict, changed: e.changed, composed: e.composed}
+	return View{Gen: e.gen, Pending: e.queued > e.gen, Conflict: e.conflict, Changed: e.changed, Composed: e.composed}
 }
 
-// pollStarted records a poll's arrival and what its host reported; it says
+// PollStarted records a poll's arrival and what its host reported; it says
 // whether version or schema changed and must be written.
-func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
+func (h *Hub) PollStarted(id int64, hostVersion, schema string) (changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.byID[id]
 	if e == nil {
-		h.polls.Add(1) // balanced by pollEnded
+		h.polls.Add(1) // balanced by PollEnded
 		return false
 	}
 	e.polls++
@@ -465,7 +480,7 @@ func (h *Hub) pollStarted(id int64, hostVersion, schema string) (changed bool) {
 	return false
 }
 
-func (h *Hub) pollEnded(id int64) {
+func (h *Hub) PollEnded(id int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.polls.Add(-1)
@@ -487,13 +502,13 @@ func (h *Hub) setComposed(c *store.Composed) {
 
 // setConflict records the store's verdict on a machine's conflict.
 func (h *Hub) setConflict(id int64, conflict bool) {
-	h.setHead(id, 0, conflict)
+	h.SetHead(id, 0, conflict)
 }
 
-// setHead records what the store says of one machine: its generation (0:
+// SetHead records what the store says of one machine: its generation (0:
 // unknown) and whether it is in conflict; its polls wake if that changed.
-func (h *Hub) setHead(id, gen int64, conflict bool) {
-	var ps []*parkedPoll
+func (h *Hub) SetHead(id, gen int64, conflict bool) {
+	var ps []Parked
 	h.mu.Lock()
 	if e := h.byID[id]; e != nil && (e.conflict != conflict || gen > e.gen) {
 		e.conflict = conflict
