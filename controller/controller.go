@@ -21,6 +21,7 @@ import (
 	"mesh"
 	"mesh/api"
 	"mesh/auth"
+	"mesh/conns"
 	"mesh/hub"
 	"mesh/models"
 	"mesh/service"
@@ -49,6 +50,9 @@ type Config struct {
 	Log          *slog.Logger
 	// Out is where the first start prints its one-time way in.
 	Out io.Writer
+
+	// MaxConns caps open connections (conns.Limit); 0: no cap.
+	MaxConns int
 }
 
 // Controller is a running controller instance.
@@ -171,6 +175,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		stopListening()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	if cfg.MaxConns > 0 {
+		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
 		cancel: func() { cancel(); stopListening() }, done: make(chan struct{})}
@@ -184,7 +191,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery, resync) }()
 	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
 	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
-	e.Server.ReadHeaderTimeout = 10 * time.Second
+	conns.ServerTimeouts(e.Server)
 	go func() {
 		defer close(c.done)
 		if err := e.Server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

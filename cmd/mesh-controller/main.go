@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"mesh/auth"
+	"mesh/conns"
 	"mesh/controller"
 	"mesh/models"
 	"mesh/version"
@@ -88,10 +90,26 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	level := storeFlags(fs, &cfg)
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
+	maxConns, err := strconv.Atoi(env("MESH_MAX_CONNS", "0"))
+	if err != nil {
+		return fmt.Errorf("MESH_MAX_CONNS: %w", err)
+	}
+	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if cfg.MaxConns < 0 {
+		return fmt.Errorf("--max-conns %d: 0 or more", cfg.MaxConns)
+	}
 	cfg.Log = logger(*level, stderr)
+	soft, hard, err := conns.RaiseFileLimit(cfg.Log)
+	if err != nil {
+		cfg.Log.Warn("open-file limit not raised", "err", err)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = conns.DefaultMax(soft)
+	}
+	cfg.Log.Info("open-file limit", "soft", soft, "hard", hard, "max_conns", cfg.MaxConns)
 	cfg.Out = stdout
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -1,0 +1,305 @@
+// Package conns protects the controller's listener and process from
+// connection floods: it raises the open-file limit, caps open connections
+// (answering the excess with a 503 while health probes keep a reserve), and
+// sets the server's timeouts deliberately. It knows nothing of the API.
+package conns
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ProbeReserve is the connections the controller keeps for health probes
+// past its cap for everything else.
+const ProbeReserve = 16
+
+// PeekTimeout bounds how long a connection accepted over the soft cap may
+// take to send the start of its request line before it is refused. It also
+// bounds how long a flood of silent connections can hold the reserve.
+const PeekTimeout = 2 * time.Second
+
+// RetryAfter is what a refused client is told to wait, in seconds.
+const RetryAfter = 5
+
+// probes are the request-line prefixes that may use the reserve. The path
+// must end there: "GET /healthz " or "GET /healthz?".
+var probes = [][]byte{[]byte("GET /healthz"), []byte("GET /readyz")}
+
+// probePeek is how many bytes decide: the longest probe and one more.
+const probePeek = len("GET /healthz") + 1
+
+// tlsHandshake is the first byte of a TLS record carrying a ClientHello; an
+// HTTP/1 request line never starts with it.
+const tlsHandshake = 0x16
+
+// Listener caps the connections a net.Listener hands out. Up to max-reserve
+// open connections every new one is accepted as is. Past that, up to max, a
+// new connection is admitted only if its request line is a GET of /healthz
+// or /readyz; any other is answered 503 and closed. Past max, every new
+// connection is answered 503 and closed.
+//
+// Under TLS (tls.NewListener(conns.Limit(…))), the path is encrypted, so
+// the reserve is granted to any connection that starts with a TLS
+// handshake. Refusing them instead would gain nothing: the reserve would sit
+// idle while probes were refused with everything else, and the descriptors
+// are still bounded by max. Granting it means a probe over TLS is refused
+// only past max, not past max-reserve. A plaintext 503 cannot be written
+// into a TLS stream either, so past max a TLS client sees a handshake error.
+//
+// A connection admitted from the reserve is then an ordinary one: a probe
+// that keeps it alive for other requests keeps its slot until IdleTimeout.
+// Kubelet's probes close their connections.
+type Listener struct {
+	net.Listener
+	max, soft int
+	refusal   []byte
+
+	open     atomic.Int64
+	refused  atomic.Uint64
+	reserved atomic.Uint64
+	// peekTimeout is PeekTimeout; a test shortens it.
+	peekTimeout time.Duration
+}
+
+// Limit wraps l so at most limit connections are open, reserve of them kept
+// for health probes (see Listener). reserve is clamped to [0, limit/2], so a
+// small cap still serves ordinary traffic. limit must be positive.
+func Limit(l net.Listener, limit, reserve int) *Listener {
+	if limit <= 0 {
+		panic(fmt.Sprintf("conns.Limit: limit %d: must be positive", limit))
+	}
+	reserve = min(max(reserve, 0), limit/2)
+	return &Listener{Listener: l, max: limit, soft: limit - reserve, refusal: refusal(limit), peekTimeout: PeekTimeout}
+}
+
+// refusal is the whole 503 response: written raw, because a refused
+// connection never reaches net/http.
+func refusal(limit int) []byte {
+	body := fmt.Sprintf(`{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"too many connections: this controller holds its limit of %d; retry in %d s"}`, limit, RetryAfter)
+	return fmt.Appendf(nil, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nRetry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", RetryAfter, len(body), body)
+}
+
+// Open is the connections open now: handed out and not yet closed.
+func (l *Listener) Open() int { return int(l.open.Load()) }
+
+// Refused is the connections answered 503 since the start.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
+// Reserved is the connections admitted from the reserve since the start:
+// probes, and under TLS any connection.
+func (l *Listener) Reserved() uint64 { return l.reserved.Load() }
+
+// Accept returns the next connection within the cap. Connections past max
+// are refused here, without waiting for their request: a flood past the cap
+// costs one write and one close each, never a goroutine or a held
+// descriptor. Those past the soft cap are decided on their first read, in
+// the server's goroutine for that connection, so Accept never waits on a
+// client.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		n := int(l.open.Add(1))
+		c := &conn{Conn: nc, l: l}
+		switch {
+		case n <= l.soft:
+			return c, nil
+		case n <= l.max:
+			return &gatedConn{conn: c}, nil
+		}
+		l.open.Add(-1)
+		l.refused.Add(1)
+		refuseNow(nc, l.refusal)
+	}
+}
+
+// refuseNow answers 503 and closes, without waiting on the client. The
+// request bytes already received are read first: closing a socket with
+// unread data sends a reset, and a client may then lose the answer.
+func refuseNow(c net.Conn, refusal []byte) {
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)) // a fresh socket's buffer takes it at once
+	_, _ = c.Write(refusal)
+	drainReceived(c)
+	_ = c.Close()
+}
+
+// drainReceived reads what the kernel holds for c, without waiting.
+func drainReceived(c net.Conn) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	var b [4096]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		for range 16 {
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_DONTWAIT)
+			if n <= 0 || err != nil {
+				break
+			}
+		}
+		return true // never wait
+	})
+}
+
+// conn counts itself out of its listener when closed, once.
+type conn struct {
+	net.Conn
+	l      *Listener
+	closed atomic.Bool
+}
+
+// Close closes the connection; the first call counts it out.
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.open.Add(-1)
+	}
+	return err
+}
+
+// CloseWrite keeps net/http's graceful close (FIN, then wait for the
+// client) working through the wrapper.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// ReadFrom keeps sendfile for file responses.
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// SyscallConn reaches the socket: the API checks whether a parked poll's
+// peer is still there with it.
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// gatedConn is a connection accepted past the soft cap. Its first read
+// decides: a probe (or TLS) is admitted, the bytes read to decide replayed
+// to the server; anything else is answered 503 and reads as EOF, which the
+// server closes without a word.
+type gatedConn struct {
+	*conn
+	once    sync.Once
+	refused bool
+	br      *bufio.Reader // the bytes read to decide, until replayed
+
+	// mu guards rd, the read deadline the server last set: the peek
+	// shortens it and must put it back.
+	mu sync.Mutex
+	rd time.Time
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	c.once.Do(c.decide)
+	if c.refused {
+		return 0, io.EOF
+	}
+	if c.br != nil {
+		if c.br.Buffered() > 0 {
+			return c.br.Read(p)
+		}
+		c.br = nil
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *gatedConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rd = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *gatedConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rd = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// decide peeks the start of the request within the peek timeout (or the
+// server's own read deadline, if sooner).
+func (c *gatedConn) decide() {
+	c.mu.Lock()
+	peekBy := time.Now().Add(c.l.peekTimeout)
+	if !c.rd.IsZero() && c.rd.Before(peekBy) {
+		peekBy = c.rd
+	}
+	_ = c.Conn.SetReadDeadline(peekBy)
+	c.mu.Unlock()
+
+	c.br = bufio.NewReaderSize(c.Conn, 1024)
+	head, err := c.br.Peek(1)
+	if err == nil && head[0] != tlsHandshake {
+		head, err = c.br.Peek(probePeek)
+	}
+	switch {
+	case err == nil && (head[0] == tlsHandshake || isProbe(head)):
+		c.l.reserved.Add(1)
+		c.mu.Lock()
+		_ = c.Conn.SetReadDeadline(c.rd)
+		c.mu.Unlock()
+		return
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed):
+		c.refused = true // the client left, or the server closed it: nobody to answer
+		return
+	}
+	c.refused = true
+	c.l.refused.Add(1)
+	c.skipHeader(peekBy)
+	_ = c.Conn.SetWriteDeadline(peekBy.Add(time.Second))
+	_, _ = c.Conn.Write(c.l.refusal)
+	drainReceived(c.Conn)
+}
+
+// skipHeader reads the rest of the request's header, so the close after
+// the 503 is clean rather than a reset that could lose it. A body is not
+// read; a client that sent one may see a reset.
+func (c *gatedConn) skipHeader(by time.Time) {
+	_ = c.Conn.SetReadDeadline(by)
+	for read := 0; read < 16<<10; {
+		line, err := c.br.ReadSlice('\n')
+		read += len(line)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil || len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return
+		}
+	}
+}
+
+// isProbe reports whether a request line starts with a GET of a health
+// path, ending there or at its query.
+func isProbe(head []byte) bool {
+	for _, p := range probes {
+		if bytes.HasPrefix(head, p) && len(head) > len(p) && (head[len(p)] == ' ' || head[len(p)] == '?') {
+			return true
+		}
+	}
+	return false
+}

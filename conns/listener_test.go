@@ -1,0 +1,258 @@
+package conns
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// MustServe serves a small API (/, /healthz, /readyz) on a listener capped
+// by Limit(limit, reserve), with ServerTimeouts, until the test ends.
+func MustServe(tb testing.TB, limit, reserve int, tune ...func(*http.Server, *Listener)) (*Listener, string) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := Limit(ln, limit, reserve)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ready") })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+	srv := &http.Server{Handler: mux}
+	ServerTimeouts(srv)
+	for _, f := range tune {
+		f(srv, l)
+	}
+	go func() { _ = srv.Serve(l) }()
+	tb.Cleanup(func() { _ = srv.Close() })
+	return l, ln.Addr().String()
+}
+
+// WaitFor waits until cond holds, failing the test after 5 s.
+func WaitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("waited 5s for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// WaitOpen waits until l holds n connections.
+func WaitOpen(tb testing.TB, l *Listener, n int) {
+	tb.Helper()
+	WaitFor(tb, fmt.Sprintf("%d open connections", n), func() bool { return l.Open() == n })
+}
+
+// MustDial opens a connection that fails its reads and writes after 5 s, so
+// a test never hangs on one; it is closed when the test ends.
+func MustDial(tb testing.TB, addr string) net.Conn {
+	tb.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Get sends GET path on c and reads the answer, body and all.
+func Get(tb testing.TB, c net.Conn, path string, keepAlive bool) (*http.Response, string) {
+	tb.Helper()
+	conn := "close"
+	if keepAlive {
+		conn = "keep-alive"
+	}
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: mesh\r\nConnection: %s\r\n\r\n", path, conn); err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		tb.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("GET %s: body: %v", path, err)
+	}
+	return resp, string(b)
+}
+
+// MustRefuse checks resp is the limiter's 503.
+func MustRefuse(tb testing.TB, resp *http.Response, body string) {
+	tb.Helper()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		tb.Fatalf("status %d, want 503 (body %q)", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("Retry-After"); got != "5" {
+		tb.Errorf("Retry-After %q, want 5", got)
+	}
+	if got := resp.Header.Get("Content-Type"); got != "application/problem+json" {
+		tb.Errorf("Content-Type %q", got)
+	}
+	var p struct {
+		Type, Title, Detail string
+		Status              int
+	}
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		tb.Fatalf("body %q: %v", body, err)
+	}
+	if p.Type != "about:blank" || p.Title != "Service Unavailable" || p.Status != 503 || !strings.HasPrefix(p.Detail, "too many connections: ") {
+		tb.Errorf("problem %+v", p)
+	}
+}
+
+func TestLimit_Flood(t *testing.T) {
+	l, addr := MustServe(t, 20, 5)
+	var flood []net.Conn
+	for range 15 {
+		flood = append(flood, MustDial(t, addr))
+	}
+	WaitOpen(t, l, 15)
+
+	t.Run("RequestPastSoftCapRefused", func(t *testing.T) {
+		resp, body := Get(t, MustDial(t, addr), "/api/v1/machines", false)
+		MustRefuse(t, resp, body)
+		if l.Refused() != 1 {
+			t.Errorf("refused %d, want 1", l.Refused())
+		}
+		WaitOpen(t, l, 15)
+	})
+	t.Run("ProbesUseReserve", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz", "/healthz?verbose=1"} {
+			resp, body := Get(t, MustDial(t, addr), path, false)
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s: %d %q, want 200", path, resp.StatusCode, body)
+			}
+			WaitOpen(t, l, 15)
+		}
+		if l.Reserved() != 3 {
+			t.Errorf("reserved %d, want 3", l.Reserved())
+		}
+	})
+	t.Run("ProbePastMaxRefused", func(t *testing.T) {
+		for range 5 { // the probes keep their connections: the reserve is full
+			c := MustDial(t, addr)
+			if resp, _ := Get(t, c, "/healthz", true); resp.StatusCode != http.StatusOK {
+				t.Fatalf("probe within the reserve: %d", resp.StatusCode)
+			}
+			flood = append(flood, c)
+		}
+		WaitOpen(t, l, 20)
+		before := l.Refused()
+		resp, body := Get(t, MustDial(t, addr), "/healthz", false)
+		MustRefuse(t, resp, body)
+		if l.Refused() != before+1 {
+			t.Errorf("refused %d, want %d", l.Refused(), before+1)
+		}
+	})
+	t.Run("CountReturnsToBaseline", func(t *testing.T) {
+		for _, c := range flood {
+			_ = c.Close()
+		}
+		WaitOpen(t, l, 0)
+		if resp, body := Get(t, MustDial(t, addr), "/", false); resp.StatusCode != http.StatusOK || body != "hello" {
+			t.Errorf("after the flood: %d %q", resp.StatusCode, body)
+		}
+	})
+}
+
+// A connection past the soft cap that sends nothing is refused once the
+// peek times out: silence cannot hold the reserve.
+func TestLimit_SilentPastSoftCapRefused(t *testing.T) {
+	l, addr := MustServe(t, 4, 2, func(_ *http.Server, l *Listener) { l.peekTimeout = 50 * time.Millisecond })
+	for range 2 {
+		MustDial(t, addr)
+	}
+	WaitOpen(t, l, 2)
+	resp, err := http.ReadResponse(bufio.NewReader(MustDial(t, addr)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	MustRefuse(t, resp, string(b))
+	WaitOpen(t, l, 2)
+}
+
+// Under TLS the path cannot be read, so the reserve goes to any TLS
+// connection (see Listener).
+func TestLimit_TLSUsesReserve(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	l := Limit(ts.Listener, 4, 2)
+	ts.Listener = l
+	ts.StartTLS()
+	defer ts.Close()
+	for range 2 {
+		MustDial(t, ts.Listener.Addr().String())
+	}
+	WaitOpen(t, l, 2)
+	client := ts.Client()
+	client.Transport.(*http.Transport).DisableKeepAlives = true
+	resp, err := client.Get(ts.URL + "/api/v1/machines")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != "hello" {
+		t.Errorf("TLS past the soft cap: %d %q, want 200", resp.StatusCode, b)
+	}
+	if l.Reserved() != 1 {
+		t.Errorf("reserved %d, want 1", l.Reserved())
+	}
+}
+
+func TestConn_CloseTwiceCountsOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Limit(ln, 2, 1)
+	defer l.Close()
+	for _, name := range []string{"UnderSoftCap", "PastSoftCap"} {
+		MustDial(t, ln.Addr().String())
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Open() != 1 {
+			t.Fatalf("%s: open %d, want 1", name, l.Open())
+		}
+		_ = c.Close()
+		_ = c.Close()
+		if l.Open() != 0 {
+			t.Fatalf("%s: open %d after closing twice, want 0", name, l.Open())
+		}
+	}
+}
+
+func TestIsProbe(t *testing.T) {
+	for line, want := range map[string]bool{
+		"GET /healthz HTTP/1.1":  true,
+		"GET /readyz HTTP/1.1":   true,
+		"GET /healthz?x=1 HTTP":  true,
+		"GET /readyz?x HTTP/1":   true,
+		"GET /healthzz HTTP/1":   false,
+		"GET /readyz/x HTTP/1":   false,
+		"HEAD /healthz HTTP/1":   false,
+		"POST /healthz HTTP/1":   false,
+		"GET / HTTP/1.1\r\n\r\n": false,
+	} {
+		if got := isProbe([]byte(line)[:min(len(line), probePeek)]); got != want {
+			t.Errorf("isProbe(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
