@@ -10,7 +10,6 @@ import (
 
 	"mesh/auth"
 	"mesh/models"
-	"mesh/store"
 )
 
 // Join tokens last a day unless asked otherwise, thirty days at most.
@@ -95,7 +94,7 @@ func (s *Server) createJoinToken(c echo.Context) error {
 		ttl = min(d, MaxJoinTokenTTL)
 	}
 	tok := auth.NewSecret()
-	exp := s.Store.Now().Add(ttl)
+	exp := s.Now().Add(ttl)
 	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), auth.HashToken(tok), exp); err != nil {
 		return err
 	}
@@ -153,7 +152,7 @@ func (s *Server) enroll(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	keys, err := s.Store.Keys(ctx, store.KeyDeclaration)
+	keys, err := s.Store.Keys(ctx, models.KeyDeclaration)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"mesh/auth"
 	"mesh/controller/ctltest"
 	"mesh/models"
-	"mesh/store"
 )
 
 var regexpLastSeen = regexp.MustCompile(`"last_seen":"[^"]*"`)
@@ -52,7 +51,7 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: e.Admin, Body: map[string]string{"expires_in": "1ms"}}, 201, &expiring)
 		waitFor(t, time.Second, func() bool { return time.Now().After(expiring.ExpiresAt) })
 
-		keys, err := e.Ctl.Store.Keys(ctx, store.KeyToken)
+		keys, err := e.Ctl.Store.Keys(ctx, models.KeyToken)
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("token key: %v", err)
 		}

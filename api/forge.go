@@ -15,7 +15,6 @@ import (
 
 	"mesh/models"
 	"mesh/service"
-	"mesh/store"
 )
 
 // MaxHookBody caps a webhook's body (GitHub sends at most 25 MiB; pushes
@@ -122,7 +121,7 @@ func (s *Server) hook(c echo.Context) error {
 	if event == "" || delivery == "" {
 		return models.Invalid("headers", "the forge's event and delivery headers are required")
 	}
-	var push *store.Push
+	var push *models.Push
 	status := ""
 	switch event {
 	case "ping":
@@ -142,7 +141,7 @@ func (s *Server) hook(c echo.Context) error {
 			// which would otherwise touch every module).
 			status = fmt.Sprintf("ignored: %s was deleted", p.Ref)
 		default:
-			push = &store.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository, Author: firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username)}
+			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository, Author: firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username)}
 			for _, cm := range p.Commits {
 				push.Paths = append(push.Paths, cm.Added...)
 				push.Paths = append(push.Paths, cm.Removed...)

@@ -134,7 +134,7 @@ func TestHostProtocol_EndToEnd(t *testing.T) {
 
 		// The send row exists, naming instance and trigger, before any report.
 		var sends struct {
-			Items []store.SendView `json:"items"`
+			Items []models.SendView `json:"items"`
 		}
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/sends", Token: e.Admin}, 200, &sends)
 		if len(sends.Items) != 2 || sends.Items[0].ID != woke.send || sends.Items[0].InstanceID != e.Ctl.Instance ||

@@ -10,7 +10,6 @@ import (
 
 	"mesh/models"
 	"mesh/service"
-	"mesh/store"
 )
 
 // MachineView is a machine as the API shows it; its state is computed from
@@ -92,7 +91,7 @@ func (s *Server) deleteMachine(c echo.Context) error {
 
 // Assignments is the body of GET/PUT …/assignments.
 type Assignments struct {
-	Assignments []store.AssignmentView `json:"assignments"`
+	Assignments []models.AssignmentView `json:"assignments"`
 }
 
 func (s *Server) getAssignments(c echo.Context) error {
@@ -229,7 +228,7 @@ func (s *Server) machineSends(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(ss, limit, func(v store.SendView) string { return v.ID }))
+	return c.JSON(http.StatusOK, listOf(ss, limit, func(v models.SendView) string { return v.ID }))
 }
 
 func (s *Server) listSends(c echo.Context) error {
@@ -241,7 +240,7 @@ func (s *Server) listSends(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(ss, limit, func(v store.SendView) string { return v.ID }))
+	return c.JSON(http.StatusOK, listOf(ss, limit, func(v models.SendView) string { return v.ID }))
 }
 
 // ReportView is a stored report as the API shows it: the host's own body

@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
-	"mesh/store"
 	"mesh/version"
 )
 
@@ -66,7 +65,7 @@ func (s *Server) listPlans(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(ps, limit, func(p store.PlanView) string { return strconv.FormatInt(p.ID, 10) }))
+	return c.JSON(http.StatusOK, listOf(ps, limit, func(p models.PlanView) string { return strconv.FormatInt(p.ID, 10) }))
 }
 
 func (s *Server) planAction(action string) echo.HandlerFunc {

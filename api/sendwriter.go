@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"mesh/models"
-	"mesh/store"
 )
 
 // SendWriter writes send rows in groups: the rows of polls answered
@@ -14,7 +13,7 @@ import (
 // poll writes its response only after the transaction holding its row has
 // committed.
 type SendWriter struct {
-	Store  *store.Store
+	Store  SendStore
 	Window time.Duration // how long a group stays open after its first row
 	Max    int           // rows per group at most
 
@@ -31,7 +30,7 @@ type sendReq struct {
 }
 
 // NewSendWriter makes a writer; Run must be running for Write to return.
-func NewSendWriter(st *store.Store) *SendWriter {
+func NewSendWriter(st SendStore) *SendWriter {
 	return &SendWriter{Store: st, Window: 3 * time.Millisecond, Max: 1000, in: make(chan sendReq, 1024)}
 }
 

@@ -25,7 +25,6 @@ import (
 	"mesh/hub"
 	"mesh/models"
 	"mesh/service"
-	"mesh/store"
 )
 
 // Body limits: every route has one. Uploads are artifacts; the rest JSON.
@@ -36,14 +35,16 @@ const (
 
 // Server holds the API's dependencies, filled in by cmd/.
 type Server struct {
-	Store    *store.Store
+	Store    Store
 	Service  *service.Service
 	Hub      *hub.Hub
 	Sends    *SendWriter
 	Auth     *auth.Authority
-	Signer   store.Signer
+	Signer   models.Signer
 	Instance string
 	Log      *slog.Logger
+	// Now is the clock (the store's, so tests that fix one fix both).
+	Now func() time.Time
 	// OpenAPI is the spec served at /openapi.yaml.
 	OpenAPI []byte
 
@@ -60,9 +61,9 @@ type Server struct {
 }
 
 // NewServer wires a server.
-func NewServer(st *store.Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger, spec []byte) *Server {
+func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
-		OpenAPI: spec, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	return s
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"mesh/models"
-	"mesh/store"
 )
 
 // A pollSession is one long poll of one machine. Its next method is the
@@ -40,9 +39,9 @@ const (
 // step is a session's decision.
 type step struct {
 	verdict verdict
-	comp    *store.Composed // pollSend
-	changed <-chan struct{} // pollWait: closed when the machine changes
-	judged  bool            // this step asked the store about a conflict
+	comp    *models.Composed // pollSend
+	changed <-chan struct{}  // pollWait: closed when the machine changes
+	judged  bool             // this step asked the store about a conflict
 }
 
 // next decides what the poll does now. It touches the store only to
@@ -89,7 +88,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 // recordSend writes the send row of a declaration to the session's machine
 // and returns its id once committed: every send is a row, committed before
 // the bytes leave (held and parked polls alike).
-func (ps *pollSession) recordSend(ctx context.Context, comp *store.Composed) (string, error) {
+func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (string, error) {
 	s := ps.srv
 	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: ps.machine, Generation: comp.Generation,
 		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
@@ -97,7 +96,7 @@ func (ps *pollSession) recordSend(ctx context.Context, comp *store.Composed) (st
 }
 
 // sendHeaders are the headers of a 200 carrying comp.
-func sendHeaders(comp *store.Composed, sendID string) [][2]string {
+func sendHeaders(comp *models.Composed, sendID string) [][2]string {
 	return [][2]string{{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
 		{HeaderSend, sendID}, {"Cache-Control", "no-store"}}
 }

@@ -158,6 +158,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	svc := &service.Service{Store: st, Signer: signer, Auth: auth, ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
+	srv.Now = st.Now
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
 		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)

@@ -31,7 +31,7 @@ type Parked interface {
 // waits here and never touches the store.
 type Hub struct {
 	Store    *store.Store
-	Signer   store.Signer
+	Signer   models.Signer
 	Instance string
 	Log      *slog.Logger
 
@@ -66,7 +66,7 @@ type machineEntry struct {
 	polledHere  time.Time // when its host last polled this instance
 	polls       int
 	changed     chan struct{}
-	composed    *store.Composed
+	composed    *models.Composed
 	composeErr  int64 // the generation whose compose failure was recorded
 	queued      int64 // the newest generation queued to compose and wake
 	parked      []Parked
@@ -133,7 +133,7 @@ func (h *Hub) AllParked() []Parked {
 const wakeChunk = 500
 
 // New makes an empty hub; Load fills it.
-func New(st *store.Store, signer store.Signer, instance string, log *slog.Logger) *Hub {
+func New(st *store.Store, signer models.Signer, instance string, log *slog.Logger) *Hub {
 	return &Hub{Store: st, Signer: signer, Instance: instance, Log: log,
 		byName: map[string]*machineEntry{}, byID: map[int64]*machineEntry{},
 		pending: map[int64]int64{}, pendingCh: make(chan struct{}, 1), seen: map[int64]bool{}}
@@ -362,7 +362,7 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
 	}
 	var ps []Parked
-	var failed []store.ComposeFailure
+	var failed []models.ComposeFailure
 	h.mu.Lock()
 	for _, id := range chunk {
 		e := h.byID[id]
@@ -371,9 +371,9 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 		}
 		// Why a generation cannot be composed is recorded once, here,
 		// before any host asks for it (a conflict is recorded as one).
-		var ferr *store.ComposeError
+		var ferr *models.ComposeError
 		if errors.As(fails[id], &ferr) && !errors.Is(ferr, models.ErrMachineConflict) && e.newComposeFailure(ferr.Generation) {
-			failed = append(failed, store.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
+			failed = append(failed, models.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
 		}
 		if c := composed[id]; c != nil && c.Generation >= e.gen {
 			// The store's word: the generation just composed from it.
@@ -394,7 +394,7 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 // ComposeOne is the declaration of one machine's generation for a poll:
 // the one composed ahead, or composed now. It is nil when there is nothing
 // the controller may send (a conflict, or a compose failure, recorded once).
-func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*store.Composed, error) {
+func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*models.Composed, error) {
 	if c := v.Composed; c != nil && c.Generation >= v.Gen {
 		return c, nil
 	}
@@ -408,12 +408,12 @@ func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*s
 			return nil, nil
 		}
 		gen := v.Gen
-		var ce *store.ComposeError
+		var ce *models.ComposeError
 		if errors.As(ferr, &ce) {
 			gen = ce.Generation // the store's, which may be past this cache's
 		}
 		if h.composeFailed(id, gen) {
-			h.recordFailures(ctx, []store.ComposeFailure{{MachineID: id, Machine: name, Generation: gen, Reason: ferr.Error()}})
+			h.recordFailures(ctx, []models.ComposeFailure{{MachineID: id, Machine: name, Generation: gen, Reason: ferr.Error()}})
 		}
 		return nil, nil
 	}
@@ -427,7 +427,7 @@ func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*s
 // recordFailures puts why generations cannot be composed on their
 // machines, where the overview shows them: the one place either way of
 // composing (ahead of a fan-out, or for one poll) records them.
-func (h *Hub) recordFailures(ctx context.Context, failed []store.ComposeFailure) {
+func (h *Hub) recordFailures(ctx context.Context, failed []models.ComposeFailure) {
 	if len(failed) == 0 {
 		return
 	}
@@ -443,7 +443,7 @@ type View struct {
 	Pending  bool // a newer generation is queued to compose: its wake will come
 	Conflict bool
 	Changed  <-chan struct{}
-	Composed *store.Composed
+	Composed *models.Composed
 	Gone     bool
 }
 
@@ -492,7 +492,7 @@ func (h *Hub) PollEnded(id int64) {
 }
 
 // setComposed caches a declaration a poll composed itself.
-func (h *Hub) setComposed(c *store.Composed) {
+func (h *Hub) setComposed(c *models.Composed) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e := h.byID[c.MachineID]; e != nil && c.Generation >= e.gen {

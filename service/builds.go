@@ -86,8 +86,8 @@ func checkDigest(artifact []byte, given string) error {
 type BuildResult struct {
 	Build   *models.Build
 	Module  *models.Module
-	Plan    *store.PlanView
-	Rollout *store.RolloutView
+	Plan    *models.PlanView
+	Rollout *models.RolloutView
 }
 
 // UploadBuild stores a build and what follows it (models.AfterBuild), in

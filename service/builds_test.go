@@ -26,7 +26,7 @@ func newService(s *store.Store) *service.Service {
 
 // claimedBuild queues one build of a module of kind by a push and lets
 // the builder "ci" claim it.
-func claimedBuild(t *testing.T, s *store.Store, kind string) *store.Claimed {
+func claimedBuild(t *testing.T, s *store.Store, kind string) *models.Claimed {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.CreateModule(ctx, "test", &models.Module{Name: "mod", Kind: kind, Repository: "o/r", SourcePaths: "[]", Tiers: "[]"}); err != nil {
@@ -36,7 +36,7 @@ func claimedBuild(t *testing.T, s *store.Store, kind string) *store.Claimed {
 	if err := s.CreateSource(ctx, "test", src); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Deliver(ctx, src, "d1", "push", &store.Push{Ref: "refs/heads/main", Commit: "c1", Repository: "o/r", Paths: []string{"x"}}, ""); err != nil {
+	if _, err := s.Deliver(ctx, src, "d1", "push", &models.Push{Ref: "refs/heads/main", Commit: "c1", Repository: "o/r", Paths: []string{"x"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	c, err := s.ClaimBuild(ctx, "user:ci", time.Hour)

@@ -16,8 +16,8 @@ import (
 
 // Key purposes.
 const (
-	KeyDeclaration = "declaration"
-	KeyToken       = "token"
+	KeyDeclaration = models.KeyDeclaration
+	KeyToken       = models.KeyToken
 )
 
 // EnsureKey returns the key of a purpose, creating it on first start. Two

@@ -16,22 +16,6 @@ import (
 	"mesh/models"
 )
 
-// Signer signs declaration payloads.
-type Signer interface {
-	KeyID() string
-	Sign(payload []byte) []byte
-}
-
-// Composed is the one declaration of a machine at a generation, ready to send.
-type Composed struct {
-	MachineID  int64
-	Machine    string
-	Generation int64
-	Digest     string
-	Envelope   []byte
-	Trigger    string
-}
-
 // composeChunk bounds the machines composed at once: a few queries per
 // chunk, never one per machine.
 const composeChunk = 500
@@ -41,28 +25,19 @@ const composeChunk = 500
 var composeColumns = []string{"id", "name", "os", "arch", "generation", "generation_trigger",
 	"empty_ok", "target_host_version", "running", "conflict"}
 
-// ComposeError is why a machine's generation could not be composed.
-type ComposeError struct {
-	Generation int64
-	Err        error
-}
-
-func (e *ComposeError) Error() string { return e.Err.Error() }
-func (e *ComposeError) Unwrap() error { return e.Err }
-
 // Compose returns the declaration of each machine at its current generation,
 // composing and storing those not yet composed. A declaration is stored once
 // per (machine, generation) under a unique key: an insert that loses a race
 // with another instance reads the winner's, so every send of a generation
 // carries the same bytes. Machines that cannot be composed (a variable
-// missing, a machine in conflict) are in the error map, as *ComposeError.
+// missing, a machine in conflict) are in the error map, as *models.ComposeError.
 //
 // Composing is three steps: read a consistent snapshot, compose and sign
 // outside any transaction, then insert in a short write transaction. The
 // write lock (SQLite's above all) is held only for the insert, so several
 // chunks compose at once and sends are committed between them.
-func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer Signer) (map[int64]*Composed, map[int64]error, error) {
-	out := make(map[int64]*Composed, len(ids))
+func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error) {
+	out := make(map[int64]*models.Composed, len(ids))
 	fails := map[int64]error{}
 	err := inChunks(ids, composeChunk, func(chunk []int64) error {
 		var in composeInput
@@ -112,7 +87,7 @@ type composeInput struct {
 // readCompose reads, in one snapshot, the declarations already stored for
 // the machines' current generations (into out) and everything needed to
 // compose the others (into in).
-func readCompose(tx *Tx, ids []int64, out map[int64]*Composed, fails map[int64]error, in *composeInput) error {
+func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[int64]error, in *composeInput) error {
 	var ms []models.Machine
 	if err := tx.Select(composeColumns).Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
 		return err
@@ -127,7 +102,7 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*Composed, fails map[int64]e
 		}
 		delete(out, m.ID)
 		if m.Conflict {
-			fails[m.ID] = &ComposeError{Generation: m.Generation,
+			fails[m.ID] = &models.ComposeError{Generation: m.Generation,
 				Err: fmt.Errorf("%w: machine %s waits for an admin to resolve it", models.ErrMachineConflict, m.Name)}
 			continue
 		}
@@ -265,7 +240,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 			payload, err = json.Marshal(p)
 		}
 		if err != nil {
-			fails[m.ID] = &ComposeError{Generation: m.Generation, Err: err}
+			fails[m.ID] = &models.ComposeError{Generation: m.Generation, Err: err}
 			continue
 		}
 		names[m.ID] = m.Name
@@ -284,7 +259,7 @@ type composedRow struct {
 
 // storeComposed inserts the declarations; where another instance stored
 // one of these generations first, its row is read and used instead.
-func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*Composed) error {
+func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*models.Composed) error {
 	decls := make([]models.Declaration, len(rows))
 	for i, r := range rows {
 		decls[i] = r.Declaration
@@ -296,7 +271,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 	if res.RowsAffected == int64(len(decls)) {
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
-			out[d.MachineID] = &Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
+			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
 				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
 		}
 		return nil
@@ -315,7 +290,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 	}
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
-			out[d.MachineID] = &Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
+			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
 				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
 		}
 	}
@@ -331,7 +306,7 @@ func generationsOf(m map[int64]int64) []int64 {
 }
 
 // readComposed reads the stored declarations of machines at their current generation.
-func readComposed(tx *Tx, ids []int64, out map[int64]*Composed) error {
+func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 	var rows []struct {
 		models.Declaration
 		Name string
@@ -344,7 +319,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*Composed) error {
 		return err
 	}
 	for _, r := range rows {
-		out[r.MachineID] = &Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
+		out[r.MachineID] = &models.Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
 			Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger}
 	}
 	return nil
@@ -367,7 +342,7 @@ func parseRunning(s string) map[string]models.RunningBuild {
 
 // sign signs and wraps every payload, spread over the CPUs: signing is
 // most of composing's cost in a fan-out.
-func sign(rows []composedRow, signer Signer) error {
+func sign(rows []composedRow, signer models.Signer) error {
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(rows)/32))
 	var wg sync.WaitGroup
 	errs := make([]error, workers)

@@ -43,36 +43,14 @@ func (s *Store) Source(ctx context.Context, name string) (*models.Source, error)
 	return &src, nil
 }
 
-// QueuedBuild is a build a merge queued.
-type QueuedBuild struct {
-	Module string `json:"module"`
-	Number int64  `json:"number"`
-}
-
-// Push is what a push webhook says.
-type Push struct {
-	Ref        string
-	Commit     string
-	Repository string
-	Author     string
-	Paths      []string
-}
-
-// DeliveryOutcome is what a webhook delivery came to.
-type DeliveryOutcome struct {
-	Status string        `json:"status"`
-	Merge  *int64        `json:"merge"`
-	Builds []QueuedBuild `json:"builds"`
-}
-
 // Deliver records a delivery once (a replay is answered and recorded,
 // never acted on twice) and acts on it: a push to the default branch
 // records a merge and queues a build, numbered in merge order, for each
 // module of the repository whose source paths it touched.
-func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *Push, status string) (*DeliveryOutcome, error) {
-	out := &DeliveryOutcome{}
+func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *models.Push, status string) (*models.DeliveryOutcome, error) {
+	out := &models.DeliveryOutcome{}
 	err := s.write(ctx, func(tx *Tx) error {
-		*out = DeliveryOutcome{Builds: []QueuedBuild{}} // afresh, should the transaction run again
+		*out = models.DeliveryOutcome{Builds: []models.QueuedBuild{}} // afresh, should the transaction run again
 		d := &models.Delivery{SourceID: src.ID, DeliveryID: deliveryID, Event: event, Status: status, ReceivedAt: s.Now()}
 		res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(d)
 		if res.Error != nil {
@@ -104,7 +82,7 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			if err != nil {
 				return err
 			}
-			out.Builds = append(out.Builds, QueuedBuild{Module: mod.Name, Number: b.Number})
+			out.Builds = append(out.Builds, models.QueuedBuild{Module: mod.Name, Number: b.Number})
 		}
 		out.Status = fmt.Sprintf("merged %s: %d build(s) queued", short7(push.Commit), len(out.Builds))
 		if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
@@ -154,19 +132,10 @@ func queueBuild(tx *Tx, mod *models.Module, m *models.Merge) (*models.Build, err
 	return b, tx.Create(b).Error
 }
 
-// Claimed is a queued build a builder took.
-type Claimed struct {
-	ID         int64  `json:"id"`
-	Module     string `json:"module"`
-	Number     int64  `json:"number"`
-	Commit     string `json:"commit"`
-	Repository string `json:"repository"`
-}
-
 // ClaimBuild gives a builder the oldest queued build (or one whose lease
 // ran out) with a lease; nil when none waits.
-func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*Claimed, error) {
-	var out *Claimed
+func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*models.Claimed, error) {
+	var out *models.Claimed
 	err := s.write(ctx, func(tx *Tx) error {
 		now := s.Now()
 		var b models.Build
@@ -190,7 +159,7 @@ func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Durat
 		if err := tx.Where("id = ?", b.ModuleID).First(&mod).Error; err != nil {
 			return err
 		}
-		out = &Claimed{ID: b.ID, Module: mod.Name, Number: b.Number, Commit: b.Commit, Repository: mod.Repository}
+		out = &models.Claimed{ID: b.ID, Module: mod.Name, Number: b.Number, Commit: b.Commit, Repository: mod.Repository}
 		return audit(tx, builder, "claim-build", "module/"+mod.Name, fmt.Sprintf("build %d", b.Number))
 	})
 	return out, err

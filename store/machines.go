@@ -373,18 +373,10 @@ func (s *Store) AllMachines(ctx context.Context) ([]models.Machine, error) {
 	return ms, mapErr(s.db.WithContext(ctx).Order("name").Find(&ms).Error)
 }
 
-// ComposeFailure is why one machine's generation could not be composed.
-type ComposeFailure struct {
-	MachineID  int64
-	Machine    string
-	Generation int64
-	Reason     string
-}
-
 // RecordComposeErrors records why machines' generations could not be
 // composed, on each machine (the overview shows it) and in the audit log,
 // in one transaction.
-func (s *Store) RecordComposeErrors(ctx context.Context, actor string, fs []ComposeFailure) error {
+func (s *Store) RecordComposeErrors(ctx context.Context, actor string, fs []models.ComposeFailure) error {
 	if len(fs) == 0 {
 		return nil
 	}

@@ -158,20 +158,13 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 	return bumpGenerations(tx, ids, models.TriggerCurrent)
 }
 
-// AssignmentView is an assignment as the API shows it.
-type AssignmentView struct {
-	Module string `json:"module"`
-	Build  *int64 `json:"build,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // Assignments reads a machine's assignments, by module name.
-func (s *Store) Assignments(ctx context.Context, name string) ([]AssignmentView, *models.Machine, error) {
+func (s *Store) Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error) {
 	m, err := s.Machine(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := []AssignmentView{}
+	out := []models.AssignmentView{}
 	err = s.db.WithContext(ctx).Table("assignments").
 		Select("modules.name AS module, assignments.build, assignments.reason").
 		Joins("JOIN modules ON modules.id = assignments.module_id").
@@ -182,7 +175,7 @@ func (s *Store) Assignments(ctx context.Context, name string) ([]AssignmentView,
 // SetAssignments replaces a machine's assignments under If-Match. A pin to an
 // older build than the machine reports running needs a reason, and is
 // recorded as the explicit act it is.
-func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []AssignmentView) (*models.Machine, error) {
+func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error) {
 	var out *models.Machine
 	err := s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)

@@ -15,12 +15,6 @@ import (
 	"mesh/models"
 )
 
-// PlanView is a plan with its steps.
-type PlanView struct {
-	models.Plan
-	Steps []models.PlanStep `json:"steps"`
-}
-
 type tier struct {
 	Machines int `json:"machines"`
 	Percent  int `json:"percent"`
@@ -64,13 +58,13 @@ const instanceAlive = 2 * time.Minute
 // running. A plan that would give the control nodes an older
 // mesh-controller than any controller or control node runs (controllerBuild
 // is this instance's) is refused in its own words.
-func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*PlanView, error) {
-	return Write(ctx, s, func(tx *Tx) (*PlanView, error) { return tx.CreatePlan(actor, module, build, controllerBuild) })
+func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*models.PlanView, error) {
+	return Write(ctx, s, func(tx *Tx) (*models.PlanView, error) { return tx.CreatePlan(actor, module, build, controllerBuild) })
 }
 
 // CreatePlan is Store.CreatePlan inside tx.
-func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*PlanView, error) {
-	var out *PlanView
+func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*models.PlanView, error) {
+	var out *models.PlanView
 	err := func() error {
 		var mod models.Module
 		q := tx.DB
@@ -340,8 +334,8 @@ func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 	return audit(tx, "controller", "plan-done", "module/"+mod.Name, fmt.Sprintf("plan %d: build %d is current", p.ID, p.Build))
 }
 
-func planView(tx *Tx, p *models.Plan) (*PlanView, error) {
-	v := &PlanView{Plan: *p, Steps: []models.PlanStep{}}
+func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
+	v := &models.PlanView{Plan: *p, Steps: []models.PlanStep{}}
 	var mod models.Module
 	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
 		return nil, err
@@ -362,8 +356,8 @@ func planView(tx *Tx, p *models.Plan) (*PlanView, error) {
 }
 
 // Plan reads one plan with its steps.
-func (s *Store) Plan(ctx context.Context, id int64) (*PlanView, error) {
-	var out *PlanView
+func (s *Store) Plan(ctx context.Context, id int64) (*models.PlanView, error) {
+	var out *models.PlanView
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
 		var p models.Plan
 		if err := db.Where("id = ?", id).First(&p).Error; err != nil {
@@ -377,7 +371,7 @@ func (s *Store) Plan(ctx context.Context, id int64) (*PlanView, error) {
 }
 
 // Plans lists plans newest first, with their steps.
-func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]PlanView, error) {
+func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error) {
 	var ps []models.Plan
 	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
 	if cursor > 0 {
@@ -386,7 +380,7 @@ func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]PlanView,
 	if err := q.Find(&ps).Error; err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]PlanView, 0, len(ps))
+	out := make([]models.PlanView, 0, len(ps))
 	for _, p := range ps {
 		v, err := s.Plan(ctx, p.ID)
 		if err != nil {
@@ -398,8 +392,8 @@ func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]PlanView,
 }
 
 // SetPlanState pauses, resumes or cancels a plan.
-func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*PlanView, error) {
-	var out *PlanView
+func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error) {
+	var out *models.PlanView
 	err := s.write(ctx, func(tx *Tx) error {
 		var p models.Plan
 		if err := tx.Where("id = ?", id).First(&p).Error; err != nil {

@@ -183,7 +183,7 @@ func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 		// A control node reports running a newer one still.
 		m := fixture(t, s, "cp-1")
 		g := m.Generation
-		m, err := s.SetAssignments(ctx, "test", "cp-1", &g, []store.AssignmentView{{Module: "mod"}, {Module: "mesh-controller"}})
+		m, err := s.SetAssignments(ctx, "test", "cp-1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "mesh-controller"}})
 		if err != nil {
 			t.Fatal(err)
 		}

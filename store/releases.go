@@ -61,24 +61,18 @@ func (s *Store) HostDefault(ctx context.Context) (string, error) {
 	return hostDefault(s.db.WithContext(ctx))
 }
 
-// RolloutView is a rollout with its machines.
-type RolloutView struct {
-	models.Rollout
-	Machines []models.RolloutMachine `json:"machines"`
-}
-
 // StartRollout begins a rollout of a host release to every machine whose
 // os/arch it was built for: canaries first (machines whose variable canary
 // is "true", else the first by name), then the rest, max_in_flight at a time.
-func (s *Store) StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*RolloutView, error) {
-	return Write(ctx, s, func(tx *Tx) (*RolloutView, error) {
+func (s *Store) StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*models.RolloutView, error) {
+	return Write(ctx, s, func(tx *Tx) (*models.RolloutView, error) {
 		return tx.StartRollout(actor, version, canary, maxInFlight, deadline)
 	})
 }
 
 // StartRollout is Store.StartRollout inside tx.
-func (tx *Tx) StartRollout(actor, version, canary string, maxInFlight, deadline int64) (*RolloutView, error) {
-	var out *RolloutView
+func (tx *Tx) StartRollout(actor, version, canary string, maxInFlight, deadline int64) (*models.RolloutView, error) {
+	var out *models.RolloutView
 	err := func() error {
 		var rels []models.Release
 		if err := tx.Where("version = ?", version).Find(&rels).Error; err != nil {
@@ -177,8 +171,8 @@ func canaryCount(c string, total int) (int, error) {
 	return min(n, total), nil
 }
 
-func rolloutView(tx *Tx, ro *models.Rollout) (*RolloutView, error) {
-	v := &RolloutView{Rollout: *ro, Machines: []models.RolloutMachine{}}
+func rolloutView(tx *Tx, ro *models.Rollout) (*models.RolloutView, error) {
+	v := &models.RolloutView{Rollout: *ro, Machines: []models.RolloutMachine{}}
 	var rows []struct {
 		models.RolloutMachine
 		Name string
@@ -194,8 +188,8 @@ func rolloutView(tx *Tx, ro *models.Rollout) (*RolloutView, error) {
 }
 
 // Rollout reads the latest rollout of a version with its machines.
-func (s *Store) Rollout(ctx context.Context, version string) (*RolloutView, error) {
-	var out *RolloutView
+func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutView, error) {
+	var out *models.RolloutView
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
 		var ro models.Rollout
 		if err := db.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {
@@ -209,8 +203,8 @@ func (s *Store) Rollout(ctx context.Context, version string) (*RolloutView, erro
 }
 
 // SetRolloutState pauses, resumes or cancels the latest rollout of a version.
-func (s *Store) SetRolloutState(ctx context.Context, actor, version, action string) (*RolloutView, error) {
-	var out *RolloutView
+func (s *Store) SetRolloutState(ctx context.Context, actor, version, action string) (*models.RolloutView, error) {
+	var out *models.RolloutView
 	err := s.write(ctx, func(tx *Tx) error {
 		var ro models.Rollout
 		if err := tx.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {

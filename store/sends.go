@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"time"
 
 	"mesh/models"
 )
@@ -18,16 +17,9 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	})
 }
 
-// SendView is a send with the outcome its reports give.
-type SendView struct {
-	models.Send
-	Outcome string `json:"outcome"`
-	Reason  string `json:"reason"`
-}
-
 // Sends lists sends newest first (ids are time-ordered UUIDv7), of one
 // machine when machineID > 0, after cursor (a send id).
-func (s *Store) Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]SendView, error) {
+func (s *Store) Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error) {
 	var rows []struct {
 		models.Send
 		Name string
@@ -43,11 +35,11 @@ func (s *Store) Sends(ctx context.Context, machineID int64, limit int, cursor st
 	if err := q.Scan(&rows).Error; err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]SendView, len(rows))
+	out := make([]models.SendView, len(rows))
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		r.Send.Machine = r.Name
-		out[i] = SendView{Send: r.Send}
+		out[i] = models.SendView{Send: r.Send}
 		ids[i] = r.ID
 	}
 	if len(ids) == 0 {
@@ -89,18 +81,10 @@ func (s *Store) CountSends(ctx context.Context) (int64, error) {
 	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)
 }
 
-// PendingSend is what was sent of a machine's current generation: how
-// often, the newest send's time and instance.
-type PendingSend struct {
-	N        int
-	At       time.Time
-	Instance string
-}
-
 // CurrentSends reads, for each machine, the sends of its current
 // generation (the overview says whether a behind machine was sent it).
-func (s *Store) CurrentSends(ctx context.Context, ids []int64) (map[int64]PendingSend, error) {
-	out := map[int64]PendingSend{}
+func (s *Store) CurrentSends(ctx context.Context, ids []int64) (map[int64]models.PendingSend, error) {
+	out := map[int64]models.PendingSend{}
 	err := inChunks(ids, 500, func(chunk []int64) error {
 		var rows []models.Send
 		err := s.db.WithContext(ctx).Table("sends").Select("sends.machine_id, sends.created_at, sends.instance_id").

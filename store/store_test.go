@@ -52,7 +52,7 @@ func fixture(t testing.TB, s *store.Store, name string) *models.Machine {
 		t.Fatal(err)
 	}
 	g = m.Generation
-	if m, err = s.SetAssignments(ctx, "test", name, &g, []store.AssignmentView{{Module: "mod"}}); err != nil {
+	if m, err = s.SetAssignments(ctx, "test", name, &g, []models.AssignmentView{{Module: "mod"}}); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -65,7 +65,7 @@ func TestCompose_OncePerGeneration(t *testing.T) {
 		m := fixture(t, s, "m1")
 		sg := newSigner()
 		var wg sync.WaitGroup
-		results := make([]*store.Composed, 8)
+		results := make([]*models.Composed, 8)
 		for i := range results {
 			wg.Add(1)
 			go func() {
@@ -103,7 +103,7 @@ func TestCompose_BatchesRaceOnce(t *testing.T) {
 		}
 		sg := newSigner()
 		var wg sync.WaitGroup
-		results := make([]map[int64]*store.Composed, 6)
+		results := make([]map[int64]*models.Composed, 6)
 		for i := range results {
 			// Each instance composes a different window of the machines,
 			// in its own order.
@@ -236,10 +236,10 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 		m, _ = s.Machine(ctx, "m1")
 		g := m.Generation
 		one := int64(1)
-		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []store.AssignmentView{{Module: "mod", Build: &one}}); !errors.Is(err, models.ErrDowngrade) {
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod", Build: &one}}); !errors.Is(err, models.ErrDowngrade) {
 			t.Fatalf("pin to an older build without a reason: %v", err)
 		}
-		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []store.AssignmentView{{Module: "mod", Build: &one, Reason: "build 2 leaks"}}); err != nil {
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "build 2 leaks"}}); err != nil {
 			t.Fatal(err)
 		}
 		if b := buildOf(); b != 1 {

@@ -15,7 +15,6 @@ import (
 
 	"mesh/models"
 	"mesh/service"
-	"mesh/store"
 )
 
 // overviewData computes every machine's row, the counts, and the filter.
@@ -164,12 +163,12 @@ func (s *Server) machineStatus(c echo.Context) error {
 
 // fillForms fills the assignment and variable forms: from the store, or
 // from what the person submitted (kept when a save is refused).
-func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Machine, typed map[string]store.AssignmentView, typedVars *string) error {
+func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Machine, typed map[string]models.AssignmentView, typedVars *string) error {
 	as, _, err := s.Store.Assignments(ctx, m.Name)
 	if err != nil {
 		return err
 	}
-	stored := map[string]store.AssignmentView{}
+	stored := map[string]models.AssignmentView{}
 	for _, a := range as {
 		stored[a.Module] = a
 	}
@@ -317,7 +316,7 @@ func formGeneration(c echo.Context) (*int64, error) {
 
 // refused re-renders the machine page with a plain message and what the
 // person typed, when a save was refused (stale, invalid).
-func (s *Server) refused(c echo.Context, name string, saveErr error, typed map[string]store.AssignmentView, typedVars *string, what string) error {
+func (s *Server) refused(c echo.Context, name string, saveErr error, typed map[string]models.AssignmentView, typedVars *string, what string) error {
 	ctx := c.Request().Context()
 	d, m, err := s.detail(ctx, name)
 	if err != nil {
@@ -363,14 +362,14 @@ func (s *Server) saveAssignments(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	typed := map[string]store.AssignmentView{}
-	var as []store.AssignmentView
+	typed := map[string]models.AssignmentView{}
+	var as []models.AssignmentView
 	var parseErr error
 	for _, mod := range mods {
 		if c.FormValue("m_"+mod.Name) == "" {
 			continue
 		}
-		a := store.AssignmentView{Module: mod.Name, Reason: strings.TrimSpace(c.FormValue("r_" + mod.Name))}
+		a := models.AssignmentView{Module: mod.Name, Reason: strings.TrimSpace(c.FormValue("r_" + mod.Name))}
 		if b := strings.TrimSpace(c.FormValue("b_" + mod.Name)); b != "" {
 			n, err := strconv.ParseInt(b, 10, 64)
 			if err != nil {
@@ -385,7 +384,7 @@ func (s *Server) saveAssignments(c echo.Context) error {
 		return s.refused(c, name, parseErr, typed, nil, "assignments")
 	}
 	if as == nil {
-		as = []store.AssignmentView{}
+		as = []models.AssignmentView{}
 	}
 	m, err := s.Store.SetAssignments(c.Request().Context(), "user:"+who(c).User, name, gen, as)
 	if err != nil {

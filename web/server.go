@@ -25,7 +25,6 @@ import (
 	"mesh/auth"
 	"mesh/models"
 	"mesh/service"
-	"mesh/store"
 )
 
 //go:generate go tool templ generate
@@ -49,11 +48,11 @@ type Seen interface {
 
 // Server is the dashboard.
 type Server struct {
-	Store    *store.Store
+	Store    Store
 	Service  *service.Service
 	Seen     Seen
 	Auth     *auth.Authority
-	Signer   store.Signer
+	Signer   models.Signer
 	Instance string
 	Log      *slog.Logger
 
@@ -70,7 +69,7 @@ type asset struct {
 }
 
 // NewServer makes the dashboard and hashes its assets.
-func NewServer(st *store.Store, seen Seen, auth *auth.Authority, signer store.Signer, instance string, log *slog.Logger) *Server {
+func NewServer(st Store, seen Seen, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger) *Server {
 	s := &Server{Store: st, Seen: seen, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		assets: map[string]asset{}, names: map[string]string{}}
 	_ = fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"mesh/models"
-	"mesh/store"
 )
 
 // Page is what every page's layout needs.
@@ -67,7 +66,7 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // row computes a machine's badge from its records; sent is what was sent
 // of its current generation (nil: nothing).
-func row(m *models.Machine, seen *time.Time, sent *store.PendingSend, now time.Time) MachineRow {
+func row(m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.Time) MachineRow {
 	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
 		Target: m.TargetHostVersion, LastSeen: "never"}
 	if seen != nil {

@@ -74,9 +74,9 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		if m, err = st.SetVariables(ctx, "demo", name, &m.Generation, vars); err != nil {
 			return err
 		}
-		as := []store.AssignmentView{{Module: "motd"}}
+		as := []models.AssignmentView{{Module: "motd"}}
 		if i < 2 {
-			as = append(as, store.AssignmentView{Module: "hello"})
+			as = append(as, models.AssignmentView{Module: "hello"})
 		}
 		if _, err = st.SetAssignments(ctx, "demo", name, &m.Generation, as); err != nil {
 			return err

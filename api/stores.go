@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"mesh/models"
+)
+
+// The store as the API uses it, one small interface per aggregate
+// (flightctl's per-aggregate store interfaces): the API reaches the store
+// only through these and the service, so a handler can be tested with a
+// fake and the API cannot grow a dependency on gorm.
+
+// MachineStore is machines, their assignments and variables, and the host protocol's records.
+type MachineStore interface {
+	Machine(ctx context.Context, name string) (*models.Machine, error)
+	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
+	DeleteMachine(ctx context.Context, actor, name string) error
+	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
+	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
+	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
+	Resolve(ctx context.Context, actor, name string) (*models.Machine, error)
+	Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersion, schema, tokenID string) (*models.Machine, error)
+	RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error
+	CheckConflict(ctx context.Context, machineID int64, hostGen int64) (conflict bool, gen int64, err error)
+	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
+	InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error)
+	BlobSent(ctx context.Context, machineID int64, digest string) (bool, error)
+	Blob(ctx context.Context, digest string) (*models.Blob, error)
+}
+
+// ModuleStore is modules, builds and plans.
+type ModuleStore interface {
+	Module(ctx context.Context, name string) (*models.Module, error)
+	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)
+	CreateModule(ctx context.Context, actor string, m *models.Module) error
+	Build(ctx context.Context, module string, number int64) (*models.Build, error)
+	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
+	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
+	CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*models.PlanView, error)
+	Plan(ctx context.Context, id int64) (*models.PlanView, error)
+	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
+	SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error)
+}
+
+// ReleaseStore is host releases and rollouts.
+type ReleaseStore interface {
+	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
+	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
+	StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*models.RolloutView, error)
+	SetRolloutState(ctx context.Context, actor, version, action string) (*models.RolloutView, error)
+}
+
+// ForgeStore is forge sources, deliveries and builders' claims.
+type ForgeStore interface {
+	Source(ctx context.Context, name string) (*models.Source, error)
+	Sources(ctx context.Context) ([]models.Source, error)
+	CreateSource(ctx context.Context, actor string, src *models.Source) error
+	Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *models.Push, status string) (*models.DeliveryOutcome, error)
+	ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*models.Claimed, error)
+}
+
+// AccessStore is join tokens, users and keys.
+type AccessStore interface {
+	CreateJoinToken(ctx context.Context, actor, hash string, expires time.Time) error
+	CreateUser(ctx context.Context, actor string, u *models.User) error
+	Keys(ctx context.Context, purpose string) ([]models.Key, error)
+}
+
+// RecordStore is the record: audit, sends, reports, instances, the schema.
+type RecordStore interface {
+	Audit(ctx context.Context, actor, action, target, detail string) error
+	AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error)
+	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
+	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
+	Instances(ctx context.Context, limit int) ([]models.Instance, error)
+	SchemaVersion(ctx context.Context) (store, known int64, err error)
+	Statements() int64
+}
+
+// SendStore commits send rows in groups (the send writer).
+type SendStore interface {
+	InsertSends(ctx context.Context, sends []models.Send) error
+}
+
+// Store is every store interface the API uses.
+type Store interface {
+	MachineStore
+	ModuleStore
+	ReleaseStore
+	ForgeStore
+	AccessStore
+	RecordStore
+}

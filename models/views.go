@@ -1,0 +1,112 @@
+package models
+
+import "time"
+
+// Key purposes: what a stored key signs.
+const (
+	KeyDeclaration = "declaration" // declarations and release statements
+	KeyToken       = "token"       // JWTs of people and hosts
+)
+
+// The shapes the store reads and the API shows: a record with what the
+// store joins to it. They are plain data, shared by store, service, api
+// and web.
+
+// SendView is a send with the outcome its reports give.
+type SendView struct {
+	Send
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+}
+
+// PendingSend is what was sent of a machine's current generation: how
+// often, the newest send's time and instance.
+type PendingSend struct {
+	N        int
+	At       time.Time
+	Instance string
+}
+
+// AssignmentView is an assignment as the API shows it.
+type AssignmentView struct {
+	Module string `json:"module"`
+	Build  *int64 `json:"build,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Composed is the one declaration of a machine at a generation, ready to send.
+type Composed struct {
+	MachineID  int64
+	Machine    string
+	Generation int64
+	Digest     string
+	Envelope   []byte
+	Trigger    string
+}
+
+// Signer signs declaration payloads.
+type Signer interface {
+	KeyID() string
+	Sign(payload []byte) []byte
+}
+
+// ComposeError is why a machine's generation could not be composed.
+type ComposeError struct {
+	Generation int64
+	Err        error
+}
+
+func (e *ComposeError) Error() string { return e.Err.Error() }
+
+func (e *ComposeError) Unwrap() error { return e.Err }
+
+// ComposeFailure is why one machine's generation could not be composed.
+type ComposeFailure struct {
+	MachineID  int64
+	Machine    string
+	Generation int64
+	Reason     string
+}
+
+// PlanView is a plan with its steps.
+type PlanView struct {
+	Plan
+	Steps []PlanStep `json:"steps"`
+}
+
+// Push is what a push webhook says.
+type Push struct {
+	Ref        string
+	Commit     string
+	Repository string
+	Author     string
+	Paths      []string
+}
+
+// Claimed is a queued build a builder took.
+type Claimed struct {
+	ID         int64  `json:"id"`
+	Module     string `json:"module"`
+	Number     int64  `json:"number"`
+	Commit     string `json:"commit"`
+	Repository string `json:"repository"`
+}
+
+// DeliveryOutcome is what a webhook delivery came to.
+type DeliveryOutcome struct {
+	Status string        `json:"status"`
+	Merge  *int64        `json:"merge"`
+	Builds []QueuedBuild `json:"builds"`
+}
+
+// QueuedBuild is a build a merge queued.
+type QueuedBuild struct {
+	Module string `json:"module"`
+	Number int64  `json:"number"`
+}
+
+// RolloutView is a rollout with its machines.
+type RolloutView struct {
+	Rollout
+	Machines []RolloutMachine `json:"machines"`
+}

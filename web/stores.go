@@ -1,0 +1,34 @@
+package web
+
+import (
+	"context"
+
+	"mesh/models"
+)
+
+// Store is the store as the dashboard reads it (the one change it makes,
+// a push and a new assignment, and every other, go through the same
+// workflows as the API). The dashboard reaches the store only through
+// this and the service.
+type Store interface {
+	AllMachines(ctx context.Context) ([]models.Machine, error)
+	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
+	AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error)
+	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
+	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
+	CurrentSends(ctx context.Context, ids []int64) (map[int64]models.PendingSend, error)
+	Declaration(ctx context.Context, machineID, generation int64) (*models.Declaration, error)
+	HostDefault(ctx context.Context) (string, error)
+	Instances(ctx context.Context, limit int) ([]models.Instance, error)
+	Machine(ctx context.Context, name string) (*models.Machine, error)
+	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)
+	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
+	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
+	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
+	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
+	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
+	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
+	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
+	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
+	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+}
