@@ -36,7 +36,10 @@ type Config struct {
 	StopGrace time.Duration
 	// CheckEvery is how often checks run between applies.
 	CheckEvery time.Duration
-	Log        *slog.Logger
+	// Unpack are the ceilings a tree's archive is unpacked under (zero
+	// fields take DefaultUnpackLimits).
+	Unpack UnpackLimits
+	Log    *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -67,6 +70,7 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	c.Unpack.defaults()
 }
 
 // Agent is a running host.
