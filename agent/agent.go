@@ -124,7 +124,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox")}}
+		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log}}
 	switch cfg.Services {
 	case "host":
 		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)
