@@ -36,7 +36,10 @@ type Config struct {
 	StopGrace time.Duration
 	// CheckEvery is how often checks run between applies.
 	CheckEvery time.Duration
-	Log        *slog.Logger
+	// Unpack are the ceilings a tree's archive is unpacked under (zero
+	// fields take DefaultUnpackLimits).
+	Unpack UnpackLimits
+	Log    *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -67,6 +70,7 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
+	c.Unpack.defaults()
 }
 
 // Agent is a running host.
@@ -120,7 +124,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox")}}
+		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log}}
 	switch cfg.Services {
 	case "host":
 		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)

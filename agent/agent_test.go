@@ -21,6 +21,7 @@ import (
 type tarEntry struct {
 	name, body, link string
 	typ              byte
+	mode             int64 // 0644 when zero
 }
 
 func makeTar(tb testing.TB, es ...tarEntry) []byte {
@@ -29,7 +30,10 @@ func makeTar(tb testing.TB, es ...tarEntry) []byte {
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
 	for _, e := range es {
-		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o644, Linkname: e.link}
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 			h.Size = int64(len(e.body))

@@ -157,7 +157,7 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 		if err != nil {
 			return models.Action{}, err
 		}
-		n, err := a.root.installTree(r.Path, r.Artifact.Digest, blob)
+		n, err := a.root.installTree(r.Path, r.Artifact.Digest, blob, a.cfg.Unpack)
 		if err != nil {
 			return models.Action{}, err
 		}

@@ -1,20 +1,34 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"time"
 
 	"mesh/models"
 )
 
+// checkResult is one run of a check. final says that running it again
+// within the settle time cannot change the answer: its command could not
+// be run at all (missing, not executable), so it fails at once.
+type checkResult struct {
+	ok     bool
+	final  bool
+	detail string
+}
+
 // runCheck runs a service's check once. A check is only as good as what it
-// ran: "healthy" is said of nothing that was not checked.
-func runCheck(ctx context.Context, root *machineRoot, c *models.Check) (bool, string) {
+// ran: "healthy" is said of nothing that was not checked, and a check that
+// could not run is a failing check.
+func runCheck(ctx context.Context, root *machineRoot, r models.Resource) checkResult {
+	c := r.Check
+	if c == nil {
+		return checkResult{final: true, detail: "no check"}
+	}
 	timeout := 5 * time.Second
 	if d, err := time.ParseDuration(c.Timeout); err == nil && d > 0 {
 		timeout = d
@@ -25,18 +39,18 @@ func runCheck(ctx context.Context, root *machineRoot, c *models.Check) (bool, st
 	case c.TCP != "":
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.TCP)
 		if err != nil {
-			return false, "tcp " + c.TCP + ": " + err.Error()
+			return checkResult{detail: "tcp " + c.TCP + ": " + err.Error()}
 		}
 		conn.Close()
-		return true, "tcp " + c.TCP
+		return checkResult{ok: true, detail: "tcp " + c.TCP}
 	case c.HTTP != "":
 		req, err := http.NewRequestWithContext(ctx, "GET", c.HTTP, nil)
 		if err != nil {
-			return false, "http " + c.HTTP + ": " + err.Error()
+			return checkResult{final: true, detail: "http " + c.HTTP + ": " + err.Error()}
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return false, "http " + c.HTTP + ": " + err.Error()
+			return checkResult{detail: "http " + c.HTTP + ": " + err.Error()}
 		}
 		resp.Body.Close()
 		want := c.Status
@@ -44,26 +58,41 @@ func runCheck(ctx context.Context, root *machineRoot, c *models.Check) (bool, st
 			want = 200
 		}
 		if resp.StatusCode != want {
-			return false, fmt.Sprintf("http %s: status %d, want %d", c.HTTP, resp.StatusCode, want)
+			return checkResult{detail: fmt.Sprintf("http %s: status %d, want %d", c.HTTP, resp.StatusCode, want)}
 		}
-		return true, fmt.Sprintf("http %s: %d", c.HTTP, resp.StatusCode)
+		return checkResult{ok: true, detail: fmt.Sprintf("http %s: %d", c.HTTP, resp.StatusCode)}
 	case len(c.Exec) > 0:
-		name := c.Exec[0]
-		if strings.HasPrefix(name, "/") {
-			name = root.host(name)
-		}
-		cmd := exec.CommandContext(ctx, name, c.Exec[1:]...)
-		cmd.Env = serviceEnv(root.dir, nil)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return false, "exec " + strings.Join(c.Exec, " ") + ": " + err.Error() + ": " + strings.TrimSpace(string(out))
-		}
-		return true, "exec " + strings.Join(c.Exec, " ")
+		return runExecCheck(ctx, root, r)
 	}
-	return false, "no check"
+	return checkResult{final: true, detail: "no check"}
+}
+
+// runExecCheck runs an exec check by the rule that runs the service itself
+// (machineRoot.command): same mapping under --root, directory and env.
+func runExecCheck(ctx context.Context, root *machineRoot, r models.Resource) checkResult {
+	what := "exec " + strings.Join(r.Check.Exec, " ")
+	hc, err := root.command(r.Check.Exec, r.Env)
+	if err != nil {
+		return checkResult{final: true, detail: what + ": cannot run: " + err.Error()}
+	}
+	cmd := hc.cmd(ctx)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// A check's children that keep its output open must not hold it past
+	// its timeout.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return checkResult{final: true, detail: what + ": cannot run: " + err.Error()}
+	}
+	if err := cmd.Wait(); err != nil {
+		return checkResult{detail: what + ": " + err.Error() + ": " + strings.TrimSpace(out.String())}
+	}
+	return checkResult{ok: true, detail: what}
 }
 
 // checkAll runs the checks of every service that declares one, giving each
-// up to settle to pass (a service just started needs a moment).
+// up to settle to pass (a service just started needs a moment); a check
+// whose command cannot run fails at once.
 func checkAll(ctx context.Context, root *machineRoot, rs []models.Resource, settle time.Duration) []models.CheckResult {
 	var out []models.CheckResult
 	for _, r := range rs {
@@ -72,9 +101,9 @@ func checkAll(ctx context.Context, root *machineRoot, rs []models.Resource, sett
 		}
 		deadline := time.Now().Add(settle)
 		for {
-			ok, detail := runCheck(ctx, root, r.Check)
-			if ok || time.Now().After(deadline) || ctx.Err() != nil {
-				out = append(out, models.CheckResult{Resource: r.ID, OK: ok, At: time.Now().UTC(), Detail: detail})
+			res := runCheck(ctx, root, r)
+			if res.ok || res.final || time.Now().After(deadline) || ctx.Err() != nil {
+				out = append(out, models.CheckResult{Resource: r.ID, OK: res.ok, At: time.Now().UTC(), Detail: res.detail})
 				break
 			}
 			select {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -121,13 +122,19 @@ func (c *client) postReport(ctx context.Context, body []byte) error {
 		return nil
 	case resp.StatusCode >= 500:
 		return fmt.Errorf("%w: report: %s", errSwitch, resp.Status)
+	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusRequestTimeout,
+		resp.StatusCode == http.StatusTooManyRequests:
+		// Not a judgement of the report: a token the controller cannot
+		// check now, a slow request, a busy controller. Sent again later.
+		return fmt.Errorf("report: %s: %s", resp.Status, problemDetail(b))
 	case resp.StatusCode >= 400:
 		return &reportRefused{status: resp.StatusCode, detail: problemDetail(b)}
 	}
 	return fmt.Errorf("report: %s", resp.Status)
 }
 
-// reportRefused is a 4xx: sending it again will not help.
+// reportRefused is a 4xx (but 401, 408, 429) for a report: the controller
+// judged the report itself, so sending it again will not help.
 type reportRefused struct {
 	status int
 	detail string
@@ -246,7 +253,11 @@ func fileHasDigest(path, digest string) (bool, error) {
 
 // outbox keeps reports until the controller has them: nothing is lost to
 // an outage.
-type outbox struct{ dir string }
+type outbox struct {
+	dir      string // state/outbox
+	stateDir string // where the journal is
+	log      *slog.Logger
+}
 
 func (o outbox) put(r models.Report) (string, error) {
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
@@ -261,8 +272,11 @@ func (o outbox) put(r models.Report) (string, error) {
 }
 
 // flush sends every queued report in order; it stops at the first that
-// cannot be sent now. A report the controller refuses (4xx) is dropped
-// (the journal still holds it).
+// cannot be sent now (a network error, a 5xx, 401, 408, 429), to be sent
+// again later. A report the controller refuses (any other 4xx) is moved to
+// the journal with the status and the problem's detail, never sent again,
+// and the next report goes on: one report the controller will never take
+// must not hold back every report after it.
 func (o outbox) flush(ctx context.Context, c *client) error {
 	ents, err := os.ReadDir(o.dir)
 	if err != nil {
@@ -287,10 +301,38 @@ func (o outbox) flush(ctx context.Context, c *client) error {
 			err = c.postReport(ctx, b)
 		}
 		var refused *reportRefused
-		if err != nil && !errors.As(err, &refused) {
+		if errors.As(err, &refused) {
+			// Journaled first: a crash before the remove only journals it twice.
+			if err := o.journalRefused(b, refused); err != nil {
+				return fmt.Errorf("journaling a refused report: %w", err)
+			}
+		} else if err != nil {
 			return err
 		}
-		os.Remove(p)
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return err
+		}
 	}
 	return nil
+}
+
+// journalRefused appends a report the controller refused to the journal,
+// as the entry it would have been, with why it was refused.
+func (o outbox) journalRefused(b []byte, refused *reportRefused) error {
+	var r models.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		// Not a report this host wrote: keep its bytes in the reason.
+		r.Reason = string(b)
+	}
+	if o.log != nil {
+		o.log.Warn("the controller refused a report; moved to the journal, not sent again",
+			"status", refused.status, "detail", refused.detail, "generation", r.Generation, "send", r.Send, "outcome", r.Outcome)
+	}
+	at := time.Now().UTC()
+	if r.FinishedAt != nil {
+		at = *r.FinishedAt
+	}
+	return appendJournal(o.stateDir, Entry{Time: at, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
+		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: r.Actions, Checks: r.Checks,
+		ReportRefused: &ReportRefusal{Status: refused.status, Detail: refused.detail}})
 }

@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"strings"
 )
@@ -29,12 +31,49 @@ func openMachineRoot(dir string) (*machineRoot, error) {
 // rel turns a declared absolute path into one relative to the root.
 func rel(p string) string { return strings.TrimPrefix(path.Clean(p), "/") }
 
-// host is the path as the host's own processes see it (for commands).
-func (m *machineRoot) host(p string) string {
-	if m.dir == "/" {
+// host is the path as the host's own processes see it.
+func (m *machineRoot) host(p string) string { return hostPath(m.dir, p) }
+
+func hostPath(rootDir, p string) string {
+	if rootDir == "/" {
 		return p
 	}
-	return strings.TrimRight(m.dir, "/") + p
+	return strings.TrimRight(rootDir, "/") + p
+}
+
+// hostCommand is a declared command as the host runs it.
+type hostCommand struct {
+	Path string   // argv[0], mapped under --root
+	Args []string // the declared arguments, passed as written
+	Dir  string   // --root
+	Env  []string // PATH, MESH_ROOT, then the declared env by name
+}
+
+// command is the one rule by which a declared command becomes a process,
+// whoever runs it: a service's command (own supervisor or systemd unit)
+// and its exec check alike. argv[0] is a declared path: absolute, mapped
+// under --root like every path (checkResources has already held it to the
+// allowed roots); the arguments are passed as written; it runs in --root
+// with MESH_ROOT set to it, a fixed PATH and the service's env. A check
+// that ran its command another way than the service could fail while the
+// service ran fine (or pass on a binary the service never runs).
+func (m *machineRoot) command(argv []string, env map[string]string) (hostCommand, error) {
+	return commandUnder(m.dir, argv, env)
+}
+
+func commandUnder(rootDir string, argv []string, env map[string]string) (hostCommand, error) {
+	if len(argv) == 0 || !path.IsAbs(argv[0]) {
+		return hostCommand{}, fmt.Errorf("command %q: the first word must be an absolute path", argv)
+	}
+	return hostCommand{Path: hostPath(rootDir, argv[0]), Args: argv[1:], Dir: rootDir, Env: serviceEnv(rootDir, env)}, nil
+}
+
+// cmd is the command ready to start; ctx ends it (context.Background for
+// a service, which outlives the call).
+func (c hostCommand) cmd(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, c.Path, c.Args...)
+	cmd.Dir, cmd.Env = c.Dir, c.Env
+	return cmd
 }
 
 func randSuffix() string {

@@ -24,6 +24,16 @@ type Entry struct {
 	Attempt    int                  `json:"attempt,omitempty"`
 	Actions    []models.Action      `json:"actions"`
 	Checks     []models.CheckResult `json:"checks,omitempty"`
+	// ReportRefused is set on the entry of a report the controller refused
+	// (a 4xx but 401, 408, 429): moved here from the outbox, never sent
+	// again. The entry is the report as it was queued.
+	ReportRefused *ReportRefusal `json:"report_refused,omitempty"`
+}
+
+// ReportRefusal is the controller's answer to a report it refused.
+type ReportRefusal struct {
+	Status int    `json:"status"` // the HTTP status
+	Detail string `json:"detail"` // the problem's detail
 }
 
 func journalPath(dir string) string { return filepath.Join(dir, "journal.jsonl") }
@@ -121,6 +131,9 @@ func (e Entry) String() string {
 			state = "unhealthy"
 		}
 		fmt.Fprintf(&b, "\n    check %s: %s (%s)", c.Resource, state, c.Detail)
+	}
+	if rr := e.ReportRefused; rr != nil {
+		fmt.Fprintf(&b, "\n    report refused by the controller (%d): %s; not sent again", rr.Status, rr.Detail)
 	}
 	return b.String()
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -125,9 +124,11 @@ func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) 
 		return pidRecord{}, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(s.root.host(r.Command[0]), r.Command[1:]...)
-	cmd.Dir = s.root.dir
-	cmd.Env = serviceEnv(s.root.dir, r.Env)
+	hc, err := s.root.command(r.Command, r.Env)
+	if err != nil {
+		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
+	}
+	cmd := hc.cmd(context.Background())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
 
 	"mesh/models"
@@ -28,30 +27,32 @@ func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "
 
 func unitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
 
-// Unit renders a service resource as a systemd unit.
-func Unit(r models.Resource, digest, rootDir string, hostPath func(string) string) string {
+// Unit renders a service resource as a systemd unit. Its command, working
+// directory and environment come from the rule the host's own supervisor
+// and the checks use (machineRoot.command), so a service runs the same
+// under either.
+func Unit(r models.Resource, digest, rootDir string) (string, error) {
+	hc, err := commandUnder(rootDir, r.Command, r.Env)
+	if err != nil {
+		return "", err
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by mesh-host; changes are overwritten.\n# digest %s\n", digest)
 	fmt.Fprintf(&b, "[Unit]\nDescription=mesh %s (module %s, build %d)\nAfter=network.target\n\n", r.ID, r.Module, r.Build)
 	b.WriteString("[Service]\nType=simple\n")
-	args := []string{hostPath(r.Command[0])}
-	args = append(args, r.Command[1:]...)
+	args := append([]string{hc.Path}, hc.Args...)
 	q := make([]string, len(args))
 	for i, a := range args {
 		q[i] = systemdQuote(a)
 	}
 	fmt.Fprintf(&b, "ExecStart=%s\n", strings.Join(q, " "))
-	fmt.Fprintf(&b, "Environment=%s\n", systemdQuote("MESH_ROOT="+rootDir))
-	keys := make([]string, 0, len(r.Env))
-	for k := range r.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(k+"="+r.Env[k]))
+	// WorkingDirectory= takes a bare path (no quotes), specifiers expanded.
+	fmt.Fprintf(&b, "WorkingDirectory=%s\n", strings.ReplaceAll(hc.Dir, "%", "%%"))
+	for _, e := range hc.Env {
+		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(e))
 	}
 	b.WriteString("Restart=always\nRestartSec=2\nKillMode=control-group\nTimeoutStopSec=10\n\n[Install]\nWantedBy=multi-user.target\n")
-	return b.String()
+	return b.String(), nil
 }
 
 // systemdQuote quotes a word for ExecStart= and Environment=.
@@ -72,7 +73,10 @@ func (s *systemdServices) run(ctx context.Context, args ...string) error {
 
 // Ensure implements services.
 func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest string) (string, error) {
-	unit := Unit(r, digest, s.root.dir, s.root.host)
+	unit, err := Unit(r, digest, s.root.dir)
+	if err != nil {
+		return "", err
+	}
 	p := unitPath(r.ID)
 	old, err := s.root.root.ReadFile(rel(p))
 	if err == nil && string(old) == unit {

@@ -37,9 +37,63 @@ func (m *machineRoot) treeLive(p, digest string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// installTree unpacks the tar.gz at archive for declared path p and swaps it
-// in. It returns the number of regular files.
-func (m *machineRoot) installTree(p, digest, archive string) (int, error) {
+// UnpackLimits are the ceilings a tree's archive is unpacked under, so an
+// archive that expands far past what it claims (a gzip bomb, a million
+// empty entries) is refused before it fills the disk. Each is checked
+// against the entry headers before an entry's bytes are written: the tar
+// reader holds every entry to the size its header gives.
+type UnpackLimits struct {
+	// MaxBytes caps the total bytes of the regular files unpacked.
+	MaxBytes int64
+	// MaxEntries caps the number of entries (files, directories, links).
+	MaxEntries int
+	// MaxFileBytes caps any one regular file.
+	MaxFileBytes int64
+	// MaxRatio caps the total bytes unpacked as a multiple of the
+	// artifact's own size; the first RatioFloor bytes are always allowed,
+	// so a tiny archive of text is not refused for compressing well.
+	MaxRatio int64
+}
+
+// RatioFloor is what an archive may always unpack, whatever its ratio.
+const RatioFloor = 1 << 20
+
+// DefaultUnpackLimits are the ceilings `mesh-host run` uses unless told.
+func DefaultUnpackLimits() UnpackLimits {
+	return UnpackLimits{MaxBytes: 4 << 30, MaxEntries: 200_000, MaxFileBytes: 1 << 30, MaxRatio: 100}
+}
+
+func (l *UnpackLimits) defaults() {
+	d := DefaultUnpackLimits()
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = d.MaxEntries
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = d.MaxFileBytes
+	}
+	if l.MaxRatio <= 0 {
+		l.MaxRatio = d.MaxRatio
+	}
+}
+
+// budget is what an archive of size bytes may unpack in total: the
+// smaller of MaxBytes and MaxRatio times its size (at least RatioFloor).
+func (l UnpackLimits) budget(size int64) (int64, string) {
+	// size*MaxRatio cannot overflow below MaxBytes/MaxRatio.
+	if size < l.MaxBytes/l.MaxRatio {
+		if b := max(size*l.MaxRatio, RatioFloor); b < l.MaxBytes {
+			return b, fmt.Sprintf("%d times the artifact's %d bytes", l.MaxRatio, size)
+		}
+	}
+	return l.MaxBytes, fmt.Sprintf("the ceiling of %d bytes", l.MaxBytes)
+}
+
+// installTree unpacks the tar.gz at archive for declared path p, under
+// limits, and swaps it in. It returns the number of regular files.
+func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits) (int, error) {
 	r := rel(p)
 	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
@@ -57,7 +111,7 @@ func (m *machineRoot) installTree(p, digest, archive string) (int, error) {
 		if err := m.root.Mkdir(tmp, 0o755); err != nil {
 			return 0, err
 		}
-		n, err := m.unpack(tmp, archive)
+		n, err := m.unpack(tmp, archive, limits)
 		if err != nil {
 			_ = m.root.RemoveAll(tmp)
 			return 0, err
@@ -136,13 +190,21 @@ func (m *machineRoot) countFiles(dir string) int {
 // entry that would escape it: "..", an absolute name, a symlink or hardlink
 // whose target leaves the tree, a device file. Symlinks that stay inside
 // are kept: real runtimes ship them. Every write goes through a Root
-// opened at dir, so even a symlink made earlier cannot lead out.
-func (m *machineRoot) unpack(dir, archive string) (int, error) {
+// opened at dir, so even a symlink made earlier cannot lead out. An archive
+// past one of limits is refused at the first entry header that crosses it,
+// before that entry's bytes are written.
+func (m *machineRoot) unpack(dir, archive string, limits UnpackLimits) (int, error) {
+	limits.defaults()
 	f, err := os.Open(archive)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	budget, budgetWhy := limits.budget(fi.Size())
 	gz, err := gzip.NewReader(f)
 	if err != nil {
 		return 0, escapeErr("not a tar.gz: %v", err)
@@ -153,7 +215,8 @@ func (m *machineRoot) unpack(dir, archive string) (int, error) {
 	}
 	defer root.Close()
 	tr := tar.NewReader(gz)
-	files := 0
+	files, entries := 0, 0
+	var total int64
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -161,6 +224,17 @@ func (m *machineRoot) unpack(dir, archive string) (int, error) {
 		}
 		if err != nil {
 			return files, escapeErr("reading archive: %v", err)
+		}
+		if entries++; entries > limits.MaxEntries {
+			return files, tooLargeErr("more than %d entries", limits.MaxEntries)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if h.Size > limits.MaxFileBytes {
+				return files, tooLargeErr("%s is %d bytes, over the per-file ceiling of %d", h.Name, h.Size, limits.MaxFileBytes)
+			}
+			if total += h.Size; total > budget {
+				return files, tooLargeErr("unpacks to more than %d bytes (%s) at %s", budget, budgetWhy, h.Name)
+			}
 		}
 		name, err := entryName(h.Name)
 		if err != nil {
@@ -184,6 +258,8 @@ func (m *machineRoot) unpack(dir, archive string) (int, error) {
 			if err != nil {
 				return files, fmt.Errorf("%s: %w", h.Name, err)
 			}
+			// The tar reader yields exactly h.Size bytes (or fails), so the
+			// header checks above bound what this writes.
 			_, err = io.Copy(out, tr)
 			if cerr := out.Close(); err == nil {
 				err = cerr
@@ -240,3 +316,9 @@ func entryName(n string) (string, error) {
 
 // escapeErr is an archive the host refuses (not a failure to retry).
 func escapeErr(format string, a ...any) error { return refuse("escape: "+format, a...) }
+
+// tooLargeErr is an archive past an unpack ceiling: refused like an escape
+// (the same bytes would be refused again, so retrying cannot help).
+func tooLargeErr(format string, a ...any) error {
+	return refuse("too large: archive "+format, a...)
+}

@@ -113,8 +113,19 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 // bytes may have been the transport's doing); a release that was rolled
 // back is never fetched again.
 func (a *Agent) refuseRelease(ctx context.Context, h *models.HostRelease, gen int64, why string) error {
-	a.refused(ctx, "", gen, h.Digest, fmt.Sprintf("host release %s refused: %s", h.Version, why), false)
+	a.refused(ctx, a.sendOf(gen), gen, h.Digest, fmt.Sprintf("host release %s refused: %s", h.Version, why), false)
 	return nil
+}
+
+// sendOf names the send of generation gen for a report the host starts
+// itself (a refused release, a rollback): the last applied send when gen is
+// the generation last applied, so the controller can tie the report to the
+// send whose declaration led to it; else none.
+func (a *Agent) sendOf(gen int64) string {
+	if gen > 0 && gen == a.state.Applied {
+		return a.state.AppliedSend
+	}
+	return ""
 }
 
 // trial runs on a host the launcher started on trial: once it has polled
@@ -125,7 +136,7 @@ func (a *Agent) trial(ctx context.Context) {
 		return
 	}
 	now := time.Now().UTC()
-	r := models.Report{Send: a.state.AppliedSend, Generation: a.state.Applied, Digest: a.state.AppliedDigest,
+	r := models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
 		Outcome: models.OutcomeUpgraded, Reason: fmt.Sprintf("upgraded from %s to %s", os.Getenv(EnvTrialFrom), version.Version),
 		HostVersion: version.Version, FinishedAt: &now, Running: a.state.Running()}
 	b, _ := json.Marshal(r)
@@ -151,7 +162,7 @@ func (a *Agent) reportRollback(ctx context.Context) {
 		a.state.RefusedReleases = append(a.state.RefusedReleases, rb.Digest)
 		a.saveState()
 	}
-	a.record(ctx, models.Report{Generation: a.state.Applied, Digest: a.state.AppliedDigest, Outcome: models.OutcomeRolledBack,
+	a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest, Outcome: models.OutcomeRolledBack,
 		Reason: fmt.Sprintf("rolled back from %s to %s: %s", rb.From, rb.To, rb.Reason)}, nil, nil)
 	_ = os.Remove(rollbackPath(a.cfg.StateDir))
 }

@@ -90,6 +90,9 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 			if len(r.Command) == 0 || !strings.HasPrefix(r.Command[0], "/") {
 				return refuse("bad field: service %s needs an absolute command", r.ID)
 			}
+			if r.Check != nil && len(r.Check.Exec) > 0 && !strings.HasPrefix(r.Check.Exec[0], "/") {
+				return refuse("bad field: service %s's exec check needs an absolute command, like the service's own (both are mapped under --root by one rule)", r.ID)
+			}
 		default:
 			return refuse("bad field: resource %s has unknown kind %q", r.ID, r.Kind)
 		}
@@ -101,6 +104,11 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 		if r.Kind == "service" {
 			if err := allowedPath(r.Command[0], allowRoots); err != nil {
 				return refuse("escape: %s: %v", r.ID, err)
+			}
+			if r.Check != nil && len(r.Check.Exec) > 0 {
+				if err := allowedPath(r.Check.Exec[0], allowRoots); err != nil {
+					return refuse("escape: %s's exec check: %v", r.ID, err)
+				}
 			}
 		}
 		if r.OnRemove != "" && r.OnRemove != "delete" && r.OnRemove != "forget" {

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +45,26 @@ type multi []string
 
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// byteSize is a flag of bytes: a number, or one with KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Set(v string) error {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			v, mult = n, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64/mult {
+		return fmt.Errorf("%q is not a positive size (bytes, or with KiB, MiB, GiB)", v)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
 
 func run(args []string, stdout, stderr io.Writer) error {
 	for _, a := range args {
@@ -104,6 +126,11 @@ func agentFlags(fs *flag.FlagSet, cfg *agent.Config) *string {
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "applies of one generation before it is rejected")
 	fs.DurationVar(&cfg.RetryBase, "retry", time.Second, "first wait between failed applies (doubles)")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping a service")
+	cfg.Unpack = agent.DefaultUnpackLimits()
+	fs.Var((*byteSize)(&cfg.Unpack.MaxBytes), "unpack-max-bytes", "a tree's archive unpacks to at most this many bytes (KiB, MiB, GiB)")
+	fs.Var((*byteSize)(&cfg.Unpack.MaxFileBytes), "unpack-max-file", "at most this many bytes in any one file of a tree's archive (KiB, MiB, GiB)")
+	fs.IntVar(&cfg.Unpack.MaxEntries, "unpack-max-entries", cfg.Unpack.MaxEntries, "at most this many entries in a tree's archive")
+	fs.Int64Var(&cfg.Unpack.MaxRatio, "unpack-max-ratio", cfg.Unpack.MaxRatio, "a tree's archive unpacks to at most this many times its own size (1 MiB is always allowed)")
 	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
 }
 

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"mesh/models"
+)
+
+// reportServer stands in for the controller's report endpoint: it answers
+// each report with the status its reason names ("status 422"), 201 when it
+// names none, and keeps what it was sent.
+type reportServer struct {
+	*httptest.Server
+	mu   sync.Mutex
+	got  []models.Report
+	once map[string]int // reason → statuses to answer, then 201
+}
+
+func newReportServer(t *testing.T) *reportServer {
+	t.Helper()
+	s := &reportServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var rep models.Report
+		if r.URL.Path != "/api/v1/host/reports" || json.Unmarshal(b, &rep) != nil {
+			http.Error(w, "not a report", http.StatusTeapot)
+			return
+		}
+		s.mu.Lock()
+		s.got = append(s.got, rep)
+		s.mu.Unlock()
+		var status int
+		if _, err := fmt.Sscanf(rep.Reason, "status %d", &status); err != nil || status == 0 {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"type": "about:blank", "title": "no", "status": %d, "detail": "the controller says no to %s"}`, status, rep.Reason)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *reportServer) sent() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.got {
+		out = append(out, r.Reason)
+	}
+	return out
+}
+
+// agentReportingTo is a test agent whose client and outbox talk to srv.
+func agentReportingTo(t *testing.T, srv *reportServer) *Agent {
+	t.Helper()
+	a := testAgent(t)
+	a.client = newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
+	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+	return a
+}
+
+// queue puts reports in a's outbox in this order.
+func queue(t *testing.T, a *Agent, rs ...models.Report) {
+	t.Helper()
+	if err := os.MkdirAll(a.outbox.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		b, _ := json.Marshal(r)
+		if err := os.WriteFile(filepath.Join(a.outbox.dir, fmt.Sprintf("%020d.json", i+1)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func queued(t *testing.T, a *Agent) int {
+	t.Helper()
+	ents, _ := os.ReadDir(a.outbox.dir)
+	return len(ents)
+}
+
+// TestOutbox_RefusedReportJournaledNotRetried: a report the controller
+// refuses with a 4xx (not 401, 408, 429) leaves the outbox for the journal
+// with the status and the problem's detail, is never sent again, and the
+// reports after it go on.
+func TestOutbox_RefusedReportJournaledNotRetried(t *testing.T) {
+	for _, status := range []int{400, 403, 404, 409, 422} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			srv := newReportServer(t)
+			a := agentReportingTo(t, srv)
+			queue(t, a,
+				models.Report{Send: "s4", Generation: 5, Outcome: models.OutcomeApplied, Reason: fmt.Sprintf("status %d", status), Actions: []models.Action{{Resource: "m.f", Action: "created"}}},
+				models.Report{Send: "s6", Generation: 6, Outcome: models.OutcomeApplied, Reason: "after it"})
+			if err := a.outbox.flush(context.Background(), a.client); err != nil {
+				t.Fatalf("flush: %v", err)
+			}
+			if got := srv.sent(); strings.Join(got, "|") != fmt.Sprintf("status %d|after it", status) {
+				t.Fatalf("sent %q", got)
+			}
+			if n := queued(t, a); n != 0 {
+				t.Fatalf("%d report(s) left in the outbox", n)
+			}
+			j, err := ReadJournal(a.cfg.StateDir)
+			if err != nil || len(j) != 1 {
+				t.Fatalf("journal %+v %v", j, err)
+			}
+			e := j[0]
+			want := fmt.Sprintf("the controller says no to status %d", status)
+			if e.ReportRefused == nil || e.ReportRefused.Status != status || e.ReportRefused.Detail != want ||
+				e.Send != "s4" || e.Generation != 5 || e.Outcome != models.OutcomeApplied || len(e.Actions) != 1 {
+				t.Fatalf("journal entry %+v (refusal %+v)", e, e.ReportRefused)
+			}
+			if s := e.String(); !strings.Contains(s, fmt.Sprintf("report refused by the controller (%d): %s", status, want)) {
+				t.Fatalf("journal words: %s", s)
+			}
+			// Never sent again.
+			if err := a.outbox.flush(context.Background(), a.client); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(srv.sent()); n != 2 {
+				t.Fatalf("%d reports sent after a second flush", n)
+			}
+		})
+	}
+}
+
+// TestOutbox_RetriedStatusesStayQueued: a network error, a 5xx, 401, 408
+// and 429 leave the report queued (and the ones after it behind it), and
+// nothing is journaled: it is sent again at the next flush.
+func TestOutbox_RetriedStatusesStayQueued(t *testing.T) {
+	for _, status := range []int{401, 408, 429, 500, 503} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			srv := newReportServer(t)
+			a := agentReportingTo(t, srv)
+			queue(t, a, models.Report{Generation: 5, Outcome: models.OutcomeApplied, Reason: fmt.Sprintf("status %d", status)},
+				models.Report{Generation: 5, Outcome: models.OutcomeApplied, Reason: "after it"})
+			if err := a.outbox.flush(context.Background(), a.client); err == nil {
+				t.Fatal("flush said all was sent")
+			}
+			if got := srv.sent(); len(got) != 1 {
+				t.Fatalf("sent %q: the report after a retried one went ahead of it", got)
+			}
+			if n := queued(t, a); n != 2 {
+				t.Fatalf("%d report(s) queued, want 2", n)
+			}
+			if j, _ := ReadJournal(a.cfg.StateDir); len(j) != 0 {
+				t.Fatalf("journaled %+v", j)
+			}
+		})
+	}
+	t.Run("network", func(t *testing.T) {
+		a := testAgent(t) // its controller, 127.0.0.1:1, is not there
+		a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+		if _, err := a.outbox.put(models.Report{Generation: 5, Outcome: models.OutcomeApplied}); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.outbox.flush(context.Background(), a.client); err == nil || queued(t, a) != 1 {
+			t.Fatalf("flush %v, %d queued", err, queued(t, a))
+		}
+	})
+}
+
+// TestHostStartedReports_NameTheLastAppliedSend: reports the host starts
+// itself — a refused host release, a rollback the launcher recorded —
+// name the send it last applied, with its generation.
+func TestHostStartedReports_NameTheLastAppliedSend(t *testing.T) {
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend, a.state.Finished = 7, "sha256:d7", "send-7", 7
+	a.id = &Identity{}
+
+	// A release for another platform is refused.
+	other := "plan9"
+	if runtime.GOOS == other {
+		other = "linux"
+	}
+	if err := a.maybeUpgrade(context.Background(), &models.HostRelease{Version: "9.9.9", OS: other, Arch: runtime.GOARCH, Digest: "sha256:r"}, 7); err != nil {
+		t.Fatal(err)
+	}
+	// The launcher put known-good back.
+	if err := writeJSONAtomic(rollbackPath(a.cfg.StateDir), rollback{From: "9.9.9", To: "1.0.0", Digest: "sha256:r", Reason: "exited early"}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.reportRollback(context.Background())
+
+	srv.mu.Lock()
+	got := append([]models.Report(nil), srv.got...)
+	srv.mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("reports %+v", got)
+	}
+	for i, want := range []string{models.OutcomeRefused, models.OutcomeRolledBack} {
+		if r := got[i]; r.Outcome != want || r.Send != "send-7" || r.Generation != 7 {
+			t.Errorf("%s report names send %q, generation %d; want send-7, 7", want, r.Send, r.Generation)
+		}
+	}
+	j, _ := ReadJournal(a.cfg.StateDir)
+	for _, e := range j {
+		if e.Send != "send-7" {
+			t.Errorf("journal entry %s names send %q", e.Outcome, e.Send)
+		}
+	}
+
+	// Before anything was applied there is no send to name.
+	b := agentReportingTo(t, srv)
+	b.id = &Identity{}
+	if b.sendOf(0) != "" || a.sendOf(6) != "" {
+		t.Fatal("a send named for a generation that is not the last applied")
+	}
+}
