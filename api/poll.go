@@ -145,17 +145,11 @@ func (s *Server) postReport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var r models.Report
-	if err := decodeLenient(body, &r); err != nil {
+	r, err := models.DecodeReport(body)
+	if err != nil {
 		return err
 	}
-	if !models.ValidOutcome(r.Outcome) {
-		return models.Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back")
-	}
-	if r.Generation < 0 {
-		return models.Invalid("generation", "must not be negative")
-	}
-	row, err := s.Store.InsertReport(c.Request().Context(), p.hostID, &r, body)
+	row, err := s.Store.InsertReport(c.Request().Context(), p.hostID, r, body)
 	if err != nil {
 		return err
 	}

@@ -276,14 +276,6 @@ func decodeStrict(c echo.Context, v any) error {
 	return nil
 }
 
-// decodeLenient decodes one JSON value, keeping quiet about unknown fields.
-func decodeLenient(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return models.Invalid("body", jsonErr(err))
-	}
-	return nil
-}
-
 func jsonErr(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError

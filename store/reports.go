@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 
 	"mesh/models"
+
+	"gorm.io/gorm"
 )
 
 // InsertReport stores a host's report as a row of its own and updates the
@@ -17,17 +19,19 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 		if err := tx.Where("id = ?", machineID).First(&m).Error; err != nil {
 			return err
 		}
+		tied := false
 		if r.Send != "" {
 			var snd models.Send
 			if err := tx.Where("id = ?", r.Send).First(&snd).Error; err != nil {
-				return models.Invalid("send", "no send "+r.Send)
+				if errors.Is(err, gorm.ErrRecordNotFound) {
+					return models.Invalid("send", "no send "+r.Send)
+				}
+				return err
 			}
-			if snd.MachineID != machineID {
-				return fmt.Errorf("%w: send %s was not to this machine", models.ErrForbidden, r.Send)
+			if err := models.CheckReportSend(machineID, r, &snd); err != nil {
+				return err
 			}
-			if snd.Generation != r.Generation {
-				return models.Invalid("generation", fmt.Sprintf("send %s carried generation %d, not %d", r.Send, snd.Generation, r.Generation))
-			}
+			tied = true
 		}
 		now := s.Now()
 		row = models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
@@ -36,31 +40,15 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		up := map[string]any{"last_report_at": now}
-		// The summary speaks of the latest generation only: a refusal of a
-		// stale replay is kept as a report row, but the machine is still
-		// what its latest generation made it.
-		if r.Generation >= m.FinishedGen && r.Generation > 0 {
-			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
-		}
-		if r.HostVersion != "" {
-			up["host_version"] = r.HostVersion
-		}
-		if models.FinalOutcome(r.Outcome) && r.Generation >= m.FinishedGen {
-			up["finished_generation"] = r.Generation
-		}
-		if r.Outcome == models.OutcomeApplied && r.Generation >= m.AppliedGeneration {
-			healthy := true
-			for _, c := range r.Checks {
-				healthy = healthy && c.OK
-			}
-			up["last_checks_ok"] = healthy
-			up["applied_generation"] = r.Generation
-			if r.Running != nil {
-				b, _ := json.Marshal(r.Running)
-				up["running"] = string(b)
+		if !tied {
+			// On the record: a report no send backs moves nothing.
+			if err := audit(tx, "host:"+m.Name, "report-without-send", "machine/"+m.Name,
+				fmt.Sprintf("%s for generation %d: kept, moves no generation", r.Outcome, r.Generation)); err != nil {
+				return err
 			}
 		}
+		up := models.ReportUpdates(&m, r, tied)
+		up["last_report_at"] = now
 		if err := tx.Model(&m).Updates(up).Error; err != nil {
 			return err
 		}

@@ -1,0 +1,87 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// CheckReportSend says whether a report may name send: the send must be
+// this machine's and carry the report's generation. A send of another
+// machine is forbidden; a wrong generation is a conflict, and changes
+// nothing.
+func CheckReportSend(machineID int64, r *Report, send *Send) error {
+	if send.MachineID != machineID {
+		return fmt.Errorf("%w: send %s was not to this machine", ErrForbidden, r.Send)
+	}
+	if send.Generation != r.Generation {
+		return fmt.Errorf("%w: send %s carried generation %d, not %d", ErrConflict, r.Send, send.Generation, r.Generation)
+	}
+	return nil
+}
+
+// ReportUpdates is what a report changes on its machine's summary, as
+// column → value. tied says the report names a send of this machine and
+// its generation (CheckReportSend passed).
+//
+// Only a report tied to a send on record moves the applied or finished
+// generation, so only such a report can make a machine current. A report
+// naming no send (a host refusing a release, or rolled back after a
+// failed trial, before it has applied anything) is kept as a row, and may
+// only make the machine look worse (rolled_back, refused), never better.
+func ReportUpdates(m *Machine, r *Report, tied bool) map[string]any {
+	up := map[string]any{}
+	if r.HostVersion != "" {
+		up["host_version"] = r.HostVersion
+	}
+	if !tied {
+		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
+			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+		}
+		return up
+	}
+	// The summary speaks of the latest generation only: a refusal of a
+	// stale replay is kept as a report row, but the machine is still what
+	// its latest generation made it.
+	if r.Generation >= m.FinishedGen && r.Generation > 0 {
+		up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+	}
+	if FinalOutcome(r.Outcome) && r.Generation >= m.FinishedGen {
+		up["finished_generation"] = r.Generation
+	}
+	if r.Outcome == OutcomeApplied && r.Generation >= m.AppliedGeneration {
+		healthy := true
+		for _, c := range r.Checks {
+			healthy = healthy && c.OK
+		}
+		up["last_checks_ok"] = healthy
+		up["applied_generation"] = r.Generation
+		if r.Running != nil {
+			b, _ := json.Marshal(r.Running)
+			up["running"] = string(b)
+		}
+	}
+	return up
+}
+
+// DecodeReport reads a host's report. It is read leniently (unknown
+// fields from a newer host are kept in the row's body), but the outcome
+// must be known and the generation given.
+func DecodeReport(body []byte) (*Report, error) {
+	var r Report
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, Invalid("body", "not a report: "+err.Error())
+	}
+	var present struct {
+		Generation *json.RawMessage `json:"generation"`
+	}
+	_ = json.Unmarshal(body, &present)
+	switch {
+	case !ValidOutcome(r.Outcome):
+		return nil, Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back")
+	case present.Generation == nil || string(*present.Generation) == "null":
+		return nil, Invalid("generation", "required: the generation the report is about (0 before any)")
+	case r.Generation < 0:
+		return nil, Invalid("generation", "must not be negative")
+	}
+	return &r, nil
+}

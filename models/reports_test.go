@@ -1,0 +1,92 @@
+package models
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestReportUpdates(t *testing.T) {
+	m := &Machine{ID: 1, Generation: 5, FinishedGen: 4, AppliedGeneration: 4}
+	for _, tc := range []struct {
+		name string
+		r    Report
+		tied bool
+		want map[string]any // keys that must be set, with values; nil value: must be absent
+	}{
+		{"AppliedTiedMovesBoth", Report{Generation: 5, Outcome: OutcomeApplied}, true,
+			map[string]any{"applied_generation": int64(5), "finished_generation": int64(5), "last_outcome": OutcomeApplied}},
+		{"AppliedUntiedMovesNothing", Report{Generation: 1000, Outcome: OutcomeApplied}, false,
+			map[string]any{"applied_generation": nil, "finished_generation": nil, "last_outcome": nil}},
+		{"RolledBackUntiedSaysSo", Report{Outcome: OutcomeRolledBack, Reason: "trial failed"}, false,
+			map[string]any{"last_outcome": OutcomeRolledBack, "finished_generation": nil}},
+		{"UpgradedUntiedSaysNothing", Report{Outcome: OutcomeUpgraded}, false,
+			map[string]any{"last_outcome": nil}},
+		{"StaleRefusalKeepsSummary", Report{Generation: 3, Outcome: OutcomeRefused}, true,
+			map[string]any{"last_outcome": nil, "finished_generation": nil}},
+		{"FailedIsNotFinished", Report{Generation: 5, Outcome: OutcomeFailed}, true,
+			map[string]any{"last_outcome": OutcomeFailed, "finished_generation": nil, "applied_generation": nil}},
+		{"UnhealthyApplyRecorded", Report{Generation: 5, Outcome: OutcomeApplied, Checks: []CheckResult{{OK: false}}}, true,
+			map[string]any{"last_checks_ok": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := ReportUpdates(m, &tc.r, tc.tied)
+			for k, want := range tc.want {
+				got, ok := up[k]
+				if want == nil {
+					if ok {
+						t.Errorf("%s set to %v", k, got)
+					}
+					continue
+				}
+				if got != want {
+					t.Errorf("%s = %v, want %v", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckReportSend(t *testing.T) {
+	send := &Send{ID: "s1", MachineID: 1, Generation: 3}
+	for _, tc := range []struct {
+		name    string
+		machine int64
+		gen     int64
+		want    error
+	}{
+		{"OK", 1, 3, nil},
+		{"AnotherMachine", 2, 3, ErrForbidden},
+		{"WrongGeneration", 1, 4, ErrConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckReportSend(tc.machine, &Report{Send: "s1", Generation: tc.gen}, send)
+			if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeReport(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, field string
+	}{
+		{"OK", `{"send":"s","generation":0,"outcome":"refused","x-new":1}`, ""},
+		{"NoGeneration", `{"send":"s","outcome":"applied"}`, "generation"},
+		{"NullGeneration", `{"generation":null,"outcome":"applied"}`, "generation"},
+		{"Negative", `{"generation":-1,"outcome":"applied"}`, "generation"},
+		{"UnknownOutcome", `{"generation":1,"outcome":"fine"}`, "outcome"},
+		{"NotJSON", `{`, "body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeReport([]byte(tc.body))
+			var inv *InvalidError
+			switch {
+			case tc.field == "" && err != nil:
+				t.Fatal(err)
+			case tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field):
+				t.Fatalf("%v, want a refusal of %s", err, tc.field)
+			}
+		})
+	}
+}
