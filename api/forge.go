@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -200,7 +201,7 @@ func (s *Server) finishBuild(c echo.Context) error {
 	}
 	form, err := c.MultipartForm()
 	if err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
 		return models.Invalid("body", "a multipart/form-data upload with artifact and manifest is expected: "+err.Error())

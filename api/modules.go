@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -140,7 +141,7 @@ func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
 	form, err := c.MultipartForm()
 	if err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
 		return models.Invalid("body", "a multipart/form-data upload with manifest, version, commit and artifact is expected: "+err.Error())

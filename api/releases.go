@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -18,7 +19,7 @@ import (
 func (s *Server) createRelease(c echo.Context) error {
 	form, err := c.MultipartForm()
 	if err != nil {
-		if _, ok := err.(*http.MaxBytesError); ok {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return err
 		}
 		return models.Invalid("body", "a multipart/form-data upload with binary, version, os and arch is expected: "+err.Error())
