@@ -158,7 +158,17 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		// A mesh-host build becomes a host release and a rollout, not a plan.
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
 			Body: map[string]any{"name": "mesh-host", "kind": "host", "repository": "gitea/webhooks"}}, 201, nil)
-		st, r, raw = post("gitea", gitea("d7", "push", body, sign(body)), body)
+		// The same commit again under a new delivery id is a replay: it
+		// builds nothing (it used to queue builds of old code as newer
+		// builds); the next commit builds both modules.
+		for _, id := range []string{"d7", "d8"} {
+			st, r, raw = post("gitea", gitea(id, "push", body, sign(body)), body)
+			if st != 200 || len(r.Builds) != 0 || !strings.Contains(r.Status, "already merged") {
+				t.Fatalf("the same commit under delivery %s: %d %s", id, st, raw)
+			}
+		}
+		next := bytes.Replace(body, []byte("bffeb74224043ba2feb48d137756c8a9331c449a"), []byte("c0ffee4224043ba2feb48d137756c8a9331c449a"), 1)
+		st, r, raw = post("gitea", gitea("d9", "push", next, sign(next)), next)
 		if st != 200 || len(r.Builds) != 2 {
 			t.Fatalf("push with a host module: %d %s", st, raw)
 		}

@@ -43,8 +43,9 @@ func (s *Store) Source(ctx context.Context, name string) (*models.Source, error)
 	return &src, nil
 }
 
-// Deliver records a delivery once (a replay is answered and recorded,
-// never acted on twice) and acts on it: a push to the default branch
+// Deliver records a delivery once (a replay — the same delivery id, or a
+// commit already merged under any id — is answered and recorded, never
+// acted on twice) and acts on it: a push to the default branch
 // records a merge and queues a build, numbered in merge order, for each
 // module of the repository whose source paths it touched.
 func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *models.Push, status string) (*models.DeliveryOutcome, error) {
@@ -63,6 +64,29 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		if push == nil {
 			out.Status = status
 			return audit(tx, "forge:"+src.Name, "webhook", "source/"+src.Name, fmt.Sprintf("%s %s: %s", event, deliveryID, status))
+		}
+		// The delivery id is an unsigned header: a captured push posted again
+		// under new ids must not build old code as a newer build. A commit
+		// already merged for this source is never queued again. The source
+		// row is locked so two such deliveries at once decide one by one.
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("id = ?", src.ID).First(&models.Source{}).Error; err != nil {
+			return err
+		}
+		var seen models.Merge
+		err := tx.Where("source_id = ? AND source_commit = ?", src.ID, push.Commit).Order("id").First(&seen).Error
+		if err == nil {
+			out.Status = fmt.Sprintf("duplicate: commit %s was already merged (merge %d); not built again", short7(push.Commit), seen.ID)
+			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
+				return err
+			}
+			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, fmt.Sprintf("%s: %s", deliveryID, out.Status))
+		}
+		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			return err
 		}
 		paths, _ := json.Marshal(push.Paths)
 		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Author: push.Author, Paths: string(paths), CreatedAt: s.Now()}
