@@ -3,7 +3,9 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -56,6 +58,10 @@ func problemOf(err error) Problem {
 		return p(http.StatusConflict, "machine-conflict", "Machine is in conflict")
 	case errors.Is(err, models.ErrConflict):
 		return p(http.StatusConflict, "conflict", "Conflict")
+	case errors.Is(err, models.ErrTooManyRequests):
+		return p(http.StatusTooManyRequests, "too-many-requests", "Too many requests")
+	case errors.Is(err, models.ErrUnavailable):
+		return p(http.StatusServiceUnavailable, "unavailable", "Store unavailable")
 	case errors.Is(err, models.ErrDraining):
 		return p(http.StatusServiceUnavailable, "draining", "Instance is draining")
 	case errors.Is(err, models.ErrStarting):
@@ -86,6 +92,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		// A route a newer build serves: say so, rather than "not found".
 		p = Problem{Type: ProblemType("behind-store"), Title: "This controller is behind its store", Status: http.StatusNotImplemented,
 			Detail: s.Behind + "; this route is not served by this build"}
+	}
+	var ra *models.RetryAfterError
+	if errors.As(err, &ra) {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ra.After.Seconds())))))
 	}
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
 	if p.Status >= 500 {

@@ -1,24 +1,54 @@
 package auth
 
 import (
+	"sync"
+	"unicode/utf8"
+
 	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/text/unicode/norm"
 
 	"mesh/models"
 )
 
+// Password length rules, counted in characters (code points after NFC
+// normalisation: "é" typed either way is one), and bcrypt's 72-byte limit.
+const (
+	MinPasswordChars = 12
+	MaxPasswordBytes = 72
+)
+
 // HashPassword hashes a password for the store, refusing short ones.
 func HashPassword(pw string) (string, error) {
-	if len(pw) < 12 {
+	pw = norm.NFC.String(pw)
+	if utf8.RuneCountInString(pw) < MinPasswordChars {
 		return "", models.Invalid("password", "at least 12 characters")
 	}
-	if len(pw) > 72 {
+	if len(pw) > MaxPasswordBytes {
 		return "", models.Invalid("password", "at most 72 bytes")
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
 	return string(h), err
 }
 
-// CheckPassword reports whether pw is the password hashed as hash.
+// CheckPassword reports whether pw is the password hashed as hash. A
+// password typed in another Unicode normal form matches too.
 func CheckPassword(hash, pw string) bool {
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(norm.NFC.String(pw))) == nil {
+		return true
+	}
 	return bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) == nil
+}
+
+// dummyHash is compared against when a user does not exist, so an unknown
+// user takes as long to refuse as a wrong password (no user enumeration
+// by timing).
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("no user has this password"), bcrypt.DefaultCost)
+	return h
+})
+
+// CheckNoUser spends the time a password check takes, and fails.
+func CheckNoUser(pw string) bool {
+	_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(pw))
+	return false
 }

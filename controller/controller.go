@@ -154,9 +154,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		return nil, err
 	}
 	sends := api.NewSendWriter(st)
-	auth := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
-	svc := &service.Service{Store: st, Signer: signer, Auth: auth, ControllerBuild: version.BuildNumber()}
-	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
+	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
+	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
+	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
 	srv.Now = st.Now
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
@@ -166,7 +166,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	srv.Register(e)
-	dash := web.NewServer(st, hub, auth, signer, inst, cfg.Log)
+	dash := web.NewServer(st, hub, authority, signer, inst, cfg.Log)
 	dash.Behind = srv.Behind
 	dash.Service = svc
 	dash.Register(e)

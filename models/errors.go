@@ -3,7 +3,10 @@
 // It imports no sibling package.
 package models
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Sentinel errors. Every layer wraps these with %w; api maps them to
 // problem+json in one place.
@@ -21,7 +24,20 @@ var (
 	ErrMachineConflict    = errors.New("machine is in conflict")
 	ErrDraining           = errors.New("instance is draining")
 	ErrStarting           = errors.New("instance is starting: not yet listening or loaded")
+	ErrTooManyRequests    = errors.New("too many requests")
+	ErrUnavailable        = errors.New("the store cannot be reached")
 )
+
+// RetryAfterError is a refusal that says when to try again (429, 503).
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+
+// Unwrap makes errors.Is see the refusal's sentinel.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
 
 // InvalidError names the field that is wrong and why; it is ErrInvalid.
 type InvalidError struct {

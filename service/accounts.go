@@ -14,13 +14,27 @@ import (
 // failure is audited with the address it came from; both ways in (the API
 // and the dashboard) answer through here.
 func (s *Service) Login(ctx context.Context, user, password, addr string) (string, time.Time, error) {
+	if wait := s.Throttle.Wait(user, addr); wait > 0 {
+		_ = s.Store.Audit(ctx, "anonymous", "login-throttled", "user/"+user, addr)
+		return "", time.Time{}, &models.RetryAfterError{After: wait,
+			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
+	}
 	u, err := s.Store.User(ctx, user)
 	if err != nil && !errors.Is(err, models.ErrNotFound) {
-		return "", time.Time{}, err
+		// Not "wrong password": the store could not say.
+		return "", time.Time{}, &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %v", models.ErrUnavailable, err)}
 	}
-	if err != nil || !auth.CheckPassword(u.PasswordHash, password) {
+	ok := false
+	if u != nil {
+		ok = auth.CheckPassword(u.PasswordHash, password)
+	} else {
+		auth.CheckNoUser(password) // an unknown user costs what a known one does
+	}
+	if !ok {
+		s.Throttle.Failed(user, addr)
 		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, addr)
 		return "", time.Time{}, fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
 	}
+	s.Throttle.Succeeded(user, addr)
 	return s.Auth.IssuePerson(u.Name, u.Role)
 }

@@ -25,6 +25,8 @@ type Service struct {
 	Store  *store.Store
 	Signer Signer
 	Auth   *auth.Authority
+	// Throttle slows password guessing (auth.NewThrottle).
+	Throttle *auth.Throttle
 	// ControllerBuild is this instance's build: a mesh-controller plan is
 	// refused below what any controller runs.
 	ControllerBuild int64

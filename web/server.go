@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,8 +222,17 @@ func (s *Server) loginPage(c echo.Context) error {
 func (s *Server) login(c echo.Context) error {
 	user, pw := c.FormValue("username"), c.FormValue("password")
 	tok, exp, err := s.Service.Login(c.Request().Context(), user, pw, c.RealIP())
-	if errors.Is(err, models.ErrUnauthorized) {
+	var ra *models.RetryAfterError
+	switch {
+	case errors.Is(err, models.ErrUnauthorized):
 		return s.render(c, http.StatusUnauthorized, LoginPage(s.page(c, "Log in"), user, "Wrong user name or password."))
+	case errors.As(err, &ra):
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, models.ErrTooManyRequests) {
+			status = http.StatusTooManyRequests
+		}
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(ra.After.Seconds()))))
+		return s.render(c, status, LoginPage(s.page(c, "Log in"), user, problemText(err)))
 	}
 	if err != nil {
 		return err

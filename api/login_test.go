@@ -1,0 +1,45 @@
+package api_test
+
+import (
+	"strconv"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestLogin_GuessingIsThrottled: 40 wrong passwords then the right one
+// used to answer 200 (about 13 guesses a second, unlimited). Now the
+// guesser gets 429 with Retry-After, on the record, and a person from
+// another address still logs in.
+func TestLogin_GuessingIsThrottled(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.AddUser("carol", "operator")
+	login := func(pw, from string) (int, string) {
+		resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",
+			Body: map[string]string{"username": "carol", "password": pw}, Header: map[string]string{"X-Real-Ip": from}})
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	throttled := 0
+	for range 40 {
+		if st, _ := login("a-wrong-password", "127.0.0.1"); st == 429 {
+			throttled++
+		}
+	}
+	if throttled == 0 {
+		t.Fatal("40 wrong passwords in a row were never throttled")
+	}
+	st, retry := login("password-of-carol", "127.0.0.1")
+	if n, _ := strconv.Atoi(retry); st != 429 || n < 1 || n > 30 {
+		t.Fatalf("the right password after 40 guesses: %d, Retry-After %q; want 429 within 30 s", st, retry)
+	}
+	var audit struct{ Items []struct{ Action string } }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
+	seen := false
+	for _, a := range audit.Items {
+		seen = seen || a.Action == "login-throttled"
+	}
+	if !seen {
+		t.Fatal("throttled logins are not on the record")
+	}
+}

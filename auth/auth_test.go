@@ -1,0 +1,108 @@
+package auth
+
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+func TestHashPassword_CountsCharacters(t *testing.T) {
+	for _, tc := range []struct {
+		name, pw string
+		ok       bool
+	}{
+		{"SixAccentsAreSixCharacters", "éééééé", false}, // 12 bytes, 6 characters
+		{"DecomposedAccentsNormalised", "e\u0301e\u0301e\u0301e\u0301e\u0301e\u0301", false},
+		{"TwelveCharacters", "twelve-chars", true},
+		{"TwelveAccents", "éééééééééééé", true},
+		{"OverBcryptLimit", string(make([]byte, 73)), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := HashPassword(tc.pw); (err == nil) != tc.ok {
+				t.Fatalf("HashPassword(%q): %v", tc.pw, err)
+			}
+		})
+	}
+	t.Run("EitherNormalFormMatches", func(t *testing.T) {
+		h, err := HashPassword("café-café-café")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !CheckPassword(h, "cafe\u0301-cafe\u0301-cafe\u0301") {
+			t.Fatal("the same password typed decomposed does not match")
+		}
+	})
+}
+
+// TestCheckNoUser_CostsWhatAPasswordDoes: an unknown user is checked
+// against a dummy hash of the same cost as a real one, so it cannot be
+// told from a known one by time (the figures are in the benchmark).
+func TestCheckNoUser_CostsWhatAPasswordDoes(t *testing.T) {
+	if CheckNoUser("anything") {
+		t.Fatal("no user matched")
+	}
+	if c, err := bcrypt.Cost(dummyHash()); err != nil || c != bcrypt.DefaultCost {
+		t.Fatalf("dummy hash cost %d (%v), want %d", c, err, bcrypt.DefaultCost)
+	}
+}
+
+func BenchmarkLogin_UnknownVsKnownUser(b *testing.B) {
+	h, _ := HashPassword("the-right-password")
+	b.Run("Known", func(b *testing.B) {
+		for range b.N {
+			CheckPassword(h, "a-wrong-password")
+		}
+	})
+	b.Run("Unknown", func(b *testing.B) {
+		for range b.N {
+			CheckNoUser("a-wrong-password")
+		}
+	})
+}
+
+func TestThrottle(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	th := NewThrottle()
+	th.Now = func() time.Time { return now }
+	t.Run("FreeFailuresThenWaits", func(t *testing.T) {
+		for range 3 {
+			if w := th.Wait("admin", "1.2.3.4"); w != 0 {
+				t.Fatalf("waits %v before any failure limit", w)
+			}
+			th.Failed("admin", "1.2.3.4")
+		}
+		th.Failed("admin", "1.2.3.4")
+		if w := th.Wait("admin", "1.2.3.4"); w != time.Second {
+			t.Fatalf("after 4 failures: wait %v, want 1s", w)
+		}
+	})
+	t.Run("WaitIsCapped", func(t *testing.T) {
+		for range 100 {
+			th.Failed("admin", "1.2.3.4")
+		}
+		if w := th.Wait("admin", "1.2.3.4"); w > 30*time.Second {
+			t.Fatalf("wait %v: an attacker could lock the admin out", w)
+		}
+	})
+	t.Run("OtherAddressUnaffected", func(t *testing.T) {
+		if w := th.Wait("admin", "5.6.7.8"); w != 0 {
+			t.Fatalf("the admin from elsewhere waits %v", w)
+		}
+	})
+	t.Run("AddressLimitedAcrossUsers", func(t *testing.T) {
+		for i := range 25 {
+			th.Failed(string(rune('a'+i)), "9.9.9.9")
+		}
+		if w := th.Wait("someone-new", "9.9.9.9"); w == 0 {
+			t.Fatal("an address spraying user names is not slowed")
+		}
+	})
+	t.Run("SuccessForgets", func(t *testing.T) {
+		th.Succeeded("admin", "1.2.3.4")
+		now = now.Add(time.Minute)
+		if w := th.Wait("admin", "1.2.3.4"); w != 0 {
+			t.Fatalf("after a success: wait %v", w)
+		}
+	})
+}

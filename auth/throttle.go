@@ -1,0 +1,103 @@
+package auth
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Throttle slows password guessing: failed logins are limited per client
+// address, and per (user, address) each failure after the first few
+// doubles a wait, capped so that an attacker guessing at the admin from
+// one address can never lock the admin out for long (or at all from
+// another address). It lives in memory: each replica limits what it sees.
+type Throttle struct {
+	// PerAddress is how often an address may fail once its burst is spent.
+	PerAddress rate.Limit
+	Burst      int
+	// FreeFailures per (user, address) before waits start; MaxWait caps them.
+	FreeFailures int
+	MaxWait      time.Duration
+	Now          func() time.Time
+
+	mu     sync.Mutex
+	byAddr map[string]*rate.Limiter
+	byUser map[userAddr]*failures
+}
+
+type userAddr struct{ user, addr string }
+
+type failures struct {
+	n     int
+	until time.Time
+}
+
+// maxTracked bounds the throttle's memory; past it, it starts over (an
+// attacker spraying addresses gains a fresh budget, never a lockout).
+const maxTracked = 100_000
+
+// NewThrottle is a throttle with the defaults: an address may fail 20
+// times at once, then once every 3 s; a user from one address gets 3 free
+// failures, then waits of 1, 2, 4 … s up to 30 s.
+func NewThrottle() *Throttle {
+	return &Throttle{PerAddress: rate.Every(3 * time.Second), Burst: 20, FreeFailures: 3, MaxWait: 30 * time.Second, Now: time.Now}
+}
+
+// Wait says how long user at addr must wait before trying again (0: may
+// try now).
+func (t *Throttle) Wait(user, addr string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.Now()
+	var wait time.Duration
+	if f := t.byUser[userAddr{user, addr}]; f != nil && f.until.After(now) {
+		wait = f.until.Sub(now)
+	}
+	if l := t.byAddr[addr]; l != nil {
+		if d := l.TokensAt(now); d < 1 {
+			wait = max(wait, time.Duration((1-d)/float64(t.PerAddress)*float64(time.Second)))
+		}
+	}
+	return wait
+}
+
+// Failed records a failed login.
+func (t *Throttle) Failed(user, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.Now()
+	if t.byAddr == nil || len(t.byAddr) >= maxTracked {
+		t.byAddr = map[string]*rate.Limiter{}
+	}
+	if t.byUser == nil || len(t.byUser) >= maxTracked {
+		t.byUser = map[userAddr]*failures{}
+	}
+	l := t.byAddr[addr]
+	if l == nil {
+		l = rate.NewLimiter(t.PerAddress, t.Burst)
+		t.byAddr[addr] = l
+	}
+	l.AllowN(now, 1)
+	k := userAddr{user, addr}
+	f := t.byUser[k]
+	if f == nil {
+		f = &failures{}
+		t.byUser[k] = f
+	}
+	f.n++
+	if over := f.n - t.FreeFailures; over > 0 {
+		wait := t.MaxWait
+		if over < 16 {
+			wait = min(time.Second<<(over-1), t.MaxWait)
+		}
+		f.until = now.Add(wait)
+	}
+}
+
+// Succeeded forgets a user's failures from addr.
+func (t *Throttle) Succeeded(user, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.byUser, userAddr{user, addr})
+}
