@@ -54,8 +54,30 @@ func (s *Server) park(w http.ResponseWriter, ps *pollSession) error {
 	}
 	pp := &parkedPoll{pollSession: ps, conn: conn}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
-	s.Hub.Park(pp)
+	ps.parked.Store(pp)
+	s.repark(pp)
 	return nil
+}
+
+// repark leaves a parked poll with its machine and watches its connection;
+// a poll superseded meanwhile is answered at once.
+func (s *Server) repark(pp *parkedPoll) {
+	s.Hub.Park(pp)
+	s.watch.arm(pp)
+	if pp.isSuperseded() {
+		s.Hub.Unpark(pp)
+		s.dispatch([]hub.Parked{pp})
+	}
+}
+
+// peerGone ends a parked poll whose host closed its end: no send, no
+// bytes, its descriptor released now.
+func (s *Server) peerGone(pp *parkedPoll) {
+	if !pp.state.CompareAndSwap(parkedWaiting, parkedDone) {
+		return // a worker has it; it checks the peer itself
+	}
+	s.Hub.Unpark(pp)
+	s.finishParked(pp, nil)
 }
 
 // expire answers a parked poll whose wait passed with 304.
@@ -122,7 +144,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), st.comp.Envelope))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
-		s.Hub.Park(pp)
+		s.repark(pp)
 		// The timer may have fired while this worker held the poll.
 		if !time.Now().Before(pp.deadline) {
 			s.expire(pp)
@@ -134,6 +156,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
+	s.watch.forget(pp)
 	if resp != nil {
 		// A few hundred bytes to a socket with nothing else queued: the
 		// kernel takes them at once; a host that stopped reading gets cut
@@ -149,7 +172,7 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	default:
 		_ = pp.conn.Close()
 	}
-	s.Hub.PollEnded(pp.machine)
+	s.Hub.PollEnded(pp.machine, pp.pollSession)
 }
 
 // peerOpen reports whether the host still holds its end: a parked

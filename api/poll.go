@@ -76,23 +76,26 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
+	if wait > 0 {
+		wait += rand.N(wait/16 + 1)
+	}
+	ps := newPollSession(s, p.hostID, p.Machine, known, time.Now().Add(wait))
 	hv, schema := c.Request().Header.Get(HeaderHostVersion), c.Request().Header.Get(HeaderSchema)
-	if s.Hub.PollStarted(p.hostID, hv, schema) {
-		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
-			return err
-		}
+	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps)
+	if replaced != nil {
+		replaced.Supersede()
 	}
 	parked := false
 	defer func() {
 		if !parked {
-			s.Hub.PollEnded(p.hostID)
+			s.Hub.PollEnded(p.hostID, ps)
 		}
 	}()
-
-	if wait > 0 {
-		wait += rand.N(wait/16 + 1)
+	if changed {
+		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
+			return err
+		}
 	}
-	ps := &pollSession{srv: s, machine: p.hostID, name: p.Machine, known: known, deadline: time.Now().Add(wait)}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -132,6 +135,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		case <-timer.C:
 			return c.NoContent(http.StatusNotModified)
 		case <-st.changed:
+		case <-ps.superseded:
 		case <-s.drainCh:
 		}
 	}

@@ -52,6 +52,7 @@ type Server struct {
 	drainCh   chan struct{}
 
 	parkedCh chan *parkedPoll
+	watch    *peerWatch    // nil: no watcher (parked polls are still checked when woken)
 	closeCh  chan net.Conn // answered parked connections, closed after the answers
 	runCtx   context.Context
 
@@ -79,6 +80,12 @@ func (s *Server) Start(ctx context.Context) {
 	}()
 	for range parkWorkers {
 		go s.parkedWorker()
+	}
+	if w, err := newPeerWatch(s.peerGone); err != nil {
+		s.Log.Warn("no watcher of parked connections: a host that leaves is noticed only at its next wake", "err", err)
+	} else {
+		s.watch = w
+		go w.run(ctx)
 	}
 }
 

@@ -3,10 +3,13 @@ package api
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"mesh/hub"
 	"mesh/models"
 )
 
@@ -23,6 +26,35 @@ type pollSession struct {
 	known    int64 // the generation the host finished with
 	deadline time.Time
 	checked  bool // the store was asked about a conflict once
+
+	// superseded is closed when a newer poll of the same machine arrives:
+	// a machine has one waiting poll, and the older is answered 304.
+	superseded    chan struct{}
+	supersedeOnce sync.Once
+	parked        atomic.Pointer[parkedPoll] // set while it waits parked
+}
+
+func newPollSession(s *Server, machine int64, name string, known int64, deadline time.Time) *pollSession {
+	return &pollSession{srv: s, machine: machine, name: name, known: known, deadline: deadline, superseded: make(chan struct{})}
+}
+
+// Supersede answers this poll 304 because a newer one of its machine
+// arrived (hub.Poll). A parked poll is handed to a worker at once.
+func (ps *pollSession) Supersede() {
+	ps.supersedeOnce.Do(func() { close(ps.superseded) })
+	if pp := ps.parked.Load(); pp != nil {
+		ps.srv.Hub.Unpark(pp)
+		ps.srv.dispatch([]hub.Parked{pp})
+	}
+}
+
+func (ps *pollSession) isSuperseded() bool {
+	select {
+	case <-ps.superseded:
+		return true
+	default:
+		return false
+	}
 }
 
 // verdict is what a poll does next.
@@ -51,6 +83,9 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	s := ps.srv
 	if s.Draining() {
 		return step{verdict: pollDraining}, nil
+	}
+	if ps.isSuperseded() {
+		return step{verdict: pollNotModified}, nil
 	}
 	v := s.Hub.View(ps.machine)
 	if v.Gone {

@@ -25,6 +25,13 @@ type Parked interface {
 	Machine() int64
 }
 
+// Poll is a poll waiting on a machine; a newer poll from the same machine
+// supersedes it (a host holds one poll at a time: more are an attacker's,
+// or a host that lost track of its own).
+type Poll interface {
+	Supersede()
+}
+
 // Hub is the controller's memory of every machine for the long poll: its
 // generation, whether it is in conflict, what its host last said, and a
 // channel closed when any of that changes. A poll that finds nothing new
@@ -65,6 +72,7 @@ type machineEntry struct {
 	lastSeen    time.Time
 	polledHere  time.Time // when its host last polled this instance
 	polls       int
+	current     Poll // the newest poll of this machine; older ones are superseded
 	changed     chan struct{}
 	composed    *models.Composed
 	composeErr  int64 // the generation whose compose failure was recorded
@@ -458,34 +466,40 @@ func (h *Hub) View(id int64) View {
 	return View{Gen: e.gen, Pending: e.queued > e.gen, Conflict: e.conflict, Changed: e.changed, Composed: e.composed}
 }
 
-// PollStarted records a poll's arrival and what its host reported; it says
-// whether version or schema changed and must be written.
-func (h *Hub) PollStarted(id int64, hostVersion, schema string) (changed bool) {
+// PollStarted records a poll's arrival and what its host reported; it
+// says whether version or schema changed and must be written. The poll
+// becomes its machine's one waiting poll: the one it replaces is returned,
+// for the caller to supersede (answer 304) outside the hub's lock.
+func (h *Hub) PollStarted(id int64, hostVersion, schema string, p Poll) (changed bool, replaced Poll) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.polls.Add(1) // balanced by PollEnded
 	e := h.byID[id]
 	if e == nil {
-		h.polls.Add(1) // balanced by PollEnded
-		return false
+		return false, nil
 	}
 	e.polls++
-	h.polls.Add(1)
+	replaced, e.current = e.current, p
 	e.lastSeen = time.Now()
 	e.polledHere = e.lastSeen
 	h.seen[id] = true
 	if e.hostVersion != hostVersion || e.schema != schema {
 		e.hostVersion, e.schema = hostVersion, schema
-		return true
+		return true, replaced
 	}
-	return false
+	return false, replaced
 }
 
-func (h *Hub) PollEnded(id int64) {
+// PollEnded records that p was answered.
+func (h *Hub) PollEnded(id int64, p Poll) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.polls.Add(-1)
 	if e := h.byID[id]; e != nil {
 		e.polls--
+		if e.current == p {
+			e.current = nil
+		}
 		e.lastSeen = time.Now()
 		h.seen[id] = true
 	}

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// peerWatch is one readiness watcher over every parked connection: a host
+// that closes its end (or sends anything, which a parked poll never
+// expects) is noticed within one epoll wait, and its descriptor released —
+// not after its wait runs out, and without a goroutine per parked poll. A
+// flood of polls whose clients left used to hold their descriptors for
+// minutes after the clients closed.
+type peerWatch struct {
+	epfd int
+	gone func(*parkedPoll) // called once per event, from the watcher's goroutine
+
+	mu   sync.Mutex
+	seq  int32
+	byFD map[int32]watched
+}
+
+type watched struct {
+	seq int32 // tells a registration from a later one of a reused descriptor
+	pp  *parkedPoll
+}
+
+func newPeerWatch(gone func(*parkedPoll)) (*peerWatch, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	return &peerWatch{epfd: fd, gone: gone, byFD: map[int32]watched{}}, nil
+}
+
+// connFD is the descriptor of a parked connection (through TLS to the TCP
+// connection beneath).
+func connFD(c net.Conn) (int32, bool) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := int32(-1)
+	_ = rc.Control(func(f uintptr) { fd = int32(f) })
+	return fd, fd >= 0
+}
+
+// arm watches pp's connection for one event (a parked poll is armed each
+// time it is parked; an event disarms it).
+func (w *peerWatch) arm(pp *parkedPoll) {
+	if w == nil {
+		return
+	}
+	fd, ok := connFD(pp.conn)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cur, known := w.byFD[fd]
+	if !known || cur.pp != pp {
+		w.seq++
+		cur = watched{seq: w.seq, pp: pp}
+		w.byFD[fd] = cur
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: cur.seq}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev); errors.Is(err, unix.ENOENT) {
+		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	}
+}
+
+// forget stops watching pp's connection; it must run before the
+// connection closes, so its descriptor number is never watched for
+// another connection.
+func (w *peerWatch) forget(pp *parkedPoll) {
+	if w == nil {
+		return
+	}
+	fd, ok := connFD(pp.conn)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur, known := w.byFD[fd]; known && cur.pp == pp {
+		delete(w.byFD, fd)
+		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	}
+}
+
+// run waits for events until ctx ends.
+func (w *peerWatch) run(ctx context.Context) {
+	events := make([]unix.EpollEvent, 256)
+	for ctx.Err() == nil {
+		n, err := unix.EpollWait(w.epfd, events, 500)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		for _, ev := range events[:max(n, 0)] {
+			w.mu.Lock()
+			cur, known := w.byFD[ev.Fd]
+			w.mu.Unlock()
+			if known && cur.seq == ev.Pad {
+				w.gone(cur.pp)
+			}
+		}
+	}
+	_ = unix.Close(w.epfd)
+}
