@@ -32,6 +32,11 @@ func TestWakeAcrossInstances(t *testing.T) {
 	wg.Add(1)
 	go func() { defer wg.Done(); woke = doPoll(b, en.Token, 1, "30s") }()
 	waitFor(t, 5*time.Second, func() bool { return b.Ctl.Hub.Polling("m1") })
+	// The enrolment bumped m1 to generation 1, and b composes that ahead
+	// too (the host enrolled there) in its run loop, which can finish after
+	// the polls above: counted from here it made b's count 2. Count only
+	// the change's composes.
+	waitFor(t, 5*time.Second, func() bool { return a.Ctl.Hub.Settled() && b.Ctl.Hub.Settled() })
 	aheadA, aheadB := a.Ctl.Hub.ComposedAhead(), b.Ctl.Hub.ComposedAhead()
 	changed := time.Now()
 	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: a.Admin,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -265,9 +266,10 @@ const writeAttempts = 4
 
 // write runs fn in one transaction; after it commits, bumped generations are
 // announced to OnBumped listeners. On PostgreSQL a transaction aborted as a
-// deadlock's victim or for serialization is run again from the start (fn
-// must only act through tx): two writers that lock rows in different
-// orders (a plan being made and one being stepped) both succeed.
+// deadlock's victim or for serialization is run again from the start,
+// after a short pause (fn must only act through tx): two writers that lock
+// rows in different orders (a plan being made and one being stepped) both
+// succeed.
 func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	var t *Tx
 	if s.dialect == SQLite {
@@ -280,7 +282,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 			t = &Tx{DB: db, s: s}
 			return fn(t)
 		})
-		if attempt < writeAttempts && s.dialect == Postgres && retryable(err) && ctx.Err() == nil {
+		if attempt < writeAttempts && s.dialect == Postgres && retryable(err) && retryPause(ctx, attempt) {
 			continue
 		}
 		break
@@ -319,6 +321,29 @@ func Write[T any](ctx context.Context, s *Store, fn func(tx *Tx) (T, error)) (T,
 	}
 	return out, nil
 }
+
+// retryPause waits before a deadlock's victim runs again, and reports
+// whether it may (ctx has not ended). Run again at once, the victim takes
+// back the rows its abort released before the other writer, woken but not
+// yet holding them, does, and the two deadlock again, each time after
+// PostgreSQL's deadlock_timeout (1 s by default). The pause grows with the
+// attempt and is jittered so that several victims do not return together.
+func retryPause(ctx context.Context, attempt int) bool {
+	d := time.Duration(attempt) * retryBackoff
+	t := time.NewTimer(d + rand.N(d))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// retryBackoff is the least pause before a victim's first rerun: far more
+// than the other writer needs to finish once woken, far less than the
+// deadlock_timeout a second deadlock would cost.
+const retryBackoff = 10 * time.Millisecond
 
 // retryable reports a PostgreSQL deadlock (40P01) or serialization
 // failure (40001): the transaction was rolled back and may simply run again.
