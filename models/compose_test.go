@@ -46,6 +46,18 @@ func TestParseManifest(t *testing.T) {
 		{"ErrOnRemove", `{"resources": [{"name": "t", "kind": "tree", "path": "/t", "on_remove": "keep"}]}`, "manifest.resources[0].on_remove", 0},
 		{"ErrCheckNone", `{"resources": [{"name": "s", "kind": "service", "command": ["/s"], "check": {"interval": "10s"}}]}`, "manifest.resources[0].check", 0},
 		{"ErrCheckTwo", `{"resources": [{"name": "s", "kind": "service", "command": ["/s"], "check": {"tcp": "a:1", "http": "http://a"}}]}`, "manifest.resources[0].check", 0},
+		// The rules below are what every host checks (agent's checkResources):
+		// a build that breaks one could never be applied anywhere
+		// (found by FuzzManifestAcceptedByHost).
+		{"OK_CommandFromVariable", `{"resources": [{"name": "s", "kind": "service", "command": ["${var.BIN}"]}]}`, "", 1},
+		{"ErrPathTrailingSlash", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t/"}]}`, "manifest.resources[0].path", 0},
+		{"ErrPathDoubleSlash", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt//t"}]}`, "manifest.resources[0].path", 0},
+		{"ErrPathDot", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/./f", "content": ""}]}`, "manifest.resources[0].path", 0},
+		{"ErrPathRoot", `{"resources": [{"name": "t", "kind": "tree", "path": "/"}]}`, "manifest.resources[0].path", 0},
+		{"ErrCommandRelative", `{"resources": [{"name": "s", "kind": "service", "command": ["run"]}]}`, "manifest.resources[0].command", 0},
+		{"ErrArtifactDigest", `{"resources": [{"name": "t", "kind": "tree", "path": "/t", "artifact": {"digest": "sha256:00"}}]}`, "manifest.resources[0].artifact.digest", 0},
+		{"ErrAfterCycle", `{"resources": [{"name": "a", "kind": "tree", "path": "/a", "after": ["b"]}, {"name": "b", "kind": "tree", "path": "/b", "after": ["a"]}]}`, "manifest.resources", 0},
+		{"ErrAfterSelf", `{"resources": [{"name": "a", "kind": "tree", "path": "/a", "after": ["a"]}]}`, "manifest.resources", 0},
 		{"ErrAfterUnknown", `{"resources": [{"name": "s", "kind": "service", "command": ["/s"], "after": ["db"]}]}`, "manifest.resources[0].after", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,6 +205,8 @@ func TestComposePayload(t *testing.T) {
 		{"ErrVariableMissingInCheck", `{"resources": [{"name": "s", "kind": "service", "command": ["/s"], "check": {"exec": ["/c", "${var.X}"]}}]}`, nil, "d", "${var.X} is not set"},
 		{"ErrUnknownPlaceholder", `{"resources": [{"name": "f", "kind": "file", "path": "/f", "content": "${machine.os}"}]}`, nil, "d", "unknown placeholder ${machine.os}"},
 		{"ErrTreeWithoutArtifact", `{"resources": [{"name": "t", "kind": "tree", "path": "/t"}]}`, nil, "", "tree t has no artifact"},
+		{"ErrPathUncleanOnceSubstituted", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/${var.D}"}]}`, map[string]string{"D": "../etc"}, "d", `"/opt/../etc" is not an absolute, clean path`},
+		{"ErrCommandRelativeOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["${var.BIN}"]}]}`, map[string]string{"BIN": "run"}, "d", "not an absolute path once substituted"},
 		{"ErrBadManifest", `{"resources": [{"name": "t", "kind": "pkg"}]}`, nil, "d", "module node-tools build 17"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,6 +232,19 @@ func TestComposePayload(t *testing.T) {
 			t.Fatalf("%v %q", err, *p.Resources[0].Content)
 		}
 	})
+}
+
+// TestComposePayload_IDsOfTwoModulesCollide: names may hold '.', so
+// module a.b's resource c and module a's resource b.c are both a.b.c, and
+// a host refuses a declaration that repeats an id.
+func TestComposePayload_IDsOfTwoModulesCollide(t *testing.T) {
+	_, err := ComposePayload(ComposeInput{Machine: "m", Modules: []ComposeModule{
+		{Name: "a.b", Manifest: `{"resources": [{"name": "c", "kind": "file", "path": "/x", "content": ""}]}`},
+		{Name: "a", Manifest: `{"resources": [{"name": "b.c", "kind": "file", "path": "/y", "content": ""}]}`},
+	}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a.b.c") {
+		t.Fatalf("err = %v, want the repeated id refused", err)
+	}
 }
 
 func TestArtifacts(t *testing.T) {
