@@ -220,7 +220,7 @@ func (m *machineRoot) unpack(dir, archive string, limits UnpackLimits) (int, err
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return files, nil
+			return files, linksStayInside(root)
 		}
 		if err != nil {
 			return files, escapeErr("reading archive: %v", err)
@@ -295,6 +295,83 @@ func (m *machineRoot) unpack(dir, archive string, limits UnpackLimits) (int, err
 			return files, escapeErr("%s has unsupported type %q", h.Name, h.Typeflag)
 		}
 	}
+}
+
+// linksStayInside refuses a tree with a symlink that, followed as the
+// kernel would, leads out of it. Each symlink's own target is checked as it
+// is unpacked, but only lexically: d/up → .. stays inside, and then
+// d/up2 → up/.. looks like d yet is the tree's parent (found by FuzzUnpack).
+// Links can be made in any order, so this runs once all are in place.
+func linksStayInside(root *os.Root) error {
+	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink == 0 {
+			return err
+		}
+		target, err := root.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hops := 0
+		if !resolvesInside(root, strings.Split(path.Dir(p), "/"), target, &hops) {
+			return escapeErr("symlink %s → %s leads out of the tree through another symlink", p, target)
+		}
+		return nil
+	})
+}
+
+// resolvesInside follows target from directory dir (components under the
+// root) through the root's symlinks and reports whether it stays inside;
+// a name that does not exist is taken lexically.
+func resolvesInside(root *os.Root, dir []string, target string, hops *int) bool {
+	_, inside := resolve(root, dir, target, hops)
+	return inside
+}
+
+// resolve is resolvesInside that also returns where target leads. Past 40
+// links it stops: the kernel says ELOOP there, so nothing is reached.
+func resolve(root *os.Root, dir []string, target string, hops *int) ([]string, bool) {
+	if *hops++; *hops > 40 {
+		return nil, true
+	}
+	if path.IsAbs(target) {
+		return nil, false
+	}
+	cur := []string{}
+	for _, c := range dir {
+		if c != "" && c != "." {
+			cur = append(cur, c)
+		}
+	}
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return nil, false
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		cur = append(cur, c)
+		p := strings.Join(cur, "/")
+		fi, err := root.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		next, err := root.Readlink(p)
+		if err != nil {
+			return nil, false
+		}
+		var inside bool
+		if cur, inside = resolve(root, cur[:len(cur)-1], next, hops); !inside {
+			return nil, false
+		}
+		if *hops > 40 {
+			return nil, true
+		}
+	}
+	return cur, true
 }
 
 // entryName cleans an archive entry name and refuses ones that escape.

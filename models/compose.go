@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"sort"
 	"strings"
@@ -62,12 +63,17 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			}
 			fallthrough
 		case "tree":
-			if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "..") {
-				return nil, Invalid(f+".path", "an absolute path without '..' is needed")
+			if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "..") || path.Clean(r.Path) != r.Path || r.Path == "/" {
+				return nil, Invalid(f+".path", "an absolute, clean path without '..', not / itself, is needed")
+			}
+			if r.Artifact != nil && !ValidDigest(r.Artifact.Digest) {
+				return nil, Invalid(f+".artifact.digest", "sha256:<64 lowercase hex digits>")
 			}
 		case "service":
-			if len(r.Command) == 0 {
-				return nil, Invalid(f+".command", "a service needs a command")
+			// A command that starts with a placeholder is checked once
+			// substituted, when composing.
+			if len(r.Command) == 0 || !strings.HasPrefix(r.Command[0], "/") && !strings.HasPrefix(r.Command[0], "${") {
+				return nil, Invalid(f+".command", "a service needs a command with an absolute path")
 			}
 		default:
 			return nil, Invalid(f+".kind", "kind is file, tree or service")
@@ -98,7 +104,60 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			}
 		}
 	}
+	if cycle := afterCycle(m.Resources); cycle != "" {
+		return nil, Invalid("manifest.resources", "dependency cycle: "+cycle)
+	}
 	return &m, nil
+}
+
+// afterCycle names a cycle of `after` among rs, or "". Hosts refuse a
+// declaration with one, so a build with one could never be applied.
+func afterCycle(rs []ManifestResource) string {
+	after := map[string][]string{}
+	for _, r := range rs {
+		after[r.Name] = r.After
+	}
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(n string, chain []string) string
+	visit = func(n string, chain []string) string {
+		switch state[n] {
+		case 1:
+			return strings.Join(append(chain, n), " → ")
+		case 2:
+			return ""
+		}
+		state[n] = 1
+		for _, a := range after[n] {
+			if c := visit(a, append(chain, n)); c != "" {
+				return c
+			}
+		}
+		state[n] = 2
+		return ""
+	}
+	for _, r := range rs {
+		if c := visit(r.Name, nil); c != "" {
+			return c
+		}
+	}
+	return ""
+}
+
+// checkComposed holds a substituted resource to what every host checks
+// (agent's checkResources): a variable can make a clean path unclean or a
+// command relative, and a declaration a host refuses must not be sent.
+func checkComposed(r *Resource) error {
+	switch r.Kind {
+	case "file", "tree":
+		if !strings.HasPrefix(r.Path, "/") || path.Clean(r.Path) != r.Path || r.Path == "/" {
+			return Invalid("path", fmt.Sprintf("%q is not an absolute, clean path once substituted", r.Path))
+		}
+	case "service":
+		if len(r.Command) == 0 || !strings.HasPrefix(r.Command[0], "/") {
+			return Invalid("command", fmt.Sprintf("%q is not an absolute path once substituted", r.Command))
+		}
+	}
+	return nil
 }
 
 // ComposeInput is everything one declaration is made of.
@@ -136,6 +195,7 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 	}
 	mods := append([]ComposeModule(nil), in.Modules...)
 	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
+	ids := map[string]bool{}
 	for _, m := range mods {
 		man := m.Parsed
 		if man == nil {
@@ -162,6 +222,15 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 			if err := substitute(&res, in); err != nil {
 				return nil, fmt.Errorf("module %s build %d resource %s: %w", m.Name, m.Build, r.Name, err)
 			}
+			if err := checkComposed(&res); err != nil {
+				return nil, fmt.Errorf("module %s build %d resource %s: %w", m.Name, m.Build, r.Name, err)
+			}
+			// Names may hold '.', so module a.b's resource c and module
+			// a's resource b.c are both a.b.c; a host refuses the repeat.
+			if ids[res.ID] {
+				return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource id %s is also another module's", m.Name, m.Build, res.ID))
+			}
+			ids[res.ID] = true
 			p.Resources = append(p.Resources, res)
 		}
 	}

@@ -181,13 +181,19 @@ func DigestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// ValidDigest reports whether d has the form sha256:<64 hex>.
+// ValidDigest reports whether d has the form sha256:<64 lowercase hex>,
+// the only form DigestOf makes. Uppercase hex was accepted once: such a
+// digest named no blob, and a host fetching it never saw its bytes match.
 func ValidDigest(d string) bool {
 	if len(d) != 71 || d[:7] != "sha256:" {
 		return false
 	}
-	_, err := hex.DecodeString(d[7:])
-	return err == nil
+	for _, c := range d[7:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // BlobURL is where a blob is served.

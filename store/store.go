@@ -361,8 +361,19 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w", models.ErrNotFound)
 	case errors.Is(err, gorm.ErrDuplicatedKey):
 		return fmt.Errorf("%w: already exists", models.ErrConflict)
+	case badText(err):
+		return models.Invalid("", "text may not contain a NUL character (\\u0000)")
 	}
 	return err
+}
+
+// badText reports PostgreSQL refusing a value's text (22021, 22P05): a
+// NUL (\u0000 in JSON), which SQLite stores. It is the input's fault, and
+// was a 500 for a webhook or a report that carried one (found by
+// FuzzWebhook and FuzzReport).
+func badText(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05")
 }
 
 // inChunks calls fn with slices of at most n ids, so no statement carries

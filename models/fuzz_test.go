@@ -1,0 +1,125 @@
+package models
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// FuzzParseManifest feeds ParseManifest arbitrary bytes (a manifest comes
+// from a builder's upload). What it accepts must hold the rules it claims,
+// survive a round trip through JSON, and compose without a panic.
+func FuzzParseManifest(f *testing.F) {
+	for _, s := range []string{
+		`{"resources": []}`,
+		`{"resources": [{"name": "runtime", "kind": "tree", "path": "/opt/node-tools"},
+		 {"name": "config", "kind": "file", "path": "/etc/node-tools.conf", "content": "port=${var.PORT}\n", "mode": "0644"},
+		 {"name": "service", "kind": "service", "command": ["/opt/node-tools/bin/run", "${machine.name}"], "after": ["runtime", "config"],
+		  "env": {"A": "${var.A}"}, "check": {"tcp": "127.0.0.1:9000"}, "on_remove": "forget"}]}`,
+		`{"resources": [{"name": "s", "kind": "service", "command": ["/s"], "check": {"http": "http://x", "status": 200}}]}`,
+		`{"resources": [{"name": "t", "kind": "tree", "path": "/t", "artifact": {"digest": "sha256:00", "size": 1, "url": "/u"}}]}`,
+		`{"resources": [{"name": "a", "kind": "tree", "path": "/a", "after": ["a"]}]}`,
+		`{"resources": null}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseManifest(b)
+		if err != nil {
+			if m != nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("refusal %v (manifest %v) is not a plain ErrInvalid", err, m)
+			}
+			return
+		}
+		if m.Resources == nil {
+			t.Fatal("accepted a manifest with nil resources")
+		}
+		names := map[string]bool{}
+		for _, r := range m.Resources {
+			if ValidName("n", r.Name) != nil || names[r.Name] {
+				t.Fatalf("accepted name %q (bad or repeated)", r.Name)
+			}
+			names[r.Name] = true
+			switch r.Kind {
+			case "file", "tree":
+				if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "..") {
+					t.Fatalf("accepted path %q", r.Path)
+				}
+			case "service":
+				if len(r.Command) == 0 {
+					t.Fatal("accepted a service without a command")
+				}
+			default:
+				t.Fatalf("accepted kind %q", r.Kind)
+			}
+			if r.Kind == "file" && r.Content == nil {
+				t.Fatal("accepted a file without content")
+			}
+		}
+		for _, r := range m.Resources {
+			for _, a := range r.After {
+				if !names[a] {
+					t.Fatalf("accepted after %q, not a resource", a)
+				}
+			}
+		}
+		// Round trip: what it accepted marshals to a manifest it accepts
+		// again, the same.
+		again, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := ParseManifest(again)
+		if err != nil {
+			t.Fatalf("its own output refused: %v\n%s", err, again)
+		}
+		if !reflect.DeepEqual(normManifest(m), normManifest(m2)) {
+			t.Fatalf("round trip changed the manifest:\n%+v\n%+v", m, m2)
+		}
+		// Composing it must not panic, and the ids it gives are the module's.
+		vars := map[string]string{"A": "a", "PORT": "1"}
+		p, err := ComposePayload(ComposeInput{Machine: "m1", Generation: 1, Variables: vars,
+			Modules: []ComposeModule{{Name: "mod", Build: 1, Digest: DigestOf(b), Parsed: m}}})
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("compose: %v is not ErrInvalid", err)
+			}
+			return
+		}
+		if len(p.Resources) != len(m.Resources) {
+			t.Fatalf("composed %d resources of %d", len(p.Resources), len(m.Resources))
+		}
+		for i, r := range p.Resources {
+			if r.ID != "mod."+m.Resources[i].Name || (r.Kind == "tree" && r.Artifact == nil) {
+				t.Fatalf("composed %+v", r)
+			}
+		}
+	})
+}
+
+// normManifest makes empty and nil collections alike: omitempty drops both.
+func normManifest(m *Manifest) *Manifest {
+	out := &Manifest{Resources: []ManifestResource{}}
+	for _, r := range m.Resources {
+		if len(r.Command) == 0 {
+			r.Command = nil
+		}
+		if len(r.Env) == 0 {
+			r.Env = nil
+		}
+		if len(r.After) == 0 {
+			r.After = nil
+		}
+		if r.Check != nil {
+			c := *r.Check
+			if len(c.Exec) == 0 {
+				c.Exec = nil
+			}
+			r.Check = &c
+		}
+		out.Resources = append(out.Resources, r)
+	}
+	return out
+}
