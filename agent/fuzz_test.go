@@ -276,7 +276,7 @@ func FuzzUnpack(f *testing.F) {
 		m, err := openMachineRoot(rootDir)
 		must(t, err)
 		defer m.root.Close()
-		n, err := m.unpack("opt/tree", archive)
+		n, err := m.unpack("opt/tree", archive, DefaultUnpackLimits())
 		if err != nil && n < 0 {
 			t.Fatalf("negative count %d", n)
 		}
