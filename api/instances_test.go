@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
+	"mesh/models"
 	"mesh/store"
 	"mesh/store/storetest"
 )
@@ -58,4 +59,26 @@ func TestWakeAcrossInstances(t *testing.T) {
 	if other.status != 200 || string(other.body) != string(woke.body) {
 		t.Fatal("two instances sent different bytes for one generation")
 	}
+}
+
+// TestRevocationAcrossInstances: a token revoked through one instance is
+// refused by the other at once (NOTIFY), without a restart.
+func TestRevocationAcrossInstances(t *testing.T) {
+	cfg := storetest.Config(t, store.Postgres)
+	a := ctltest.StartWith(t, cfg)
+	b := ctltest.StartWith(t, cfg)
+	tok := a.AddUser("carol", "operator")
+	b.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: tok}, 200, nil)
+	claims, err := a.Ctl.Server.Auth.ParsePerson(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ctl.Store.Revoke(context.Background(), "test", &models.Revocation{TokenID: claims.ID, Kind: models.RevokedSession,
+		Reason: "logged out", ExpiresAt: claims.ExpiresAt.Time}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		resp, _ := b.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: tok})
+		return resp.StatusCode == 401
+	})
 }

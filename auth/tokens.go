@@ -31,6 +31,8 @@ type Authority struct {
 	KeyID string
 	Priv  ed25519.PrivateKey
 	Now   func() time.Time
+	// Revoked refuses tokens by id (a logged-out session); nil: none.
+	Revoked *Revocations
 
 	// verified remembers host tokens whose signature checked out. A host
 	// polls every minute with the same token; verifying it each time would
@@ -61,7 +63,7 @@ func (a *Authority) IssuePerson(user, role string) (string, time.Time, error) {
 	exp := now.Add(PersonTokenTTL)
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), ID: NewSecret()[:22],
 	}})
 	t.Header["kid"] = a.KeyID
 	s, err := t.SignedString(a.Priv)
@@ -95,6 +97,9 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 	}
 	if !models.ValidRole(c.Role) || c.Subject == "" {
 		return nil, fmt.Errorf("%w: token has no valid role", models.ErrUnauthorized)
+	}
+	if a.Revoked.Revoked(c.ID) {
+		return nil, fmt.Errorf("%w: this token was revoked (logged out); log in again", models.ErrUnauthorized)
 	}
 	return &c, nil
 }

@@ -142,7 +142,14 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	// loaded from the store, in that order, so no change falls between.
 	listenCtx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
 	listening := make(chan struct{})
-	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = hub.Load(listenCtx) }, listening, cfg.Log)
+	revoked := auth.NewRevocations()
+	st.OnRevoked(revoked.Add)
+	loadRevoked := func(ctx context.Context) error {
+		rs, err := st.Revocations(ctx)
+		revoked.Add(rs)
+		return err
+	}
+	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = hub.Load(listenCtx); _ = loadRevoked(listenCtx) }, listening, cfg.Log)
 	select {
 	case <-listening:
 	case <-time.After(30 * time.Second):
@@ -153,8 +160,12 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		stopListening()
 		return nil, err
 	}
+	if err := loadRevoked(ctx); err != nil {
+		stopListening()
+		return nil, err
+	}
 	sends := api.NewSendWriter(st)
-	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now}
+	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked}
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
@@ -216,6 +227,9 @@ func (c *Controller) heartbeat(ctx context.Context) {
 		case <-t.C:
 			if err := c.Store.Heartbeat(ctx, c.Instance); err != nil {
 				c.cfg.Log.Warn("heartbeat", "err", err)
+			}
+			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("pruning revocations", "err", err)
 			}
 		}
 	}

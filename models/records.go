@@ -235,3 +235,18 @@ type AuditEvent struct {
 	Target string    `json:"target"`
 	Detail string    `json:"detail"`
 }
+
+// Revocation is a token id refused until the token would have expired.
+type Revocation struct {
+	TokenID   string    `gorm:"primaryKey" json:"token_id"`
+	Kind      string    `json:"kind"` // session, api-token, certificate
+	Reason    string    `json:"reason"`
+	RevokedBy string    `json:"revoked_by"`
+	RevokedAt time.Time `json:"revoked_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Kinds of revoked token.
+const (
+	RevokedSession = "session"
+)

@@ -38,3 +38,12 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	s.Throttle.Succeeded(user, addr)
 	return s.Auth.IssuePerson(u.Name, u.Role)
 }
+
+// Logout revokes a person's token until it would have expired, on every
+// instance; the token no longer works as a session or as an API bearer.
+func (s *Service) Logout(ctx context.Context, actor, tokenID string, expires time.Time) error {
+	if tokenID == "" {
+		return nil // a token of an older build: it expires on its own
+	}
+	return s.Store.Revoke(ctx, actor, &models.Revocation{TokenID: tokenID, Kind: models.RevokedSession, Reason: "logged out", ExpiresAt: expires})
+}

@@ -62,6 +62,10 @@ func (s *Store) listenOnce(ctx context.Context, url string, f func([]models.Bump
 		if err != nil {
 			return err
 		}
+		if r, ok := parseRevoked(n.Payload); ok {
+			s.announceRevoked([]models.Revocation{r})
+			continue
+		}
 		if bs := ParseNotification(n.Payload); len(bs) > 0 {
 			f(bs)
 		}

@@ -56,8 +56,9 @@ type Store struct {
 	// Now is the clock; tests fix it.
 	Now func() time.Time
 
-	mu       sync.RWMutex
-	onBumped []func([]models.Bump)
+	mu        sync.RWMutex
+	onBumped  []func([]models.Bump)
+	onRevoked []func([]models.Revocation)
 
 	statements atomic.Int64
 
@@ -256,8 +257,9 @@ func (s *Store) OnBumped(f func([]models.Bump)) {
 // are announced only once it has committed.
 type Tx struct {
 	*gorm.DB
-	s     *Store
-	bumps []models.Bump
+	s       *Store
+	bumps   []models.Bump
+	revoked []models.Revocation
 }
 
 // writeAttempts bounds how often a transaction PostgreSQL aborted as a
@@ -298,6 +300,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 			f(t.bumps)
 		}
 	}
+	s.announceRevoked(t.revoked)
 	return nil
 }
 

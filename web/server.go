@@ -243,6 +243,13 @@ func (s *Server) login(c echo.Context) error {
 }
 
 func (s *Server) logout(c echo.Context) error {
+	if ck, err := c.Cookie(SessionCookie); err == nil {
+		if claims, err := s.Auth.ParsePerson(ck.Value); err == nil && claims.ExpiresAt != nil {
+			if err := s.Service.Logout(c.Request().Context(), "user:"+claims.Subject, claims.ID, claims.ExpiresAt.Time); err != nil {
+				return err // the session must not outlive a logout that did not take
+			}
+		}
+	}
 	c.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
 		Secure: c.IsTLS(), SameSite: http.SameSiteStrictMode})
 	return c.Redirect(http.StatusSeeOther, "/login")
