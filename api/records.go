@@ -20,7 +20,12 @@ func (s *Server) listInstances(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, List[models.Instance]{Items: append([]models.Instance{}, is...)})
+	now := s.Now()
+	out := make([]models.Instance, len(is))
+	for i := range is {
+		out[i] = is[i].Observed(now)
+	}
+	return c.JSON(http.StatusOK, List[models.Instance]{Items: out})
 }
 
 func (s *Server) listAudit(c echo.Context) error {

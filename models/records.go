@@ -53,7 +53,24 @@ const (
 	InstanceServing  = "serving"
 	InstanceDraining = "draining"
 	InstanceStopped  = "stopped"
+	// InstanceUnresponsive is observed, never stored: a live state whose
+	// heartbeats stopped (a killed instance), since its last heartbeat.
+	InstanceUnresponsive = "unresponsive"
 )
+
+// InstanceSilentAfter is how long an instance may miss heartbeats (every
+// 15 s) before it is shown unresponsive.
+const InstanceSilentAfter = time.Minute
+
+// Observed is the instance as it can be said now: a live state whose
+// heartbeats stopped more than InstanceSilentAfter ago is unresponsive
+// (since HeartbeatAt) — a killed instance never shows serving.
+func (i Instance) Observed(now time.Time) Instance {
+	if i.State != InstanceStopped && now.Sub(i.HeartbeatAt) > InstanceSilentAfter {
+		i.State = InstanceUnresponsive
+	}
+	return i
+}
 
 // Instance is one running controller process.
 type Instance struct {

@@ -3,6 +3,7 @@ package models
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestReportUpdates(t *testing.T) {
@@ -86,6 +87,28 @@ func TestDecodeReport(t *testing.T) {
 				t.Fatal(err)
 			case tc.field != "" && (!errors.As(err, &inv) || inv.Field != tc.field):
 				t.Fatalf("%v, want a refusal of %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestInstance_Observed(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name, state string
+		silent      time.Duration
+		want        string
+	}{
+		{"ServingWithHeartbeats", InstanceServing, 20 * time.Second, InstanceServing},
+		{"ServingSilent", InstanceServing, 2 * time.Minute, InstanceUnresponsive},
+		{"StartingSilent", InstanceStarting, 2 * time.Minute, InstanceUnresponsive},
+		{"DrainingSilent", InstanceDraining, 2 * time.Minute, InstanceUnresponsive},
+		{"StoppedStaysStopped", InstanceStopped, time.Hour, InstanceStopped},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := Instance{State: tc.state, HeartbeatAt: now.Add(-tc.silent)}
+			if got := i.Observed(now).State; got != tc.want {
+				t.Fatalf("%s silent %v: %s, want %s", tc.state, tc.silent, got, tc.want)
 			}
 		})
 	}

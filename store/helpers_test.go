@@ -1,13 +1,34 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
+	"mesh/models"
+	"mesh/store"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 )
 
 func decode(t *testing.T, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sentReport records a send of r's generation to machine id and stores r
+// naming it: only a report tied to a send moves what a machine applied.
+func sentReport(t *testing.T, s *store.Store, id int64, r *models.Report) {
+	t.Helper()
+	ctx := context.Background()
+	snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: r.Generation, InstanceID: "test", CreatedAt: time.Now().UTC()}
+	if err := s.InsertSends(ctx, []models.Send{snd}); err != nil {
+		t.Fatal(err)
+	}
+	r.Send = snd.ID
+	if _, err := s.InsertReport(ctx, id, r, []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -32,10 +32,8 @@ func applied(t *testing.T, s *store.Store, name string, b int64) {
 	t.Helper()
 	ctx := context.Background()
 	m, _ := s.Machine(ctx, name)
-	if _, err := s.InsertReport(ctx, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
-		Running: map[string]models.RunningBuild{"mod": {Build: b}}}, []byte(`{}`)); err != nil {
-		t.Fatal(err)
-	}
+	sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
+		Running: map[string]models.RunningBuild{"mod": {Build: b}}})
 }
 
 func composedBuild(t *testing.T, s *store.Store, m *models.Machine) int64 {
@@ -82,11 +80,9 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 		}
 		// A tier waits for healthy: m2 applied but its check failed.
 		m2, _ := s.Machine(ctx, "m2")
-		if _, err := s.InsertReport(ctx, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied",
+		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied",
 			Running: map[string]models.RunningBuild{"mod": {Build: 2}},
-			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false}}}, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false}}})
 		applied(t, s, "m3", 2)
 		if err := s.StepPlans(ctx); err != nil {
 			t.Fatal(err)
@@ -189,9 +185,7 @@ func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 		}
 		r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied,
 			Running: map[string]models.RunningBuild{"mesh-controller": {Build: 44}}}
-		if _, err := s.InsertReport(ctx, m.ID, r, nil); err != nil {
-			t.Fatal(err)
-		}
+		sentReport(t, s, m.ID, r)
 		refused(43, 42, "refused: would downgrade mesh-controller from build 44 to 43 (control node cp-1 runs build 44)")
 
 		// Not older than anything running: the plan runs.

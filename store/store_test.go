@@ -214,10 +214,8 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 		m, _ = s.Machine(ctx, "m1")
-		if _, err := s.InsertReport(ctx, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
-			Running: map[string]models.RunningBuild{"mod": {Build: 2}}}, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
+			Running: map[string]models.RunningBuild{"mod": {Build: 2}}})
 		if _, err := s.SetCurrent(ctx, "test", "mod", 1); err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
@@ -54,6 +55,10 @@ func (s *Server) instancesPage(c echo.Context) error {
 	is, err := s.Store.Instances(c.Request().Context(), 100)
 	if err != nil {
 		return err
+	}
+	now := time.Now()
+	for i := range is {
+		is[i] = is[i].Observed(now)
 	}
 	return s.render(c, http.StatusOK, InstancesPage(s.page(c, "Instances"), is))
 }
