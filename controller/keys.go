@@ -70,7 +70,7 @@ func keyError(err error, cfg Config) error {
 	case errors.Is(err, keyring.ErrNoKey):
 		return fmt.Errorf("the store's signing keys are encrypted at rest and no key was given: start with --key-file PATH (MESH_KEY_FILE) or MESH_KEY, the key they were sealed with (%w)", err)
 	case errors.Is(err, keyring.ErrCannotOpen):
-		return fmt.Errorf("%s does not open the store's signing keys: it is not the key they were sealed with (%w)", keySource(cfg), err)
+		return fmt.Errorf("%s does not open the store's signing keys: give the key they were sealed with (%w)", keySource(cfg), err)
 	case errors.Is(err, store.ErrPlaintextKey):
 		return fmt.Errorf("%w: a controller started without the key wrote it; start this one again to seal it", err)
 	}
