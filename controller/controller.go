@@ -53,6 +53,12 @@ type Config struct {
 
 	// MaxConns caps open connections (conns.Limit); 0: no cap.
 	MaxConns int
+
+	// KeyFile names the file of the key that seals the signing keys at
+	// rest; Key is that key itself, as text (MESH_KEY). At most one is set;
+	// with neither, the keys are stored in plaintext.
+	KeyFile string
+	Key     string
 }
 
 // Controller is a running controller instance.
@@ -73,7 +79,11 @@ type Controller struct {
 
 // OpenStore opens and migrates the store the config names.
 func OpenStore(ctx context.Context, cfg Config, exclusive bool) (*store.Store, error) {
-	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Exclusive: exclusive})
+	ring, err := loadKeyring(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL, Exclusive: exclusive, Keyring: ring})
 	if err != nil {
 		return nil, err
 	}
@@ -117,13 +127,9 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 }
 
 func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error) {
-	declKey, err := st.EnsureKey(ctx, "k1", store.KeyDeclaration)
+	declKey, tokKey, err := signingKeys(ctx, st, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("declaration key: %w", err)
-	}
-	tokKey, err := st.EnsureKey(ctx, "t1", store.KeyToken)
-	if err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
+		return nil, err
 	}
 	if err := firstUser(ctx, st, cfg); err != nil {
 		return nil, err

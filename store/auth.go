@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"mesh/keyring"
 	"mesh/models"
 )
 
@@ -22,13 +24,18 @@ const (
 
 // EnsureKey returns the key of a purpose, creating it on first start. Two
 // replicas starting at once both try; the insert that loses reads the winner's,
-// so every replica signs alike.
+// so every replica signs alike. With a keyring the private half is stored
+// sealed and returned opened.
 func (s *Store) EnsureKey(ctx context.Context, id, purpose string) (*models.Key, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	k := models.Key{ID: id, Purpose: purpose, PrivateKey: priv.Seed(), PublicKey: pub, CreatedAt: s.Now()}
+	stored := priv.Seed()
+	if s.keyring != nil {
+		stored = s.keyring.Seal(purpose, id, stored)
+	}
+	k := models.Key{ID: id, Purpose: purpose, PrivateKey: stored, PublicKey: pub, CreatedAt: s.Now()}
 	db := s.db.WithContext(ctx)
 	if err := db.Clauses(clause.OnConflict{DoNothing: true}).Create(&k).Error; err != nil {
 		return nil, mapErr(err)
@@ -40,13 +47,97 @@ func (s *Store) EnsureKey(ctx context.Context, id, purpose string) (*models.Key,
 	if got.Purpose != purpose {
 		return nil, fmt.Errorf("key %s is for %s, not %s", id, got.Purpose, purpose)
 	}
+	if err := s.openKey(&got); err != nil {
+		return nil, err
+	}
 	return &got, nil
 }
 
-// Keys lists the keys of a purpose.
+// Keys lists the keys of a purpose, their private halves opened.
 func (s *Store) Keys(ctx context.Context, purpose string) ([]models.Key, error) {
 	var ks []models.Key
-	return ks, mapErr(s.db.WithContext(ctx).Where("purpose = ?", purpose).Order("id").Find(&ks).Error)
+	if err := s.db.WithContext(ctx).Where("purpose = ?", purpose).Order("id").Find(&ks).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	for i := range ks {
+		if err := s.openKey(&ks[i]); err != nil {
+			return nil, err
+		}
+	}
+	return ks, nil
+}
+
+// SealsKeys says whether the store has a keyring: its signing keys are
+// encrypted at rest.
+func (s *Store) SealsKeys() bool { return s.keyring != nil }
+
+// ErrPlaintextKey is a key stored in plaintext read by a store that has a
+// keyring: SealKeys seals them when the controller starts, so one found
+// later was written by a replica without the key.
+var ErrPlaintextKey = errors.New("stored in plaintext, though the store's keys are encrypted at rest")
+
+// openKey replaces a key's private half, as stored, by its seed. Without a
+// keyring only plaintext keys are read (a sealed one is keyring.ErrNoKey);
+// with one, only sealed keys. The seed must give the stored public key, so a
+// key whose halves do not belong together is never used to sign.
+func (s *Store) openKey(k *models.Key) error {
+	sealed := keyring.IsSealed(k.PrivateKey)
+	switch {
+	case sealed && s.keyring == nil:
+		return fmt.Errorf("key %s: %w", k.ID, keyring.ErrNoKey)
+	case !sealed && s.keyring != nil:
+		return fmt.Errorf("key %s: %w", k.ID, ErrPlaintextKey)
+	case sealed:
+		seed, err := s.keyring.Open(k.Purpose, k.ID, k.PrivateKey)
+		if err != nil {
+			return fmt.Errorf("key %s: %w", k.ID, err)
+		}
+		k.PrivateKey = seed
+	}
+	if len(k.PrivateKey) != ed25519.SeedSize ||
+		!ed25519.NewKeyFromSeed(k.PrivateKey).Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(k.PublicKey)) {
+		return fmt.Errorf("key %s: its private half does not give its public key", k.ID)
+	}
+	return nil
+}
+
+// SealKeys seals, in one transaction, every key stored in plaintext with the
+// store's keyring, and checks that every sealed one opens with it, so a
+// wrong key is found at start rather than at the first signature. It
+// returns how many keys it sealed.
+func (s *Store) SealKeys(ctx context.Context) (int, error) {
+	if s.keyring == nil {
+		return 0, errors.New("sealing keys: the store has no keyring")
+	}
+	return Write(ctx, s, func(tx *Tx) (int, error) {
+		q := tx.Order("id")
+		if s.dialect == Postgres {
+			// A replica sealing at the same time waits, then finds them sealed.
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		var ks []models.Key
+		if err := q.Find(&ks).Error; err != nil {
+			return 0, err
+		}
+		var sealed []string
+		for _, k := range ks {
+			if keyring.IsSealed(k.PrivateKey) {
+				if _, err := s.keyring.Open(k.Purpose, k.ID, k.PrivateKey); err != nil {
+					return 0, fmt.Errorf("key %s: %w", k.ID, err)
+				}
+				continue
+			}
+			if err := tx.Model(&models.Key{}).Where("id = ?", k.ID).
+				Update("private_key", s.keyring.Seal(k.Purpose, k.ID, k.PrivateKey)).Error; err != nil {
+				return 0, err
+			}
+			sealed = append(sealed, k.ID)
+		}
+		if len(sealed) == 0 {
+			return 0, nil
+		}
+		return len(sealed), audit(tx, "controller", "seal-keys", "keys", "sealed at rest: "+strings.Join(sealed, ", "))
+	})
 }
 
 // CreateUser adds a user; the name is unique.

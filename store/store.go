@@ -26,6 +26,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"mesh/keyring"
 	"mesh/migrations"
 	"mesh/models"
 )
@@ -45,6 +46,9 @@ type Config struct {
 	// Exclusive takes an flock on the data dir so only one controller
 	// serves a SQLite store; short commands (user add, migrate) leave it.
 	Exclusive bool
+	// Keyring, when set, keeps the signing keys' private halves sealed at
+	// rest (see SealKeys); nil keeps them as they are stored.
+	Keyring *keyring.Keyring
 }
 
 // Store is mesh's store.
@@ -52,6 +56,7 @@ type Store struct {
 	db      *gorm.DB
 	dialect string
 	lock    *flock.Flock
+	keyring *keyring.Keyring
 
 	// Now is the clock; tests fix it.
 	Now func() time.Time
@@ -102,7 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
-	s := &Store{Now: func() time.Time { return time.Now().UTC() }}
+	s := &Store{Now: func() time.Time { return time.Now().UTC() }, keyring: cfg.Keyring}
 	var err error
 	if cfg.DatabaseURL != "" {
 		if !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {

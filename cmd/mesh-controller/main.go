@@ -95,6 +95,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("MESH_MAX_CONNS: %w", err)
 	}
 	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
+	fs.StringVar(&cfg.KeyFile, "key-file", env("MESH_KEY_FILE", ""), "file of the 32-byte key (raw, 64 hex characters or base64; mode 0600) that encrypts the signing keys in the store; MESH_KEY may hold the key itself instead; empty = stored in plaintext (MESH_KEY_FILE)")
+	cfg.Key = os.Getenv("MESH_KEY")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,8 +123,15 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if cfg.DatabaseURL != "" {
 		where = "PostgreSQL"
 	}
-	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
-		version.String(), c.URL(), where, c.URL(), c.URL(), c.URL())
+	keys := "in plaintext in the store (no --key-file)"
+	if c.Store.SealsKeys() {
+		keys = "encrypted at rest (MESH_KEY)"
+		if cfg.KeyFile != "" {
+			keys = "encrypted at rest (key file " + cfg.KeyFile + ")"
+		}
+	}
+	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
+		version.String(), c.URL(), where, keys, c.URL(), c.URL(), c.URL())
 	<-ctx.Done()
 	cfg.Log.Info("draining", "instance", c.Instance)
 	return c.Stop()
