@@ -109,12 +109,19 @@ func (s *Server) hook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A forge sends from few addresses and always signs: only bad
+	// signatures are limited, and a blocked address is refused before
+	// its signature costs an HMAC.
+	if err := s.hookLimit.blocked(c.RealIP()); err != nil {
+		return err
+	}
 	event, delivery, sig := hookHeaders(src.Kind, c.Request().Header)
 	mac := hmac.New(sha256.New, []byte(src.Secret))
 	mac.Write(body)
 	want := mac.Sum(nil)
 	got, decErr := hex.DecodeString(sig)
 	if sig == "" || decErr != nil || !hmac.Equal(got, want) {
+		_ = s.hookLimit.take(c.RealIP())
 		_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 			fmt.Sprintf("event %q delivery %q from %s: signature missing or wrong", event, delivery, c.RealIP()))
 		return fmt.Errorf("%w: the webhook's signature does not match the source's secret", models.ErrUnauthorized)

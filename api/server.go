@@ -20,6 +20,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/time/rate"
 
 	"mesh/auth"
 	"mesh/hub"
@@ -56,6 +57,10 @@ type Server struct {
 	closeCh  chan net.Conn // answered parked connections, closed after the answers
 	runCtx   context.Context
 
+	// enrolLimit and hookLimit bound what one address may do unauthenticated.
+	enrolLimit *addressLimiter
+	hookLimit  *addressLimiter
+
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.
 	Behind string
@@ -64,7 +69,9 @@ type Server struct {
 // NewServer wires a server.
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
-		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() },
+		enrolLimit: newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
+		hookLimit:  newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	return s
 }
@@ -123,7 +130,7 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1 := e.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
-	v1.POST("/enroll", s.enroll)
+	v1.POST("/enroll", s.enroll, s.enrolLimit.limitByAddress)
 
 	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
 	v1.POST("/host/reports", s.postReport, s.requireHost)
@@ -194,6 +201,7 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
 		}
+		bodyDeadline(c, limit == MaxUploadBody)
 		r := c.Request()
 		if r.ContentLength > limit {
 			return &http.MaxBytesError{Limit: limit}
