@@ -598,6 +598,12 @@ type BuildUpload struct {
 	Version  *string `json:"version,omitempty"`
 }
 
+// CanaryCount how many machines go first (at most all the release's machines)
+type CanaryCount = int
+
+// CanaryPercent a percent of the release's machines, 1 to 100 ("10%"), rounded up; a count in a string ("2") is taken too
+type CanaryPercent = string
+
 // Check defines model for Check.
 type Check struct {
 	Exec     *[]string `json:"exec,omitempty"`
@@ -1130,12 +1136,6 @@ type RolloutRequest struct {
 	Deadline    *string `json:"deadline,omitempty"`
 	MaxInFlight *int    `json:"max_in_flight,omitempty"`
 }
-
-// RolloutRequestCanary0 defines model for RolloutRequest.Canary.0.
-type RolloutRequestCanary0 = int
-
-// RolloutRequestCanary1 a count ("2") or a percent of 1 to 100 ("10%")
-type RolloutRequestCanary1 = string
 
 // RolloutRequest_Canary how many machines go first: a count (1) or a percent ("10%")
 type RolloutRequest_Canary struct {
@@ -1951,22 +1951,22 @@ func (a Report_Checks_Item) MarshalJSON() ([]byte, error) {
 	return json.Marshal(object)
 }
 
-// AsRolloutRequestCanary0 returns the union data inside the RolloutRequest_Canary as a RolloutRequestCanary0
-func (t RolloutRequest_Canary) AsRolloutRequestCanary0() (RolloutRequestCanary0, error) {
-	var body RolloutRequestCanary0
+// AsCanaryCount returns the union data inside the RolloutRequest_Canary as a CanaryCount
+func (t RolloutRequest_Canary) AsCanaryCount() (CanaryCount, error) {
+	var body CanaryCount
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromRolloutRequestCanary0 overwrites any union data inside the RolloutRequest_Canary as the provided RolloutRequestCanary0
-func (t *RolloutRequest_Canary) FromRolloutRequestCanary0(v RolloutRequestCanary0) error {
+// FromCanaryCount overwrites any union data inside the RolloutRequest_Canary as the provided CanaryCount
+func (t *RolloutRequest_Canary) FromCanaryCount(v CanaryCount) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeRolloutRequestCanary0 performs a merge with any union data inside the RolloutRequest_Canary, using the provided RolloutRequestCanary0
-func (t *RolloutRequest_Canary) MergeRolloutRequestCanary0(v RolloutRequestCanary0) error {
+// MergeCanaryCount performs a merge with any union data inside the RolloutRequest_Canary, using the provided CanaryCount
+func (t *RolloutRequest_Canary) MergeCanaryCount(v CanaryCount) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -1977,22 +1977,22 @@ func (t *RolloutRequest_Canary) MergeRolloutRequestCanary0(v RolloutRequestCanar
 	return err
 }
 
-// AsRolloutRequestCanary1 returns the union data inside the RolloutRequest_Canary as a RolloutRequestCanary1
-func (t RolloutRequest_Canary) AsRolloutRequestCanary1() (RolloutRequestCanary1, error) {
-	var body RolloutRequestCanary1
+// AsCanaryPercent returns the union data inside the RolloutRequest_Canary as a CanaryPercent
+func (t RolloutRequest_Canary) AsCanaryPercent() (CanaryPercent, error) {
+	var body CanaryPercent
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromRolloutRequestCanary1 overwrites any union data inside the RolloutRequest_Canary as the provided RolloutRequestCanary1
-func (t *RolloutRequest_Canary) FromRolloutRequestCanary1(v RolloutRequestCanary1) error {
+// FromCanaryPercent overwrites any union data inside the RolloutRequest_Canary as the provided CanaryPercent
+func (t *RolloutRequest_Canary) FromCanaryPercent(v CanaryPercent) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeRolloutRequestCanary1 performs a merge with any union data inside the RolloutRequest_Canary, using the provided RolloutRequestCanary1
-func (t *RolloutRequest_Canary) MergeRolloutRequestCanary1(v RolloutRequestCanary1) error {
+// MergeCanaryPercent performs a merge with any union data inside the RolloutRequest_Canary, using the provided CanaryPercent
+func (t *RolloutRequest_Canary) MergeCanaryPercent(v CanaryPercent) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -11480,6 +11480,9 @@ func ParseGetBlobResponse(rsp *http.Response) (*GetBlobResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case rsp.StatusCode == 412:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
