@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
@@ -11,10 +12,9 @@ import (
 	"mesh/store"
 )
 
-// TestSpec_RoutesAgree proves the router and openapi.yaml list the same routes.
-func TestSpec_RoutesAgree(t *testing.T) {
-	e := ctltest.Start(t, store.SQLite)
-	doc, _ := ctltest.Spec(t)
+// servedRoutes are the API routes the router serves, as "METHOD /path/{param}".
+func servedRoutes(t *testing.T, e *ctltest.Env) map[string]bool {
+	t.Helper()
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	served := map[string]bool{}
 	for _, r := range e.Ctl.Echo.Routes() {
@@ -27,6 +27,17 @@ func TestSpec_RoutesAgree(t *testing.T) {
 		}
 		served[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true
 	}
+	if len(served) < 30 {
+		t.Fatalf("only %d routes read from the router", len(served))
+	}
+	return served
+}
+
+// TestSpec_RoutesAgree proves the router and openapi.yaml list the same routes.
+func TestSpec_RoutesAgree(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	doc, _ := ctltest.Spec(t)
+	served := servedRoutes(t, e)
 	documented := map[string]bool{}
 	for path, item := range doc.Paths.Map() {
 		for method := range item.Operations() {
@@ -48,8 +59,35 @@ func TestSpec_RoutesAgree(t *testing.T) {
 	if len(diff) > 0 {
 		t.Fatal(strings.Join(diff, "\n"))
 	}
-	if len(served) < 30 {
-		t.Fatalf("only %d routes read from the router", len(served))
+}
+
+// TestSpec_EveryRouteHasOperationID proves every served route has an
+// operation with an operationId, unique across the spec: the generated
+// client names its methods from them (ListMachinesWithResponse, …).
+func TestSpec_EveryRouteHasOperationID(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	doc, _ := ctltest.Spec(t)
+	seen := map[string]string{}
+	var bad []string
+	for r := range servedRoutes(t, e) {
+		method, path, _ := strings.Cut(r, " ")
+		item := doc.Paths.Find(path)
+		if item == nil || item.GetOperation(method) == nil {
+			bad = append(bad, "no operation for "+r)
+			continue
+		}
+		id := item.GetOperation(method).OperationID
+		switch {
+		case id == "":
+			bad = append(bad, "no operationId on "+r)
+		case seen[id] != "":
+			bad = append(bad, fmt.Sprintf("operationId %s on both %s and %s", id, seen[id], r))
+		}
+		seen[id] = r
+	}
+	sort.Strings(bad)
+	if len(bad) > 0 {
+		t.Fatal(strings.Join(bad, "\n"))
 	}
 }
 
