@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -53,6 +54,10 @@ type Config struct {
 
 	// MaxConns caps open connections (conns.Limit); 0: no cap.
 	MaxConns int
+
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For (the
+	// client's address, RealIP) and X-Forwarded-Proto/-Host are believed.
+	TrustedProxies []netip.Prefix
 }
 
 // Controller is a running controller instance.
@@ -165,9 +170,12 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.IPExtractor = web.RealIP(cfg.TrustedProxies)
+	e.Use(web.SecurityHeaders)
 	srv.Register(e)
 	dash := web.NewServer(st, hub, auth, signer, inst, cfg.Log)
 	dash.Behind = srv.Behind
+	dash.TrustedProxies = cfg.TrustedProxies
 	dash.Service = svc
 	dash.Register(e)
 

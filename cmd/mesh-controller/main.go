@@ -22,6 +22,7 @@ import (
 	"mesh/controller"
 	"mesh/models"
 	"mesh/version"
+	"mesh/web"
 )
 
 func main() {
@@ -95,6 +96,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("MESH_MAX_CONNS: %w", err)
 	}
 	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
+	if cfg.TrustedProxies, err = web.ParseTrustedProxies(os.Getenv("MESH_TRUSTED_PROXIES")); err != nil {
+		return fmt.Errorf("MESH_TRUSTED_PROXIES: %w", err)
+	}
+	fs.Func("trusted-proxies", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For/-Proto/-Host are believed; default none (MESH_TRUSTED_PROXIES)", func(v string) (err error) {
+		cfg.TrustedProxies, err = web.ParseTrustedProxies(v)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
