@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -59,6 +60,9 @@ type Config struct {
 	// with neither, the keys are stored in plaintext.
 	KeyFile string
 	Key     string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For (the
+	// client's address, RealIP) and X-Forwarded-Proto/-Host are believed.
+	TrustedProxies []netip.Prefix
 }
 
 // Controller is a running controller instance.
@@ -182,9 +186,12 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.IPExtractor = web.RealIP(cfg.TrustedProxies)
+	e.Use(web.SecurityHeaders)
 	srv.Register(e)
 	dash := web.NewServer(st, hub, authority, signer, inst, cfg.Log)
 	dash.Behind = srv.Behind
+	dash.TrustedProxies = cfg.TrustedProxies
 	dash.Service = svc
 	dash.Register(e)
 

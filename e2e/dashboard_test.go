@@ -7,10 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"mesh/controller/ctltest"
@@ -46,7 +50,67 @@ func newBrowser(t *testing.T, exe string) context.Context {
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("starting chromium: %v", err)
 	}
+	watch(t, ctx)
 	return ctx
+}
+
+// watch fails the test, at its end, on anything the tab's console shows
+// as an error: an error logged or thrown, a request that failed or was
+// blocked (by the Content-Security-Policy, say), a resource answered 4xx
+// or 5xx (the missing favicon's 404 was one on every page). A page
+// answered 4xx on purpose (a stale save's 409) is not a failed resource.
+func watch(t *testing.T, ctx context.Context) {
+	var mu sync.Mutex
+	var seen []string
+	documents := map[network.RequestID]bool{}
+	add := func(s string) {
+		seen = append(seen, s)
+	}
+	err := chromedp.Listen(ctx, func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			msg := d.Text
+			if d.Exception != nil {
+				msg += " " + d.Exception.Description
+			}
+			add(fmt.Sprintf("uncaught exception: %s (%s:%d)", msg, d.URL, d.LineNumber))
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value)+a.Description)
+				}
+				add("console." + string(ev.Type) + ": " + strings.Join(args, " "))
+			}
+		case *network.EventResponseReceived:
+			if ev.Type == network.ResourceTypeDocument {
+				documents[ev.RequestID] = true
+			} else if ev.Response.Status >= 400 {
+				add(fmt.Sprintf("%s %s: %d", ev.Type, ev.Response.URL, ev.Response.Status))
+			}
+		case *network.EventLoadingFailed:
+			if !ev.Canceled {
+				add(fmt.Sprintf("request failed: %s %s %s", ev.Type, ev.ErrorText, ev.BlockedReason))
+			}
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError && !documents[ev.Entry.NetworkRequestID] {
+				add(fmt.Sprintf("%s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("watching the console: %v", err)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range seen {
+			t.Errorf("browser console: %s", s)
+		}
+	})
 }
 
 // tab opens another tab in the same browser (same cookies).
@@ -58,6 +122,7 @@ func tab(t *testing.T, ctx context.Context) context.Context {
 	if err := chromedp.Do(c); err != nil {
 		t.Fatalf("opening a tab: %v", err)
 	}
+	watch(t, c)
 	return c
 }
 
@@ -107,7 +172,8 @@ func login(t *testing.T, ctx context.Context, url, user, pw string) {
 // log in; assign a module; the machine goes behind → current without a
 // reload, and its new send appears; a refused report shows as refused
 // with its reason; two tabs save the same machine — the second gets the
-// conflict message and nothing is overwritten; a viewer can change nothing.
+// conflict message and nothing is overwritten; a viewer can change nothing;
+// and no page it visits logs an error or a failed request.
 func TestDashboard_InABrowser(t *testing.T) {
 	exe := chromium(t)
 	shots := filepath.Join(os.TempDir(), "mesh-screenshots", time.Now().Format("20060102-150405"))
@@ -207,6 +273,11 @@ func TestDashboard_InABrowser(t *testing.T) {
 		t.Fatalf("behind badge says %q", why)
 	}
 	shot(t, ctx, shots, "06-cannot-compose")
+
+	// Every other page loads with nothing in the console (watch).
+	for _, p := range []string{"/modules", "/plans", "/releases", "/instances", "/audit"} {
+		run(t, ctx, "open "+p, chromedp.Navigate(c.URL+p), chromedp.WaitVisible(css(`main h1, main h2, main table`)))
+	}
 
 	// A viewer sees, and cannot change.
 	v := newBrowser(t, exe)

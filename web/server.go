@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 
 	"mesh/auth"
 	"mesh/models"
@@ -60,8 +60,14 @@ type Server struct {
 	// Behind says why this controller is behind its store ("" when not).
 	Behind string
 
-	assets map[string]asset // by hashed name
-	names  map[string]string
+	// TrustedProxies are the reverse proxies whose X-Forwarded-Proto and
+	// X-Forwarded-Host are believed (cookies are Secure when such a proxy
+	// says the person came over https). None by default.
+	TrustedProxies []netip.Prefix
+
+	assets  map[string]asset // by hashed name
+	names   map[string]string
+	csrfKey []byte
 }
 
 type asset struct {
@@ -73,6 +79,11 @@ type asset struct {
 func NewServer(st Store, seen Seen, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger) *Server {
 	s := &Server{Store: st, Seen: seen, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		assets: map[string]asset{}, names: map[string]string{}}
+	if auth != nil {
+		s.csrfKey = newCSRFKey(auth.Priv)
+	} else {
+		s.csrfKey = newCSRFKey(nil)
+	}
 	_ = fs.WalkDir(staticFS, "static", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -88,6 +99,8 @@ func NewServer(st Store, seen Seen, auth *auth.Authority, signer models.Signer, 
 			ct = "text/javascript; charset=utf-8"
 		case ".css":
 			ct = "text/css; charset=utf-8"
+		case ".svg":
+			ct = "image/svg+xml"
 		}
 		s.assets[hashed] = asset{body: b, ctype: ct}
 		s.names[base] = "/static/" + hashed
@@ -102,19 +115,11 @@ func (s *Server) Asset(name string) string { return s.names[name] }
 // Register adds the dashboard's routes to e.
 func (s *Server) Register(e *echo.Echo) {
 	e.GET("/static/:name", s.static)
-	// CSRF protection on every dashboard route (a double-submit token:
-	// a cookie, and the same value in each form or htmx header); the API
-	// takes bearer tokens and needs none.
-	csrf := middleware.CSRFWithConfig(middleware.CSRFConfig{
-		TokenLookup:    "header:X-CSRF-Token,form:_csrf",
-		CookieName:     "mesh_csrf",
-		CookiePath:     "/",
-		CookieHTTPOnly: true,
-		CookieSameSite: http.SameSiteStrictMode,
-		ErrorHandler: func(err error, c echo.Context) error {
-			return s.errorPage(c, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
-		},
-	})
+	e.GET("/favicon.ico", s.favicon)
+	// CSRF protection on every dashboard route (a token bound to the
+	// session, and a refusal of what the browser says came from another
+	// site: see csrf); the API takes bearer tokens and needs none.
+	csrf := s.csrf
 	viewer := []echo.MiddlewareFunc{csrf, s.session(models.RoleViewer)}
 	operator := []echo.MiddlewareFunc{csrf, s.session(models.RoleOperator)}
 	e.GET("/login", s.loginPage, csrf)
@@ -143,6 +148,17 @@ func (s *Server) static(c echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 	return c.Blob(http.StatusOK, a.ctype, a.body)
+}
+
+// favicon answers browsers that ask /favicon.ico without reading the
+// layout's icon link (a JSON answer opened in a tab, say).
+func (s *Server) favicon(c echo.Context) error {
+	b, err := staticFS.ReadFile("static/favicon.svg")
+	if err != nil {
+		return echo.NewHTTPError(http.StatusNotFound)
+	}
+	c.Response().Header().Set("Cache-Control", "public, max-age=86400")
+	return c.Blob(http.StatusOK, "image/svg+xml", b)
 }
 
 // viewer is who is looking, with their CSRF token.
@@ -179,7 +195,7 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 			if models.RoleRank(claims.Role) < models.RoleRank(min) {
 				return s.errorPage(c, http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot do this; it needs %s.", claims.Role, min))
 			}
-			csrf, _ := c.Get(middleware.DefaultCSRFConfig.ContextKey).(string)
+			csrf, _ := c.Get(csrfCtxKey).(string)
 			c.Set(viewerKey, viewer{User: claims.Subject, Role: claims.Role, CSRF: csrf})
 			return next(c)
 		}
@@ -189,7 +205,7 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 func who(c echo.Context) viewer {
 	v, _ := c.Get(viewerKey).(viewer)
 	if v.CSRF == "" {
-		v.CSRF, _ = c.Get(middleware.DefaultCSRFConfig.ContextKey).(string)
+		v.CSRF, _ = c.Get(csrfCtxKey).(string)
 	}
 	return v
 }
@@ -212,7 +228,7 @@ func (s *Server) errorPage(c echo.Context, status int, msg string) error {
 
 // page is what every page's layout needs.
 func (s *Server) page(c echo.Context, title string) Page {
-	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path, Behind: s.Behind}
+	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), Icon: s.Asset("favicon.svg"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path, Behind: s.Behind}
 }
 
 func (s *Server) loginPage(c echo.Context) error {
@@ -238,7 +254,7 @@ func (s *Server) login(c echo.Context) error {
 		return err
 	}
 	c.SetCookie(&http.Cookie{Name: SessionCookie, Value: tok, Path: "/", Expires: exp, HttpOnly: true,
-		Secure: c.IsTLS(), SameSite: http.SameSiteStrictMode})
+		Secure: s.secure(c), SameSite: http.SameSiteStrictMode})
 	return c.Redirect(http.StatusSeeOther, "/")
 }
 
@@ -251,7 +267,7 @@ func (s *Server) logout(c echo.Context) error {
 		}
 	}
 	c.SetCookie(&http.Cookie{Name: SessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		Secure: c.IsTLS(), SameSite: http.SameSiteStrictMode})
+		Secure: s.secure(c), SameSite: http.SameSiteStrictMode})
 	return c.Redirect(http.StatusSeeOther, "/login")
 }
 

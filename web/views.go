@@ -12,6 +12,7 @@ type Page struct {
 	Title  string
 	Viewer viewer
 	CSS    string
+	Icon   string
 	HTMX   string
 	Path   string
 	Behind string // why this controller is behind its store, if it is

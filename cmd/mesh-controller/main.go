@@ -22,6 +22,7 @@ import (
 	"mesh/controller"
 	"mesh/models"
 	"mesh/version"
+	"mesh/web"
 )
 
 func main() {
@@ -97,6 +98,13 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
 	fs.StringVar(&cfg.KeyFile, "key-file", env("MESH_KEY_FILE", ""), "file of the 32-byte key (raw, 64 hex characters or base64; mode 0600) that encrypts the signing keys in the store; MESH_KEY may hold the key itself instead; empty = stored in plaintext (MESH_KEY_FILE)")
 	cfg.Key = os.Getenv("MESH_KEY")
+	if cfg.TrustedProxies, err = web.ParseTrustedProxies(os.Getenv("MESH_TRUSTED_PROXIES")); err != nil {
+		return fmt.Errorf("MESH_TRUSTED_PROXIES: %w", err)
+	}
+	fs.Func("trusted-proxies", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For/-Proto/-Host are believed; default none (MESH_TRUSTED_PROXIES)", func(v string) (err error) {
+		cfg.TrustedProxies, err = web.ParseTrustedProxies(v)
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
