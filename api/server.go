@@ -28,6 +28,9 @@ import (
 	"mesh/service"
 )
 
+// DefaultStoreTimeout bounds a request's wait on the store.
+const DefaultStoreTimeout = 30 * time.Second
+
 // Body limits: every route has one. Uploads are artifacts; the rest JSON.
 const (
 	MaxJSONBody   = 1 << 20   // 1 MiB
@@ -44,6 +47,11 @@ type Server struct {
 	Signer   models.Signer
 	Instance string
 	Log      *slog.Logger
+	// StoreTimeout bounds a request's wait on the store: a store that hangs
+	// (a lock held, packets dropped) makes requests fail fast with 503.
+	// Uploads get UploadTimeout; a long poll waits on the hub, and what it
+	// asks the store carries the same bound.
+	StoreTimeout time.Duration
 	// Now is the clock (the store's, so tests that fix one fix both).
 	Now func() time.Time
 	// OpenAPI is the spec served at /openapi.yaml.
@@ -69,7 +77,7 @@ type Server struct {
 // NewServer wires a server.
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
-		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() },
+		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout,
 		enrolLimit: newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
 		hookLimit:  newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
@@ -203,6 +211,16 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		bodyDeadline(c, limit == MaxUploadBody)
 		r := c.Request()
+		if c.Path() != "/api/v1/host/declaration" && c.Path() != "/api/v1/blobs/:digest" {
+			d := s.StoreTimeout
+			if limit == MaxUploadBody {
+				d = uploadBodyDeadline
+			}
+			ctx, cancel := context.WithTimeout(r.Context(), d)
+			defer cancel()
+			r = r.WithContext(ctx)
+			c.SetRequest(r)
+		}
 		if r.ContentLength > limit {
 			return &http.MaxBytesError{Limit: limit}
 		}
@@ -235,12 +253,14 @@ func (s *Server) healthz(c echo.Context) error {
 // readyz says whether this instance answers polls: the hub is loaded and
 // it is not draining; and whether the store's schema is ahead of it.
 func (s *Server) readyz(c echo.Context) error {
-	st, known, err := s.Store.SchemaVersion(c.Request().Context())
+	ctx, cancel := context.WithTimeout(c.Request().Context(), min(s.StoreTimeout, 5*time.Second))
+	defer cancel()
+	st, known, err := s.Store.SchemaVersion(ctx)
 	body := map[string]any{"instance": s.Instance, "store_schema": st, "known_schema": known}
 	status := http.StatusOK
 	switch {
 	case err != nil:
-		body["status"], body["detail"] = "store unreachable", "store unreachable"
+		body["status"], body["detail"] = "store unreachable", "store unreachable: "+storeWhy(err)
 		status = http.StatusServiceUnavailable
 		s.Log.Warn("readyz: store", "err", err)
 	case s.Draining():
@@ -369,4 +389,15 @@ func ifMatch(c echo.Context) (*int64, error) {
 
 func setETag(c echo.Context, gen int64) {
 	c.Response().Header().Set("ETag", fmt.Sprintf(`"%d"`, gen))
+}
+
+// storeWhy says why the store did not answer, without its internals.
+func storeWhy(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within the store timeout (a lock held, or the network drops packets)"
+	case errors.Is(err, models.ErrUnavailable):
+		return "connection refused or lost"
+	}
+	return "it answered with an error (see the controller's log)"
 }

@@ -36,6 +36,9 @@ type Config struct {
 	Listen      string
 	DataDir     string
 	DatabaseURL string
+	// StoreTimeout bounds how long a request waits on the store before it
+	// answers 503 (0: 30 s); long polls wait on the hub, not the store.
+	StoreTimeout time.Duration
 	// FlushEvery is how often last-seen times are written.
 	FlushEvery time.Duration
 	// ResyncEvery is how often, on PostgreSQL, an instance re-reads every
@@ -179,6 +182,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
+	if cfg.StoreTimeout > 0 {
+		srv.StoreTimeout = cfg.StoreTimeout
+	}
 	srv.Now = st.Now
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)

@@ -7,10 +7,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,7 +117,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("database URL must start with postgres:// (empty means SQLite in the data dir)")
 		}
 		s.dialect = Postgres
-		s.db, err = gorm.Open(postgres.Open(cfg.DatabaseURL), gcfg)
+		s.db, err = gorm.Open(postgres.Open(withStatementTimeout(cfg.DatabaseURL)), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
@@ -171,6 +174,22 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect %s store: %w", s.dialect, err)
 	}
 	return s, nil
+}
+
+// DefaultStatementTimeout bounds every statement on PostgreSQL unless the
+// database URL sets statement_timeout itself: a statement stuck behind a
+// lock fails instead of holding its request (and a connection) forever.
+const DefaultStatementTimeout = "30s"
+
+func withStatementTimeout(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Query().Has("statement_timeout") {
+		return raw
+	}
+	q := u.Query()
+	q.Set("statement_timeout", DefaultStatementTimeout)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // Dialect is SQLite or Postgres.
@@ -371,6 +390,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: already exists", models.ErrConflict)
 	case badText(err):
 		return models.Invalid("", "text may not contain a NUL character (\\u0000)")
+	case unavailable(err):
+		return &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %w", models.ErrUnavailable, err)}
 	}
 	return err
 }
@@ -382,6 +403,25 @@ func mapErr(err error) error {
 func badText(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "22021" || pe.Code == "22P05")
+}
+
+// unavailable says whether err means the store did not answer: a
+// deadline passed (a lock held, packets dropped), a statement timed out,
+// or the connection was refused or lost.
+func unavailable(err error) bool {
+	var pe *pgconn.PgError
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone):
+		return true
+	case errors.As(err, &pe):
+		// 57014: statement timeout / query canceled; class 08: connection.
+		return pe.Code == "57014" || strings.HasPrefix(pe.Code, "08")
+	case errors.As(err, &ce), errors.As(err, &ne):
+		return true
+	}
+	return false
 }
 
 // inChunks calls fn with slices of at most n ids, so no statement carries

@@ -121,6 +121,7 @@ type Options struct {
 	HeartbeatEvery time.Duration
 	RolloutEvery   time.Duration
 	ResyncEvery    time.Duration
+	StoreTimeout   time.Duration
 }
 
 // Start runs a controller on a fresh store of the dialect.
@@ -142,7 +143,7 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 		level = slog.LevelDebug
 	}
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Out: &out,
-		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, RolloutEvery: o.RolloutEvery, ResyncEvery: o.ResyncEvery, DrainTimeout: 5 * time.Second,
+		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, RolloutEvery: o.RolloutEvery, ResyncEvery: o.ResyncEvery, StoreTimeout: o.StoreTimeout, DrainTimeout: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level}))}
 	c, err := controller.Start(context.Background(), cfg)
 	if err != nil {
