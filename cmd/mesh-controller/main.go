@@ -90,6 +90,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	level := storeFlags(fs, &cfg)
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
+	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 30*time.Second, "how long a request waits on the store before it answers 503 (long polls wait on memory, not the store)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
 	maxConns, err := strconv.Atoi(env("MESH_MAX_CONNS", "0"))
 	if err != nil {
