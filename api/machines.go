@@ -32,8 +32,18 @@ type MachineView struct {
 	LastSeen          *time.Time                     `json:"last_seen"`
 	ConflictHostGen   int64                          `json:"conflict_host_generation"`
 	ComposeError      string                         `json:"compose_error"`
+	Health            HealthView                     `json:"health"`
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
+}
+
+// HealthView is a machine's health as the API shows it: a fact with a time.
+type HealthView struct {
+	State     string     `json:"state"`
+	Check     string     `json:"check"`
+	Detail    string     `json:"detail"`
+	Since     *time.Time `json:"since"`
+	CheckedAt *time.Time `json:"checked_at"`
 }
 
 func (s *Server) machineView(m *models.Machine) MachineView {
@@ -47,8 +57,12 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
-		State: models.MachineState(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
+		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
 		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt}
+	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
+	if v.Health.State == "" {
+		v.Health.State = models.HealthNone
+	}
 	if m.ComposeErrorGen == m.Generation {
 		v.ComposeError = m.ComposeError
 	}

@@ -52,6 +52,8 @@ type Server struct {
 	// Uploads get UploadTimeout; a long poll waits on the hub, and what it
 	// asks the store carries the same bound.
 	StoreTimeout time.Duration
+	// Rules say machine states (the controller's thresholds).
+	Rules models.StateRules
 	// Now is the clock (the store's, so tests that fix one fix both).
 	Now func() time.Time
 	// OpenAPI is the spec served at /openapi.yaml.
@@ -77,7 +79,7 @@ type Server struct {
 // NewServer wires a server.
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
-		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout,
+		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
 		enrolLimit: newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
 		hookLimit:  newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
@@ -193,6 +195,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.POST("/plans/:id/pause", s.planAction("pause"), operator)
 	v1.POST("/plans/:id/resume", s.planAction("resume"), operator)
 	v1.POST("/plans/:id/cancel", s.planAction("cancel"), operator)
+	v1.POST("/plans/:id/rollback", s.planAction("rollback"), operator)
 
 	v1.GET("/instances", s.listInstances, viewer)
 	v1.GET("/audit", s.listAudit, viewer)

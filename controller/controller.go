@@ -36,6 +36,9 @@ type Config struct {
 	Listen      string
 	DataDir     string
 	DatabaseURL string
+	// Rules are the state thresholds (--offline-after, --unhealthy-after);
+	// zero fields take the defaults.
+	Rules models.StateRules
 	// StoreTimeout bounds how long a request waits on the store before it
 	// answers 503 (0: 30 s); long polls wait on the hub, not the store.
 	StoreTimeout time.Duration
@@ -182,6 +185,14 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
+	rules := models.DefaultStateRules
+	if cfg.Rules.OfflineAfter > 0 {
+		rules.OfflineAfter = cfg.Rules.OfflineAfter
+	}
+	if cfg.Rules.UnhealthyAfter > 0 {
+		rules.UnhealthyAfter = cfg.Rules.UnhealthyAfter
+	}
+	st.Rules, srv.Rules = rules, rules
 	if cfg.StoreTimeout > 0 {
 		srv.StoreTimeout = cfg.StoreTimeout
 	}
@@ -199,6 +210,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	dash.Behind = srv.Behind
 	dash.TrustedProxies = cfg.TrustedProxies
 	dash.Service = svc
+	dash.Rules = rules
 	dash.Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Listen)

@@ -188,9 +188,10 @@ func (h *Hub) Ready() bool {
 func (h *Hub) Add(m *models.Machine) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// Enrolled, not yet polled: no last-seen time (the overview says
+	// "never polled"); its first poll is expected here.
 	e := &machineEntry{id: m.ID, name: m.Name, gen: m.Generation, hostVersion: m.HostVersion,
-		schema: m.Schema, tokenID: m.TokenID, lastSeen: time.Now(), changed: make(chan struct{})}
-	e.polledHere = e.lastSeen // it enrolled here: its first poll comes here too
+		schema: m.Schema, tokenID: m.TokenID, changed: make(chan struct{}), polledHere: time.Now()}
 	h.byID[m.ID], h.byName[m.Name] = e, e
 }
 

@@ -330,3 +330,49 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, runni
 	}
 	return *b, true
 }
+
+// Buildable refuses, at upload, what can never be composed into a build
+// with (or without) an uploaded artifact: a tree that names no artifact in
+// a build that has none. What depends on a machine (a missing variable)
+// stays a per-machine compose error.
+func (m *Manifest) Buildable(hasArtifact bool) error {
+	for i, r := range m.Resources {
+		f := fmt.Sprintf("manifest.resources[%d]", i)
+		strs := map[string]string{f + ".path": r.Path}
+		if r.Content != nil {
+			strs[f+".content"] = *r.Content
+		}
+		for j, c := range r.Command {
+			strs[fmt.Sprintf("%s.command[%d]", f, j)] = c
+		}
+		for k, v := range r.Env {
+			strs[f+".env."+k] = v
+		}
+		for field, v := range strs {
+			if err := checkPlaceholders(field, v); err != nil {
+				return err
+			}
+		}
+		if r.Kind == "tree" && r.Artifact == nil && !hasArtifact {
+			return Invalid(fmt.Sprintf("manifest.resources[%d].artifact", i), "tree "+r.Name+" names no artifact and the build uploads none: upload the tree's archive as the build's artifact, or name one")
+		}
+	}
+	return nil
+}
+
+// checkPlaceholders refuses a "${" that is not ${machine.name} or
+// ${var.NAME}: no machine could ever compose it.
+func checkPlaceholders(field, v string) error {
+	for i := strings.Index(v, "${"); i >= 0; i = strings.Index(v, "${") {
+		m := placeholderRE.FindStringSubmatchIndex(v[i:])
+		if m == nil || m[0] != 0 {
+			return Invalid(field, "a placeholder is ${machine.name} or ${var.NAME}")
+		}
+		scope, name := v[i+m[2]:i+m[3]], v[i+m[4]:i+m[5]]
+		if !(scope == "machine" && name == "name") && !(scope == "var" && varKeyRE.MatchString(name)) {
+			return Invalid(field, "a placeholder is ${machine.name} or ${var.NAME}, not ${"+scope+"."+name+"}")
+		}
+		v = v[i+m[1]:]
+	}
+	return nil
+}

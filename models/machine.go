@@ -9,19 +9,39 @@ type Bump struct {
 	Generation int64
 }
 
-// OfflineAfter is how long without a poll before a machine is offline.
-// A host holds a poll open for up to 50 s and reconnects at once, so three
-// missed polls' worth of silence means it is gone.
-const OfflineAfter = 3 * time.Minute
+// Default thresholds of the state rules (settings of the controller:
+// --offline-after, --unhealthy-after).
+const (
+	// OfflineAfter: a host holds a poll open for up to 50 s and reconnects
+	// at once, so three missed polls' worth of silence means it is gone.
+	OfflineAfter = 3 * time.Minute
+	// UnhealthyAfter: three of the host's check intervals (30 s each), so
+	// a service still starting is not flagged.
+	UnhealthyAfter = 90 * time.Second
+)
 
-// MachineState computes a machine's state from its records, in DESIGN.md's
-// words. It never says current unless the host reported applying the
-// machine's latest generation.
-func MachineState(m *Machine, lastSeen *time.Time, now time.Time) string {
+// StateRules say a machine's state from its records. The precedence is
+// written once, here and in DESIGN.md, and api, web and metrics all use
+// it: conflict > offline > rolled_back > upgrading > failed > behind >
+// refused > rejected > unhealthy > current. A state word is shown only
+// when what it claims was checked: current means the host reported
+// applying the latest generation and no declared check has failed past
+// the grace.
+type StateRules struct {
+	OfflineAfter   time.Duration
+	UnhealthyAfter time.Duration
+}
+
+// DefaultStateRules are the rules with the default thresholds.
+var DefaultStateRules = StateRules{OfflineAfter: OfflineAfter, UnhealthyAfter: UnhealthyAfter}
+
+// State is m's state at now, its host last seen at lastSeen.
+func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string {
 	switch {
 	case m.Conflict:
 		return StateConflict
-	case lastSeen == nil || now.Sub(*lastSeen) > OfflineAfter:
+	case lastSeen == nil && now.Sub(m.CreatedAt) > r.OfflineAfter, lastSeen != nil && now.Sub(*lastSeen) > r.OfflineAfter:
+		// Never polled: offline once it has been enrolled that long.
 		return StateOffline
 	case m.LastOutcome == OutcomeRolledBack:
 		return StateRolledBack
@@ -39,5 +59,46 @@ func MachineState(m *Machine, lastSeen *time.Time, now time.Time) string {
 	case OutcomeRejected:
 		return StateRejected
 	}
+	if r.Unhealthy(m, now) {
+		return StateUnhealthy
+	}
 	return StateCurrent
+}
+
+// Unhealthy reports whether a declared check of m has failed for longer
+// than the grace.
+func (r StateRules) Unhealthy(m *Machine, now time.Time) bool {
+	return m.Health == HealthFailing && m.HealthSince != nil && now.Sub(*m.HealthSince) >= r.UnhealthyAfter
+}
+
+// MachineState is the state under the default rules.
+func MachineState(m *Machine, lastSeen *time.Time, now time.Time) string {
+	return DefaultStateRules.State(m, lastSeen, now)
+}
+
+// HealthOf reads a report's checks: none when no check ran, failing with
+// the first failing check (since when it began failing, kept across
+// reports of the same failure), else passing.
+func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, detail string, since time.Time) {
+	if len(checks) == 0 {
+		return HealthNone, "", "", now
+	}
+	for _, c := range checks {
+		if c.OK {
+			continue
+		}
+		since = now
+		if !c.At.IsZero() {
+			since = c.At
+		}
+		if m.Health == HealthFailing && m.HealthCheck == c.Resource && m.HealthSince != nil {
+			since = *m.HealthSince
+		}
+		return HealthFailing, c.Resource, c.Detail, since
+	}
+	since = now
+	if m.Health == HealthPassing && m.HealthSince != nil {
+		since = *m.HealthSince
+	}
+	return HealthPassing, "", "", since
 }

@@ -1,6 +1,9 @@
 package models
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Plan states.
 const (
@@ -11,6 +14,7 @@ const (
 	PlanRefused    = "refused"
 	PlanHalted     = "halted"
 	PlanCancelled  = "cancelled"
+	PlanRolledBack = "rolled_back"
 )
 
 // Plan step states.
@@ -48,6 +52,9 @@ type PlanStep struct {
 	Reason     string     `json:"reason"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
+	// PreviousBuild is the build the machine ran before the plan reached
+	// it (0: none), where a rollback pins it.
+	PreviousBuild int64 `json:"previous_build"`
 }
 
 // MachineTarget is the build a plan has reached a machine with. It only
@@ -57,4 +64,58 @@ type MachineTarget struct {
 	ModuleID  int64 `gorm:"primaryKey"`
 	Build     int64
 	PlanID    int64
+}
+
+// StepVerdict is what a sent plan step has come to: StepApplied, StepFailed
+// with the reason in the operator's words, or "" (still waiting).
+type StepVerdict struct {
+	State  string
+	Reason string
+}
+
+// JudgeStep decides a sent step from its machine's records: applied (and
+// healthy where checks are declared), failed (refused, rejected, failed,
+// unhealthy past the grace, or no report within the tier's deadline —
+// offline, if its host went silent), or still waiting. running is the
+// build of the plan's module the machine reports running.
+func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int64, deadline time.Duration, now time.Time) StepVerdict {
+	fail := func(format string, a ...any) StepVerdict {
+		return StepVerdict{State: StepFailed, Reason: m.Name + " " + fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case m.FinishedGen >= st.Generation && (m.LastOutcome == OutcomeRefused || m.LastOutcome == OutcomeRejected):
+		return fail("%s generation %d: %s", m.LastOutcome, m.FinishedGen, m.LastReason)
+	case m.AppliedGeneration >= st.Generation && running >= build:
+		switch {
+		case r.Unhealthy(m, now):
+			return fail("check %s unhealthy since %s: %s", m.HealthCheck, m.HealthSince.UTC().Format("15:04:05"), m.HealthDetail)
+		case m.Health == HealthFailing:
+			return StepVerdict{} // within the grace: a service may still be starting
+		}
+		return StepVerdict{State: StepApplied}
+	case m.LastOutcome == OutcomeFailed && m.AppliedGeneration < st.Generation && m.LastReportAt != nil && st.StartedAt != nil && !m.LastReportAt.Before(*st.StartedAt):
+		return fail("failed to apply generation %d: %s", st.Generation, m.LastReason)
+	case st.StartedAt != nil && now.Sub(*st.StartedAt) > deadline:
+		if m.LastSeen == nil || now.Sub(*m.LastSeen) > r.OfflineAfter {
+			if m.LastSeen == nil {
+				return fail("offline: never polled")
+			}
+			return fail("offline since %s", m.LastSeen.UTC().Format("15:04:05"))
+		}
+		return fail("did not report generation %d within %s", st.Generation, deadline)
+	}
+	return StepVerdict{}
+}
+
+// TierWords names a tier for a person: "tier 1 of 2 (canary)", "tier 2 of
+// 2 — done".
+func TierWords(tier, tiers int64, done bool) string {
+	s := fmt.Sprintf("tier %d of %d", tier+1, tiers)
+	if tier == 0 && tiers > 1 {
+		s += " (canary)"
+	}
+	if done {
+		s = fmt.Sprintf("tier %d of %d — done", tiers, tiers)
+	}
+	return s
 }

@@ -133,6 +133,11 @@ type Machine struct {
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
 	LastChecksOK      bool       `gorm:"column:last_checks_ok;default:true"`
+	Health            string     `gorm:"column:health;default:none"` // passing, failing, none
+	HealthCheck       string     `gorm:"column:health_check"`        // the failing check
+	HealthDetail      string     `gorm:"column:health_detail"`       // what it said
+	HealthSince       *time.Time `gorm:"column:health_since"`        // failing (or passing) since
+	HealthAt          *time.Time `gorm:"column:health_at"`           // when the host last checked
 	ComposeError      string     `gorm:"column:compose_error"`            // why ComposeErrorGen could not be composed
 	ComposeErrorGen   int64      `gorm:"column:compose_error_generation"` // 0: none recorded
 	Conflict          bool       `gorm:"column:conflict"`
@@ -158,7 +163,9 @@ type Module struct {
 	SourcePaths  string // JSON array
 	Tiers        string // JSON array
 	CurrentBuild *int64
-	CreatedAt    time.Time
+	// TierDeadlineSeconds is how long a plan's tier may take before it halts.
+	TierDeadlineSeconds int64 `gorm:"default:600"`
+	CreatedAt           time.Time
 }
 
 // Build is an immutable build of a module. Number is monotonic per module.
@@ -186,6 +193,7 @@ type Assignment struct {
 	ModuleID  int64 `gorm:"primaryKey"`
 	Build     *int64
 	Reason    string
+	PinPlan   int64 // the plan whose rollback set this pin (a newer plan lifts it); 0: a person's
 	CreatedAt time.Time
 }
 

@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // CheckReportSend says whether a report may name send: the send must be
@@ -28,7 +29,7 @@ func CheckReportSend(machineID int64, r *Report, send *Send) error {
 // naming no send (a host refusing a release, or rolled back after a
 // failed trial, before it has applied anything) is kept as a row, and may
 // only make the machine look worse (rolled_back, refused), never better.
-func ReportUpdates(m *Machine, r *Report, tied bool) map[string]any {
+func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]any {
 	up := map[string]any{}
 	if r.HostVersion != "" {
 		up["host_version"] = r.HostVersion
@@ -36,6 +37,14 @@ func ReportUpdates(m *Machine, r *Report, tied bool) map[string]any {
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
 			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+		}
+		return up
+	}
+	if r.Outcome == OutcomeChecked {
+		// Checks between applies: health only, and only of what the
+		// machine applied.
+		if r.Generation == m.AppliedGeneration {
+			health(up, m, r.Checks, now)
 		}
 		return up
 	}
@@ -54,6 +63,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool) map[string]any {
 			healthy = healthy && c.OK
 		}
 		up["last_checks_ok"] = healthy
+		health(up, m, r.Checks, now)
 		up["applied_generation"] = r.Generation
 		if r.Running != nil {
 			b, _ := json.Marshal(r.Running)
@@ -77,11 +87,17 @@ func DecodeReport(body []byte) (*Report, error) {
 	_ = json.Unmarshal(body, &present)
 	switch {
 	case !ValidOutcome(r.Outcome):
-		return nil, Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back")
+		return nil, Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back, checked")
 	case present.Generation == nil || string(*present.Generation) == "null":
 		return nil, Invalid("generation", "required: the generation the report is about (0 before any)")
 	case r.Generation < 0:
 		return nil, Invalid("generation", "must not be negative")
 	}
 	return &r, nil
+}
+
+// health sets the health columns from checks.
+func health(up map[string]any, m *Machine, checks []CheckResult, now time.Time) {
+	h, check, detail, since := HealthOf(m, checks, now)
+	up["health"], up["health_check"], up["health_detail"], up["health_since"], up["health_at"] = h, check, detail, since, now
 }

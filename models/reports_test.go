@@ -30,7 +30,7 @@ func TestReportUpdates(t *testing.T) {
 			map[string]any{"last_checks_ok": false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			up := ReportUpdates(m, &tc.r, tc.tied)
+			up := ReportUpdates(m, &tc.r, tc.tied, time.Now())
 			for k, want := range tc.want {
 				got, ok := up[k]
 				if want == nil {

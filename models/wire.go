@@ -91,6 +91,9 @@ const (
 	OutcomeRejected   = "rejected"
 	OutcomeUpgraded   = "upgraded"
 	OutcomeRolledBack = "rolled_back"
+	// OutcomeChecked: a check changed between applies; it names the
+	// applied send and never moves the applied or finished generation.
+	OutcomeChecked = "checked"
 
 	StateCurrent    = "current"
 	StateBehind     = "behind"
@@ -101,12 +104,20 @@ const (
 	StateOffline    = "offline"
 	StateUpgrading  = "upgrading"
 	StateRolledBack = "rolled_back"
+	StateUnhealthy  = "unhealthy"
+)
+
+// Health words: a fact with a time.
+const (
+	HealthPassing = "passing"
+	HealthFailing = "failing"
+	HealthNone    = "none" // no checks declared
 )
 
 // ValidOutcome reports whether o is a report outcome.
 func ValidOutcome(o string) bool {
 	switch o {
-	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack:
+	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack, OutcomeChecked:
 		return true
 	}
 	return false

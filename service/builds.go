@@ -27,7 +27,11 @@ func (r *UploadBuild) Validate() error {
 	if r.Manifest == "" {
 		return models.Invalid("manifest", "required")
 	}
-	if _, err := models.ParseManifest([]byte(r.Manifest)); err != nil {
+	man, err := models.ParseManifest([]byte(r.Manifest))
+	if err != nil {
+		return err
+	}
+	if err := man.Buildable(r.Artifact != nil); err != nil {
 		return err
 	}
 	if err := validBuildWords(r.Version, r.Commit, r.OS, r.Arch); err != nil {
@@ -119,7 +123,11 @@ func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuil
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if _, perr := models.ParseManifest([]byte(req.Manifest)); perr != nil {
+	man, perr := models.ParseManifest([]byte(req.Manifest))
+	if perr == nil {
+		perr = man.Buildable(req.Artifact != nil)
+	}
+	if perr != nil {
 		err := s.Store.Write(ctx, func(tx *store.Tx) error { return tx.FailBuild(actor, req.ID, "manifest refused: "+perr.Error()) })
 		return nil, errors.Join(perr, err)
 	}

@@ -158,3 +158,35 @@ func TestUploadBuild_RefusedBeforeAnyWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadBuild_NeverComposable: what can never be composed is refused
+// at upload with its field path (a tree without an artifact in a build
+// that has none used to be accepted, start a plan and leave every machine
+// behind with a compose error).
+func TestUploadBuild_NeverComposable(t *testing.T) {
+	for _, tc := range []struct {
+		name, manifest, field string
+		artifact              []byte
+	}{
+		{"TreeWithoutArtifact", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`, "manifest.resources[0].artifact", nil},
+		{"AfterNamesNothing", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/f", "content": "x", "after": ["nope"]}]}`, "manifest.resources[0].after", nil},
+		{"MalformedCheck", `{"resources": [{"name": "s", "kind": "service", "command": ["/bin/s"], "check": {"tcp": "x", "http": "y"}}]}`, "", nil},
+		{"BadPlaceholder", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/f", "content": "${machine.nmae}"}]}`, "manifest.resources[0].content", nil},
+		{"BadPlaceholderSyntax", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/${var.}", "content": "x"}]}`, "manifest.resources[0].path", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := service.UploadBuild{Manifest: tc.manifest, Artifact: tc.artifact}
+			err := req.Validate()
+			var inv *models.InvalidError
+			if !errors.As(err, &inv) || (tc.field != "" && inv.Field != tc.field) {
+				t.Fatalf("%v, want a refusal of %q", err, tc.field)
+			}
+		})
+	}
+	t.Run("TreeWithUploadedArtifact", func(t *testing.T) {
+		req := service.UploadBuild{Manifest: `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`, Artifact: []byte("tar")}
+		if err := req.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -240,11 +241,16 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		return finishPlan(tx, p, &mod)
 	}
 	done := 0
+	var failed []string
+	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
+	if deadline <= 0 {
+		deadline = DefaultTierDeadline
+	}
 	for i := range steps {
 		st := &steps[i]
 		switch st.State {
 		case models.StepPending:
-			if err := reach(tx, p, st); err != nil {
+			if err := reach(tx, p, &mod, st); err != nil {
 				return err
 			}
 		case models.StepSent:
@@ -253,27 +259,35 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 				return err
 			}
 			running := parseRunning(m.Running)[mod.Name].Build
-			switch {
-			case m.AppliedGeneration >= st.Generation && running >= p.Build && m.LastChecksOK:
-				// Applied, and healthy where the module declares checks.
-				st.State = models.StepApplied
-				if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
-					Updates(map[string]any{"state": st.State, "finished_at": now}).Error; err != nil {
-					return err
-				}
-				done++
-			case m.FinishedGen >= st.Generation && (m.LastOutcome == models.OutcomeRefused || m.LastOutcome == models.OutcomeRejected):
-				reason := fmt.Sprintf("machine %s %s generation %d: %s", m.Name, m.LastOutcome, m.FinishedGen, m.LastReason)
-				if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
-					Updates(map[string]any{"state": models.StepFailed, "finished_at": now, "reason": reason}).Error; err != nil {
-					return err
-				}
-				p.State = models.PlanHalted
-				return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": "halted: " + reason, "finished_at": now}).Error
+			v := models.JudgeStep(tx.s.Rules, &m, running, st, p.Build, deadline, now)
+			if v.State == "" {
+				continue
 			}
+			up := map[string]any{"state": v.State, "finished_at": now, "reason": v.Reason}
+			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).Updates(up).Error; err != nil {
+				return err
+			}
+			if v.State == models.StepFailed {
+				failed = append(failed, v.Reason)
+				continue
+			}
+			done++
 		case models.StepApplied:
 			done++
 		}
+	}
+	if len(failed) > 0 {
+		// Halted, loudly: the reason names each machine and what it said.
+		var tiers int64
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ?", p.ID).Select("COALESCE(MAX(tier), 0) + 1").Scan(&tiers).Error; err != nil {
+			return err
+		}
+		p.State = models.PlanHalted
+		p.Reason = "halted: " + models.TierWords(p.Tier, tiers, false) + ": " + strings.Join(failed, "; ")
+		if err := tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		return audit(tx, "controller", "plan-halted", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason))
 	}
 	if done == len(steps) {
 		p.Tier++
@@ -287,7 +301,15 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 
 // reach makes the plan's build a machine's target: a new generation. The
 // target only ever rises, so an older plan's step cannot lower it.
-func reach(tx *Tx, p *models.Plan, st *models.PlanStep) error {
+func reach(tx *Tx, p *models.Plan, mod *models.Module, st *models.PlanStep) error {
+	var m models.Machine
+	if err := tx.Select("id", "name", "running").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+		return err
+	}
+	st.PreviousBuild = parseRunning(m.Running)[mod.Name].Build
+	if err := liftRollbackPin(tx, p, &m); err != nil {
+		return err
+	}
 	var cur models.MachineTarget
 	err := tx.Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).First(&cur).Error
 	switch {
@@ -313,8 +335,30 @@ func reach(tx *Tx, p *models.Plan, st *models.PlanStep) error {
 		st.Generation = tx.bumps[len(tx.bumps)-1].Generation
 	}
 	return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
-		Updates(map[string]any{"state": st.State, "started_at": now, "generation": st.Generation}).Error
+		Updates(map[string]any{"state": st.State, "started_at": now, "generation": st.Generation, "previous_build": st.PreviousBuild}).Error
 }
+
+// liftRollbackPin lifts, on the record, a pin an older plan's rollback set
+// on m, when a newer build's plan reaches it.
+func liftRollbackPin(tx *Tx, p *models.Plan, m *models.Machine) error {
+	var a models.Assignment
+	err := tx.Where("machine_id = ? AND module_id = ? AND pin_plan > 0", m.ID, p.ModuleID).First(&a).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil
+	}
+	if err != nil || a.Build == nil || *a.Build >= p.Build {
+		return err
+	}
+	if err := tx.Model(&models.Assignment{}).Where("machine_id = ? AND module_id = ?", m.ID, p.ModuleID).
+		Updates(map[string]any{"build": nil, "reason": "", "pin_plan": 0}).Error; err != nil {
+		return err
+	}
+	return audit(tx, "controller", "unpin", "machine/"+m.Name,
+		fmt.Sprintf("plan %d of build %d lifts the pin to build %d set by the rollback of plan %d", p.ID, p.Build, *a.Build, a.PinPlan))
+}
+
+// DefaultTierDeadline is how long a tier may take when its module says nothing.
+const DefaultTierDeadline = 10 * time.Minute
 
 // finishPlan makes the build current (never lowering it) and ends the plan.
 func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
@@ -399,8 +443,9 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		if err := tx.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
 		}
-		from := map[string][]string{"pause": {models.PlanRunning}, "resume": {models.PlanPaused}, "cancel": {models.PlanRunning, models.PlanPaused}}[action]
-		to := map[string]string{"pause": models.PlanPaused, "resume": models.PlanRunning, "cancel": models.PlanCancelled}[action]
+		from := map[string][]string{"pause": {models.PlanRunning}, "resume": {models.PlanPaused, models.PlanHalted},
+			"cancel": {models.PlanRunning, models.PlanPaused, models.PlanHalted}, "rollback": {models.PlanHalted}}[action]
+		to := map[string]string{"pause": models.PlanPaused, "resume": models.PlanRunning, "cancel": models.PlanCancelled, "rollback": models.PlanRolledBack}[action]
 		ok := false
 		for _, f := range from {
 			ok = ok || p.State == f
@@ -409,8 +454,23 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, p.State, action)
 		}
 		up := map[string]any{"state": to}
-		if to == models.PlanCancelled {
+		switch {
+		case to == models.PlanCancelled:
 			up["finished_at"], up["reason"] = s.Now(), "cancelled by "+actor
+		case action == "resume" && p.State == models.PlanHalted:
+			// Re-evaluated from now: the failed steps of its tier are
+			// judged again, their deadline restarted.
+			up["finished_at"], up["reason"] = nil, ""
+			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND state = ?", p.ID, models.StepFailed).
+				Updates(map[string]any{"state": models.StepSent, "reason": "", "finished_at": nil, "started_at": s.Now()}).Error; err != nil {
+				return err
+			}
+		case to == models.PlanRolledBack:
+			reason, err := rollbackPlan(tx, &p, actor)
+			if err != nil {
+				return err
+			}
+			up["finished_at"], up["reason"] = s.Now(), reason
 		}
 		if err := tx.Model(&p).Updates(up).Error; err != nil {
 			return err
@@ -427,4 +487,46 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		return err
 	})
 	return out, err
+}
+
+// rollbackPlan pins every machine the plan reached to the build it ran
+// before, with the reason on each pin; a machine that ran no earlier build
+// is named and left as it is. It is a recorded pin by a person, never a
+// plan's side effect: "never send an older build" holds.
+func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
+	var steps []models.PlanStep
+	if err := tx.Where("plan_id = ? AND state IN ?", p.ID, []string{models.StepSent, models.StepApplied, models.StepFailed}).
+		Order("machine_id").Find(&steps).Error; err != nil {
+		return "", err
+	}
+	var pinned []int64
+	var left []string
+	why := fmt.Sprintf("rollback of plan %d", p.ID)
+	for _, st := range steps {
+		var m models.Machine
+		if err := tx.Select("id", "name").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+			return "", err
+		}
+		if st.PreviousBuild <= 0 {
+			left = append(left, m.Name+" ran no earlier build and is left as it is")
+			continue
+		}
+		prev := st.PreviousBuild
+		if err := tx.Model(&models.Assignment{}).Where("machine_id = ? AND module_id = ?", m.ID, p.ModuleID).
+			Updates(map[string]any{"build": prev, "reason": why, "pin_plan": p.ID}).Error; err != nil {
+			return "", err
+		}
+		if err := audit(tx, actor, "pin", "machine/"+m.Name, fmt.Sprintf("%s: build %d", why, prev)); err != nil {
+			return "", err
+		}
+		pinned = append(pinned, m.ID)
+	}
+	if err := bumpGenerations(tx, pinned, models.TriggerAssignment); err != nil {
+		return "", err
+	}
+	reason := fmt.Sprintf("rolled back by %s: %d machine(s) pinned to the build each ran before", actor, len(pinned))
+	if len(left) > 0 {
+		reason += "; " + strings.Join(left, "; ")
+	}
+	return reason, nil
 }

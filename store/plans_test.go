@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/models"
 	"mesh/store"
@@ -192,6 +194,81 @@ func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 45, 42)
 		if err != nil || v.State != models.PlanRunning {
 			t.Fatalf("plan of build 45: %+v %v", v, err)
+		}
+	})
+}
+
+// TestPlan_HaltsOnUnhealthyThenRollsBack: a canary whose check fails past
+// the grace halts the plan, loudly (it used to stay running, tier 0 sent,
+// with an empty why); no second-tier machine is reached; rolling back pins
+// the canary to the build it ran before, with the reason on the pin; a
+// newer build's plan lifts that pin, on the record.
+func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		for _, m := range ms {
+			applied(t, s, m.Name, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil || v.Steps[0].Machine != "m1" || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		failingSince := time.Now().Add(-2 * time.Minute).UTC()
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeApplied,
+			Running: map[string]models.RunningBuild{"mod": {Build: 2}},
+			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false, At: failingSince, Detail: "exit status 1: broken"}}})
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanHalted || !strings.Contains(v.Reason, "tier 1 of 2 (canary): m1 check mod.svc unhealthy since") ||
+			!strings.Contains(v.Reason, "exit status 1: broken") {
+			t.Fatalf("after an unhealthy canary: %s %q", v.State, v.Reason)
+		}
+		for _, st := range v.Steps[1:] {
+			if st.State != models.StepPending {
+				t.Fatalf("a second-tier machine was reached: %+v", st)
+			}
+		}
+		if b := composedBuild(t, s, ms[1]); b != 1 {
+			t.Fatalf("m2 composed with build %d after the halt", b)
+		}
+
+		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "rollback")
+		if err != nil || v.State != models.PlanRolledBack {
+			t.Fatalf("rollback: %+v %v", v, err)
+		}
+		as, _, _ := s.Assignments(ctx, "m1")
+		if len(as) != 1 || as[0].Build == nil || *as[0].Build != 1 || as[0].Reason != fmt.Sprintf("rollback of plan %d", v.ID) {
+			t.Fatalf("m1's pin after the rollback: %+v", as)
+		}
+		m1, _ = s.Machine(ctx, "m1")
+		if b := composedBuild(t, s, m1); b != 1 {
+			t.Fatalf("m1 composed with build %d after the rollback", b)
+		}
+
+		// A later healthy build's plan lifts the pin and reaches m1.
+		v3, err := s.CreatePlan(ctx, "test", "mod", 3, 0)
+		if err != nil || v3.State != models.PlanRunning {
+			t.Fatalf("plan of build 3: %+v %v", v3, err)
+		}
+		as, _, _ = s.Assignments(ctx, "m1")
+		if as[0].Build != nil || as[0].Reason != "" {
+			t.Fatalf("the rollback's pin was not lifted: %+v", as)
+		}
+		m1, _ = s.Machine(ctx, "m1")
+		if b := composedBuild(t, s, m1); b != 3 {
+			t.Fatalf("m1 composed with build %d under the newer plan", b)
+		}
+		evs, _ := s.AuditEvents(ctx, 200, 0)
+		lifted := false
+		for _, e := range evs {
+			lifted = lifted || e.Action == "unpin" && strings.Contains(e.Detail, "lifts the pin to build 1")
+		}
+		if !lifted {
+			t.Fatal("the lifted pin is not on the record")
 		}
 	})
 }

@@ -47,7 +47,7 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				return err
 			}
 		}
-		up := models.ReportUpdates(&m, r, tied)
+		up := models.ReportUpdates(&m, r, tied, now)
 		up["last_report_at"] = now
 		if err := tx.Model(&m).Updates(up).Error; err != nil {
 			return err

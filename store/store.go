@@ -63,6 +63,9 @@ type Store struct {
 
 	// Now is the clock; tests fix it.
 	Now func() time.Time
+	// Rules say machine states (the thresholds are the controller's
+	// settings); plans halt by them.
+	Rules models.StateRules
 
 	mu        sync.RWMutex
 	onBumped  []func([]models.Bump)
@@ -110,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
-	s := &Store{Now: func() time.Time { return time.Now().UTC() }, keyring: cfg.Keyring}
+	s := &Store{Now: func() time.Time { return time.Now().UTC() }, keyring: cfg.Keyring, Rules: models.DefaultStateRules}
 	var err error
 	if cfg.DatabaseURL != "" {
 		if !strings.HasPrefix(cfg.DatabaseURL, "postgres://") && !strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {

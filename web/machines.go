@@ -40,7 +40,7 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	for i := range ms {
 		seen := s.lastSeen(&ms[i])
 		p := sent[ms[i].ID]
-		r := row(&ms[i], seen, &p, now)
+		r := row(s.Rules, &ms[i], seen, &p, now)
 		counts[r.State]++
 		if state != "" && r.State != state {
 			continue
@@ -93,7 +93,7 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 		return MachineDetail{}, nil, err
 	}
 	p := sent[m.ID]
-	d := MachineDetail{Row: row(m, s.lastSeen(m), &p, time.Now()), Generation: m.Generation}
+	d := MachineDetail{Row: row(s.Rules, m, s.lastSeen(m), &p, time.Now()), Generation: m.Generation}
 	sends, err := s.Store.Sends(ctx, m.ID, 50, "")
 	if err != nil {
 		return d, m, err

@@ -57,6 +57,9 @@ type Server struct {
 	Instance string
 	Log      *slog.Logger
 
+	// Rules say machine states (the controller's thresholds).
+	Rules models.StateRules
+
 	// Behind says why this controller is behind its store ("" when not).
 	Behind string
 
@@ -77,7 +80,7 @@ type asset struct {
 
 // NewServer makes the dashboard and hashes its assets.
 func NewServer(st Store, seen Seen, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger) *Server {
-	s := &Server{Store: st, Seen: seen, Auth: auth, Signer: signer, Instance: instance, Log: log,
+	s := &Server{Store: st, Seen: seen, Rules: models.DefaultStateRules, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		assets: map[string]asset{}, names: map[string]string{}}
 	if auth != nil {
 		s.csrfKey = newCSRFKey(auth.Priv)

@@ -67,13 +67,15 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // row computes a machine's badge from its records; sent is what was sent
 // of its current generation (nil: nothing).
-func row(m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.Time) MachineRow {
+func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.Time) MachineRow {
 	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
 		Target: m.TargetHostVersion, LastSeen: "never"}
 	if seen != nil {
 		r.LastSeen = ago(*seen, now)
+	} else {
+		r.LastSeen = "never (enrolled " + ago(m.CreatedAt, now) + ")"
 	}
-	r.State = models.MachineState(m, seen, now)
+	r.State = rules.State(m, seen, now)
 	reported := "no report yet"
 	if m.LastReportAt != nil {
 		reported = stamp(*m.LastReportAt)
@@ -82,6 +84,21 @@ func row(m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.
 	case models.StateCurrent:
 		r.Badge = fmt.Sprintf("current at generation %d", m.Generation)
 		r.Since = "applied, reported " + reported
+		switch m.Health {
+		case models.HealthFailing:
+			r.Badge += " — check " + m.HealthCheck + " failing, within the grace"
+		case models.HealthPassing:
+			if m.HealthAt != nil {
+				r.Since += "; checks passing, checked " + ago(*m.HealthAt, now)
+			}
+		default:
+			r.Badge += " — no checks declared"
+		}
+	case models.StateUnhealthy:
+		r.Badge = "unhealthy: check " + m.HealthCheck + ": " + m.HealthDetail
+		if m.HealthSince != nil {
+			r.Since = "failing since " + stamp(*m.HealthSince) + " (" + ago(*m.HealthSince, now) + ")"
+		}
 	case models.StateBehind:
 		r.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + "); "
@@ -96,6 +113,8 @@ func row(m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.
 			if sent.N > 1 {
 				r.Since += fmt.Sprintf(" (%d sends)", sent.N)
 			}
+		case seen == nil:
+			r.Since += "not sent yet: enrolled " + ago(m.CreatedAt, now) + ", never polled"
 		default:
 			r.Since += "not sent yet: the host last polled " + r.LastSeen
 		}
@@ -114,6 +133,9 @@ func row(m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.
 	case models.StateOffline:
 		r.Badge = "offline"
 		r.Since = "last seen " + r.LastSeen
+		if seen == nil {
+			r.Since = "enrolled " + ago(m.CreatedAt, now) + ", never polled"
+		}
 	case models.StateUpgrading:
 		r.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"

@@ -90,6 +90,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	level := storeFlags(fs, &cfg)
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
+	fs.DurationVar(&cfg.Rules.OfflineAfter, "offline-after", models.OfflineAfter, "a machine whose host has not polled for this long is offline")
+	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check has failed for this long is unhealthy (a service still starting is not)")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 30*time.Second, "how long a request waits on the store before it answers 503 (long polls wait on memory, not the store)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
 	maxConns, err := strconv.Atoi(env("MESH_MAX_CONNS", "0"))

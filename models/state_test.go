@@ -1,0 +1,100 @@
+package models
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStateRules_Precedence: each state word of DESIGN.md reached, and
+// the precedence conflict > offline > rolled_back > upgrading > failed >
+// behind > refused > rejected > unhealthy > current.
+func TestStateRules_Precedence(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	recent := now.Add(-10 * time.Second)
+	old := now.Add(-time.Hour)
+	failingLong := now.Add(-5 * time.Minute)
+	failingNow := now.Add(-5 * time.Second)
+	base := func() Machine {
+		return Machine{Generation: 3, FinishedGen: 3, AppliedGeneration: 3, CreatedAt: old, Health: HealthPassing}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(m *Machine)
+		seen *time.Time
+		want string
+	}{
+		{"Current", func(m *Machine) {}, &recent, StateCurrent},
+		{"CurrentNoChecks", func(m *Machine) { m.Health = HealthNone }, &recent, StateCurrent},
+		{"FailingWithinGraceIsCurrent", func(m *Machine) { m.Health, m.HealthSince = HealthFailing, &failingNow }, &recent, StateCurrent},
+		{"Unhealthy", func(m *Machine) { m.Health, m.HealthSince = HealthFailing, &failingLong }, &recent, StateUnhealthy},
+		{"RejectedOverUnhealthy", func(m *Machine) { m.LastOutcome = OutcomeRejected; m.Health, m.HealthSince = HealthFailing, &failingLong }, &recent, StateRejected},
+		{"RefusedOverRejected", func(m *Machine) { m.LastOutcome = OutcomeRefused }, &recent, StateRefused},
+		{"BehindOverRefused", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeRefused }, &recent, StateBehind},
+		{"FailedOverBehind", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeFailed }, &recent, StateFailed},
+		{"UpgradingOverFailed", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeFailed; m.TargetHostVersion = "2"; m.HostVersion = "1" }, &recent, StateUpgrading},
+		{"RolledBackOverUpgrading", func(m *Machine) { m.LastOutcome = OutcomeRolledBack; m.TargetHostVersion = "2"; m.HostVersion = "1" }, &recent, StateRolledBack},
+		{"OfflineOverRolledBack", func(m *Machine) { m.LastOutcome = OutcomeRolledBack }, &old, StateOffline},
+		{"NeverPolledLongAgoIsOffline", func(m *Machine) {}, nil, StateOffline},
+		{"JustEnrolledIsNotOffline", func(m *Machine) { m.CreatedAt = recent; m.Generation = 1; m.FinishedGen = 0 }, nil, StateBehind},
+		{"ConflictOverAll", func(m *Machine) { m.Conflict = true }, &old, StateConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := base()
+			tc.edit(&m)
+			if got := DefaultStateRules.State(&m, tc.seen, now); got != tc.want {
+				t.Fatalf("%s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestJudgeStep(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	started := now.Add(-time.Minute)
+	recent := now.Add(-5 * time.Second)
+	longAgo := now.Add(-time.Hour)
+	failingLong := now.Add(-5 * time.Minute)
+	st := &PlanStep{Generation: 4, StartedAt: &started}
+	for _, tc := range []struct {
+		name     string
+		m        Machine
+		running  int64
+		deadline time.Duration
+		want     string
+		reason   string
+	}{
+		{"Applied", Machine{Name: "m1", AppliedGeneration: 4, FinishedGen: 4, Health: HealthPassing, LastSeen: &recent}, 2, time.Hour, StepApplied, ""},
+		{"AppliedRunningOlder", Machine{Name: "m1", AppliedGeneration: 4, FinishedGen: 4, LastSeen: &recent}, 1, time.Hour, "", ""},
+		{"WithinGrace", Machine{Name: "m1", AppliedGeneration: 4, Health: HealthFailing, HealthSince: &recent, LastSeen: &recent}, 2, time.Hour, "", ""},
+		{"Unhealthy", Machine{Name: "m1", AppliedGeneration: 4, Health: HealthFailing, HealthCheck: "app.svc", HealthDetail: "exit status 1", HealthSince: &failingLong, LastSeen: &recent}, 2, time.Hour, StepFailed, "m1 check app.svc unhealthy since"},
+		{"Refused", Machine{Name: "m1", FinishedGen: 4, LastOutcome: OutcomeRefused, LastReason: "escape", LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 refused generation 4: escape"},
+		{"FailedAfterSend", Machine{Name: "m1", AppliedGeneration: 3, LastOutcome: OutcomeFailed, LastReason: "disk", LastReportAt: &recent, LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 failed to apply generation 4: disk"},
+		{"FailedBeforeSendIsOld", Machine{Name: "m1", AppliedGeneration: 3, LastOutcome: OutcomeFailed, LastReportAt: &longAgo, LastSeen: &recent}, 1, time.Hour, "", ""},
+		{"NoReportWithinDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &recent}, 1, 30 * time.Second, StepFailed, "m3 did not report generation 4 within 30s"},
+		{"OfflinePastDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline since"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := JudgeStep(DefaultStateRules, &tc.m, tc.running, st, 2, tc.deadline, now)
+			if v.State != tc.want || !strings.HasPrefix(v.Reason, tc.reason) {
+				t.Fatalf("%+v, want %q %q", v, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+func TestTierWords(t *testing.T) {
+	for _, tc := range []struct {
+		tier, tiers int64
+		done        bool
+		want        string
+	}{
+		{0, 2, false, "tier 1 of 2 (canary)"},
+		{1, 2, false, "tier 2 of 2"},
+		{2, 2, true, "tier 2 of 2 — done"},
+	} {
+		if got := TierWords(tc.tier, tc.tiers, tc.done); got != tc.want {
+			t.Errorf("TierWords(%d, %d, %v) = %q, want %q", tc.tier, tc.tiers, tc.done, got, tc.want)
+		}
+	}
+}
