@@ -133,11 +133,11 @@ type Machine struct {
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
 	LastChecksOK      bool       `gorm:"column:last_checks_ok;default:true"`
-	Health            string     `gorm:"column:health;default:none"` // passing, failing, none
-	HealthCheck       string     `gorm:"column:health_check"`        // the failing check
-	HealthDetail      string     `gorm:"column:health_detail"`       // what it said
-	HealthSince       *time.Time `gorm:"column:health_since"`        // failing (or passing) since
-	HealthAt          *time.Time `gorm:"column:health_at"`           // when the host last checked
+	Health            string     `gorm:"column:health;default:none"`      // passing, failing, none
+	HealthCheck       string     `gorm:"column:health_check"`             // the failing check
+	HealthDetail      string     `gorm:"column:health_detail"`            // what it said
+	HealthSince       *time.Time `gorm:"column:health_since"`             // failing (or passing) since
+	HealthAt          *time.Time `gorm:"column:health_at"`                // when the host last checked
 	ComposeError      string     `gorm:"column:compose_error"`            // why ComposeErrorGen could not be composed
 	ComposeErrorGen   int64      `gorm:"column:compose_error_generation"` // 0: none recorded
 	Conflict          bool       `gorm:"column:conflict"`

@@ -28,11 +28,19 @@ func TestStateRules_Precedence(t *testing.T) {
 		{"CurrentNoChecks", func(m *Machine) { m.Health = HealthNone }, &recent, StateCurrent},
 		{"FailingWithinGraceIsCurrent", func(m *Machine) { m.Health, m.HealthSince = HealthFailing, &failingNow }, &recent, StateCurrent},
 		{"Unhealthy", func(m *Machine) { m.Health, m.HealthSince = HealthFailing, &failingLong }, &recent, StateUnhealthy},
-		{"RejectedOverUnhealthy", func(m *Machine) { m.LastOutcome = OutcomeRejected; m.Health, m.HealthSince = HealthFailing, &failingLong }, &recent, StateRejected},
+		{"RejectedOverUnhealthy", func(m *Machine) {
+			m.LastOutcome = OutcomeRejected
+			m.Health, m.HealthSince = HealthFailing, &failingLong
+		}, &recent, StateRejected},
 		{"RefusedOverRejected", func(m *Machine) { m.LastOutcome = OutcomeRefused }, &recent, StateRefused},
 		{"BehindOverRefused", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeRefused }, &recent, StateBehind},
 		{"FailedOverBehind", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeFailed }, &recent, StateFailed},
-		{"UpgradingOverFailed", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeFailed; m.TargetHostVersion = "2"; m.HostVersion = "1" }, &recent, StateUpgrading},
+		{"UpgradingOverFailed", func(m *Machine) {
+			m.Generation = 4
+			m.LastOutcome = OutcomeFailed
+			m.TargetHostVersion = "2"
+			m.HostVersion = "1"
+		}, &recent, StateUpgrading},
 		{"RolledBackOverUpgrading", func(m *Machine) { m.LastOutcome = OutcomeRolledBack; m.TargetHostVersion = "2"; m.HostVersion = "1" }, &recent, StateRolledBack},
 		{"OfflineOverRolledBack", func(m *Machine) { m.LastOutcome = OutcomeRolledBack }, &old, StateOffline},
 		{"NeverPolledLongAgoIsOffline", func(m *Machine) {}, nil, StateOffline},
