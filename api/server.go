@@ -27,10 +27,11 @@ import (
 	"mesh/service"
 )
 
-// Body limits: every route has one. Uploads are artifacts; the rest JSON.
+// Body limits: every route has one. Uploads are artifacts (Server.MaxUpload);
+// the rest JSON.
 const (
-	MaxJSONBody   = 1 << 20   // 1 MiB
-	MaxUploadBody = 512 << 20 // 512 MiB
+	MaxJSONBody      = 1 << 20   // 1 MiB
+	DefaultMaxUpload = 512 << 20 // 512 MiB
 )
 
 // Server holds the API's dependencies, filled in by cmd/.
@@ -54,6 +55,11 @@ type Server struct {
 	parkedCh chan *parkedPoll
 	closeCh  chan net.Conn // answered parked connections, closed after the answers
 	runCtx   context.Context
+
+	// MaxUpload caps an upload's body (a build's artifact, a host
+	// release); 0 is DefaultMaxUpload. An upload is streamed into the
+	// store, so this bounds the store's growth, not memory.
+	MaxUpload int64
 
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.
@@ -183,7 +189,10 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		switch {
 		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
 			c.Path() == "/api/v1/builds/:id/artifact":
-			limit = MaxUploadBody
+			limit = s.MaxUpload
+			if limit <= 0 {
+				limit = DefaultMaxUpload
+			}
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
 		}

@@ -53,6 +53,8 @@ type Config struct {
 
 	// MaxConns caps open connections (conns.Limit); 0: no cap.
 	MaxConns int
+	// MaxUpload caps an upload's body (api.Server.MaxUpload); 0: the default.
+	MaxUpload int64
 }
 
 // Controller is a running controller instance.
@@ -159,6 +161,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	srv := api.NewServer(st, hub, sends, auth, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
 	srv.Now = st.Now
+	srv.MaxUpload = cfg.MaxUpload
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
 		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)

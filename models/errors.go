@@ -21,6 +21,7 @@ var (
 	ErrMachineConflict    = errors.New("machine is in conflict")
 	ErrDraining           = errors.New("instance is draining")
 	ErrStarting           = errors.New("instance is starting: not yet listening or loaded")
+	ErrStorageFull        = errors.New("the store is out of disk space: nothing was stored")
 )
 
 // InvalidError names the field that is wrong and why; it is ErrInvalid.

@@ -75,8 +75,12 @@ func TestFinishBuild_HostBuildWithoutPlatform(t *testing.T) {
 		if _, err := s.Enroll(ctx, "hash", "m1", "linux", "amd64", "1.4.0", "1", "tok"); err != nil {
 			t.Fatal(err)
 		}
-		req := &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`, Artifact: []byte("a mesh-host binary"), Version: "1.5.0"}
-		_, err := svc.FinishBuild(ctx, "user:ci", req)
+		bin, err := svc.PutArtifact(ctx, strings.NewReader("a mesh-host binary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`, Artifact: bin, Version: "1.5.0"}
+		_, err = svc.FinishBuild(ctx, "user:ci", req)
 		var inv *models.InvalidError
 		if !errors.As(err, &inv) || inv.Field != "os" {
 			t.Fatalf("finish without os/arch: %v", err)
@@ -152,7 +156,7 @@ func TestUploadBuild_RefusedBeforeAnyWrite(t *testing.T) {
 		})
 	}
 	t.Run("DigestMismatch", func(t *testing.T) {
-		r := service.UploadBuild{Manifest: `{"resources": []}`, Artifact: []byte("x"), Digest: "sha256:00"}
+		r := service.UploadBuild{Manifest: `{"resources": []}`, Artifact: &models.Blob{Digest: models.DigestOf([]byte("x")), Size: 1}, Digest: "sha256:00"}
 		if err := r.Validate(); !errors.Is(err, models.ErrDigestMismatch) {
 			t.Fatal(err)
 		}
