@@ -264,7 +264,9 @@ func (s *Server) readUpload(c echo.Context, expect, file string, fields ...strin
 			if len(b) > MaxJSONBody {
 				return nil, models.Invalid(name, fmt.Sprintf("longer than %d bytes", MaxJSONBody))
 			}
-			up.fields[name] = string(b)
+			if _, seen := up.fields[name]; !seen { // the first, as MultipartForm's callers took
+				up.fields[name] = string(b)
+			}
 		default:
 			return nil, models.Invalid(name, "unknown field")
 		}
