@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -206,27 +205,14 @@ func (s *Server) finishBuild(c echo.Context) error {
 	if err != nil {
 		return models.Invalid("id", "a build id")
 	}
-	form, err := c.MultipartForm()
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return err
-		}
-		return models.Invalid("body", "a multipart/form-data upload with artifact and manifest is expected: "+err.Error())
-	}
-	defer form.RemoveAll()
-	field := func(k string) string {
-		if v := form.Value[k]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	artifact, err := formFile(form, "artifact")
+	up, err := s.readUpload(c, "artifact and manifest", "artifact", "manifest", "digest", "version", "os", "arch")
 	if err != nil {
 		return err
 	}
+	f := up.fields
 	res, err := s.Service.FinishBuild(c.Request().Context(), principal(c).Actor(), &service.FinishBuild{ID: id,
-		Manifest: field("manifest"), Digest: field("digest"), Artifact: artifact,
-		Version: field("version"), OS: field("os"), Arch: field("arch")})
+		Manifest: f["manifest"], Digest: f["digest"], Artifact: up.file,
+		Version: f["version"], OS: f["os"], Arch: f["arch"]})
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -139,52 +139,14 @@ func buildView(module string, b *models.Build) BuildView {
 // follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
-	form, err := c.MultipartForm()
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return err
-		}
-		return models.Invalid("body", "a multipart/form-data upload with manifest, version, commit and artifact is expected: "+err.Error())
-	}
-	defer form.RemoveAll()
-	for k := range form.Value {
-		switch k {
-		case "manifest", "version", "commit", "digest", "os", "arch":
-		default:
-			return models.Invalid(k, "unknown field")
-		}
-	}
-	for k := range form.File {
-		if k != "artifact" && k != "manifest" {
-			return models.Invalid(k, "unknown file field")
-		}
-	}
-	field := func(k string) string {
-		if v := form.Value[k]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	manifest := field("manifest")
-	if fs := form.File["manifest"]; len(fs) > 0 {
-		f, err := fs[0].Open()
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(io.LimitReader(f, MaxJSONBody))
-		f.Close()
-		if err != nil {
-			return err
-		}
-		manifest = string(b)
-	}
-	artifact, err := formFile(form, "artifact")
+	up, err := s.readUpload(c, "manifest, version, commit and artifact", "artifact", "manifest", "version", "commit", "digest", "os", "arch")
 	if err != nil {
 		return err
 	}
+	f := up.fields
 	res, err := s.Service.UploadBuild(c.Request().Context(), principal(c).Actor(), &service.UploadBuild{Module: module,
-		Version: field("version"), Commit: field("commit"), Manifest: manifest, Digest: field("digest"), Artifact: artifact,
-		OS: field("os"), Arch: field("arch")})
+		Version: f["version"], Commit: f["commit"], Manifest: f["manifest"], Digest: f["digest"], Artifact: up.file,
+		OS: f["os"], Arch: f["arch"]})
 	if err != nil {
 		return err
 	}
@@ -243,16 +205,87 @@ func (s *Server) setCurrent(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"module": moduleView(m), "machines": n})
 }
 
-// formFile reads an uploaded file of a multipart form; nil when absent.
-func formFile(form *multipart.Form, name string) ([]byte, error) {
-	fs := form.File[name]
-	if len(fs) == 0 {
-		return nil, nil
+// maxUploadParts bounds the parts of an upload: a few fields and a file.
+const maxUploadParts = 16
+
+// upload is a multipart upload read part by part, as it arrives: its text
+// fields (a file part of another name is read as text too: curl -F
+// manifest=@m.json), and its one file, streamed into the store.
+type upload struct {
+	fields map[string]string
+	file   *models.Blob
+}
+
+// readUpload reads a multipart body without holding its file: the part
+// named file is streamed through the service into the store a chunk at a
+// time, wherever it comes among the parts. (Echo's MultipartForm would
+// first copy it whole, to memory up to its limit and then to a temp
+// file.) A name other than file and fields is refused; expect says what
+// the body should have been. The request's limit (bodyLimit) bounds it.
+func (s *Server) readUpload(c echo.Context, expect, file string, fields ...string) (*upload, error) {
+	bad := func(err error) error {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return err
+		}
+		return models.Invalid("body", "a multipart/form-data upload with "+expect+" is expected: "+err.Error())
 	}
-	f, err := fs[0].Open()
+	mr, err := c.Request().MultipartReader()
 	if err != nil {
-		return nil, err
+		return nil, bad(err)
 	}
-	defer f.Close()
-	return io.ReadAll(f)
+	up := &upload{fields: map[string]string{}}
+	for i := 0; ; i++ {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return up, nil
+		}
+		if err != nil {
+			return nil, bad(err)
+		}
+		name := p.FormName()
+		switch {
+		case i >= maxUploadParts:
+			return nil, models.Invalid(name, fmt.Sprintf("more than %d parts", maxUploadParts))
+		case name == file && up.file != nil:
+			return nil, models.Invalid(name, "given twice")
+		case name == file:
+			body := &bodyReader{r: p}
+			if up.file, err = s.Service.PutArtifact(c.Request().Context(), body); err != nil {
+				if body.err != nil {
+					return nil, bad(body.err)
+				}
+				return nil, err
+			}
+		case slices.Contains(fields, name):
+			b, err := io.ReadAll(io.LimitReader(p, MaxJSONBody+1))
+			if err != nil {
+				return nil, bad(err)
+			}
+			if len(b) > MaxJSONBody {
+				return nil, models.Invalid(name, fmt.Sprintf("longer than %d bytes", MaxJSONBody))
+			}
+			if _, seen := up.fields[name]; !seen { // the first, as MultipartForm's callers took
+				up.fields[name] = string(b)
+			}
+		default:
+			return nil, models.Invalid(name, "unknown field")
+		}
+		p.Close()
+	}
+}
+
+// bodyReader remembers its reader's failure, so that a failed upload is
+// told apart: the request's body (the client's fault, or over its limit)
+// or the store.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
 }

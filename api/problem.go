@@ -66,6 +66,10 @@ func problemOf(err error) Problem {
 		return p(http.StatusServiceUnavailable, "draining", "Instance is draining")
 	case errors.Is(err, models.ErrStarting):
 		return p(http.StatusServiceUnavailable, "starting", "Instance is starting")
+	case errors.Is(err, models.ErrStorageFull):
+		// Why, without the store's own words (those go to the log).
+		return Problem{Type: ProblemType("storage-full"), Title: "Insufficient storage", Status: http.StatusInsufficientStorage,
+			Detail: models.ErrStorageFull.Error()}
 	case errors.As(err, &he):
 		msg, _ := he.Message.(string)
 		if msg == "" {

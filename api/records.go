@@ -40,8 +40,9 @@ func (s *Server) listAudit(c echo.Context) error {
 	return c.JSON(http.StatusOK, listOf(es, limit, func(e models.AuditEvent) string { return strconv.FormatInt(e.ID, 10) }))
 }
 
-// getBlob serves a content-addressed artifact with ETag and Range. A host
-// may read only blobs a declaration of its machine named.
+// getBlob serves a content-addressed artifact with ETag and Range, read
+// from the store a chunk at a time. A host may read only blobs a
+// declaration of its machine named.
 func (s *Server) getBlob(c echo.Context) error {
 	d := c.Param("digest")
 	if !models.ValidDigest(d) {
@@ -57,7 +58,7 @@ func (s *Server) getBlob(c echo.Context) error {
 			return fmt.Errorf("%w: no declaration of machine %s names %s", models.ErrForbidden, p.Machine, d)
 		}
 	}
-	b, err := s.Store.Blob(ctx, d)
+	b, content, err := s.Store.OpenBlob(ctx, d)
 	if err != nil {
 		return err
 	}
@@ -66,6 +67,8 @@ func (s *Server) getBlob(c echo.Context) error {
 	h.Set("Digest", "sha-256="+d[7:])
 	h.Set("Cache-Control", "private, max-age=31536000, immutable")
 	h.Set(echo.HeaderContentType, "application/octet-stream")
-	http.ServeContent(c.Response(), c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, strings.NewReader(string(b.Data)))
+	// content reads only the chunks the request's range touches, one at a
+	// time; If-None-Match and If-Range are judged against the ETag.
+	http.ServeContent(c.Response(), c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
 	return nil
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,36 +16,13 @@ import (
 // version, os and arch; the controller stores it content-addressed and
 // signs {version, os, arch, digest}.
 func (s *Server) createRelease(c echo.Context) error {
-	form, err := c.MultipartForm()
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return err
-		}
-		return models.Invalid("body", "a multipart/form-data upload with binary, version, os and arch is expected: "+err.Error())
-	}
-	defer form.RemoveAll()
-	for k := range form.Value {
-		if k != "version" && k != "os" && k != "arch" {
-			return models.Invalid(k, "unknown field")
-		}
-	}
-	for k := range form.File {
-		if k != "binary" {
-			return models.Invalid(k, "unknown file field")
-		}
-	}
-	get := func(k string) string {
-		if v := form.Value[k]; len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-	bin, err := formFile(form, "binary")
+	up, err := s.readUpload(c, "binary, version, os and arch", "binary", "version", "os", "arch")
 	if err != nil {
 		return err
 	}
+	f := up.fields
 	r, err := s.Service.CreateRelease(c.Request().Context(), principal(c).Actor(),
-		&service.CreateRelease{Version: get("version"), OS: get("os"), Arch: get("arch"), Binary: bin})
+		&service.CreateRelease{Version: f["version"], OS: f["os"], Arch: f["arch"], Binary: up.file})
 	if err != nil {
 		return err
 	}

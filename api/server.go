@@ -31,10 +31,11 @@ import (
 // DefaultStoreTimeout bounds a request's wait on the store.
 const DefaultStoreTimeout = 30 * time.Second
 
-// Body limits: every route has one. Uploads are artifacts; the rest JSON.
+// Body limits: every route has one. Uploads are artifacts (Server.MaxUpload);
+// the rest JSON.
 const (
-	MaxJSONBody   = 1 << 20   // 1 MiB
-	MaxUploadBody = 512 << 20 // 512 MiB
+	MaxJSONBody      = 1 << 20   // 1 MiB
+	DefaultMaxUpload = 512 << 20 // 512 MiB
 )
 
 // Server holds the API's dependencies, filled in by cmd/.
@@ -70,6 +71,10 @@ type Server struct {
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter
 	hookLimit  *addressLimiter
+	// MaxUpload caps an upload's body (a build's artifact, a host
+	// release); 0 is DefaultMaxUpload. An upload is streamed into the
+	// store, so this bounds the store's growth, not memory.
+	MaxUpload int64
 
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.
@@ -204,19 +209,22 @@ func (s *Server) Register(e *echo.Echo) {
 // bodyLimit caps every request body; uploads get a larger cap.
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		limit := int64(MaxJSONBody)
+		limit, upload := int64(MaxJSONBody), false
 		switch {
 		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
 			c.Path() == "/api/v1/builds/:id/artifact":
-			limit = MaxUploadBody
+			limit, upload = s.MaxUpload, true
+			if limit <= 0 {
+				limit = DefaultMaxUpload
+			}
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
 		}
-		bodyDeadline(c, limit == MaxUploadBody)
+		bodyDeadline(c, upload)
 		r := c.Request()
 		if c.Path() != "/api/v1/host/declaration" && c.Path() != "/api/v1/blobs/:digest" {
 			d := s.StoreTimeout
-			if limit == MaxUploadBody {
+			if upload {
 				d = uploadBodyDeadline
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), d)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"mesh/models"
@@ -28,7 +29,7 @@ type MachineStore interface {
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
 	InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error)
 	BlobSent(ctx context.Context, machineID int64, digest string) (bool, error)
-	Blob(ctx context.Context, digest string) (*models.Blob, error)
+	OpenBlob(ctx context.Context, digest string) (*models.Blob, io.ReadSeeker, error)
 }
 
 // ModuleStore is modules, builds and plans.

@@ -43,10 +43,11 @@ func (e BuildState) Valid() bool {
 
 // Defines values for InstanceState.
 const (
-	InstanceStateDraining InstanceState = "draining"
-	InstanceStateServing  InstanceState = "serving"
-	InstanceStateStarting InstanceState = "starting"
-	InstanceStateStopped  InstanceState = "stopped"
+	InstanceStateDraining     InstanceState = "draining"
+	InstanceStateServing      InstanceState = "serving"
+	InstanceStateStarting     InstanceState = "starting"
+	InstanceStateStopped      InstanceState = "stopped"
+	InstanceStateUnresponsive InstanceState = "unresponsive"
 )
 
 // Valid indicates whether the value is a known member of the InstanceState enum.
@@ -59,6 +60,29 @@ func (e InstanceState) Valid() bool {
 	case InstanceStateStarting:
 		return true
 	case InstanceStateStopped:
+		return true
+	case InstanceStateUnresponsive:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for MachineHealthState.
+const (
+	Failing MachineHealthState = "failing"
+	None    MachineHealthState = "none"
+	Passing MachineHealthState = "passing"
+)
+
+// Valid indicates whether the value is a known member of the MachineHealthState enum.
+func (e MachineHealthState) Valid() bool {
+	switch e {
+	case Failing:
+		return true
+	case None:
+		return true
+	case Passing:
 		return true
 	default:
 		return false
@@ -75,6 +99,7 @@ const (
 	MachineStateRefused    MachineState = "refused"
 	MachineStateRejected   MachineState = "rejected"
 	MachineStateRolledBack MachineState = "rolled_back"
+	MachineStateUnhealthy  MachineState = "unhealthy"
 	MachineStateUpgrading  MachineState = "upgrading"
 )
 
@@ -96,6 +121,8 @@ func (e MachineState) Valid() bool {
 	case MachineStateRejected:
 		return true
 	case MachineStateRolledBack:
+		return true
+	case MachineStateUnhealthy:
 		return true
 	case MachineStateUpgrading:
 		return true
@@ -171,6 +198,7 @@ const (
 	PlanStateHalted     PlanState = "halted"
 	PlanStatePaused     PlanState = "paused"
 	PlanStateRefused    PlanState = "refused"
+	PlanStateRolledBack PlanState = "rolled_back"
 	PlanStateRunning    PlanState = "running"
 	PlanStateSuperseded PlanState = "superseded"
 )
@@ -187,6 +215,8 @@ func (e PlanState) Valid() bool {
 	case PlanStatePaused:
 		return true
 	case PlanStateRefused:
+		return true
+	case PlanStateRolledBack:
 		return true
 	case PlanStateRunning:
 		return true
@@ -296,6 +326,7 @@ func (e ReportActionsAction) Valid() bool {
 // Defines values for ReportOutcome.
 const (
 	ReportOutcomeApplied    ReportOutcome = "applied"
+	ReportOutcomeChecked    ReportOutcome = "checked"
 	ReportOutcomeFailed     ReportOutcome = "failed"
 	ReportOutcomeRefused    ReportOutcome = "refused"
 	ReportOutcomeRejected   ReportOutcome = "rejected"
@@ -307,6 +338,8 @@ const (
 func (e ReportOutcome) Valid() bool {
 	switch e {
 	case ReportOutcomeApplied:
+		return true
+	case ReportOutcomeChecked:
 		return true
 	case ReportOutcomeFailed:
 		return true
@@ -757,15 +790,17 @@ type HostRelease struct {
 
 // Instance defines model for Instance.
 type Instance struct {
-	Build       int           `json:"build"`
-	HeartbeatAt time.Time     `json:"heartbeat_at"`
-	Id          string        `json:"id"`
-	StartedAt   time.Time     `json:"started_at"`
-	State       InstanceState `json:"state"`
-	Version     string        `json:"version"`
+	Build       int       `json:"build"`
+	HeartbeatAt time.Time `json:"heartbeat_at"`
+	Id          string    `json:"id"`
+	StartedAt   time.Time `json:"started_at"`
+
+	// State unresponsive: a live state whose heartbeats stopped over a minute ago (since heartbeat_at)
+	State   InstanceState `json:"state"`
+	Version string        `json:"version"`
 }
 
-// InstanceState defines model for Instance.State.
+// InstanceState unresponsive: a live state whose heartbeats stopped over a minute ago (since heartbeat_at)
 type InstanceState string
 
 // InstanceList defines model for InstanceList.
@@ -799,21 +834,42 @@ type Machine struct {
 	CreatedAt              time.Time `json:"created_at"`
 
 	// FinishedGeneration the last generation the host applied, refused or rejected
-	FinishedGeneration int                     `json:"finished_generation"`
-	Generation         int                     `json:"generation"`
-	GenerationAt       time.Time               `json:"generation_at"`
-	GenerationTrigger  string                  `json:"generation_trigger"`
-	HostVersion        string                  `json:"host_version"`
-	LastOutcome        string                  `json:"last_outcome"`
-	LastReason         string                  `json:"last_reason"`
-	LastSeen           *time.Time              `json:"last_seen"`
-	Name               string                  `json:"name"`
-	Os                 string                  `json:"os"`
-	Running            map[string]RunningBuild `json:"running"`
-	Schema             string                  `json:"schema"`
-	State              MachineState            `json:"state"`
-	TargetHostVersion  string                  `json:"target_host_version"`
+	FinishedGeneration int       `json:"finished_generation"`
+	Generation         int       `json:"generation"`
+	GenerationAt       time.Time `json:"generation_at"`
+	GenerationTrigger  string    `json:"generation_trigger"`
+
+	// Health a fact with a time, from the host's reports (applied and checked)
+	Health struct {
+		// Check the failing check (its resource)
+		Check string `json:"check"`
+
+		// CheckedAt when the host last reported its checks
+		CheckedAt *time.Time `json:"checked_at"`
+
+		// Detail what the failing check said
+		Detail string `json:"detail"`
+
+		// Since failing (or passing) since
+		Since *time.Time `json:"since"`
+
+		// State none: no checks declared
+		State MachineHealthState `json:"state"`
+	} `json:"health"`
+	HostVersion       string                  `json:"host_version"`
+	LastOutcome       string                  `json:"last_outcome"`
+	LastReason        string                  `json:"last_reason"`
+	LastSeen          *time.Time              `json:"last_seen"`
+	Name              string                  `json:"name"`
+	Os                string                  `json:"os"`
+	Running           map[string]RunningBuild `json:"running"`
+	Schema            string                  `json:"schema"`
+	State             MachineState            `json:"state"`
+	TargetHostVersion string                  `json:"target_host_version"`
 }
+
+// MachineHealthState none: no checks declared
+type MachineHealthState string
 
 // MachineState defines model for Machine.State.
 type MachineState string
@@ -915,12 +971,15 @@ type PlanStep struct {
 	FinishedAt *time.Time `json:"finished_at"`
 
 	// Generation the generation the step made
-	Generation int           `json:"generation"`
-	Machine    string        `json:"machine"`
-	Reason     string        `json:"reason"`
-	StartedAt  *time.Time    `json:"started_at"`
-	State      PlanStepState `json:"state"`
-	Tier       int           `json:"tier"`
+	Generation int    `json:"generation"`
+	Machine    string `json:"machine"`
+
+	// PreviousBuild the build the machine ran before the plan reached it (0 none); where a rollback pins it
+	PreviousBuild *int          `json:"previous_build,omitempty"`
+	Reason        string        `json:"reason"`
+	StartedAt     *time.Time    `json:"started_at"`
+	State         PlanStepState `json:"state"`
+	Tier          int           `json:"tier"`
 }
 
 // PlanStepState defines model for PlanStep.State.
@@ -2468,7 +2527,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/plans/{id} (the `GetPlan` operationId).
 	GetPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CancelPlan cancel the running or paused plan (operator)
+	// CancelPlan cancel the running, paused or halted plan (operator)
 	//
 	// Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
 	CancelPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2482,6 +2541,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
 	ResumePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RollbackPlan roll a halted plan back (operator)
+	//
+	// Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
+	//
+	// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
+	RollbackPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSends every send, newest first (viewer)
 	//
@@ -3433,7 +3499,7 @@ func (c *Client) GetPlan(ctx context.Context, id PlanID, reqEditors ...RequestEd
 	return c.Client.Do(req)
 }
 
-// CancelPlan cancel the running or paused plan (operator)
+// CancelPlan cancel the running, paused or halted plan (operator)
 //
 // Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
 func (c *Client) CancelPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3468,6 +3534,23 @@ func (c *Client) PausePlan(ctx context.Context, id PlanID, reqEditors ...Request
 // Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
 func (c *Client) ResumePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumePlanRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RollbackPlan roll a halted plan back (operator)
+//
+// Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
+//
+// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
+func (c *Client) RollbackPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackPlanRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5720,6 +5803,40 @@ func NewResumePlanRequest(server string, id PlanID) (*http.Request, error) {
 	return req, nil
 }
 
+// NewRollbackPlanRequest constructs an http.Request for the RollbackPlan method
+func NewRollbackPlanRequest(server string, id PlanID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/plans/%s/rollback", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSendsRequest constructs an http.Request for the ListSends method
 func NewListSendsRequest(server string, params *ListSendsParams) (*http.Request, error) {
 	var err error
@@ -6478,7 +6595,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/plans/{id} (the `GetPlan` operationId).
 	GetPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*GetPlanResponse, error)
 
-	// CancelPlanWithResponse cancel the running or paused plan (operator)
+	// CancelPlanWithResponse cancel the running, paused or halted plan (operator)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6498,6 +6615,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
 	ResumePlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error)
+
+	// RollbackPlanWithResponse roll a halted plan back (operator)
+	//
+	// Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
+	RollbackPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error)
 
 	// ListSendsWithResponse every send, newest first (viewer)
 	//
@@ -9959,6 +10085,89 @@ func (r ResumePlanResponse) ContentType() string {
 	return ""
 }
 
+type RollbackPlanResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Plan
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RollbackPlanResponse) GetJSON200() *Plan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RollbackPlanResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RollbackPlanResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RollbackPlanResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollbackPlanResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollbackPlanResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListSendsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11159,7 +11368,7 @@ func (c *ClientWithResponses) GetPlanWithResponse(ctx context.Context, id PlanID
 	return ParseGetPlanResponse(rsp)
 }
 
-// CancelPlanWithResponse cancel the running or paused plan (operator)
+// CancelPlanWithResponse cancel the running, paused or halted plan (operator)
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -11196,6 +11405,21 @@ func (c *ClientWithResponses) ResumePlanWithResponse(ctx context.Context, id Pla
 		return nil, err
 	}
 	return ParseResumePlanResponse(rsp)
+}
+
+// RollbackPlanWithResponse roll a halted plan back (operator)
+//
+// Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
+func (c *ClientWithResponses) RollbackPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error) {
+	rsp, err := c.RollbackPlan(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackPlanResponse(rsp)
 }
 
 // ListSendsWithResponse every send, newest first (viewer)
@@ -14103,6 +14327,74 @@ func ParseResumePlanResponse(rsp *http.Response) (*ResumePlanResponse, error) {
 	}
 
 	response := &ResumePlanResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Plan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRollbackPlanResponse parses an HTTP response from a RollbackPlanWithResponse call
+func ParseRollbackPlanResponse(rsp *http.Response) (*RollbackPlanResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollbackPlanResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

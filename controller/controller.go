@@ -69,6 +69,8 @@ type Config struct {
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For (the
 	// client's address, RealIP) and X-Forwarded-Proto/-Host are believed.
 	TrustedProxies []netip.Prefix
+	// MaxUpload caps an upload's body (api.Server.MaxUpload); 0: the default.
+	MaxUpload int64
 }
 
 // Controller is a running controller instance.
@@ -197,6 +199,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		srv.StoreTimeout = cfg.StoreTimeout
 	}
 	srv.Now = st.Now
+	srv.MaxUpload = cfg.MaxUpload
 	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
 		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
 		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)

@@ -26,6 +26,7 @@ var (
 	ErrStarting           = errors.New("instance is starting: not yet listening or loaded")
 	ErrTooManyRequests    = errors.New("too many requests")
 	ErrUnavailable        = errors.New("the store cannot be reached")
+	ErrStorageFull        = errors.New("the store is out of disk space: nothing was stored")
 )
 
 // RetryAfterError is a refusal that says when to try again (429, 503).

@@ -242,12 +242,14 @@ type ReportRow struct {
 // TableName keeps the table's plain name.
 func (ReportRow) TableName() string { return "reports" }
 
-// Blob is a content-addressed artifact. Kept in the store so that every
-// replica serves the same bytes.
+// Blob is a content-addressed artifact as stored: its head, never its
+// bytes, which the store keeps in chunks of ChunkSize (0: one chunk, a
+// blob stored before chunks) and reads one chunk at a time. Kept in the
+// store so that every replica serves the same bytes.
 type Blob struct {
 	Digest    string `gorm:"primaryKey"`
 	Size      int64
-	Data      []byte
+	ChunkSize int64
 	CreatedAt time.Time
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"mesh/models"
 	"mesh/store"
@@ -16,8 +17,10 @@ type UploadBuild struct {
 	Commit   string
 	Manifest string
 	// Digest, when given, must be the artifact's.
-	Digest   string
-	Artifact []byte
+	Digest string
+	// Artifact is the uploaded artifact, stored first (PutArtifact); nil
+	// when the build has none.
+	Artifact *models.Blob
 	// OS and Arch: a mesh-host build names the platform of its binary.
 	OS, Arch string
 }
@@ -48,7 +51,8 @@ type FinishBuild struct {
 	ID       int64
 	Manifest string
 	Digest   string
-	Artifact []byte
+	// Artifact is the uploaded artifact, stored first (PutArtifact).
+	Artifact *models.Blob
 	// Version, OS and Arch: a mesh-host build names its release.
 	Version, OS, Arch string
 }
@@ -76,14 +80,23 @@ func validBuildWords(version, commit, goos, arch string) error {
 	return nil
 }
 
-func checkDigest(artifact []byte, given string) error {
+func checkDigest(artifact *models.Blob, given string) error {
 	if artifact == nil || given == "" {
 		return nil
 	}
-	if d := models.DigestOf(artifact); d != given {
+	if d := artifact.Digest; d != given {
 		return fmt.Errorf("%w: the artifact's bytes are %s, the upload said %s", models.ErrDigestMismatch, d, given)
 	}
 	return nil
+}
+
+// PutArtifact streams an uploaded artifact (a build's, a host release's
+// binary) into the store a chunk at a time and returns it, content-
+// addressed, for the workflow that names it. It is stored before that
+// workflow's transaction, which only names it: bytes a refused workflow
+// leaves behind are named by nothing and swept (store.BlobGrace).
+func (s *Service) PutArtifact(ctx context.Context, r io.Reader) (*models.Blob, error) {
+	return s.Store.PutBlob(ctx, r)
 }
 
 // BuildResult is a stored build and what it set going.
@@ -103,7 +116,7 @@ func (s *Service) UploadBuild(ctx context.Context, actor string, req *UploadBuil
 	return store.Write(ctx, s.Store, func(tx *store.Tx) (*BuildResult, error) {
 		b := &models.Build{Version: req.Version, Commit: req.Commit, Manifest: req.Manifest, CreatedBy: actor}
 		if req.Artifact != nil {
-			b.Digest, b.Size = models.DigestOf(req.Artifact), int64(len(req.Artifact))
+			b.Digest, b.Size = req.Artifact.Digest, req.Artifact.Size
 		}
 		mod, err := tx.CreateBuild(actor, req.Module, b, req.Artifact)
 		if err != nil {
@@ -133,10 +146,11 @@ func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuil
 	}
 	return store.Write(ctx, s.Store, func(tx *store.Tx) (*BuildResult, error) {
 		var digest string
+		var size int64
 		if req.Artifact != nil {
-			digest = models.DigestOf(req.Artifact)
+			digest, size = req.Artifact.Digest, req.Artifact.Size
 		}
-		b, mod, err := tx.FinishBuild(actor, req.ID, digest, int64(len(req.Artifact)), req.Manifest, req.Artifact)
+		b, mod, err := tx.FinishBuild(actor, req.ID, digest, size, req.Manifest, req.Artifact)
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +159,7 @@ func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuil
 }
 
 // follow starts what models.AfterBuild says follows b, inside tx.
-func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *models.Build, artifact []byte, version, goos, arch string) (*BuildResult, error) {
+func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *models.Build, artifact *models.Blob, version, goos, arch string) (*BuildResult, error) {
 	out := &BuildResult{Build: b, Module: mod}
 	switch models.AfterBuild(mod.Kind, mod.CurrentBuild) {
 	case models.FollowRelease:

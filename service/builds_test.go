@@ -75,8 +75,12 @@ func TestFinishBuild_HostBuildWithoutPlatform(t *testing.T) {
 		if _, err := s.Enroll(ctx, "hash", "m1", "linux", "amd64", "1.4.0", "1", "tok"); err != nil {
 			t.Fatal(err)
 		}
-		req := &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`, Artifact: []byte("a mesh-host binary"), Version: "1.5.0"}
-		_, err := svc.FinishBuild(ctx, "user:ci", req)
+		bin, err := svc.PutArtifact(ctx, strings.NewReader("a mesh-host binary"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`, Artifact: bin, Version: "1.5.0"}
+		_, err = svc.FinishBuild(ctx, "user:ci", req)
 		var inv *models.InvalidError
 		if !errors.As(err, &inv) || inv.Field != "os" {
 			t.Fatalf("finish without os/arch: %v", err)
@@ -152,7 +156,7 @@ func TestUploadBuild_RefusedBeforeAnyWrite(t *testing.T) {
 		})
 	}
 	t.Run("DigestMismatch", func(t *testing.T) {
-		r := service.UploadBuild{Manifest: `{"resources": []}`, Artifact: []byte("x"), Digest: "sha256:00"}
+		r := service.UploadBuild{Manifest: `{"resources": []}`, Artifact: &models.Blob{Digest: models.DigestOf([]byte("x")), Size: 1}, Digest: "sha256:00"}
 		if err := r.Validate(); !errors.Is(err, models.ErrDigestMismatch) {
 			t.Fatal(err)
 		}
@@ -166,7 +170,7 @@ func TestUploadBuild_RefusedBeforeAnyWrite(t *testing.T) {
 func TestUploadBuild_NeverComposable(t *testing.T) {
 	for _, tc := range []struct {
 		name, manifest, field string
-		artifact              []byte
+		artifact              *models.Blob
 	}{
 		{"TreeWithoutArtifact", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`, "manifest.resources[0].artifact", nil},
 		{"AfterNamesNothing", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/f", "content": "x", "after": ["nope"]}]}`, "manifest.resources[0].after", nil},
@@ -184,7 +188,7 @@ func TestUploadBuild_NeverComposable(t *testing.T) {
 		})
 	}
 	t.Run("TreeWithUploadedArtifact", func(t *testing.T) {
-		req := service.UploadBuild{Manifest: `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`, Artifact: []byte("tar")}
+		req := service.UploadBuild{Manifest: `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`, Artifact: &models.Blob{Digest: models.DigestOf([]byte("tar")), Size: 3}}
 		if err := req.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,8 @@ import (
 // CreateRelease is a mesh-host binary an admin publishes.
 type CreateRelease struct {
 	Version, OS, Arch string
-	Binary            []byte
+	// Binary is the uploaded binary, stored first (PutArtifact).
+	Binary *models.Blob
 }
 
 // Validate checks the release's words and that it has a binary.
@@ -21,7 +22,7 @@ func (r *CreateRelease) Validate() error {
 	if err := models.ValidPlatform(r.OS, r.Arch); err != nil {
 		return err
 	}
-	if len(r.Binary) == 0 {
+	if r.Binary == nil || r.Binary.Size == 0 {
 		return models.Invalid("binary", "required: the mesh-host binary")
 	}
 	return nil
@@ -34,8 +35,8 @@ func (s *Service) CreateRelease(ctx context.Context, actor string, req *CreateRe
 		return nil, err
 	}
 	return store.Write(ctx, s.Store, func(tx *store.Tx) (*models.Release, error) {
-		r := &models.Release{Version: req.Version, OS: req.OS, Arch: req.Arch, Digest: models.DigestOf(req.Binary),
-			Size: int64(len(req.Binary)), CreatedBy: actor}
+		r := &models.Release{Version: req.Version, OS: req.OS, Arch: req.Arch, Digest: req.Binary.Digest,
+			Size: req.Binary.Size, CreatedBy: actor}
 		s.signRelease(r)
 		return r, tx.CreateRelease(actor, r, req.Binary)
 	})

@@ -192,13 +192,13 @@ func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Durat
 // FinishBuild fills a claimed build with its artifact and manifest; the
 // module's first build becomes current. It returns the build and its
 // module as it stood before (what follows a build is the caller's rule).
-func (tx *Tx) FinishBuild(builder string, id int64, digest string, size int64, manifest string, artifact []byte) (*models.Build, *models.Module, error) {
+func (tx *Tx) FinishBuild(builder string, id int64, digest string, size int64, manifest string, artifact *models.Blob) (*models.Build, *models.Module, error) {
 	b, mod, err := tx.leasedBuild(builder, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	if artifact != nil {
-		if err := putBlob(tx, digest, artifact); err != nil {
+		if err := needBlob(tx, digest); err != nil {
 			return nil, nil, err
 		}
 	}

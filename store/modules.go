@@ -47,16 +47,17 @@ func (s *Store) Modules(ctx context.Context, limit int, cursor int64) ([]models.
 }
 
 // CreateBuild adds a build with the next number of its module. The artifact
-// blob, when there is one, is stored in the same transaction. A module's
-// first build becomes current; later ones only through a plan or a person.
-func (s *Store) CreateBuild(ctx context.Context, actor, module string, b *models.Build, artifact []byte) error {
+// blob, when there is one, was stored first (PutBlob); the build names it.
+// A module's first build becomes current; later ones only through a plan
+// or a person.
+func (s *Store) CreateBuild(ctx context.Context, actor, module string, b *models.Build, artifact *models.Blob) error {
 	_, err := Write(ctx, s, func(tx *Tx) (*models.Module, error) { return tx.CreateBuild(actor, module, b, artifact) })
 	return err
 }
 
 // CreateBuild is Store.CreateBuild inside tx; it returns the module as it
 // stood before the build (its current build unchanged by this one).
-func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact []byte) (*models.Module, error) {
+func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact *models.Blob) (*models.Module, error) {
 	var mod models.Module
 	q := tx.DB
 	if tx.s.dialect == Postgres {
@@ -77,7 +78,7 @@ func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact []byte
 	}
 	b.CreatedAt = tx.s.Now()
 	if artifact != nil {
-		if err := putBlob(tx, b.Digest, artifact); err != nil {
+		if err := needBlob(tx, b.Digest); err != nil {
 			return nil, err
 		}
 	}

@@ -16,15 +16,16 @@ import (
 	"mesh/models"
 )
 
-// CreateRelease stores a host release and its binary (content-addressed).
-func (s *Store) CreateRelease(ctx context.Context, actor string, r *models.Release, binary []byte) error {
+// CreateRelease stores a host release naming its binary, a blob stored
+// first (PutBlob).
+func (s *Store) CreateRelease(ctx context.Context, actor string, r *models.Release, binary *models.Blob) error {
 	return s.write(ctx, func(tx *Tx) error { return tx.CreateRelease(actor, r, binary) })
 }
 
 // CreateRelease is Store.CreateRelease inside tx.
-func (tx *Tx) CreateRelease(actor string, r *models.Release, binary []byte) error {
+func (tx *Tx) CreateRelease(actor string, r *models.Release, binary *models.Blob) error {
 	r.CreatedAt, r.State = tx.s.Now(), models.ReleaseReady
-	if err := putBlob(tx, r.Digest, binary); err != nil {
+	if err := needBlob(tx, r.Digest); err != nil {
 		return err
 	}
 	if err := tx.Create(r).Error; err != nil {

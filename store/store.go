@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/glebarez/sqlite"
@@ -395,6 +396,8 @@ func mapErr(err error) error {
 		return models.Invalid("", "text may not contain a NUL character (\\u0000)")
 	case unavailable(err):
 		return &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %w", models.ErrUnavailable, err)}
+	case storageFull(err):
+		return fmt.Errorf("%w (%w)", models.ErrStorageFull, err)
 	}
 	return err
 }
@@ -425,6 +428,22 @@ func unavailable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// storageFull reports a write the disk had no room for: PostgreSQL's
+// disk_full (53100, "could not extend file"), SQLite's SQLITE_FULL (the
+// driver's error has Code(); extended codes keep 13 in the low byte), or
+// ENOSPC itself.
+func storageFull(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "53100"
+	}
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == 13 {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC)
 }
 
 // inChunks calls fn with slices of at most n ids, so no statement carries

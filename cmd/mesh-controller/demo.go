@@ -132,8 +132,12 @@ func demoModules(ctx context.Context, st *store.Store) error {
 	  {"name": "config", "kind": "file", "path": "/etc/hello.conf", "content": "greeting=${var.greeting}\n"},
 	  {"name": "service", "kind": "service", "command": ["/opt/hello/bin/hello"], "after": ["runtime", "config"],
 	   "check": {"exec": ["/opt/hello/bin/hello", "--check"], "interval": "10s"}}]}`
+	blob, err := st.PutBlob(ctx, bytes.NewReader(art))
+	if err != nil {
+		return err
+	}
 	return st.CreateBuild(ctx, "demo", "hello", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: hello,
-		Digest: models.DigestOf(art), Size: int64(len(art))}, art)
+		Digest: blob.Digest, Size: blob.Size}, blob)
 }
 
 func demoTar(files map[string]string) ([]byte, error) {

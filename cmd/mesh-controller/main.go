@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"mesh/api"
 	"mesh/auth"
 	"mesh/conns"
 	"mesh/controller"
@@ -108,9 +109,17 @@ func serve(args []string, stdout, stderr io.Writer) error {
 		cfg.TrustedProxies, err = web.ParseTrustedProxies(v)
 		return err
 	})
+	maxUpload := byteSize(api.DefaultMaxUpload)
+	if v := os.Getenv("MESH_MAX_UPLOAD"); v != "" {
+		if err := maxUpload.Set(v); err != nil {
+			return fmt.Errorf("MESH_MAX_UPLOAD: %w", err)
+		}
+	}
+	fs.Var(&maxUpload, "max-upload", "largest upload body (a build's artifact, a host release), e.g. 512MiB, 2GiB; streamed into the store, never held in memory (MESH_MAX_UPLOAD)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.MaxUpload = int64(maxUpload)
 	if cfg.MaxConns < 0 {
 		return fmt.Errorf("--max-conns %d: 0 or more", cfg.MaxConns)
 	}
@@ -146,6 +155,40 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	<-ctx.Done()
 	cfg.Log.Info("draining", "instance", c.Instance)
 	return c.Stop()
+}
+
+// byteSize is a flag of bytes: a number with an optional KiB, MiB or GiB.
+type byteSize int64
+
+func (b *byteSize) String() string {
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if *b != 0 && int64(*b)%u.n == 0 {
+			return strconv.FormatInt(int64(*b)/u.n, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(int64(*b), 10)
+}
+
+func (b *byteSize) Set(v string) error {
+	mult := int64(1)
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if strings.HasSuffix(v, u.s) {
+			v, mult = strings.TrimSuffix(v, u.s), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q: a positive size in bytes, KiB, MiB or GiB", v)
+	}
+	*b = byteSize(n * mult)
+	return nil
 }
 
 func migrate(args []string, stdout, stderr io.Writer) error {
