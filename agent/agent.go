@@ -92,6 +92,12 @@ type Agent struct {
 	checksMu     sync.Mutex
 	lastChecks   []models.CheckResult
 	checkTargets []models.Resource // the services with checks, for checkLoop
+	checkGen     int64             // the applied generation and its send, which checked reports name
+	checkSend    string
+	// checked reports go through an outbox and a client of their own, so
+	// the check loop never shares the poll loop's.
+	checkedOut    outbox
+	checkedClient *client
 }
 
 // Run runs the host until ctx ends: adopt what an earlier run left, then
@@ -124,7 +130,9 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox: outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log}}
+		outbox:        outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
+		checkedOut:    outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
+		checkedClient: newClient(id)}
 	switch cfg.Services {
 	case "host":
 		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)
@@ -385,6 +393,7 @@ func (a *Agent) saveState() {
 	}
 	a.checksMu.Lock()
 	a.checkTargets = targets
+	a.checkGen, a.checkSend = a.state.Applied, a.state.AppliedSend
 	a.checksMu.Unlock()
 	if err := a.state.Save(a.cfg.StateDir); err != nil {
 		a.cfg.Log.Error("saving state", "err", err)
@@ -397,34 +406,59 @@ func (a *Agent) setChecks(c []models.CheckResult) {
 	a.checksMu.Unlock()
 }
 
-// checkLoop runs the checks between applies and logs a change of health.
+// checkLoop runs the checks between applies. A change of health is
+// logged, journaled and reported promptly (outcome checked, naming the
+// applied send), so a service that turns unhealthy is a fact on the
+// controller within one check interval, not at the next apply.
 func (a *Agent) checkLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.CheckEvery)
 	defer t.Stop()
-	prev := map[string]bool{}
+	var prev map[string]bool
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		var rs []models.Resource
-		for _, m := range a.snapshotServices() {
-			rs = append(rs, m)
-		}
+		rs, gen, send := a.snapshotChecks()
 		res := checkAll(ctx, a.root, rs, 0)
+		cur := map[string]bool{}
+		changed := prev == nil && len(res) > 0
 		for _, c := range res {
+			cur[c.Resource] = c.OK
 			if was, ok := prev[c.Resource]; !ok || was != c.OK {
 				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
+				changed = true
 			}
-			prev[c.Resource] = c.OK
 		}
+		changed = changed || len(cur) != len(prev)
+		prev = cur
 		a.setChecks(res)
+		if changed && send != "" {
+			a.reportChecked(ctx, gen, send, res)
+		}
+		if err := a.checkedOut.flush(ctx, a.checkedClient); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Warn("checked report waits in the outbox", "err", err)
+		}
 	}
 }
 
-func (a *Agent) snapshotServices() []models.Resource {
+// reportChecked queues a checked report and journals it.
+func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res []models.CheckResult) {
+	now := time.Now().UTC()
+	r := models.Report{Send: send, Generation: gen, Outcome: models.OutcomeChecked, FinishedAt: &now,
+		HostVersion: version.Version, Checks: res}
+	if _, err := a.checkedOut.put(r); err != nil {
+		a.cfg.Log.Error("outbox", "err", err)
+	}
+	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: send, Generation: gen, Outcome: r.Outcome, Checks: res}); err != nil {
+		a.cfg.Log.Error("journal", "err", err)
+	}
+}
+
+func (a *Agent) snapshotChecks() ([]models.Resource, int64, string) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
-	return a.checkTargets
+	return a.checkTargets, a.checkGen, a.checkSend
 }
+

@@ -90,14 +90,15 @@ type controllerProc struct {
 	cfg     store.Config
 	Admin   string
 	AdminPW string
-	binary  string // another controller build, for the behind-the-store test
+	binary  string   // another controller build, for the behind-the-store test
+	extra   []string // more flags of serve
 	*ctltest.Env
 	log *syncBuffer
 }
 
-func startController(t *testing.T, dialect string) *controllerProc {
+func startController(t *testing.T, dialect string, extra ...string) *controllerProc {
 	t.Helper()
-	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect)}
+	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect), extra: extra}
 	c.URL = "http://127.0.0.1:" + c.port
 	c.start()
 	t.Cleanup(c.stop)
@@ -106,7 +107,7 @@ func startController(t *testing.T, dialect string) *controllerProc {
 
 func (c *controllerProc) start() {
 	c.t.Helper()
-	args := []string{"serve", "--listen", "127.0.0.1:" + c.port, "--data", c.cfg.DataDir, "--log-level", "info"}
+	args := append([]string{"serve", "--listen", "127.0.0.1:" + c.port, "--data", c.cfg.DataDir, "--log-level", "info"}, c.extra...)
 	if c.cfg.DatabaseURL != "" {
 		args = append(args, "--database", c.cfg.DatabaseURL)
 	}
@@ -263,6 +264,14 @@ type machineView struct {
 	LastOutcome       string `json:"last_outcome"`
 	LastReason        string `json:"last_reason"`
 	HostVersion       string `json:"host_version"`
+	Health            struct {
+		State  string `json:"state"`
+		Check  string `json:"check"`
+		Detail string `json:"detail"`
+	} `json:"health"`
+	Running map[string]struct {
+		Build int64 `json:"build"`
+	} `json:"running"`
 }
 
 func (c *controllerProc) machine(name string) machineView {

@@ -126,6 +126,7 @@ func agentFlags(fs *flag.FlagSet, cfg *agent.Config) *string {
 	fs.IntVar(&cfg.MaxAttempts, "max-attempts", 5, "applies of one generation before it is rejected")
 	fs.DurationVar(&cfg.RetryBase, "retry", time.Second, "first wait between failed applies (doubles)")
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping a service")
+	fs.DurationVar(&cfg.CheckEvery, "check-every", 30*time.Second, "how often declared checks run between applies; a change is reported at once (outcome checked)")
 	cfg.Unpack = agent.DefaultUnpackLimits()
 	fs.Var((*byteSize)(&cfg.Unpack.MaxBytes), "unpack-max-bytes", "a tree's archive unpacks to at most this many bytes (KiB, MiB, GiB)")
 	fs.Var((*byteSize)(&cfg.Unpack.MaxFileBytes), "unpack-max-file", "at most this many bytes in any one file of a tree's archive (KiB, MiB, GiB)")
