@@ -461,4 +461,3 @@ func (a *Agent) snapshotChecks() ([]models.Resource, int64, string) {
 	defer a.checksMu.Unlock()
 	return a.checkTargets, a.checkGen, a.checkSend
 }
-
