@@ -12,6 +12,7 @@ import (
 	"mesh/controller/ctltest"
 	"mesh/models"
 	"mesh/store"
+	"mesh/testwait"
 )
 
 const manifestWithVar = `{"resources": [
@@ -217,13 +218,7 @@ func TestStaleIfMatch_EveryWriteRoute(t *testing.T) {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, d, "condition", cond)
 }
 
 func itoa(n int64) string { return fmt.Sprint(n) }

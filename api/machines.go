@@ -51,8 +51,10 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 	if seen == nil {
 		seen = m.LastSeen
 	}
-	running := map[string]models.RunningBuild{}
-	_ = json.Unmarshal([]byte(m.Running), &running)
+	running, err := m.RunningBuilds()
+	if err != nil {
+		s.Log.Error("machine view", "err", err) // shown without its running builds, said in the log
+	}
 	v := MachineView{Name: m.Name, OS: m.OS, Arch: m.Arch, Generation: m.Generation,
 		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,

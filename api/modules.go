@@ -16,40 +16,33 @@ import (
 	"mesh/service"
 )
 
-// Tier is one step of a module's plans: a count of machines or a percent.
-type Tier struct {
-	Machines int `json:"machines,omitempty"`
-	Percent  int `json:"percent,omitempty"`
-}
-
-// DefaultTiers: one canary machine, then all.
-var DefaultTiers = []Tier{{Machines: 1}, {Percent: 100}}
-
 type moduleRequest struct {
-	Name        string   `json:"name"`
-	Kind        string   `json:"kind"`
-	Repository  string   `json:"repository"`
-	SourcePaths []string `json:"source_paths"`
-	Tiers       []Tier   `json:"tiers"`
+	Name        string        `json:"name"`
+	Kind        string        `json:"kind"`
+	Repository  string        `json:"repository"`
+	SourcePaths []string      `json:"source_paths"`
+	Tiers       []models.Tier `json:"tiers"`
 }
 
 // ModuleView is a module as the API shows it.
 type ModuleView struct {
-	Name         string    `json:"name"`
-	Kind         string    `json:"kind"`
-	Repository   string    `json:"repository"`
-	SourcePaths  []string  `json:"source_paths"`
-	Tiers        []Tier    `json:"tiers"`
-	CurrentBuild *int64    `json:"current_build"`
-	CreatedAt    time.Time `json:"created_at"`
+	Name         string        `json:"name"`
+	Kind         string        `json:"kind"`
+	Repository   string        `json:"repository"`
+	SourcePaths  []string      `json:"source_paths"`
+	Tiers        []models.Tier `json:"tiers"`
+	CurrentBuild *int64        `json:"current_build"`
+	CreatedAt    time.Time     `json:"created_at"`
 }
 
-func moduleView(m *models.Module) ModuleView {
-	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt,
-		SourcePaths: []string{}, Tiers: []Tier{}}
-	_ = json.Unmarshal([]byte(m.SourcePaths), &v.SourcePaths)
-	_ = json.Unmarshal([]byte(m.Tiers), &v.Tiers)
-	return v
+func moduleView(m *models.Module) (ModuleView, error) {
+	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt}
+	var err error
+	if v.SourcePaths, err = m.SourcePathList(); err != nil {
+		return v, err
+	}
+	v.Tiers, err = m.TierList()
+	return v, err
 }
 
 func (s *Server) createModule(c echo.Context) error {
@@ -70,7 +63,7 @@ func (s *Server) createModule(c echo.Context) error {
 		req.SourcePaths = []string{}
 	}
 	if req.Tiers == nil {
-		req.Tiers = DefaultTiers
+		req.Tiers = models.DefaultTiers
 	}
 	for i, t := range req.Tiers {
 		if (t.Machines > 0) == (t.Percent > 0) || t.Machines < 0 || t.Percent < 0 || t.Percent > 100 {
@@ -83,7 +76,11 @@ func (s *Server) createModule(c echo.Context) error {
 	if err := s.Store.CreateModule(c.Request().Context(), principal(c).Actor(), m); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, moduleView(m))
+	v, err := moduleView(m)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, v)
 }
 
 func (s *Server) getModule(c echo.Context) error {
@@ -91,7 +88,11 @@ func (s *Server) getModule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, moduleView(m))
+	v, err := moduleView(m)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 func (s *Server) listModules(c echo.Context) error {
@@ -105,7 +106,9 @@ func (s *Server) listModules(c echo.Context) error {
 	}
 	views := make([]ModuleView, len(ms))
 	for i := range ms {
-		views[i] = moduleView(&ms[i])
+		if views[i], err = moduleView(&ms[i]); err != nil {
+			return err
+		}
 	}
 	return c.JSON(http.StatusOK, listOf(views, limit, func(ModuleView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) }))
 }
@@ -202,7 +205,11 @@ func (s *Server) setCurrent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"module": moduleView(m), "machines": n})
+	v, err := moduleView(m)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"module": v, "machines": n})
 }
 
 // maxUploadParts bounds the parts of an upload: a few fields and a file.

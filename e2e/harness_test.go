@@ -28,6 +28,7 @@ import (
 	"mesh/controller/ctltest"
 	"mesh/store"
 	"mesh/store/storetest"
+	"mesh/testwait"
 )
 
 var bin string // the built binaries
@@ -456,13 +457,7 @@ func freePort(t *testing.T) string {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, d, what, cond)
 }
 
 func exists(p string) bool {

@@ -161,7 +161,8 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 			}
 		}
 		for _, m := range todo {
-			for _, r := range parseRunning(m.Running) {
+			running, _ := m.RunningBuilds() // undecodable: composing the machine says so below
+			for _, r := range running {
 				nums[r.Build] = true
 			}
 		}
@@ -211,8 +212,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if rel := in.releases[target+" "+m.OS+"/"+m.Arch]; rel != nil {
 			ci.Host = rel.Wire()
 		}
-		running := parseRunning(m.Running)
-		var err error
+		running, err := m.RunningBuilds()
 		for _, a := range in.asOf[m.ID] {
 			mod := in.mods[a.ModuleID]
 			var target *int64
@@ -332,12 +332,6 @@ func (s *Store) Declaration(ctx context.Context, machineID, generation int64) (*
 		return nil, mapErr(err)
 	}
 	return &d, nil
-}
-
-func parseRunning(s string) map[string]models.RunningBuild {
-	r := map[string]models.RunningBuild{}
-	_ = json.Unmarshal([]byte(s), &r)
-	return r
 }
 
 // sign signs and wraps every payload, spread over the CPUs: signing is

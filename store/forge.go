@@ -99,7 +99,11 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			return err
 		}
 		for _, mod := range mods {
-			if !touches(mod.SourcePaths, push.Paths) {
+			touched, err := touches(&mod, push.Paths)
+			if err != nil {
+				return err
+			}
+			if !touched {
 				continue
 			}
 			b, err := queueBuild(tx, &mod, m)
@@ -127,20 +131,19 @@ func short7(c string) string {
 // touches reports whether a change to paths touches a module with these
 // source paths (none: the whole repository). A push that names no paths
 // touches every module of its repository.
-func touches(sourcePaths string, paths []string) bool {
-	var sp []string
-	_ = json.Unmarshal([]byte(sourcePaths), &sp)
-	if len(sp) == 0 || len(paths) == 0 {
-		return true
+func touches(mod *models.Module, paths []string) (bool, error) {
+	sp, err := mod.SourcePathList()
+	if err != nil || len(sp) == 0 || len(paths) == 0 {
+		return true, err
 	}
 	for _, p := range paths {
 		for _, prefix := range sp {
 			if p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/") {
-				return true
+				return true, nil
 			}
 		}
 	}
-	return false
+	return false, nil
 }
 
 func queueBuild(tx *Tx, mod *models.Module, m *models.Merge) (*models.Build, error) {

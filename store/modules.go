@@ -186,8 +186,10 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 		if err := checkIfMatch(m, ifMatch); err != nil {
 			return err
 		}
-		running := map[string]models.RunningBuild{}
-		_ = json.Unmarshal([]byte(m.Running), &running)
+		running, err := m.RunningBuilds()
+		if err != nil {
+			return err
+		}
 		seen := map[string]bool{}
 		rows := make([]models.Assignment, 0, len(as))
 		for i, a := range as {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -15,11 +14,6 @@ import (
 
 	"mesh/models"
 )
-
-type tier struct {
-	Machines int `json:"machines"`
-	Percent  int `json:"percent"`
-}
 
 // controllerFloor is the newest mesh-controller build anything runs: this
 // instance (controllerBuild), any instance alive in the store, any control
@@ -42,7 +36,11 @@ func controllerFloor(tx *Tx, mod *models.Module, controllerBuild int64) (int64, 
 		return 0, "", err
 	}
 	for _, m := range ms {
-		if b := parseRunning(m.Running)[mod.Name].Build; b > floor {
+		running, err := m.RunningBuilds()
+		if err != nil {
+			return 0, "", err
+		}
+		if b := running[mod.Name].Build; b > floor {
 			floor, runs = b, "control node "+m.Name
 		}
 	}
@@ -154,10 +152,9 @@ func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
 		canary[id] = true
 	}
 	sort.SliceStable(ms, func(i, j int) bool { return canary[ms[i].ID] && !canary[ms[j].ID] })
-	var tiers []tier
-	_ = json.Unmarshal([]byte(mod.Tiers), &tiers)
-	if len(tiers) == 0 {
-		tiers = []tier{{Machines: 1}, {Percent: 100}}
+	tiers, err := mod.TierList()
+	if err != nil {
+		return err
 	}
 	i := 0
 	for t, tr := range tiers {
@@ -258,8 +255,11 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			if err := tx.Where("id = ?", st.MachineID).First(&m).Error; err != nil {
 				return err
 			}
-			running := parseRunning(m.Running)[mod.Name].Build
-			v := models.JudgeStep(tx.s.Rules, &m, running, st, p.Build, deadline, now)
+			running, err := m.RunningBuilds()
+			if err != nil {
+				return err
+			}
+			v := models.JudgeStep(tx.s.Rules, &m, running[mod.Name].Build, st, p.Build, deadline, now)
 			if v.State == "" {
 				continue
 			}
@@ -306,12 +306,16 @@ func reach(tx *Tx, p *models.Plan, mod *models.Module, st *models.PlanStep) erro
 	if err := tx.Select("id", "name", "running").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
 		return err
 	}
-	st.PreviousBuild = parseRunning(m.Running)[mod.Name].Build
+	running, err := m.RunningBuilds()
+	if err != nil {
+		return err
+	}
+	st.PreviousBuild = running[mod.Name].Build
 	if err := liftRollbackPin(tx, p, &m); err != nil {
 		return err
 	}
 	var cur models.MachineTarget
-	err := tx.Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).First(&cur).Error
+	err = tx.Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).First(&cur).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		if err := tx.Create(&models.MachineTarget{MachineID: st.MachineID, ModuleID: p.ModuleID, Build: p.Build, PlanID: p.ID}).Error; err != nil {
