@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"mesh/controller/ctltest"
@@ -41,5 +42,16 @@ func TestLogin_GuessingIsThrottled(t *testing.T) {
 	}
 	if !seen {
 		t.Fatal("throttled logins are not on the record")
+	}
+}
+
+// TestBody_NullRefused: a JSON null body (POST /join-tokens took it and
+// made a token) is refused with a clear problem.
+func TestBody_NullRefused(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	resp, body := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: e.Admin, Body: []byte("null"),
+		Header: map[string]string{"Content-Type": "application/json"}})
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "not null") {
+		t.Fatalf("a null body: %d %s", resp.StatusCode, body)
 	}
 }

@@ -311,6 +311,10 @@ func decodeStrict(c echo.Context, v any) error {
 	if err != nil {
 		return err
 	}
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		// null decodes into a zero request without a word: refused as such.
+		return models.Invalid("body", "a JSON object is expected, not null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
