@@ -17,11 +17,13 @@ import (
 )
 
 type moduleRequest struct {
-	Name        string        `json:"name"`
-	Kind        string        `json:"kind"`
-	Repository  string        `json:"repository"`
-	SourcePaths []string      `json:"source_paths"`
-	Tiers       []models.Tier `json:"tiers"`
+	Name         string        `json:"name"`
+	Kind         string        `json:"kind"`
+	Repository   string        `json:"repository"`
+	SourcePaths  []string      `json:"source_paths"`
+	Tiers        []models.Tier `json:"tiers"`
+	TierDeadline string        `json:"tier_deadline"`
+	OnFailure    string        `json:"on_failure"`
 }
 
 // ModuleView is a module as the API shows it.
@@ -31,12 +33,15 @@ type ModuleView struct {
 	Repository   string        `json:"repository"`
 	SourcePaths  []string      `json:"source_paths"`
 	Tiers        []models.Tier `json:"tiers"`
+	TierDeadline string        `json:"tier_deadline"`
+	OnFailure    string        `json:"on_failure"`
 	CurrentBuild *int64        `json:"current_build"`
 	CreatedAt    time.Time     `json:"created_at"`
 }
 
 func moduleView(m *models.Module) (ModuleView, error) {
-	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt}
+	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt,
+		TierDeadline: (time.Duration(m.TierDeadlineSeconds) * time.Second).String(), OnFailure: m.OnFailure}
 	var err error
 	if v.SourcePaths, err = m.SourcePathList(); err != nil {
 		return v, err
@@ -50,30 +55,9 @@ func (s *Server) createModule(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	if err := models.ValidName("name", req.Name); err != nil {
-		return err
-	}
-	if req.Kind == "" {
-		req.Kind = models.KindService
-	}
-	if req.Kind != models.KindService && req.Kind != models.KindHost && req.Kind != models.KindController {
-		return models.Invalid("kind", "one of service, host, controller")
-	}
-	if req.SourcePaths == nil {
-		req.SourcePaths = []string{}
-	}
-	if req.Tiers == nil {
-		req.Tiers = models.DefaultTiers
-	}
-	for i, t := range req.Tiers {
-		if (t.Machines > 0) == (t.Percent > 0) || t.Machines < 0 || t.Percent < 0 || t.Percent > 100 {
-			return models.Invalid(fmt.Sprintf("tiers[%d]", i), `a tier is {"machines": N} or {"percent": 1-100}`)
-		}
-	}
-	sp, _ := json.Marshal(req.SourcePaths)
-	ts, _ := json.Marshal(req.Tiers)
-	m := &models.Module{Name: req.Name, Kind: req.Kind, Repository: req.Repository, SourcePaths: string(sp), Tiers: string(ts)}
-	if err := s.Store.CreateModule(c.Request().Context(), principal(c).Actor(), m); err != nil {
+	m, err := s.Service.CreateModule(c.Request().Context(), principal(c).Actor(), &service.CreateModule{Name: req.Name, Kind: req.Kind,
+		Repository: req.Repository, SourcePaths: req.SourcePaths, Tiers: req.Tiers, TierDeadline: req.TierDeadline, OnFailure: req.OnFailure})
+	if err != nil {
 		return err
 	}
 	v, err := moduleView(m)

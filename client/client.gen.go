@@ -170,6 +170,24 @@ func (e ManifestResourcesOnRemove) Valid() bool {
 	}
 }
 
+// Defines values for ModuleOnFailure.
+const (
+	ModuleOnFailureHalt     ModuleOnFailure = "halt"
+	ModuleOnFailureRollback ModuleOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the ModuleOnFailure enum.
+func (e ModuleOnFailure) Valid() bool {
+	switch e {
+	case ModuleOnFailureHalt:
+		return true
+	case ModuleOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ModuleRequestKind.
 const (
 	ModuleRequestKindController ModuleRequestKind = "controller"
@@ -185,6 +203,24 @@ func (e ModuleRequestKind) Valid() bool {
 	case ModuleRequestKindHost:
 		return true
 	case ModuleRequestKindService:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ModuleRequestOnFailure.
+const (
+	ModuleRequestOnFailureHalt     ModuleRequestOnFailure = "halt"
+	ModuleRequestOnFailureRollback ModuleRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the ModuleRequestOnFailure enum.
+func (e ModuleRequestOnFailure) Valid() bool {
+	switch e {
+	case ModuleRequestOnFailureHalt:
+		return true
+	case ModuleRequestOnFailureRollback:
 		return true
 	default:
 		return false
@@ -905,14 +941,21 @@ type ManifestResourcesOnRemove string
 
 // Module defines model for Module.
 type Module struct {
-	CreatedAt    time.Time `json:"created_at"`
-	CurrentBuild *int      `json:"current_build"`
-	Kind         string    `json:"kind"`
-	Name         string    `json:"name"`
-	Repository   string    `json:"repository"`
-	SourcePaths  []string  `json:"source_paths"`
-	Tiers        []Tier    `json:"tiers"`
+	CreatedAt    time.Time       `json:"created_at"`
+	CurrentBuild *int            `json:"current_build"`
+	Kind         string          `json:"kind"`
+	Name         string          `json:"name"`
+	OnFailure    ModuleOnFailure `json:"on_failure"`
+	Repository   string          `json:"repository"`
+	SourcePaths  []string        `json:"source_paths"`
+
+	// TierDeadline how long a tier may take before its plan halts
+	TierDeadline string `json:"tier_deadline"`
+	Tiers        []Tier `json:"tiers"`
 }
+
+// ModuleOnFailure defines model for Module.OnFailure.
+type ModuleOnFailure string
 
 // ModuleList defines model for ModuleList.
 type ModuleList struct {
@@ -922,10 +965,18 @@ type ModuleList struct {
 
 // ModuleRequest defines model for ModuleRequest.
 type ModuleRequest struct {
-	Kind        *ModuleRequestKind `json:"kind,omitempty"`
-	Name        string             `json:"name"`
-	Repository  *string            `json:"repository,omitempty"`
-	SourcePaths *[]string          `json:"source_paths,omitempty"`
+	Kind *ModuleRequestKind `json:"kind,omitempty"`
+	Name string             `json:"name"`
+
+	// OnFailure what a failing tier does to its plan: halt it, or halt and roll it back at once (service modules only; a mesh-controller module only ever halts)
+	OnFailure   *ModuleRequestOnFailure `json:"on_failure,omitempty"`
+	Repository  *string                 `json:"repository,omitempty"`
+	SourcePaths *[]string               `json:"source_paths,omitempty"`
+
+	// TierDeadline how long a tier may take before its plan halts, a duration like 10m (the default); at least 1m
+	//
+	// Example: 10m
+	TierDeadline *string `json:"tier_deadline,omitempty"`
 
 	// Tiers default: one machine, then 100 percent
 	Tiers *[]Tier `json:"tiers,omitempty"`
@@ -933,6 +984,9 @@ type ModuleRequest struct {
 
 // ModuleRequestKind defines model for ModuleRequest.Kind.
 type ModuleRequestKind string
+
+// ModuleRequestOnFailure what a failing tier does to its plan: halt it, or halt and roll it back at once (service modules only; a mesh-controller module only ever halts)
+type ModuleRequestOnFailure string
 
 // Plan defines model for Plan.
 type Plan struct {

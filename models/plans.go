@@ -17,6 +17,12 @@ const (
 	PlanRolledBack = "rolled_back"
 )
 
+// What a failing tier does to its plan (a module's on_failure).
+const (
+	OnFailureHalt     = "halt"
+	OnFailureRollback = "rollback"
+)
+
 // Plan step states.
 const (
 	StepPending = "pending"

@@ -165,6 +165,9 @@ type Module struct {
 	CurrentBuild *int64
 	// TierDeadlineSeconds is how long a plan's tier may take before it halts.
 	TierDeadlineSeconds int64 `gorm:"default:600"`
+	// OnFailure is what a failing tier does to its plan: OnFailureHalt, or
+	// OnFailureRollback (service modules only).
+	OnFailure string `gorm:"default:halt"`
 	CreatedAt           time.Time
 }
 

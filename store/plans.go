@@ -284,10 +284,19 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		}
 		p.State = models.PlanHalted
 		p.Reason = "halted: " + models.TierWords(p.Tier, tiers, false) + ": " + strings.Join(failed, "; ")
-		if err := tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error; err != nil {
+		if err := audit(tx, "controller", "plan-halted", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
 			return err
 		}
-		return audit(tx, "controller", "plan-halted", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason))
+		if mod.OnFailure == models.OnFailureRollback && mod.Kind == models.KindService {
+			// The module's declared policy: rolled back at once, on the
+			// record as the policy's, never for a mesh-controller module.
+			rolled, err := rollbackPlan(tx, p, "policy:on_failure=rollback")
+			if err != nil {
+				return err
+			}
+			p.State, p.Reason = models.PlanRolledBack, p.Reason+"; "+rolled
+		}
+		return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error
 	}
 	if done == len(steps) {
 		p.Tier++

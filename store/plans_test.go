@@ -272,3 +272,35 @@ func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_OnFailureRollback: a service module whose policy is
+// on_failure=rollback is rolled back the moment its plan halts.
+func TestPlan_OnFailureRollback(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		for _, m := range ms {
+			applied(t, s, m.Name, 1)
+		}
+		if err := s.DB().Model(&models.Module{}).Where("name = ?", "mod").Update("on_failure", models.OnFailureRollback).Error; err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeRefused, Reason: "escape: /x"})
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanRolledBack || !strings.Contains(v.Reason, "m1 refused") || !strings.Contains(v.Reason, "rolled back by policy:on_failure=rollback") {
+			t.Fatalf("after a refusal under on_failure=rollback: %s %q", v.State, v.Reason)
+		}
+		as, _, _ := s.Assignments(ctx, "m1")
+		if as[0].Build == nil || *as[0].Build != 1 {
+			t.Fatalf("m1 not pinned back: %+v", as)
+		}
+	})
+}

@@ -10,12 +10,14 @@ ALTER TABLE machines ADD COLUMN health_detail TEXT NOT NULL DEFAULT '';
 ALTER TABLE machines ADD COLUMN health_since DATETIME;
 ALTER TABLE machines ADD COLUMN health_at DATETIME;
 ALTER TABLE modules ADD COLUMN tier_deadline_seconds BIGINT NOT NULL DEFAULT 600;
+ALTER TABLE modules ADD COLUMN on_failure TEXT NOT NULL DEFAULT 'halt';
 ALTER TABLE plan_steps ADD COLUMN previous_build BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE assignments ADD COLUMN pin_plan BIGINT NOT NULL DEFAULT 0;
 
 -- +goose Down
 ALTER TABLE assignments DROP COLUMN pin_plan;
 ALTER TABLE plan_steps DROP COLUMN previous_build;
+ALTER TABLE modules DROP COLUMN on_failure;
 ALTER TABLE modules DROP COLUMN tier_deadline_seconds;
 ALTER TABLE machines DROP COLUMN health_at;
 ALTER TABLE machines DROP COLUMN health_since;
