@@ -168,7 +168,7 @@ type Module struct {
 	// OnFailure is what a failing tier does to its plan: OnFailureHalt, or
 	// OnFailureRollback (service modules only).
 	OnFailure string `gorm:"default:halt"`
-	CreatedAt           time.Time
+	CreatedAt time.Time
 }
 
 // Build is an immutable build of a module. Number is monotonic per module.
