@@ -93,6 +93,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
 	fs.DurationVar(&cfg.Rules.OfflineAfter, "offline-after", models.OfflineAfter, "a machine whose host has not polled for this long is offline")
 	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check has failed for this long is unhealthy (a service still starting is not)")
+	pprofAddr := fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty. Never expose it: it is unauthenticated")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 30*time.Second, "how long a request waits on the store before it answers 503 (long polls wait on memory, not the store)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
 	maxConns, err := strconv.Atoi(env("MESH_MAX_CONNS", "0"))
@@ -135,6 +136,11 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	cfg.Out = stdout
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *pprofAddr != "" {
+		if err := servePprof(ctx, *pprofAddr, cfg.Log); err != nil {
+			return err
+		}
+	}
 	c, err := controller.Start(ctx, cfg)
 	if err != nil {
 		return err
