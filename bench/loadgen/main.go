@@ -1,13 +1,17 @@
-// Command loadgen is the load side of the fan-out benchmark: a process of
-// its own that holds thousands of host long polls over real TCP, triggers
-// one change, and measures how long each poll takes to get its 200. It
-// verifies every envelope it receives.
+// Command loadgen is the load side of the benchmarks that need one: a
+// process of its own that speaks to the controller over real TCP.
 //
-// It reads commands on stdin, one per line:
+// With -mode fanout (the default) it holds thousands of host long polls,
+// triggers one change, and measures how long each poll takes to get its
+// 200. It verifies every envelope it receives. It reads commands on stdin,
+// one per line:
 //
 //	open GEN     open a poll per host with If-None-Match GEN
 //	fire BUILD   make BUILD current (bumping every host), wait for every
 //	             poll, verify, print "result {json}"
+//
+// With -mode flood it floods the controller with one machine's long polls
+// while another machine's host waits for its change (see flood.go).
 package main
 
 import (
@@ -37,6 +41,7 @@ type host struct{ name, token string }
 type outcome struct {
 	done   time.Time
 	status int
+	etag   string
 	body   []byte
 	err    error
 }
@@ -57,18 +62,37 @@ type Result struct {
 }
 
 func main() {
+	mode := flag.String("mode", "fanout", "fanout or flood")
 	url := flag.String("url", "", "controller URL")
 	tokens := flag.String("tokens", "", "file of 'name token' lines")
-	pub := flag.String("pubkey", "", "the declaration key, base64")
+	pub := flag.String("pubkey", "", "fanout: the declaration key, base64")
 	admin := flag.String("admin", "", "an operator's bearer token")
-	module := flag.String("module", "", "the module to make current")
+	module := flag.String("module", "", "fanout: the module to make current")
+	var fl floodConfig
+	flag.IntVar(&fl.conns, "conns", 5000, "flood: connections polling with the attacker's token")
+	flag.BoolVar(&fl.loop, "loop", false, "flood: each connection polls again as soon as answered, rather than once")
+	flag.StringVar(&fl.attacker, "attacker", "", "flood: the machine whose token floods")
+	flag.StringVar(&fl.victim, "victim", "", "flood: the machine whose host waits for its change")
+	flag.Int64Var(&fl.gen, "gen", 1, "flood: both machines' current generation")
 	flag.Parse()
-	key, err := base64.StdEncoding.DecodeString(*pub)
+	hosts := readHosts(*tokens)
+	switch *mode {
+	case "fanout":
+		fanout(*url, hosts, *pub, *admin, *module)
+	case "flood":
+		fl.url, fl.admin, fl.hosts = *url, *admin, hosts
+		flood(fl)
+	default:
+		fail(fmt.Errorf("-mode %q: fanout or flood", *mode))
+	}
+}
+
+func fanout(url string, hosts []host, pub, admin, module string) {
+	key, err := base64.StdEncoding.DecodeString(pub)
 	if err != nil {
 		fail(err)
 	}
-	hosts := readHosts(*tokens)
-	addr := strings.TrimPrefix(*url, "http://")
+	addr := strings.TrimPrefix(url, "http://")
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: len(hosts) + 10, MaxIdleConns: len(hosts) + 10,
 		DialContext: (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
@@ -93,8 +117,8 @@ func main() {
 			fmt.Println("opened")
 		case "fire":
 			start, cpu0 := time.Now(), cpuTime()
-			req, _ := http.NewRequest("POST", *url+"/api/v1/modules/"+*module+"/current", strings.NewReader(`{"build": `+arg+`}`))
-			req.Header.Set("Authorization", "Bearer "+*admin)
+			req, _ := http.NewRequest("POST", url+"/api/v1/modules/"+module+"/current", strings.NewReader(`{"build": `+arg+`}`))
+			req.Header.Set("Authorization", "Bearer "+admin)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
@@ -130,11 +154,7 @@ func pollOnce(addr string, h host, gen int64) outcome {
 		return outcome{done: time.Now(), err: err}
 	}
 	defer conn.Close()
-	req := "GET /api/v1/host/declaration?wait=240s HTTP/1.1\r\nHost: " + addr +
-		"\r\nAuthorization: Bearer " + h.token +
-		"\r\nIf-None-Match: \"" + strconv.FormatInt(gen, 10) + "\"" +
-		"\r\nX-Mesh-Host-Version: 1.0.0\r\nX-Mesh-Schema: 1\r\n\r\n"
-	if _, err := io.WriteString(conn, req); err != nil {
+	if _, err := io.WriteString(conn, pollRequest(addr, h.token, gen, "240s")); err != nil {
 		return outcome{done: time.Now(), err: err}
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -143,7 +163,15 @@ func pollOnce(addr string, h host, gen int64) outcome {
 	}
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return outcome{done: time.Now(), status: resp.StatusCode, body: b, err: err}
+	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), body: b, err: err}
+}
+
+// pollRequest is a host's long poll, raw HTTP/1.1.
+func pollRequest(addr, token string, gen int64, wait string) string {
+	return "GET /api/v1/host/declaration?wait=" + wait + " HTTP/1.1\r\nHost: " + addr +
+		"\r\nAuthorization: Bearer " + token +
+		"\r\nIf-None-Match: \"" + strconv.FormatInt(gen, 10) + "\"" +
+		"\r\nX-Mesh-Host-Version: 1.0.0\r\nX-Mesh-Schema: 1\r\n\r\n"
 }
 
 // measure computes latencies from start and verifies every envelope after
