@@ -88,10 +88,6 @@ type anyTime struct {
 	ok bool
 }
 
-// sqliteTimeLayouts are the forms a time is stored in by the SQLite driver
-// (and by hand-written SQL).
-var sqliteTimeLayouts = []string{"2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano, "2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"}
-
 func (a *anyTime) Scan(v any) error {
 	var s string
 	switch v := v.(type) {
@@ -108,7 +104,8 @@ func (a *anyTime) Scan(v any) error {
 	default:
 		return fmt.Errorf("a time from %T", v)
 	}
-	for _, l := range sqliteTimeLayouts {
+	// The forms the SQLite driver stores a time in, and hand-written SQL's.
+	for _, l := range []string{"2006-01-02 15:04:05.999999999-07:00", time.RFC3339Nano, "2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
 		if t, err := time.Parse(l, s); err == nil {
 			*a = anyTime{t: t, ok: true}
 			return nil
