@@ -16,23 +16,30 @@ import (
 // runs on the poll path.
 func (s *Server) metrics() echo.HandlerFunc {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "mesh_polls_open", Help: "Host long polls this instance holds now.",
-	}, func() float64 { return float64(s.Hub.OpenPolls()) }))
-	// Not mesh_machines: that name is the fleet's machines by state.
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "mesh_hub_machines", Help: "Machines this instance's hub knows (all of them, once it has loaded).",
-	}, func() float64 { return float64(s.Hub.Machines()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_store_statements_total", Help: "Statements issued to the store.",
-	}, func() float64 { return float64(s.Store.Statements()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_bumps_heard_total", Help: "Generation bumps heard, in process and from the store's notifications.",
-	}, func() float64 { return float64(s.Hub.Heard()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_composed_ahead_total", Help: "Machines composed ahead of their polls and woken after a bump.",
-	}, func() float64 { return float64(s.Hub.ComposedAhead()) }))
-	reg.MustRegister(newSendsCollector(s.Sends), newFleetCollector(s))
+	reg.MustRegister(s.collectors()...)
 	return echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+}
+
+// collectors are everything /metrics exports.
+func (s *Server) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mesh_polls_open", Help: "Host long polls this instance holds now.",
+		}, func() float64 { return float64(s.Hub.OpenPolls()) }),
+		// Not mesh_machines: that name is the fleet's machines by state.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mesh_hub_machines", Help: "Machines this instance's hub knows (all of them, once it has loaded).",
+		}, func() float64 { return float64(s.Hub.Machines()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_store_statements_total", Help: "Statements issued to the store.",
+		}, func() float64 { return float64(s.Store.Statements()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_bumps_heard_total", Help: "Generation bumps heard, in process and from the store's notifications.",
+		}, func() float64 { return float64(s.Hub.Heard()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_composed_ahead_total", Help: "Machines composed ahead of their polls and woken after a bump.",
+		}, func() float64 { return float64(s.Hub.ComposedAhead()) }),
+		newSendsCollector(s.Sends), newFleetCollector(s),
+	}
 }
