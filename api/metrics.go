@@ -7,29 +7,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics builds this server's registry (no global state): open polls,
-// machines known, store statements, bumps heard and composed, sends, and
-// the Go runtime's own.
+// metrics builds this server's registry (no global state): this
+// instance's own work (open polls, machines in its hub, store statements,
+// bumps heard and composed, sends by trigger), the fleet as the store
+// records it (machines by state and health, plans and rollouts by state,
+// failing checks, compose errors, plan tier durations; read at scrape time
+// and cached, see fleetCollector), and the Go runtime's own. Nothing here
+// runs on the poll path.
 func (s *Server) metrics() echo.HandlerFunc {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "mesh_polls_open", Help: "Host long polls this instance holds now.",
-	}, func() float64 { return float64(s.Hub.OpenPolls()) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "mesh_machines", Help: "Machines this instance knows.",
-	}, func() float64 { return float64(s.Hub.Machines()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_store_statements_total", Help: "Statements issued to the store.",
-	}, func() float64 { return float64(s.Store.Statements()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_bumps_heard_total", Help: "Generation bumps heard, in process and from the store's notifications.",
-	}, func() float64 { return float64(s.Hub.Heard()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_composed_ahead_total", Help: "Machines composed ahead of their polls and woken after a bump.",
-	}, func() float64 { return float64(s.Hub.ComposedAhead()) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "mesh_sends_total", Help: "Declarations sent (send rows written) by this instance.",
-	}, func() float64 { return float64(s.Sends.Written()) }))
+	reg.MustRegister(s.collectors()...)
 	return echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+}
+
+// collectors are everything /metrics exports.
+func (s *Server) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mesh_polls_open", Help: "Host long polls this instance holds now.",
+		}, func() float64 { return float64(s.Hub.OpenPolls()) }),
+		// Not mesh_machines: that name is the fleet's machines by state.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mesh_hub_machines", Help: "Machines this instance's hub knows (all of them, once it has loaded).",
+		}, func() float64 { return float64(s.Hub.Machines()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_store_statements_total", Help: "Statements issued to the store.",
+		}, func() float64 { return float64(s.Store.Statements()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_bumps_heard_total", Help: "Generation bumps heard, in process and from the store's notifications.",
+		}, func() float64 { return float64(s.Hub.Heard()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_composed_ahead_total", Help: "Machines composed ahead of their polls and woken after a bump.",
+		}, func() float64 { return float64(s.Hub.ComposedAhead()) }),
+		newSendsCollector(s.Sends), newFleetCollector(s),
+	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,10 +20,39 @@ type SendWriter struct {
 
 	in      chan sendReq
 	written atomic.Int64
+
+	// byTrigger counts committed rows by trigger (mesh_sends_total). It is
+	// touched once per committed group, by the writer, never by a poll
+	// that sends nothing.
+	mu        sync.Mutex
+	byTrigger map[string]int64
 }
 
 // Written is how many send rows this writer has committed.
 func (w *SendWriter) Written() int64 { return w.written.Load() }
+
+// ByTrigger is how many send rows this writer has committed, by trigger.
+func (w *SendWriter) ByTrigger() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int64, len(w.byTrigger))
+	for k, n := range w.byTrigger {
+		out[k] = n
+	}
+	return out
+}
+
+func (w *SendWriter) count(rows []models.Send) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byTrigger == nil {
+		w.byTrigger = map[string]int64{}
+	}
+	for _, r := range rows {
+		w.byTrigger[r.Trigger]++
+	}
+	w.written.Add(int64(len(rows)))
+}
 
 type sendReq struct {
 	send models.Send
@@ -79,7 +109,7 @@ func (w *SendWriter) Run(ctx context.Context) {
 		}
 		err := w.Store.InsertSends(context.WithoutCancel(ctx), rows)
 		if err == nil {
-			w.written.Add(int64(len(rows)))
+			w.count(rows)
 		}
 		for _, r := range group {
 			r.done <- err

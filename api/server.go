@@ -76,6 +76,10 @@ type Server struct {
 	// store, so this bounds the store's growth, not memory.
 	MaxUpload int64
 
+	// MetricsMaxAge is how long one read of the fleet from the store
+	// serves /metrics; 0 is DefaultMetricsMaxAge.
+	MetricsMaxAge time.Duration
+
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.
 	Behind string

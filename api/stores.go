@@ -81,6 +81,11 @@ type RecordStore interface {
 	Statements() int64
 }
 
+// FleetStore reads what the fleet's metrics are computed from.
+type FleetStore interface {
+	Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, error)
+}
+
 // SendStore commits send rows in groups (the send writer).
 type SendStore interface {
 	InsertSends(ctx context.Context, sends []models.Send) error
@@ -94,4 +99,5 @@ type Store interface {
 	ForgeStore
 	AccessStore
 	RecordStore
+	FleetStore
 }

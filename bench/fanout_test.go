@@ -71,7 +71,7 @@ func fanout(b *testing.B, bin, dialect string) {
 		b.Fatal(err)
 	}
 	defer func() { _ = ctl.Process.Signal(os.Interrupt); _ = ctl.Wait() }()
-	waitUntil(b, 30*time.Second, func() bool { return metric(url, "mesh_machines") == fanoutHosts })
+	waitUntil(b, 30*time.Second, func() bool { return metric(url, "mesh_hub_machines") == fanoutHosts })
 	baseRSS := rss(b, ctl.Process.Pid)
 
 	load := exec.Command(filepath.Join(bin, "loadgen"), "-url", url, "-tokens", tokens,
