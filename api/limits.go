@@ -48,10 +48,13 @@ func (l *addressLimiter) take(addr string) error {
 	r := lim.Reserve()
 	if d := r.Delay(); d > 0 {
 		r.Cancel()
-		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, d.Round(time.Second))}
+		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, roundUp(d))}
 	}
 	return nil
 }
+
+// roundUp says a wait in whole seconds, never "0s".
+func roundUp(d time.Duration) time.Duration { return max(time.Second, d.Round(time.Second)) }
 
 // blocked says, without spending, whether addr is over its limit now.
 func (l *addressLimiter) blocked(addr string) error {
@@ -62,7 +65,7 @@ func (l *addressLimiter) blocked(addr string) error {
 		return nil
 	}
 	d := time.Duration((1 - lim.Tokens()) / float64(l.every) * float64(time.Second))
-	return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, d.Round(time.Second))}
+	return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, roundUp(d))}
 }
 
 // limitByAddress is middleware spending one token per request.
