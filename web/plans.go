@@ -34,9 +34,7 @@ type PlanDetail struct {
 	Reason   string
 	Halted   bool
 	Where    string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
-	By       string
-	At       string
-	Finished string
+	Made     string // by whom, when, and when it ended
 	Tiers    []TierProgress
 	Actions  []PlanAction
 	// Live: the plan can still change, so the page polls its progress.
@@ -59,7 +57,7 @@ type StepRow struct {
 	Words      string
 	Reason     string
 	Generation int64
-	Previous   string // the build it ran before the plan reached it
+	Previous   string // what it ran before the plan reached it
 }
 
 // PlanAction is a button on the plan page.
@@ -67,6 +65,15 @@ type PlanAction struct {
 	Action string
 	Label  string
 	Hint   string
+}
+
+// made says who made a plan or rollout, when, and when it ended.
+func made(by string, at time.Time, finished *time.Time) string {
+	s := "Made by " + by + " at " + stamp(at)
+	if finished != nil {
+		s += "; ended " + stamp(*finished)
+	}
+	return s + "."
 }
 
 // stateWords is a state word for a person: "rolled_back" → "rolled back".
@@ -82,9 +89,9 @@ var planActionLabels = map[string]PlanAction{
 // planDetail says a plan for a person; can is whether they may act on it.
 func planDetail(v *models.PlanView, can bool) PlanDetail {
 	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
-		Halted: v.State == models.PlanHalted, Where: v.TierWords(), By: v.CreatedBy, At: stamp(v.CreatedAt)}
-	if v.FinishedAt != nil {
-		d.Finished = stamp(*v.FinishedAt)
+		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
+	if d.Halted {
+		d.Reason = strings.TrimPrefix(d.Reason, "halted: ") // the banner says "Halted." already
 	}
 	actions := models.PlanActions(v.State)
 	d.Live = len(actions) > 0 // a settled plan offers nothing and changes no more
@@ -106,12 +113,17 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 		if st.State == models.StepApplied {
 			tp.Applied++
 		}
-		r := StepRow{Machine: st.Machine, State: st.State, Words: stateWords(st.State), Reason: st.Reason, Generation: st.Generation, Previous: "none"}
+		r := StepRow{Machine: st.Machine, State: st.State, Words: stateWords(st.State), Reason: st.Reason, Generation: st.Generation}
+		switch {
+		case st.State == models.StepPending:
+			r.Previous = "not reached yet"
+		case st.PreviousBuild > 0:
+			r.Previous = "build " + strconv.FormatInt(st.PreviousBuild, 10)
+		default:
+			r.Previous = "no earlier build"
+		}
 		if st.State == models.StepSent {
 			r.Words = "sent, awaiting its report"
-		}
-		if st.PreviousBuild > 0 {
-			r.Previous = strconv.FormatInt(st.PreviousBuild, 10)
 		}
 		tp.Steps = append(tp.Steps, r)
 	}
@@ -190,9 +202,7 @@ type RolloutDetail struct {
 	Canary   string
 	InFlight int64
 	Deadline string
-	By       string
-	At       string
-	Finished string
+	Made     string
 	Waves    []WaveProgress
 	Live     bool
 }
@@ -219,9 +229,9 @@ type RolloutMachineRow struct {
 func rolloutDetail(v *models.RolloutView) RolloutDetail {
 	d := RolloutDetail{Version: v.Version, State: v.State, Words: stateWords(v.State), Reason: v.Reason, Halted: v.State == models.RolloutHalted,
 		Canary: orNone(v.Canary), InFlight: v.MaxInFlight, Deadline: (time.Duration(v.DeadlineSeconds) * time.Second).String(),
-		By: v.CreatedBy, At: stamp(v.CreatedAt)}
-	if v.FinishedAt != nil {
-		d.Finished = stamp(*v.FinishedAt)
+		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
+	if d.Halted {
+		d.Reason = strings.TrimPrefix(d.Reason, "halted: ")
 	}
 	// A halted rollout is not resumed (the release is marked failed), so
 	// only a running or paused one changes.

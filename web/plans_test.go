@@ -88,9 +88,9 @@ func TestPlanPage_SaysWhyAndWhere(t *testing.T) {
 	}
 	for _, want := range []string{
 		"node-tools build 2", `data-state="halted"`, `class="banner"`,
-		"halted: tier 1 of 2 (canary): m1 check node-tools.svc unhealthy since", "connection refused",
+		"Halted.</strong> tier 1 of 2 (canary): m1 check node-tools.svc unhealthy since", "connection refused", "not reached yet",
 		"tier 1 of 2 (canary)", "tier 2 of 2", `<progress value="0" max="1"`, "0 of 1 machine(s) applied",
-		`data-machine="m1"`, `data-machine="m2"`, `data-state="failed"`, `data-state="pending"`, "build 1",
+		`data-machine="m1"`, `data-machine="m2"`, `data-state="failed"`, `data-state="pending"`, ">build 1<",
 		`hx-trigger="every 2s"`,
 	} {
 		if !strings.Contains(body, want) {
