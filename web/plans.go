@@ -26,17 +26,17 @@ import (
 
 // PlanDetail is the plan page's data.
 type PlanDetail struct {
-	ID       int64
-	Module   string
-	Build    int64
-	State    string
-	Words    string // the state in words: "rolled back"
-	Reason   string
-	Halted   bool
-	Where    string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
-	Made     string // by whom, when, and when it ended
-	Tiers    []TierProgress
-	Actions  []PlanAction
+	ID      int64
+	Module  string
+	Build   int64
+	State   string
+	Words   string // the state in words: "rolled back"
+	Reason  string
+	Halted  bool
+	Where   string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
+	Made    string // by whom, when, and when it ended
+	Tiers   []TierProgress
+	Actions []PlanAction
 	// Live: the plan can still change, so the page polls its progress.
 	Live bool
 }
