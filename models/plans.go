@@ -125,3 +125,75 @@ func TierWords(tier, tiers int64, done bool) string {
 	}
 	return s
 }
+
+// Actions a person may take on a plan (POST /api/v1/plans/{id}/{action},
+// and the dashboard's buttons).
+const (
+	PlanPause    = "pause"
+	PlanResume   = "resume"
+	PlanCancel   = "cancel"
+	PlanRollback = "rollback"
+)
+
+// planMoves is, for each action, the states it is allowed from and the
+// state it leads to. Rollback only from halted: a running plan is paused
+// or cancelled first; a finished one is followed by a newer build.
+var planMoves = []struct {
+	action string
+	from   []string
+	to     string
+}{
+	{PlanPause, []string{PlanRunning}, PlanPaused},
+	{PlanResume, []string{PlanPaused, PlanHalted}, PlanRunning},
+	{PlanCancel, []string{PlanRunning, PlanPaused, PlanHalted}, PlanCancelled},
+	{PlanRollback, []string{PlanHalted}, PlanRolledBack},
+}
+
+// PlanMove is the state action leads a plan in state from to; ok is false
+// when the action is not allowed from that state (or is no action).
+func PlanMove(action, from string) (to string, ok bool) {
+	for _, m := range planMoves {
+		if m.action != action {
+			continue
+		}
+		for _, f := range m.from {
+			if f == from {
+				return m.to, true
+			}
+		}
+	}
+	return "", false
+}
+
+// PlanActions are the actions allowed on a plan in state, in the order a
+// person is offered them. None: the plan is settled and will not change.
+func PlanActions(state string) []string {
+	var out []string
+	for _, m := range planMoves {
+		if _, ok := PlanMove(m.action, state); ok {
+			out = append(out, m.action)
+		}
+	}
+	return out
+}
+
+// Tiers is how many tiers the plan has (its steps' highest tier + 1).
+func (v *PlanView) Tiers() int64 {
+	var n int64
+	for _, st := range v.Steps {
+		n = max(n, st.Tier+1)
+	}
+	return n
+}
+
+// TierWords says where the plan is: "tier 1 of 2 (canary)", or "tier 2 of
+// 2 — done" once it is done (its tier then points past the last one, which
+// must never read as a tier of its own).
+func (v *PlanView) TierWords() string {
+	tiers := v.Tiers()
+	if tiers == 0 {
+		return "no machines to reach"
+	}
+	done := v.State == PlanDone || v.Tier >= tiers
+	return TierWords(min(v.Tier, tiers-1), tiers, done)
+}

@@ -106,3 +106,62 @@ func TestTierWords(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanMove(t *testing.T) {
+	for _, tc := range []struct {
+		action, from, to string
+		ok               bool
+	}{
+		{PlanPause, PlanRunning, PlanPaused, true},
+		{PlanPause, PlanHalted, "", false},
+		{PlanResume, PlanPaused, PlanRunning, true},
+		{PlanResume, PlanHalted, PlanRunning, true},
+		{PlanCancel, PlanHalted, PlanCancelled, true},
+		{PlanCancel, PlanDone, "", false},
+		{PlanRollback, PlanHalted, PlanRolledBack, true},
+		{PlanRollback, PlanRunning, "", false},
+		{PlanRollback, PlanRolledBack, "", false},
+		{"explode", PlanRunning, "", false},
+	} {
+		t.Run(tc.action+"From"+tc.from, func(t *testing.T) {
+			if to, ok := PlanMove(tc.action, tc.from); to != tc.to || ok != tc.ok {
+				t.Fatalf("PlanMove(%s, %s) = %q %v, want %q %v", tc.action, tc.from, to, ok, tc.to, tc.ok)
+			}
+		})
+	}
+}
+
+func TestPlanActions(t *testing.T) {
+	for state, want := range map[string]string{
+		PlanRunning: "pause cancel", PlanPaused: "resume cancel", PlanHalted: "resume cancel rollback",
+		PlanDone: "", PlanRolledBack: "", PlanCancelled: "", PlanSuperseded: "", PlanRefused: "",
+	} {
+		if got := strings.Join(PlanActions(state), " "); got != want {
+			t.Errorf("PlanActions(%s) = %q, want %q", state, got, want)
+		}
+	}
+}
+
+// TestPlanView_TierWords: a finished two-tier plan's tier points past the
+// last; it must read "tier 2 of 2 — done", never "tier 3 of 2" (nor the
+// bare "tier 2" the plans page used to show).
+func TestPlanView_TierWords(t *testing.T) {
+	two := []PlanStep{{Tier: 0}, {Tier: 1}, {Tier: 1}}
+	for _, tc := range []struct {
+		name string
+		v    PlanView
+		want string
+	}{
+		{"Canary", PlanView{Plan: Plan{State: PlanRunning, Tier: 0}, Steps: two}, "tier 1 of 2 (canary)"},
+		{"Second", PlanView{Plan: Plan{State: PlanRunning, Tier: 1}, Steps: two}, "tier 2 of 2"},
+		{"Done", PlanView{Plan: Plan{State: PlanDone, Tier: 2}, Steps: two}, "tier 2 of 2 — done"},
+		{"HaltedCanary", PlanView{Plan: Plan{State: PlanHalted, Tier: 0}, Steps: two}, "tier 1 of 2 (canary)"},
+		{"NoMachines", PlanView{Plan: Plan{State: PlanDone}}, "no machines to reach"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.v.TierWords(); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -448,7 +448,8 @@ func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]models.Pl
 	return out, nil
 }
 
-// SetPlanState pauses, resumes or cancels a plan.
+// SetPlanState pauses, resumes, cancels or rolls back a plan, as
+// models.PlanMove allows from its state.
 func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error) {
 	var out *models.PlanView
 	err := s.write(ctx, func(tx *Tx) error {
@@ -456,13 +457,7 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		if err := tx.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
 		}
-		from := map[string][]string{"pause": {models.PlanRunning}, "resume": {models.PlanPaused, models.PlanHalted},
-			"cancel": {models.PlanRunning, models.PlanPaused, models.PlanHalted}, "rollback": {models.PlanHalted}}[action]
-		to := map[string]string{"pause": models.PlanPaused, "resume": models.PlanRunning, "cancel": models.PlanCancelled, "rollback": models.PlanRolledBack}[action]
-		ok := false
-		for _, f := range from {
-			ok = ok || p.State == f
-		}
+		to, ok := models.PlanMove(action, p.State)
 		if !ok {
 			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, p.State, action)
 		}

@@ -24,7 +24,7 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 		return Overview{}, err
 	}
 	now := time.Now()
-	o := Overview{State: state, Q: q, Total: len(ms)}
+	o := Overview{State: state, Q: q, Total: len(ms), Legend: legend(s.Rules)}
 	// What was sent of their current generation, for the machines behind.
 	var behind []int64
 	for i := range ms {
@@ -56,6 +56,33 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 		}
 	}
 	return o, nil
+}
+
+// legend says what offline and unhealthy mean on this controller (its
+// --offline-after and --unhealthy-after).
+func legend(r models.StateRules) string {
+	return fmt.Sprintf("offline: the host has not polled for %s. unhealthy: a declared check has failed for %s "+
+		"(the grace, so a service still starting is not flagged); within it the machine stays current and says its check is failing.",
+		span(r.OfflineAfter), span(r.UnhealthyAfter))
+}
+
+// span is a duration in words: "3 minutes", "90 seconds".
+func span(d time.Duration) string {
+	unit := func(n int64, word string) string {
+		if n == 1 {
+			return "1 " + word
+		}
+		return fmt.Sprintf("%d %ss", n, word)
+	}
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return unit(int64(d/time.Hour), "hour")
+	case d >= time.Minute && d%time.Minute == 0:
+		return unit(int64(d/time.Minute), "minute")
+	case d >= time.Second && d%time.Second == 0:
+		return unit(int64(d/time.Second), "second")
+	}
+	return d.String()
 }
 
 func (s *Server) lastSeen(m *models.Machine) *time.Time {

@@ -97,11 +97,3 @@ func (s *Server) releasesPage(c echo.Context) error {
 	}
 	return s.render(c, http.StatusOK, ReleasesPage(s.page(c, "Releases"), rows, def))
 }
-
-func (s *Server) plansPage(c echo.Context) error {
-	ps, err := s.Store.Plans(c.Request().Context(), 50, 0)
-	if err != nil {
-		return err
-	}
-	return s.render(c, http.StatusOK, PlansPage(s.page(c, "Plans"), ps))
-}

@@ -138,7 +138,12 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/modules", s.modulesPage, viewer...)
 	e.POST("/modules/:module/current", s.promote, operator...)
 	e.GET("/plans", s.plansPage, viewer...)
+	e.GET("/plans/:id", s.planPage, viewer...)
+	for _, a := range []string{models.PlanPause, models.PlanResume, models.PlanCancel, models.PlanRollback} {
+		e.POST("/plans/:id/"+a, s.planAction(a), operator...)
+	}
 	e.GET("/releases", s.releasesPage, viewer...)
+	e.GET("/releases/:version/rollout", s.rolloutPage, viewer...)
 	e.GET("/instances", s.instancesPage, viewer...)
 	e.GET("/audit", s.auditPage, viewer...)
 }

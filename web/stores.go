@@ -22,6 +22,7 @@ type Store interface {
 	Instances(ctx context.Context, limit int) ([]models.Instance, error)
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)
+	Plan(ctx context.Context, id int64) (*models.PlanView, error)
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
 	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
 	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
@@ -29,6 +30,7 @@ type Store interface {
 	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
 	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
+	SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error)
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
 }

@@ -38,8 +38,8 @@ type StateCount struct {
 }
 
 // AllStates in the order the overview counts them.
-var AllStates = []string{models.StateCurrent, models.StateBehind, models.StateRefused, models.StateFailed, models.StateRejected,
-	models.StateConflict, models.StateOffline, models.StateUpgrading, models.StateRolledBack}
+var AllStates = []string{models.StateCurrent, models.StateUnhealthy, models.StateBehind, models.StateRefused, models.StateFailed,
+	models.StateRejected, models.StateConflict, models.StateOffline, models.StateUpgrading, models.StateRolledBack}
 
 // Overview is the overview page's data.
 type Overview struct {
@@ -48,6 +48,8 @@ type Overview struct {
 	Total  int
 	State  string
 	Q      string
+	// Legend says the thresholds behind offline and unhealthy.
+	Legend string
 }
 
 func ago(t time.Time, now time.Time) string {
@@ -242,26 +244,4 @@ func orNone(s string) string {
 		return "none yet"
 	}
 	return s
-}
-
-func planBadge(state string) string {
-	switch state {
-	case models.PlanDone:
-		return "current"
-	case models.PlanRunning, models.PlanPaused:
-		return "behind"
-	case models.PlanSuperseded, models.PlanCancelled:
-		return "offline"
-	}
-	return "refused"
-}
-
-func stepBadge(state string) string {
-	switch state {
-	case models.StepApplied:
-		return "applied"
-	case models.StepFailed:
-		return "failed"
-	}
-	return "behind"
 }
