@@ -139,8 +139,8 @@ func (b *bars) end() {
 }
 
 // poll calls step every interval until it says the watch is over, or ctx
-// ends. A request that fails is retried, up to a few in a row, so a
-// controller restarting under a watch does not end it.
+// ends. A request that fails on the way or with a 5xx is retried, up to
+// ten in a row, so a controller restarting under a watch does not end it.
 func poll(ctx context.Context, interval time.Duration, errOut io.Writer, step func() (bool, error)) error {
 	const tolerated = 10
 	misses := 0
@@ -150,7 +150,9 @@ func poll(ctx context.Context, interval time.Duration, errOut io.Writer, step fu
 			return nil
 		}
 		if err != nil {
-			if _, ok := err.(*problemError); ok {
+			// A problem the controller states (404, 403, …) ends the
+			// watch; a 5xx (a replica draining, a store timeout) may pass.
+			if p, ok := err.(*problemError); ok && p.Status < 500 {
 				return err
 			}
 			if misses++; misses >= tolerated {
