@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"mesh/client"
+	"mesh/version"
+)
+
+// apiClient is the generated client for the target controller, with the
+// token sent on every request.
+func (a *app) apiClient() (*client.ClientWithResponses, error) {
+	url, token, err := a.target()
+	if err != nil {
+		return nil, err
+	}
+	return newClient(url, token)
+}
+
+func newClient(url, token string) (*client.ClientWithResponses, error) {
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 2 * time.Minute, // an upload is stored before the answer
+	}}
+	return client.NewClientWithResponses(url, client.WithHTTPClient(hc),
+		client.WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			req.Header.Set("User-Agent", "meshctl/"+version.Version)
+			return nil
+		}))
+}
+
+// problemError is a problem+json answer (RFC 9457), shown as its title and
+// detail.
+type problemError struct {
+	Status int
+	client.Problem
+}
+
+func (p *problemError) Error() string {
+	s := p.Title
+	if p.Detail != nil && *p.Detail != "" {
+		s += ": " + *p.Detail
+	}
+	if p.Status == http.StatusUnauthorized {
+		s += " (log in again: meshctl login URL --user NAME)"
+	}
+	return s
+}
+
+// reach wraps an error of the request itself: the controller was not
+// reached, or its answer could not be read.
+func reach(err error) error {
+	return fmt.Errorf("talking to the controller: %w", err)
+}
+
+// expect checks an answer's status: a problem+json answer becomes a
+// problemError; any other unexpected answer says its status.
+func expect(hr *http.Response, body []byte, want ...int) error {
+	if slices.Contains(want, hr.StatusCode) {
+		return nil
+	}
+	var p client.Problem
+	if strings.HasPrefix(hr.Header.Get("Content-Type"), "application/problem+json") && json.Unmarshal(body, &p) == nil && p.Title != "" {
+		return &problemError{Status: hr.StatusCode, Problem: p}
+	}
+	return fmt.Errorf("unexpected answer %s from %s %s: %.200s", hr.Status, hr.Request.Method, hr.Request.URL.Path, body)
+}
+
+// printJSON writes an API answer as it came, indented.
+func (a *app) printJSON(body []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, body, "", "  "); err != nil {
+		return fmt.Errorf("the controller's answer is not JSON: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := a.out.Write(buf.Bytes())
+	return err
+}
+
+// encodeJSON writes v as indented JSON (for answers meshctl assembles, as
+// the pages of a list).
+func (a *app) encodeJSON(v any) error {
+	enc := json.NewEncoder(a.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes rows aligned in columns; the first row is the header.
+func (a *app) table(rows [][]string) error {
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// ago says how long ago t was, for tables; "-" when never.
+func ago(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	d := time.Since(*t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	}
+	return t.Local().Format("2006-01-02")
+}
+
+// page is one page of any list: its items kept as the API sent them.
+type page struct {
+	Items      []json.RawMessage `json:"items"`
+	NextCursor string            `json:"next_cursor"`
+}
+
+// collect follows a list's cursor until max items (0: all) and returns
+// them decoded and as they came.
+func collect[T any](max int, fetch func(cursor *string) (*http.Response, []byte, error)) ([]T, page, error) {
+	var all page
+	var items []T
+	var cursor *string
+	for {
+		hr, body, err := fetch(cursor)
+		if err != nil {
+			return nil, all, reach(err)
+		}
+		if err := expect(hr, body, http.StatusOK); err != nil {
+			return nil, all, err
+		}
+		var p page
+		if err := json.Unmarshal(body, &p); err != nil {
+			return nil, all, reach(err)
+		}
+		for _, raw := range p.Items {
+			var v T
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, all, reach(err)
+			}
+			items = append(items, v)
+			all.Items = append(all.Items, raw)
+			if max > 0 && len(items) == max {
+				all.NextCursor = p.NextCursor
+				return items, all, nil
+			}
+		}
+		if p.NextCursor == "" {
+			return items, all, nil
+		}
+		cursor = &p.NextCursor
+	}
+}
+
+// isTerminal says whether f is a terminal (a character device), where
+// progress bars are drawn; elsewhere watch prints a line per change.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

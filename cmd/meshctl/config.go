@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// config is what 'meshctl login' keeps: the controller and a person's
+// token for it.
+type config struct {
+	Controller string    `json:"controller"`
+	User       string    `json:"user,omitempty"`
+	Token      string    `json:"token"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// configPath is os.UserConfigDir()/mesh/config.json.
+func configPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("finding the config dir: %w", err)
+	}
+	return filepath.Join(dir, "mesh", "config.json"), nil
+}
+
+// loadConfig reads the saved config; none saved is an empty config.
+func loadConfig() (config, error) {
+	var c config
+	p, err := configPath()
+	if err != nil {
+		return c, err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%s: %w", p, err)
+	}
+	return c, nil
+}
+
+// saveConfig writes the config with mode 0600 in a directory of mode 0700:
+// the token is a bearer secret. It is written to a temp file and renamed,
+// so a crash never leaves half a config.
+func saveConfig(c config) (string, error) {
+	p, err := configPath()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	// MkdirAll keeps an existing dir's mode: tighten a looser one.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, ".config-*.json") // created 0600
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name()) // after the rename, nothing to remove
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	return p, os.Rename(f.Name(), p)
+}
+
+// target is the controller and token a command uses: --controller, else
+// MESH_CONTROLLER, else the saved one; MESH_TOKEN, else the saved token —
+// the saved token only for the controller it was issued by, so pointing
+// meshctl at another URL never sends it there.
+func (a *app) target() (url, token string, err error) {
+	c, err := loadConfig()
+	if err != nil {
+		return "", "", err
+	}
+	url = firstNonEmpty(a.controller, os.Getenv("MESH_CONTROLLER"), c.Controller)
+	if url == "" {
+		return "", "", errors.New("no controller: run 'meshctl login URL --user NAME', or set --controller or MESH_CONTROLLER")
+	}
+	url = strings.TrimRight(url, "/")
+	token = os.Getenv("MESH_TOKEN")
+	if token == "" && strings.TrimRight(c.Controller, "/") == url {
+		token = c.Token
+	}
+	return url, token, nil
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/client"
+)
+
+func (a *app) machinesCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "machines", Aliases: []string{"machine"}, Short: "Machines and their state"}
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List every machine with its state",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			ms, raw, err := collect[client.Machine](0, func(cursor *string) (*http.Response, []byte, error) {
+				limit := 500
+				r, err := c.ListMachinesWithResponse(cmd.Context(), &client.ListMachinesParams{Limit: &limit, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(raw)
+			}
+			sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+			rows := [][]string{{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN"}}
+			for _, m := range ms {
+				rows = append(rows, []string{m.Name, string(m.State), strconv.Itoa(m.Generation), strconv.Itoa(m.AppliedGeneration),
+					string(m.Health.State), m.HostVersion, ago(m.LastSeen)})
+			}
+			return a.table(rows)
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show NAME",
+		Short: "A machine's state, health, why, and its assignments",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.GetMachineWithResponse(cmd.Context(), args[0])
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			as, err := c.GetAssignmentsWithResponse(cmd.Context(), args[0])
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(as.HTTPResponse, as.Body, http.StatusOK); err != nil {
+				return err
+			}
+			return a.showMachine(r.JSON200, as.JSON200.Assignments)
+		},
+	}
+	cmd.AddCommand(ls, show)
+	return cmd
+}
+
+func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
+	health := string(m.Health.State)
+	switch m.Health.State {
+	case client.Failing:
+		health = fmt.Sprintf("failing: %s since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
+	case client.None:
+		health = "none (no checks declared)"
+	}
+	rows := [][]string{
+		{"Machine:", m.Name + " (" + m.Os + "/" + m.Arch + ")"},
+		{"State:", string(m.State)},
+		{"Why:", why(m)},
+		{"Health:", health},
+		{"Generation:", fmt.Sprintf("%d (%s, %s); applied %d; finished %d", m.Generation, m.GenerationTrigger, ago(&m.GenerationAt), m.AppliedGeneration, m.FinishedGeneration)},
+		{"Host:", firstNonEmpty(m.HostVersion, "-") + targetWords(m)},
+		{"Last seen:", ago(m.LastSeen)},
+	}
+	if m.LastOutcome != "" {
+		rows = append(rows, []string{"Last report:", strings.TrimSuffix(m.LastOutcome+": "+m.LastReason, ": ")})
+	}
+	var mods []string
+	for _, x := range as {
+		s := x.Module
+		if x.Build != nil {
+			s += "@" + strconv.Itoa(*x.Build) + " (pinned"
+			if x.Reason != nil && *x.Reason != "" {
+				s += ": " + *x.Reason
+			}
+			s += ")"
+		}
+		if rb, ok := m.Running[x.Module]; ok {
+			s += fmt.Sprintf(", running build %d", rb.Build)
+		}
+		mods = append(mods, s)
+	}
+	if len(mods) == 0 {
+		mods = []string{"none"}
+	}
+	rows = append(rows, []string{"Assigned:", mods[0]})
+	for _, s := range mods[1:] {
+		rows = append(rows, []string{"", s})
+	}
+	return a.table(rows)
+}
+
+func targetWords(m *client.Machine) string {
+	if m.TargetHostVersion != "" && m.TargetHostVersion != m.HostVersion {
+		return ", target " + m.TargetHostVersion
+	}
+	return ""
+}
+
+// why says in words what a machine's state rests on.
+func why(m *client.Machine) string {
+	switch m.State {
+	case client.MachineStateConflict:
+		return fmt.Sprintf("the host reports generation %d, newer than the store's %d: an admin must resolve it", m.ConflictHostGeneration, m.Generation)
+	case client.MachineStateOffline:
+		if m.LastSeen == nil {
+			return "its host has never polled"
+		}
+		return "no poll since " + m.LastSeen.Local().Format(time.DateTime)
+	case client.MachineStateUnhealthy:
+		return fmt.Sprintf("check %s failing since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
+	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateFailed, client.MachineStateRolledBack:
+		return fmt.Sprintf("%s generation %d: %s", m.LastOutcome, m.FinishedGeneration, m.LastReason)
+	case client.MachineStateUpgrading:
+		return "upgrading its host to " + m.TargetHostVersion
+	case client.MachineStateBehind:
+		if m.ComposeError != "" {
+			return fmt.Sprintf("generation %d cannot be composed: %s", m.Generation, m.ComposeError)
+		}
+		return fmt.Sprintf("generation %d (%s) not applied yet; applied %d", m.Generation, m.GenerationTrigger, m.AppliedGeneration)
+	}
+	return fmt.Sprintf("applied generation %d, the latest", m.AppliedGeneration)
+}
+
+// maxAttempts bounds the read-edit-write of assignments when others keep
+// changing the machine.
+const maxAttempts = 5
+
+// assignmentEdit changes one module's entry in a machine's assignments; it
+// says false when the list already is as asked. It is applied to the list
+// as read, and again to a fresh read after a 412, so only this command's
+// own edit is ever written over what others did.
+type assignmentEdit func(list []client.Assignment) ([]client.Assignment, bool, error)
+
+func (a *app) assignCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "assign MACHINE MODULE[@BUILD] [--reason R]",
+		Short: "Give a machine a module (pinned to a build with @BUILD)",
+		Long: `Give a machine a module, or change that module's pin. meshctl reads the
+machine's assignments and generation, changes this one module, and writes
+them with If-Match. When the machine changed in between (412) it reads
+them again and re-applies only its own edit to the fresh list, so a change
+it did not see is never overwritten; after a few tries it gives up.
+Pinning an older build than the machine runs needs --reason.`,
+		Example: `  meshctl assign m1 node-tools
+  meshctl assign m1 node-tools@16 --reason "17 leaks memory"`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			module, build, err := parseModuleBuild(args[1])
+			if err != nil {
+				return err
+			}
+			want := client.Assignment{Module: module, Build: build}
+			if reason != "" {
+				want.Reason = &reason
+			}
+			return a.editAssignments(cmd.Context(), args[0], func(list []client.Assignment) ([]client.Assignment, bool, error) {
+				i := slices.IndexFunc(list, func(x client.Assignment) bool { return x.Module == module })
+				if i < 0 {
+					return append(list, want), true, nil
+				}
+				if sameAssignment(list[i], want) {
+					return list, false, nil
+				}
+				list[i] = want
+				return list, true, nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (needed to pin an older build than the machine runs)")
+	return cmd
+}
+
+func (a *app) unassignCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unassign MACHINE MODULE",
+		Short: "Take a module from a machine",
+		Long: `Take a module from a machine, by the same read, edit and If-Match write as
+assign. Taking its last module empties the machine on purpose: its host
+removes everything the mesh put there.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			module := args[1]
+			return a.editAssignments(cmd.Context(), args[0], func(list []client.Assignment) ([]client.Assignment, bool, error) {
+				i := slices.IndexFunc(list, func(x client.Assignment) bool { return x.Module == module })
+				if i < 0 {
+					return nil, false, fmt.Errorf("%s is not assigned %s", args[0], module)
+				}
+				return slices.Delete(list, i, i+1), true, nil
+			})
+		},
+	}
+}
+
+// editAssignments reads, edits and writes a machine's assignments with
+// If-Match, reading again after each 412.
+func (a *app) editAssignments(ctx context.Context, machine string, edit assignmentEdit) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		got, err := c.GetAssignmentsWithResponse(ctx, machine)
+		if err != nil {
+			return reach(err)
+		}
+		if err := expect(got.HTTPResponse, got.Body, http.StatusOK); err != nil {
+			return err
+		}
+		etag := got.HTTPResponse.Header.Get("ETag")
+		list, changed, err := edit(slices.Clone(got.JSON200.Assignments))
+		if err != nil {
+			return err
+		}
+		if !changed {
+			if a.jsonOut() {
+				return a.printJSON(got.Body)
+			}
+			fmt.Fprintf(a.out, "%s already has that; nothing written (generation %s).\n", machine, strings.Trim(etag, `"`))
+			return nil
+		}
+		if list == nil {
+			list = []client.Assignment{} // [], never null: an empty list is meant
+		}
+		put, err := c.SetAssignmentsWithResponse(ctx, machine, &client.SetAssignmentsParams{IfMatch: etag},
+			client.SetAssignmentsJSONRequestBody{Assignments: list})
+		if err != nil {
+			return reach(err)
+		}
+		if put.StatusCode() == http.StatusPreconditionFailed {
+			if attempt == maxAttempts {
+				return fmt.Errorf("%s kept changing while meshctl wrote it (%d tries, each a 412); nothing was written", machine, attempt)
+			}
+			fmt.Fprintf(a.errOut, "%s changed since it was read at generation %s; reading it again and re-applying this edit\n",
+				machine, strings.Trim(etag, `"`))
+			continue
+		}
+		if err := expect(put.HTTPResponse, put.Body, http.StatusOK); err != nil {
+			return err
+		}
+		if a.jsonOut() {
+			return a.printJSON(put.Body)
+		}
+		fmt.Fprintf(a.out, "%s: generation %s\n", machine, strings.Trim(put.HTTPResponse.Header.Get("ETag"), `"`))
+		return a.assignmentTable(put.JSON200.Assignments)
+	}
+}
+
+func (a *app) assignmentTable(as []client.Assignment) error {
+	rows := [][]string{{"MODULE", "BUILD", "REASON"}}
+	for _, x := range as {
+		b, r := "current", ""
+		if x.Build != nil {
+			b = strconv.Itoa(*x.Build)
+		}
+		if x.Reason != nil {
+			r = *x.Reason
+		}
+		rows = append(rows, []string{x.Module, b, r})
+	}
+	return a.table(rows)
+}
+
+// parseModuleBuild splits MODULE[@BUILD].
+func parseModuleBuild(s string) (string, *int, error) {
+	module, b, pinned := strings.Cut(s, "@")
+	if module == "" {
+		return "", nil, fmt.Errorf("%q: want MODULE or MODULE@BUILD", s)
+	}
+	if !pinned {
+		return module, nil, nil
+	}
+	n, err := strconv.Atoi(b)
+	if err != nil || n < 1 {
+		return "", nil, fmt.Errorf("%q: the build after @ is a build number (1, 2, …)", s)
+	}
+	return module, &n, nil
+}
+
+func sameAssignment(x, y client.Assignment) bool {
+	eqInt := func(p, q *int) bool { return (p == nil) == (q == nil) && (p == nil || *p == *q) }
+	eqStr := func(p, q *string) bool { return firstNonEmpty(deref(p)) == firstNonEmpty(deref(q)) }
+	return x.Module == y.Module && eqInt(x.Build, y.Build) && eqStr(x.Reason, y.Reason)
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/client"
+)
+
+func (a *app) plansCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "plans", Aliases: []string{"plan"}, Short: "Plans: a build reaching a module's machines tier by tier"}
+	var limit int
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List plans, newest first",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			ps, raw, err := collect[client.Plan](limit, func(cursor *string) (*http.Response, []byte, error) {
+				n := 500
+				if limit > 0 {
+					n = min(limit, 500)
+				}
+				r, err := c.ListPlansWithResponse(cmd.Context(), &client.ListPlansParams{Limit: &n, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(raw)
+			}
+			rows := [][]string{{"ID", "MODULE", "BUILD", "STATE", "TIER", "BY", "CREATED", "REASON"}}
+			for _, p := range ps {
+				rows = append(rows, []string{strconv.Itoa(p.Id), p.Module, strconv.Itoa(p.Build), string(p.State),
+					tierOf(p), p.CreatedBy, ago(&p.CreatedAt), clip(p.Reason, 60)})
+			}
+			return a.table(rows)
+		},
+	}
+	ls.Flags().IntVar(&limit, "limit", 20, "how many plans (0: all)")
+
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "A plan, its state and why, and its steps per machine",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.planAction(cmd.Context(), args[0], "show")
+		},
+	}
+	var interval time.Duration
+	watch := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a plan with a progress bar per tier until it ends",
+		Long: `Follow a plan, polling it every second, with a progress bar per tier (a
+line per change when the output is not a terminal). Exits 0 when the plan
+is done; 2 when it is halted, cancelled, rolled_back, refused or
+superseded, printing the reason. A paused plan is watched on. With -o json
+the progress goes to stderr and the final plan, as the API gives it, to
+stdout.`,
+		Example: `  meshctl plans watch 12 && echo deployed`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.watchPlan(cmd.Context(), args[0], interval)
+		},
+	}
+	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the plan")
+	cmd.AddCommand(ls, show, watch)
+	for _, action := range []struct{ name, short string }{
+		{"pause", "Pause a running plan"},
+		{"resume", "Resume a paused plan (a halted tier is judged again)"},
+		{"cancel", "Cancel a running, paused or halted plan"},
+		{"rollback", "Roll a halted plan back: every machine it reached is pinned to the build it ran before"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   action.name + " ID",
+			Short: action.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return a.planAction(cmd.Context(), args[0], action.name)
+			},
+		})
+	}
+	return cmd
+}
+
+// planAction shows a plan, or pauses, resumes, cancels or rolls it back
+// and shows what it became.
+func (a *app) planAction(ctx context.Context, arg, action string) error {
+	id, err := planID(arg)
+	if err != nil {
+		return err
+	}
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	var hr *http.Response
+	var body []byte
+	switch action {
+	case "show":
+		var r *client.GetPlanResponse
+		if r, err = c.GetPlanWithResponse(ctx, id); err == nil {
+			hr, body = r.HTTPResponse, r.Body
+		}
+	case "pause":
+		var r *client.PausePlanResponse
+		if r, err = c.PausePlanWithResponse(ctx, id); err == nil {
+			hr, body = r.HTTPResponse, r.Body
+		}
+	case "resume":
+		var r *client.ResumePlanResponse
+		if r, err = c.ResumePlanWithResponse(ctx, id); err == nil {
+			hr, body = r.HTTPResponse, r.Body
+		}
+	case "cancel":
+		var r *client.CancelPlanResponse
+		if r, err = c.CancelPlanWithResponse(ctx, id); err == nil {
+			hr, body = r.HTTPResponse, r.Body
+		}
+	case "rollback":
+		var r *client.RollbackPlanResponse
+		if r, err = c.RollbackPlanWithResponse(ctx, id); err == nil {
+			hr, body = r.HTTPResponse, r.Body
+		}
+	default:
+		return fmt.Errorf("no plan action %q", action)
+	}
+	if err != nil {
+		return reach(err)
+	}
+	if err := expect(hr, body, http.StatusOK); err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		return a.printJSON(body)
+	}
+	var plan client.Plan
+	if err := json.Unmarshal(body, &plan); err != nil {
+		return reach(err)
+	}
+	return a.showPlan(&plan)
+}
+
+func (a *app) showPlan(p *client.Plan) error {
+	rows := [][]string{
+		{"Plan:", fmt.Sprintf("%d: build %d of %s", p.Id, p.Build, p.Module)},
+		{"State:", string(p.State)},
+	}
+	if p.Reason != "" {
+		rows = append(rows, []string{"Why:", p.Reason})
+	}
+	rows = append(rows, []string{"Tier:", tierOf(*p)}, []string{"By:", p.CreatedBy + ", " + ago(&p.CreatedAt)})
+	if p.FinishedAt != nil {
+		rows = append(rows, []string{"Finished:", ago(p.FinishedAt)})
+	}
+	if err := a.table(rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.out)
+	steps := [][]string{{"MACHINE", "TIER", "STATE", "GENERATION", "PREVIOUS", "REASON"}}
+	for _, s := range p.Steps {
+		prev := "-"
+		if s.PreviousBuild != nil && *s.PreviousBuild > 0 {
+			prev = strconv.Itoa(*s.PreviousBuild)
+		}
+		steps = append(steps, []string{s.Machine, strconv.Itoa(s.Tier + 1), string(s.State), strconv.Itoa(s.Generation), prev, s.Reason})
+	}
+	return a.table(steps)
+}
+
+// watchPlan follows a plan until it ends: nil when done, an exitError
+// (code 2) with the reason when it ended otherwise.
+func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration) error {
+	id, err := planID(arg)
+	if err != nil {
+		return err
+	}
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	w := a.out
+	if a.jsonOut() {
+		w = a.errOut
+	}
+	view := newProgress(w, fmt.Sprintf("plan %d", id))
+	var last *client.GetPlanResponse
+	err = poll(ctx, interval, a.errOut, func() (bool, error) {
+		r, err := c.GetPlanWithResponse(ctx, id)
+		if err != nil {
+			return false, reach(err)
+		}
+		if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+			return false, err
+		}
+		last = r
+		p := r.JSON200
+		view.show(fmt.Sprintf("(build %d of %s): %s", p.Build, p.Module, p.State), planGroups(p))
+		return p.State != client.PlanStateRunning && p.State != client.PlanStatePaused, nil
+	})
+	view.end()
+	if err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		if err := a.printJSON(last.Body); err != nil {
+			return err
+		}
+	}
+	p := last.JSON200
+	if p.State == client.PlanStateDone {
+		if !a.jsonOut() {
+			fmt.Fprintf(a.out, "plan %d done: build %d of %s is current\n", p.Id, p.Build, p.Module)
+		}
+		return nil
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, firstNonEmpty(p.Reason, "no reason given"))}
+}
+
+// planGroups counts a plan's steps per tier.
+func planGroups(p *client.Plan) []group {
+	tiers := 0
+	for _, s := range p.Steps {
+		tiers = max(tiers, s.Tier+1)
+	}
+	gs := make([]group, tiers)
+	for i := range gs {
+		gs[i].name = fmt.Sprintf("tier %d/%d", i+1, tiers)
+		if i == 0 && tiers > 1 {
+			gs[i].name += " (canary)"
+		}
+	}
+	for _, s := range p.Steps {
+		g := &gs[s.Tier]
+		g.total++
+		switch s.State {
+		case client.PlanStepStateApplied:
+			g.done++
+		case client.PlanStepStateSent:
+			g.busy++
+		case client.PlanStepStateFailed:
+			g.failed++
+		}
+	}
+	return gs
+}
+
+func tierOf(p client.Plan) string {
+	tiers := 0
+	for _, s := range p.Steps {
+		tiers = max(tiers, s.Tier+1)
+	}
+	if tiers == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", min(p.Tier+1, tiers), tiers)
+}
+
+func planID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, fmt.Errorf("%q is not a plan id (1, 2, …)", s)
+	}
+	return id, nil
+}
+
+// clip shortens s to n characters for a table.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/client"
+)
+
+func (a *app) releasesCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "releases", Aliases: []string{"release"}, Short: "Host releases: mesh-host binaries and their rollouts (admin)"}
+	var goos, goarch string
+	upload := &cobra.Command{
+		Use:     "upload VERSION BINARY --os OS --arch ARCH",
+		Short:   "Upload a mesh-host binary for an os/arch; the controller signs it",
+		Example: `  meshctl releases upload 1.5.0 ./bin/mesh-host --os linux --arch amd64`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.uploadRelease(cmd.Context(), args[0], args[1], goos, goarch)
+		},
+	}
+	upload.Flags().StringVar(&goos, "os", "", "the binary's os (linux)")
+	upload.Flags().StringVar(&goarch, "arch", "", "the binary's arch (amd64, arm64)")
+	_ = upload.MarkFlagRequired("os")
+	_ = upload.MarkFlagRequired("arch")
+
+	var canary, deadline string
+	var inFlight int
+	rollout := &cobra.Command{
+		Use:   "rollout VERSION [--canary 1|10%] [--max-in-flight N] [--deadline 10m]",
+		Short: "Roll a release out: canaries first, then waves",
+		Long: `Roll a release out to every machine of its platforms: the canaries first,
+then waves of --max-in-flight. A machine that does not report 'upgraded'
+within --deadline fails the rollout. The fleet default changes when it
+completes. Follow it with 'meshctl releases watch VERSION'.`,
+		Example: `  meshctl releases rollout 1.5.0 --canary 10% --max-in-flight 5 && meshctl releases watch 1.5.0`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var body client.StartRolloutJSONRequestBody
+			if canary != "" {
+				body.Canary = &client.RolloutRequest_Canary{}
+				if n, err := strconv.Atoi(canary); err == nil {
+					_ = body.Canary.FromCanaryCount(n)
+				} else {
+					_ = body.Canary.FromCanaryPercent(canary)
+				}
+			}
+			if inFlight > 0 {
+				body.MaxInFlight = &inFlight
+			}
+			if deadline != "" {
+				body.Deadline = &deadline
+			}
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.StartRolloutWithResponse(cmd.Context(), args[0], body)
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			return a.showRollout(r.JSON201)
+		},
+	}
+	rollout.Flags().StringVar(&canary, "canary", "", `how many machines go first: a count (1) or a percent ("10%")`)
+	rollout.Flags().IntVar(&inFlight, "max-in-flight", 0, "machines upgrading at once after the canaries (controller's default: 1)")
+	rollout.Flags().StringVar(&deadline, "deadline", "", "how long a machine has to report upgraded (controller's default: 10m)")
+
+	var interval time.Duration
+	watch := &cobra.Command{
+		Use:   "watch VERSION",
+		Short: "Follow a release's rollout with a progress bar per wave until it ends",
+		Long: `Follow the release's latest rollout, polling every second, with a progress
+bar per wave (a line per change when the output is not a terminal). Exits 0
+when it is done; 2 when it halted (a machine failed or rolled back) or was
+cancelled, printing the reason.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.watchRollout(cmd.Context(), args[0], interval)
+		},
+	}
+	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the rollout")
+	cmd.AddCommand(upload, rollout, watch)
+	return cmd
+}
+
+func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch string) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		pw.CloseWithError(func() error {
+			for _, kv := range [][2]string{{"version", ver}, {"os", goos}, {"arch", goarch}} {
+				if err := mw.WriteField(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+			w, err := mw.CreateFormFile("binary", "mesh-host")
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(w, f); err != nil {
+				return err
+			}
+			return mw.Close()
+		}())
+	}()
+	r, err := c.CreateHostReleaseWithBodyWithResponse(ctx, mw.FormDataContentType(), pr)
+	pr.Close()
+	if err != nil {
+		return reach(err)
+	}
+	if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		return a.printJSON(r.Body)
+	}
+	x := r.JSON201
+	return a.table([][]string{{"VERSION", "OS", "ARCH", "DIGEST", "SIZE", "STATE"},
+		{x.Version, x.Os, x.Arch, x.Digest, strconv.Itoa(x.Size), string(x.State)}})
+}
+
+func (a *app) showRollout(r *client.Rollout) error {
+	rows := [][]string{
+		{"Rollout:", fmt.Sprintf("%d of %s (canary %s, %d in flight, deadline %s)", r.Id, r.Version, r.Canary, r.MaxInFlight, time.Duration(r.DeadlineSeconds)*time.Second)},
+		{"State:", string(r.State)},
+	}
+	if r.Reason != "" {
+		rows = append(rows, []string{"Why:", r.Reason})
+	}
+	if err := a.table(rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.out)
+	ms := [][]string{{"MACHINE", "WAVE", "STATE", "PREVIOUS", "REASON"}}
+	for _, m := range r.Machines {
+		ms = append(ms, []string{m.Machine, waveName(m.Wave), string(m.State), firstNonEmpty(m.Previous, "-"), m.Reason})
+	}
+	return a.table(ms)
+}
+
+func (a *app) watchRollout(ctx context.Context, ver string, interval time.Duration) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	w := a.out
+	if a.jsonOut() {
+		w = a.errOut
+	}
+	view := newProgress(w, "release "+ver)
+	var last *client.GetRolloutResponse
+	err = poll(ctx, interval, a.errOut, func() (bool, error) {
+		r, err := c.GetRolloutWithResponse(ctx, ver)
+		if err != nil {
+			return false, reach(err)
+		}
+		if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+			return false, err
+		}
+		last = r
+		view.show("rollout: "+string(r.JSON200.State), waveGroups(r.JSON200))
+		return r.JSON200.State != client.RolloutStateRunning && r.JSON200.State != client.RolloutStatePaused, nil
+	})
+	view.end()
+	if err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		if err := a.printJSON(last.Body); err != nil {
+			return err
+		}
+	}
+	r := last.JSON200
+	if r.State == client.RolloutStateDone {
+		if !a.jsonOut() {
+			fmt.Fprintf(a.out, "release %s rolled out to %d machine(s)\n", ver, len(r.Machines))
+		}
+		return nil
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("rollout of %s %s: %s", ver, r.State, firstNonEmpty(r.Reason, failures(r), "no reason given"))}
+}
+
+// failures names the machines that failed, when the rollout gives no reason.
+func failures(r *client.Rollout) string {
+	var s []string
+	for _, m := range r.Machines {
+		if m.State == client.RolloutMachineStateFailed || m.State == client.RolloutMachineStateRolledBack {
+			s = append(s, m.Machine+" "+string(m.State)+": "+m.Reason)
+		}
+	}
+	return strings.Join(s, "; ")
+}
+
+func waveGroups(r *client.Rollout) []group {
+	waves := 0
+	for _, m := range r.Machines {
+		waves = max(waves, m.Wave+1)
+	}
+	gs := make([]group, waves)
+	for i := range gs {
+		gs[i].name = waveName(i)
+	}
+	for _, m := range r.Machines {
+		g := &gs[m.Wave]
+		g.total++
+		switch m.State {
+		case client.RolloutMachineStateUpgraded:
+			g.done++
+		case client.RolloutMachineStateUpgrading:
+			g.busy++
+		case client.RolloutMachineStateFailed, client.RolloutMachineStateRolledBack:
+			g.failed++
+		}
+	}
+	return gs
+}
+
+func waveName(w int) string {
+	if w == 0 {
+		return "canary"
+	}
+	return "wave " + strconv.Itoa(w)
+}
