@@ -161,7 +161,8 @@ func serve(args []string, stdout, stderr io.Writer) error {
 
 // tlsFlags are serve's TLS flags.
 func tlsFlags(fs *flag.FlagSet, cfg *controller.Config) {
-	fs.BoolVar(&cfg.TLS, "tls", os.Getenv("MESH_TLS") != "", "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
+	tlsEnv, _ := strconv.ParseBool(os.Getenv("MESH_TLS"))
+	fs.BoolVar(&cfg.TLS, "tls", tlsEnv, "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP on an address that is not loopback: tokens travel in the clear (warned of at every start)")
 	if v := os.Getenv("MESH_ADVERTISE"); v != "" {
 		cfg.Advertise = strings.Split(v, ",")
