@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"mesh/meshca"
 	"mesh/models"
 	"mesh/version"
 )
@@ -35,11 +36,18 @@ type client struct {
 	cur  int // index of the controller in use
 }
 
+// newClient speaks to id's controllers; an https:// one is verified
+// against the mesh CA kept at enrolment and nothing else (the system's
+// roots are not consulted), HTTP/1.1 only.
 func newClient(id *Identity) *client {
-	return &client{id: id, http: &http.Client{Transport: &http.Transport{
+	t := &http.Transport{
 		Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
 		ResponseHeaderTimeout: 0, // the long poll decides
-	}}}
+	}
+	if id.ca != nil {
+		t.TLSClientConfig = meshca.ClientConfig(id.ca)
+	}
+	return &client{id: id, http: &http.Client{Transport: t}}
 }
 
 func (c *client) base() string { return c.id.Controllers[c.cur%len(c.id.Controllers)] }

@@ -4,17 +4,21 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
+	"mesh/meshca"
 	"mesh/version"
 )
 
@@ -26,6 +30,13 @@ type Identity struct {
 	Token       string      `json:"token"`
 	Controllers []string    `json:"controllers"`
 	Keys        []PublicKey `json:"keys"`
+	// CA is the mesh CA's certificate (PEM), found at enrolment in the
+	// controller's chain by its pin (CAPin); every later request to an
+	// https:// controller is verified against it alone.
+	CA    string `json:"ca,omitempty"`
+	CAPin string `json:"ca_pin,omitempty"`
+
+	ca *x509.Certificate // CA, parsed
 }
 
 // PublicKey is a controller declaration key the host trusts.
@@ -51,32 +62,136 @@ func LoadIdentity(stateDir string) (*Identity, error) {
 	if id.Machine == "" || id.Token == "" || len(id.Controllers) == 0 || len(id.Keys) == 0 {
 		return nil, fmt.Errorf("%s: incomplete host.json", stateDir)
 	}
+	if id.CA != "" {
+		ca, err := meshca.ParsePEM([]byte(id.CA))
+		if err != nil {
+			return nil, fmt.Errorf("%s: host.json's CA: %w", stateDir, err)
+		}
+		id.ca = ca
+	}
+	for _, u := range id.Controllers {
+		if strings.HasPrefix(u, "https://") && id.ca == nil {
+			return nil, fmt.Errorf("%s: host.json names %s but holds no CA to verify it by: enrol again with --ca-pin", stateDir, u)
+		}
+	}
 	return &id, nil
 }
 
+// Enrolment is what `mesh-host enroll` is given.
+type Enrolment struct {
+	// Controllers are tried in turn; each https:// one must present the
+	// pinned CA.
+	Controllers []string
+	JoinToken   string
+	// CAPin is the mesh CA's pin (sha256:…), given with the join token.
+	// An https:// controller needs it; a plain http:// one must be on
+	// loopback, and takes none.
+	CAPin    string
+	Name     string
+	StateDir string
+}
+
+// checkURLs refuses, before anything is sent, a URL that would expose the
+// join token: http:// anywhere but loopback, https:// without a pin (no
+// trust on first use), a pin with http://.
+func (e Enrolment) checkURLs() ([]*url.URL, error) {
+	var us []*url.URL
+	for _, raw := range e.Controllers {
+		u, err := url.Parse(strings.TrimRight(strings.TrimSpace(raw), "/"))
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("controller URL %q: want http(s)://host:port", raw)
+		}
+		switch u.Scheme {
+		case "https":
+			if e.CAPin == "" {
+				return nil, fmt.Errorf("%s: an https:// controller needs --ca-pin (given with the join token): "+
+					"the host trusts no certificate it was not told of", u.Redacted())
+			}
+		case "http":
+			if e.CAPin != "" {
+				return nil, fmt.Errorf("%s: --ca-pin is given but the URL is plain http://; use https://", u.Redacted())
+			}
+			if !loopbackHost(u.Hostname()) {
+				return nil, fmt.Errorf("refusing %s: plain HTTP to a controller that is not on this machine would send the join token "+
+					"and every later request in the clear; use the https:// URL and --ca-pin the join token came with", u.Redacted())
+			}
+		default:
+			return nil, fmt.Errorf("controller URL %q: want http(s)://host:port", raw)
+		}
+		us = append(us, u)
+	}
+	return us, nil
+}
+
+func loopbackHost(h string) bool {
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hostPort is u's address with the scheme's port when it names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
 // Enroll spends a join token with the first controller that answers and
-// keeps what it gave in the state dir.
-func Enroll(ctx context.Context, controllers []string, joinToken, name, stateDir string) (*Identity, error) {
-	if len(controllers) == 0 {
+// keeps what it gave in the state dir. With an https:// controller the
+// pinned CA is found in its chain and its certificate verified against it
+// before the token is sent (meshca.Discover); a chain of another CA is
+// refused, saying which pin was expected and which was seen.
+func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
+	if len(e.Controllers) == 0 {
 		return nil, errors.New("no controller URL given")
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	if e.CAPin != "" {
+		pin, err := meshca.ParsePin(e.CAPin)
+		if err != nil {
+			return nil, err
+		}
+		e.CAPin = pin
+	}
+	urls, err := e.checkURLs()
+	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(identityPath(stateDir)); err == nil {
-		return nil, fmt.Errorf("%s is already enrolled (host.json exists)", stateDir)
+	if err := os.MkdirAll(e.StateDir, 0o700); err != nil {
+		return nil, err
 	}
-	body, _ := json.Marshal(map[string]string{"join_token": joinToken, "name": name, "os": runtime.GOOS,
+	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
+		return nil, fmt.Errorf("%s is already enrolled (host.json exists)", e.StateDir)
+	}
+	body, _ := json.Marshal(map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
 		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader})
 	var lastErr error
-	for _, u := range controllers {
-		u = strings.TrimRight(u, "/")
-		req, err := http.NewRequestWithContext(ctx, "POST", u+"/api/v1/enroll", bytes.NewReader(body))
+	for _, u := range urls {
+		hc := &http.Client{Timeout: 30 * time.Second}
+		var ca *x509.Certificate
+		if u.Scheme == "https" {
+			ca, err = meshca.Discover(ctx, hostPort(u), u.Hostname(), e.CAPin)
+			var mismatch *meshca.PinMismatchError
+			if errors.As(err, &mismatch) {
+				return nil, fmt.Errorf("not sending the join token: %w", err)
+			}
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			hc.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: meshca.ClientConfig(ca)}
+		}
+		req, err := http.NewRequestWithContext(ctx, "POST", u.String()+"/api/v1/enroll", bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			lastErr = err
 			continue
@@ -99,11 +214,14 @@ func Enroll(ctx context.Context, controllers []string, joinToken, name, stateDir
 				return nil, fmt.Errorf("enroll at %s: key %s is not an ed25519 public key", u, k.KeyID)
 			}
 		}
-		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys}
-		for _, c := range controllers {
-			id.Controllers = append(id.Controllers, strings.TrimRight(c, "/"))
+		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys, ca: ca}
+		if ca != nil {
+			id.CA, id.CAPin = string(meshca.EncodePEM(ca)), e.CAPin
 		}
-		if err := writeJSONAtomic(identityPath(stateDir), id, 0o600); err != nil {
+		for _, c := range urls {
+			id.Controllers = append(id.Controllers, c.String())
+		}
+		if err := writeJSONAtomic(identityPath(e.StateDir), id, 0o600); err != nil {
 			return nil, err
 		}
 		return id, nil

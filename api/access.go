@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -74,6 +75,49 @@ func (s *Server) createUser(c echo.Context) error {
 	return c.JSON(http.StatusCreated, userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt})
 }
 
+// Enrolment is what a host needs besides a join token: the mesh CA's pin
+// (sha256 of its SubjectPublicKeyInfo), which it checks the controller's
+// certificate against before it sends the token, and the controller's URL.
+type Enrolment struct {
+	CAPin string
+	// URL is the controller as hosts reach it (its first --advertise name);
+	// empty: the scheme and Host of the request that made the token.
+	URL string
+}
+
+type joinTokenResponse struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// CAPin is the mesh CA's pin; Controller the URL to enrol with;
+	// Command the whole `mesh-host enroll` line to paste on the machine.
+	CAPin      string `json:"ca_pin"`
+	Controller string `json:"controller"`
+	Command    string `json:"command"`
+}
+
+// enrolCommand is the line a person pastes on a machine. The pin is given
+// only with an https:// URL: a host refuses it with a plain one.
+func (e Enrolment) enrolCommand(url, token string) string {
+	cmd := "mesh-host enroll --controller " + url
+	if strings.HasPrefix(url, "https://") && e.CAPin != "" {
+		cmd += " --ca-pin " + e.CAPin
+	}
+	return cmd + " --join-token " + token + ` --name "$(hostname)"`
+}
+
+// controllerURL is where hosts enrol: the configured URL, else this
+// request's own scheme and host.
+func (e Enrolment) controllerURL(r *http.Request) string {
+	if e.URL != "" {
+		return e.URL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
 type joinTokenRequest struct {
 	ExpiresIn string `json:"expires_in"`
 }
@@ -98,7 +142,9 @@ func (s *Server) createJoinToken(c echo.Context) error {
 	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), auth.HashToken(tok), exp); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, tokenResponse{Token: tok, ExpiresAt: exp})
+	url := s.Enrolment.controllerURL(c.Request())
+	return c.JSON(http.StatusCreated, joinTokenResponse{Token: tok, ExpiresAt: exp, CAPin: s.Enrolment.CAPin,
+		Controller: url, Command: s.Enrolment.enrolCommand(url, tok)})
 }
 
 type enrollRequest struct {

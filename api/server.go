@@ -59,6 +59,8 @@ type Server struct {
 	Now func() time.Time
 	// OpenAPI is the spec served at /openapi.yaml.
 	OpenAPI []byte
+	// Enrolment is what a join token is given with: the CA pin and the URL.
+	Enrolment Enrolment
 
 	drainOnce sync.Once
 	drainCh   chan struct{}

@@ -845,6 +845,22 @@ type InstanceList struct {
 	NextCursor string     `json:"next_cursor"`
 }
 
+// JoinToken defines model for JoinToken.
+type JoinToken struct {
+	// CaPin the mesh CA's pin: sha256 of its SubjectPublicKeyInfo. `mesh-host enroll --ca-pin` checks the controller's certificate chain against it before it sends the token.
+	CaPin string `json:"ca_pin"`
+
+	// Command the `mesh-host enroll …` line to run on the machine (with `--ca-pin` when the controller serves TLS); `--name "$(hostname)"` names the machine after its host name.
+	Command string `json:"command"`
+
+	// Controller the controller URL hosts enrol with (its first `--advertise` name, else the address this request reached)
+	Controller string    `json:"controller"`
+	ExpiresAt  time.Time `json:"expires_at"`
+
+	// Token single use; shown only here
+	Token string `json:"token"`
+}
+
 // JoinTokenRequest defines model for JoinTokenRequest.
 type JoinTokenRequest struct {
 	// ExpiresIn a positive Go duration like 24h (default 24h); longer than 720h is cut to 720h
@@ -8048,7 +8064,7 @@ type CreateJoinTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *Token
+	JSON201 *JoinToken
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -8062,7 +8078,7 @@ type CreateJoinTokenResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r CreateJoinTokenResponse) GetJSON201() *Token {
+func (r CreateJoinTokenResponse) GetJSON201() *JoinToken {
 	return r.JSON201
 }
 
@@ -12699,7 +12715,7 @@ func ParseCreateJoinTokenResponse(rsp *http.Response) (*CreateJoinTokenResponse,
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest Token
+		var dest JoinToken
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

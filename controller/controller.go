@@ -6,10 +6,12 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +26,7 @@ import (
 	"mesh/auth"
 	"mesh/conns"
 	"mesh/hub"
+	"mesh/meshca"
 	"mesh/models"
 	"mesh/service"
 	"mesh/store"
@@ -71,6 +74,23 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// MaxUpload caps an upload's body (api.Server.MaxUpload); 0: the default.
 	MaxUpload int64
+
+	// TLS serves TLS on a loopback address too; elsewhere TLS is the
+	// default and InsecureHTTP (warned of at every start) turns it off.
+	TLS          bool
+	InsecureHTTP bool
+	// Advertise are the names and addresses hosts reach this controller
+	// by (--advertise): the serving certificate the mesh CA issues names
+	// them, with localhost, 127.0.0.1 and ::1; the first is the URL a
+	// join token's command gives.
+	Advertise []string
+	// CertLifetime is the serving certificate's (0: 30 days); it is
+	// renewed at two thirds of it.
+	CertLifetime time.Duration
+	// TLSCertFile and TLSKeyFile are an operator's certificate (a public
+	// CA's) for the dashboard and API, presented to clients whose SNI it
+	// covers and that is not an advertised name; hosts keep the mesh CA.
+	TLSCertFile, TLSKeyFile string
 }
 
 // Controller is a running controller instance.
@@ -82,6 +102,11 @@ type Controller struct {
 	Echo     *echo.Echo
 	Instance string
 	Addr     net.Addr
+	// CA is the mesh CA; TLS says the listener serves TLS.
+	CA  *meshca.CA
+	TLS bool
+
+	tls *serving // nil without TLS
 
 	ln      net.Listener
 	cancel  context.CancelFunc
@@ -142,6 +167,25 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	declKey, tokKey, err := signingKeys(ctx, st, cfg)
 	if err != nil {
 		return nil, err
+	}
+	tlsOn, err := servesTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := loadCA(ctx, st, cfg)
+	if err != nil {
+		return nil, err
+	}
+	var tlsServing *serving
+	if tlsOn {
+		if tlsServing, err = newServing(ca, cfg); err != nil {
+			return nil, err
+		}
+		keys, err := ticketKeys(ctx, st, time.Now())
+		if err != nil {
+			return nil, keyError(err, cfg)
+		}
+		tlsServing.conf.SetSessionTicketKeys(keys)
 	}
 	if err := firstUser(ctx, st, cfg); err != nil {
 		return nil, err
@@ -224,10 +268,20 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	if cfg.MaxConns > 0 {
 		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
 	}
+	if tlsOn {
+		// The cap sits under TLS: a refused connection costs no handshake.
+		ln = tls.NewListener(ln, tlsServing.conf)
+	}
+	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
+		CA: ca, TLS: tlsOn, tls: tlsServing,
 		cancel: func() { cancel(); stopListening() }, done: make(chan struct{})}
 	srv.Start(runCtx)
+	if tlsOn {
+		c.workers.Add(1)
+		go func() { defer c.workers.Done(); c.tlsUpkeep(runCtx) }()
+	}
 	c.workers.Add(4)
 	go func() { defer c.workers.Done(); c.rollouts(runCtx) }()
 	resync := time.Duration(0)
@@ -238,6 +292,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
 	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
 	conns.ServerTimeouts(e.Server)
+	e.Server.ErrorLog = log.New(serverErrors{cfg.Log}, "", 0)
 	go func() {
 		defer close(c.done)
 		if err := e.Server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -247,7 +302,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	if err := st.SetInstanceState(ctx, inst, models.InstanceServing); err != nil {
 		return nil, err
 	}
-	cfg.Log.Info("serving", "instance", inst, "listen", ln.Addr().String(), "store", st.Dialect(), "version", version.String())
+	cfg.Log.Info("serving", "instance", inst, "listen", ln.Addr().String(), "tls", tlsOn, "ca_pin", ca.Pin(), "store", st.Dialect(), "version", version.String())
 	return c, nil
 }
 
@@ -290,7 +345,12 @@ func (c *Controller) rollouts(ctx context.Context) {
 }
 
 // URL is where the controller listens.
-func (c *Controller) URL() string { return "http://" + c.Addr.String() }
+func (c *Controller) URL() string {
+	if c.TLS {
+		return "https://" + c.Addr.String()
+	}
+	return "http://" + c.Addr.String()
+}
 
 // Stop drains (held polls answered 503, nothing composed), stops serving
 // within the drain timeout, and marks the instance stopped.

@@ -8,11 +8,14 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +29,7 @@ import (
 
 	"mesh/agent"
 	"mesh/controller/ctltest"
+	"mesh/meshca"
 	"mesh/store"
 	"mesh/store/storetest"
 	"mesh/testwait"
@@ -95,6 +99,13 @@ type controllerProc struct {
 	extra   []string // more flags of serve
 	*ctltest.Env
 	log *syncBuffer
+
+	// tls: the controller serves TLS (startControllerTLS); Pin is its mesh
+	// CA's pin, read from its banner, and CA that CA, found by the pin.
+	tls       bool
+	Pin       string
+	CA        *x509.Certificate
+	transport http.RoundTripper
 }
 
 func startController(t *testing.T, dialect string, extra ...string) *controllerProc {
@@ -123,8 +134,13 @@ func (c *controllerProc) start() {
 	if err := c.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
+	c.transport = http.DefaultTransport
+	if c.tls {
+		c.trustCA(out)
+	}
+	hc := &http.Client{Transport: c.transport, Timeout: 5 * time.Second}
 	waitFor(c.t, 20*time.Second, "controller ready", func() bool {
-		resp, err := http.Get(c.URL + "/readyz")
+		resp, err := hc.Get(c.URL + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -132,10 +148,38 @@ func (c *controllerProc) start() {
 		return resp.StatusCode == 200
 	})
 	if m := regexp.MustCompile(`password: (\S+)`).FindStringSubmatch(out.String()); m != nil {
-		env := ctltest.Attach(c.t, c.URL, "")
+		env := ctltest.AttachWith(c.t, c.URL, "", c.transport)
 		c.Admin, c.AdminPW = env.Login("admin", m[1]), m[1]
 	}
-	c.Env = ctltest.Attach(c.t, c.URL, c.Admin)
+	c.Env = ctltest.AttachWith(c.t, c.URL, c.Admin, c.transport)
+}
+
+// trustCA reads the CA pin from the banner, finds the pinned CA in the
+// controller's chain as a host does, and makes the test's transport trust
+// it alone.
+func (c *controllerProc) trustCA(out *syncBuffer) {
+	c.t.Helper()
+	pinRE := regexp.MustCompile(`TLS: +on, mesh CA pin (sha256:[0-9a-f]{64})`)
+	waitFor(c.t, 20*time.Second, "the controller's banner with its CA pin", func() bool { return pinRE.MatchString(out.String()) })
+	c.Pin = pinRE.FindStringSubmatch(out.String())[1]
+	u, _ := url.Parse(c.URL)
+	ca, err := meshca.Discover(context.Background(), u.Host, u.Hostname(), c.Pin)
+	if err != nil {
+		c.t.Fatalf("finding the pinned CA: %v", err)
+	}
+	c.CA = ca
+	c.transport = &http.Transport{TLSClientConfig: meshca.ClientConfig(ca)}
+}
+
+// startControllerTLS runs a controller serving TLS under its mesh CA on
+// loopback (--tls).
+func startControllerTLS(t *testing.T, dialect string, extra ...string) *controllerProc {
+	t.Helper()
+	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect), extra: append([]string{"--tls"}, extra...), tls: true}
+	c.URL = "https://127.0.0.1:" + c.port
+	c.start()
+	t.Cleanup(c.stop)
+	return c
 }
 
 func (c *controllerProc) stop() {
@@ -176,8 +220,11 @@ func enroll(t *testing.T, c *controllerProc, name, url string) *hostProc {
 	if err := os.MkdirAll(h.Root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(filepath.Join(bin, "mesh-host"), "enroll", "--controller", url,
-		"--join-token", c.JoinToken(), "--name", name, "--state", h.State).CombinedOutput()
+	args := []string{"enroll", "--controller", url, "--join-token", c.JoinToken(), "--name", name, "--state", h.State}
+	if strings.HasPrefix(url, "https://") {
+		args = append(args, "--ca-pin", c.Pin)
+	}
+	out, err := exec.Command(filepath.Join(bin, "mesh-host"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("enroll %s: %v\n%s", name, err, out)
 	}

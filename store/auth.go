@@ -102,7 +102,7 @@ func (s *Store) openKey(k *models.Key) error {
 }
 
 // SealKeys seals, in one transaction, every key stored in plaintext with the
-// store's keyring, and checks that every sealed one opens with it, so a
+// store's keyring (the signing keys and the TLS keys), and checks that every sealed one opens with it, so a
 // wrong key is found at start rather than at the first signature. It
 // returns how many keys it sealed.
 func (s *Store) SealKeys(ctx context.Context) (int, error) {
@@ -133,6 +133,11 @@ func (s *Store) SealKeys(ctx context.Context) (int, error) {
 			}
 			sealed = append(sealed, k.ID)
 		}
+		tlsSealed, err := s.sealTLSKeys(tx)
+		if err != nil {
+			return 0, err
+		}
+		sealed = append(sealed, tlsSealed...)
 		if len(sealed) == 0 {
 			return 0, nil
 		}

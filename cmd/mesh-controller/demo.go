@@ -41,7 +41,9 @@ func demo(args []string, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	c, err := controller.Start(ctx, controller.Config{Listen: *listen, DataDir: filepath.Join(dir, "controller"), Log: log, Out: stdout})
+	// TLS under the mesh CA even on loopback: the demo shows the real path,
+	// hosts enrolling with the pin.
+	c, err := controller.Start(ctx, controller.Config{Listen: *listen, DataDir: filepath.Join(dir, "controller"), Log: log, Out: stdout, TLS: true})
 	if err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func demo(args []string, stdout, stderr io.Writer) error {
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return err
 		}
-		if _, err := agent.Enroll(ctx, []string{c.URL()}, tok, name, state); err != nil {
+		if _, err := agent.Enroll(ctx, agent.Enrolment{Controllers: []string{c.URL()}, JoinToken: tok, CAPin: c.CA.Pin(), Name: name, StateDir: state}); err != nil {
 			return err
 		}
 		m, err := st.Machine(ctx, name)
@@ -89,8 +91,14 @@ func demo(args []string, stdout, stderr io.Writer) error {
 			}
 		}()
 	}
-	fmt.Fprintf(stdout, "mesh demo: a controller and three hosts (%s) in %s\n  dashboard: %s/  (log in as admin with the password above)\n  Ctrl-C stops it and removes everything.\n",
-		fmt.Sprint(hosts), dir, c.URL())
+	caFile := filepath.Join(dir, "mesh-ca.pem")
+	if err := os.WriteFile(caFile, c.CA.PEM(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "mesh demo: a controller and three hosts (%s) in %s, over TLS under the mesh CA (pin %s)\n"+
+		"  dashboard: %s/  (log in as admin with the password above; your browser does not know the mesh CA: trust %s, or accept the warning)\n"+
+		"  curl:      curl --cacert %s %s/readyz\n  Ctrl-C stops it and removes everything.\n",
+		fmt.Sprint(hosts), dir, c.CA.Pin(), c.URL(), caFile, caFile, c.URL())
 	<-ctx.Done()
 	cancel()
 	for range hosts {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -116,6 +117,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("MESH_MAX_UPLOAD: %w", err)
 		}
 	}
+	tlsFlags(fs, &cfg)
 	fs.Var(&maxUpload, "max-upload", "largest upload body (a build's artifact, a host release), e.g. 512MiB, 2GiB; streamed into the store, never held in memory (MESH_MAX_UPLOAD)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -156,11 +158,44 @@ func serve(args []string, stdout, stderr io.Writer) error {
 			keys = "encrypted at rest (key file " + cfg.KeyFile + ")"
 		}
 	}
-	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
-		version.String(), c.URL(), where, keys, c.URL(), c.URL(), c.URL())
+	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  TLS:   %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
+		version.String(), c.URL(), where, keys, tlsBanner(c, cfg), c.URL(), c.URL(), c.URL())
 	<-ctx.Done()
 	cfg.Log.Info("draining", "instance", c.Instance)
 	return c.Stop()
+}
+
+// tlsFlags are serve's TLS flags.
+func tlsFlags(fs *flag.FlagSet, cfg *controller.Config) {
+	tlsEnv, _ := strconv.ParseBool(os.Getenv("MESH_TLS"))
+	fs.BoolVar(&cfg.TLS, "tls", tlsEnv, "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP on an address that is not loopback: tokens travel in the clear (warned of at every start)")
+	if v := os.Getenv("MESH_ADVERTISE"); v != "" {
+		cfg.Advertise = strings.Split(v, ",")
+	}
+	fs.Func("advertise", "a host name or IP address hosts reach this controller by, named in its serving certificate (repeatable; the first is the URL join tokens give) (MESH_ADVERTISE, comma-separated)", func(v string) error {
+		if v = strings.TrimSpace(v); v == "" || strings.ContainsAny(v, "/: ") && net.ParseIP(v) == nil {
+			return fmt.Errorf("%q: a host name or an IP address, without scheme or port", v)
+		}
+		cfg.Advertise = append(cfg.Advertise, v)
+		return nil
+	})
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", env("MESH_TLS_CERT", ""), "PEM certificate (chain) of your own for the dashboard and API, presented to clients asking for a name it covers that is not advertised; hosts keep the mesh CA (MESH_TLS_CERT)")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", env("MESH_TLS_KEY", ""), "the PEM private key of --tls-cert (MESH_TLS_KEY)")
+	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", 30*24*time.Hour, "lifetime of the serving certificate the mesh CA issues (renewed at two thirds)")
+}
+
+// tlsBanner says how the controller serves, for the start banner.
+func tlsBanner(c *controller.Controller, cfg controller.Config) string {
+	switch {
+	case c.TLS && cfg.TLSCertFile != "":
+		return "on, mesh CA pin " + c.CA.Pin() + " (hosts); your certificate " + cfg.TLSCertFile + " for the names it covers"
+	case c.TLS:
+		return "on, mesh CA pin " + c.CA.Pin() + " (join tokens carry it)"
+	case cfg.InsecureHTTP:
+		return "OFF (--insecure-http): tokens travel in the clear"
+	}
+	return "off (loopback; --tls turns it on), mesh CA pin " + c.CA.Pin()
 }
 
 // byteSize is a flag of bytes: a number with an optional KiB, MiB or GiB.

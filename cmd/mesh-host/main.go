@@ -98,6 +98,7 @@ func enroll(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	controllers := fs.String("controller", env("MESH_CONTROLLER", ""), "controller URL(s), comma-separated, tried in turn")
 	token := fs.String("join-token", env("MESH_JOIN_TOKEN", ""), "a single-use join token from an admin")
+	pin := fs.String("ca-pin", env("MESH_CA_PIN", ""), "the mesh CA's pin (sha256:…), given with the join token; the controller's certificate must chain to that CA before the token is sent (MESH_CA_PIN)")
 	name := fs.String("name", "", "this machine's name")
 	state := fs.String("state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
 	if err := fs.Parse(args); err != nil {
@@ -108,11 +109,15 @@ func enroll(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	id, err := agent.Enroll(ctx, strings.Split(*controllers, ","), *token, *name, *state)
+	id, err := agent.Enroll(ctx, agent.Enrolment{Controllers: strings.Split(*controllers, ","), JoinToken: *token,
+		CAPin: *pin, Name: *name, StateDir: *state})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "enrolled as %s with %s; %d trusted key(s) kept in %s\n", id.Machine, strings.Join(id.Controllers, ", "), len(id.Keys), *state)
+	if id.CAPin != "" {
+		fmt.Fprintf(stdout, "the controller's certificate verified against the mesh CA %s, kept for every later request\n", id.CAPin)
+	}
 	return nil
 }
 

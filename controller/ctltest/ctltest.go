@@ -308,8 +308,14 @@ func (e *Env) Upload(token, module, manifest string, artifact []byte, digest str
 
 // Attach is a client for a controller running elsewhere (a real binary).
 func Attach(tb testing.TB, url, admin string) *Env {
+	return AttachWith(tb, url, admin, http.DefaultTransport)
+}
+
+// AttachWith is Attach through a transport of the test's (one that trusts
+// the mesh CA, for a controller serving TLS).
+func AttachWith(tb testing.TB, url, admin string, rt http.RoundTripper) *Env {
 	return &Env{T: tb, URL: url, Admin: admin,
-		HTTP: &http.Client{Transport: validating{tb, http.DefaultTransport}, Timeout: 5 * time.Minute}}
+		HTTP: &http.Client{Transport: validating{tb, rt}, Timeout: 5 * time.Minute}}
 }
 
 // UploadRelease posts a host release for linux/amd64 (this machine's platform).
