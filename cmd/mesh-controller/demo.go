@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,24 +25,18 @@ import (
 // demo starts a controller on a fresh store in a temp dir, with three
 // local hosts (each its own state and root dir) and two sample modules, so
 // a newcomer sees a living mesh and can click through it.
-func demo(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func demo(ctx context.Context, listen string, stdout, stderr io.Writer) error {
 	dir, err := os.MkdirTemp("", "mesh-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// TLS under the mesh CA even on loopback: the demo shows the real path,
 	// hosts enrolling with the pin.
-	c, err := controller.Start(ctx, controller.Config{Listen: *listen, DataDir: filepath.Join(dir, "controller"), Log: log, Out: stdout, TLS: true})
+	c, err := controller.Start(ctx, controller.Config{Listen: listen, DataDir: filepath.Join(dir, "controller"), Log: log, Out: stdout, TLS: true})
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,12 @@
 // Command mesh-controller runs the controller: `serve` (the default),
-// `migrate`, `user add`.
+// `migrate`, `user add`, `demo`. Flags go before or after the subcommand;
+// an unknown subcommand is an error, never a server.
 package main
 
 import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,8 +18,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"mesh/api"
 	"mesh/auth"
+	"mesh/cmd/internal/cli"
 	"mesh/conns"
 	"mesh/controller"
 	"mesh/models"
@@ -28,10 +32,14 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "mesh-controller:", err)
-		os.Exit(1)
-	}
+	err := run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	os.Exit(cli.Exit("mesh-controller", err, os.Stderr))
+}
+
+// run executes one command line; a cli.UsageError is one that could not
+// be run as written.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return cli.Execute(ctx, rootCommand(stdin, stdout, stderr), version.String(), args, stdin, stdout, stderr)
 }
 
 func env(k, def string) string {
@@ -41,11 +49,20 @@ func env(k, def string) string {
 	return def
 }
 
-// storeFlags are the flags every subcommand takes.
-func storeFlags(fs *flag.FlagSet, cfg *controller.Config) *string {
-	fs.StringVar(&cfg.DataDir, "data", env("MESH_DATA_DIR", "./mesh-data"), "data dir: the SQLite store and its lock (MESH_DATA_DIR)")
-	fs.StringVar(&cfg.DatabaseURL, "database", env("MESH_DATABASE_URL", ""), "postgres:// URL; empty = SQLite in the data dir (MESH_DATABASE_URL)")
-	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error (MESH_LOG_LEVEL)")
+// storeOpts are the flags every subcommand takes (persistent on the root,
+// so they go before or after the subcommand).
+type storeOpts struct {
+	dataDir, databaseURL, level string
+}
+
+func (o *storeOpts) flags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.dataDir, "data", env("MESH_DATA_DIR", "./mesh-data"), "data dir: the SQLite store and its lock (MESH_DATA_DIR)")
+	fs.StringVar(&o.databaseURL, "database", env("MESH_DATABASE_URL", ""), "postgres:// URL; empty = SQLite in the data dir (MESH_DATABASE_URL)")
+	fs.StringVar(&o.level, "log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error (MESH_LOG_LEVEL)")
+}
+
+func (o *storeOpts) config() controller.Config {
+	return controller.Config{DataDir: o.dataDir, DatabaseURL: o.databaseURL}
 }
 
 func logger(level string, w io.Writer) *slog.Logger {
@@ -56,77 +73,129 @@ func logger(level string, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+// rootCommand is the command tree. The root itself serves, so that a bare
+// `mesh-controller` (and the README's `go run ./cmd/mesh-controller`) keeps
+// starting the controller; any other word must be a subcommand.
+func rootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	st := &storeOpts{}
+	root := &cobra.Command{
+		Use:   "mesh-controller",
+		Short: "The mesh controller: serves the API, the dashboard and the hosts' long polls (serve is the default)",
+		Args:  cli.NoSubcommand,
 	}
-	for _, a := range args {
-		if a == "--version" || a == "-version" {
-			fmt.Fprintln(stdout, "mesh-controller", version.String())
-			return nil
-		}
+	st.flags(root.PersistentFlags())
+	rootServe := &serveOpts{}
+	rootServe.flags(root.Flags())
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), st, rootServe, stdout, stderr) }
+
+	srv := &serveOpts{}
+	serveCmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the API, the dashboard and the hosts (the default)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), st, srv, stdout, stderr) },
 	}
-	switch cmd {
-	case "serve":
-		return serve(args, stdout, stderr)
-	case "migrate":
-		return migrate(args, stdout, stderr)
-	case "user":
-		if len(args) == 0 || args[0] != "add" {
-			return errors.New("usage: mesh-controller user add NAME --role R --password-stdin")
-		}
-		return userAdd(args[1:], stdin, stdout, stderr)
-	case "demo":
-		return demo(args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "mesh-controller", version.String())
-		return nil
+	srv.flags(serveCmd.Flags())
+
+	migrateCmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the store's schema migrations (serve does too) and print its version",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return migrate(cmd.Context(), st.config(), stdout) },
 	}
-	return fmt.Errorf("unknown command %q (serve, migrate, user add, demo, version)", cmd)
+
+	userCmd := &cobra.Command{
+		Use:   "user",
+		Short: "Manage users in the store directly (no controller needed)",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  cli.NeedSubcommand,
+	}
+	var role string
+	var fromStdin bool
+	userAddCmd := &cobra.Command{
+		Use:   "add NAME --role ROLE --password-stdin",
+		Short: "Add a user, or set an existing one's role and password",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return userAdd(cmd.Context(), st.config(), args[0], role, fromStdin, stdin, stdout)
+		},
+	}
+	userAddCmd.Flags().StringVar(&role, "role", models.RoleViewer, "viewer, operator, admin or builder")
+	userAddCmd.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from the first line of stdin")
+	userCmd.AddCommand(userAddCmd)
+
+	var demoListen string
+	demoCmd := &cobra.Command{
+		Use:   "demo",
+		Short: "A living mesh in temp dirs: a controller, three local hosts, two sample modules; removed on Ctrl-C",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return demo(cmd.Context(), demoListen, stdout, stderr) },
+	}
+	demoCmd.Flags().StringVar(&demoListen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on")
+
+	versionCmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "mesh-controller", version.String()) },
+	}
+	root.AddCommand(serveCmd, migrateCmd, userCmd, demoCmd, versionCmd)
+	return root
 }
 
-func serve(args []string, stdout, stderr io.Writer) error {
-	var cfg controller.Config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	level := storeFlags(fs, &cfg)
+// serveOpts are serve's own flags (the root's too, since it serves).
+type serveOpts struct {
+	cfg       controller.Config
+	pprofAddr string
+	maxUpload byteSize
+	// envErr is a malformed environment variable, reported only when
+	// serving: the flags are defined for every command line.
+	envErr error
+}
+
+func (o *serveOpts) flags(fs *pflag.FlagSet) {
+	cfg := &o.cfg
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
 	fs.DurationVar(&cfg.Rules.OfflineAfter, "offline-after", models.OfflineAfter, "a machine whose host has not polled for this long is offline")
 	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check has failed for this long is unhealthy (a service still starting is not)")
-	pprofAddr := fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty. Never expose it: it is unauthenticated")
+	fs.StringVar(&o.pprofAddr, "pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty. Never expose it: it is unauthenticated")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 30*time.Second, "how long a request waits on the store before it answers 503 (long polls wait on memory, not the store)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
 	maxConns, err := strconv.Atoi(env("MESH_MAX_CONNS", "0"))
 	if err != nil {
-		return fmt.Errorf("MESH_MAX_CONNS: %w", err)
+		o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_CONNS: %w", err))
 	}
 	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
 	fs.StringVar(&cfg.KeyFile, "key-file", env("MESH_KEY_FILE", ""), "file of the 32-byte key (raw, 64 hex characters or base64; mode 0600) that encrypts the signing keys in the store; MESH_KEY may hold the key itself instead; empty = stored in plaintext (MESH_KEY_FILE)")
 	cfg.Key = os.Getenv("MESH_KEY")
 	if cfg.TrustedProxies, err = web.ParseTrustedProxies(os.Getenv("MESH_TRUSTED_PROXIES")); err != nil {
-		return fmt.Errorf("MESH_TRUSTED_PROXIES: %w", err)
+		o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_TRUSTED_PROXIES: %w", err))
 	}
 	fs.Func("trusted-proxies", "comma-separated CIDRs of reverse proxies whose X-Forwarded-For/-Proto/-Host are believed; default none (MESH_TRUSTED_PROXIES)", func(v string) (err error) {
 		cfg.TrustedProxies, err = web.ParseTrustedProxies(v)
 		return err
 	})
-	maxUpload := byteSize(api.DefaultMaxUpload)
+	o.maxUpload = byteSize(api.DefaultMaxUpload)
 	if v := os.Getenv("MESH_MAX_UPLOAD"); v != "" {
-		if err := maxUpload.Set(v); err != nil {
-			return fmt.Errorf("MESH_MAX_UPLOAD: %w", err)
+		if err := o.maxUpload.Set(v); err != nil {
+			o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_UPLOAD: %w", err))
 		}
 	}
-	tlsFlags(fs, &cfg)
-	fs.Var(&maxUpload, "max-upload", "largest upload body (a build's artifact, a host release), e.g. 512MiB, 2GiB; streamed into the store, never held in memory (MESH_MAX_UPLOAD)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	tlsFlags(fs, cfg)
+	fs.Var(&o.maxUpload, "max-upload", "largest upload body (a build's artifact, a host release), e.g. 512MiB, 2GiB; streamed into the store, never held in memory (MESH_MAX_UPLOAD)")
+}
+
+func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.Writer) error {
+	if o.envErr != nil {
+		return o.envErr
 	}
-	cfg.MaxUpload = int64(maxUpload)
+	cfg := o.cfg
+	cfg.DataDir, cfg.DatabaseURL = st.dataDir, st.databaseURL
+	cfg.MaxUpload = int64(o.maxUpload)
 	if cfg.MaxConns < 0 {
-		return fmt.Errorf("--max-conns %d: 0 or more", cfg.MaxConns)
+		return cli.Usagef("--max-conns %d: 0 or more", cfg.MaxConns)
 	}
-	cfg.Log = logger(*level, stderr)
+	cfg.Log = logger(st.level, stderr)
 	soft, hard, err := conns.RaiseFileLimit(cfg.Log)
 	if err != nil {
 		cfg.Log.Warn("open-file limit not raised", "err", err)
@@ -136,10 +205,10 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.Log.Info("open-file limit", "soft", soft, "hard", hard, "max_conns", cfg.MaxConns)
 	cfg.Out = stdout
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if *pprofAddr != "" {
-		if err := servePprof(ctx, *pprofAddr, cfg.Log); err != nil {
+	if o.pprofAddr != "" {
+		if err := servePprof(ctx, o.pprofAddr, cfg.Log); err != nil {
 			return err
 		}
 	}
@@ -166,7 +235,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 }
 
 // tlsFlags are serve's TLS flags.
-func tlsFlags(fs *flag.FlagSet, cfg *controller.Config) {
+func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 	tlsEnv, _ := strconv.ParseBool(os.Getenv("MESH_TLS"))
 	fs.BoolVar(&cfg.TLS, "tls", tlsEnv, "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP on an address that is not loopback: tokens travel in the clear (warned of at every start)")
@@ -213,6 +282,9 @@ func (b *byteSize) String() string {
 	return strconv.FormatInt(int64(*b), 10)
 }
 
+// Type names the flag's value in --help.
+func (b *byteSize) Type() string { return "size" }
+
 func (b *byteSize) Set(v string) error {
 	mult := int64(1)
 	for _, u := range []struct {
@@ -232,15 +304,7 @@ func (b *byteSize) Set(v string) error {
 	return nil
 }
 
-func migrate(args []string, stdout, stderr io.Writer) error {
-	var cfg controller.Config
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	storeFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ctx := context.Background()
+func migrate(ctx context.Context, cfg controller.Config, stdout io.Writer) error {
 	st, err := controller.OpenStore(ctx, cfg, false)
 	if err != nil {
 		return err
@@ -254,28 +318,14 @@ func migrate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func userAdd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	var cfg controller.Config
-	fs := flag.NewFlagSet("user add", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	storeFlags(fs, &cfg)
-	role := fs.String("role", models.RoleViewer, "viewer, operator, admin or builder")
-	fromStdin := fs.Bool("password-stdin", false, "read the password from the first line of stdin")
-	// The name comes first (user add NAME --role R); flag stops at it.
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return errors.New("usage: mesh-controller user add NAME --role R --password-stdin")
-	}
-	name := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
+func userAdd(ctx context.Context, cfg controller.Config, name, role string, fromStdin bool, stdin io.Reader, stdout io.Writer) error {
 	if err := models.ValidName("name", name); err != nil {
 		return err
 	}
-	if !models.ValidRole(*role) {
-		return fmt.Errorf("role %q: one of viewer, operator, admin, builder", *role)
+	if !models.ValidRole(role) {
+		return fmt.Errorf("role %q: one of viewer, operator, admin, builder", role)
 	}
-	if !*fromStdin {
+	if !fromStdin {
 		return errors.New("--password-stdin is required: the password is read from stdin, never from the command line")
 	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
@@ -286,24 +336,23 @@ func userAdd(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx := context.Background()
 	st, err := controller.OpenStore(ctx, cfg, false)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	u := &models.User{Name: name, Role: *role, PasswordHash: hash}
+	u := &models.User{Name: name, Role: role, PasswordHash: hash}
 	err = st.CreateUser(ctx, "shell", u)
 	if errors.Is(err, models.ErrConflict) {
-		if err := st.UpdateUser(ctx, "shell", name, *role, hash); err != nil {
+		if err := st.UpdateUser(ctx, "shell", name, role, hash); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "user %s updated (role %s)\n", name, *role)
+		fmt.Fprintf(stdout, "user %s updated (role %s)\n", name, role)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, *role)
+	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, role)
 	return nil
 }

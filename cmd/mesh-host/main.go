@@ -1,11 +1,11 @@
 // Command mesh-host is the host agent: `enroll` once, then `run` (or
 // `launch`, under a service manager); `journal` shows what it applied.
+// Flags go before or after the subcommand.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,19 +18,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"mesh/agent"
+	"mesh/cmd/internal/cli"
 	"mesh/version"
 )
 
 func main() {
-	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	if errors.Is(err, agent.ErrUpgradeStaged) {
 		os.Exit(agent.ExitUpgrade) // the launcher takes it from here
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "mesh-host:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Exit("mesh-host", err, os.Stderr))
+}
+
+// run executes one command line; a cli.UsageError is one that could not
+// be run as written.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return cli.Execute(ctx, rootCommand(stdout, stderr), version.String(), args, os.Stdin, stdout, stderr)
 }
 
 func env(k, def string) string {
@@ -45,11 +52,13 @@ type multi []string
 
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+func (m *multi) Type() string       { return "path" }
 
 // byteSize is a flag of bytes: a number, or one with KiB, MiB or GiB.
 type byteSize int64
 
 func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+func (b *byteSize) Type() string   { return "size" }
 func (b *byteSize) Set(v string) error {
 	mult := int64(1)
 	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
@@ -66,64 +75,100 @@ func (b *byteSize) Set(v string) error {
 	return nil
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
-	for _, a := range args {
-		if a == "--version" || a == "-version" {
-			fmt.Fprintln(stdout, "mesh-host", version.String())
-			return nil
-		}
+// rootCommand is the command tree: --state is every subcommand's, so it
+// goes before or after the subcommand.
+func rootCommand(stdout, stderr io.Writer) *cobra.Command {
+	var state string
+	root := &cobra.Command{
+		Use:   "mesh-host",
+		Short: "The mesh host agent: enroll once, then run (or launch, under a service manager)",
+		Args:  cobra.ArbitraryArgs,
+		RunE:  cli.NeedSubcommand,
 	}
-	if len(args) == 0 {
-		return errors.New("usage: mesh-host enroll|run|launch|journal [flags] (mesh-host CMD -h for flags)")
+	root.PersistentFlags().StringVar(&state, "state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
+
+	var en agent.Enrolment
+	var controllers string
+	enrollCmd := &cobra.Command{
+		Use:   "enroll --controller URL --join-token T --name NAME",
+		Short: "Enrol this machine with a controller, once, with a join token",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			en.StateDir = state
+			return enroll(cmd.Context(), en, controllers, stdout)
+		},
 	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "enroll":
-		return enroll(args, stdout, stderr)
-	case "run":
-		return runAgent(args, stderr)
-	case "launch":
-		return launch(args, stderr)
-	case "journal":
-		return journal(args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "mesh-host", version.String())
-		return nil
+	fs := enrollCmd.Flags()
+	fs.StringVar(&controllers, "controller", env("MESH_CONTROLLER", ""), "controller URL(s), comma-separated, tried in turn")
+	fs.StringVar(&en.JoinToken, "join-token", env("MESH_JOIN_TOKEN", ""), "a single-use join token from an admin")
+	fs.StringVar(&en.CAPin, "ca-pin", env("MESH_CA_PIN", ""), "the mesh CA's pin (sha256:…), given with the join token; the controller's certificate must chain to that CA before the token is sent (MESH_CA_PIN)")
+	fs.StringVar(&en.Name, "name", "", "this machine's name")
+
+	var runCfg agent.Config
+	runCmd := &cobra.Command{
+		Use:   "run",
+		Short: "Poll the controller, verify and apply what it sends, journal and report",
+		Args:  cobra.NoArgs,
 	}
-	return fmt.Errorf("unknown command %q (enroll, run, launch, journal, version)", cmd)
+	runLevel := agentFlags(runCmd.Flags(), &runCfg)
+	runCmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		runCfg.StateDir = state
+		return runAgent(cmd.Context(), runCfg, *runLevel, stderr)
+	}
+
+	var launchCfg agent.Config
+	launchCmd := &cobra.Command{
+		Use:   "launch",
+		Short: "What a service manager runs: run under a launcher that keeps known-good and rolls a failed upgrade back",
+		Args:  cobra.NoArgs,
+	}
+	launchLevel := agentFlags(launchCmd.Flags(), &launchCfg)
+	deadline := launchCmd.Flags().Duration("trial-deadline", 2*time.Minute, "how long a new release has to complete a reconcile before known-good is put back")
+	launchCmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		launchCfg.StateDir = state
+		return launch(cmd.Context(), cmd.Flags(), launchCfg, *launchLevel, *deadline, stderr)
+	}
+
+	var asJSON bool
+	journalCmd := &cobra.Command{
+		Use:   "journal",
+		Short: "Print what this host applied, refused and rejected",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return agent.PrintJournal(state, stdout, asJSON) },
+	}
+	journalCmd.Flags().BoolVar(&asJSON, "json", false, "JSON lines")
+
+	versionCmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "mesh-host", version.String()) },
+	}
+	root.AddCommand(enrollCmd, runCmd, launchCmd, journalCmd, versionCmd)
+	return root
 }
 
-func enroll(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("enroll", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	controllers := fs.String("controller", env("MESH_CONTROLLER", ""), "controller URL(s), comma-separated, tried in turn")
-	token := fs.String("join-token", env("MESH_JOIN_TOKEN", ""), "a single-use join token from an admin")
-	pin := fs.String("ca-pin", env("MESH_CA_PIN", ""), "the mesh CA's pin (sha256:…), given with the join token; the controller's certificate must chain to that CA before the token is sent (MESH_CA_PIN)")
-	name := fs.String("name", "", "this machine's name")
-	state := fs.String("state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func enroll(ctx context.Context, en agent.Enrolment, controllers string, stdout io.Writer) error {
+	if controllers == "" || en.JoinToken == "" || en.Name == "" {
+		return cli.Usagef("--controller, --join-token and --name are required")
 	}
-	if *controllers == "" || *token == "" || *name == "" {
-		return errors.New("--controller, --join-token and --name are required")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	en.Controllers = strings.Split(controllers, ",")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	id, err := agent.Enroll(ctx, agent.Enrolment{Controllers: strings.Split(*controllers, ","), JoinToken: *token,
-		CAPin: *pin, Name: *name, StateDir: *state})
+	id, err := agent.Enroll(ctx, en)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "enrolled as %s with %s; %d trusted key(s) kept in %s\n", id.Machine, strings.Join(id.Controllers, ", "), len(id.Keys), *state)
+	fmt.Fprintf(stdout, "enrolled as %s with %s; %d trusted key(s) kept in %s\n", id.Machine, strings.Join(id.Controllers, ", "), len(id.Keys), en.StateDir)
 	if id.CAPin != "" {
 		fmt.Fprintf(stdout, "the controller's certificate verified against the mesh CA %s, kept for every later request\n", id.CAPin)
 	}
 	return nil
 }
 
-// agentFlags are run's flags (launch takes them too).
-func agentFlags(fs *flag.FlagSet, cfg *agent.Config) *string {
-	fs.StringVar(&cfg.StateDir, "state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
+// agentFlags are run's flags (launch takes them too); --state is the
+// root's.
+func agentFlags(fs *pflag.FlagSet, cfg *agent.Config) *string {
 	fs.StringVar(&cfg.Root, "root", env("MESH_HOST_ROOT", "/"), "map every declared path under this dir (MESH_HOST_ROOT)")
 	fs.Var((*multi)(&cfg.AllowRoots), "allow-root", "a declared path must fall under one of these (repeatable; default /)")
 	fs.StringVar(&cfg.Services, "services", "host", "run services under the host's own supervisor (host) or as systemd units (systemd)")
@@ -140,18 +185,11 @@ func agentFlags(fs *flag.FlagSet, cfg *agent.Config) *string {
 	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
 }
 
-func runAgent(args []string, stderr io.Writer) error {
-	var cfg agent.Config
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	level := agentFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Writer) error {
 	var l slog.Level
-	_ = l.UnmarshalText([]byte(*level))
+	_ = l.UnmarshalText([]byte(level))
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.Log.Info("mesh-host running", "version", version.String(), "state", cfg.StateDir, "root", cfg.Root, "services", cfg.Services)
 	return agent.Run(ctx, cfg)
@@ -159,21 +197,13 @@ func runAgent(args []string, stderr io.Writer) error {
 
 // launch is what a service manager runs: it takes run's flags, runs the
 // known-good host, and tries staged releases with automatic rollback.
-func launch(args []string, stderr io.Writer) error {
-	var cfg agent.Config
-	fs := flag.NewFlagSet("launch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	level := agentFlags(fs, &cfg)
-	deadline := fs.Duration("trial-deadline", 2*time.Minute, "how long a new release has to complete a reconcile before known-good is put back")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func launch(ctx context.Context, fs *pflag.FlagSet, cfg agent.Config, level string, deadline time.Duration, stderr io.Writer) error {
 	var l slog.Level
-	_ = l.UnmarshalText([]byte(*level))
+	_ = l.UnmarshalText([]byte(level))
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
-	// Everything but the launcher's own flag goes to run.
+	// Everything given but the launcher's own flag goes to run.
 	var runArgs []string
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		if f.Name != "trial-deadline" {
 			runArgs = append(runArgs, "--"+f.Name+"="+f.Value.String())
 		}
@@ -184,18 +214,7 @@ func launch(args []string, stderr io.Writer) error {
 			runArgs = append(runArgs, "--allow-root="+r)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return agent.Launch(ctx, agent.LaunchConfig{StateDir: cfg.StateDir, RunArgs: runArgs, TrialDeadline: *deadline, Log: log})
-}
-
-func journal(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("journal", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	state := fs.String("state", env("MESH_HOST_STATE", "/var/lib/mesh-host"), "state dir (MESH_HOST_STATE)")
-	asJSON := fs.Bool("json", false, "JSON lines")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	return agent.PrintJournal(*state, stdout, *asJSON)
+	return agent.Launch(ctx, agent.LaunchConfig{StateDir: cfg.StateDir, RunArgs: runArgs, TrialDeadline: deadline, Log: log})
 }

@@ -1,18 +1,22 @@
 package main
 
 import (
-	"flag"
 	"io"
+	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"mesh/agent"
+	"mesh/cmd/internal/cli"
+	"mesh/version"
 )
 
 // TestRunFlags_UnpackCeilings: run's flags set the unpack ceilings, sizes
 // take KiB/MiB/GiB, and unset ones keep the defaults.
 func TestRunFlags_UnpackCeilings(t *testing.T) {
 	var cfg agent.Config
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	agentFlags(fs, &cfg)
 	if err := fs.Parse([]string{"--unpack-max-bytes", "2GiB", "--unpack-max-file=512MiB", "--unpack-max-entries", "1000"}); err != nil {
@@ -24,11 +28,11 @@ func TestRunFlags_UnpackCeilings(t *testing.T) {
 	}
 	// launch hands its flags to run as --name=value: they must parse back.
 	var again agent.Config
-	fs2 := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs2 := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	fs2.SetOutput(io.Discard)
 	agentFlags(fs2, &again)
 	var args []string
-	fs.Visit(func(f *flag.Flag) { args = append(args, "--"+f.Name+"="+f.Value.String()) })
+	fs.Visit(func(f *pflag.Flag) { args = append(args, "--"+f.Name+"="+f.Value.String()) })
 	if err := fs2.Parse(args); err != nil || again.Unpack != want {
 		t.Fatalf("round trip %v: %+v %v", args, again.Unpack, err)
 	}
@@ -36,6 +40,79 @@ func TestRunFlags_UnpackCeilings(t *testing.T) {
 		var b byteSize
 		if err := b.Set(bad); err == nil {
 			t.Errorf("%q accepted as %d", bad, b)
+		}
+	}
+}
+
+// runHost runs one mesh-host command line and returns its exit status and
+// output, as main would.
+func runHost(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	err := run(t.Context(), args, &out, &errOut)
+	return cli.Exit("mesh-host", err, &errOut), out.String(), errOut.String()
+}
+
+// TestHelp_ListsSubcommands: `mesh-host --help` said "unknown command"
+// and exited 1; every command's --help now lists its flags and exits 0.
+func TestHelp_ListsSubcommands(t *testing.T) {
+	code, out, errOut := runHost(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"enroll", "run", "launch", "journal", "version", "--state"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help does not list %s:\n%s", want, out)
+		}
+	}
+	for cmd, flag := range map[string]string{"enroll": "--join-token", "run": "--unpack-max-bytes", "launch": "--trial-deadline", "journal": "--json"} {
+		code, out, errOut := runHost(t, cmd, "--help")
+		if code != 0 || !strings.Contains(out, flag) || !strings.Contains(out, "--state") {
+			t.Errorf("%s --help: exit %d, no %s or --state:\n%s%s", cmd, code, flag, out, errOut)
+		}
+	}
+}
+
+// TestFlagsAnywhere: --state before the subcommand, after it, or with the
+// standard flag package's single dash.
+func TestFlagsAnywhere(t *testing.T) {
+	for name, args := range map[string][]string{
+		"Before":     {"--state", "STATE", "run", "--wait", "1s"},
+		"After":      {"run", "--state", "STATE", "--wait", "1s"},
+		"SingleDash": {"run", "-state=STATE", "-wait", "1s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			state := t.TempDir() + "/nowhere"
+			for i := range args {
+				args[i] = strings.ReplaceAll(args[i], "STATE", state)
+			}
+			// Not enrolled there: the error names the state dir it was given.
+			code, _, errOut := runHost(t, args...)
+			if code != 1 || !strings.Contains(errOut, state) {
+				t.Fatalf("exit %d, want 1 naming %s:\n%s", code, state, errOut)
+			}
+		})
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	code, _, errOut := runHost(t, "--state", t.TempDir(), "rnu")
+	if code != cli.ExitUsage || !strings.Contains(errOut, `unknown command "rnu"`) || !strings.Contains(errOut, "did you mean run") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+	if code, _, _ := runHost(t); code != cli.ExitUsage {
+		t.Fatalf("no subcommand: exit %d, want %d", code, cli.ExitUsage)
+	}
+	if code, _, _ := runHost(t, "run", "--no-such-flag"); code != cli.ExitUsage {
+		t.Fatalf("unknown flag: exit %d, want %d", code, cli.ExitUsage)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"run", "--version"}, {"version"}} {
+		code, out, _ := runHost(t, args...)
+		if code != 0 || out != "mesh-host "+version.String()+"\n" {
+			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
 	}
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/cmd/internal/cli"
+	"mesh/version"
+)
+
+// syncBuffer is an output a serving controller writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runCtl runs one mesh-controller command line as main would, and fails the
+// test if it does not end within a minute: a command line that serves when
+// it should not never ends.
+func runCtl(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	// Should the command line serve after all, it does so on a free port.
+	t.Setenv("MESH_LISTEN", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, strings.NewReader(stdin), &out, &errOut) }()
+	select {
+	case err := <-done:
+		return cli.Exit("mesh-controller", err, &errOut), out.String(), errOut.String()
+	case <-time.After(time.Minute):
+		cancel()
+		<-done
+		t.Fatalf("%v did not end (served?):\n%s%s", args, out.String(), errOut.String())
+		return 0, "", ""
+	}
+}
+
+// TestUserAdd_FlagsBeforeSubcommand pins the failure where
+// `mesh-controller --data X user add carol …` served and printed a new
+// admin password instead of adding carol.
+func TestUserAdd_FlagsBeforeSubcommand(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, out, errOut := runCtl(t, "a long enough password\n", "--data", data, "user", "add", "carol", "--role", "admin", "--password-stdin")
+	if code != 0 || out != "user carol added (role admin)\n" {
+		t.Fatalf("exit %d, %q\n%s", code, out, errOut)
+	}
+	// The same store, with the flags after the subcommand and the name.
+	code, out, errOut = runCtl(t, "another long password\n", "user", "add", "carol", "--password-stdin", "--role=operator", "--data", data)
+	if code != 0 || out != "user carol updated (role operator)\n" {
+		t.Fatalf("again: exit %d, %q\n%s", code, out, errOut)
+	}
+}
+
+// TestUnknownCommand_IsAnError pins the failure where
+// `mesh-controller --data X demo-typo` served on :8080.
+func TestUnknownCommand_IsAnError(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, out, errOut := runCtl(t, "", "--data", data, "demo-typo")
+	if code != cli.ExitUsage || !strings.Contains(errOut, `unknown command "demo-typo"`) || !strings.Contains(errOut, "did you mean demo") {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	for _, args := range [][]string{{"user", "ad", "carol"}, {"user"}, {"serve", "--no-such-flag"}, {"migrate", "extra"}, {"user", "add"}} {
+		if code, _, errOut := runCtl(t, "", append([]string{"--data", data}, args...)...); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d\n%s", args, code, cli.ExitUsage, errOut)
+		}
+	}
+}
+
+// TestHelp_Everywhere pins the failure where `mesh-controller --help`
+// listed no subcommands and exited 1: every command's --help lists its
+// subcommands and flags and exits 0.
+func TestHelp_Everywhere(t *testing.T) {
+	code, out, errOut := runCtl(t, "", "--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d\n%s", code, errOut)
+	}
+	for _, want := range []string{"serve", "migrate", "user", "demo", "version", "--data", "--listen"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--help does not list %s:\n%s", want, out)
+		}
+	}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := strings.Fields(c.CommandPath())[1:]
+		code, out, errOut := runCtl(t, "", append(path, "--help")...)
+		if code != 0 || !strings.Contains(out, "--data") {
+			t.Errorf("%v --help: exit %d, no --data:\n%s%s", path, code, out, errOut)
+		}
+		for _, sub := range c.Commands() {
+			if !strings.Contains(out, sub.Name()) {
+				t.Errorf("%v --help does not list %s", path, sub.Name())
+			}
+			walk(sub)
+		}
+	}
+	walk(rootCommand(nil, nil, nil))
+}
+
+// TestBare_Serves: a bare `mesh-controller` (the README's
+// `go run ./cmd/mesh-controller`) still starts the controller.
+func TestBare_Serves(t *testing.T) {
+	t.Setenv("MESH_DATA_DIR", filepath.Join(t.TempDir(), "data"))
+	t.Setenv("MESH_LISTEN", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, strings.NewReader(""), &out, &errOut) }()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(out.String(), "serving on") {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("ended without serving: %v\n%s%s", err, out.String(), errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("not serving after a minute:\n%s%s", out.String(), errOut.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// TestFlagsAnywhere: the store flags go before or after the subcommand,
+// with two dashes or, as the standard flag package allowed, one.
+func TestFlagsAnywhere(t *testing.T) {
+	for name, args := range map[string][]string{
+		"Before":     {"--data", "DATA", "migrate"},
+		"After":      {"migrate", "--data=DATA", "--log-level", "warn"},
+		"SingleDash": {"migrate", "-data", "DATA"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			for i := range args {
+				args[i] = strings.ReplaceAll(args[i], "DATA", data)
+			}
+			code, out, errOut := runCtl(t, "", args...)
+			if code != 0 || !strings.HasPrefix(out, "store schema at ") {
+				t.Fatalf("exit %d, %q\n%s", code, out, errOut)
+			}
+			if m, _ := filepath.Glob(filepath.Join(data, "*")); len(m) == 0 {
+				t.Fatalf("nothing in %s: the store was opened elsewhere", data)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"serve", "--version"}, {"user", "add", "--version"}, {"version"}} {
+		code, out, _ := runCtl(t, "", args...)
+		if code != 0 || out != "mesh-controller "+version.String()+"\n" {
+			t.Errorf("%v: exit %d, %q", args, code, out)
+		}
+	}
+}
