@@ -90,7 +90,7 @@ func floodOnce(b *testing.B, bin, dialect string, conns int, loop bool) {
 	}
 	defer func() { _ = ctl.Process.Signal(os.Interrupt); _ = ctl.Wait() }()
 	pid := ctl.Process.Pid
-	waitUntil(b, 30*time.Second, func() bool { return metric(url, "mesh_machines") == 2 })
+	waitUntil(b, 30*time.Second, func() bool { return metric(url, "mesh_hub_machines") == 2 })
 
 	load := exec.Command(filepath.Join(bin, "loadgen"), "-mode", "flood", "-url", url, "-tokens", tokens,
 		"-admin", admin, "-attacker", attacker, "-victim", victim, "-gen", "1", "-conns", strconv.Itoa(conns), "-loop="+strconv.FormatBool(loop))
