@@ -162,6 +162,8 @@ func (s *Server) Register(e *echo.Echo) {
 	admin := s.requireRole(models.RoleAdmin)
 
 	v1.POST("/join-tokens", s.createJoinToken, admin)
+	v1.GET("/join-tokens", s.listJoinTokens, admin)
+	v1.POST("/join-tokens/:id/revoke", s.revokeJoinToken, admin)
 	v1.POST("/users", s.createUser, admin)
 
 	v1.GET("/machines", s.listMachines, viewer)

@@ -68,6 +68,30 @@ func (e InstanceState) Valid() bool {
 	}
 }
 
+// Defines values for JoinTokenInfoState.
+const (
+	Expired JoinTokenInfoState = "expired"
+	Revoked JoinTokenInfoState = "revoked"
+	Unused  JoinTokenInfoState = "unused"
+	Used    JoinTokenInfoState = "used"
+)
+
+// Valid indicates whether the value is a known member of the JoinTokenInfoState enum.
+func (e JoinTokenInfoState) Valid() bool {
+	switch e {
+	case Expired:
+		return true
+	case Revoked:
+		return true
+	case Unused:
+		return true
+	case Used:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for MachineHealthState.
 const (
 	Failing MachineHealthState = "failing"
@@ -861,6 +885,34 @@ type JoinToken struct {
 	Token string `json:"token"`
 }
 
+// JoinTokenInfo a join token as listed; neither the secret nor its hash is ever shown
+type JoinTokenInfo struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// CreatedBy the person who made it
+	CreatedBy string     `json:"created_by"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	Id        int64      `json:"id"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	RevokedBy *string    `json:"revoked_by,omitempty"`
+
+	// State only an `unused` token enrols a machine; used and revoked are for good
+	State  JoinTokenInfoState `json:"state"`
+	UsedAt *time.Time         `json:"used_at,omitempty"`
+
+	// UsedBy the machine it enrolled
+	UsedBy *string `json:"used_by,omitempty"`
+}
+
+// JoinTokenInfoState only an `unused` token enrols a machine; used and revoked are for good
+type JoinTokenInfoState string
+
+// JoinTokenList defines model for JoinTokenList.
+type JoinTokenList struct {
+	Items      []JoinTokenInfo `json:"items"`
+	NextCursor string          `json:"next_cursor"`
+}
+
 // JoinTokenRequest defines model for JoinTokenRequest.
 type JoinTokenRequest struct {
 	// ExpiresIn a positive Go duration like 24h (default 24h); longer than 720h is cut to 720h
@@ -1381,6 +1433,9 @@ type Cursor = string
 // IfMatch Example: "42"
 type IfMatch = string
 
+// JoinTokenID defines model for joinTokenID.
+type JoinTokenID = int64
+
 // Limit defines model for limit.
 type Limit = int
 
@@ -1489,6 +1544,15 @@ type PollDeclarationParams struct {
 type ListInstancesParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListJoinTokensParams defines parameters for ListJoinTokens.
+type ListJoinTokensParams struct {
+	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListMachinesParams defines parameters for ListMachines.
@@ -2393,6 +2457,11 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 	ListInstances(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListJoinTokens join tokens, newest first (admin); ids and states, never the secrets
+	//
+	// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+	ListJoinTokens(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CreateJoinTokenWithBody a single-use, expiring join token (admin)
 	//
 	// The body may be left out (then the token lasts 24h).
@@ -2410,6 +2479,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 	CreateJoinToken(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeJoinToken revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+	//
+	// Revoking a revoked token changes nothing and answers it again.
+	//
+	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+	RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMachines machines, newest first (viewer)
 	//
@@ -3075,6 +3151,21 @@ func (c *Client) ListInstances(ctx context.Context, params *ListInstancesParams,
 	return c.Client.Do(req)
 }
 
+// ListJoinTokens join tokens, newest first (admin); ids and states, never the secrets
+//
+// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+func (c *Client) ListJoinTokens(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListJoinTokensRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CreateJoinTokenWithBody a single-use, expiring join token (admin)
 //
 // The body may be left out (then the token lasts 24h).
@@ -3103,6 +3194,23 @@ func (c *Client) CreateJoinTokenWithBody(ctx context.Context, contentType string
 // Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 func (c *Client) CreateJoinToken(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateJoinTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeJoinToken revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+//
+// Revoking a revoked token changes nothing and answers it again.
+//
+// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+func (c *Client) RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeJoinTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -4671,6 +4779,72 @@ func NewListInstancesRequest(server string, params *ListInstancesParams) (*http.
 	return req, nil
 }
 
+// NewListJoinTokensRequest constructs an http.Request for the ListJoinTokens method
+func NewListJoinTokensRequest(server string, params *ListJoinTokensParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/join-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateJoinTokenRequest calls the generic CreateJoinToken builder with application/json body
 func NewCreateJoinTokenRequest(server string, body CreateJoinTokenJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4707,6 +4881,40 @@ func NewCreateJoinTokenRequestWithBody(server string, contentType string, body i
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeJoinTokenRequest constructs an http.Request for the RevokeJoinToken method
+func NewRevokeJoinTokenRequest(server string, id JoinTokenID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/join-tokens/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -6429,6 +6637,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 	ListInstancesWithResponse(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*ListInstancesResponse, error)
 
+	// ListJoinTokensWithResponse join tokens, newest first (admin); ids and states, never the secrets
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+	ListJoinTokensWithResponse(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*ListJoinTokensResponse, error)
+
 	// CreateJoinTokenWithBodyWithResponse a single-use, expiring join token (admin)
 	//
 	// The body may be left out (then the token lasts 24h).
@@ -6446,6 +6661,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 	CreateJoinTokenWithResponse(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateJoinTokenResponse, error)
+
+	// RevokeJoinTokenWithResponse revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+	//
+	// Revoking a revoked token changes nothing and answers it again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+	RevokeJoinTokenWithResponse(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*RevokeJoinTokenResponse, error)
 
 	// ListMachinesWithResponse machines, newest first (viewer)
 	//
@@ -8060,6 +8284,75 @@ func (r ListInstancesResponse) ContentType() string {
 	return ""
 }
 
+type ListJoinTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JoinTokenList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListJoinTokensResponse) GetJSON200() *JoinTokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListJoinTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListJoinTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListJoinTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListJoinTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateJoinTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8130,6 +8423,89 @@ func (r CreateJoinTokenResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateJoinTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeJoinTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JoinTokenInfo
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeJoinTokenResponse) GetJSON200() *JoinTokenInfo {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeJoinTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeJoinTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeJoinTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeJoinTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11028,6 +11404,19 @@ func (c *ClientWithResponses) ListInstancesWithResponse(ctx context.Context, par
 	return ParseListInstancesResponse(rsp)
 }
 
+// ListJoinTokensWithResponse join tokens, newest first (admin); ids and states, never the secrets
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+func (c *ClientWithResponses) ListJoinTokensWithResponse(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*ListJoinTokensResponse, error) {
+	rsp, err := c.ListJoinTokens(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListJoinTokensResponse(rsp)
+}
+
 // CreateJoinTokenWithBodyWithResponse a single-use, expiring join token (admin)
 //
 // The body may be left out (then the token lasts 24h).
@@ -11056,6 +11445,21 @@ func (c *ClientWithResponses) CreateJoinTokenWithResponse(ctx context.Context, b
 		return nil, err
 	}
 	return ParseCreateJoinTokenResponse(rsp)
+}
+
+// RevokeJoinTokenWithResponse revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+//
+// Revoking a revoked token changes nothing and answers it again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+func (c *ClientWithResponses) RevokeJoinTokenWithResponse(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*RevokeJoinTokenResponse, error) {
+	rsp, err := c.RevokeJoinToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeJoinTokenResponse(rsp)
 }
 
 // ListMachinesWithResponse machines, newest first (viewer)
@@ -12700,6 +13104,60 @@ func ParseListInstancesResponse(rsp *http.Response) (*ListInstancesResponse, err
 	return response, nil
 }
 
+// ParseListJoinTokensResponse parses an HTTP response from a ListJoinTokensWithResponse call
+func ParseListJoinTokensResponse(rsp *http.Response) (*ListJoinTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListJoinTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JoinTokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCreateJoinTokenResponse parses an HTTP response from a CreateJoinTokenWithResponse call
 func ParseCreateJoinTokenResponse(rsp *http.Response) (*CreateJoinTokenResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12748,6 +13206,74 @@ func ParseCreateJoinTokenResponse(rsp *http.Response) (*CreateJoinTokenResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeJoinTokenResponse parses an HTTP response from a RevokeJoinTokenWithResponse call
+func ParseRevokeJoinTokenResponse(rsp *http.Response) (*RevokeJoinTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeJoinTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JoinTokenInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

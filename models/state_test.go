@@ -165,3 +165,27 @@ func TestPlanView_TierWords(t *testing.T) {
 		})
 	}
 }
+
+func TestJoinToken_State(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	earlier := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name string
+		jt   JoinToken
+		want string
+	}{
+		{"unused", JoinToken{ExpiresAt: now.Add(time.Hour)}, JoinTokenUnused},
+		{"expired at its instant", JoinToken{ExpiresAt: now}, JoinTokenExpired},
+		{"used wins over expired", JoinToken{ExpiresAt: earlier, UsedAt: &earlier}, JoinTokenUsed},
+		{"revoked wins over expired", JoinToken{ExpiresAt: earlier, RevokedAt: &earlier}, JoinTokenRevoked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.jt.State(now); got != tc.want {
+				t.Fatalf("State = %s, want %s", got, tc.want)
+			}
+			if tc.jt.Spendable(now) != (tc.want == JoinTokenUnused) {
+				t.Fatal("Spendable disagrees with State")
+			}
+		})
+	}
+}
