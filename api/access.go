@@ -76,6 +76,23 @@ func (s *Server) createUser(c echo.Context) error {
 	return c.JSON(http.StatusCreated, userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt})
 }
 
+// listUsers lists users: name, role and when made, never a password hash.
+func (s *Server) listUsers(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	us, err := s.Store.Users(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]userResponse, len(us))
+	for i, u := range us {
+		views[i] = userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt}
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(userResponse) string { return strconv.FormatInt(us[len(us)-1].ID, 10) }))
+}
+
 // Enrolment is what a host needs besides a join token: the mesh CA's pin
 // (sha256 of its SubjectPublicKeyInfo), which it checks the controller's
 // certificate against before it sends the token, and the controller's URL.

@@ -115,3 +115,40 @@ func TestJoinTokens_ListAndRevoke(t *testing.T) {
 		})
 	})
 }
+
+func TestUsers_List(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		op := e.AddUser("olga", "operator")
+		e.AddUser("vic", "viewer")
+		t.Run("OK", func(t *testing.T) {
+			resp, raw := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: e.Admin})
+			if resp.StatusCode != 200 || strings.Contains(string(raw), "hash") || strings.Contains(string(raw), "$2a$") ||
+				strings.Contains(string(raw), "password") {
+				t.Fatalf("list: %d %s (must show no password hash)", resp.StatusCode, raw)
+			}
+			var l struct {
+				Items []struct {
+					Name, Role string
+					CreatedAt  string `json:"created_at"`
+				}
+			}
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: e.Admin}, 200, &l)
+			if len(l.Items) != 3 || l.Items[0].Name != "vic" || l.Items[0].Role != "viewer" || l.Items[1].Name != "olga" ||
+				l.Items[2].Role != "admin" || l.Items[0].CreatedAt == "" {
+				t.Fatalf("users: %+v", l.Items)
+			}
+			var page struct {
+				Items      []struct{ Name string }
+				NextCursor string `json:"next_cursor"`
+			}
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users?limit=2", Token: e.Admin}, 200, &page)
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users?limit=2&cursor=" + page.NextCursor, Token: e.Admin}, 200, &page)
+			if len(page.Items) != 1 || page.Items[0].Name != l.Items[2].Name {
+				t.Fatalf("second page: %+v", page)
+			}
+		})
+		t.Run("ErrNotAdmin", func(t *testing.T) {
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: op}, 403, nil)
+		})
+	})
+}

@@ -165,6 +165,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/join-tokens", s.listJoinTokens, admin)
 	v1.POST("/join-tokens/:id/revoke", s.revokeJoinToken, admin)
 	v1.POST("/users", s.createUser, admin)
+	v1.GET("/users", s.listUsers, admin)
 
 	v1.GET("/machines", s.listMachines, viewer)
 	v1.GET("/machines/:name", s.getMachine, viewer)

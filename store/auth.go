@@ -182,6 +182,16 @@ func (s *Store) User(ctx context.Context, name string) (*models.User, error) {
 	return &u, nil
 }
 
+// Users lists users newest first.
+func (s *Store) Users(ctx context.Context, limit int, cursor int64) ([]models.User, error) {
+	var us []models.User
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return us, mapErr(q.Find(&us).Error)
+}
+
 // CountUsers is how many users exist.
 func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 	var n int64
