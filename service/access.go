@@ -15,3 +15,12 @@ func (s *Service) RevokeJoinToken(ctx context.Context, actor string, id int64) (
 	}
 	return s.Store.RevokeJoinToken(ctx, actor, id)
 }
+
+// DeleteSource stops accepting a forge source's webhooks. Its deliveries and
+// merges go with it; the builds they queued stay with their modules.
+func (s *Service) DeleteSource(ctx context.Context, actor, name string) error {
+	if err := models.ValidName("source", name); err != nil {
+		return err
+	}
+	return s.Store.DeleteSource(ctx, actor, name)
+}
