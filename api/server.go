@@ -187,6 +187,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/modules/:module/builds", s.listBuilds, viewer)
 	v1.POST("/modules/:module/builds", s.createBuild, operator)
 	v1.GET("/modules/:module/builds/:number", s.getBuild, viewer)
+	v1.POST("/modules/:module/builds/:number/yank", s.yankBuild, operator)
 	v1.POST("/modules/:module/current", s.setCurrent, operator)
 
 	v1.POST("/host-releases", s.createRelease, admin)

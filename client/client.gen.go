@@ -23,8 +23,10 @@ import (
 // Defines values for BuildState.
 const (
 	BuildStateBuilding BuildState = "building"
+	BuildStateFailed   BuildState = "failed"
 	BuildStateQueued   BuildState = "queued"
 	BuildStateReady    BuildState = "ready"
+	BuildStateYanked   BuildState = "yanked"
 )
 
 // Valid indicates whether the value is a known member of the BuildState enum.
@@ -32,9 +34,13 @@ func (e BuildState) Valid() bool {
 	switch e {
 	case BuildStateBuilding:
 		return true
+	case BuildStateFailed:
+		return true
 	case BuildStateQueued:
 		return true
 	case BuildStateReady:
+		return true
+	case BuildStateYanked:
 		return true
 	default:
 		return false
@@ -641,12 +647,17 @@ type Build struct {
 	Number   int      `json:"number"`
 	Size     int      `json:"size"`
 
-	// State a build queued from a merge waits for a builder
+	// State a build queued from a merge waits for a builder; `failed` was refused from its builder for good; `yanked` was marked bad by an operator (machines that run it keep it; it is never planned, pinned or made current again)
 	State   BuildState `json:"state"`
 	Version string     `json:"version"`
+
+	// YankReason why it was yanked
+	YankReason *string    `json:"yank_reason,omitempty"`
+	YankedAt   *time.Time `json:"yanked_at,omitempty"`
+	YankedBy   *string    `json:"yanked_by,omitempty"`
 }
 
-// BuildState a build queued from a merge waits for a builder
+// BuildState a build queued from a merge waits for a builder; `failed` was refused from its builder for good; `yanked` was marked bad by an operator (machines that run it keep it; it is never planned, pinned or made current again)
 type BuildState string
 
 // BuildArtifactUpload the parts finishBuild reads (other parts are ignored). The manifest is
@@ -1427,6 +1438,12 @@ type Variables struct {
 	Variables map[string]string `json:"variables"`
 }
 
+// YankRequest defines model for YankRequest.
+type YankRequest struct {
+	// Reason why the build is bad; shown with it
+	Reason string `json:"reason"`
+}
+
 // BuildID defines model for buildID.
 type BuildID = int64
 
@@ -1689,6 +1706,9 @@ type CreateModuleJSONRequestBody = ModuleRequest
 
 // CreateBuildMultipartRequestBody defines body for CreateBuild for multipart/form-data ContentType.
 type CreateBuildMultipartRequestBody = BuildUpload
+
+// YankBuildJSONRequestBody defines body for YankBuild for application/json ContentType.
+type YankBuildJSONRequestBody = YankRequest
 
 // SetCurrentBuildJSONRequestBody defines body for SetCurrentBuild for application/json ContentType.
 type SetCurrentBuildJSONRequestBody = CurrentRequest
@@ -2646,6 +2666,24 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/modules/{module}/builds/{number} (the `GetBuild` operationId).
 	GetBuild(ctx context.Context, module ModuleName, number BuildNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// YankBuildWithBody mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithBody(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// YankBuild mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuild(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// Takes any type of body and a specified content type.
@@ -3592,6 +3630,44 @@ func (c *Client) CreateBuildWithBody(ctx context.Context, module ModuleName, con
 // Corresponds with GET /api/v1/modules/{module}/builds/{number} (the `GetBuild` operationId).
 func (c *Client) GetBuild(ctx context.Context, module ModuleName, number BuildNumber, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBuildRequest(c.Server, module, number)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// YankBuildWithBody mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *Client) YankBuildWithBody(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankBuildRequestWithBody(c.Server, module, number, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// YankBuild mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankBuildRequest(c.Server, module, number, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5851,6 +5927,60 @@ func NewGetBuildRequest(server string, module ModuleName, number BuildNumber) (*
 	return req, nil
 }
 
+// NewYankBuildRequest calls the generic YankBuild builder with application/json body
+func NewYankBuildRequest(server string, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewYankBuildRequestWithBody(server, module, number, "application/json", bodyReader)
+}
+
+// NewYankBuildRequestWithBody constructs an http.Request for the YankBuild method, with any body, and a specified content type
+func NewYankBuildRequestWithBody(server string, module ModuleName, number BuildNumber, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "module", module, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "number", number, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/modules/%s/builds/%s/yank", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewSetCurrentBuildRequest calls the generic SetCurrentBuild builder with application/json body
 func NewSetCurrentBuildRequest(server string, module ModuleName, body SetCurrentBuildJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7001,6 +7131,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/modules/{module}/builds/{number} (the `GetBuild` operationId).
 	GetBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, reqEditors ...RequestEditorFn) (*GetBuildResponse, error)
+
+	// YankBuildWithBodyWithResponse mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithBodyWithResponse(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankBuildResponse, error)
+
+	// YankBuildWithResponse mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*YankBuildResponse, error)
 
 	// SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
@@ -10146,6 +10294,96 @@ func (r GetBuildResponse) ContentType() string {
 	return ""
 }
 
+type YankBuildResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Build
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r YankBuildResponse) GetJSON200() *Build {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r YankBuildResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r YankBuildResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r YankBuildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r YankBuildResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type SetCurrentBuildResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10159,6 +10397,8 @@ type SetCurrentBuildResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -10188,6 +10428,11 @@ func (r SetCurrentBuildResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r SetCurrentBuildResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SetCurrentBuildResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -12071,6 +12316,36 @@ func (c *ClientWithResponses) GetBuildWithResponse(ctx context.Context, module M
 		return nil, err
 	}
 	return ParseGetBuildResponse(rsp)
+}
+
+// YankBuildWithBodyWithResponse mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *ClientWithResponses) YankBuildWithBodyWithResponse(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankBuildResponse, error) {
+	rsp, err := c.YankBuildWithBody(ctx, module, number, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankBuildResponse(rsp)
+}
+
+// YankBuildWithResponse mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*YankBuildResponse, error) {
+	rsp, err := c.YankBuild(ctx, module, number, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankBuildResponse(rsp)
 }
 
 // SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
@@ -14868,6 +15143,81 @@ func ParseGetBuildResponse(rsp *http.Response) (*GetBuildResponse, error) {
 	return response, nil
 }
 
+// ParseYankBuildResponse parses an HTTP response from a YankBuildWithResponse call
+func ParseYankBuildResponse(rsp *http.Response) (*YankBuildResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &YankBuildResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Build
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseSetCurrentBuildResponse parses an HTTP response from a SetCurrentBuildWithResponse call
 func ParseSetCurrentBuildResponse(rsp *http.Response) (*SetCurrentBuildResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14916,6 +15266,13 @@ func ParseSetCurrentBuildResponse(rsp *http.Response) (*SetCurrentBuildResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge

@@ -217,6 +217,10 @@ type Build struct {
 	MergeID    *int64
 	LeaseOwner string
 	LeaseUntil *time.Time
+	// YankReason, YankedBy and YankedAt are set when the build is yanked.
+	YankReason string
+	YankedBy   string
+	YankedAt   *time.Time
 }
 
 // Assignment puts a module on a machine, optionally pinned to a build.

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -185,6 +186,28 @@ func TestJoinToken_State(t *testing.T) {
 			}
 			if tc.jt.Spendable(now) != (tc.want == JoinTokenUnused) {
 				t.Fatal("Spendable disagrees with State")
+			}
+		})
+	}
+}
+
+func TestBuild_Usable(t *testing.T) {
+	for _, tc := range []struct {
+		state string
+		want  error
+	}{
+		{BuildReady, nil},
+		{BuildYanked, ErrConflict},
+		{BuildQueued, ErrNotFound},
+		{BuildFailed, ErrNotFound},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			err := (&Build{Number: 2, State: tc.state, YankReason: "leaks"}).Usable()
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("Usable() = %v, want %v", err, tc.want)
+			}
+			if tc.state == BuildYanked && !strings.Contains(err.Error(), "leaks") {
+				t.Fatalf("a yanked build's error does not say why: %v", err)
 			}
 		})
 	}
