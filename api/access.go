@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +74,23 @@ func (s *Server) createUser(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusCreated, userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt})
+}
+
+// listUsers lists users: name, role and when made, never a password hash.
+func (s *Server) listUsers(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	us, err := s.Store.Users(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]userResponse, len(us))
+	for i, u := range us {
+		views[i] = userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt}
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(userResponse) string { return strconv.FormatInt(us[len(us)-1].ID, 10) }))
 }
 
 // Enrolment is what a host needs besides a join token: the mesh CA's pin
@@ -145,6 +163,53 @@ func (s *Server) createJoinToken(c echo.Context) error {
 	url := s.Enrolment.controllerURL(c.Request())
 	return c.JSON(http.StatusCreated, joinTokenResponse{Token: tok, ExpiresAt: exp, CAPin: s.Enrolment.CAPin,
 		Controller: url, Command: s.Enrolment.enrolCommand(url, tok)})
+}
+
+// JoinTokenView is a join token as listed: its id, never the secret (only
+// its hash is kept) nor the hash.
+type JoinTokenView struct {
+	ID        int64      `json:"id"`
+	State     string     `json:"state"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	UsedAt    *time.Time `json:"used_at,omitempty"`
+	UsedBy    string     `json:"used_by,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	RevokedBy string     `json:"revoked_by,omitempty"`
+}
+
+func (s *Server) joinTokenView(jt *models.JoinToken) JoinTokenView {
+	return JoinTokenView{ID: jt.ID, State: jt.State(s.Now()), CreatedBy: jt.CreatedBy, CreatedAt: jt.CreatedAt,
+		ExpiresAt: jt.ExpiresAt, UsedAt: jt.UsedAt, UsedBy: jt.UsedBy, RevokedAt: jt.RevokedAt, RevokedBy: jt.RevokedBy}
+}
+
+func (s *Server) listJoinTokens(c echo.Context) error {
+	limit, cur, err := pageID(c)
+	if err != nil {
+		return err
+	}
+	ts, err := s.Store.JoinTokens(c.Request().Context(), limit, cur)
+	if err != nil {
+		return err
+	}
+	views := make([]JoinTokenView, len(ts))
+	for i := range ts {
+		views[i] = s.joinTokenView(&ts[i])
+	}
+	return c.JSON(http.StatusOK, listOf(views, limit, func(v JoinTokenView) string { return strconv.FormatInt(v.ID, 10) }))
+}
+
+func (s *Server) revokeJoinToken(c echo.Context) error {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil {
+		return models.Invalid("id", "a join token's id, a number")
+	}
+	jt, err := s.Service.RevokeJoinToken(c.Request().Context(), principal(c).Actor(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.joinTokenView(jt))
 }
 
 type enrollRequest struct {

@@ -53,6 +53,13 @@ func (s *Server) createSource(c echo.Context) error {
 	return c.JSON(http.StatusCreated, src)
 }
 
+func (s *Server) deleteSource(c echo.Context) error {
+	if err := s.Service.DeleteSource(c.Request().Context(), principal(c).Actor(), c.Param("source")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
 func (s *Server) listSources(c echo.Context) error {
 	ss, err := s.Store.Sources(c.Request().Context())
 	if err != nil {

@@ -109,6 +109,10 @@ type BuildView struct {
 	CreatedBy string          `json:"created_by"`
 	CreatedAt time.Time       `json:"created_at"`
 	State     string          `json:"state"`
+	// YankReason, YankedBy and YankedAt: a yanked build's.
+	YankReason string     `json:"yank_reason,omitempty"`
+	YankedBy   string     `json:"yanked_by,omitempty"`
+	YankedAt   *time.Time `json:"yanked_at,omitempty"`
 }
 
 func buildView(module string, b *models.Build) BuildView {
@@ -117,7 +121,29 @@ func buildView(module string, b *models.Build) BuildView {
 		state = models.BuildReady
 	}
 	return BuildView{Module: module, Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: b.Digest,
-		Size: b.Size, Manifest: json.RawMessage(b.Manifest), CreatedBy: b.CreatedBy, CreatedAt: b.CreatedAt, State: state}
+		Size: b.Size, Manifest: json.RawMessage(b.Manifest), CreatedBy: b.CreatedBy, CreatedAt: b.CreatedAt, State: state,
+		YankReason: b.YankReason, YankedBy: b.YankedBy, YankedAt: b.YankedAt}
+}
+
+type yankRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (s *Server) yankBuild(c echo.Context) error {
+	n, err := strconv.ParseInt(c.Param("number"), 10, 64)
+	if err != nil {
+		return models.Invalid("number", "a build number")
+	}
+	var req yankRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	b, err := s.Service.YankBuild(c.Request().Context(), principal(c).Actor(),
+		service.YankBuild{Module: c.Param("module"), Number: n, Reason: req.Reason})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, buildView(c.Param("module"), b))
 }
 
 // createBuild takes a multipart upload: artifact (tar.gz, optional),

@@ -162,7 +162,10 @@ func (s *Server) Register(e *echo.Echo) {
 	admin := s.requireRole(models.RoleAdmin)
 
 	v1.POST("/join-tokens", s.createJoinToken, admin)
+	v1.GET("/join-tokens", s.listJoinTokens, admin)
+	v1.POST("/join-tokens/:id/revoke", s.revokeJoinToken, admin)
 	v1.POST("/users", s.createUser, admin)
+	v1.GET("/users", s.listUsers, admin)
 
 	v1.GET("/machines", s.listMachines, viewer)
 	v1.GET("/machines/:name", s.getMachine, viewer)
@@ -184,6 +187,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/modules/:module/builds", s.listBuilds, viewer)
 	v1.POST("/modules/:module/builds", s.createBuild, operator)
 	v1.GET("/modules/:module/builds/:number", s.getBuild, viewer)
+	v1.POST("/modules/:module/builds/:number/yank", s.yankBuild, operator)
 	v1.POST("/modules/:module/current", s.setCurrent, operator)
 
 	v1.POST("/host-releases", s.createRelease, admin)
@@ -196,6 +200,7 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1.POST("/sources", s.createSource, admin)
 	v1.GET("/sources", s.listSources, viewer)
+	v1.DELETE("/sources/:source", s.deleteSource, admin)
 	v1.POST("/hooks/:source", s.hook)
 	v1.POST("/builds/claim", s.claimBuild, s.requireBuilder)
 	v1.PUT("/builds/:id/artifact", s.finishBuild, s.requireBuilder)

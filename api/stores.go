@@ -66,7 +66,9 @@ type ForgeStore interface {
 // AccessStore is join tokens, users and keys.
 type AccessStore interface {
 	CreateJoinToken(ctx context.Context, actor, hash string, expires time.Time) error
+	JoinTokens(ctx context.Context, limit int, cursor int64) ([]models.JoinToken, error)
 	CreateUser(ctx context.Context, actor string, u *models.User) error
+	Users(ctx context.Context, limit int, cursor int64) ([]models.User, error)
 	Keys(ctx context.Context, purpose string) ([]models.Key, error)
 }
 

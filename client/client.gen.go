@@ -23,8 +23,10 @@ import (
 // Defines values for BuildState.
 const (
 	BuildStateBuilding BuildState = "building"
+	BuildStateFailed   BuildState = "failed"
 	BuildStateQueued   BuildState = "queued"
 	BuildStateReady    BuildState = "ready"
+	BuildStateYanked   BuildState = "yanked"
 )
 
 // Valid indicates whether the value is a known member of the BuildState enum.
@@ -32,9 +34,13 @@ func (e BuildState) Valid() bool {
 	switch e {
 	case BuildStateBuilding:
 		return true
+	case BuildStateFailed:
+		return true
 	case BuildStateQueued:
 		return true
 	case BuildStateReady:
+		return true
+	case BuildStateYanked:
 		return true
 	default:
 		return false
@@ -62,6 +68,30 @@ func (e InstanceState) Valid() bool {
 	case InstanceStateStopped:
 		return true
 	case InstanceStateUnresponsive:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JoinTokenInfoState.
+const (
+	Expired JoinTokenInfoState = "expired"
+	Revoked JoinTokenInfoState = "revoked"
+	Unused  JoinTokenInfoState = "unused"
+	Used    JoinTokenInfoState = "used"
+)
+
+// Valid indicates whether the value is a known member of the JoinTokenInfoState enum.
+func (e JoinTokenInfoState) Valid() bool {
+	switch e {
+	case Expired:
+		return true
+	case Revoked:
+		return true
+	case Unused:
+		return true
+	case Used:
 		return true
 	default:
 		return false
@@ -617,12 +647,17 @@ type Build struct {
 	Number   int      `json:"number"`
 	Size     int      `json:"size"`
 
-	// State a build queued from a merge waits for a builder
+	// State a build queued from a merge waits for a builder; `failed` was refused from its builder for good; `yanked` was marked bad by an operator (machines that run it keep it; it is never planned, pinned or made current again)
 	State   BuildState `json:"state"`
 	Version string     `json:"version"`
+
+	// YankReason why it was yanked
+	YankReason *string    `json:"yank_reason,omitempty"`
+	YankedAt   *time.Time `json:"yanked_at,omitempty"`
+	YankedBy   *string    `json:"yanked_by,omitempty"`
 }
 
-// BuildState a build queued from a merge waits for a builder
+// BuildState a build queued from a merge waits for a builder; `failed` was refused from its builder for good; `yanked` was marked bad by an operator (machines that run it keep it; it is never planned, pinned or made current again)
 type BuildState string
 
 // BuildArtifactUpload the parts finishBuild reads (other parts are ignored). The manifest is
@@ -859,6 +894,34 @@ type JoinToken struct {
 
 	// Token single use; shown only here
 	Token string `json:"token"`
+}
+
+// JoinTokenInfo a join token as listed; neither the secret nor its hash is ever shown
+type JoinTokenInfo struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// CreatedBy the person who made it
+	CreatedBy string     `json:"created_by"`
+	ExpiresAt time.Time  `json:"expires_at"`
+	Id        int64      `json:"id"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	RevokedBy *string    `json:"revoked_by,omitempty"`
+
+	// State only an `unused` token enrols a machine; used and revoked are for good
+	State  JoinTokenInfoState `json:"state"`
+	UsedAt *time.Time         `json:"used_at,omitempty"`
+
+	// UsedBy the machine it enrolled
+	UsedBy *string `json:"used_by,omitempty"`
+}
+
+// JoinTokenInfoState only an `unused` token enrols a machine; used and revoked are for good
+type JoinTokenInfoState string
+
+// JoinTokenList defines model for JoinTokenList.
+type JoinTokenList struct {
+	Items      []JoinTokenInfo `json:"items"`
+	NextCursor string          `json:"next_cursor"`
 }
 
 // JoinTokenRequest defines model for JoinTokenRequest.
@@ -1351,6 +1414,12 @@ type User struct {
 	Role      string    `json:"role"`
 }
 
+// UserList defines model for UserList.
+type UserList struct {
+	Items      []User `json:"items"`
+	NextCursor string `json:"next_cursor"`
+}
+
 // UserRequest defines model for UserRequest.
 type UserRequest struct {
 	Name string `json:"name"`
@@ -1369,6 +1438,12 @@ type Variables struct {
 	Variables map[string]string `json:"variables"`
 }
 
+// YankRequest defines model for YankRequest.
+type YankRequest struct {
+	// Reason why the build is bad; shown with it
+	Reason string `json:"reason"`
+}
+
 // BuildID defines model for buildID.
 type BuildID = int64
 
@@ -1380,6 +1455,9 @@ type Cursor = string
 
 // IfMatch Example: "42"
 type IfMatch = string
+
+// JoinTokenID defines model for joinTokenID.
+type JoinTokenID = int64
 
 // Limit defines model for limit.
 type Limit = int
@@ -1491,6 +1569,15 @@ type ListInstancesParams struct {
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListJoinTokensParams defines parameters for ListJoinTokens.
+type ListJoinTokensParams struct {
+	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListMachinesParams defines parameters for ListMachines.
 type ListMachinesParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
@@ -1575,6 +1662,15 @@ type ListSendsParams struct {
 	Cursor *SendCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListUsersParams defines parameters for ListUsers.
+type ListUsersParams struct {
+	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // LoginJSONRequestBody defines body for Login for application/json ContentType.
 type LoginJSONRequestBody = LoginRequest
 
@@ -1610,6 +1706,9 @@ type CreateModuleJSONRequestBody = ModuleRequest
 
 // CreateBuildMultipartRequestBody defines body for CreateBuild for multipart/form-data ContentType.
 type CreateBuildMultipartRequestBody = BuildUpload
+
+// YankBuildJSONRequestBody defines body for YankBuild for application/json ContentType.
+type YankBuildJSONRequestBody = YankRequest
 
 // SetCurrentBuildJSONRequestBody defines body for SetCurrentBuild for application/json ContentType.
 type SetCurrentBuildJSONRequestBody = CurrentRequest
@@ -2393,6 +2492,11 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 	ListInstances(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListJoinTokens join tokens, newest first (admin); ids and states, never the secrets
+	//
+	// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+	ListJoinTokens(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CreateJoinTokenWithBody a single-use, expiring join token (admin)
 	//
 	// The body may be left out (then the token lasts 24h).
@@ -2410,6 +2514,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 	CreateJoinToken(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeJoinToken revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+	//
+	// Revoking a revoked token changes nothing and answers it again.
+	//
+	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+	RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMachines machines, newest first (viewer)
 	//
@@ -2555,6 +2666,24 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/modules/{module}/builds/{number} (the `GetBuild` operationId).
 	GetBuild(ctx context.Context, module ModuleName, number BuildNumber, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// YankBuildWithBody mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithBody(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// YankBuild mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuild(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// Takes any type of body and a specified content type.
@@ -2642,6 +2771,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/sources (the `CreateSource` operationId).
 	CreateSource(ctx context.Context, body CreateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSource stop accepting a forge repository's webhooks (admin), audited
+	//
+	// The source's deliveries and merges go with it (made again, it starts with no record, so a delivery it saw before is new). Builds its merges queued or made stay with their modules: a queued one is still built.
+	//
+	// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
+	DeleteSource(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListUsers users, newest first (admin); name, role and when made, never a password hash
+	//
+	// Corresponds with GET /api/v1/users (the `ListUsers` operationId).
+	ListUsers(ctx context.Context, params *ListUsersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateUserWithBody add a user (admin)
 	//
@@ -3075,6 +3216,21 @@ func (c *Client) ListInstances(ctx context.Context, params *ListInstancesParams,
 	return c.Client.Do(req)
 }
 
+// ListJoinTokens join tokens, newest first (admin); ids and states, never the secrets
+//
+// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+func (c *Client) ListJoinTokens(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListJoinTokensRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CreateJoinTokenWithBody a single-use, expiring join token (admin)
 //
 // The body may be left out (then the token lasts 24h).
@@ -3103,6 +3259,23 @@ func (c *Client) CreateJoinTokenWithBody(ctx context.Context, contentType string
 // Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 func (c *Client) CreateJoinToken(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateJoinTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeJoinToken revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+//
+// Revoking a revoked token changes nothing and answers it again.
+//
+// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+func (c *Client) RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeJoinTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3467,6 +3640,44 @@ func (c *Client) GetBuild(ctx context.Context, module ModuleName, number BuildNu
 	return c.Client.Do(req)
 }
 
+// YankBuildWithBody mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *Client) YankBuildWithBody(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankBuildRequestWithBody(c.Server, module, number, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// YankBuild mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewYankBuildRequest(c.Server, module, number, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // Takes any type of body and a specified content type.
@@ -3685,6 +3896,38 @@ func (c *Client) CreateSourceWithBody(ctx context.Context, contentType string, b
 // Corresponds with POST /api/v1/sources (the `CreateSource` operationId).
 func (c *Client) CreateSource(ctx context.Context, body CreateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateSourceRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSource stop accepting a forge repository's webhooks (admin), audited
+//
+// The source's deliveries and merges go with it (made again, it starts with no record, so a delivery it saw before is new). Builds its merges queued or made stay with their modules: a queued one is still built.
+//
+// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
+func (c *Client) DeleteSource(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSourceRequest(c.Server, source)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListUsers users, newest first (admin); name, role and when made, never a password hash
+//
+// Corresponds with GET /api/v1/users (the `ListUsers` operationId).
+func (c *Client) ListUsers(ctx context.Context, params *ListUsersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListUsersRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4671,6 +4914,72 @@ func NewListInstancesRequest(server string, params *ListInstancesParams) (*http.
 	return req, nil
 }
 
+// NewListJoinTokensRequest constructs an http.Request for the ListJoinTokens method
+func NewListJoinTokensRequest(server string, params *ListJoinTokensParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/join-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateJoinTokenRequest calls the generic CreateJoinToken builder with application/json body
 func NewCreateJoinTokenRequest(server string, body CreateJoinTokenJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4707,6 +5016,40 @@ func NewCreateJoinTokenRequestWithBody(server string, contentType string, body i
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeJoinTokenRequest constructs an http.Request for the RevokeJoinToken method
+func NewRevokeJoinTokenRequest(server string, id JoinTokenID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/join-tokens/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5584,6 +5927,60 @@ func NewGetBuildRequest(server string, module ModuleName, number BuildNumber) (*
 	return req, nil
 }
 
+// NewYankBuildRequest calls the generic YankBuild builder with application/json body
+func NewYankBuildRequest(server string, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewYankBuildRequestWithBody(server, module, number, "application/json", bodyReader)
+}
+
+// NewYankBuildRequestWithBody constructs an http.Request for the YankBuild method, with any body, and a specified content type
+func NewYankBuildRequestWithBody(server string, module ModuleName, number BuildNumber, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "module", module, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "number", number, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/modules/%s/builds/%s/yank", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewSetCurrentBuildRequest calls the generic SetCurrentBuild builder with application/json body
 func NewSetCurrentBuildRequest(server string, module ModuleName, body SetCurrentBuildJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6040,6 +6437,106 @@ func NewCreateSourceRequestWithBody(server string, contentType string, body io.R
 	return req, nil
 }
 
+// NewDeleteSourceRequest constructs an http.Request for the DeleteSource method
+func NewDeleteSourceRequest(server string, source SourceName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "source", source, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sources/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListUsersRequest constructs an http.Request for the ListUsers method
+func NewListUsersRequest(server string, params *ListUsersParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/users")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateUserRequest calls the generic CreateUser builder with application/json body
 func NewCreateUserRequest(server string, body CreateUserJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6429,6 +6926,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 	ListInstancesWithResponse(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*ListInstancesResponse, error)
 
+	// ListJoinTokensWithResponse join tokens, newest first (admin); ids and states, never the secrets
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+	ListJoinTokensWithResponse(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*ListJoinTokensResponse, error)
+
 	// CreateJoinTokenWithBodyWithResponse a single-use, expiring join token (admin)
 	//
 	// The body may be left out (then the token lasts 24h).
@@ -6446,6 +6950,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/join-tokens (the `CreateJoinToken` operationId).
 	CreateJoinTokenWithResponse(ctx context.Context, body CreateJoinTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateJoinTokenResponse, error)
+
+	// RevokeJoinTokenWithResponse revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+	//
+	// Revoking a revoked token changes nothing and answers it again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+	RevokeJoinTokenWithResponse(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*RevokeJoinTokenResponse, error)
 
 	// ListMachinesWithResponse machines, newest first (viewer)
 	//
@@ -6619,6 +7132,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/modules/{module}/builds/{number} (the `GetBuild` operationId).
 	GetBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, reqEditors ...RequestEditorFn) (*GetBuildResponse, error)
 
+	// YankBuildWithBodyWithResponse mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithBodyWithResponse(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankBuildResponse, error)
+
+	// YankBuildWithResponse mark a finished build bad (operator), audited
+	//
+	// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+	YankBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*YankBuildResponse, error)
+
 	// SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -6722,6 +7253,22 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/sources (the `CreateSource` operationId).
 	CreateSourceWithResponse(ctx context.Context, body CreateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSourceResponse, error)
+
+	// DeleteSourceWithResponse stop accepting a forge repository's webhooks (admin), audited
+	//
+	// The source's deliveries and merges go with it (made again, it starts with no record, so a delivery it saw before is new). Builds its merges queued or made stay with their modules: a queued one is still built.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
+	DeleteSourceWithResponse(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*DeleteSourceResponse, error)
+
+	// ListUsersWithResponse users, newest first (admin); name, role and when made, never a password hash
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/users (the `ListUsers` operationId).
+	ListUsersWithResponse(ctx context.Context, params *ListUsersParams, reqEditors ...RequestEditorFn) (*ListUsersResponse, error)
 
 	// CreateUserWithBodyWithResponse add a user (admin)
 	//
@@ -8060,6 +8607,75 @@ func (r ListInstancesResponse) ContentType() string {
 	return ""
 }
 
+type ListJoinTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JoinTokenList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListJoinTokensResponse) GetJSON200() *JoinTokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListJoinTokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListJoinTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListJoinTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListJoinTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListJoinTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateJoinTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8130,6 +8746,89 @@ func (r CreateJoinTokenResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateJoinTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeJoinTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JoinTokenInfo
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeJoinTokenResponse) GetJSON200() *JoinTokenInfo {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeJoinTokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeJoinTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeJoinTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeJoinTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeJoinTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9595,6 +10294,96 @@ func (r GetBuildResponse) ContentType() string {
 	return ""
 }
 
+type YankBuildResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Build
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r YankBuildResponse) GetJSON200() *Build {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r YankBuildResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r YankBuildResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r YankBuildResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r YankBuildResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r YankBuildResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type SetCurrentBuildResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9608,6 +10397,8 @@ type SetCurrentBuildResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -9637,6 +10428,11 @@ func (r SetCurrentBuildResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r SetCurrentBuildResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SetCurrentBuildResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -10452,6 +11248,144 @@ func (r CreateSourceResponse) ContentType() string {
 	return ""
 }
 
+type DeleteSourceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteSourceResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteSourceResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteSourceResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteSourceResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteSourceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSourceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSourceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSourceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSourceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListUsersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *UserList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListUsersResponse) GetJSON200() *UserList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListUsersResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListUsersResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListUsersResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListUsersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListUsersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListUsersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListUsersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListUsersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateUserResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11028,6 +11962,19 @@ func (c *ClientWithResponses) ListInstancesWithResponse(ctx context.Context, par
 	return ParseListInstancesResponse(rsp)
 }
 
+// ListJoinTokensWithResponse join tokens, newest first (admin); ids and states, never the secrets
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/join-tokens (the `ListJoinTokens` operationId).
+func (c *ClientWithResponses) ListJoinTokensWithResponse(ctx context.Context, params *ListJoinTokensParams, reqEditors ...RequestEditorFn) (*ListJoinTokensResponse, error) {
+	rsp, err := c.ListJoinTokens(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListJoinTokensResponse(rsp)
+}
+
 // CreateJoinTokenWithBodyWithResponse a single-use, expiring join token (admin)
 //
 // The body may be left out (then the token lasts 24h).
@@ -11056,6 +12003,21 @@ func (c *ClientWithResponses) CreateJoinTokenWithResponse(ctx context.Context, b
 		return nil, err
 	}
 	return ParseCreateJoinTokenResponse(rsp)
+}
+
+// RevokeJoinTokenWithResponse revoke an unused join token (admin), audited; enrolment refuses it as it refuses a used one
+//
+// Revoking a revoked token changes nothing and answers it again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
+func (c *ClientWithResponses) RevokeJoinTokenWithResponse(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*RevokeJoinTokenResponse, error) {
+	rsp, err := c.RevokeJoinToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeJoinTokenResponse(rsp)
 }
 
 // ListMachinesWithResponse machines, newest first (viewer)
@@ -11356,6 +12318,36 @@ func (c *ClientWithResponses) GetBuildWithResponse(ctx context.Context, module M
 	return ParseGetBuildResponse(rsp)
 }
 
+// YankBuildWithBodyWithResponse mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *ClientWithResponses) YankBuildWithBodyWithResponse(ctx context.Context, module ModuleName, number BuildNumber, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*YankBuildResponse, error) {
+	rsp, err := c.YankBuildWithBody(ctx, module, number, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankBuildResponse(rsp)
+}
+
+// YankBuildWithResponse mark a finished build bad (operator), audited
+//
+// The build shows state `yanked` with the reason. Machines that run it keep it (nothing is bumped); it is never made current, pinned or rolled out again: a plan for it is made `refused` with the reason, and its plans still running, paused or halted are cancelled. The current build cannot be yanked: make another current first. Yanking a yanked build changes nothing and answers it again.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/modules/{module}/builds/{number}/yank (the `YankBuild` operationId).
+func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module ModuleName, number BuildNumber, body YankBuildJSONRequestBody, reqEditors ...RequestEditorFn) (*YankBuildResponse, error) {
+	rsp, err := c.YankBuild(ctx, module, number, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseYankBuildResponse(rsp)
+}
+
 // SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -11542,6 +12534,34 @@ func (c *ClientWithResponses) CreateSourceWithResponse(ctx context.Context, body
 		return nil, err
 	}
 	return ParseCreateSourceResponse(rsp)
+}
+
+// DeleteSourceWithResponse stop accepting a forge repository's webhooks (admin), audited
+//
+// The source's deliveries and merges go with it (made again, it starts with no record, so a delivery it saw before is new). Builds its merges queued or made stay with their modules: a queued one is still built.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
+func (c *ClientWithResponses) DeleteSourceWithResponse(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*DeleteSourceResponse, error) {
+	rsp, err := c.DeleteSource(ctx, source, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSourceResponse(rsp)
+}
+
+// ListUsersWithResponse users, newest first (admin); name, role and when made, never a password hash
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/users (the `ListUsers` operationId).
+func (c *ClientWithResponses) ListUsersWithResponse(ctx context.Context, params *ListUsersParams, reqEditors ...RequestEditorFn) (*ListUsersResponse, error) {
+	rsp, err := c.ListUsers(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListUsersResponse(rsp)
 }
 
 // CreateUserWithBodyWithResponse add a user (admin)
@@ -12700,6 +13720,60 @@ func ParseListInstancesResponse(rsp *http.Response) (*ListInstancesResponse, err
 	return response, nil
 }
 
+// ParseListJoinTokensResponse parses an HTTP response from a ListJoinTokensWithResponse call
+func ParseListJoinTokensResponse(rsp *http.Response) (*ListJoinTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListJoinTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JoinTokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCreateJoinTokenResponse parses an HTTP response from a CreateJoinTokenWithResponse call
 func ParseCreateJoinTokenResponse(rsp *http.Response) (*CreateJoinTokenResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -12748,6 +13822,74 @@ func ParseCreateJoinTokenResponse(rsp *http.Response) (*CreateJoinTokenResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeJoinTokenResponse parses an HTTP response from a RevokeJoinTokenWithResponse call
+func ParseRevokeJoinTokenResponse(rsp *http.Response) (*RevokeJoinTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeJoinTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JoinTokenInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -14001,6 +15143,81 @@ func ParseGetBuildResponse(rsp *http.Response) (*GetBuildResponse, error) {
 	return response, nil
 }
 
+// ParseYankBuildResponse parses an HTTP response from a YankBuildWithResponse call
+func ParseYankBuildResponse(rsp *http.Response) (*YankBuildResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &YankBuildResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Build
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseSetCurrentBuildResponse parses an HTTP response from a SetCurrentBuildWithResponse call
 func ParseSetCurrentBuildResponse(rsp *http.Response) (*SetCurrentBuildResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14049,6 +15266,13 @@ func ParseSetCurrentBuildResponse(rsp *http.Response) (*SetCurrentBuildResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
@@ -14680,6 +15904,117 @@ func ParseCreateSourceResponse(rsp *http.Response) (*CreateSourceResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSourceResponse parses an HTTP response from a DeleteSourceWithResponse call
+func ParseDeleteSourceResponse(rsp *http.Response) (*DeleteSourceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSourceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListUsersResponse parses an HTTP response from a ListUsersWithResponse call
+func ParseListUsersResponse(rsp *http.Response) (*ListUsersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListUsersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest UserList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

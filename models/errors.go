@@ -18,7 +18,7 @@ var (
 	ErrInvalid            = errors.New("invalid input")
 	ErrUnauthorized       = errors.New("unauthorized")
 	ErrForbidden          = errors.New("forbidden")
-	ErrTokenUsed          = errors.New("join token is used, expired or unknown")
+	ErrTokenUsed          = errors.New("join token is used, revoked, expired or unknown")
 	ErrDigestMismatch     = errors.New("digest does not match the bytes")
 	ErrDowngrade          = errors.New("would give an older build than the machine runs")
 	ErrMachineConflict    = errors.New("machine is in conflict")

@@ -1,6 +1,9 @@
 package models
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Forge kinds.
 const (
@@ -17,7 +20,23 @@ const (
 	// BuildFailed: the builder sent content that can never be accepted
 	// (a manifest that does not parse); it is never claimed again.
 	BuildFailed = "failed"
+	// BuildYanked: an operator marked a finished build bad. Machines that
+	// run it keep it; it is never planned, pinned or made current again.
+	BuildYanked = "yanked"
 )
+
+// Usable says whether a build may be made current, planned or pinned:
+// only a finished one that was not yanked. The error says why not.
+func (b *Build) Usable() error {
+	switch b.State {
+	case BuildReady, "":
+		return nil
+	case BuildYanked:
+		return fmt.Errorf("%w: build %d is yanked (%s)", ErrConflict, b.Number, b.YankReason)
+	default:
+		return fmt.Errorf("%w: build %d is %s, not finished", ErrNotFound, b.Number, b.State)
+	}
+}
 
 // Source is a forge repository whose webhooks the controller accepts.
 type Source struct {

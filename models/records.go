@@ -102,16 +102,45 @@ type User struct {
 	CreatedAt    time.Time `json:"created_at"`
 }
 
-// JoinToken lets one host enrol once before it expires. Only its hash is kept.
+// JoinToken lets one host enrol once before it expires, unless an admin
+// revokes it first. Only its hash is kept.
 type JoinToken struct {
 	ID        int64 `gorm:"primaryKey"`
 	TokenHash string
 	ExpiresAt time.Time
 	UsedAt    *time.Time
 	UsedBy    string
+	RevokedAt *time.Time
+	RevokedBy string
 	CreatedBy string
 	CreatedAt time.Time
 }
+
+// Join token states, as listed.
+const (
+	JoinTokenUnused  = "unused"
+	JoinTokenUsed    = "used"
+	JoinTokenRevoked = "revoked"
+	JoinTokenExpired = "expired"
+)
+
+// State says what a join token is at now: used and revoked are for good and
+// come first; an unused one expires at ExpiresAt.
+func (jt *JoinToken) State(now time.Time) string {
+	switch {
+	case jt.UsedAt != nil:
+		return JoinTokenUsed
+	case jt.RevokedAt != nil:
+		return JoinTokenRevoked
+	case !now.Before(jt.ExpiresAt):
+		return JoinTokenExpired
+	default:
+		return JoinTokenUnused
+	}
+}
+
+// Spendable says whether a host may enrol with the token at now.
+func (jt *JoinToken) Spendable(now time.Time) bool { return jt.State(now) == JoinTokenUnused }
 
 // Machine is a computer registered with the controller.
 type Machine struct {
@@ -188,6 +217,10 @@ type Build struct {
 	MergeID    *int64
 	LeaseOwner string
 	LeaseUntil *time.Time
+	// YankReason, YankedBy and YankedAt are set when the build is yanked.
+	YankReason string
+	YankedBy   string
+	YankedAt   *time.Time
 }
 
 // Assignment puts a module on a machine, optionally pinned to a build.

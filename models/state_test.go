@@ -1,6 +1,7 @@
 package models
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -161,6 +162,52 @@ func TestPlanView_TierWords(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.v.TierWords(); got != tc.want {
 				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestJoinToken_State(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	earlier := now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name string
+		jt   JoinToken
+		want string
+	}{
+		{"unused", JoinToken{ExpiresAt: now.Add(time.Hour)}, JoinTokenUnused},
+		{"expired at its instant", JoinToken{ExpiresAt: now}, JoinTokenExpired},
+		{"used wins over expired", JoinToken{ExpiresAt: earlier, UsedAt: &earlier}, JoinTokenUsed},
+		{"revoked wins over expired", JoinToken{ExpiresAt: earlier, RevokedAt: &earlier}, JoinTokenRevoked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.jt.State(now); got != tc.want {
+				t.Fatalf("State = %s, want %s", got, tc.want)
+			}
+			if tc.jt.Spendable(now) != (tc.want == JoinTokenUnused) {
+				t.Fatal("Spendable disagrees with State")
+			}
+		})
+	}
+}
+
+func TestBuild_Usable(t *testing.T) {
+	for _, tc := range []struct {
+		state string
+		want  error
+	}{
+		{BuildReady, nil},
+		{BuildYanked, ErrConflict},
+		{BuildQueued, ErrNotFound},
+		{BuildFailed, ErrNotFound},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			err := (&Build{Number: 2, State: tc.state, YankReason: "leaks"}).Usable()
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("Usable() = %v, want %v", err, tc.want)
+			}
+			if tc.state == BuildYanked && !strings.Contains(err.Error(), "leaks") {
+				t.Fatalf("a yanked build's error does not say why: %v", err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"mesh/models"
 	"mesh/store"
@@ -187,4 +188,43 @@ func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *mode
 		out.Plan = p
 	}
 	return out, nil
+}
+
+// YankBuild is an operator marking a finished build bad.
+type YankBuild struct {
+	Module string
+	Number int64
+	// Reason is shown with the build wherever it is listed.
+	Reason string
+}
+
+// MaxYankReason bounds a yank's reason.
+const MaxYankReason = 500
+
+// Validate checks what can be checked without the store.
+func (r *YankBuild) Validate() error {
+	if err := models.ValidName("module", r.Module); err != nil {
+		return err
+	}
+	if r.Number <= 0 {
+		return models.Invalid("number", "a build number")
+	}
+	if strings.TrimSpace(r.Reason) == "" {
+		return models.Invalid("reason", "required: why the build is bad")
+	}
+	if len(r.Reason) > MaxYankReason {
+		return models.Invalid("reason", fmt.Sprintf("at most %d bytes", MaxYankReason))
+	}
+	return nil
+}
+
+// YankBuild marks a finished build yanked: machines that run it keep it;
+// it is never planned, pinned or made current again (the current build is
+// not yanked: another is made current first), and its unfinished plans are
+// cancelled. Audited; yanking twice changes nothing.
+func (s *Service) YankBuild(ctx context.Context, actor string, r YankBuild) (*models.Build, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return s.Store.YankBuild(ctx, actor, r.Module, r.Number, strings.TrimSpace(r.Reason))
 }

@@ -194,3 +194,23 @@ func TestUploadBuild_NeverComposable(t *testing.T) {
 		}
 	})
 }
+
+func TestYankBuild_Validate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    service.YankBuild
+		ok   bool
+	}{
+		{"OK", service.YankBuild{Module: "app", Number: 2, Reason: "leaks"}, true},
+		{"ErrNoReason", service.YankBuild{Module: "app", Number: 2, Reason: " \t"}, false},
+		{"ErrLongReason", service.YankBuild{Module: "app", Number: 2, Reason: strings.Repeat("x", service.MaxYankReason+1)}, false},
+		{"ErrNumber", service.YankBuild{Module: "app", Reason: "leaks"}, false},
+		{"ErrModule", service.YankBuild{Module: "App!", Number: 2, Reason: "leaks"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.r.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v", err)
+			}
+		})
+	}
+}

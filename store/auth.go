@@ -182,6 +182,16 @@ func (s *Store) User(ctx context.Context, name string) (*models.User, error) {
 	return &u, nil
 }
 
+// Users lists users newest first.
+func (s *Store) Users(ctx context.Context, limit int, cursor int64) ([]models.User, error) {
+	var us []models.User
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return us, mapErr(q.Find(&us).Error)
+}
+
 // CountUsers is how many users exist.
 func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 	var n int64
@@ -197,6 +207,50 @@ func (s *Store) CreateJoinToken(ctx context.Context, actor, hash string, expires
 		}
 		return audit(tx, actor, "create-join-token", fmt.Sprintf("join-token/%d", jt.ID), "expires "+expires.Format(time.RFC3339))
 	})
+}
+
+// JoinTokens lists join tokens newest first, their hashes with them (the
+// caller shows ids, never hashes).
+func (s *Store) JoinTokens(ctx context.Context, limit int, cursor int64) ([]models.JoinToken, error) {
+	var ts []models.JoinToken
+	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
+	if cursor > 0 {
+		q = q.Where("id < ?", cursor)
+	}
+	return ts, mapErr(q.Find(&ts).Error)
+}
+
+// RevokeJoinToken makes an unused join token unspendable, audited. A used
+// token is a conflict (the machine it enrolled is deleted instead); one
+// already revoked is returned as it is, and audited once.
+func (s *Store) RevokeJoinToken(ctx context.Context, actor string, id int64) (*models.JoinToken, error) {
+	var jt models.JoinToken
+	err := s.write(ctx, func(tx *Tx) error {
+		jt = models.JoinToken{}
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("id = ?", id).First(&jt).Error; err != nil {
+			return fmt.Errorf("join token %d: %w", id, mapErr(err))
+		}
+		switch {
+		case jt.UsedAt != nil:
+			return fmt.Errorf("%w: join token %d was used by machine %s; delete the machine instead", models.ErrConflict, id, jt.UsedBy)
+		case jt.RevokedAt != nil:
+			return nil
+		}
+		now := s.Now()
+		if err := tx.Model(&jt).Updates(map[string]any{"revoked_at": now, "revoked_by": actor}).Error; err != nil {
+			return err
+		}
+		jt.RevokedAt, jt.RevokedBy = &now, actor
+		return audit(tx, actor, "revoke-join-token", fmt.Sprintf("join-token/%d", id), "")
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &jt, nil
 }
 
 // KeySigner signs with one of the store's ed25519 keys.

@@ -43,6 +43,37 @@ func (s *Store) Source(ctx context.Context, name string) (*models.Source, error)
 	return &src, nil
 }
 
+// DeleteSource stops accepting a source's webhooks, audited. Its record of
+// webhooks (deliveries and merges) goes with it; builds queued or made from
+// its merges stay with their modules (a builder still takes a queued one:
+// a claim needs only the build's commit and its module's repository), their
+// merge link cleared.
+func (s *Store) DeleteSource(ctx context.Context, actor, name string) error {
+	return s.write(ctx, func(tx *Tx) error {
+		var src models.Source
+		if err := tx.Where("name = ?", name).First(&src).Error; err != nil {
+			return fmt.Errorf("source %s: %w", name, mapErr(err))
+		}
+		merges := tx.Model(&models.Merge{}).Select("id").Where("source_id = ?", src.ID)
+		if err := tx.Model(&models.Build{}).Where("merge_id IN (?)", merges).Update("merge_id", nil).Error; err != nil {
+			return err
+		}
+		d := tx.Where("source_id = ?", src.ID).Delete(&models.Delivery{})
+		if d.Error != nil {
+			return d.Error
+		}
+		m := tx.Where("source_id = ?", src.ID).Delete(&models.Merge{})
+		if m.Error != nil {
+			return m.Error
+		}
+		if err := tx.Delete(&src).Error; err != nil {
+			return err
+		}
+		return audit(tx, actor, "delete-source", "source/"+name,
+			fmt.Sprintf("%s %s; %d delivery(ies) and %d merge(s) removed with it", src.Kind, src.Repository, d.RowsAffected, m.RowsAffected))
+	})
+}
+
 // Deliver records a delivery once (a replay — the same delivery id, or a
 // commit already merged under any id — is answered and recorded, never
 // acted on twice) and acts on it: a push to the default branch

@@ -128,7 +128,7 @@ func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersi
 		if err := q.Where("token_hash = ?", tokenHash).First(&jt).Error; err != nil {
 			return models.ErrTokenUsed
 		}
-		if jt.UsedAt != nil || !now.Before(jt.ExpiresAt) {
+		if !jt.Spendable(now) {
 			return models.ErrTokenUsed
 		}
 		var n int64

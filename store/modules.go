@@ -122,6 +122,20 @@ func (s *Store) Build(ctx context.Context, module string, number int64) (*models
 	return &b, nil
 }
 
+// lockBuild reads a module's build by number, locked on PostgreSQL with
+// strength (UPDATE or SHARE; SQLite writes one at a time).
+func lockBuild(tx *Tx, moduleID, number int64, strength string) (*models.Build, error) {
+	var b models.Build
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: strength})
+	}
+	if err := q.Where("module_id = ? AND number = ?", moduleID, number).First(&b).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	return &b, nil
+}
+
 // SetCurrent makes a build current everywhere at once: every machine
 // assigned the module gets a new generation.
 func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64) (int, error) {
@@ -130,13 +144,6 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 		var mod models.Module
 		if err := tx.Where("name = ?", module).First(&mod).Error; err != nil {
 			return fmt.Errorf("module %s: %w", module, mapErr(err))
-		}
-		var n int64
-		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, number, models.BuildReady).Count(&n).Error; err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("module %s build %d (a finished one): %w", module, number, models.ErrNotFound)
 		}
 		before := len(tx.bumps)
 		if err := setCurrent(tx, &mod, number); err != nil {
@@ -148,7 +155,18 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 	return touched, err
 }
 
+// setCurrent makes a build current, on every path (by hand, a finished
+// plan, a module's first build). Only a usable build becomes current: the
+// build is read with a share lock, so a yank that commits first is seen
+// and one that comes after waits.
 func setCurrent(tx *Tx, mod *models.Module, number int64) error {
+	b, err := lockBuild(tx, mod.ID, number, "SHARE")
+	if err != nil {
+		return fmt.Errorf("module %s build %d: %w", mod.Name, number, err)
+	}
+	if err := b.Usable(); err != nil {
+		return fmt.Errorf("module %s: %w; it never becomes current", mod.Name, err)
+	}
 	if err := tx.Model(mod).Update("current_build", number).Error; err != nil {
 		return err
 	}
@@ -203,12 +221,15 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 				return models.Invalid(f+".module", "no module named "+a.Module)
 			}
 			if a.Build != nil {
-				var n int64
-				if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, *a.Build, models.BuildReady).Count(&n).Error; err != nil {
+				b, err := lockBuild(tx, mod.ID, *a.Build, "SHARE")
+				if errors.Is(err, models.ErrNotFound) {
+					return models.Invalid(f+".build", fmt.Sprintf("module %s has no build %d", a.Module, *a.Build))
+				}
+				if err != nil {
 					return err
 				}
-				if n == 0 {
-					return models.Invalid(f+".build", fmt.Sprintf("module %s has no build %d", a.Module, *a.Build))
+				if err := b.Usable(); err != nil {
+					return models.Invalid(f+".build", fmt.Sprintf("module %s: %v; it is never pinned", a.Module, err))
 				}
 				if r, ok := running[a.Module]; ok && *a.Build < r.Build && a.Reason == "" {
 					return fmt.Errorf("%w: machine %s runs %s build %d; a pin to build %d needs a reason", models.ErrDowngrade, name, a.Module, r.Build, *a.Build)
@@ -247,4 +268,46 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// YankBuild marks a finished build bad, audited: machines that run it keep
+// it (nothing is bumped), but it is never planned, pinned or made current
+// again, and its plans still able to finish are cancelled. The current
+// build cannot be yanked: another is made current first. Yanking a yanked
+// build changes nothing.
+func (s *Store) YankBuild(ctx context.Context, actor, module string, number int64, reason string) (*models.Build, error) {
+	return Write(ctx, s, func(tx *Tx) (*models.Build, error) {
+		var mod models.Module
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"}) // one plan decision per module at a time, as CreatePlan
+		}
+		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
+			return nil, fmt.Errorf("module %s: %w", module, mapErr(err))
+		}
+		b, err := lockBuild(tx, mod.ID, number, "UPDATE")
+		if err != nil {
+			return nil, fmt.Errorf("module %s build %d: %w", module, number, err)
+		}
+		switch {
+		case b.State == models.BuildYanked:
+			return b, nil
+		case b.State != models.BuildReady && b.State != "":
+			return nil, fmt.Errorf("%w: module %s build %d is %s; only a finished build is yanked", models.ErrConflict, module, number, b.State)
+		case mod.CurrentBuild != nil && *mod.CurrentBuild == number:
+			return nil, fmt.Errorf("%w: module %s build %d is current; make another build current first", models.ErrConflict, module, number)
+		}
+		now := s.Now()
+		if err := tx.Model(b).Updates(map[string]any{"state": models.BuildYanked, "yank_reason": reason, "yanked_by": actor, "yanked_at": now}).Error; err != nil {
+			return nil, err
+		}
+		b.State, b.YankReason, b.YankedBy, b.YankedAt = models.BuildYanked, reason, actor, &now
+		if err := tx.Model(&models.Plan{}).Where("module_id = ? AND build = ? AND state IN ?", mod.ID, number,
+			[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).
+			Updates(map[string]any{"state": models.PlanCancelled, "finished_at": now,
+				"reason": fmt.Sprintf("cancelled: build %d was yanked by %s", number, actor)}).Error; err != nil {
+			return nil, err
+		}
+		return b, audit(tx, actor, "yank-build", "module/"+module, fmt.Sprintf("build %d: %s", number, reason))
+	})
 }

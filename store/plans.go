@@ -73,11 +73,11 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*m
 		if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
 			return fmt.Errorf("module %s: %w", module, mapErr(err))
 		}
-		var n int64
-		if err := tx.Model(&models.Build{}).Where("module_id = ? AND number = ? AND state = ?", mod.ID, build, models.BuildReady).Count(&n).Error; err != nil {
+		b, err := lockBuild(tx, mod.ID, build, "SHARE")
+		if err != nil && !errors.Is(err, models.ErrNotFound) {
 			return err
 		}
-		if n == 0 {
+		if b == nil || b.State != models.BuildReady && b.State != models.BuildYanked {
 			return models.Invalid("build", fmt.Sprintf("module %s has no finished build %d", module, build))
 		}
 		now := tx.s.Now()
@@ -90,9 +90,12 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*m
 			}
 		}
 		var newer models.Plan
-		err := tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone}).
+		err = tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone}).
 			Order("build DESC").First(&newer).Error
 		switch {
+		case b.State == models.BuildYanked:
+			p.State = models.PlanRefused
+			p.Reason = fmt.Sprintf("refused: build %d is yanked (%s); a yanked build is never rolled out", build, b.YankReason)
 		case build < floor:
 			p.State = models.PlanRefused
 			p.Reason = fmt.Sprintf("refused: would downgrade mesh-controller from build %d to %d (%s runs build %d)", floor, build, runs, floor)

@@ -1,0 +1,154 @@
+package api_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+)
+
+type joinTokenInfo struct {
+	ID        int64  `json:"id"`
+	State     string `json:"state"`
+	CreatedBy string `json:"created_by"`
+	UsedBy    string `json:"used_by"`
+	RevokedBy string `json:"revoked_by"`
+}
+
+type auditEvent struct {
+	Actor, Action, Target, Detail string
+}
+
+// audited reads the newest audit events.
+func audited(e *ctltest.Env) []auditEvent {
+	e.T.Helper()
+	var l struct{ Items []auditEvent }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=50", Token: e.Admin}, 200, &l)
+	return l.Items
+}
+
+func hasAudit(es []auditEvent, action, target string) bool {
+	for _, ev := range es {
+		if ev.Action == action && ev.Target == target {
+			return true
+		}
+	}
+	return false
+}
+
+func enrolWith(e *ctltest.Env, token, name string) (int, string) {
+	e.T.Helper()
+	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
+		"join_token": token, "name": name, "os": "linux", "arch": "amd64", "host_version": "1.0.0", "schema": "1"}})
+	return resp.StatusCode, string(b)
+}
+
+func TestJoinTokens_ListAndRevoke(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		used := e.JoinToken()
+		if st, b := enrolWith(e, used, "m1"); st != 201 {
+			t.Fatalf("enrol: %d %s", st, b)
+		}
+		spare := e.JoinToken()
+
+		var l struct {
+			Items      []joinTokenInfo
+			NextCursor string `json:"next_cursor"`
+		}
+		resp, raw := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/join-tokens", Token: e.Admin})
+		if resp.StatusCode != 200 || strings.Contains(string(raw), spare) || strings.Contains(string(raw), "hash") {
+			t.Fatalf("list: %d %s (must show neither secret nor hash)", resp.StatusCode, raw)
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/join-tokens", Token: e.Admin}, 200, &l)
+		if len(l.Items) != 2 || l.Items[0].State != "unused" || l.Items[1].State != "used" || l.Items[1].UsedBy != "m1" ||
+			l.Items[0].CreatedBy == "" {
+			t.Fatalf("list: %+v", l.Items)
+		}
+		spareID, usedID := l.Items[0].ID, l.Items[1].ID
+
+		var page struct {
+			Items      []joinTokenInfo
+			NextCursor string `json:"next_cursor"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/join-tokens?limit=1", Token: e.Admin}, 200, &page)
+		if len(page.Items) != 1 || page.NextCursor == "" {
+			t.Fatalf("page: %+v", page)
+		}
+
+		t.Run("OK", func(t *testing.T) {
+			var got joinTokenInfo
+			e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/join-tokens/%d/revoke", spareID), Token: e.Admin}, 200, &got)
+			if got.State != "revoked" || got.RevokedBy == "" {
+				t.Fatalf("revoked: %+v", got)
+			}
+			if !hasAudit(audited(e), "revoke-join-token", fmt.Sprintf("join-token/%d", spareID)) {
+				t.Fatal("revoke not audited")
+			}
+			// Refused at enrolment like a used one, and the refusal audited.
+			st, b := enrolWith(e, spare, "m2")
+			if st != 403 || !strings.Contains(b, "join-token-refused") {
+				t.Fatalf("enrol with a revoked token: %d %s", st, b)
+			}
+			if !hasAudit(audited(e), "enroll-refused", "machine/m2") {
+				t.Fatal("refused enrolment not audited")
+			}
+			// Twice changes nothing.
+			e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/join-tokens/%d/revoke", spareID), Token: e.Admin}, 200, &got)
+			if got.State != "revoked" {
+				t.Fatalf("revoked twice: %+v", got)
+			}
+		})
+		t.Run("ErrUsed", func(t *testing.T) {
+			e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/join-tokens/%d/revoke", usedID), Token: e.Admin}, 409, nil)
+		})
+		t.Run("ErrNotFound", func(t *testing.T) {
+			e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens/99999/revoke", Token: e.Admin}, 404, nil)
+		})
+		t.Run("ErrBadID", func(t *testing.T) {
+			e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens/abc/revoke", Token: e.Admin}, 400, nil)
+		})
+		t.Run("ErrNotAdmin", func(t *testing.T) {
+			op := e.AddUser("olga", "operator")
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/join-tokens", Token: op}, 403, nil)
+			e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/join-tokens/%d/revoke", spareID), Token: op}, 403, nil)
+		})
+	})
+}
+
+func TestUsers_List(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		op := e.AddUser("olga", "operator")
+		e.AddUser("vic", "viewer")
+		t.Run("OK", func(t *testing.T) {
+			resp, raw := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: e.Admin})
+			if resp.StatusCode != 200 || strings.Contains(string(raw), "hash") || strings.Contains(string(raw), "$2a$") ||
+				strings.Contains(string(raw), "password") {
+				t.Fatalf("list: %d %s (must show no password hash)", resp.StatusCode, raw)
+			}
+			var l struct {
+				Items []struct {
+					Name, Role string
+					CreatedAt  string `json:"created_at"`
+				}
+			}
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: e.Admin}, 200, &l)
+			if len(l.Items) != 3 || l.Items[0].Name != "vic" || l.Items[0].Role != "viewer" || l.Items[1].Name != "olga" ||
+				l.Items[2].Role != "admin" || l.Items[0].CreatedAt == "" {
+				t.Fatalf("users: %+v", l.Items)
+			}
+			var page struct {
+				Items      []struct{ Name string }
+				NextCursor string `json:"next_cursor"`
+			}
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users?limit=2", Token: e.Admin}, 200, &page)
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users?limit=2&cursor=" + page.NextCursor, Token: e.Admin}, 200, &page)
+			if len(page.Items) != 1 || page.Items[0].Name != l.Items[2].Name {
+				t.Fatalf("second page: %+v", page)
+			}
+		})
+		t.Run("ErrNotAdmin", func(t *testing.T) {
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: op}, 403, nil)
+		})
+	})
+}
