@@ -12,12 +12,7 @@ import (
 
 	"mesh/auth"
 	"mesh/models"
-)
-
-// Join tokens last a day unless asked otherwise, thirty days at most.
-const (
-	DefaultJoinTokenTTL = 24 * time.Hour
-	MaxJoinTokenTTL     = 30 * 24 * time.Hour
+	"mesh/service"
 )
 
 type loginRequest struct {
@@ -59,18 +54,8 @@ func (s *Server) createUser(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	if err := models.ValidName("name", req.Name); err != nil {
-		return err
-	}
-	if !models.ValidRole(req.Role) {
-		return models.Invalid("role", "one of viewer, operator, admin, builder")
-	}
-	h, err := auth.HashPassword(req.Password)
+	u, err := s.Service.CreateUser(c.Request().Context(), principal(c).Actor(), &service.CreateUser{Name: req.Name, Role: req.Role, Password: req.Password})
 	if err != nil {
-		return err
-	}
-	u := &models.User{Name: req.Name, Role: req.Role, PasswordHash: h}
-	if err := s.Store.CreateUser(c.Request().Context(), principal(c).Actor(), u); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusCreated, userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt})
@@ -147,17 +132,8 @@ func (s *Server) createJoinToken(c echo.Context) error {
 			return err
 		}
 	}
-	ttl := DefaultJoinTokenTTL
-	if req.ExpiresIn != "" {
-		d, err := time.ParseDuration(req.ExpiresIn)
-		if err != nil || d <= 0 {
-			return models.Invalid("expires_in", "a positive duration like 24h")
-		}
-		ttl = min(d, MaxJoinTokenTTL)
-	}
-	tok := auth.NewSecret()
-	exp := s.Now().Add(ttl)
-	if err := s.Store.CreateJoinToken(c.Request().Context(), principal(c).Actor(), auth.HashToken(tok), exp); err != nil {
+	tok, exp, err := s.Service.CreateJoinToken(c.Request().Context(), principal(c).Actor(), req.ExpiresIn, s.Now())
+	if err != nil {
 		return err
 	}
 	url := s.Enrolment.controllerURL(c.Request())

@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"time"
 
+	"mesh/auth"
 	"mesh/models"
 )
 
@@ -23,4 +25,55 @@ func (s *Service) DeleteSource(ctx context.Context, actor, name string) error {
 		return err
 	}
 	return s.Store.DeleteSource(ctx, actor, name)
+}
+
+// CreateUser is a new person or builder.
+type CreateUser struct {
+	Name, Role, Password string
+}
+
+// Validate checks the name and role; the password's rules are
+// auth.HashPassword's.
+func (r *CreateUser) Validate() error {
+	if err := models.ValidName("name", r.Name); err != nil {
+		return err
+	}
+	if !models.ValidRole(r.Role) {
+		return models.Invalid("role", "one of viewer, operator, admin, builder")
+	}
+	return nil
+}
+
+// CreateUser adds a user with the password hashed.
+func (s *Service) CreateUser(ctx context.Context, actor string, req *CreateUser) (*models.User, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	h, err := auth.HashPassword(req.Password)
+	if err != nil {
+		return nil, err
+	}
+	u := &models.User{Name: req.Name, Role: req.Role, PasswordHash: h}
+	return u, s.Store.CreateUser(ctx, actor, u)
+}
+
+// Join tokens last a day unless asked otherwise, thirty days at most.
+const (
+	DefaultJoinTokenTTL = 24 * time.Hour
+	MaxJoinTokenTTL     = 30 * 24 * time.Hour
+)
+
+// CreateJoinToken makes a single-use join token; only its hash is kept.
+// expiresIn is a duration ("24h"; empty: the default), capped at 30 days.
+func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, now time.Time) (token string, expires time.Time, err error) {
+	ttl := DefaultJoinTokenTTL
+	if expiresIn != "" {
+		d, err := time.ParseDuration(expiresIn)
+		if err != nil || d <= 0 {
+			return "", time.Time{}, models.Invalid("expires_in", "a positive duration like 24h")
+		}
+		ttl = min(d, MaxJoinTokenTTL)
+	}
+	token, expires = auth.NewSecret(), now.Add(ttl)
+	return token, expires, s.Store.CreateJoinToken(ctx, actor, auth.HashToken(token), expires)
 }
