@@ -71,11 +71,6 @@ func (r StateRules) Unhealthy(m *Machine, now time.Time) bool {
 	return m.Health == HealthFailing && m.HealthSince != nil && now.Sub(*m.HealthSince) >= r.UnhealthyAfter
 }
 
-// MachineState is the state under the default rules.
-func MachineState(m *Machine, lastSeen *time.Time, now time.Time) string {
-	return DefaultStateRules.State(m, lastSeen, now)
-}
-
 // HealthOf reads a report's checks: none when no check ran, failing with
 // the first failing check (since when it began failing, kept across
 // reports of the same failure), else passing.

@@ -161,7 +161,6 @@ type Machine struct {
 	LastReason        string     `gorm:"column:last_reason"`
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
-	LastChecksOK      bool       `gorm:"column:last_checks_ok;default:true"`
 	Health            string     `gorm:"column:health;default:none"`      // passing, failing, none
 	HealthCheck       string     `gorm:"column:health_check"`             // the failing check
 	HealthDetail      string     `gorm:"column:health_detail"`            // what it said

@@ -58,11 +58,6 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 		up["finished_generation"] = r.Generation
 	}
 	if r.Outcome == OutcomeApplied && r.Generation >= m.AppliedGeneration {
-		healthy := true
-		for _, c := range r.Checks {
-			healthy = healthy && c.OK
-		}
-		up["last_checks_ok"] = healthy
 		health(up, m, r.Checks, now)
 		up["applied_generation"] = r.Generation
 		if r.Running != nil {

@@ -27,7 +27,7 @@ func TestReportUpdates(t *testing.T) {
 		{"FailedIsNotFinished", Report{Generation: 5, Outcome: OutcomeFailed}, true,
 			map[string]any{"last_outcome": OutcomeFailed, "finished_generation": nil, "applied_generation": nil}},
 		{"UnhealthyApplyRecorded", Report{Generation: 5, Outcome: OutcomeApplied, Checks: []CheckResult{{OK: false}}}, true,
-			map[string]any{"last_checks_ok": false}},
+			map[string]any{"health": HealthFailing}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := ReportUpdates(m, &tc.r, tc.tied, time.Now())

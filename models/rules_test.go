@@ -178,7 +178,7 @@ func TestMachineState(t *testing.T) {
 		{"NoTarget_NotUpgrading", Machine{HostVersion: "1.0"}, &recent, StateCurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := MachineState(&tc.m, tc.lastSeen, now); got != tc.want {
+			if got := DefaultStateRules.State(&tc.m, tc.lastSeen, now); got != tc.want {
 				t.Fatalf("state = %s, want %s", got, tc.want)
 			}
 		})
