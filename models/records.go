@@ -160,7 +160,7 @@ type Machine struct {
 	LastOutcome       string     `gorm:"column:last_outcome"`
 	LastReason        string     `gorm:"column:last_reason"`
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
-	Running           string     `gorm:"column:running"` // JSON: module → {build, digest}
+	Running           string     `gorm:"column:running"`                  // JSON: module → {build, digest}
 	Health            string     `gorm:"column:health;default:none"`      // passing, failing, none
 	HealthCheck       string     `gorm:"column:health_check"`             // the failing check
 	HealthDetail      string     `gorm:"column:health_detail"`            // what it said
