@@ -257,6 +257,8 @@ func FuzzReport(f *testing.F) {
 		`{"send": "nope", "outcome": "applied", "generation": 1}`,
 		`{"outcome": "applied", "generation": 9223372036854775807}`,
 		`{"outcome": "upgraded", "attempt": 1e9}`,
+		`{"outcome": "checked", "generation": 1, "logs": [{"resource": "a.s", "why": "restarted", "lines": ["bind: address already in use"]}]}`,
+		`{"outcome": "checked", "generation": 1, "logs": [{"resource": "a.s", "why": "restarted", "lines": ["\u001b[2J\u0000"]}]}`,
 		`[]`, `null`, ``, `{"outcome": "applied"} trailing`,
 	} {
 		f.Add([]byte(s))
@@ -273,7 +275,7 @@ func FuzzReport(f *testing.F) {
 		resp, out := fuzzDo(t, e, req)
 		var r models.Report
 		decErr := json.Unmarshal(body, &r)
-		valid := decErr == nil && models.ValidOutcome(r.Outcome) && r.Generation >= 0
+		valid := decErr == nil && models.ValidOutcome(r.Outcome) && r.Generation >= 0 && models.ValidateLogs(r.Logs) == nil
 		switch resp.StatusCode {
 		case 201:
 			if !valid {

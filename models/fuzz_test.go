@@ -123,3 +123,60 @@ func normManifest(m *Manifest) *Manifest {
 	}
 	return out
 }
+
+// FuzzDecodeReport feeds DecodeReport arbitrary bodies (a report comes
+// from a host, which may be compromised). What it accepts has a known
+// outcome, a generation, and logs within their bounds that a terminal can
+// show as they are; it survives a round trip; what it refuses is a plain
+// ErrInvalid.
+func FuzzDecodeReport(f *testing.F) {
+	for _, s := range []string{
+		`{"send": "", "generation": 0, "outcome": "refused", "reason": "not verified"}`,
+		`{"send": "s", "generation": 3, "outcome": "applied", "checks": [{"resource": "a.s", "ok": false, "at": "2026-01-01T00:00:00Z"}],
+		  "logs": [{"resource": "a.s", "why": "unhealthy", "lines": ["listen tcp: address already in use", "\tat main"], "truncated": true}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": [{"resource": "a.s", "why": "restarted", "lines": []}, {"resource": "a.t", "why": "failed", "lines": null}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": [{"resource": "a.s", "why": "restarted", "lines": ["\u001b[2J"]}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": [{"resource": "a.s", "why": "restarted", "lines": ["\u0000"]}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": [{"resource": "../x", "why": "restarted"}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": [{"resource": "a.s", "why": "bored"}]}`,
+		`{"generation": 3, "outcome": "checked", "logs": {"resource": "a.s"}}`,
+		`{"generation": 3, "outcome": "checked", "logs": null}`,
+		`{"outcome": "failed", "generation": -1}`, `[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeReport(b)
+		if err != nil {
+			if r != nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("refusal %v (report %v) is not a plain ErrInvalid", err, r)
+			}
+			return
+		}
+		if !ValidOutcome(r.Outcome) || r.Generation < 0 {
+			t.Fatalf("accepted outcome %q, generation %d", r.Outcome, r.Generation)
+		}
+		if len(r.Logs) > MaxLogServices {
+			t.Fatalf("accepted logs of %d services", len(r.Logs))
+		}
+		for _, l := range r.Logs {
+			size := 0
+			for _, line := range l.Lines {
+				size += len(line) + 1
+				if strings.ContainsAny(line, "\n\r\x00\x1b") || EscapeLogLine(line, MaxLogBytes) != line {
+					t.Fatalf("accepted a line a terminal would act on: %q", line)
+				}
+			}
+			if len(l.Lines) > MaxLogLines || size > MaxLogBytes || ValidResourceID(l.Resource) != nil {
+				t.Fatalf("accepted logs out of bounds: %q, %d lines, %d bytes", l.Resource, len(l.Lines), size)
+			}
+		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeReport(again); err != nil {
+			t.Fatalf("its own output refused: %v\n%s", err, again)
+		}
+	})
+}

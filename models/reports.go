@@ -70,7 +70,8 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 
 // DecodeReport reads a host's report. It is read leniently (unknown
 // fields from a newer host are kept in the row's body), but the outcome
-// must be known and the generation given.
+// must be known, the generation given, and the services' logs within
+// their bounds.
 func DecodeReport(body []byte) (*Report, error) {
 	var r Report
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -87,6 +88,9 @@ func DecodeReport(body []byte) (*Report, error) {
 		return nil, Invalid("generation", "required: the generation the report is about (0 before any)")
 	case r.Generation < 0:
 		return nil, Invalid("generation", "must not be negative")
+	}
+	if err := ValidateLogs(r.Logs); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

@@ -143,6 +143,10 @@ type Report struct {
 	Actions     []Action                `json:"actions,omitempty"`
 	Running     map[string]RunningBuild `json:"running,omitempty"`
 	Checks      []CheckResult           `json:"checks,omitempty"`
+	// Logs are the last lines of the services that failed, restarted or
+	// turned unhealthy since the host's last report (ValidateLogs bounds
+	// them).
+	Logs []ServiceLog `json:"logs,omitempty"`
 }
 
 // Action is what an apply did to one resource.
