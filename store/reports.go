@@ -40,7 +40,13 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
-		if !tied {
+		if tied {
+			// Lines only from a report on record for this machine, as
+			// everything else a report moves.
+			if err := keepServiceLogs(tx, machineID, &row, r.Logs); err != nil {
+				return err
+			}
+		} else {
 			// On the record: a report no send backs moves nothing.
 			if err := audit(tx, "host:"+m.Name, "report-without-send", "machine/"+m.Name,
 				fmt.Sprintf("%s for generation %d: kept, moves no generation", r.Outcome, r.Generation)); err != nil {
