@@ -179,6 +179,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/machines/:name/declaration", s.previewDeclaration, viewer)
 	v1.GET("/machines/:name/sends", s.machineSends, viewer)
 	v1.GET("/machines/:name/reports", s.machineReports, viewer)
+	v1.GET("/machines/:name/logs", s.machineLogs, viewer)
 	v1.GET("/sends", s.listSends, viewer)
 
 	v1.GET("/modules", s.listModules, viewer)

@@ -83,6 +83,11 @@ type RecordStore interface {
 	Statements() int64
 }
 
+// LogStore is the lines hosts shipped of their services.
+type LogStore interface {
+	ServiceLogs(ctx context.Context, machineID int64, resource string) ([]models.ServiceLogRow, error)
+}
+
 // FleetStore reads what the fleet's metrics are computed from.
 type FleetStore interface {
 	Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, error)
@@ -102,4 +107,5 @@ type Store interface {
 	AccessStore
 	RecordStore
 	FleetStore
+	LogStore
 }

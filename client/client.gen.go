@@ -551,6 +551,48 @@ func (e SendTrigger) Valid() bool {
 	}
 }
 
+// Defines values for ServiceLogWhy.
+const (
+	ServiceLogWhyFailed    ServiceLogWhy = "failed"
+	ServiceLogWhyRestarted ServiceLogWhy = "restarted"
+	ServiceLogWhyUnhealthy ServiceLogWhy = "unhealthy"
+)
+
+// Valid indicates whether the value is a known member of the ServiceLogWhy enum.
+func (e ServiceLogWhy) Valid() bool {
+	switch e {
+	case ServiceLogWhyFailed:
+		return true
+	case ServiceLogWhyRestarted:
+		return true
+	case ServiceLogWhyUnhealthy:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ServiceLogViewWhy.
+const (
+	ServiceLogViewWhyFailed    ServiceLogViewWhy = "failed"
+	ServiceLogViewWhyRestarted ServiceLogViewWhy = "restarted"
+	ServiceLogViewWhyUnhealthy ServiceLogViewWhy = "unhealthy"
+)
+
+// Valid indicates whether the value is a known member of the ServiceLogViewWhy enum.
+func (e ServiceLogViewWhy) Valid() bool {
+	switch e {
+	case ServiceLogViewWhyFailed:
+		return true
+	case ServiceLogViewWhyRestarted:
+		return true
+	case ServiceLogViewWhyUnhealthy:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SourceRequestKind.
 const (
 	Forgejo SourceRequestKind = "forgejo"
@@ -1196,11 +1238,14 @@ type Report struct {
 	FinishedAt *time.Time             `json:"finished_at,omitempty"`
 
 	// Generation the generation the report is about (0 when absent)
-	Generation  *int                     `json:"generation,omitempty"`
-	HostVersion *string                  `json:"host_version,omitempty"`
-	Outcome     ReportOutcome            `json:"outcome"`
-	Reason      *string                  `json:"reason,omitempty"`
-	Running     *map[string]RunningBuild `json:"running,omitempty"`
+	Generation  *int    `json:"generation,omitempty"`
+	HostVersion *string `json:"host_version,omitempty"`
+
+	// Logs the last lines of the services that failed, restarted or turned unhealthy since the host's last report; out of these bounds the report is refused (400)
+	Logs    *[]ServiceLog            `json:"logs,omitempty"`
+	Outcome ReportOutcome            `json:"outcome"`
+	Reason  *string                  `json:"reason,omitempty"`
+	Running *map[string]RunningBuild `json:"running,omitempty"`
 
 	// Send the X-Mesh-Send of the poll that delivered the generation; when given, it must be a send to this machine of this generation
 	Send                 *string                `json:"send,omitempty"`
@@ -1363,6 +1408,62 @@ type SendList struct {
 	Items      []Send `json:"items"`
 	NextCursor string `json:"next_cursor"`
 }
+
+// ServiceLog the last lines of one service's output, as a host ships them
+type ServiceLog struct {
+	// Lines oldest first, without newlines; at most 16 KiB in all; control characters (but tabs) and invalid UTF-8 are escaped by the host (`\x1b`) and refused unescaped
+	Lines *[]string `json:"lines,omitempty"`
+
+	// Resource the service resource's id (module.name)
+	//
+	// Example: node-tools.service
+	Resource string `json:"resource"`
+
+	// Truncated older output was left out
+	Truncated *bool `json:"truncated,omitempty"`
+
+	// Why its apply failed, it exited and was started again, or its check failed
+	Why                  ServiceLogWhy          `json:"why"`
+	AdditionalProperties map[string]interface{} `json:"-"`
+}
+
+// ServiceLogWhy its apply failed, it exited and was started again, or its check failed
+type ServiceLogWhy string
+
+// ServiceLogList defines model for ServiceLogList.
+type ServiceLogList struct {
+	Items   []ServiceLogView `json:"items"`
+	Machine string           `json:"machine"`
+}
+
+// ServiceLogView defines model for ServiceLogView.
+type ServiceLogView struct {
+	Generation int `json:"generation"`
+
+	// Lines oldest first, the last `tail` of them
+	Lines []string `json:"lines"`
+
+	// Report the id of the report that carried them
+	Report int `json:"report"`
+
+	// Resource Example: node-tools.service
+	Resource string `json:"resource"`
+
+	// Send the send the report that carried them named
+	Send string `json:"send"`
+
+	// ShippedAt when the controller received them
+	ShippedAt time.Time `json:"shipped_at"`
+
+	// Truncated older lines were left out (by the host, or by `tail`)
+	Truncated bool `json:"truncated"`
+
+	// Why why the host shipped them
+	Why ServiceLogViewWhy `json:"why"`
+}
+
+// ServiceLogViewWhy why the host shipped them
+type ServiceLogViewWhy string
 
 // Source defines model for Source.
 type Source struct {
@@ -1594,6 +1695,15 @@ type SetAssignmentsParams struct {
 	IfMatch IfMatch `json:"If-Match"`
 }
 
+// GetMachineLogsParams defines parameters for GetMachineLogs.
+type GetMachineLogsParams struct {
+	// Resource a service resource's id (module.name); without it, every service that shipped lines
+	Resource *string `form:"resource,omitempty" json:"resource,omitempty"`
+
+	// Tail the last N lines of each; 1 to 100 (default 100); anything else is 400
+	Tail *int `form:"tail,omitempty" json:"tail,omitempty"`
+}
+
 // PushMachineParams defines parameters for PushMachine.
 type PushMachineParams struct {
 	// IfMatch the generation the change was made from, quoted (`"42"`; the quotes
@@ -1803,6 +1913,14 @@ func (a *Report) UnmarshalJSON(b []byte) error {
 		delete(object, "host_version")
 	}
 
+	if raw, found := object["logs"]; found {
+		err = json.Unmarshal(raw, &a.Logs)
+		if err != nil {
+			return fmt.Errorf("error reading 'logs': %w", err)
+		}
+		delete(object, "logs")
+	}
+
 	if raw, found := object["outcome"]; found {
 		err = json.Unmarshal(raw, &a.Outcome)
 		if err != nil {
@@ -1908,6 +2026,13 @@ func (a Report) MarshalJSON() ([]byte, error) {
 		object["host_version"], err = json.Marshal(a.HostVersion)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'host_version': %w", err)
+		}
+	}
+
+	if a.Logs != nil {
+		object["logs"], err = json.Marshal(a.Logs)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'logs': %w", err)
 		}
 	}
 
@@ -2168,6 +2293,115 @@ func (a Report_Checks_Item) MarshalJSON() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'resource': %w", err)
 		}
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
+
+// Getter for additional properties for ServiceLog. Returns the specified
+// element and whether it was found
+func (a ServiceLog) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for ServiceLog
+func (a *ServiceLog) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for ServiceLog to handle AdditionalProperties
+func (a *ServiceLog) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["lines"]; found {
+		err = json.Unmarshal(raw, &a.Lines)
+		if err != nil {
+			return fmt.Errorf("error reading 'lines': %w", err)
+		}
+		delete(object, "lines")
+	}
+
+	if raw, found := object["resource"]; found {
+		err = json.Unmarshal(raw, &a.Resource)
+		if err != nil {
+			return fmt.Errorf("error reading 'resource': %w", err)
+		}
+		delete(object, "resource")
+	}
+
+	if raw, found := object["truncated"]; found {
+		err = json.Unmarshal(raw, &a.Truncated)
+		if err != nil {
+			return fmt.Errorf("error reading 'truncated': %w", err)
+		}
+		delete(object, "truncated")
+	}
+
+	if raw, found := object["why"]; found {
+		err = json.Unmarshal(raw, &a.Why)
+		if err != nil {
+			return fmt.Errorf("error reading 'why': %w", err)
+		}
+		delete(object, "why")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for ServiceLog to handle AdditionalProperties
+func (a ServiceLog) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.Lines != nil {
+		object["lines"], err = json.Marshal(a.Lines)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'lines': %w", err)
+		}
+	}
+
+	object["resource"], err = json.Marshal(a.Resource)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'resource': %w", err)
+	}
+
+	if a.Truncated != nil {
+		object["truncated"], err = json.Marshal(a.Truncated)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'truncated': %w", err)
+		}
+	}
+
+	object["why"], err = json.Marshal(a.Why)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'why': %w", err)
 	}
 
 	for fieldName, field := range a.AdditionalProperties {
@@ -2568,6 +2802,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/machines/{name}/declaration (the `PreviewDeclaration` operationId).
 	PreviewDeclaration(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetMachineLogs the latest lines the machine's host shipped of its services, with when (viewer)
+	//
+	// A host ships the last lines (at most 100, 16 KiB) of a service's
+	// output with its next report when the service failed, restarted or
+	// turned unhealthy; the controller keeps the latest shipment per
+	// service. Nothing is fetched from the host: lines are as recent as
+	// `shipped_at`.
+	//
+	// Corresponds with GET /api/v1/machines/{name}/logs (the `GetMachineLogs` operationId).
+	GetMachineLogs(ctx context.Context, name MachineName, params *GetMachineLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PushMachine a new generation with the same content (operator, If-Match)
 	//
@@ -3393,6 +3638,27 @@ func (c *Client) SetAssignments(ctx context.Context, name MachineName, params *S
 // Corresponds with GET /api/v1/machines/{name}/declaration (the `PreviewDeclaration` operationId).
 func (c *Client) PreviewDeclaration(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPreviewDeclarationRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMachineLogs the latest lines the machine's host shipped of its services, with when (viewer)
+//
+// A host ships the last lines (at most 100, 16 KiB) of a service's
+// output with its next report when the service failed, restarted or
+// turned unhealthy; the controller keeps the latest shipment per
+// service. Nothing is fetched from the host: lines are as recent as
+// `shipped_at`.
+//
+// Corresponds with GET /api/v1/machines/{name}/logs (the `GetMachineLogs` operationId).
+func (c *Client) GetMachineLogs(ctx context.Context, name MachineName, params *GetMachineLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMachineLogsRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5316,6 +5582,79 @@ func NewPreviewDeclarationRequest(server string, name MachineName) (*http.Reques
 	return req, nil
 }
 
+// NewGetMachineLogsRequest constructs an http.Request for the GetMachineLogs method
+func NewGetMachineLogsRequest(server string, name MachineName, params *GetMachineLogsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/machines/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Resource != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "resource", *params.Resource, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Tail != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tail", *params.Tail, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPushMachineRequest constructs an http.Request for the PushMachine method
 func NewPushMachineRequest(server string, name MachineName, params *PushMachineParams) (*http.Request, error) {
 	var err error
@@ -7016,6 +7355,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/machines/{name}/declaration (the `PreviewDeclaration` operationId).
 	PreviewDeclarationWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*PreviewDeclarationResponse, error)
+
+	// GetMachineLogsWithResponse the latest lines the machine's host shipped of its services, with when (viewer)
+	//
+	// A host ships the last lines (at most 100, 16 KiB) of a service's
+	// output with its next report when the service failed, restarted or
+	// turned unhealthy; the controller keeps the latest shipment per
+	// service. Nothing is fetched from the host: lines are as recent as
+	// `shipped_at`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/machines/{name}/logs (the `GetMachineLogs` operationId).
+	GetMachineLogsWithResponse(ctx context.Context, name MachineName, params *GetMachineLogsParams, reqEditors ...RequestEditorFn) (*GetMachineLogsResponse, error)
 
 	// PushMachineWithResponse a new generation with the same content (operator, If-Match)
 	//
@@ -9313,6 +9665,82 @@ func (r PreviewDeclarationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PreviewDeclarationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetMachineLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ServiceLogList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMachineLogsResponse) GetJSON200() *ServiceLogList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetMachineLogsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetMachineLogsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetMachineLogsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetMachineLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetMachineLogsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMachineLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMachineLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMachineLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMachineLogsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12119,6 +12547,25 @@ func (c *ClientWithResponses) PreviewDeclarationWithResponse(ctx context.Context
 	return ParsePreviewDeclarationResponse(rsp)
 }
 
+// GetMachineLogsWithResponse the latest lines the machine's host shipped of its services, with when (viewer)
+//
+// A host ships the last lines (at most 100, 16 KiB) of a service's
+// output with its next report when the service failed, restarted or
+// turned unhealthy; the controller keeps the latest shipment per
+// service. Nothing is fetched from the host: lines are as recent as
+// `shipped_at`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/machines/{name}/logs (the `GetMachineLogs` operationId).
+func (c *ClientWithResponses) GetMachineLogsWithResponse(ctx context.Context, name MachineName, params *GetMachineLogsParams, reqEditors ...RequestEditorFn) (*GetMachineLogsResponse, error) {
+	rsp, err := c.GetMachineLogs(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMachineLogsResponse(rsp)
+}
+
 // PushMachineWithResponse a new generation with the same content (operator, If-Match)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14319,6 +14766,67 @@ func ParsePreviewDeclarationResponse(rsp *http.Response) (*PreviewDeclarationRes
 			headers.ETag = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetMachineLogsResponse parses an HTTP response from a GetMachineLogsWithResponse call
+func ParseGetMachineLogsResponse(rsp *http.Response) (*GetMachineLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMachineLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ServiceLogList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil
