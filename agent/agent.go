@@ -39,7 +39,10 @@ type Config struct {
 	// Unpack are the ceilings a tree's archive is unpacked under (zero
 	// fields take DefaultUnpackLimits).
 	Unpack UnpackLimits
-	Log    *slog.Logger
+	// Logs bound what the host keeps of each service's output (zero
+	// fields take DefaultLogLimits).
+	Logs LogLimits
+	Log  *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -71,6 +74,7 @@ func (c *Config) defaults() {
 		c.Log = slog.Default()
 	}
 	c.Unpack.defaults()
+	c.Logs.defaults()
 }
 
 // Agent is a running host.
@@ -98,6 +102,8 @@ type Agent struct {
 	// the check loop never shares the poll loop's.
 	checkedOut    outbox
 	checkedClient *client
+	// logs are the services whose last lines ride the next report.
+	logs *logShipper
 }
 
 // Run runs the host until ctx ends: adopt what an earlier run left, then
@@ -139,11 +145,17 @@ func newAgent(cfg Config) (*Agent, error) {
 		if err != nil {
 			return nil, err
 		}
+		sup.limits = cfg.Logs
+		sup.onRestart = func(id string) { a.logs.mark(id, models.LogRestarted) }
 		a.services = sup
 	case "systemd":
 		a.services = newSystemd(root)
 	default:
 		return nil, fmt.Errorf("--services must be host or systemd, not %q", cfg.Services)
+	}
+	a.logs = &logShipper{}
+	if t, ok := a.services.(serviceTail); ok {
+		a.logs.src = t
 	}
 	return a, nil
 }
@@ -298,6 +310,11 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		if err == nil {
 			checks := checkAll(ctx, a.root, v.decl.Resources, 15*time.Second)
 			a.setChecks(checks)
+			for _, c := range checks {
+				if !c.OK {
+					a.logs.mark(c.Resource, models.LogUnhealthy)
+				}
+			}
 			a.finish(ctx, send, v, models.OutcomeApplied, "", actions, attempt, checks, started)
 			return
 		}
@@ -310,6 +327,9 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		if ctx.Err() != nil {
 			a.saveState()
 			return
+		}
+		if id := failedService(err, &v.decl); id != "" {
+			a.logs.mark(id, models.LogFailed)
 		}
 		if attempt >= a.cfg.MaxAttempts {
 			a.finish(ctx, send, v, models.OutcomeRejected, fmt.Sprintf("failed %d attempts; last: %v", attempt, err), actions, attempt, nil, started)
@@ -366,6 +386,10 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	r.Actions = actions
 	r.Checks = checks
 	r.Running = a.state.Running()
+	if r.Send != "" {
+		// Lines ride only a report the controller ties to this machine.
+		r.Logs = a.logs.take(ctx)
+	}
 	queued := true
 	if _, err := a.outbox.put(r); err != nil {
 		a.cfg.Log.Error("outbox", "err", err)
@@ -429,12 +453,18 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			if was, ok := prev[c.Resource]; !ok || was != c.OK {
 				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
 				changed = true
+				if !c.OK {
+					a.logs.mark(c.Resource, models.LogUnhealthy)
+				}
 			}
 		}
 		changed = changed || len(cur) != len(prev)
 		prev = cur
 		a.setChecks(res)
-		if changed && send != "" {
+		// A service that restarted (or turned unhealthy) ships its last
+		// lines within one check interval even when no check changed:
+		// at most one report per interval, however fast it crashes.
+		if (changed || a.logs.waiting()) && send != "" {
 			a.reportChecked(ctx, gen, send, res)
 		}
 		if err := a.checkedOut.flush(ctx, a.checkedClient); err != nil && ctx.Err() == nil {
@@ -447,7 +477,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res []models.CheckResult) {
 	now := time.Now().UTC()
 	r := models.Report{Send: send, Generation: gen, Outcome: models.OutcomeChecked, FinishedAt: &now,
-		HostVersion: version.Version, Checks: res}
+		HostVersion: version.Version, Checks: res, Logs: a.logs.take(ctx)}
 	if _, err := a.checkedOut.put(r); err != nil {
 		a.cfg.Log.Error("outbox", "err", err)
 	}

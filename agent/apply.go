@@ -67,7 +67,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	for _, r := range ordered {
 		act, err := a.applyOne(ctx, r, st, digests)
 		if err != nil {
-			return actions, fmt.Errorf("%s: %w", r.ID, err)
+			return actions, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
 		}
 		actions = append(actions, act)
 	}

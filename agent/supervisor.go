@@ -50,6 +50,11 @@ type supervisor struct {
 
 	mu   sync.Mutex
 	svcs map[string]*supervised
+
+	// limits bound each service's log (logs.go); onRestart hears of a
+	// service started again after it exited (set before any is watched).
+	limits    LogLimits
+	onRestart func(id string)
 }
 
 type supervised struct {
@@ -68,7 +73,7 @@ func newSupervisor(stateDir string, root *machineRoot, log *slog.Logger, grace t
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &supervisor{dir: dir, root: root, log: log, grace: grace, svcs: map[string]*supervised{}}, nil
+	return &supervisor{dir: dir, root: root, log: log, grace: grace, svcs: map[string]*supervised{}, limits: DefaultLogLimits}, nil
 }
 
 func (s *supervisor) pidPath(id string) string { return filepath.Join(s.dir, id+".pid") }
@@ -119,6 +124,10 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 
 // start launches the service in its own session.
 func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) {
+	// What the service wrote while no host watched its size.
+	s.rotate(r.ID)
+	// O_APPEND: the service's writes land at the end even after the
+	// supervisor truncated the file (rotateLog).
 	logf, err := os.OpenFile(s.LogPath(r.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return pidRecord{}, err
@@ -131,11 +140,18 @@ func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) 
 	cmd := hc.cmd(context.Background())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Said before the service speaks, so its lines follow it in the log.
+	fmt.Fprintf(logf, "--- mesh-host starting %s (%s)\n", r.ID, short(digest))
 	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(logf, "--- mesh-host: %s did not start: %v\n", r.ID, err)
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
 	}
-	// Reap it when it exits (while this host is its parent).
-	go func() { _ = cmd.Wait() }()
+	// Reap it when it exits (while this host is its parent), and say so
+	// in its log, so its last lines end with why.
+	go func() {
+		err := cmd.Wait()
+		s.noteExit(r.ID, cmd.Process.Pid, err)
+	}()
 	st, err := startTime(cmd.Process.Pid)
 	if err != nil {
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
@@ -144,7 +160,6 @@ func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) 
 	if err := writeJSONAtomic(s.pidPath(r.ID), p, 0o600); err != nil {
 		return p, err
 	}
-	fmt.Fprintf(logf, "--- mesh-host started %s (pid %d, %s)\n", r.ID, p.PID, short(digest))
 	return p, nil
 }
 
@@ -181,6 +196,7 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 				return
 			case <-tick.C:
 			}
+			s.rotate(r.ID)
 			sv.mu.Lock()
 			cur := sv.pid
 			sv.mu.Unlock()
@@ -206,6 +222,9 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			sv.mu.Lock()
 			sv.pid = np
 			sv.mu.Unlock()
+			if s.onRestart != nil {
+				s.onRestart(r.ID)
+			}
 		}
 	}()
 }

@@ -14,12 +14,13 @@ import (
 // systemdServices runs services as systemd units: it writes a unit file
 // under <root>/etc/systemd/system and calls systemctl.
 type systemdServices struct {
-	root      *machineRoot
-	systemctl string
+	root       *machineRoot
+	systemctl  string
+	journalctl string
 }
 
 func newSystemd(root *machineRoot) *systemdServices {
-	return &systemdServices{root: root, systemctl: "systemctl"}
+	return &systemdServices{root: root, systemctl: "systemctl", journalctl: "journalctl"}
 }
 
 // UnitName is the unit a service resource becomes: mesh-node-tools-service.service.

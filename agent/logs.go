@@ -1,0 +1,371 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"mesh/models"
+)
+
+// Service output on the host.
+//
+// A service supervised by the host writes its stdout and stderr straight
+// into its log file (an O_APPEND descriptor it inherited), because it
+// runs in its own session and must outlive the host's restarts and
+// upgrades: a pipe read by the host would break (SIGPIPE) the moment the
+// host went away. That is why the output is not bounded by a writer
+// library such as lumberjack, which must be the process that writes and
+// rotates by renaming its own file: a rename would leave the service
+// writing into the renamed file forever. Instead the supervisor rotates
+// by copy and truncate (logrotate's copytruncate), which O_APPEND makes
+// safe for the writer: past MaxBytes the last MaxBytes of the file are
+// copied to .1 (.1 moving to .2 …) and the file is truncated, so the
+// service's next write lands at its start. The cost, named here: a line
+// written between the copy and the truncation (microseconds) is lost, and
+// a file can overshoot the cap by what a service writes in one check of
+// its size (LogCheckEvery).
+//
+// Under systemd the journal keeps (and bounds) a unit's output; the host
+// only reads its tail.
+
+// LogLimits bound what the host keeps of one service's output.
+type LogLimits struct {
+	// MaxBytes is the size past which a service's log is rotated.
+	MaxBytes int64
+	// Keep is how many rotated files are kept (name.log.1 … .Keep).
+	Keep int
+}
+
+// DefaultLogLimits: at most about 3 MiB of output per service.
+var DefaultLogLimits = LogLimits{MaxBytes: 1 << 20, Keep: 2}
+
+func (l *LogLimits) defaults() {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultLogLimits.MaxBytes
+	}
+	if l.Keep <= 0 {
+		l.Keep = DefaultLogLimits.Keep
+	}
+}
+
+// maxLogLine is where one shipped line is cut: a service printing one
+// huge line still ships several.
+const maxLogLine = 2048
+
+// rotatedPath is the n-th rotated file of a log (0: the log itself).
+func rotatedPath(p string, n int) string {
+	if n == 0 {
+		return p
+	}
+	return p + "." + strconv.Itoa(n)
+}
+
+// rotateLog keeps the log at p, which another process appends to, within
+// lim: when it has grown past MaxBytes, its last MaxBytes (from a line's
+// start) become p.1, the older rotated files move up (the oldest goes),
+// and p is truncated. It says whether it rotated.
+func rotateLog(p string, lim LogLimits) (bool, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	if fi.Size() <= lim.MaxBytes {
+		return false, nil
+	}
+	for n := lim.Keep; n > 1; n-- {
+		if err := os.Rename(rotatedPath(p, n-1), rotatedPath(p, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+	}
+	if err := copyTail(p, rotatedPath(p, 1), lim.MaxBytes); err != nil {
+		return false, err
+	}
+	return true, os.Truncate(p, 0)
+}
+
+// copyTail writes the last limit bytes of src (from the start of a line when
+// it cuts) to dst, through a temp file and a rename.
+func copyTail(src, dst string, limit int64) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	start := max(end-limit, 0)
+	buf := make([]byte, end-start)
+	if _, err := f.ReadAt(buf, start); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if start > 0 {
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 && i < len(buf)-1 {
+			buf = buf[i+1:]
+		}
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, buf, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// tailFiles is the last lines of a log and its rotated files (paths, the
+// newest first), escaped for showing and within the bounds a report
+// carries: at most n lines and budget bytes (a newline counted per line).
+// truncated says older output was left out.
+func tailFiles(paths []string, n, budget int) (lines []string, truncated bool, err error) {
+	var raw []string // oldest first
+	for i, p := range paths {
+		// Four times the budget: lines cut at maxLogLine may take less
+		// room escaped than they did raw.
+		chunk, whole, err := readEnd(p, 4*int64(budget))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		ls := splitLines(chunk)
+		if !whole && len(ls) > 1 {
+			ls = ls[1:] // the first is the end of a line cut by the read
+		}
+		raw = append(ls, raw...)
+		if !whole {
+			truncated = true
+			break
+		}
+		if len(raw) >= n {
+			truncated = laterExists(paths[i+1:])
+			break
+		}
+	}
+	lines, cut := selectTail(raw, n, budget)
+	return lines, truncated || cut, nil
+}
+
+// selectTail escapes the last lines of raw (oldest first) and keeps as
+// many as fit in n lines and budget bytes; cut says some were left out.
+func selectTail(raw []string, n, budget int) ([]string, bool) {
+	size, start := 0, len(raw)
+	out := make([]string, len(raw))
+	for start > 0 && len(raw)-start < n {
+		l := models.EscapeLogLine(raw[start-1], maxLogLine)
+		if size+len(l)+1 > budget {
+			break
+		}
+		size += len(l) + 1
+		out[start-1] = l
+		start--
+	}
+	return out[start:], start > 0
+}
+
+// laterExists says whether any of the (older) files exist.
+func laterExists(paths []string) bool {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// readEnd reads the last limit bytes of p; whole says it read all of it.
+func readEnd(p string, limit int64) ([]byte, bool, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, false, err
+	}
+	start := max(end-limit, 0)
+	buf := make([]byte, end-start)
+	n, err := f.ReadAt(buf, start)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	return buf[:n], start == 0, nil
+}
+
+// splitLines splits output into lines without their newlines; a last
+// line without one (still being written) is a line too.
+func splitLines(b []byte) []string {
+	s := strings.TrimSuffix(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// serviceTail is a services implementation that can tell a service's last
+// lines of output.
+type serviceTail interface {
+	Tail(ctx context.Context, id string, n, budget int) (lines []string, truncated bool, err error)
+}
+
+// logShipper remembers the services whose last lines ride the next report,
+// and why: one that failed to apply, restarted, or turned unhealthy.
+type logShipper struct {
+	src serviceTail
+
+	mu      sync.Mutex
+	pending map[string]string // resource → why
+}
+
+// whyRank orders the reasons when several came up between reports: the
+// worst is said.
+var whyRank = map[string]int{models.LogRestarted: 1, models.LogUnhealthy: 2, models.LogFailed: 3}
+
+// mark asks for id's last lines in the next report.
+func (l *logShipper) mark(id, why string) {
+	if l == nil || l.src == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[string]string{}
+	}
+	if whyRank[why] > whyRank[l.pending[id]] {
+		l.pending[id] = why
+	}
+}
+
+// waiting says whether lines wait for a report.
+func (l *logShipper) waiting() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending) > 0
+}
+
+// take reads the last lines of every marked service (at most
+// models.MaxLogServices of them, by id; the rest wait for the next
+// report) and forgets them.
+func (l *logShipper) take(ctx context.Context) []models.ServiceLog {
+	if l == nil || l.src == nil {
+		return nil
+	}
+	l.mu.Lock()
+	ids := sortedKeys(l.pending)
+	if len(ids) > models.MaxLogServices {
+		ids = ids[:models.MaxLogServices]
+	}
+	whys := make([]string, len(ids))
+	for i, id := range ids {
+		whys[i] = l.pending[id]
+		delete(l.pending, id)
+	}
+	l.mu.Unlock()
+	var out []models.ServiceLog
+	for i, id := range ids {
+		lines, cut, err := l.src.Tail(ctx, id, models.MaxLogLines, models.MaxLogBytes)
+		if err != nil {
+			lines = []string{models.EscapeLogLine(fmt.Sprintf("--- mesh-host: reading the output of %s: %v", id, err), maxLogLine)}
+		}
+		if lines == nil {
+			lines = []string{}
+		}
+		out = append(out, models.ServiceLog{Resource: id, Why: whys[i], Lines: lines, Truncated: cut})
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// resourceFailed is an apply error that names the resource it failed on,
+// so the host can ship a failed service's last lines.
+type resourceFailed struct {
+	id  string
+	err error
+}
+
+func (e *resourceFailed) Error() string { return e.err.Error() }
+func (e *resourceFailed) Unwrap() error { return e.err }
+
+// failedService is the id of the service an apply error names, if any.
+func failedService(err error, d *models.DeclarationPayload) string {
+	var rf *resourceFailed
+	if !errors.As(err, &rf) || d == nil {
+		return ""
+	}
+	for _, r := range d.Resources {
+		if r.ID == rf.id && r.Kind == "service" {
+			return r.ID
+		}
+	}
+	return ""
+}
+
+// rotate keeps a supervised service's log within the supervisor's limits.
+func (s *supervisor) rotate(id string) {
+	if _, err := rotateLog(s.LogPath(id), s.limits); err != nil {
+		s.log.Warn("rotating a service's log", "service", id, "err", err)
+	}
+}
+
+// noteExit writes why a service the host started exited into its log.
+func (s *supervisor) noteExit(id string, pid int, err error) {
+	why := "exit status 0"
+	if err != nil {
+		why = err.Error()
+	}
+	f, ferr := os.OpenFile(s.LogPath(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if ferr != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited: %s\n", id, pid, why)
+}
+
+// Tail implements serviceTail: the end of the service's log and its
+// rotated files.
+func (s *supervisor) Tail(_ context.Context, id string, n, budget int) ([]string, bool, error) {
+	paths := make([]string, s.limits.Keep+1)
+	for i := range paths {
+		paths[i] = rotatedPath(s.LogPath(id), i)
+	}
+	return tailFiles(paths, n, budget)
+}
+
+// Tail implements serviceTail: the unit's last lines from the journal,
+// which keeps and bounds a unit's output under systemd.
+func (s *systemdServices) Tail(ctx context.Context, id string, n, budget int) ([]string, bool, error) {
+	// One line more than asked: if it comes, older output was left out.
+	cmd := exec.CommandContext(ctx, s.journalctl, "--unit", UnitName(id), "--lines", strconv.Itoa(n+1), "--output", "cat", "--no-pager", "--quiet")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return nil, false, fmt.Errorf("journalctl: %v: %s", err, strings.TrimSpace(errOut.String()))
+	}
+	raw := splitLines(out.Bytes())
+	lines, cut := selectTail(raw, n, budget)
+	return lines, cut || len(raw) > n, nil
+}
