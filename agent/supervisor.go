@@ -146,13 +146,15 @@ func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) 
 		fmt.Fprintf(logf, "--- mesh-host: %s did not start: %v\n", r.ID, err)
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
 	}
+	// Its start time is read before it can be reaped: a service that
+	// exits at once stays a zombie (its /proc entry kept) until Wait.
+	st, err := startTime(cmd.Process.Pid)
 	// Reap it when it exits (while this host is its parent), and say so
 	// in its log, so its last lines end with why.
 	go func() {
 		err := cmd.Wait()
 		s.noteExit(r.ID, cmd.Process.Pid, err)
 	}()
-	st, err := startTime(cmd.Process.Pid)
 	if err != nil {
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
 	}
