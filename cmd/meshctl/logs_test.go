@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestMeshctl_Logs: `meshctl logs` prints the lines a host shipped, the
+// header with why and when on stderr for one service (stdout holds only
+// the lines), every service under headers without one, the API's JSON
+// with -o json, and the controller's problem for a bad tail or a service
+// that shipped nothing.
+func TestMeshctl_Logs(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	resp, _ := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: en.Token,
+		Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": "1"}})
+	send := resp.Header.Get("X-Mesh-Send")
+	if resp.StatusCode != 200 || send == "" {
+		t.Fatalf("poll: %d", resp.StatusCode)
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: map[string]any{
+		"send": send, "generation": 1, "outcome": "checked", "logs": []map[string]any{
+			{"resource": "web.service", "why": "restarted", "lines": []string{"starting", "bind: address already in use"}},
+			{"resource": "web.worker", "why": "unhealthy", "lines": []string{"w1"}, "truncated": true}}}}, 201, nil)
+
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", e.Admin)
+	meshctl := func(args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+		return out.String(), errOut.String(), code
+	}
+
+	out, errOut, code := meshctl("logs", "m1", "web.service")
+	if code != 0 || out != "starting\nbind: address already in use\n" ||
+		!strings.Contains(errOut, "web.service: restarted, shipped ") || !strings.Contains(errOut, "generation 1") {
+		t.Fatalf("one service: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, _, code = meshctl("logs", "m1", "web.service", "--tail", "1")
+	if code != 0 || out != "bind: address already in use\n" {
+		t.Fatalf("--tail 1: exit %d\n%s", code, out)
+	}
+	out, _, code = meshctl("logs", "m1")
+	if code != 0 || !strings.Contains(out, "==> web.service: restarted") || !strings.Contains(out, "==> web.worker: unhealthy") ||
+		!strings.Contains(out, "older lines left out <==\nw1\n") {
+		t.Fatalf("every service: exit %d\n%s", code, out)
+	}
+	out, _, code = meshctl("logs", "m1", "web.service", "-o", "json")
+	var l struct {
+		Machine string
+		Items   []struct {
+			Resource  string
+			Why       string
+			ShippedAt string `json:"shipped_at"`
+			Lines     []string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &l); err != nil || code != 0 || l.Machine != "m1" || len(l.Items) != 1 ||
+		len(l.Items[0].Lines) != 2 || l.Items[0].Why != "restarted" || l.Items[0].ShippedAt == "" {
+		t.Fatalf("-o json: exit %d %v\n%s", code, err, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"logs", "m1", "web.nothing"}, "machine m1 has shipped no lines of web.nothing"},
+		{[]string{"logs", "m1", "web.service", "--tail", "0"}, "tail: a number of lines from 1 to 100"},
+		{[]string{"logs", "nobody", "web.service"}, "Not found"},
+	} {
+		if _, errOut, code := meshctl(tc.args...); code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("meshctl %v: exit %d, %s", tc.args, code, errOut)
+		}
+	}
+}
