@@ -137,6 +137,9 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 		d.Sends = append(d.Sends, SendRow{ID: sd.ID, Time: stamp(sd.CreatedAt), Generation: sd.Generation, Instance: sd.InstanceID,
 			Trigger: sd.Trigger, Outcome: sd.Outcome, Reason: sd.Reason, Reports: bySend[sd.ID]})
 	}
+	if d.Logs, err = s.logBlocks(ctx, m, time.Now()); err != nil {
+		return d, m, err
+	}
 	return d, m, nil
 }
 

@@ -198,6 +198,7 @@ type MachineDetail struct {
 	Decl       string
 	DeclErr    string
 	Sends      []SendRow
+	Logs       []LogBlock
 }
 
 // ModuleView is a module with its builds.
