@@ -45,15 +45,16 @@ type LogLimits struct {
 	Keep int
 }
 
-// DefaultLogLimits: at most about 3 MiB of output per service.
-var DefaultLogLimits = LogLimits{MaxBytes: 1 << 20, Keep: 2}
+// DefaultLogLimits keep at most about 3 MiB of output per service.
+func DefaultLogLimits() LogLimits { return LogLimits{MaxBytes: 1 << 20, Keep: 2} }
 
 func (l *LogLimits) defaults() {
+	d := DefaultLogLimits()
 	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultLogLimits.MaxBytes
+		l.MaxBytes = d.MaxBytes
 	}
 	if l.Keep <= 0 {
-		l.Keep = DefaultLogLimits.Keep
+		l.Keep = d.Keep
 	}
 }
 

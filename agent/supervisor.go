@@ -73,7 +73,7 @@ func newSupervisor(stateDir string, root *machineRoot, log *slog.Logger, grace t
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &supervisor{dir: dir, root: root, log: log, grace: grace, svcs: map[string]*supervised{}, limits: DefaultLogLimits}, nil
+	return &supervisor{dir: dir, root: root, log: log, grace: grace, svcs: map[string]*supervised{}, limits: DefaultLogLimits()}, nil
 }
 
 func (s *supervisor) pidPath(id string) string { return filepath.Join(s.dir, id+".pid") }

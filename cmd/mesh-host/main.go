@@ -182,6 +182,9 @@ func agentFlags(fs *pflag.FlagSet, cfg *agent.Config) *string {
 	fs.Var((*byteSize)(&cfg.Unpack.MaxFileBytes), "unpack-max-file", "at most this many bytes in any one file of a tree's archive (KiB, MiB, GiB)")
 	fs.IntVar(&cfg.Unpack.MaxEntries, "unpack-max-entries", cfg.Unpack.MaxEntries, "at most this many entries in a tree's archive")
 	fs.Int64Var(&cfg.Unpack.MaxRatio, "unpack-max-ratio", cfg.Unpack.MaxRatio, "a tree's archive unpacks to at most this many times its own size (1 MiB is always allowed)")
+	cfg.Logs = agent.DefaultLogLimits()
+	fs.Var((*byteSize)(&cfg.Logs.MaxBytes), "service-log-max", "a service's output file is rotated past this size (KiB, MiB, GiB; the host's own supervisor)")
+	fs.IntVar(&cfg.Logs.Keep, "service-log-keep", cfg.Logs.Keep, "rotated output files kept per service")
 	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
 }
 
