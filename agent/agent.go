@@ -157,6 +157,9 @@ func newAgent(cfg Config) (*Agent, error) {
 	if t, ok := a.services.(serviceTail); ok {
 		a.logs.src = t
 	}
+	if rc, ok := a.services.(restartCounter); ok {
+		a.logs.counter = rc
+	}
 	return a, nil
 }
 
@@ -410,11 +413,16 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 
 func (a *Agent) saveState() {
 	var targets []models.Resource
+	var services []string
 	for _, id := range sortedIDs(a.state.Resources) {
 		if m := a.state.Resources[id]; m.Kind == "service" && m.Resource != nil && m.Resource.Check != nil {
 			targets = append(targets, *m.Resource)
 		}
+		if a.state.Resources[id].Kind == "service" {
+			services = append(services, id)
+		}
 	}
+	a.logs.setServices(services)
 	a.checksMu.Lock()
 	a.checkTargets = targets
 	a.checkGen, a.checkSend = a.state.Applied, a.state.AppliedSend
@@ -445,6 +453,9 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		rs, gen, send := a.snapshotChecks()
+		if err := a.logs.countRestarts(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Warn("counting services' restarts", "err", err)
+		}
 		res := checkAll(ctx, a.root, rs, 0)
 		cur := map[string]bool{}
 		changed := prev == nil && len(res) > 0

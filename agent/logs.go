@@ -222,13 +222,63 @@ type serviceTail interface {
 	Tail(ctx context.Context, id string, n, budget int) (lines []string, truncated bool, err error)
 }
 
+// restartCounter is a services implementation whose services are started
+// again by something other than the host (systemd's Restart=always): it
+// counts those restarts.
+type restartCounter interface {
+	Restarts(ctx context.Context, ids []string) (map[string]int, error)
+}
+
 // logShipper remembers the services whose last lines ride the next report,
 // and why: one that failed to apply, restarted, or turned unhealthy.
 type logShipper struct {
-	src serviceTail
+	src      serviceTail
+	counter  restartCounter // nil: the supervisor tells of restarts itself
+	services []string       // the services the host runs, for counter
 
 	mu      sync.Mutex
 	pending map[string]string // resource → why
+	counts  map[string]int    // restarts counted at the last look
+}
+
+// setServices tells which services the host runs now.
+func (l *logShipper) setServices(ids []string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.services = ids
+}
+
+// countRestarts marks the services restarted since the last look, when
+// their restarts are counted elsewhere (systemd). A count first seen, or
+// one that went down (a unit restarted by the host, or reloaded), marks
+// nothing.
+func (l *logShipper) countRestarts(ctx context.Context) error {
+	if l == nil || l.counter == nil {
+		return nil
+	}
+	l.mu.Lock()
+	ids := l.services
+	l.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	now, err := l.counter.Restarts(ctx, ids)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	prev := l.counts
+	l.counts = now
+	l.mu.Unlock()
+	for id, n := range now {
+		if was, ok := prev[id]; ok && n > was {
+			l.mark(id, models.LogRestarted)
+		}
+	}
+	return nil
 }
 
 // whyRank orders the reasons when several came up between reports: the
@@ -369,4 +419,38 @@ func (s *systemdServices) Tail(ctx context.Context, id string, n, budget int) ([
 	raw := splitLines(out.Bytes())
 	lines, cut := selectTail(raw, n, budget)
 	return lines, cut || len(raw) > n, nil
+}
+
+// Restarts implements restartCounter: each unit's NRestarts, the restarts
+// systemd made (Restart=always) since the unit was last started by hand.
+func (s *systemdServices) Restarts(ctx context.Context, ids []string) (map[string]int, error) {
+	args := []string{"show", "--property", "NRestarts", "--value"}
+	for _, id := range ids {
+		args = append(args, UnitName(id))
+	}
+	cmd := exec.CommandContext(ctx, s.systemctl, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("systemctl show: %v: %s", err, strings.TrimSpace(errOut.String()))
+	}
+	// One value per unit, in order, units apart by an empty line.
+	var vals []string
+	for _, l := range splitLines(out.Bytes()) {
+		if l = strings.TrimSpace(l); l != "" {
+			vals = append(vals, l)
+		}
+	}
+	if len(vals) != len(ids) {
+		return nil, fmt.Errorf("systemctl show: %d value(s) for %d unit(s)", len(vals), len(ids))
+	}
+	counts := make(map[string]int, len(ids))
+	for i, id := range ids {
+		n, err := strconv.Atoi(vals[i])
+		if err != nil {
+			return nil, fmt.Errorf("systemctl show: NRestarts of %s: %q", UnitName(id), vals[i])
+		}
+		counts[id] = n
+	}
+	return counts, nil
 }

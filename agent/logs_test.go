@@ -275,3 +275,59 @@ func TestSystemd_TailReadsTheJournal(t *testing.T) {
 		t.Fatal("no journalctl, no error")
 	}
 }
+
+// TestSystemd_RestartsCounted: under systemd, systemd restarts a unit
+// (Restart=always), so the host learns of it by counting: a unit whose
+// NRestarts rose since the last look is marked restarted; one first seen
+// or whose count fell (restarted by hand) is not.
+func TestSystemd_RestartsCounted(t *testing.T) {
+	root, _ := openMachineRoot(t.TempDir())
+	dir := t.TempDir()
+	counts := filepath.Join(dir, "counts")
+	stand := filepath.Join(dir, "systemctl")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\necho \"$*\" > "+filepath.Join(dir, "args")+"\ncat "+counts+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newSystemd(root)
+	s.systemctl = stand
+	ship := &logShipper{src: s, counter: s}
+	ship.setServices([]string{"a.service", "b.service"})
+	ctx := context.Background()
+	look := func(a, b string) {
+		t.Helper()
+		if err := os.WriteFile(counts, []byte(a+"\n\n"+b+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := ship.countRestarts(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	look("0", "2")
+	if ship.waiting() {
+		t.Fatal("a first look marked a restart")
+	}
+	args, _ := os.ReadFile(filepath.Join(dir, "args"))
+	if want := "show --property NRestarts --value " + UnitName("a.service") + " " + UnitName("b.service") + "\n"; string(args) != want {
+		t.Fatalf("systemctl %s, want %s", args, want)
+	}
+	look("0", "3")
+	ship.mu.Lock()
+	pending := fmt.Sprint(ship.pending)
+	ship.mu.Unlock()
+	if pending != "map[b.service:restarted]" {
+		t.Fatalf("after b restarted: %s", pending)
+	}
+	ship.mu.Lock()
+	ship.pending = nil
+	ship.mu.Unlock()
+	look("0", "0")
+	if ship.waiting() {
+		t.Fatal("a count that fell marked a restart")
+	}
+	if err := os.WriteFile(counts, []byte("1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ship.countRestarts(ctx); err == nil || !strings.Contains(err.Error(), "1 value(s) for 2 unit(s)") {
+		t.Fatalf("a short answer: %v", err)
+	}
+}
