@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"mesh/controller/ctltest"
 	"mesh/store"
 )
@@ -124,6 +126,19 @@ func TestLogs_FailingServiceShipsItsLastLines(t *testing.T) {
 		!strings.Contains(errOut.String(), "node-tools.service: restarted, shipped ") {
 		t.Fatalf("meshctl logs printed:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
+	t.Run("Dashboard", func(t *testing.T) {
+		ctx := newBrowser(t, chromium(t))
+		login(t, ctx, c.URL, "admin", c.AdminPW)
+		block := `#logs [data-resource="node-tools.service"]`
+		run(t, ctx, "the machine page's service logs", chromedp.Navigate(c.URL+"/machines/m1"), chromedp.WaitVisible(css(block+" pre")))
+		if text := get(t, ctx, "the shipped lines", chromedp.Text(css(block+" pre"))); !strings.Contains(text, "address already in use") {
+			t.Fatalf("the page shows:\n%s", text)
+		}
+		if why := get(t, ctx, "why", chromedp.Text(css(block+" [data-why]"))); why != "restarted" {
+			t.Fatalf("why: %q", why)
+		}
+	})
+
 	cmd = exec.Command(meshctlBin(t), "logs", "m1", "node-tools.runtime")
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "MESH_CONTROLLER="+c.URL, "MESH_TOKEN="+c.Admin)
 	if b, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(b), "has shipped no lines of node-tools.runtime") {
