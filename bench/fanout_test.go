@@ -65,6 +65,15 @@ func fanout(b *testing.B, bin, dialect string) {
 	if cfg.DatabaseURL != "" {
 		args = append(args, "--database", cfg.DatabaseURL)
 	}
+	// MESH_BENCH_PPROF=DIR profiles the controller's CPU during each
+	// fan-out (through --pprof) into DIR/<dialect>-<first|second>-<n>.pprof.
+	profDir := os.Getenv("MESH_BENCH_PPROF")
+	pprofURL := ""
+	if profDir != "" {
+		pp := freePort(b)
+		args = append(args, "--pprof", "127.0.0.1:"+pp)
+		pprofURL = "http://127.0.0.1:" + pp + "/debug/pprof/profile?seconds="
+	}
 	ctl := exec.Command(filepath.Join(bin, "mesh-controller"), args...)
 	ctl.Stdout, ctl.Stderr = io.Discard, os.Stderr
 	if err := ctl.Start(); err != nil {
@@ -102,6 +111,15 @@ func fanout(b *testing.B, bin, dialect string) {
 				dialect, baseRSS>>20, perPoll/1024, metric(url, "go_memstats_heap_inuse_bytes")/(1<<20),
 				metric(url, "go_memstats_stack_inuse_bytes")/(1<<20), metric(url, "go_goroutines"))
 		}
+		var profiled chan struct{}
+		if pprofURL != "" {
+			profiled = make(chan struct{})
+			go func() {
+				defer close(profiled)
+				profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-%s-%d.pprof", dialect, label, time.Now().UnixNano())))
+			}()
+			time.Sleep(200 * time.Millisecond) // the profile starts before the change (a measurement, not a wait for a state)
+		}
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		fmt.Fprintf(stdin, "fire %d\n", build)
 		var r struct {
@@ -125,6 +143,10 @@ func fanout(b *testing.B, bin, dialect string) {
 		}
 		b.ReportMetric(r.P50Ms, label+"-p50-ms")
 		b.ReportMetric(r.P99Ms, label+"-p99-ms")
+		b.ReportMetric(float64(ctlCPU.Microseconds())/fanoutHosts, label+"-cpu-µs/machine")
+		if profiled != nil {
+			<-profiled
+		}
 	}
 	round("first", 1, 2)
 	round("second", 2, 1)
@@ -208,6 +230,23 @@ func seed(b *testing.B, cfg store.Config, n int) (admin string, pub ed25519.Publ
 		b.Fatal(err)
 	}
 	return admin, ed25519.PublicKey(dk.PublicKey), tokensFile
+}
+
+// profile saves the controller's CPU profile from url into file.
+func profile(b *testing.B, url, file string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(file, body, 0o644)
+	}
+	if err != nil {
+		b.Error(err)
+	}
 }
 
 func freePort(b *testing.B) string {
