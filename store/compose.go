@@ -115,7 +115,8 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 		return nil
 	}
 	if tx.s.dialect == Postgres {
-		if err := tx.Raw("SELECT mesh_epoch()").Scan(&in.epoch).Error; err != nil {
+		var err error
+		if in.epoch, err = currentEpoch(tx); err != nil {
 			return err
 		}
 	}
@@ -276,26 +277,36 @@ type composedRow struct {
 // so a declaration another instance stored before the epoch moved is
 // found and used.
 func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int64, out map[int64]*models.Composed) error {
+	decls := make([]models.Declaration, len(rows))
+	var res *gorm.DB
 	if tx.s.dialect == Postgres {
 		if err := lockRetention(tx, false); err != nil {
 			return err
 		}
-		var epoch int64
-		if err := tx.Raw("SELECT mesh_epoch()").Scan(&epoch).Error; err != nil {
+		epoch, err := currentEpoch(tx)
+		if err != nil {
 			return err
 		}
 		if epoch != seen {
-			var err error
 			if rows, err = withoutStored(tx, rows, names, out); err != nil || len(rows) == 0 {
 				return err
 			}
+			decls = decls[:len(rows)]
 		}
+		ds := make([]declRow, len(rows))
+		for i, r := range rows {
+			ds[i] = declRow{Declaration: r.Declaration, Epoch: epoch}
+		}
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(10))
+		for i := range ds {
+			decls[i] = ds[i].Declaration
+		}
+	} else {
+		for i, r := range rows {
+			decls[i] = r.Declaration
+		}
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
 	}
-	decls := make([]models.Declaration, len(rows))
-	for i, r := range rows {
-		decls[i] = r.Declaration
-	}
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
 	if res.Error != nil {
 		return res.Error
 	}

@@ -384,6 +384,20 @@ func lockRetention(tx *Tx, exclusive bool) error {
 	return tx.Exec("SELECT "+fn+"(?)", tx.s.retentionLock()).Error
 }
 
+// currentEpoch is the epoch rows are written in now (PostgreSQL).
+func currentEpoch(tx *Tx) (int64, error) {
+	var e int64
+	return e, tx.Raw("SELECT mesh_epoch()").Scan(&e).Error
+}
+
+// declRow is a declaration as PostgreSQL stores it: in its epoch's partition.
+type declRow struct {
+	models.Declaration
+	Epoch int64
+}
+
+func (declRow) TableName() string { return "declarations" }
+
 func readEpochs(tx *Tx) ([]epochRow, error) {
 	var epochs []epochRow
 	if err := tx.Raw("SELECT epoch, started_at FROM retention_epochs ORDER BY epoch").Scan(&epochs).Error; err != nil {

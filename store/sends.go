@@ -13,9 +13,30 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 		return nil
 	}
 	return s.write(ctx, func(tx *Tx) error {
-		return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+		if s.dialect != Postgres {
+			return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+		}
+		// The epoch read once for the group: the column's default reads
+		// it for every row, which cost a 10,000-host fan-out ~150 ms.
+		epoch, err := currentEpoch(tx)
+		if err != nil {
+			return err
+		}
+		rows := make([]sendRow, len(sends))
+		for i := range sends {
+			rows[i] = sendRow{Send: sends[i], Epoch: epoch}
+		}
+		return tx.CreateInBatches(&rows, s.batchRows(8)).Error
 	})
 }
+
+// sendRow is a send as PostgreSQL stores it: in its epoch's partition.
+type sendRow struct {
+	models.Send
+	Epoch int64
+}
+
+func (sendRow) TableName() string { return "sends" }
 
 // Sends lists sends newest first (ids are time-ordered UUIDv7), of one
 // machine when machineID > 0, after cursor (a send id).
