@@ -51,6 +51,9 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 		if err := sign(rows, signer); err != nil {
 			return err
 		}
+		if s.beforeStore != nil {
+			s.beforeStore()
+		}
 		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, in.epoch, out) })
 	})
 	return out, fails, err

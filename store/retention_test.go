@@ -230,3 +230,55 @@ func TestRetention_KeepsWhatMachinesNeed(t *testing.T) {
 		}
 	})
 }
+
+// TestCompose_OncePerGenerationAcrossEpochs: an instance composes a
+// generation from a snapshot taken before another instance stored it and
+// before the retention epoch moved on (on PostgreSQL the key (machine,
+// generation) is unique only within an epoch's partition): it finds the
+// other's declaration and uses it, so one generation has one
+// declaration, byte for byte.
+func TestCompose_OncePerGenerationAcrossEpochs(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		clock := time.Now().UTC()
+		s.Now = func() time.Time { return clock }
+		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute}
+		if _, err := s.RunRetention(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		m := fixture(t, s, "m1")
+		var first *models.Composed
+		s.SetBeforeStore(func() {
+			s.SetBeforeStore(nil)
+			got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl-a", newSigner())
+			if err != nil || fails[m.ID] != nil {
+				t.Errorf("the other instance's compose: %v %v", err, fails[m.ID])
+				return
+			}
+			first = got[m.ID]
+			clock = clock.Add(20 * time.Minute)
+			if res, err := s.RunRetention(ctx, r); err != nil {
+				t.Errorf("retention: %v %+v", err, res)
+			}
+		})
+		got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl-b", newSigner())
+		if err != nil || fails[m.ID] != nil || first == nil {
+			t.Fatalf("compose: %v %v", err, fails[m.ID])
+		}
+		if got[m.ID].Digest != first.Digest || string(got[m.ID].Envelope) != string(first.Envelope) {
+			t.Fatal("two declarations for one generation: the second instance did not find the first's across epochs")
+		}
+		var n int64
+		s.DB().Model(&models.Declaration{}).Where("machine_id = ? AND generation = ?", m.ID, m.Generation).Count(&n)
+		if n != 1 {
+			t.Fatalf("%d declarations stored for generation %d, want 1", n, m.Generation)
+		}
+		if s.Dialect() == store.Postgres {
+			var epochs []int64
+			s.DB().Raw("SELECT epoch FROM retention_epochs ORDER BY epoch").Scan(&epochs)
+			if len(epochs) < 2 {
+				t.Fatalf("the epoch did not move (%v): the test proves nothing", epochs)
+			}
+		}
+	})
+}
