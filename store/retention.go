@@ -6,6 +6,8 @@ import (
 	"hash/fnv"
 	"time"
 
+	"gorm.io/gorm"
+
 	"mesh/models"
 )
 
@@ -284,10 +286,10 @@ func (s *Store) retainBatches(ctx context.Context, r Retention) (RetentionResult
 }
 
 // retentionLock is the PostgreSQL advisory lock (one per store) that
-// inserts of declarations take shared and retention takes exclusive, so
-// that no declaration is inserted while the epoch changes or a
-// partition's rows are carried forward: with the epoch read under it,
-// (machine, generation) stays unique across partitions (storeComposed).
+// inserts of declarations take shared and moving the epoch on takes
+// exclusive, so that no declaration is inserted while the epoch changes:
+// with the epoch read under it, (machine, generation) stays unique across
+// partitions (storeComposed).
 func (s *Store) retentionLock() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("mesh-retention " + s.channel))
@@ -316,7 +318,7 @@ func (s *Store) retainPartitions(ctx context.Context, r Retention) (RetentionRes
 		if err := lockRetention(tx, true); err != nil {
 			return err
 		}
-		epochs, err := readEpochs(tx)
+		epochs, err := readEpochs(tx.DB)
 		if err != nil {
 			return err
 		}
@@ -336,41 +338,25 @@ func (s *Store) retainPartitions(ctx context.Context, r Retention) (RetentionRes
 		return res, err
 	}
 	for {
-		var done bool
-		var step RetentionResult
-		err := s.write(ctx, func(tx *Tx) error {
-			step = RetentionResult{}
-			if err := lockRetention(tx, true); err != nil {
-				return err
-			}
-			epochs, err := readEpochs(tx)
-			if err != nil {
-				return err
-			}
-			// The oldest epoch goes when the one after it started before
-			// the cutoff: every row written in it is older than keep.
-			if len(epochs) < 2 || !epochs[1].StartedAt.Before(now.Add(-r.Keep)) {
-				done = true
-				return nil
-			}
-			old, cur := epochs[0].Epoch, epochs[len(epochs)-1].Epoch
-			return dropEpoch(tx, old, cur, &step)
-		})
+		epochs, err := readEpochs(s.db.WithContext(ctx))
 		if err != nil {
-			return res, err
+			return res, mapErr(err)
 		}
-		if done {
+		// The oldest epoch goes when the one after it started before
+		// the cutoff: every row written in it is older than keep.
+		if len(epochs) < 2 || !epochs[1].StartedAt.Before(now.Add(-r.Keep)) {
 			return res, nil
 		}
-		res.Removed += step.Removed
-		res.Carried += step.Carried
-		res.Dropped = append(res.Dropped, step.Dropped...)
+		old, cur := epochs[0].Epoch, epochs[len(epochs)-1].Epoch
+		if err := s.dropEpoch(ctx, old, cur, r.Batch*5, &res); err != nil {
+			return res, err
+		}
 	}
 }
 
-// lockRetention takes the retention lock, exclusive for retention (with a
-// bound on waiting for the tables: dropping a partition waits for the
-// statements reading its parent, and holds up those that arrive after).
+// lockRetention takes the retention lock: exclusive to move the epoch on
+// (with a bound on waiting for the tables: making a partition locks its
+// parent), shared to insert declarations.
 func lockRetention(tx *Tx, exclusive bool) error {
 	if exclusive {
 		if err := tx.Exec("SET LOCAL lock_timeout = '5s'").Error; err != nil {
@@ -398,7 +384,7 @@ type declRow struct {
 
 func (declRow) TableName() string { return "declarations" }
 
-func readEpochs(tx *Tx) ([]epochRow, error) {
+func readEpochs(tx *gorm.DB) ([]epochRow, error) {
 	var epochs []epochRow
 	if err := tx.Raw("SELECT epoch, started_at FROM retention_epochs ORDER BY epoch").Scan(&epochs).Error; err != nil {
 		return nil, err
@@ -431,30 +417,62 @@ func makePartitions(tx *Tx, cur int64) error {
 }
 
 // dropEpoch carries forward to epoch cur the rows of epoch old that a
-// machine still needs, then drops old's partitions.
-func dropEpoch(tx *Tx, old, cur int64, res *RetentionResult) error {
+// machine still needs, a page at a time in short transactions of their
+// own, then drops old's partitions. No lock is needed to carry: nothing
+// writes into an epoch that ended keep ago, and a carried row is one
+// that already exists, so no insert can meet it twice. The drop itself
+// waits at most lock_timeout for its tables.
+func (s *Store) dropEpoch(ctx context.Context, old, cur int64, page int, res *RetentionResult) error {
 	for _, t := range retainedTables {
-		var rows []oldRow
-		if err := tx.Table(t.name).Select(keyColumn(t.name)+", machine_id, generation").Where("epoch = ?", old).
-			Scan(&rows).Error; err != nil {
-			return err
-		}
-		keep, drop, err := judge(tx, t.name, rows)
-		if err != nil {
-			return err
-		}
-		err = inChunks(keep, 1000, func(chunk []oldRow) error {
-			return tx.Exec("UPDATE "+t.name+" SET epoch = ? WHERE epoch = ? AND id IN ?", cur, old, rowKeys(t.name, chunk)).Error
-		})
-		if err != nil {
-			return err
-		}
-		res.Carried += int64(len(keep))
-		res.Removed += int64(len(drop))
-		if err := tx.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s_e%d", t.name, old)).Error; err != nil {
-			return err
+		after, afterNum := "", int64(0)
+		for {
+			var rows []oldRow
+			q := s.db.WithContext(ctx).Table(t.name).Select(keyColumn(t.name)+", machine_id, generation").
+				Where("epoch = ?", old).Order("id").Limit(page)
+			if t.name == "sends" {
+				q = q.Where("id > ?", after)
+			} else {
+				q = q.Where("id > ?", afterNum)
+			}
+			if err := q.Scan(&rows).Error; err != nil {
+				return mapErr(err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			after, afterNum = rows[len(rows)-1].ID, rows[len(rows)-1].Num
+			err := s.write(ctx, func(tx *Tx) error {
+				keep, drop, err := judge(tx, t.name, rows)
+				if err != nil {
+					return err
+				}
+				if len(keep) > 0 {
+					if err := tx.Exec("UPDATE "+t.name+" SET epoch = ? WHERE epoch = ? AND id IN ?", cur, old, rowKeys(t.name, keep)).Error; err != nil {
+						return err
+					}
+				}
+				res.Carried += int64(len(keep))
+				res.Removed += int64(len(drop))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if len(rows) < page {
+				break
+			}
 		}
 	}
-	res.Dropped = append(res.Dropped, old)
-	return tx.Exec("DELETE FROM retention_epochs WHERE epoch = ?", old).Error
+	return s.write(ctx, func(tx *Tx) error {
+		if err := tx.Exec("SET LOCAL lock_timeout = '5s'").Error; err != nil {
+			return err
+		}
+		for _, t := range retainedTables {
+			if err := tx.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s_e%d", t.name, old)).Error; err != nil {
+				return err
+			}
+		}
+		res.Dropped = append(res.Dropped, old)
+		return tx.Exec("DELETE FROM retention_epochs WHERE epoch = ?", old).Error
+	})
 }
