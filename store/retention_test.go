@@ -101,8 +101,9 @@ func TestRetention_KeepsWhatMachinesNeed(t *testing.T) {
 		ctx := context.Background()
 		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
 		s.Now = func() time.Time { return w.clock }
-		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1} // pages of one (five on PostgreSQL)
-		w.run(r)                                                                // partitions made ahead; nothing is old yet
+		// Pages of one row (five on PostgreSQL), so paging is exercised.
+		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
+		w.run(r) // partitions made ahead; nothing is old yet
 
 		// a: applied g1, failed g2, sent g3 twice, then pushed to g4.
 		a := fixture(t, s, "a")
