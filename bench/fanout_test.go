@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -62,8 +63,21 @@ func fanout(b *testing.B, bin, dialect string) {
 	port := freePort(b)
 	url := "http://127.0.0.1:" + port
 	args := []string{"serve", "--listen", "127.0.0.1:" + port, "--data", cfg.DataDir, "--log-level", "warn"}
+	// The controller's PostgreSQL backends carry a name of their own, so
+	// their CPU (the store's half of the work) is counted beside the
+	// controller's.
+	appName := "mesh-fanout-" + port
 	if cfg.DatabaseURL != "" {
-		args = append(args, "--database", cfg.DatabaseURL)
+		args = append(args, "--database", cfg.DatabaseURL+"&application_name="+appName)
+	}
+	// MESH_BENCH_PPROF=DIR profiles the controller's CPU during each
+	// fan-out (through --pprof) into DIR/<dialect>-<first|second>-<n>.pprof.
+	profDir := os.Getenv("MESH_BENCH_PPROF")
+	pprofURL := ""
+	if profDir != "" {
+		pp := freePort(b)
+		args = append(args, "--pprof", "127.0.0.1:"+pp)
+		pprofURL = "http://127.0.0.1:" + pp + "/debug/pprof/profile?seconds="
 	}
 	ctl := exec.Command(filepath.Join(bin, "mesh-controller"), args...)
 	ctl.Stdout, ctl.Stderr = io.Discard, os.Stderr
@@ -102,7 +116,17 @@ func fanout(b *testing.B, bin, dialect string) {
 				dialect, baseRSS>>20, perPoll/1024, metric(url, "go_memstats_heap_inuse_bytes")/(1<<20),
 				metric(url, "go_memstats_stack_inuse_bytes")/(1<<20), metric(url, "go_goroutines"))
 		}
+		var profiled chan struct{}
+		if pprofURL != "" {
+			profiled = make(chan struct{})
+			go func() {
+				defer close(profiled)
+				profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-%s-%d.pprof", dialect, label, time.Now().UnixNano())))
+			}()
+			time.Sleep(200 * time.Millisecond) // the profile starts before the change (a measurement, not a wait for a state)
+		}
 		cpu0 := cpuTime(b, ctl.Process.Pid)
+		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
 		fmt.Fprintf(stdin, "fire %d\n", build)
 		var r struct {
 			Polls, OK, Verified, Errors int
@@ -118,6 +142,14 @@ func fanout(b *testing.B, bin, dialect string) {
 			b.Fatal(err)
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
+		pgCPU := time.Duration(0)
+		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
+			pgCPU += c - pg0[pid]
+		}
+		if cfg.DatabaseURL != "" {
+			b.Logf("%s %s fan-out: PostgreSQL backends' CPU %v", dialect, label, pgCPU.Round(time.Millisecond))
+			b.ReportMetric(float64(pgCPU.Microseconds())/fanoutHosts, label+"-pg-cpu-µs/machine")
+		}
 		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms %s",
 			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.FirstError)
 		if r.Verified != fanoutHosts {
@@ -125,6 +157,10 @@ func fanout(b *testing.B, bin, dialect string) {
 		}
 		b.ReportMetric(r.P50Ms, label+"-p50-ms")
 		b.ReportMetric(r.P99Ms, label+"-p99-ms")
+		b.ReportMetric(float64(ctlCPU.Microseconds())/fanoutHosts, label+"-cpu-µs/machine")
+		if profiled != nil {
+			<-profiled
+		}
 	}
 	round("first", 1, 2)
 	round("second", 2, 1)
@@ -208,6 +244,55 @@ func seed(b *testing.B, cfg store.Config, n int) (admin string, pub ed25519.Publ
 		b.Fatal(err)
 	}
 	return admin, ed25519.PublicKey(dk.PublicKey), tokensFile
+}
+
+// backendsCPU is the CPU each PostgreSQL backend named app has used so
+// far, by pid (nothing on SQLite).
+func backendsCPU(b *testing.B, url, app string) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	if url == "" {
+		return out
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query("SELECT pid FROM pg_stat_activity WHERE application_name = $1", app)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			b.Fatal(err)
+		}
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			out[pid] = time.Duration(u+s) * 10 * time.Millisecond
+		}
+	}
+	return out
+}
+
+// profile saves the controller's CPU profile from url into file.
+func profile(b *testing.B, url, file string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(file, body, 0o644)
+	}
+	if err != nil {
+		b.Error(err)
+	}
 }
 
 func freePort(b *testing.B) string {

@@ -55,6 +55,11 @@ type Config struct {
 	RolloutEvery time.Duration
 	// HeartbeatEvery is how often the instance row is touched.
 	HeartbeatEvery time.Duration
+	// KeepSends is how long sends, reports and declarations are kept
+	// (--keep-sends; 0: models.DefaultKeepSends, below 0: for ever);
+	// RetentionEvery is how often retention runs (0: 10 minutes).
+	KeepSends      time.Duration
+	RetentionEvery time.Duration
 	// DrainTimeout bounds a graceful stop.
 	DrainTimeout time.Duration
 	Log          *slog.Logger
@@ -150,6 +155,12 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 10 * time.Second
+	}
+	if cfg.KeepSends == 0 {
+		cfg.KeepSends = models.DefaultKeepSends
+	}
+	if cfg.RetentionEvery == 0 {
+		cfg.RetentionEvery = 10 * time.Minute
 	}
 	st, err := OpenStore(ctx, cfg, true)
 	if err != nil {
@@ -258,6 +269,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	dash.TrustedProxies = cfg.TrustedProxies
 	dash.Service = svc
 	dash.Rules = rules
+	dash.KeepSends = max(cfg.KeepSends, 0)
 	dash.Register(e)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -291,6 +303,10 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	go func() { defer c.workers.Done(); hub.Run(runCtx, cfg.FlushEvery, resync) }()
 	go func() { defer c.workers.Done(); sends.Run(runCtx) }()
 	go func() { defer c.workers.Done(); c.heartbeat(runCtx) }()
+	if cfg.KeepSends > 0 {
+		c.workers.Add(1)
+		go func() { defer c.workers.Done(); c.retention(runCtx) }()
+	}
 	conns.ServerTimeouts(e.Server)
 	e.Server.ErrorLog = log.New(serverErrors{cfg.Log}, "", 0)
 	go func() {
@@ -320,6 +336,28 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pruning revocations", "err", err)
 			}
+		}
+	}
+}
+
+// retention trims sends, reports and declarations past --keep-sends, off
+// the poll path: at start (on PostgreSQL this makes the next epochs'
+// partitions) and then every RetentionEvery.
+func (c *Controller) retention(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RetentionEvery)
+	defer t.Stop()
+	for {
+		res, err := c.Store.RunRetention(ctx, store.Retention{Keep: c.cfg.KeepSends})
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.cfg.Log.Warn("retention", "err", err)
+		case res.Removed > 0 || len(res.Dropped) > 0:
+			c.cfg.Log.Info("retention", "removed", res.Removed, "carried_forward", res.Carried, "epochs_dropped", res.Dropped)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

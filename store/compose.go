@@ -51,7 +51,10 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 		if err := sign(rows, signer); err != nil {
 			return err
 		}
-		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, out) })
+		if s.beforeStore != nil {
+			s.beforeStore()
+		}
+		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, in.epoch, out) })
 	})
 	return out, fails, err
 }
@@ -82,6 +85,8 @@ type composeInput struct {
 	planTargets map[[2]int64]int64
 	releases    map[string]*models.Release
 	hostDef     string
+	// epoch is the retention epoch the snapshot saw (PostgreSQL).
+	epoch int64
 }
 
 // readCompose reads, in one snapshot, the declarations already stored for
@@ -111,6 +116,12 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	in.todo = todo
 	if len(todo) == 0 {
 		return nil
+	}
+	if tx.s.dialect == Postgres {
+		var err error
+		if in.epoch, err = currentEpoch(tx); err != nil {
+			return err
+		}
 	}
 	todoIDs := make([]int64, len(todo))
 	for i, m := range todo {
@@ -259,12 +270,46 @@ type composedRow struct {
 
 // storeComposed inserts the declarations; where another instance stored
 // one of these generations first, its row is read and used instead.
-func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*models.Composed) error {
+//
+// On PostgreSQL declarations are partitioned by epoch and the unique key
+// (machine, generation) holds only within a partition. The insert takes
+// the retention lock shared and reads the epoch under it: two inserts of
+// one generation in the same epoch meet on the key; when the epoch has
+// moved since the snapshot this chunk was composed from (seen is the
+// epoch it saw), the generations are looked up in every partition first,
+// so a declaration another instance stored before the epoch moved is
+// found and used.
+func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int64, out map[int64]*models.Composed) error {
 	decls := make([]models.Declaration, len(rows))
-	for i, r := range rows {
-		decls[i] = r.Declaration
+	var res *gorm.DB
+	if tx.s.dialect == Postgres {
+		if err := lockRetention(tx, false); err != nil {
+			return err
+		}
+		epoch, err := currentEpoch(tx)
+		if err != nil {
+			return err
+		}
+		if epoch != seen {
+			if rows, err = withoutStored(tx, rows, names, out); err != nil || len(rows) == 0 {
+				return err
+			}
+			decls = decls[:len(rows)]
+		}
+		ds := make([]declRow, len(rows))
+		for i, r := range rows {
+			ds[i] = declRow{Declaration: r.Declaration, Epoch: epoch}
+		}
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(10))
+		for i := range ds {
+			decls[i] = ds[i].Declaration
+		}
+	} else {
+		for i, r := range rows {
+			decls[i] = r.Declaration
+		}
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
 	}
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
 	if res.Error != nil {
 		return res.Error
 	}
@@ -295,6 +340,36 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 		}
 	}
 	return nil
+}
+
+// withoutStored puts into out the declarations already stored for rows'
+// (machine, generation) and returns the rows still to insert.
+func withoutStored(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*models.Composed) ([]composedRow, error) {
+	want := make(map[int64]int64, len(rows))
+	ids := make([]int64, 0, len(rows))
+	for _, r := range rows {
+		want[r.MachineID] = r.Generation
+		ids = append(ids, r.MachineID)
+	}
+	var stored []models.Declaration
+	if err := tx.Where("machine_id IN ?", ids).Where("generation IN ?", generationsOf(want)).Find(&stored).Error; err != nil {
+		return nil, err
+	}
+	have := map[int64]bool{}
+	for _, d := range stored {
+		if want[d.MachineID] == d.Generation {
+			have[d.MachineID] = true
+			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
+				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+		}
+	}
+	left := rows[:0:0]
+	for _, r := range rows {
+		if !have[r.MachineID] {
+			left = append(left, r)
+		}
+	}
+	return left, nil
 }
 
 func generationsOf(m map[int64]int64) []int64 {

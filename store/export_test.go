@@ -20,3 +20,7 @@ func (s *Store) MigrateTo(ctx context.Context, version int64) error {
 
 // MapErr is mapErr, for tests of errors no test can provoke for real.
 var MapErr = mapErr
+
+// SetBeforeStore sets a function run between a compose chunk's snapshot
+// and its insert (nil: none).
+func (s *Store) SetBeforeStore(f func()) { s.beforeStore = f }

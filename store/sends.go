@@ -2,19 +2,58 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"mesh/models"
 )
 
 // InsertSends writes send rows in one transaction: the group commit of polls
 // woken together. A poll answers only after this has returned.
+//
+// On PostgreSQL the group is one INSERT whatever its size, its rows passed
+// as one array per column (unnest): a multi-row INSERT with a parameter
+// per field cost gorm's reflection and pgx's encoding per field, ~10 µs
+// of the controller's CPU a row against ~3.5 µs. On SQLite the same in one
+// JSON text (json_each) saved nothing measurable: there the engine's page
+// writes are the cost, and the driver's bind time grows with the square
+// of the parameters, so rows go 100 to a statement.
 func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	if len(sends) == 0 {
 		return nil
 	}
 	return s.write(ctx, func(tx *Tx) error {
-		return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+		if s.dialect != Postgres {
+			return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+		}
+		return insertSendsPostgres(ctx, tx, sends)
 	})
+}
+
+// insertSendsPostgres writes the group with one statement of eight
+// parameters, the epoch read once for the group (the column's default
+// reads it for every row: ~15 µs a row).
+func insertSendsPostgres(ctx context.Context, tx *Tx, sends []models.Send) error {
+	epoch, err := currentEpoch(tx)
+	if err != nil {
+		return err
+	}
+	n := len(sends)
+	ids, digests, instances, triggers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	machines, generations := make([]int64, n), make([]int64, n)
+	ats := make([]time.Time, n)
+	for i, snd := range sends {
+		ids[i], machines[i], generations[i], digests[i] = snd.ID, snd.MachineID, snd.Generation, snd.Digest
+		instances[i], triggers[i], ats[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt
+	}
+	// Through the transaction's connection, not gorm's Exec: gorm would
+	// spell each slice out as a list of parameters.
+	_, err = tx.Statement.ConnPool.ExecContext(ctx, `INSERT INTO sends (id, machine_id, generation, digest, instance_id, trigger, created_at, epoch)
+		SELECT u.id, u.machine_id, u.generation, u.digest, u.instance_id, u.trigger, u.created_at, $8
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
+			AS u (id, machine_id, generation, digest, instance_id, trigger, created_at)`,
+		ids, machines, generations, digests, instances, triggers, ats, epoch)
+	tx.s.statements.Add(1)
+	return err
 }
 
 // Sends lists sends newest first (ids are time-ordered UUIDv7), of one

@@ -82,6 +82,11 @@ type Store struct {
 
 	// channel is the NOTIFY channel of this store (PostgreSQL).
 	channel string
+
+	// beforeStore, set only by tests, runs between a compose chunk's
+	// snapshot and its insert: where another instance's insert and an
+	// epoch's change can fall.
+	beforeStore func()
 }
 
 // countStatements counts every statement gorm issues, so tests and metrics

@@ -75,6 +75,8 @@ func span(d time.Duration) string {
 		return fmt.Sprintf("%d %ss", n, word)
 	}
 	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return unit(int64(d/(24*time.Hour)), "day")
 	case d >= time.Hour && d%time.Hour == 0:
 		return unit(int64(d/time.Hour), "hour")
 	case d >= time.Minute && d%time.Minute == 0:
@@ -97,7 +99,27 @@ func (s *Server) overview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.Record, err = s.record(c.Request().Context()); err != nil {
+		return err
+	}
 	return s.render(c, http.StatusOK, OverviewPage(s.page(c, "Machines"), o))
+}
+
+// record says how far back the record of sends, reports and declarations
+// goes, and how long it is kept.
+func (s *Server) record(ctx context.Context) (string, error) {
+	since, err := s.Store.RecordSince(ctx)
+	if err != nil {
+		return "", err
+	}
+	kept := "kept for ever (--keep-sends 0)"
+	if s.KeepSends > 0 {
+		kept = "kept " + span(s.KeepSends) + "; older ones go, save each machine's latest send and report, its last applied send and declaration, and every send of its current generation"
+	}
+	if since == nil {
+		return "No send on record yet: sends, reports and declarations are " + kept + ".", nil
+	}
+	return "The record of sends goes back to " + stamp(*since) + ": sends, reports and declarations are " + kept + ".", nil
 }
 
 // overviewFragment is the live table htmx polls.

@@ -213,7 +213,8 @@ func waitStep(t *testing.T, e *ctltest.Env) {
 
 // TestOverview_CountsUnhealthyAndSaysThresholds: an unhealthy machine is
 // counted (the counts used to leave unhealthy out), and the legend says
-// the offline threshold and the unhealthy grace.
+// the offline threshold and the unhealthy grace, and how far back the
+// record of sends goes.
 func TestOverview_CountsUnhealthyAndSaysThresholds(t *testing.T) {
 	e, op, _ := fixture(t)
 	haltedPlan(t, e)
@@ -224,6 +225,9 @@ func TestOverview_CountsUnhealthyAndSaysThresholds(t *testing.T) {
 	_, body = op.get("/")
 	if !strings.Contains(body, "has not polled for 3 minutes") || !strings.Contains(body, "has failed for 90 seconds") {
 		t.Fatalf("the legend does not say the thresholds")
+	}
+	if !strings.Contains(body, "The record of sends goes back to ") || !strings.Contains(body, "are kept 90 days;") {
+		t.Fatalf("the overview does not say how far back the record goes")
 	}
 	if _, body = op.get("/?state=unhealthy"); !strings.Contains(body, `<option value="unhealthy" selected`) {
 		t.Fatal("unhealthy cannot be filtered on")

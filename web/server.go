@@ -63,6 +63,10 @@ type Server struct {
 	// Behind says why this controller is behind its store ("" when not).
 	Behind string
 
+	// KeepSends is how long sends, reports and declarations are kept
+	// (--keep-sends; 0: for ever), said with how far back the record goes.
+	KeepSends time.Duration
+
 	// TrustedProxies are the reverse proxies whose X-Forwarded-Proto and
 	// X-Forwarded-Host are believed (cookies are Secure when such a proxy
 	// says the person came over https). None by default.

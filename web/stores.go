@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"time"
 
 	"mesh/models"
 )
@@ -26,6 +27,7 @@ type Store interface {
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
 	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
 	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
+	RecordSince(ctx context.Context) (*time.Time, error)
 	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
 	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)

@@ -50,6 +50,8 @@ type Overview struct {
 	Q      string
 	// Legend says the thresholds behind offline and unhealthy.
 	Legend string
+	// Record says how far back sends, reports and declarations go.
+	Record string
 }
 
 func ago(t time.Time, now time.Time) string {

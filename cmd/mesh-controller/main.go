@@ -148,6 +148,7 @@ type serveOpts struct {
 	cfg       controller.Config
 	pprofAddr string
 	maxUpload byteSize
+	keepSends keepDuration
 	// envErr is a malformed environment variable, reported only when
 	// serving: the flags are defined for every command line.
 	envErr error
@@ -158,6 +159,13 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
 	fs.DurationVar(&cfg.Rules.OfflineAfter, "offline-after", models.OfflineAfter, "a machine whose host has not polled for this long is offline")
 	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check has failed for this long is unhealthy (a service still starting is not)")
+	o.keepSends = keepDuration(models.DefaultKeepSends)
+	if v := os.Getenv("MESH_KEEP_SENDS"); v != "" {
+		if err := o.keepSends.Set(v); err != nil {
+			o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_KEEP_SENDS: %w", err))
+		}
+	}
+	fs.Var(&o.keepSends, "keep-sends", "how long sends, reports and declarations are kept, e.g. 90d, 720h; each machine's latest send and report, its last applied send and declaration and every send of its current generation are kept past it; 0 keeps everything (MESH_KEEP_SENDS)")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty. Never expose it: it is unauthenticated")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 30*time.Second, "how long a request waits on the store before it answers 503 (long polls wait on memory, not the store)")
 	fs.DurationVar(&cfg.ResyncEvery, "resync", 30*time.Second, "PostgreSQL: how often every machine's generation is re-read (the bound on a missed notification)")
@@ -192,6 +200,10 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	cfg := o.cfg
 	cfg.DataDir, cfg.DatabaseURL = st.dataDir, st.databaseURL
 	cfg.MaxUpload = int64(o.maxUpload)
+	cfg.KeepSends = time.Duration(o.keepSends)
+	if cfg.KeepSends == 0 {
+		cfg.KeepSends = -1 // 0 on the command line: kept for ever
+	}
 	if cfg.MaxConns < 0 {
 		return cli.Usagef("--max-conns %d: 0 or more", cfg.MaxConns)
 	}
@@ -266,6 +278,37 @@ func tlsBanner(c *controller.Controller, cfg controller.Config) string {
 	}
 	return "off (loopback; --tls turns it on), mesh CA pin " + c.CA.Pin()
 }
+
+// keepDuration is a flag of a duration that also takes whole days ("90d").
+type keepDuration time.Duration
+
+func (k *keepDuration) Set(v string) error {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 {
+			return fmt.Errorf("%q: a number of days (90d) or a duration (720h)", v)
+		}
+		*k = keepDuration(time.Duration(days) * 24 * time.Hour)
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q: a number of days (90d) or a duration (720h)", v)
+	}
+	*k = keepDuration(d)
+	return nil
+}
+
+func (k *keepDuration) String() string {
+	d := time.Duration(*k)
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+// Type names the flag's value in --help.
+func (k *keepDuration) Type() string { return "duration" }
 
 // byteSize is a flag of bytes: a number with an optional KiB, MiB or GiB.
 type byteSize int64

@@ -1,0 +1,68 @@
+package models
+
+import "time"
+
+// DefaultKeepSends is how long sends, reports and declarations are kept
+// (--keep-sends) when nothing else is said; what a machine still needs is
+// kept past it (Keeps).
+const DefaultKeepSends = 90 * 24 * time.Hour
+
+// Keeps is what one machine still needs of its records, whatever their
+// age: retention removes an old send, report or declaration only when
+// none of these names it. Read from the store for the machines whose old
+// rows are being removed, in the transaction that removes them.
+type Keeps struct {
+	// Generation is the machine's current generation; AppliedGeneration
+	// the last it applied.
+	Generation, AppliedGeneration int64
+	// LatestSend is the id of the machine's newest send and
+	// LatestSendGeneration its generation.
+	LatestSend           string
+	LatestSendGeneration int64
+	// LatestReport is the id of its newest report; LatestApplied that of
+	// its newest report with outcome applied (0: none).
+	LatestReport, LatestApplied int64
+	// ReportSends and ReportGenerations are the sends (and their
+	// generations) those two reports name.
+	ReportSends       []string
+	ReportGenerations []int64
+	// LatestDeclared is the newest generation declared for it.
+	LatestDeclared int64
+}
+
+// KeepSend says whether a send must stay: the machine's latest, one of a
+// generation still current or last applied (so every 200 that can still
+// matter has its row), or one a kept report names.
+func (k *Keeps) KeepSend(id string, generation int64) bool {
+	if id == k.LatestSend || generation == k.Generation || generation == k.AppliedGeneration {
+		return true
+	}
+	for _, s := range k.ReportSends {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+// KeepReport says whether a report must stay: the machine's latest, and
+// its latest applied one (which says what it runs and which send it was).
+func (k *Keeps) KeepReport(id int64) bool {
+	return id == k.LatestReport || (k.LatestApplied != 0 && id == k.LatestApplied)
+}
+
+// KeepDeclaration says whether the declaration of a generation must stay:
+// the latest, the current and the applied one, and that of every kept
+// send, so a kept send still shows what it carried.
+func (k *Keeps) KeepDeclaration(generation int64) bool {
+	switch generation {
+	case k.LatestDeclared, k.Generation, k.AppliedGeneration, k.LatestSendGeneration:
+		return true
+	}
+	for _, g := range k.ReportGenerations {
+		if g == generation {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,53 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestInsertSends_RoundTrip: a group of sends, written as one statement,
+// reads back field for field, its times comparable with times bound by
+// any other statement (retention's cutoff, the record's start).
+func TestInsertSends_RoundTrip(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		base := time.Date(2026, 11, 30, 10, 0, 0, 123456000, time.UTC)
+		var sends []models.Send
+		for i := range 1200 {
+			sends = append(sends, models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: m.ID, Generation: int64(i + 1),
+				Digest: fmt.Sprintf("sha256:%064d", i), InstanceID: `ctl-"quoted"\back`, Trigger: "variables ünïcode <&>",
+				CreatedAt: base.Add(time.Duration(i) * time.Second)})
+		}
+		if err := s.InsertSends(ctx, sends); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{0, 599, 1199} {
+			got, err := s.Send(ctx, sends[i].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := sends[i]
+			if got.MachineID != want.MachineID || got.Generation != want.Generation || got.Digest != want.Digest ||
+				got.InstanceID != want.InstanceID || got.Trigger != want.Trigger || !got.CreatedAt.Equal(want.CreatedAt) {
+				t.Fatalf("send %d reads back as %+v, want %+v", i, got, want)
+			}
+		}
+		var older int64
+		s.DB().Model(&models.Send{}).Where("created_at < ?", base.Add(600*time.Second)).Count(&older)
+		if older != 600 {
+			t.Fatalf("%d sends older than the 600th, want 600", older)
+		}
+		if at, err := s.RecordSince(ctx); err != nil || at == nil || !at.Equal(base) {
+			t.Fatalf("record since %v (%v), want %s", at, err, base)
+		}
+	})
+}
