@@ -641,7 +641,9 @@ type Build struct {
 	CreatedBy string    `json:"created_by"`
 
 	// Digest empty when the build has no artifact
-	Digest   string   `json:"digest"`
+	Digest string `json:"digest"`
+
+	// Manifest what a build declares; /schemas/manifest.json describes every field, with examples
 	Manifest Manifest `json:"manifest"`
 	Module   string   `json:"module"`
 	Number   int      `json:"number"`
@@ -672,7 +674,7 @@ type BuildArtifactUpload struct {
 	// Digest the artifact's digest: bytes that do not match it are 422; ignored without an artifact
 	Digest *string `json:"digest,omitempty"`
 
-	// Manifest the manifest JSON ({"resources": [...]})
+	// Manifest the manifest JSON ({"resources": [...]}); its form is the JSON Schema at [/schemas/manifest.json](/schemas/manifest.json)
 	Manifest string `json:"manifest"`
 
 	// Os a `host` module's build: the platform (required for one)
@@ -697,7 +699,7 @@ type BuildUpload struct {
 	// Digest the artifact's digest: bytes that do not match it are 422; given without an artifact, 400
 	Digest *string `json:"digest,omitempty"`
 
-	// Manifest the manifest JSON ({"resources": [...]}), as a field or a file part of at most 1 MiB
+	// Manifest the manifest JSON ({"resources": [...]}), as a field or a file part of at most 1 MiB; its form is the JSON Schema at [/schemas/manifest.json](/schemas/manifest.json)
 	Manifest string  `json:"manifest"`
 	Version  *string `json:"version,omitempty"`
 }
@@ -995,7 +997,7 @@ type MachineList struct {
 	NextCursor string    `json:"next_cursor"`
 }
 
-// Manifest defines model for Manifest.
+// Manifest what a build declares; /schemas/manifest.json describes every field, with examples
 type Manifest struct {
 	Resources []struct {
 		After    *[]string                  `json:"after,omitempty"`
@@ -2817,6 +2819,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetManifestSchema the JSON Schema of a build's manifest
+	//
+	// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+	//
+	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+	GetManifestSchema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListAuditEvents who did what, when; newest first (viewer)
@@ -4022,6 +4031,23 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetManifestSchema the JSON Schema of a build's manifest
+//
+// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+//
+// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+func (c *Client) GetManifestSchema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetManifestSchemaRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -6685,6 +6711,33 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetManifestSchemaRequest constructs an http.Request for the GetManifestSchema method
+func NewGetManifestSchemaRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/schemas/manifest.json")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -7311,6 +7364,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// GetManifestSchemaWithResponse the JSON Schema of a build's manifest
+	//
+	// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+	GetManifestSchemaWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetManifestSchemaResponse, error)
 }
 
 type ListAuditEventsResponse struct {
@@ -11633,6 +11695,47 @@ func (r GetReadinessResponse) ContentType() string {
 	return ""
 }
 
+type GetManifestSchemaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationschemaJSON200 the response for an HTTP 200 `application/schema+json` response
+	ApplicationschemaJSON200 *map[string]interface{}
+}
+
+// GetApplicationschemaJSON200 returns the response for an HTTP 200 `application/schema+json` response
+func (r GetManifestSchemaResponse) GetApplicationschemaJSON200() *map[string]interface{} {
+	return r.ApplicationschemaJSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetManifestSchemaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetManifestSchemaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetManifestSchemaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetManifestSchemaResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListAuditEventsWithResponse who did what, when; newest first (viewer)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12640,6 +12743,21 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// GetManifestSchemaWithResponse the JSON Schema of a build's manifest
+//
+// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+func (c *ClientWithResponses) GetManifestSchemaWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetManifestSchemaResponse, error) {
+	rsp, err := c.GetManifestSchema(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetManifestSchemaResponse(rsp)
 }
 
 // ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
@@ -16191,6 +16309,32 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetManifestSchemaResponse parses an HTTP response from a GetManifestSchemaWithResponse call
+func ParseGetManifestSchemaResponse(rsp *http.Response) (*GetManifestSchemaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetManifestSchemaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationschemaJSON200 = &dest
 
 	}
 

@@ -230,6 +230,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked}
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
+	srv.ManifestSchema = mesh.ManifestSchema
 	srv.Service = svc
 	rules := models.DefaultStateRules
 	if cfg.Rules.OfflineAfter > 0 {
