@@ -15,3 +15,9 @@ var OpenAPI []byte
 //
 //go:embed schemas/manifest.json
 var ManifestSchema []byte
+
+// HostUnit is dist/systemd/mesh-host.service, which the controller's
+// /install.sh installs on a machine.
+//
+//go:embed dist/systemd/mesh-host.service
+var HostUnit []byte

@@ -62,6 +62,9 @@ type Server struct {
 	// ManifestSchema is the build manifest's JSON Schema, served at
 	// /schemas/manifest.json.
 	ManifestSchema []byte
+	// HostUnit is the host's systemd unit (dist/systemd/mesh-host.service),
+	// which /install.sh installs.
+	HostUnit []byte
 	// Enrolment is what a join token is given with: the CA pin and the URL.
 	Enrolment Enrolment
 
@@ -151,6 +154,8 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
 	e.GET("/schemas/manifest.json", s.manifestSchema)
+	e.GET("/install.sh", s.installScript)
+	e.GET("/install/mesh-host/:digest", s.installBinary)
 	e.GET("/metrics", s.metrics())
 
 	v1 := e.Group("/api/v1")

@@ -24,7 +24,7 @@ func servedRoutes(t *testing.T, e *ctltest.Env) map[string]bool {
 			continue
 		}
 		// The dashboard's HTML pages and static assets are not the API.
-		if !strings.HasPrefix(r.Path, "/api/") && !map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.yaml": true, "/schemas/manifest.json": true}[r.Path] {
+		if !strings.HasPrefix(r.Path, "/api/") && !strings.HasPrefix(r.Path, "/install") && !map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.yaml": true, "/schemas/manifest.json": true}[r.Path] {
 			continue
 		}
 		served[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true

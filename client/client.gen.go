@@ -894,6 +894,9 @@ type JoinToken struct {
 	Controller string    `json:"controller"`
 	ExpiresAt  time.Time `json:"expires_at"`
 
+	// Install the one-liner that installs mesh-host on a machine from this controller and enrols it (absent when the controller serves plain HTTP). It carries the mesh CA itself (base64), whose SubjectPublicKeyInfo hash is `ca_pin`, so curl trusts that CA alone and /install.sh checks the two agree; see GET /install.sh.
+	Install *string `json:"install,omitempty"`
+
 	// Token single use; shown only here
 	Token string `json:"token"`
 }
@@ -1671,6 +1674,11 @@ type ListUsersParams struct {
 
 	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetInstallBinaryParams defines parameters for GetInstallBinary.
+type GetInstallBinaryParams struct {
+	Range *string `json:"Range,omitempty"`
 }
 
 // LoginJSONRequestBody defines body for Login for application/json ContentType.
@@ -2804,6 +2812,18 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
+	//
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	//
+	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+	GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInstallBinary a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+	//
+	// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+	GetInstallBinary(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetMetrics Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 	//
@@ -3986,6 +4006,38 @@ func (c *Client) CreateUser(ctx context.Context, body CreateUserJSONRequestBody,
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
+//
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+//
+// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+func (c *Client) GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstallScriptRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInstallBinary a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+//
+// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+func (c *Client) GetInstallBinary(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstallBinaryRequest(c.Server, digest, params)
 	if err != nil {
 		return nil, err
 	}
@@ -6630,6 +6682,82 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetInstallScriptRequest constructs an http.Request for the GetInstallScript method
+func NewGetInstallScriptRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/install.sh")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetInstallBinaryRequest constructs an http.Request for the GetInstallBinary method
+func NewGetInstallBinaryRequest(server string, digest string, params *GetInstallBinaryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "digest", digest, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/install/mesh-host/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.Range != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Range", *params.Range, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Range", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetMetricsRequest constructs an http.Request for the GetMetrics method
 func NewGetMetricsRequest(server string) (*http.Request, error) {
 	var err error
@@ -7343,6 +7471,22 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
+
+	// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
+	//
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+	GetInstallScriptWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInstallScriptResponse, error)
+
+	// GetInstallBinaryWithResponse a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+	GetInstallBinaryWithResponse(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*GetInstallBinaryResponse, error)
 
 	// GetMetricsWithResponse Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 	//
@@ -11572,6 +11716,95 @@ func (r GetHealthResponse) ContentType() string {
 	return ""
 }
 
+type GetInstallScriptResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInstallScriptResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInstallScriptResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInstallScriptResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInstallScriptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetInstallBinaryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInstallBinaryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInstallBinaryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInstallBinaryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInstallBinaryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetMetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12704,6 +12937,34 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetHealthResponse(rsp)
+}
+
+// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
+//
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+func (c *ClientWithResponses) GetInstallScriptWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInstallScriptResponse, error) {
+	rsp, err := c.GetInstallScript(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInstallScriptResponse(rsp)
+}
+
+// GetInstallBinaryWithResponse a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+func (c *ClientWithResponses) GetInstallBinaryWithResponse(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*GetInstallBinaryResponse, error) {
+	rsp, err := c.GetInstallBinary(ctx, digest, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInstallBinaryResponse(rsp)
 }
 
 // GetMetricsWithResponse Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
@@ -16234,6 +16495,68 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetInstallScriptResponse parses an HTTP response from a GetInstallScriptWithResponse call
+func ParseGetInstallScriptResponse(rsp *http.Response) (*GetInstallScriptResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInstallScriptResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetInstallBinaryResponse parses an HTTP response from a GetInstallBinaryWithResponse call
+func ParseGetInstallBinaryResponse(rsp *http.Response) (*GetInstallBinaryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInstallBinaryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case rsp.StatusCode == 412:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
 
 	}
 
