@@ -83,6 +83,8 @@ func (s *Server) listUsers(c echo.Context) error {
 // certificate against before it sends the token, and the controller's URL.
 type Enrolment struct {
 	CAPin string
+	// CAPEM is the mesh CA's certificate, carried by the install one-liner.
+	CAPEM []byte
 	// URL is the controller as hosts reach it (its first --advertise name);
 	// empty: the scheme and Host of the request that made the token.
 	URL string
@@ -96,6 +98,9 @@ type joinTokenResponse struct {
 	CAPin      string `json:"ca_pin"`
 	Controller string `json:"controller"`
 	Command    string `json:"command"`
+	// Install is the one-liner that installs mesh-host from this
+	// controller and enrols with the token (empty over plain HTTP).
+	Install string `json:"install,omitempty"`
 }
 
 // enrolCommand is the line a person pastes on a machine. The pin is given
@@ -138,7 +143,7 @@ func (s *Server) createJoinToken(c echo.Context) error {
 	}
 	url := s.Enrolment.controllerURL(c.Request())
 	return c.JSON(http.StatusCreated, joinTokenResponse{Token: tok, ExpiresAt: exp, CAPin: s.Enrolment.CAPin,
-		Controller: url, Command: s.Enrolment.enrolCommand(url, tok)})
+		Controller: url, Command: s.Enrolment.enrolCommand(url, tok), Install: s.Enrolment.installLine(url, tok)})
 }
 
 // JoinTokenView is a join token as listed: its id, never the secret (only

@@ -58,7 +58,12 @@ func (s *Server) getBlob(c echo.Context) error {
 			return fmt.Errorf("%w: no declaration of machine %s names %s", models.ErrForbidden, p.Machine, d)
 		}
 	}
-	b, content, err := s.Store.OpenBlob(ctx, d)
+	return s.serveBlob(c, d)
+}
+
+// serveBlob answers a blob's bytes (or a range of them) by its digest.
+func (s *Server) serveBlob(c echo.Context, d string) error {
+	b, content, err := s.Store.OpenBlob(c.Request().Context(), d)
 	if err != nil {
 		return err
 	}

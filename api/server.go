@@ -59,6 +59,12 @@ type Server struct {
 	Now func() time.Time
 	// OpenAPI is the spec served at /openapi.yaml.
 	OpenAPI []byte
+	// ManifestSchema is the build manifest's JSON Schema, served at
+	// /schemas/manifest.json.
+	ManifestSchema []byte
+	// HostUnit is the host's systemd unit (dist/systemd/mesh-host.service),
+	// which /install.sh installs.
+	HostUnit []byte
 	// Enrolment is what a join token is given with: the CA pin and the URL.
 	Enrolment Enrolment
 
@@ -147,6 +153,9 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
+	e.GET("/schemas/manifest.json", s.manifestSchema)
+	e.GET("/install.sh", s.installScript)
+	e.GET("/install/mesh-host/:digest", s.installBinary)
 	e.GET("/metrics", s.metrics())
 
 	v1 := e.Group("/api/v1")
@@ -302,6 +311,13 @@ func (s *Server) readyz(c echo.Context) error {
 
 func (s *Server) openapi(c echo.Context) error {
 	return c.Blob(http.StatusOK, "application/yaml", s.OpenAPI)
+}
+
+func (s *Server) manifestSchema(c echo.Context) error {
+	if s.ManifestSchema == nil {
+		return echo.ErrNotFound
+	}
+	return c.Blob(http.StatusOK, "application/schema+json", s.ManifestSchema)
 }
 
 // readBody reads the (limited) body.

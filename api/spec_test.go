@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"mesh"
 	"mesh/controller/ctltest"
 	"mesh/store"
 )
@@ -22,7 +24,7 @@ func servedRoutes(t *testing.T, e *ctltest.Env) map[string]bool {
 			continue
 		}
 		// The dashboard's HTML pages and static assets are not the API.
-		if !strings.HasPrefix(r.Path, "/api/") && !map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.yaml": true}[r.Path] {
+		if !strings.HasPrefix(r.Path, "/api/") && !strings.HasPrefix(r.Path, "/install") && !map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true, "/openapi.yaml": true, "/schemas/manifest.json": true}[r.Path] {
 			continue
 		}
 		served[r.Method+" "+param.ReplaceAllString(r.Path, "{$1}")] = true
@@ -108,5 +110,19 @@ func TestSpec_UndocumentedFieldFails(t *testing.T) {
 	missing := []byte(strings.Replace(string(body), `"state":`, `"statez":`, 1))
 	if err := ctltest.ValidateResponse(t, req, resp.StatusCode, resp.Header, missing); err == nil {
 		t.Fatal("a response missing a required field passed validation")
+	}
+}
+
+// TestSpec_ManifestSchemaServed: the manifest's JSON Schema is served
+// without a token (a builder's CI validates against it before it logs in),
+// as the bytes of schemas/manifest.json.
+func TestSpec_ManifestSchemaServed(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	resp, b := e.Do(ctltest.Request{Method: http.MethodGet, Path: "/schemas/manifest.json"})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/schema+json" {
+		t.Fatalf("status %d, content type %q: %.200s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	if !bytes.Equal(b, mesh.ManifestSchema) {
+		t.Fatal("served schema differs from schemas/manifest.json")
 	}
 }

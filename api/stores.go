@@ -49,6 +49,8 @@ type ModuleStore interface {
 // ReleaseStore is host releases and rollouts.
 type ReleaseStore interface {
 	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
+	// HostDefault is the fleet's default host version ("" when none).
+	HostDefault(ctx context.Context) (string, error)
 	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
 	StartRollout(ctx context.Context, actor, version, canary string, maxInFlight, deadline int64) (*models.RolloutView, error)
 	SetRolloutState(ctx context.Context, actor, version, action string) (*models.RolloutView, error)

@@ -683,7 +683,9 @@ type Build struct {
 	CreatedBy string    `json:"created_by"`
 
 	// Digest empty when the build has no artifact
-	Digest   string   `json:"digest"`
+	Digest string `json:"digest"`
+
+	// Manifest what a build declares; /schemas/manifest.json describes every field, with examples
 	Manifest Manifest `json:"manifest"`
 	Module   string   `json:"module"`
 	Number   int      `json:"number"`
@@ -714,7 +716,7 @@ type BuildArtifactUpload struct {
 	// Digest the artifact's digest: bytes that do not match it are 422; ignored without an artifact
 	Digest *string `json:"digest,omitempty"`
 
-	// Manifest the manifest JSON ({"resources": [...]})
+	// Manifest the manifest JSON ({"resources": [...]}); its form is the JSON Schema at [/schemas/manifest.json](/schemas/manifest.json)
 	Manifest string `json:"manifest"`
 
 	// Os a `host` module's build: the platform (required for one)
@@ -739,7 +741,7 @@ type BuildUpload struct {
 	// Digest the artifact's digest: bytes that do not match it are 422; given without an artifact, 400
 	Digest *string `json:"digest,omitempty"`
 
-	// Manifest the manifest JSON ({"resources": [...]}), as a field or a file part of at most 1 MiB
+	// Manifest the manifest JSON ({"resources": [...]}), as a field or a file part of at most 1 MiB; its form is the JSON Schema at [/schemas/manifest.json](/schemas/manifest.json)
 	Manifest string  `json:"manifest"`
 	Version  *string `json:"version,omitempty"`
 }
@@ -934,6 +936,9 @@ type JoinToken struct {
 	Controller string    `json:"controller"`
 	ExpiresAt  time.Time `json:"expires_at"`
 
+	// Install the one-liner that installs mesh-host on a machine from this controller and enrols it (absent when the controller serves plain HTTP). It carries the mesh CA itself (base64), whose SubjectPublicKeyInfo hash is `ca_pin`, so curl trusts that CA alone and /install.sh checks the two agree; see GET /install.sh.
+	Install *string `json:"install,omitempty"`
+
 	// Token single use; shown only here
 	Token string `json:"token"`
 }
@@ -1037,7 +1042,7 @@ type MachineList struct {
 	NextCursor string    `json:"next_cursor"`
 }
 
-// Manifest defines model for Manifest.
+// Manifest what a build declares; /schemas/manifest.json describes every field, with examples
 type Manifest struct {
 	Resources []struct {
 		After    *[]string                  `json:"after,omitempty"`
@@ -1779,6 +1784,11 @@ type ListUsersParams struct {
 
 	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetInstallBinaryParams defines parameters for GetInstallBinary.
+type GetInstallBinaryParams struct {
+	Range *string `json:"Range,omitempty"`
 }
 
 // LoginJSONRequestBody defines body for Login for application/json ContentType.
@@ -3048,6 +3058,18 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
+	//
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	//
+	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+	GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInstallBinary a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+	//
+	// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+	GetInstallBinary(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetMetrics Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
@@ -3062,6 +3084,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetManifestSchema the JSON Schema of a build's manifest
+	//
+	// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+	//
+	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+	GetManifestSchema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListAuditEvents who did what, when; newest first (viewer)
@@ -4253,6 +4282,38 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
+//
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+//
+// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+func (c *Client) GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstallScriptRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInstallBinary a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+//
+// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+func (c *Client) GetInstallBinary(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInstallBinaryRequest(c.Server, digest, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetMetrics Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
@@ -4288,6 +4349,23 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReadinessRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetManifestSchema the JSON Schema of a build's manifest
+//
+// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+//
+// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+func (c *Client) GetManifestSchema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetManifestSchemaRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -6943,6 +7021,82 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetInstallScriptRequest constructs an http.Request for the GetInstallScript method
+func NewGetInstallScriptRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/install.sh")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetInstallBinaryRequest constructs an http.Request for the GetInstallBinary method
+func NewGetInstallBinaryRequest(server string, digest string, params *GetInstallBinaryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "digest", digest, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/install/mesh-host/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.Range != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Range", *params.Range, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Range", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetMetricsRequest constructs an http.Request for the GetMetrics method
 func NewGetMetricsRequest(server string) (*http.Request, error) {
 	var err error
@@ -7007,6 +7161,33 @@ func NewGetReadinessRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetManifestSchemaRequest constructs an http.Request for the GetManifestSchema method
+func NewGetManifestSchemaRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/schemas/manifest.json")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -7643,6 +7824,22 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
+	// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
+	//
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+	GetInstallScriptWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInstallScriptResponse, error)
+
+	// GetInstallBinaryWithResponse a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+	GetInstallBinaryWithResponse(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*GetInstallBinaryResponse, error)
+
 	// GetMetricsWithResponse Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7663,6 +7860,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadinessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetReadinessResponse, error)
+
+	// GetManifestSchemaWithResponse the JSON Schema of a build's manifest
+	//
+	// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+	GetManifestSchemaWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetManifestSchemaResponse, error)
 }
 
 type ListAuditEventsResponse struct {
@@ -11938,6 +12144,95 @@ func (r GetHealthResponse) ContentType() string {
 	return ""
 }
 
+type GetInstallScriptResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInstallScriptResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInstallScriptResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInstallScriptResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInstallScriptResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetInstallBinaryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetInstallBinaryResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInstallBinaryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInstallBinaryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInstallBinaryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInstallBinaryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetMetricsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12055,6 +12350,47 @@ func (r GetReadinessResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReadinessResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetManifestSchemaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationschemaJSON200 the response for an HTTP 200 `application/schema+json` response
+	ApplicationschemaJSON200 *map[string]interface{}
+}
+
+// GetApplicationschemaJSON200 returns the response for an HTTP 200 `application/schema+json` response
+func (r GetManifestSchemaResponse) GetApplicationschemaJSON200() *map[string]interface{} {
+	return r.ApplicationschemaJSON200
+}
+
+// GetBody returns the raw response body bytes
+func (r GetManifestSchemaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetManifestSchemaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetManifestSchemaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetManifestSchemaResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13050,6 +13386,34 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 	return ParseGetHealthResponse(rsp)
 }
 
+// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
+//
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
+func (c *ClientWithResponses) GetInstallScriptWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetInstallScriptResponse, error) {
+	rsp, err := c.GetInstallScript(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInstallScriptResponse(rsp)
+}
+
+// GetInstallBinaryWithResponse a host release's binary, for /install.sh (no token; only the digest of a ready host release)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /install/mesh-host/{digest} (the `GetInstallBinary` operationId).
+func (c *ClientWithResponses) GetInstallBinaryWithResponse(ctx context.Context, digest string, params *GetInstallBinaryParams, reqEditors ...RequestEditorFn) (*GetInstallBinaryResponse, error) {
+	rsp, err := c.GetInstallBinary(ctx, digest, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInstallBinaryResponse(rsp)
+}
+
 // GetMetricsWithResponse Prometheus metrics (open polls, machines, store statements, sends, Go runtime)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13087,6 +13451,21 @@ func (c *ClientWithResponses) GetReadinessWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseGetReadinessResponse(rsp)
+}
+
+// GetManifestSchemaWithResponse the JSON Schema of a build's manifest
+//
+// The manifest a build upload carries, as a JSON Schema (draft 2020-12): every field described, an example per resource kind. Validate a manifest against it before uploading; the controller also refuses repeated resource names, an `after` naming no resource of the manifest, and cycles.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
+func (c *ClientWithResponses) GetManifestSchemaWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetManifestSchemaResponse, error) {
+	rsp, err := c.GetManifestSchema(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetManifestSchemaResponse(rsp)
 }
 
 // ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
@@ -16630,6 +17009,68 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 	return response, nil
 }
 
+// ParseGetInstallScriptResponse parses an HTTP response from a GetInstallScriptWithResponse call
+func ParseGetInstallScriptResponse(rsp *http.Response) (*GetInstallScriptResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInstallScriptResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetInstallBinaryResponse parses an HTTP response from a GetInstallBinaryWithResponse call
+func ParseGetInstallBinaryResponse(rsp *http.Response) (*GetInstallBinaryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInstallBinaryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case rsp.StatusCode == 412:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetMetricsResponse parses an HTTP response from a GetMetricsWithResponse call
 func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16699,6 +17140,32 @@ func ParseGetReadinessResponse(rsp *http.Response) (*GetReadinessResponse, error
 			return nil, err
 		}
 		response.JSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetManifestSchemaResponse parses an HTTP response from a GetManifestSchemaWithResponse call
+func ParseGetManifestSchemaResponse(rsp *http.Response) (*GetManifestSchemaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetManifestSchemaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationschemaJSON200 = &dest
 
 	}
 

@@ -241,6 +241,8 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked}
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
+	srv.ManifestSchema = mesh.ManifestSchema
+	srv.HostUnit = mesh.HostUnit
 	srv.Service = svc
 	rules := models.DefaultStateRules
 	if cfg.Rules.OfflineAfter > 0 {
@@ -284,7 +286,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		// The cap sits under TLS: a refused connection costs no handshake.
 		ln = tls.NewListener(ln, tlsServing.conf)
 	}
-	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
+	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), CAPEM: ca.PEM(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
 		CA: ca, TLS: tlsOn, tls: tlsServing,

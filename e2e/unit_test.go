@@ -8,9 +8,10 @@ import (
 	"testing"
 )
 
-// TestShippedUnit_Verifies: the systemd unit for `mesh-host launch` that
-// ships in dist/ passes systemd-analyze verify.
-func TestShippedUnit_Verifies(t *testing.T) {
+// TestShippedUnits_Verify: the systemd units that ship in dist/systemd
+// (and in the .deb/.rpm) pass systemd-analyze verify, pointed at the
+// binaries built for this test.
+func TestShippedUnits_Verify(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		if os.Getenv("MESH_TEST_REQUIRE_SYSTEMD") != "" {
@@ -18,19 +19,29 @@ func TestShippedUnit_Verifies(t *testing.T) {
 		}
 		t.Skip("systemd-analyze not installed")
 	}
-	b, err := os.ReadFile("../dist/mesh-host.service")
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	for name, must := range map[string][]string{
+		// The launcher, and only it is stopped: services outlive a restart.
+		"mesh-host": {"mesh-host launch", "KillMode=process", "StateDirectory=mesh-host"},
+		// Its own user, its data dir, the system read-only to it.
+		"mesh-controller": {"User=mesh-controller", "StateDirectory=mesh-controller", "ProtectSystem=strict", "NoNewPrivileges=yes"},
+	} {
+		b, err := os.ReadFile("../dist/systemd/" + name + ".service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range must {
+			if !strings.Contains(string(b), m) {
+				t.Errorf("%s.service lacks %s", name, m)
+			}
+		}
+		unit := strings.ReplaceAll(string(b), "/usr/bin/"+name, filepath.Join(bin, name))
+		if err := os.WriteFile(filepath.Join(dir, name+".service"), []byte(unit), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !strings.Contains(string(b), "mesh-host launch") || !strings.Contains(string(b), "KillMode=process") {
-		t.Fatal("the unit does not run the launcher, or would kill the services with it")
-	}
-	// The same unit, pointing at the binary built for this test.
-	unit := filepath.Join(t.TempDir(), "mesh-host.service")
-	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/mesh-host", filepath.Join(bin, "mesh-host"))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(analyze, "verify", unit).CombinedOutput(); err != nil {
+	units, _ := filepath.Glob(filepath.Join(dir, "*.service"))
+	if out, err := exec.Command(analyze, append([]string{"verify"}, units...)...).CombinedOutput(); err != nil {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }

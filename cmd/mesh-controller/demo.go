@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -111,6 +112,15 @@ func demo(ctx context.Context, listen string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// The demo's manifests are files so that the manifest schema's test
+// validates the very ones the demo builds.
+var (
+	//go:embed demo/motd.json
+	demoMotd string
+	//go:embed demo/hello.json
+	demoHello string
+)
+
 // demoModules makes motd (a file) and hello (a tree with a script, a
 // config file and a service checked by an exec check).
 func demoModules(ctx context.Context, st *store.Store) error {
@@ -119,8 +129,7 @@ func demoModules(ctx context.Context, st *store.Store) error {
 			return err
 		}
 	}
-	motd := `{"resources": [{"name": "motd", "kind": "file", "path": "/etc/motd", "content": "${var.greeting}\nmanaged by mesh\n", "mode": "0644"}]}`
-	if err := st.CreateBuild(ctx, "demo", "motd", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: motd}, nil); err != nil {
+	if err := st.CreateBuild(ctx, "demo", "motd", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: demoMotd}, nil); err != nil {
 		return err
 	}
 	script := "#!/bin/sh\nif [ \"$1\" = --check ]; then test -f \"$MESH_ROOT/etc/hello.conf\"; exit $?; fi\necho \"hello, serving under $MESH_ROOT\"\nexec sleep 2147483647\n"
@@ -128,16 +137,11 @@ func demoModules(ctx context.Context, st *store.Store) error {
 	if err != nil {
 		return err
 	}
-	hello := `{"resources": [
-	  {"name": "runtime", "kind": "tree", "path": "/opt/hello"},
-	  {"name": "config", "kind": "file", "path": "/etc/hello.conf", "content": "greeting=${var.greeting}\n"},
-	  {"name": "service", "kind": "service", "command": ["/opt/hello/bin/hello"], "after": ["runtime", "config"],
-	   "check": {"exec": ["/opt/hello/bin/hello", "--check"], "interval": "10s"}}]}`
 	blob, err := st.PutBlob(ctx, bytes.NewReader(art))
 	if err != nil {
 		return err
 	}
-	return st.CreateBuild(ctx, "demo", "hello", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: hello,
+	return st.CreateBuild(ctx, "demo", "hello", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: demoHello,
 		Digest: blob.Digest, Size: blob.Size}, blob)
 }
 

@@ -1,0 +1,121 @@
+package api
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/x509"
+	_ "embed"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"text/template"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+// maxReleases bounds the releases /install.sh considers (newest first);
+// a fleet publishes a handful per version.
+const maxReleases = 1000
+
+//go:embed install.sh.tmpl
+var installTmplText string
+
+// installTmpl is /install.sh. Every value it is given is single-quoted by
+// sq, so a version or URL cannot become shell code.
+var installTmpl = template.Must(template.New("install.sh").Funcs(template.FuncMap{"sq": shellQuote}).Parse(installTmplText))
+
+// shellQuote quotes s for a POSIX shell: in single quotes, each ' as '\”.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+type installRelease struct {
+	Platform, Version, Digest, KeyID, Signature string
+}
+
+type installKey struct {
+	ID, PEM string
+}
+
+// installScript serves /install.sh (no token: it holds nothing secret).
+// It carries the host releases a new machine starts with and the
+// declaration keys their records are signed by, so the script checks the
+// binary before it runs it, with nothing but curl, openssl and sha256sum.
+func (s *Server) installScript(c echo.Context) error {
+	ctx := c.Request().Context()
+	def, err := s.Store.HostDefault(ctx)
+	if err != nil {
+		return err
+	}
+	rs, err := s.Store.Releases(ctx, maxReleases, 0)
+	if err != nil {
+		return err
+	}
+	keys, err := s.Store.Keys(ctx, models.KeyDeclaration)
+	if err != nil {
+		return err
+	}
+	data := struct {
+		Controller, Unit, Published string
+		Releases                    []installRelease
+		Keys                        []installKey
+	}{Controller: s.Enrolment.controllerURL(c.Request()), Unit: string(s.HostUnit)}
+	var platforms []string
+	for p, r := range models.InstallReleases(def, rs) {
+		platforms = append(platforms, p)
+		data.Releases = append(data.Releases, installRelease{Platform: p, Version: r.Version, Digest: r.Digest,
+			KeyID: r.KeyID, Signature: base64.StdEncoding.EncodeToString(r.Signature)})
+	}
+	sort.Strings(platforms)
+	sort.Slice(data.Releases, func(i, j int) bool { return data.Releases[i].Platform < data.Releases[j].Platform })
+	data.Published = strings.Join(platforms, " ")
+	for _, k := range keys {
+		der, err := x509.MarshalPKIXPublicKey(ed25519.PublicKey(k.PublicKey))
+		if err != nil {
+			return fmt.Errorf("declaration key %s: %w", k.ID, err)
+		}
+		data.Keys = append(data.Keys, installKey{ID: k.ID, PEM: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))})
+	}
+	var buf bytes.Buffer
+	if err := installTmpl.Execute(&buf, data); err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Blob(http.StatusOK, "text/plain; charset=utf-8", buf.Bytes())
+}
+
+// installBinary serves a host release's binary to /install.sh without a
+// token: only the digest of a ready release, never another blob (a
+// module's artifacts stay behind a host's or a person's token).
+func (s *Server) installBinary(c echo.Context) error {
+	d := c.Param("digest")
+	if !models.ValidDigest(d) {
+		return models.Invalid("digest", "sha256:<64 hex digits>")
+	}
+	rs, err := s.Store.Releases(c.Request().Context(), maxReleases, 0)
+	if err != nil {
+		return err
+	}
+	if !models.IsInstallable(d, rs) {
+		return fmt.Errorf("%w: no ready host release has digest %s", models.ErrNotFound, d)
+	}
+	return s.serveBlob(c, d)
+}
+
+// installLine is the one-liner a join token comes with: it carries the
+// mesh CA itself, whose pin is the join pin, so curl trusts that CA alone
+// (not a leaf that differs per replica and renewal) and the script checks
+// CA and pin agree. Empty when the controller serves plain HTTP.
+func (e Enrolment) installLine(url, token string) string {
+	if !strings.HasPrefix(url, "https://") || len(e.CAPEM) == 0 || e.CAPin == "" {
+		return ""
+	}
+	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --cacert mesh-ca.pem " +
+		shellQuote(url+"/install.sh") + " | sh -s -- --controller " + shellQuote(url) + " --ca-file mesh-ca.pem --pin " + e.CAPin +
+		" --token " + token + ` --name "$(hostname)"`
+}

@@ -1,0 +1,79 @@
+package api_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestInstall_Script: /install.sh is served without a token, is a script
+// sh can parse, and carries each published platform's release record
+// (quoted, whatever its version holds) and the declaration keys.
+func TestInstall_Script(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	resp, script := e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install.sh"})
+	if resp.StatusCode != http.StatusOK || !bytes.HasPrefix(script, []byte("#!/bin/sh\n")) {
+		t.Fatalf("status %d: %.100s", resp.StatusCode, script)
+	}
+	if bytes.Contains(script, []byte("VERSION='")) {
+		t.Error("a release in the script before any was published")
+	}
+	version := `1.0.0'$(touch pwned)`
+	binary := []byte("#!/bin/sh\necho mesh-host\n")
+	if resp, b := e.UploadRelease(e.Admin, version, binary); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	_, script = e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install.sh"})
+	sum := sha256.Sum256(binary)
+	for _, want := range []string{`VERSION='1.0.0'\''$(touch pwned)'`, "DIGEST='sha256:" + hex.EncodeToString(sum[:]) + "'",
+		"-----BEGIN PUBLIC KEY-----", "ExecStart=/usr/bin/mesh-host launch --state /var/lib/mesh-host"} {
+		if !bytes.Contains(script, []byte(want)) {
+			t.Errorf("the script lacks %s", want)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "install.sh")
+	if err := os.WriteFile(file, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-n", file).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+}
+
+// TestInstall_Binary: only a ready host release's binary is served without
+// a token; a module's artifact is not, and a malformed digest is 400.
+func TestInstall_Binary(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	binary := []byte("mesh-host, not really")
+	if resp, b := e.UploadRelease(e.Admin, "1.0.0", binary); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	sum := sha256.Sum256(binary)
+	resp, b := e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install/mesh-host/sha256:" + hex.EncodeToString(sum[:])})
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(b, binary) {
+		t.Fatalf("the release's binary: %d %q", resp.StatusCode, b)
+	}
+	e.JSON(ctltest.Request{Method: http.MethodPost, Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "app"}}, http.StatusCreated, nil)
+	art := []byte("an artifact of a module")
+	if resp, b := e.Upload(e.Admin, "app", `{"resources": []}`, art, ""); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("build: %d %s", resp.StatusCode, b)
+	}
+	asum := sha256.Sum256(art)
+	resp, b = e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install/mesh-host/sha256:" + hex.EncodeToString(asum[:])})
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "no ready host release") {
+		t.Errorf("a module's artifact: %d %s", resp.StatusCode, b)
+	}
+	resp, _ = e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install/mesh-host/sha256:xyz"})
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a malformed digest: %d", resp.StatusCode)
+	}
+}
