@@ -61,11 +61,13 @@ func CertificateLifetime(lifetime string) (time.Duration, error) {
 	return d, nil
 }
 
-// RenewAt is when a certificate valid from notBefore to notAfter is
-// renewed: two thirds of the way, so a controller that is away for a third
-// of the lifetime still leaves the service a valid certificate.
-func RenewAt(notBefore, notAfter time.Time) time.Time {
-	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
+// RenewAt is when a certificate of the declared lifetime that expires at
+// notAfter is renewed: two thirds of the way through its lifetime, so a
+// controller that is away for a third of it still leaves the service a
+// valid certificate. Counted from notAfter, not NotBefore, which the CA
+// backdates a little for clocks behind.
+func RenewAt(notAfter time.Time, lifetime time.Duration) time.Time {
+	return notAfter.Add(-lifetime / 3)
 }
 
 func cleanAbs(p string) bool {
@@ -179,4 +181,60 @@ func CertificateNames(p *DeclarationPayload, id string) ([]string, string, bool)
 		}
 	}
 	return nil, "", false
+}
+
+// CertificateRequest is a host's request for a service certificate: the
+// send of the declaration that gives the names, the certificate resource,
+// and the CSR (PEM) whose key the host made and keeps.
+type CertificateRequest struct {
+	Send     string `json:"send"`
+	Resource string `json:"resource"`
+	CSR      string `json:"csr"`
+}
+
+// Validate checks the request's shape (the CSR itself is read by meshca).
+func (r *CertificateRequest) Validate() error {
+	switch {
+	case r.Send == "":
+		return Invalid("send", "the send of the applied (or applying) declaration that gives the names")
+	case r.Resource == "":
+		return Invalid("resource", "the certificate resource's id, like web.cert")
+	case r.CSR == "":
+		return Invalid("csr", "a PEM CERTIFICATE REQUEST")
+	case len(r.CSR) > 16<<10:
+		return Invalid("csr", "at most 16 KiB")
+	}
+	return nil
+}
+
+// CheckCertificateGrant says whether a machine may have a certificate for
+// asked: the declaration of its send (the machine's own, not older than
+// what it applied) must give exactly these names to resource id. A host
+// cannot ask for another machine's names, nor keep a name its declaration
+// no longer gives it.
+func CheckCertificateGrant(p *DeclarationPayload, sendGen, appliedGen int64, id string, asked []string) (time.Duration, error) {
+	if sendGen < appliedGen {
+		return 0, fmt.Errorf("%w: generation %d is older than generation %d, the one applied: names come from the newest", ErrForbidden, sendGen, appliedGen)
+	}
+	names, lifetime, ok := CertificateNames(p, id)
+	if !ok {
+		return 0, fmt.Errorf("%w: generation %d declares no certificate %s for machine %s", ErrForbidden, sendGen, id, p.Machine)
+	}
+	given := map[string]bool{}
+	for _, n := range names {
+		given[n] = true
+	}
+	seen := map[string]bool{}
+	for _, n := range asked {
+		if !given[n] {
+			return 0, fmt.Errorf("%w: certificate %s of machine %s is not given the name %q (it is given %s)",
+				ErrForbidden, id, p.Machine, n, strings.Join(names, ", "))
+		}
+		seen[n] = true
+	}
+	if len(seen) != len(given) {
+		return 0, fmt.Errorf("%w: certificate %s asks for %d of its %d names; ask for all: %s",
+			ErrInvalid, id, len(seen), len(given), strings.Join(names, ", "))
+	}
+	return CertificateLifetime(lifetime)
 }

@@ -148,3 +148,29 @@ func (h HeldBack) Reason() string {
 	}
 	return s
 }
+
+// HoldBack composes a held-back declaration: desired's header (machine,
+// generation, composed_*, the target host release, so the host can still
+// be upgraded by a rollout) around the resources the host last applied,
+// in the lowest schema the host decodes that expresses them. Never
+// partial: all of what was applied, none of what was not. An error when
+// even that content is past the host (a host rolled back to one older than
+// the one that applied it).
+func HoldBack(desired, applied *DeclarationPayload, host Schemas) (*DeclarationPayload, error) {
+	p := *desired
+	p.Resources, p.EmptyOK = []Resource{}, desired.EmptyOK
+	if applied != nil {
+		p.Resources, p.EmptyOK = applied.Resources, applied.EmptyOK
+		if p.Resources == nil {
+			p.Resources = []Resource{}
+		}
+	}
+	need := NeededSchema(p.Resources)
+	s, ok := host.Pick(need)
+	if !ok {
+		return nil, fmt.Errorf("%w: machine %s: even the content it last applied needs schema %d, its host decodes %s",
+			ErrInvalid, desired.Machine, need, host)
+	}
+	p.Schema = s
+	return &p, nil
+}

@@ -211,7 +211,76 @@ func TestComposePayload_Schema2(t *testing.T) {
 
 func TestRenewAt_TwoThirds(t *testing.T) {
 	nb := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	if got := RenewAt(nb, nb.Add(3*time.Hour)); !got.Equal(nb.Add(2 * time.Hour)) {
+	if got := RenewAt(nb.Add(3*time.Hour), 3*time.Hour); !got.Equal(nb.Add(2 * time.Hour)) {
 		t.Fatalf("RenewAt = %v", got)
+	}
+}
+
+func TestHoldBack(t *testing.T) {
+	content := "x"
+	file := Resource{ID: "a.f", Kind: "file", Path: "/etc/f", Content: &content}
+	cert := Resource{ID: "b.c", Kind: ResourceCertificate, Names: []string{"b.mesh"}, Path: "/etc/c", KeyPath: "/etc/k"}
+	host := &HostRelease{Version: "1.5.0"}
+	desired := &DeclarationPayload{Schema: 2, Machine: "m1", Generation: 9, ComposedBy: "ctl", Host: host,
+		Resources: []Resource{file, cert}}
+	t.Run("AppliedContentAndNewHostTarget", func(t *testing.T) {
+		applied := &DeclarationPayload{Schema: 1, Machine: "m1", Generation: 7, Resources: []Resource{file}}
+		p, err := HoldBack(desired, applied, Schemas{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Schema != 1 || p.Generation != 9 || p.Host != host || !reflect.DeepEqual(p.Resources, []Resource{file}) {
+			t.Fatalf("held back = %+v", p)
+		}
+		if len(desired.Resources) != 2 {
+			t.Fatal("desired changed")
+		}
+	})
+	t.Run("NothingAppliedYet", func(t *testing.T) {
+		p, err := HoldBack(desired, nil, Schemas{1})
+		if err != nil || p.Schema != 1 || len(p.Resources) != 0 || p.Resources == nil {
+			t.Fatalf("= %+v, %v; want no resources, schema 1", p, err)
+		}
+	})
+	t.Run("ErrAppliedContentPastHost", func(t *testing.T) {
+		applied := &DeclarationPayload{Schema: 2, Machine: "m1", Generation: 8, Resources: []Resource{file, cert}}
+		_, err := HoldBack(desired, applied, Schemas{1})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "needs schema 2, its host decodes 1") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestCheckCertificateGrant(t *testing.T) {
+	p := &DeclarationPayload{Machine: "m1", Resources: []Resource{
+		{ID: "web.cert", Kind: ResourceCertificate, Names: []string{"web.m1.mesh", "web.mesh"}, Lifetime: "1h"},
+		{ID: "web.svc", Kind: "service"}}}
+	for _, tc := range []struct {
+		name       string
+		gen, appl  int64
+		id         string
+		asked      []string
+		want       error
+		wantDetail string
+	}{
+		{"OK", 5, 5, "web.cert", []string{"web.mesh", "web.m1.mesh"}, nil, ""},
+		{"OK_ApplyingNewer", 6, 5, "web.cert", []string{"web.m1.mesh", "web.mesh"}, nil, ""},
+		{"ErrAnotherMachinesName", 5, 5, "web.cert", []string{"web.m1.mesh", "web.m2.mesh"}, ErrForbidden, `not given the name "web.m2.mesh"`},
+		{"ErrNotACertificate", 5, 5, "web.svc", []string{"web.mesh"}, ErrForbidden, "declares no certificate web.svc"},
+		{"ErrOlderSend", 4, 5, "web.cert", []string{"web.mesh"}, ErrForbidden, "older than generation 5"},
+		{"ErrSomeNames", 5, 5, "web.cert", []string{"web.mesh"}, ErrInvalid, "asks for 1 of its 2 names"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := CheckCertificateGrant(p, tc.gen, tc.appl, tc.id, tc.asked)
+			if tc.want == nil {
+				if err != nil || d != time.Hour {
+					t.Fatalf("= %v, %v", d, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.wantDetail) {
+				t.Fatalf("err = %v, want %v saying %q", err, tc.want, tc.wantDetail)
+			}
+		})
 	}
 }

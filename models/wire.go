@@ -118,6 +118,10 @@ const (
 	// OutcomeChecked: a check changed between applies; it names the
 	// applied send and never moves the applied or finished generation.
 	OutcomeChecked = "checked"
+	// OutcomeRenewed: a certificate resource was renewed between applies
+	// (two thirds into its lifetime); it names the applied send and, like
+	// checked, never moves the applied or finished generation.
+	OutcomeRenewed = "renewed"
 
 	StateCurrent    = "current"
 	StateBehind     = "behind"
@@ -141,7 +145,7 @@ const (
 // ValidOutcome reports whether o is a report outcome.
 func ValidOutcome(o string) bool {
 	switch o {
-	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack, OutcomeChecked:
+	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack, OutcomeChecked, OutcomeRenewed:
 		return true
 	}
 	return false

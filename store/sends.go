@@ -13,7 +13,7 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 		return nil
 	}
 	return s.write(ctx, func(tx *Tx) error {
-		return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+		return tx.CreateInBatches(&sends, s.batchRows(8)).Error
 	})
 }
 
