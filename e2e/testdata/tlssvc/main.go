@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 )
 
@@ -54,6 +55,7 @@ func main() {
 		if s != syscall.SIGHUP {
 			break
 		}
+		_ = os.MkdirAll(filepath.Dir(root+*hups), 0o755)
 		f, err := os.OpenFile(root+*hups, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err == nil {
 			fmt.Fprintln(f, "hup")
