@@ -164,7 +164,7 @@ func TestSchema2_CertificatesAndTLSChecks(t *testing.T) {
 	// The key's bytes never reached the controller: nothing in its store.
 	for _, k := range [][]byte{key1, mustRead(t, keyPath)} {
 		blk, _ := pem.Decode(k)
-		assertNotStored(t, c.cfg.DataDir, blk.Bytes)                      // the key, DER
+		assertNotStored(t, c.cfg.DataDir, blk.Bytes)                       // the key, DER
 		assertNotStored(t, c.cfg.DataDir, bytes.Split(k, []byte("\n"))[1]) // its first PEM line
 	}
 
