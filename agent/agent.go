@@ -87,6 +87,11 @@ type Agent struct {
 	outbox   outbox
 	state    *State
 	current  *models.DeclarationPayload
+	// applyingSend is the send of the declaration being applied: a
+	// certificate's CSR names it, so the controller signs the names that
+	// declaration gives.
+	applyingSend string
+	renewWait    time.Duration // backoff of a failing renewal
 
 	trialDone     bool
 	trialPolls    int
@@ -205,6 +210,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			hold = min(hold, time.Duration(a.trialPolls)*2*time.Second)
 			a.trialPolls++
 		}
+		hold = a.holdForRenewal(hold)
 		res, err := a.client.poll(ctx, a.state.Finished, hold)
 		if ctx.Err() != nil {
 			return nil
@@ -222,6 +228,7 @@ func (a *Agent) loop(ctx context.Context) error {
 		}
 		backoff = time.Second
 		a.trial(ctx)
+		a.renewDue(ctx)
 		if res.notModified {
 			continue
 		}
@@ -305,13 +312,14 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 // MaxAttempts it is rejected and the host waits for a newer one.
 func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) {
 	a.current = &v.decl
+	a.applyingSend = send
 	for attempt := 1; ; attempt++ {
 		started := time.Now().UTC()
 		st := a.state.clone()
 		actions, err := a.applyInFull(ctx, &v.decl, st)
 		a.state = st // what succeeded is true now, even if a later step failed
 		if err == nil {
-			checks := checkAll(ctx, a.root, v.decl.Resources, 15*time.Second)
+			checks := checkAll(ctx, a.root, a.id.ca, v.decl.Resources, 15*time.Second)
 			a.setChecks(checks)
 			for _, c := range checks {
 				if !c.OK {
@@ -456,7 +464,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		if err := a.logs.countRestarts(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("counting services' restarts", "err", err)
 		}
-		res := checkAll(ctx, a.root, rs, 0)
+		res := checkAll(ctx, a.root, a.id.ca, rs, 0)
 		cur := map[string]bool{}
 		changed := prev == nil && len(res) > 0
 		for _, c := range res {

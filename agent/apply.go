@@ -102,6 +102,8 @@ func (a *Agent) removeManaged(m *Managed) error {
 		return a.root.remove(m.Path)
 	case "tree":
 		return a.root.removeTree(m.Path)
+	case models.ResourceCertificate:
+		return a.removeCertificate(m, nil)
 	}
 	return nil
 }
@@ -110,7 +112,10 @@ func (a *Agent) removeManaged(m *Managed) error {
 // the old one left is removed once the new one is in place.
 func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
 	var moved *Managed
-	if prev := st.Resources[r.ID]; prev != nil && (prev.Path != r.Path || prev.Kind != r.Kind) && prev.OnRemove != "forget" {
+	// A certificate cleans up its own old files (two paths, and the new
+	// ones may reuse one of them).
+	if prev := st.Resources[r.ID]; prev != nil && (prev.Path != r.Path || prev.Kind != r.Kind) && prev.OnRemove != "forget" &&
+		(prev.Kind != models.ResourceCertificate || r.Kind != models.ResourceCertificate) {
 		old := *prev
 		moved = &old
 	}
@@ -167,6 +172,22 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 			detail += ", running as " + users
 		}
 		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: detail}, nil
+	case models.ResourceCertificate:
+		act, err := a.applyCertificate(ctx, a.applyingSend, r, prev)
+		if err != nil {
+			return models.Action{}, err
+		}
+		if prev != nil && prev.OnRemove != "forget" {
+			if err := a.removeCertificate(prev, &r); err != nil {
+				return models.Action{}, err
+			}
+		}
+		m.Digest = act.Digest
+		digests[r.ID] = m.Digest
+		rc := r
+		m.Resource = &rc
+		st.Resources[r.ID] = m
+		return act, nil
 	case "service":
 		m.Digest = serviceDigest(r, digests)
 		digests[r.ID] = m.Digest

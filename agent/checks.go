@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ type checkResult struct {
 // runCheck runs a service's check once. A check is only as good as what it
 // ran: "healthy" is said of nothing that was not checked, and a check that
 // could not run is a failing check.
-func runCheck(ctx context.Context, root *machineRoot, r models.Resource) checkResult {
+func runCheck(ctx context.Context, root *machineRoot, ca *x509.Certificate, r models.Resource) checkResult {
 	c := r.Check
 	if c == nil {
 		return checkResult{final: true, detail: "no check"}
@@ -63,6 +64,8 @@ func runCheck(ctx context.Context, root *machineRoot, r models.Resource) checkRe
 		return checkResult{ok: true, detail: fmt.Sprintf("http %s: %d", c.HTTP, resp.StatusCode)}
 	case len(c.Exec) > 0:
 		return runExecCheck(ctx, root, r)
+	case c.TLS != "":
+		return runTLSCheck(ctx, ca, c)
 	}
 	return checkResult{final: true, detail: "no check"}
 }
@@ -93,7 +96,7 @@ func runExecCheck(ctx context.Context, root *machineRoot, r models.Resource) che
 // checkAll runs the checks of every service that declares one, giving each
 // up to settle to pass (a service just started needs a moment); a check
 // whose command cannot run fails at once.
-func checkAll(ctx context.Context, root *machineRoot, rs []models.Resource, settle time.Duration) []models.CheckResult {
+func checkAll(ctx context.Context, root *machineRoot, ca *x509.Certificate, rs []models.Resource, settle time.Duration) []models.CheckResult {
 	var out []models.CheckResult
 	for _, r := range rs {
 		if r.Kind != "service" || r.Check == nil {
@@ -101,7 +104,7 @@ func checkAll(ctx context.Context, root *machineRoot, rs []models.Resource, sett
 		}
 		deadline := time.Now().Add(settle)
 		for {
-			res := runCheck(ctx, root, r)
+			res := runCheck(ctx, root, ca, r)
 			if res.ok || res.final || time.Now().After(deadline) || ctx.Err() != nil {
 				out = append(out, models.CheckResult{Resource: r.ID, OK: res.ok, At: time.Now().UTC(), Detail: res.detail})
 				break

@@ -36,7 +36,7 @@ func applyChecked(t *testing.T, a *Agent, d *models.DeclarationPayload, settle t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.services.Stop(context.Background(), "mod.service") })
-	return checkAll(context.Background(), a.root, d.Resources, settle)
+	return checkAll(context.Background(), a.root, nil, d.Resources, settle)
 }
 
 // TestExecCheck_RunsLikeItsService pins the failure where a service ran
@@ -88,7 +88,7 @@ func TestExecCheck_CannotRunFailsAtOnce(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = a.services.Stop(context.Background(), "mod.service") })
 			done := make(chan []models.CheckResult, 1)
-			go func() { done <- checkAll(context.Background(), a.root, d.Resources, 15*time.Second) }()
+			go func() { done <- checkAll(context.Background(), a.root, nil, d.Resources, 15*time.Second) }()
 			select {
 			case checks := <-done:
 				if len(checks) != 1 || checks[0].OK || !strings.Contains(checks[0].Detail, "cannot run") {

@@ -46,7 +46,8 @@ type PublicKey struct {
 }
 
 // SchemaHeader is the declaration schemas this host decodes (X-Mesh-Schema).
-const SchemaHeader = "1"
+// Schema 2 adds the certificate resource and the tls check.
+const SchemaHeader = "1,2"
 
 func identityPath(stateDir string) string { return filepath.Join(stateDir, "host.json") }
 

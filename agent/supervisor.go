@@ -26,6 +26,9 @@ type services interface {
 	Ensure(ctx context.Context, r models.Resource, digest string) (string, error)
 	// Stop stops and forgets the service.
 	Stop(ctx context.Context, id string) error
+	// Renewed tells a running service its certificate was renewed: the
+	// signal (HUP, USR1, USR2) when one is named, else a restart.
+	Renewed(ctx context.Context, id, signal string) error
 	// Close stops supervising (the services keep running).
 	Close()
 }
@@ -278,6 +281,41 @@ func (s *supervisor) kill(p pidRecord) error {
 	}
 	return fmt.Errorf("pid %d survived SIGKILL", p.PID)
 }
+
+// Renewed implements services.
+func (s *supervisor) Renewed(ctx context.Context, id, signal string) error {
+	s.mu.Lock()
+	sv := s.svcs[id]
+	s.mu.Unlock()
+	if sv == nil {
+		return fmt.Errorf("service %s is not supervised here", id)
+	}
+	if signal != "" {
+		sig, ok := renewSignal[signal]
+		if !ok {
+			return fmt.Errorf("signal %s is not one a renewal sends", signal)
+		}
+		sv.mu.Lock()
+		p := sv.pid
+		sv.mu.Unlock()
+		if !alive(p) {
+			return fmt.Errorf("service %s is not running", id)
+		}
+		return syscall.Kill(p.PID, sig)
+	}
+	r, digest := sv.res, sv.digest
+	if err := s.Stop(ctx, id); err != nil {
+		return err
+	}
+	p, err := s.start(r, digest)
+	if err != nil {
+		return err
+	}
+	s.watch(r, digest, p)
+	return nil
+}
+
+var renewSignal = map[string]syscall.Signal{"HUP": syscall.SIGHUP, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2}
 
 // Close implements services: stop watching; the services keep running.
 func (s *supervisor) Close() {

@@ -110,5 +110,13 @@ func (s *systemdServices) Stop(ctx context.Context, id string) error {
 	return s.run(ctx, "daemon-reload")
 }
 
+// Renewed implements services.
+func (s *systemdServices) Renewed(ctx context.Context, id, signal string) error {
+	if signal != "" {
+		return s.run(ctx, "kill", "--signal=SIG"+signal, UnitName(id))
+	}
+	return s.run(ctx, "restart", UnitName(id))
+}
+
 // Close implements services.
 func (s *systemdServices) Close() {}

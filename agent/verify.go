@@ -5,7 +5,10 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"net"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 
 	"mesh/models"
@@ -59,8 +62,14 @@ func verify(body []byte, keys []PublicKey, machine string) (*verified, error) {
 	if dec.More() {
 		return v, refuse("bad field: trailing data after the declaration")
 	}
-	if v.decl.Schema != models.SchemaV1 {
+	if !slices.Contains(models.SchemasOf(SchemaHeader), v.decl.Schema) {
 		return v, refuse("bad field: schema %d, this host decodes %s", v.decl.Schema, SchemaHeader)
+	}
+	// Strict decoding took every field this host knows; a field of a later
+	// schema in a declaration that says an earlier one is refused as a
+	// host of that schema would refuse it.
+	if need := models.NeededSchema(v.decl.Resources); need > v.decl.Schema {
+		return v, refuse("bad field: a schema-%d declaration with content of schema %d", v.decl.Schema, need)
 	}
 	if v.decl.Machine != machine {
 		return v, refuse("other machine: the declaration is for %q, this is %q", v.decl.Machine, machine)
@@ -93,8 +102,17 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 			if r.Check != nil && len(r.Check.Exec) > 0 && !strings.HasPrefix(r.Check.Exec[0], "/") {
 				return refuse("bad field: service %s's exec check needs an absolute command, like the service's own (both are mapped under --root by one rule)", r.ID)
 			}
+		case models.ResourceCertificate:
+			if err := checkCertificate(r, d.Resources, allowRoots); err != nil {
+				return err
+			}
 		default:
 			return refuse("bad field: resource %s has unknown kind %q", r.ID, r.Kind)
+		}
+		if r.Check != nil && r.Check.TLS != "" {
+			if _, _, err := net.SplitHostPort(r.Check.TLS); err != nil || models.ValidDNSName(r.Check.ServerName) != nil {
+				return refuse("bad field: %s's tls check needs host:port and a server name, not %q and %q", r.ID, r.Check.TLS, r.Check.ServerName)
+			}
 		}
 		if r.Kind == "file" || r.Kind == "tree" {
 			if err := allowedPath(r.Path, allowRoots); err != nil {
@@ -179,4 +197,47 @@ func order(rs []models.Resource) ([]models.Resource, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkCertificate holds a certificate resource to what this host can
+// apply safely: DNS names, both files inside the allowed roots, a mode,
+// an owner and a lifetime it can read, services to tell that it runs.
+func checkCertificate(r models.Resource, all []models.Resource, allowRoots []string) error {
+	if len(r.Names) == 0 || len(r.Names) > models.MaxCertificateNames {
+		return refuse("bad field: certificate %s names %d DNS names (1 to %d)", r.ID, len(r.Names), models.MaxCertificateNames)
+	}
+	for _, n := range r.Names {
+		if err := models.ValidDNSName(n); err != nil {
+			return refuse("bad field: certificate %s: %v", r.ID, err)
+		}
+	}
+	for _, p := range []string{r.Path, r.KeyPath} {
+		if err := allowedPath(p, allowRoots); err != nil {
+			return refuse("escape: %s: %v", r.ID, err)
+		}
+	}
+	if r.Path == r.KeyPath {
+		return refuse("bad field: certificate %s writes its chain and key to one file", r.ID)
+	}
+	if r.Mode != "" {
+		if _, err := strconv.ParseUint(r.Mode, 8, 32); err != nil || len(r.Mode) != 4 {
+			return refuse("bad field: certificate %s mode %q", r.ID, r.Mode)
+		}
+	}
+	if _, err := models.CertificateLifetime(r.Lifetime); err != nil {
+		return refuse("bad field: certificate %s: %v", r.ID, err)
+	}
+	for _, o := range r.OnRenew {
+		found := false
+		for _, s := range all {
+			found = found || (s.ID == o.Service && s.Kind == "service")
+		}
+		if !found {
+			return refuse("bad field: certificate %s renews %s, which the declaration does not name as a service", r.ID, o.Service)
+		}
+		if o.Signal != "" && !models.ValidSignal(o.Signal) {
+			return refuse("bad field: certificate %s signals %s with %q", r.ID, o.Service, o.Signal)
+		}
+	}
+	return nil
 }

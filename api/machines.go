@@ -32,6 +32,7 @@ type MachineView struct {
 	LastSeen          *time.Time                     `json:"last_seen"`
 	ConflictHostGen   int64                          `json:"conflict_host_generation"`
 	ComposeError      string                         `json:"compose_error"`
+	HeldBack          string                         `json:"held_back"`
 	Health            HealthView                     `json:"health"`
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
@@ -60,7 +61,8 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
-		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt}
+		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
+		HeldBack: m.HeldBack}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {
 		v.Health.State = models.HealthNone

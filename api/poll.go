@@ -80,7 +80,14 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		wait += rand.N(wait/16 + 1)
 	}
 	ps := newPollSession(s, p.hostID, p.Machine, known, time.Now().Add(wait))
-	hv, schema := c.Request().Header.Get(HeaderHostVersion), c.Request().Header.Get(HeaderSchema)
+	hv := c.Request().Header.Get(HeaderHostVersion)
+	// The schemas the host decodes, in canonical form: a change of the set
+	// bumps the machine's generation (store.RecordHostInfo).
+	schemas, err := models.ParseSchemas(c.Request().Header.Get(HeaderSchema))
+	if err != nil {
+		return err
+	}
+	schema := schemas.String()
 	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps)
 	if replaced != nil {
 		replaced.Supersede()

@@ -24,6 +24,7 @@ import (
 
 	"mesh/auth"
 	"mesh/hub"
+	"mesh/meshca"
 	"mesh/models"
 	"mesh/service"
 )
@@ -67,6 +68,9 @@ type Server struct {
 	HostUnit []byte
 	// Enrolment is what a join token is given with: the CA pin and the URL.
 	Enrolment Enrolment
+	// ServiceCA signs services' certificates (schema 2's certificate
+	// resource); nil on a controller without the mesh CA.
+	ServiceCA *meshca.CA
 
 	drainOnce sync.Once
 	drainCh   chan struct{}
@@ -164,6 +168,7 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
 	v1.POST("/host/reports", s.postReport, s.requireHost)
+	v1.POST("/host/service-certificates", s.postServiceCertificate, s.requireHost)
 	v1.GET("/blobs/:digest", s.getBlob, s.requireHostOrViewer)
 
 	viewer := s.requireRole(models.RoleViewer)

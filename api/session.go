@@ -126,7 +126,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (string, error) {
 	s := ps.srv
 	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: ps.machine, Generation: comp.Generation,
-		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC()}
+		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC(), Schema: comp.Schema}
 	return send.ID, s.Sends.Write(ctx, send)
 }
 

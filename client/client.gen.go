@@ -163,14 +163,17 @@ func (e MachineState) Valid() bool {
 
 // Defines values for ManifestResourcesKind.
 const (
-	ManifestResourcesKindFile    ManifestResourcesKind = "file"
-	ManifestResourcesKindService ManifestResourcesKind = "service"
-	ManifestResourcesKindTree    ManifestResourcesKind = "tree"
+	ManifestResourcesKindCertificate ManifestResourcesKind = "certificate"
+	ManifestResourcesKindFile        ManifestResourcesKind = "file"
+	ManifestResourcesKindService     ManifestResourcesKind = "service"
+	ManifestResourcesKindTree        ManifestResourcesKind = "tree"
 )
 
 // Valid indicates whether the value is a known member of the ManifestResourcesKind enum.
 func (e ManifestResourcesKind) Valid() bool {
 	switch e {
+	case ManifestResourcesKindCertificate:
+		return true
 	case ManifestResourcesKindFile:
 		return true
 	case ManifestResourcesKindService:
@@ -194,6 +197,27 @@ func (e ManifestResourcesOnRemove) Valid() bool {
 	case ManifestResourcesOnRemoveDelete:
 		return true
 	case ManifestResourcesOnRemoveForget:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ManifestResourcesOnRenewSignal.
+const (
+	ManifestResourcesOnRenewSignalHUP  ManifestResourcesOnRenewSignal = "HUP"
+	ManifestResourcesOnRenewSignalUSR1 ManifestResourcesOnRenewSignal = "USR1"
+	ManifestResourcesOnRenewSignalUSR2 ManifestResourcesOnRenewSignal = "USR2"
+)
+
+// Valid indicates whether the value is a known member of the ManifestResourcesOnRenewSignal enum.
+func (e ManifestResourcesOnRenewSignal) Valid() bool {
+	switch e {
+	case ManifestResourcesOnRenewSignalHUP:
+		return true
+	case ManifestResourcesOnRenewSignalUSR1:
+		return true
+	case ManifestResourcesOnRenewSignalUSR2:
 		return true
 	default:
 		return false
@@ -396,6 +420,7 @@ const (
 	ReportOutcomeFailed     ReportOutcome = "failed"
 	ReportOutcomeRefused    ReportOutcome = "refused"
 	ReportOutcomeRejected   ReportOutcome = "rejected"
+	ReportOutcomeRenewed    ReportOutcome = "renewed"
 	ReportOutcomeRolledBack ReportOutcome = "rolled_back"
 	ReportOutcomeUpgraded   ReportOutcome = "upgraded"
 )
@@ -413,6 +438,8 @@ func (e ReportOutcome) Valid() bool {
 		return true
 	case ReportOutcomeRejected:
 		return true
+	case ReportOutcomeRenewed:
+		return true
 	case ReportOutcomeRolledBack:
 		return true
 	case ReportOutcomeUpgraded:
@@ -424,14 +451,17 @@ func (e ReportOutcome) Valid() bool {
 
 // Defines values for ResourceKind.
 const (
-	ResourceKindFile    ResourceKind = "file"
-	ResourceKindService ResourceKind = "service"
-	ResourceKindTree    ResourceKind = "tree"
+	ResourceKindCertificate ResourceKind = "certificate"
+	ResourceKindFile        ResourceKind = "file"
+	ResourceKindService     ResourceKind = "service"
+	ResourceKindTree        ResourceKind = "tree"
 )
 
 // Valid indicates whether the value is a known member of the ResourceKind enum.
 func (e ResourceKind) Valid() bool {
 	switch e {
+	case ResourceKindCertificate:
+		return true
 	case ResourceKindFile:
 		return true
 	case ResourceKindService:
@@ -455,6 +485,27 @@ func (e ResourceOnRemove) Valid() bool {
 	case ResourceOnRemoveDelete:
 		return true
 	case ResourceOnRemoveForget:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResourceOnRenewSignal.
+const (
+	ResourceOnRenewSignalHUP  ResourceOnRenewSignal = "HUP"
+	ResourceOnRenewSignalUSR1 ResourceOnRenewSignal = "USR1"
+	ResourceOnRenewSignalUSR2 ResourceOnRenewSignal = "USR2"
+)
+
+// Valid indicates whether the value is a known member of the ResourceOnRenewSignal enum.
+func (e ResourceOnRenewSignal) Valid() bool {
+	switch e {
+	case ResourceOnRenewSignalHUP:
+		return true
+	case ResourceOnRenewSignalUSR1:
+		return true
+	case ResourceOnRenewSignalUSR2:
 		return true
 	default:
 		return false
@@ -524,6 +575,7 @@ const (
 	SendTriggerPush       SendTrigger = "push"
 	SendTriggerResolve    SendTrigger = "resolve"
 	SendTriggerRollout    SendTrigger = "rollout"
+	SendTriggerSchema     SendTrigger = "schema"
 	SendTriggerVariables  SendTrigger = "variables"
 )
 
@@ -543,6 +595,8 @@ func (e SendTrigger) Valid() bool {
 	case SendTriggerResolve:
 		return true
 	case SendTriggerRollout:
+		return true
+	case SendTriggerSchema:
 		return true
 	case SendTriggerVariables:
 		return true
@@ -757,9 +811,15 @@ type Check struct {
 	Exec     *[]string `json:"exec,omitempty"`
 	Http     *string   `json:"http,omitempty"`
 	Interval *string   `json:"interval,omitempty"`
-	Status   *int      `json:"status,omitempty"`
-	Tcp      *string   `json:"tcp,omitempty"`
-	Timeout  *string   `json:"timeout,omitempty"`
+
+	// ServerName schema 2, with tls: the DNS name the presented chain must be valid for
+	ServerName *string `json:"server_name,omitempty"`
+	Status     *int    `json:"status,omitempty"`
+	Tcp        *string `json:"tcp,omitempty"`
+	Timeout    *string `json:"timeout,omitempty"`
+
+	// Tls schema 2: host:port to handshake with; the chain must verify against the mesh CA for server_name
+	Tls *string `json:"tls,omitempty"`
 }
 
 // Claimed defines model for Claimed.
@@ -793,7 +853,9 @@ type Declaration struct {
 	Host       *HostRelease `json:"host"`
 	Machine    string       `json:"machine"`
 	Resources  []Resource   `json:"resources"`
-	Schema     int          `json:"schema"`
+
+	// Schema the lowest schema that expresses the content and that the host advertised (1 or 2)
+	Schema int `json:"schema"`
 }
 
 // DeclarationPreview defines model for DeclarationPreview.
@@ -1018,16 +1080,21 @@ type Machine struct {
 		// State none: no checks declared
 		State MachineHealthState `json:"state"`
 	} `json:"health"`
-	HostVersion       string                  `json:"host_version"`
-	LastOutcome       string                  `json:"last_outcome"`
-	LastReason        string                  `json:"last_reason"`
-	LastSeen          *time.Time              `json:"last_seen"`
-	Name              string                  `json:"name"`
-	Os                string                  `json:"os"`
-	Running           map[string]RunningBuild `json:"running"`
-	Schema            string                  `json:"schema"`
-	State             MachineState            `json:"state"`
-	TargetHostVersion string                  `json:"target_host_version"`
+
+	// HeldBack why the current generation carries held-back content (its host decodes no schema that expresses what is declared; the machine is behind), like "held back: needs host schema 2; host 1.4.0 decodes 1; …"; empty when it does not
+	HeldBack    string                  `json:"held_back"`
+	HostVersion string                  `json:"host_version"`
+	LastOutcome string                  `json:"last_outcome"`
+	LastReason  string                  `json:"last_reason"`
+	LastSeen    *time.Time              `json:"last_seen"`
+	Name        string                  `json:"name"`
+	Os          string                  `json:"os"`
+	Running     map[string]RunningBuild `json:"running"`
+
+	// Schema the declaration schemas its host advertised on its last poll, canonical (1,2)
+	Schema            string       `json:"schema"`
+	State             MachineState `json:"state"`
+	TargetHostVersion string       `json:"target_host_version"`
 }
 
 // MachineHealthState none: no checks declared
@@ -1045,25 +1112,49 @@ type MachineList struct {
 // Manifest what a build declares; /schemas/manifest.json describes every field, with examples
 type Manifest struct {
 	Resources []struct {
-		After    *[]string                  `json:"after,omitempty"`
-		Artifact *Artifact                  `json:"artifact,omitempty"`
-		Check    *Check                     `json:"check,omitempty"`
-		Command  *[]string                  `json:"command,omitempty"`
-		Content  *string                    `json:"content,omitempty"`
-		Env      *map[string]string         `json:"env,omitempty"`
-		Kind     ManifestResourcesKind      `json:"kind"`
-		Mode     *string                    `json:"mode,omitempty"`
-		Name     string                     `json:"name"`
+		After    *[]string          `json:"after,omitempty"`
+		Artifact *Artifact          `json:"artifact,omitempty"`
+		Check    *Check             `json:"check,omitempty"`
+		Command  *[]string          `json:"command,omitempty"`
+		Content  *string            `json:"content,omitempty"`
+		Env      *map[string]string `json:"env,omitempty"`
+
+		// KeyPath certificate: the key file; path is the chain file
+		KeyPath *string `json:"key_path,omitempty"`
+
+		// Kind a certificate (or a tls check) makes the declaration schema 2
+		Kind ManifestResourcesKind `json:"kind"`
+
+		// Lifetime certificate: a duration from 10s to 8784h, default 720h
+		Lifetime *string `json:"lifetime,omitempty"`
+		Mode     *string `json:"mode,omitempty"`
+		Name     string  `json:"name"`
+
+		// Names certificate: DNS names, templated like other fields (web.${machine.name}.mesh)
+		Names    *[]string                  `json:"names,omitempty"`
 		OnRemove *ManifestResourcesOnRemove `json:"on_remove,omitempty"`
-		Path     *string                    `json:"path,omitempty"`
+		OnRenew  *[]struct {
+			// Service a service resource of this manifest
+			Service string `json:"service"`
+
+			// Signal none: restart it
+			Signal *ManifestResourcesOnRenewSignal `json:"signal,omitempty"`
+		} `json:"on_renew,omitempty"`
+
+		// Owner certificate: user or user:group
+		Owner *string `json:"owner,omitempty"`
+		Path  *string `json:"path,omitempty"`
 	} `json:"resources"`
 }
 
-// ManifestResourcesKind defines model for Manifest.Resources.Kind.
+// ManifestResourcesKind a certificate (or a tls check) makes the declaration schema 2
 type ManifestResourcesKind string
 
 // ManifestResourcesOnRemove defines model for Manifest.Resources.OnRemove.
 type ManifestResourcesOnRemove string
+
+// ManifestResourcesOnRenewSignal none: restart it
+type ManifestResourcesOnRenewSignal string
 
 // Module defines model for Module.
 type Module struct {
@@ -1247,7 +1338,9 @@ type Report struct {
 	HostVersion *string `json:"host_version,omitempty"`
 
 	// Logs the last lines of the services that failed, restarted or turned unhealthy since the host's last report; out of these bounds the report is refused (400)
-	Logs    *[]ServiceLog            `json:"logs,omitempty"`
+	Logs *[]ServiceLog `json:"logs,omitempty"`
+
+	// Outcome renewed: a certificate resource was renewed between applies; it names the applied send and moves no generation
 	Outcome ReportOutcome            `json:"outcome"`
 	Reason  *string                  `json:"reason,omitempty"`
 	Running *map[string]RunningBuild `json:"running,omitempty"`
@@ -1279,7 +1372,7 @@ type Report_Checks_Item struct {
 	AdditionalProperties map[string]interface{} `json:"-"`
 }
 
-// ReportOutcome defines model for Report.Outcome.
+// ReportOutcome renewed: a certificate resource was renewed between applies; it names the applied send and moves no generation
 type ReportOutcome string
 
 // ReportCreated defines model for ReportCreated.
@@ -1318,18 +1411,41 @@ type Resource struct {
 	Content  *string            `json:"content,omitempty"`
 	Env      *map[string]string `json:"env,omitempty"`
 	Id       string             `json:"id"`
-	Kind     ResourceKind       `json:"kind"`
-	Mode     *string            `json:"mode,omitempty"`
-	Module   string             `json:"module"`
-	OnRemove *ResourceOnRemove  `json:"on_remove,omitempty"`
-	Path     *string            `json:"path,omitempty"`
+
+	// KeyPath schema 2, certificate: the key file (made on the machine, never sent); path is the chain file
+	KeyPath *string `json:"key_path,omitempty"`
+
+	// Kind certificate is schema 2
+	Kind ResourceKind `json:"kind"`
+
+	// Lifetime schema 2, certificate: a duration (default 720h); renewed at two thirds of it
+	Lifetime *string `json:"lifetime,omitempty"`
+	Mode     *string `json:"mode,omitempty"`
+	Module   string  `json:"module"`
+
+	// Names schema 2, certificate: the DNS names the mesh CA signs for it
+	Names    *[]string         `json:"names,omitempty"`
+	OnRemove *ResourceOnRemove `json:"on_remove,omitempty"`
+
+	// OnRenew schema 2, certificate: services restarted (or sent signal) when it is renewed
+	OnRenew *[]struct {
+		Service string                 `json:"service"`
+		Signal  *ResourceOnRenewSignal `json:"signal,omitempty"`
+	} `json:"on_renew,omitempty"`
+
+	// Owner schema 2, certificate: user or user:group of the key and chain files
+	Owner *string `json:"owner,omitempty"`
+	Path  *string `json:"path,omitempty"`
 }
 
-// ResourceKind defines model for Resource.Kind.
+// ResourceKind certificate is schema 2
 type ResourceKind string
 
 // ResourceOnRemove defines model for Resource.OnRemove.
 type ResourceOnRemove string
+
+// ResourceOnRenewSignal defines model for Resource.OnRenew.Signal.
+type ResourceOnRenewSignal string
 
 // Rollout defines model for Rollout.
 type Rollout struct {
@@ -1399,8 +1515,11 @@ type Send struct {
 	Machine    string `json:"machine"`
 
 	// Outcome the latest final report naming this send; empty when none yet
-	Outcome string      `json:"outcome"`
-	Reason  string      `json:"reason"`
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+
+	// Schema the declaration schema of the bytes sent
+	Schema  int         `json:"schema"`
 	Time    time.Time   `json:"time"`
 	Trigger SendTrigger `json:"trigger"`
 }
@@ -1665,8 +1784,20 @@ type PollDeclarationParams struct {
 	// XMeshHostVersion the host's version, recorded when it changes
 	XMeshHostVersion *string `json:"X-Mesh-Host-Version,omitempty"`
 
-	// XMeshSchema declaration schema versions the host decodes, comma-separated
+	// XMeshSchema declaration schema versions the host decodes, comma-separated (1,2); absent means 1. At most 8, each 1..999, none twice, else 400. A change of the set bumps the generation of the machine (trigger schema).
 	XMeshSchema *string `json:"X-Mesh-Schema,omitempty"`
+}
+
+// CreateServiceCertificateJSONBody defines parameters for CreateServiceCertificate.
+type CreateServiceCertificateJSONBody struct {
+	// Csr a PEM CERTIFICATE REQUEST naming DNS names only
+	Csr string `json:"csr"`
+
+	// Resource the certificate resource id, like web.cert
+	Resource string `json:"resource"`
+
+	// Send the send of the declaration that gives the names
+	Send string `json:"send"`
 }
 
 // ListInstancesParams defines parameters for ListInstances.
@@ -1811,6 +1942,9 @@ type StartRolloutJSONRequestBody = RolloutRequest
 
 // CreateReportJSONRequestBody defines body for CreateReport for application/json ContentType.
 type CreateReportJSONRequestBody = Report
+
+// CreateServiceCertificateJSONRequestBody defines body for CreateServiceCertificate for application/json ContentType.
+type CreateServiceCertificateJSONRequestBody CreateServiceCertificateJSONBody
 
 // CreateJoinTokenJSONRequestBody defines body for CreateJoinToken for application/json ContentType.
 type CreateJoinTokenJSONRequestBody = JoinTokenRequest
@@ -2731,6 +2865,24 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
 	CreateReport(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CreateServiceCertificateWithBody sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+	//
+	// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+	CreateServiceCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateServiceCertificate sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+	//
+	// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+	CreateServiceCertificate(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListInstances controller instances (viewer); one page, no cursor
 	//
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
@@ -3465,6 +3617,44 @@ func (c *Client) CreateReportWithBody(ctx context.Context, contentType string, b
 // Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
 func (c *Client) CreateReport(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCreateReportRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateServiceCertificateWithBody sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+//
+// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+func (c *Client) CreateServiceCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateServiceCertificateRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateServiceCertificate sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+//
+// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+func (c *Client) CreateServiceCertificate(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateServiceCertificateRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5185,6 +5375,46 @@ func NewCreateReportRequestWithBody(server string, contentType string, body io.R
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/host/reports")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewCreateServiceCertificateRequest calls the generic CreateServiceCertificate builder with application/json body
+func NewCreateServiceCertificateRequest(server string, body CreateServiceCertificateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateServiceCertificateRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateServiceCertificateRequestWithBody constructs an http.Request for the CreateServiceCertificate method, with any body, and a specified content type
+func NewCreateServiceCertificateRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/host/service-certificates")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -7439,6 +7669,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
 	CreateReportWithResponse(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateReportResponse, error)
 
+	// CreateServiceCertificateWithBodyWithResponse sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+	//
+	// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+	CreateServiceCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateServiceCertificateResponse, error)
+
+	// CreateServiceCertificateWithResponse sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+	//
+	// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+	CreateServiceCertificateWithResponse(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateServiceCertificateResponse, error)
+
 	// ListInstancesWithResponse controller instances (viewer); one page, no cursor
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -9090,6 +9338,96 @@ func (r CreateReportResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateReportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateServiceCertificateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *struct {
+		// Chain PEM: the certificate, then the mesh CA
+		Chain    string    `json:"chain"`
+		NotAfter time.Time `json:"not_after"`
+
+		// Serial hex
+		Serial string `json:"serial"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateServiceCertificateResponse) GetJSON201() *struct {
+	// Chain PEM: the certificate, then the mesh CA
+	Chain    string    `json:"chain"`
+	NotAfter time.Time `json:"not_after"`
+
+	// Serial hex
+	Serial string `json:"serial"`
+} {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateServiceCertificateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateServiceCertificateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateServiceCertificateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateServiceCertificateResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12713,6 +13051,36 @@ func (c *ClientWithResponses) CreateReportWithResponse(ctx context.Context, body
 	return ParseCreateReportResponse(rsp)
 }
 
+// CreateServiceCertificateWithBodyWithResponse sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+//
+// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+func (c *ClientWithResponses) CreateServiceCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateServiceCertificateResponse, error) {
+	rsp, err := c.CreateServiceCertificateWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateServiceCertificateResponse(rsp)
+}
+
+// CreateServiceCertificateWithResponse sign a service's certificate for a certificate resource of this machine (host token; schema 2)
+//
+// The host made the key and sends only a CSR. The names asked must be exactly those the declaration of `send` (this machine's, not older than the generation it applied) gives the certificate resource `resource`; anything else is refused and audited. Not the machine's own certificate.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
+func (c *ClientWithResponses) CreateServiceCertificateWithResponse(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateServiceCertificateResponse, error) {
+	rsp, err := c.CreateServiceCertificate(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateServiceCertificateResponse(rsp)
+}
+
 // ListInstancesWithResponse controller instances (viewer); one page, no cursor
 //
 // Returns a wrapper object for the known response body format(s).
@@ -14447,6 +14815,74 @@ func ParseCreateReportResponse(rsp *http.Response) (*CreateReportResponse, error
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest ReportCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateServiceCertificateResponse parses an HTTP response from a CreateServiceCertificateWithResponse call
+func ParseCreateServiceCertificateResponse(rsp *http.Response) (*CreateServiceCertificateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateServiceCertificateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest struct {
+			// Chain PEM: the certificate, then the mesh CA
+			Chain    string    `json:"chain"`
+			NotAfter time.Time `json:"not_after"`
+
+			// Serial hex
+			Serial string `json:"serial"`
+		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -287,6 +287,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		ln = tls.NewListener(ln, tlsServing.conf)
 	}
 	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), CAPEM: ca.PEM(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
+	srv.ServiceCA = ca // signs services' certificates (schema 2)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
 		CA: ca, TLS: tlsOn, tls: tlsServing,

@@ -30,6 +30,13 @@ type ManifestResource struct {
 	After    []string          `json:"after,omitempty"`
 	Check    *Check            `json:"check,omitempty"`
 	OnRemove string            `json:"on_remove,omitempty"`
+
+	// Schema 2: a certificate (see certificate.go).
+	Names    []string  `json:"names,omitempty"`
+	KeyPath  string    `json:"key_path,omitempty"`
+	Owner    string    `json:"owner,omitempty"`
+	Lifetime string    `json:"lifetime,omitempty"`
+	OnRenew  []OnRenew `json:"on_renew,omitempty"`
 }
 
 // ParseManifest decodes and checks a manifest strictly.
@@ -44,6 +51,10 @@ func ParseManifest(b []byte) (*Manifest, error) {
 		m.Resources = []ManifestResource{}
 	}
 	seen := map[string]bool{}
+	kinds := map[string]string{}
+	for _, r := range m.Resources {
+		kinds[r.Name] = r.Kind
+	}
 	for i, r := range m.Resources {
 		f := fmt.Sprintf("manifest.resources[%d]", i)
 		if err := ValidName(f+".name", r.Name); err != nil {
@@ -75,8 +86,17 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			if len(r.Command) == 0 || !strings.HasPrefix(r.Command[0], "/") && !strings.HasPrefix(r.Command[0], "${") {
 				return nil, Invalid(f+".command", "a service needs a command with an absolute path")
 			}
+		case ResourceCertificate:
+			if err := checkManifestCertificate(f, &r, kinds); err != nil {
+				return nil, err
+			}
 		default:
-			return nil, Invalid(f+".kind", "kind is file, tree or service")
+			return nil, Invalid(f+".kind", "kind is file, tree, service or certificate")
+		}
+		if r.Kind != ResourceCertificate {
+			if err := checkNotCertificate(f, &r); err != nil {
+				return nil, err
+			}
 		}
 		if r.OnRemove != "" && r.OnRemove != "delete" && r.OnRemove != "forget" {
 			return nil, Invalid(f+".on_remove", "on_remove is delete or forget")
@@ -92,8 +112,14 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			if len(r.Check.Exec) > 0 {
 				n++
 			}
+			if r.Check.TLS != "" {
+				n++
+			}
 			if n != 1 {
-				return nil, Invalid(f+".check", "a check is exactly one of tcp, http, exec")
+				return nil, Invalid(f+".check", "a check is exactly one of tcp, http, exec, tls")
+			}
+			if err := checkTLSCheck(f+".check", r.Check); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -157,7 +183,7 @@ func checkComposed(r *Resource) error {
 			return Invalid("command", fmt.Sprintf("%q is not an absolute path once substituted", r.Command))
 		}
 	}
-	return nil
+	return checkComposedSchema2(r)
 }
 
 // ComposeInput is everything one declaration is made of.
@@ -209,6 +235,13 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 				ID: m.Name + "." + r.Name, Module: m.Name, Build: m.Build, Kind: r.Kind,
 				Path: r.Path, Artifact: r.Artifact, Content: r.Content, Mode: r.Mode,
 				Command: append([]string(nil), r.Command...), Env: r.Env, Check: r.Check, OnRemove: r.OnRemove,
+				Names: append([]string(nil), r.Names...), KeyPath: r.KeyPath, Owner: r.Owner, Lifetime: r.Lifetime,
+			}
+			if len(res.Names) == 0 {
+				res.Names = nil // nil, not [], so omitempty keeps schema-1 bytes
+			}
+			for _, o := range r.OnRenew {
+				res.OnRenew = append(res.OnRenew, OnRenew{Service: m.Name + "." + o.Service, Signal: o.Signal})
 			}
 			if r.Kind == "tree" && res.Artifact == nil {
 				if m.Digest == "" {
@@ -234,6 +267,9 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 			p.Resources = append(p.Resources, res)
 		}
 	}
+	// The lowest schema that expresses the content; the store raises it
+	// to one the host advertises (Schemas.Pick) or holds the content back.
+	p.Schema = NeededSchema(p.Resources)
 	return p, nil
 }
 
@@ -290,9 +326,14 @@ func substitute(r *Resource, in ComposeInput) error {
 		}
 		r.Env = env
 	}
+	r.KeyPath = sub(r.KeyPath)
+	for i := range r.Names {
+		r.Names[i] = sub(r.Names[i])
+	}
 	if r.Check != nil {
 		c := *r.Check
 		c.TCP, c.HTTP = sub(c.TCP), sub(c.HTTP)
+		c.TLS, c.ServerName = sub(c.TLS), sub(c.ServerName)
 		c.Exec = append([]string(nil), c.Exec...)
 		for i := range c.Exec {
 			c.Exec[i] = sub(c.Exec[i])
@@ -338,7 +379,10 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, runni
 func (m *Manifest) Buildable(hasArtifact bool) error {
 	for i, r := range m.Resources {
 		f := fmt.Sprintf("manifest.resources[%d]", i)
-		strs := map[string]string{f + ".path": r.Path}
+		strs := map[string]string{f + ".path": r.Path, f + ".key_path": r.KeyPath}
+		for j, n := range r.Names {
+			strs[fmt.Sprintf("%s.names[%d]", f, j)] = n
+		}
 		if r.Content != nil {
 			strs[f+".content"] = *r.Content
 		}

@@ -31,7 +31,7 @@ func TestParseManifest(t *testing.T) {
 		{"ErrNotJSON", `resources`, "manifest", 0},
 		{"ErrEmptyBody", ``, "manifest", 0},
 		{"ErrUnknownField", `{"resources": [], "extra": 1}`, "manifest", 0},
-		{"ErrUnknownResourceField", `{"resources": [{"name": "t", "kind": "tree", "path": "/t", "owner": "root"}]}`, "manifest", 0},
+		{"ErrUnknownResourceField", `{"resources": [{"name": "t", "kind": "tree", "path": "/t", "colour": "red"}]}`, "manifest", 0},
 		{"ErrBadName", `{"resources": [{"name": "Runtime", "kind": "tree", "path": "/t"}]}`, "manifest.resources[0].name", 0},
 		{"ErrEmptyName", `{"resources": [{"name": "", "kind": "tree", "path": "/t"}]}`, "manifest.resources[0].name", 0},
 		{"ErrDuplicateName", `{"resources": [{"name": "a", "kind": "tree", "path": "/a"}, {"name": "a", "kind": "tree", "path": "/b"}]}`, "manifest.resources[1].name", 0},

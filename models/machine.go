@@ -52,6 +52,10 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 			return StateFailed
 		}
 		return StateBehind
+	case m.HeldBack != "":
+		// Applied, but what was applied is held-back content: the
+		// machine is not what it was declared to be.
+		return StateBehind
 	}
 	switch m.LastOutcome {
 	case OutcomeRefused:

@@ -12,6 +12,9 @@ const (
 	TriggerRollout    = "rollout"
 	TriggerResolve    = "resolve"
 	TriggerEnrol      = "enrol"
+	// TriggerSchema: the schemas a machine's host advertises changed (an
+	// upgrade, or a rollback to an older host), so it is composed afresh.
+	TriggerSchema = "schema"
 )
 
 // Roles of a person (or a builder's token).
@@ -168,6 +171,7 @@ type Machine struct {
 	HealthAt          *time.Time `gorm:"column:health_at"`                // when the host last checked
 	ComposeError      string     `gorm:"column:compose_error"`            // why ComposeErrorGen could not be composed
 	ComposeErrorGen   int64      `gorm:"column:compose_error_generation"` // 0: none recorded
+	HeldBack          string     `gorm:"column:held_back"`                // why its generation carries held-back content ("" when it does not)
 	Conflict          bool       `gorm:"column:conflict"`
 	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
 	TokenID           string     `gorm:"column:token_id"`
@@ -243,6 +247,8 @@ type Declaration struct {
 	Trigger    string
 	ComposedBy string
 	ComposedAt time.Time
+	Schema     int    `gorm:"default:1"` // the declaration schema it was composed in
+	HeldBack   string // why it carries held-back content ("" when it does not)
 }
 
 // Send is one delivery of a declaration to a host, written before the bytes leave.
@@ -255,6 +261,7 @@ type Send struct {
 	InstanceID string    `json:"instance"`
 	Trigger    string    `json:"trigger"`
 	CreatedAt  time.Time `json:"time"`
+	Schema     int       `gorm:"default:1" json:"schema"` // the declaration schema the bytes were in
 }
 
 // ReportRow is a host's report as stored: its own row, never an overwrite.

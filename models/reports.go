@@ -48,6 +48,11 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 		}
 		return up
 	}
+	if r.Outcome == OutcomeRenewed {
+		// A renewal is on the record (the report row, the journal); the
+		// machine is still what its applied generation made it.
+		return up
+	}
 	// The summary speaks of the latest generation only: a refusal of a
 	// stale replay is kept as a report row, but the machine is still what
 	// its latest generation made it.
@@ -83,7 +88,7 @@ func DecodeReport(body []byte) (*Report, error) {
 	_ = json.Unmarshal(body, &present)
 	switch {
 	case !ValidOutcome(r.Outcome):
-		return nil, Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back, checked")
+		return nil, Invalid("outcome", "one of applied, refused, failed, rejected, upgraded, rolled_back, checked, renewed")
 	case present.Generation == nil || string(*present.Generation) == "null":
 		return nil, Invalid("generation", "required: the generation the report is about (0 before any)")
 	case r.Generation < 0:

@@ -26,6 +26,8 @@ func TestReportUpdates(t *testing.T) {
 			map[string]any{"last_outcome": nil, "finished_generation": nil}},
 		{"FailedIsNotFinished", Report{Generation: 5, Outcome: OutcomeFailed}, true,
 			map[string]any{"last_outcome": OutcomeFailed, "finished_generation": nil, "applied_generation": nil}},
+		{"RenewedMovesNothing", Report{Generation: 4, Outcome: OutcomeRenewed, HostVersion: "1.1.0"}, true,
+			map[string]any{"last_outcome": nil, "finished_generation": nil, "applied_generation": nil, "host_version": "1.1.0"}},
 		{"UnhealthyApplyRecorded", Report{Generation: 5, Outcome: OutcomeApplied, Checks: []CheckResult{{OK: false}}}, true,
 			map[string]any{"health": HealthFailing}},
 	} {

@@ -35,6 +35,10 @@ func TestStateRules_Precedence(t *testing.T) {
 		}, &recent, StateRejected},
 		{"RefusedOverRejected", func(m *Machine) { m.LastOutcome = OutcomeRefused }, &recent, StateRefused},
 		{"BehindOverRefused", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeRefused }, &recent, StateBehind},
+		{"HeldBackAppliedIsBehind", func(m *Machine) { m.HeldBack = "held back: needs host schema 2" }, &recent, StateBehind},
+		{"FailedOverHeldBack", func(m *Machine) {
+			m.Generation, m.LastOutcome, m.HeldBack = 4, OutcomeFailed, "held back: needs host schema 2"
+		}, &recent, StateFailed},
 		{"FailedOverBehind", func(m *Machine) { m.Generation = 4; m.LastOutcome = OutcomeFailed }, &recent, StateFailed},
 		{"UpgradingOverFailed", func(m *Machine) {
 			m.Generation = 4

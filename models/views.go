@@ -42,6 +42,8 @@ type Composed struct {
 	Digest     string
 	Envelope   []byte
 	Trigger    string
+	Schema     int
+	HeldBack   string
 }
 
 // Signer signs declaration payloads.

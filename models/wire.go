@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// SchemaV1 is the declaration schema this code composes and decodes.
+// SchemaV1 is the first declaration schema (see schema.go for the others).
 const SchemaV1 = 1
 
 // Envelope is the poll's 200 body: the exact payload bytes and their
@@ -64,6 +64,25 @@ type Resource struct {
 	After    []string          `json:"after,omitempty"`
 	Check    *Check            `json:"check,omitempty"`
 	OnRemove string            `json:"on_remove,omitempty"`
+
+	// Schema 2, a certificate: Path is the chain's file, KeyPath the key's,
+	// Mode the key file's mode. omitempty keeps schema-1 bytes as they were.
+	Names    []string  `json:"names,omitempty"`
+	KeyPath  string    `json:"key_path,omitempty"`
+	Owner    string    `json:"owner,omitempty"`
+	Lifetime string    `json:"lifetime,omitempty"`
+	OnRenew  []OnRenew `json:"on_renew,omitempty"`
+}
+
+// ResourceCertificate is the schema-2 resource kind: a certificate from the
+// mesh CA for a service on the machine, its key made there and kept there.
+const ResourceCertificate = "certificate"
+
+// OnRenew is what a renewed certificate does to a service: restart it, or
+// send it Signal (HUP, USR1, USR2) when one is named.
+type OnRenew struct {
+	Service string `json:"service"`
+	Signal  string `json:"signal,omitempty"`
 }
 
 // Artifact is a content-addressed blob a resource needs.
@@ -73,7 +92,9 @@ type Artifact struct {
 	URL    string `json:"url"`
 }
 
-// Check is a health check of a service: exactly one of TCP, HTTP, Exec.
+// Check is a health check of a service: exactly one of TCP, HTTP, Exec
+// or (schema 2) TLS, a handshake to an address whose chain must verify
+// against the mesh CA for ServerName.
 type Check struct {
 	TCP      string   `json:"tcp,omitempty"`
 	HTTP     string   `json:"http,omitempty"`
@@ -81,6 +102,9 @@ type Check struct {
 	Exec     []string `json:"exec,omitempty"`
 	Interval string   `json:"interval,omitempty"`
 	Timeout  string   `json:"timeout,omitempty"`
+
+	TLS        string `json:"tls,omitempty"`
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // Report outcomes, action words and machine states (DESIGN.md's words).
@@ -94,6 +118,10 @@ const (
 	// OutcomeChecked: a check changed between applies; it names the
 	// applied send and never moves the applied or finished generation.
 	OutcomeChecked = "checked"
+	// OutcomeRenewed: a certificate resource was renewed between applies
+	// (two thirds into its lifetime); it names the applied send and, like
+	// checked, never moves the applied or finished generation.
+	OutcomeRenewed = "renewed"
 
 	StateCurrent    = "current"
 	StateBehind     = "behind"
@@ -117,7 +145,7 @@ const (
 // ValidOutcome reports whether o is a report outcome.
 func ValidOutcome(o string) bool {
 	switch o {
-	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack, OutcomeChecked:
+	case OutcomeApplied, OutcomeRefused, OutcomeFailed, OutcomeRejected, OutcomeUpgraded, OutcomeRolledBack, OutcomeChecked, OutcomeRenewed:
 		return true
 	}
 	return false

@@ -23,7 +23,7 @@ const composeChunk = 500
 // composeColumns are the machine columns composing reads (the others, the
 // times above all, cost a 10,000-machine fan-out time to scan and are not needed).
 var composeColumns = []string{"id", "name", "os", "arch", "generation", "generation_trigger",
-	"empty_ok", "target_host_version", "running", "conflict"}
+	"empty_ok", "target_host_version", "running", "conflict", "host_version", "schema", "applied_generation", "held_back"}
 
 // Compose returns the declaration of each machine at its current generation,
 // composing and storing those not yet composed. A declaration is stored once
@@ -87,6 +87,9 @@ type composeInput struct {
 	hostDef     string
 	// epoch is the retention epoch the snapshot saw (PostgreSQL).
 	epoch int64
+	// applied is what a machine whose host does not decode every schema
+	// last applied: the content a held-back declaration carries.
+	applied map[int64]*models.DeclarationPayload
 }
 
 // readCompose reads, in one snapshot, the declarations already stored for
@@ -204,7 +207,10 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 		}
 	}
 	var err error
-	in.releases, in.hostDef, err = releasesFor(tx, todo)
+	if in.releases, in.hostDef, err = releasesFor(tx, todo); err != nil {
+		return err
+	}
+	in.applied, err = readApplied(tx, todo)
 	return err
 }
 
@@ -246,6 +252,10 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if err == nil {
 			p, err = models.ComposePayload(ci)
 		}
+		held := ""
+		if err == nil {
+			p, held, err = in.forHost(m, p)
+		}
 		var payload []byte
 		if err == nil {
 			payload, err = json.Marshal(p)
@@ -257,7 +267,8 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		names[m.ID] = m.Name
 		rows = append(rows, composedRow{payload: payload, Declaration: models.Declaration{MachineID: m.ID,
 			Generation: m.Generation, Digest: models.DigestOf(payload), Artifacts: strings.Join(p.Artifacts(), " "),
-			Trigger: m.GenerationTrigger, ComposedBy: by, ComposedAt: now}})
+			Trigger: m.GenerationTrigger, ComposedBy: by, ComposedAt: now, Schema: p.Schema, HeldBack: held},
+			heldBefore: m.HeldBack})
 	}
 	return rows, names
 }
@@ -265,7 +276,8 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 // composedRow is a declaration row and the payload its envelope signs.
 type composedRow struct {
 	models.Declaration
-	payload []byte
+	payload    []byte
+	heldBefore string // the machine's held-back reason when read
 }
 
 // storeComposed inserts the declarations; where another instance stored
@@ -300,7 +312,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		for i, r := range rows {
 			ds[i] = declRow{Declaration: r.Declaration, Epoch: epoch}
 		}
-		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(10))
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(12))
 		for i := range ds {
 			decls[i] = ds[i].Declaration
 		}
@@ -308,16 +320,19 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		for i, r := range rows {
 			decls[i] = r.Declaration
 		}
-		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(9))
+		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(11))
 	}
 	if res.Error != nil {
 		return res.Error
+	}
+	if err := recordHeldBack(tx, rows); err != nil {
+		return err
 	}
 	if res.RowsAffected == int64(len(decls)) {
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 		return nil
 	}
@@ -336,7 +351,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 	}
 	return nil
@@ -395,7 +410,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 	}
 	for _, r := range rows {
 		out[r.MachineID] = &models.Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
-			Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger}
+			Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
 	}
 	return nil
 }

@@ -200,13 +200,6 @@ func (s *Store) MachineHeads(ctx context.Context) ([]MachineHead, error) {
 	return hs, mapErr(err)
 }
 
-// RecordHostInfo stores the host version and schema a poll reported. The
-// hub calls it only when they differ from what it last saw.
-func (s *Store) RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error {
-	return mapErr(s.db.WithContext(ctx).Model(&models.Machine{}).Where("id = ?", machineID).
-		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error)
-}
-
 // FlushLastSeen sets last_seen for the machines seen since the last flush:
 // one statement per interval however many polls there were.
 func (s *Store) FlushLastSeen(ctx context.Context, at time.Time, ids []int64) error {

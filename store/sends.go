@@ -23,13 +23,13 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	}
 	return s.write(ctx, func(tx *Tx) error {
 		if s.dialect != Postgres {
-			return tx.CreateInBatches(&sends, s.batchRows(7)).Error
+			return tx.CreateInBatches(&sends, s.batchRows(8)).Error
 		}
 		return insertSendsPostgres(ctx, tx, sends)
 	})
 }
 
-// insertSendsPostgres writes the group with one statement of eight
+// insertSendsPostgres writes the group with one statement of nine
 // parameters, the epoch read once for the group (the column's default
 // reads it for every row: ~15 µs a row).
 func insertSendsPostgres(ctx context.Context, tx *Tx, sends []models.Send) error {
@@ -39,19 +39,22 @@ func insertSendsPostgres(ctx context.Context, tx *Tx, sends []models.Send) error
 	}
 	n := len(sends)
 	ids, digests, instances, triggers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	machines, generations := make([]int64, n), make([]int64, n)
+	machines, generations, schemas := make([]int64, n), make([]int64, n), make([]int64, n)
 	ats := make([]time.Time, n)
 	for i, snd := range sends {
 		ids[i], machines[i], generations[i], digests[i] = snd.ID, snd.MachineID, snd.Generation, snd.Digest
-		instances[i], triggers[i], ats[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt
+		instances[i], triggers[i], ats[i], schemas[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt, int64(snd.Schema)
+		if schemas[i] == 0 {
+			schemas[i] = models.SchemaV1 // the column's default, as gorm gives it on SQLite
+		}
 	}
 	// Through the transaction's connection, not gorm's Exec: gorm would
 	// spell each slice out as a list of parameters.
-	_, err = tx.Statement.ConnPool.ExecContext(ctx, `INSERT INTO sends (id, machine_id, generation, digest, instance_id, trigger, created_at, epoch)
-		SELECT u.id, u.machine_id, u.generation, u.digest, u.instance_id, u.trigger, u.created_at, $8
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[])
-			AS u (id, machine_id, generation, digest, instance_id, trigger, created_at)`,
-		ids, machines, generations, digests, instances, triggers, ats, epoch)
+	_, err = tx.Statement.ConnPool.ExecContext(ctx, `INSERT INTO sends (id, machine_id, generation, digest, instance_id, trigger, created_at, schema, epoch)
+		SELECT u.id, u.machine_id, u.generation, u.digest, u.instance_id, u.trigger, u.created_at, u.schema, $9
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[])
+			AS u (id, machine_id, generation, digest, instance_id, trigger, created_at, schema)`,
+		ids, machines, generations, digests, instances, triggers, ats, schemas, epoch)
 	tx.s.statements.Add(1)
 	return err
 }

@@ -109,6 +109,11 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 		// Why: it cannot be composed, or it was sent and the host has not
 		// reported, or the host has not polled for it yet.
 		switch {
+		case m.HeldBack != "":
+			// Composed and sent, but from held-back content: the host
+			// decodes no schema that expresses what is declared.
+			r.Badge = "behind: " + m.HeldBack
+			r.Since += "it keeps receiving what its host can decode until a host rollout upgrades it"
 		case m.ComposeErrorGen == m.Generation && m.ComposeError != "":
 			r.Badge = fmt.Sprintf("behind: generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 			r.Since += "nothing is sent until that is fixed"

@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"mesh/models"
+)
+
+// A certificate resource (schema 2): the key is made here and never leaves
+// the machine; the controller sees only a CSR and signs it for the names
+// the machine's declaration gives it. The chain (leaf, then the mesh CA)
+// and the key are written atomically under --root, the key with the
+// declared mode, and renewed two thirds into the lifetime.
+
+// certificateDigest identifies what a certificate resource declares (not
+// the certificate itself, which renewals change): a change of names, paths,
+// mode, owner or lifetime issues a new one, and restarts the services
+// declared after it (their digests include this one).
+func certificateDigest(r models.Resource) string {
+	b, _ := json.Marshal([]any{r.Names, r.Path, r.KeyPath, r.Mode, r.Owner, r.Lifetime})
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// certificateOnDisk reads the chain and key a certificate resource wrote
+// and says when the certificate is to be renewed; an error when either is
+// missing, unreadable, or they do not belong together.
+func (a *Agent) certificateOnDisk(r models.Resource) (time.Time, error) {
+	chain, err := a.root.root.ReadFile(rel(r.Path))
+	if err != nil {
+		return time.Time{}, err
+	}
+	key, err := a.root.root.ReadFile(rel(r.KeyPath))
+	if err != nil {
+		return time.Time{}, err
+	}
+	pair, err := tls.X509KeyPair(chain, key)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("chain and key do not belong together: %w", err)
+	}
+	leaf := pair.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
+			return time.Time{}, err
+		}
+	}
+	have := append([]string(nil), leaf.DNSNames...)
+	if strings.Join(have, ",") != strings.Join(r.Names, ",") {
+		return time.Time{}, fmt.Errorf("the certificate names %v, the declaration %v", have, r.Names)
+	}
+	lifetime, err := models.CertificateLifetime(r.Lifetime)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return models.RenewAt(leaf.NotAfter, lifetime), nil
+}
+
+// issueCertificate makes a key, has the controller sign a CSR for the
+// resource's names (naming the send whose declaration gives them), and
+// writes the key and then the chain. It returns the certificate's expiry.
+func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Resource) (time.Time, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return time.Time{}, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: r.Names[0]}, DNSNames: r.Names}, key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	chain, err := a.client.postCertificate(ctx, models.CertificateRequest{Send: send, Resource: r.ID, CSR: string(csr)})
+	if err != nil {
+		return time.Time{}, err
+	}
+	blk, _ := pem.Decode([]byte(chain))
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return time.Time{}, fmt.Errorf("the controller's answer holds no certificate")
+	}
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if a.id.ca != nil {
+		pool := x509.NewCertPool()
+		pool.AddCert(a.id.ca)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: r.Names[0]}); err != nil {
+			return time.Time{}, fmt.Errorf("the certificate signed for %s does not verify against the mesh CA: %w", r.ID, err)
+		}
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	// The key first: a chain on disk always has its key beside it.
+	if err := a.root.writeFile(r.KeyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), keyMode(r.Mode)); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.root.writeFile(r.Path, []byte(chain), 0o644); err != nil {
+		return time.Time{}, err
+	}
+	if err := a.chown(r); err != nil {
+		return time.Time{}, err
+	}
+	return leaf.NotAfter, nil
+}
+
+func keyMode(m string) (mode fs.FileMode) {
+	if m == "" {
+		m = models.DefaultCertificateKeyMode
+	}
+	n, err := strconv.ParseUint(m, 8, 32)
+	if err != nil {
+		return 0o600
+	}
+	return fs.FileMode(n).Perm()
+}
+
+// chown gives the key and the chain to the declared owner (user or
+// user:group), looked up on this machine.
+func (a *Agent) chown(r models.Resource) error {
+	if r.Owner == "" {
+		return nil
+	}
+	un, gn, _ := strings.Cut(r.Owner, ":")
+	u, err := user.Lookup(un)
+	if err != nil {
+		return fmt.Errorf("owner %s: %w", r.Owner, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if gn != "" {
+		g, err := user.LookupGroup(gn)
+		if err != nil {
+			return fmt.Errorf("owner %s: %w", r.Owner, err)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	for _, p := range []string{r.KeyPath, r.Path} {
+		if err := a.root.root.Chown(rel(p), uid, gid); err != nil {
+			return fmt.Errorf("owner %s of %s: %w", r.Owner, p, err)
+		}
+	}
+	return nil
+}
+
+// applyCertificate makes a certificate resource true: unchanged when the
+// declared certificate is on disk and not due, else a new key and
+// certificate. A certificate that was due when applied is a renewal too,
+// so its on_renew services are told.
+func (a *Agent) applyCertificate(ctx context.Context, send string, r models.Resource, prev *Managed) (models.Action, error) {
+	digest := certificateDigest(r)
+	verb := "created"
+	if prev != nil {
+		verb = "updated"
+	}
+	renewAt, err := a.certificateOnDisk(r)
+	if prev != nil && prev.Digest == digest && err == nil && time.Now().Before(renewAt) {
+		return models.Action{Resource: r.ID, Action: "unchanged", Digest: digest}, nil
+	}
+	notAfter, err := a.issueCertificate(ctx, send, r)
+	if err != nil {
+		return models.Action{}, err
+	}
+	detail := fmt.Sprintf("%s for %s until %s, key %s mode %04o", r.Path, strings.Join(r.Names, ", "),
+		notAfter.UTC().Format(time.RFC3339), r.KeyPath, keyMode(r.Mode))
+	if prev != nil && prev.Digest == digest {
+		detail += "; renewed" + a.onRenew(ctx, r)
+	}
+	return models.Action{Resource: r.ID, Action: verb, Digest: digest, Detail: detail}, nil
+}
+
+// onRenew restarts or signals the services a renewed certificate names;
+// it says what it did (or could not do) for the journal and the report.
+func (a *Agent) onRenew(ctx context.Context, r models.Resource) string {
+	var said []string
+	for _, o := range r.OnRenew {
+		if a.state.Resources[o.Service] == nil {
+			said = append(said, o.Service+" not running yet")
+			continue
+		}
+		what := "restarted " + o.Service
+		if o.Signal != "" {
+			what = "sent SIG" + o.Signal + " to " + o.Service
+		}
+		if err := a.services.Renewed(ctx, o.Service, o.Signal); err != nil {
+			what += " failed: " + err.Error()
+		}
+		said = append(said, what)
+	}
+	if len(said) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(said, "; ")
+}
+
+// nextRenewal is when the soonest certificate the host manages is due (zero
+// when it manages none).
+func (a *Agent) nextRenewal() time.Time {
+	var next time.Time
+	for _, id := range sortedIDs(a.state.Resources) {
+		m := a.state.Resources[id]
+		if m.Kind != models.ResourceCertificate || m.Resource == nil {
+			continue
+		}
+		at, err := a.certificateOnDisk(*m.Resource)
+		if err != nil {
+			at = time.Now() // gone or broken: put it back now
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+// renewDue renews every certificate that is due, between applies: the key
+// and chain are replaced, the named services restarted or signalled, and
+// it is journaled and reported with outcome renewed, naming the applied
+// send (it moves no generation). A renewal that fails is reported failed
+// in words and tried again at the next poll.
+func (a *Agent) renewDue(ctx context.Context) {
+	for _, id := range sortedIDs(a.state.Resources) {
+		m := a.state.Resources[id]
+		if m.Kind != models.ResourceCertificate || m.Resource == nil {
+			continue
+		}
+		r := *m.Resource
+		if at, err := a.certificateOnDisk(r); err == nil && time.Now().Before(at) {
+			continue
+		}
+		started := time.Now().UTC()
+		act := models.Action{Resource: id, Action: "updated", Digest: m.Digest}
+		reason := ""
+		notAfter, err := a.issueCertificate(ctx, a.state.AppliedSend, r)
+		if err != nil {
+			a.renewWait = min(max(2*a.renewWait, 2*time.Second), time.Minute)
+			reason = fmt.Sprintf("renewing %s failed: %v", id, err)
+			a.cfg.Log.Warn("certificate renewal failed", "resource", id, "err", err)
+			act.Detail = reason
+		} else {
+			a.renewWait = 0
+			act.Detail = fmt.Sprintf("renewed %s for %s until %s", r.Path, strings.Join(r.Names, ", "), notAfter.UTC().Format(time.RFC3339)) + a.onRenew(ctx, r)
+			a.cfg.Log.Info("certificate renewed", "resource", id, "until", notAfter)
+		}
+		a.record(ctx, models.Report{Send: a.state.AppliedSend, Generation: a.state.Applied, Digest: a.state.AppliedDigest,
+			Outcome: models.OutcomeRenewed, Reason: reason, StartedAt: &started}, []models.Action{act}, nil)
+	}
+}
+
+// postCertificate asks the controller to sign a service's CSR; it returns
+// the chain (PEM).
+func (c *client) postCertificate(ctx context.Context, req models.CertificateRequest) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	hr, err := http.NewRequestWithContext(ctx, "POST", c.base()+"/api/v1/host/service-certificates", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.id.Token)
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("certificate for %s: %s: %s", req.Resource, resp.Status, problemDetail(b))
+	}
+	var out struct {
+		Chain string `json:"chain"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return "", fmt.Errorf("certificate for %s: %w", req.Resource, err)
+	}
+	return out.Chain, nil
+}
+
+// removeCertificate removes the chain and key a certificate resource wrote,
+// except the paths its successor now (keep non-nil) uses.
+func (a *Agent) removeCertificate(m *Managed, keep *models.Resource) error {
+	if m.Resource == nil {
+		return nil
+	}
+	for _, p := range []string{m.Resource.Path, m.Resource.KeyPath} {
+		if keep != nil && (p == keep.Path || p == keep.KeyPath) {
+			continue
+		}
+		if err := a.root.remove(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdForRenewal shortens a poll's hold so the host wakes when a
+// certificate is due (never below a second, and backed off while a
+// renewal fails).
+func (a *Agent) holdForRenewal(hold time.Duration) time.Duration {
+	next := a.nextRenewal()
+	if next.IsZero() {
+		return hold
+	}
+	return min(hold, max(time.Until(next), time.Second, a.renewWait))
+}

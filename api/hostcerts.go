@@ -1,0 +1,26 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+)
+
+// postServiceCertificate signs a CSR a host made for one of its machine's
+// certificate resources (schema 2), for the names that machine's
+// declaration gives it. This is a service's certificate, not the
+// machine's own: the key never leaves the machine, only its CSR comes.
+func (s *Server) postServiceCertificate(c echo.Context) error {
+	p := principal(c)
+	var req models.CertificateRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	out, err := s.Service.IssueServiceCertificate(c.Request().Context(), s.ServiceCA, p.hostID, p.Machine, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, out)
+}

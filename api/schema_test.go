@@ -1,0 +1,176 @@
+package api_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/models"
+)
+
+const certModule = `{"resources": [
+  {"name": "web", "kind": "service", "command": ["/opt/web/run"], "after": ["cert"],
+   "check": {"tls": "127.0.0.1:8443", "server_name": "web.${machine.name}.mesh"}},
+  {"name": "cert", "kind": "certificate", "names": ["web.${machine.name}.mesh", "web.mesh"],
+   "path": "/etc/web/chain.pem", "key_path": "/etc/web/key.pem", "lifetime": "1h", "on_renew": [{"service": "web", "signal": "HUP"}]}
+]}`
+
+func pollSchema(e *ctltest.Env, token string, known int64, schema string) poll {
+	e.T.Helper()
+	h := map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": schema}
+	if known > 0 {
+		h["If-None-Match"] = fmt.Sprintf(`"%d"`, known)
+	}
+	resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: token, Header: h})
+	return poll{status: resp.StatusCode, etag: resp.Header.Get("ETag"), send: resp.Header.Get("X-Mesh-Send"), body: b}
+}
+
+func csrFor(t *testing.T, names ...string) string {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: names[0]}, DNSNames: names}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+type machineHeld struct {
+	State    string `json:"state"`
+	HeldBack string `json:"held_back"`
+	Schema   string `json:"schema"`
+}
+
+// TestSchema_HeldBackThenUpgradedAndCertified: a machine whose host
+// advertises schema 1 is sent held-back content (schema 1, what it applied)
+// and shown behind with the reason; its host advertising 1,2 bumps the
+// generation (trigger schema), composed in full in schema 2; the host then
+// gets a certificate for exactly the names its declaration gives it, and a
+// CSR for another machine's name is refused (403, audited).
+func TestSchema_HeldBackThenUpgradedAndCertified(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		p := pollSchema(e, en.Token, 0, "1")
+		if p.status != 200 {
+			t.Fatalf("first poll: %d %s", p.status, p.body)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+		if resp, b := e.Upload(e.Admin, "web", certModule, []byte("tree"), ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %d %s", resp.StatusCode, b)
+		}
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
+
+		// Held back: generation 2 carries what was applied (nothing), schema 1.
+		p = pollSchema(e, en.Token, 1, "1")
+		d := verify(t, en, p.body)
+		if p.status != 200 || d.Generation != 2 || d.Schema != 1 || len(d.Resources) != 0 {
+			t.Fatalf("held-back poll: %d %+v", p.status, d)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 2, "outcome": "applied"})
+		var m machineHeld
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if m.State != models.StateBehind || !strings.HasPrefix(m.HeldBack, "held back: needs host schema 2; host 1.0.0 decodes 1") {
+			t.Fatalf("machine = %+v, want behind with the held-back reason", m)
+		}
+
+		// The host now decodes 1 and 2: a new generation, trigger schema,
+		// composed in full.
+		p = pollSchema(e, en.Token, 2, "2,1")
+		d = verify(t, en, p.body)
+		if p.status != 200 || d.Generation != 3 || d.Schema != 2 || len(d.Resources) != 2 {
+			t.Fatalf("after the upgrade: %d %+v", p.status, d)
+		}
+		var sends struct{ Items []models.SendView }
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/sends", Token: e.Admin}, 200, &sends)
+		if s := sends.Items[0]; s.Trigger != models.TriggerSchema || s.Schema != 2 || sends.Items[1].Schema != 1 {
+			t.Fatalf("sends = %+v", sends.Items)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 3, "outcome": "applied"})
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if m.State != models.StateCurrent || m.HeldBack != "" || m.Schema != "1,2" {
+			t.Fatalf("machine = %+v, want current, nothing held back, schemas 1,2", m)
+		}
+
+		// A certificate for exactly the names given.
+		var got struct {
+			Chain    string    `json:"chain"`
+			NotAfter time.Time `json:"not_after"`
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/service-certificates", Token: en.Token,
+			Body: map[string]any{"send": p.send, "resource": "web.cert", "csr": csrFor(t, "web.m1.mesh", "web.mesh")}}, 201, &got)
+		blk, _ := pem.Decode([]byte(got.Chain))
+		leaf, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(e.Ctl.CA.Cert)
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "web.m1.mesh", Roots: pool}); err != nil {
+			t.Fatalf("issued certificate does not verify against the mesh CA: %v", err)
+		}
+		if life := time.Until(leaf.NotAfter); life > time.Hour || life < 55*time.Minute {
+			t.Fatalf("lifetime %v, want the declared 1h", life)
+		}
+
+		// Refused: another machine's name, a resource that is no
+		// certificate, a CSR that is not one.
+		for _, tc := range []struct {
+			name     string
+			body     map[string]any
+			status   int
+			detail   string
+			audited  bool
+			problemT string
+		}{
+			{"AnotherMachinesName", map[string]any{"send": p.send, "resource": "web.cert", "csr": csrFor(t, "web.m1.mesh", "web.m2.mesh")},
+				403, `not given the name "web.m2.mesh"`, true, "forbidden"},
+			{"NotACertificate", map[string]any{"send": p.send, "resource": "web.web", "csr": csrFor(t, "web.m1.mesh")},
+				403, "declares no certificate web.web", true, "forbidden"},
+			{"NotACSR", map[string]any{"send": p.send, "resource": "web.cert", "csr": "hello"},
+				400, "not a PEM CERTIFICATE REQUEST", true, "invalid"},
+			{"UnknownField", map[string]any{"send": p.send, "resource": "web.cert", "csr": "x", "key": "secret"},
+				400, "key", false, "invalid"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/service-certificates", Token: en.Token, Body: tc.body})
+				var prob struct{ Type, Detail string }
+				_ = json.Unmarshal(b, &prob)
+				if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/problem+json" ||
+					!strings.Contains(prob.Detail, tc.detail) {
+					t.Fatalf("= %d %s %s, want %d saying %q", resp.StatusCode, resp.Header.Get("Content-Type"), b, tc.status, tc.detail)
+				}
+				if tc.audited && !hasAudit(audited(e), "service-certificate-refused", "machine/m1") {
+					t.Fatal("refusal not audited")
+				}
+			})
+		}
+	})
+}
+
+// TestPoll_BadSchemaHeader: a schema list that does not parse is 400,
+// saying what is wrong, and records nothing.
+func TestPoll_BadSchemaHeader(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		p := pollSchema(e, en.Token, 0, "1,x")
+		if p.status != 400 || !strings.Contains(string(p.body), `\"x\" is not a schema number`) {
+			t.Fatalf("= %d %s", p.status, p.body)
+		}
+		var m machineHeld
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if m.Schema != "1" {
+			t.Fatalf("schema = %q after a refused poll", m.Schema)
+		}
+	})
+}

@@ -1,0 +1,176 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// SchemaV2 adds the `certificate` resource kind and the `tls` check kind.
+// Everything schema 1 says, schema 2 says in the same bytes.
+const SchemaV2 = 2
+
+// SchemaLatest is the newest declaration schema this code composes and decodes.
+const SchemaLatest = SchemaV2
+
+// Bounds of an advertised schema list (X-Mesh-Schema): a host decodes a
+// handful of schemas, so a long list is nonsense, not a wish.
+const (
+	maxSchemaHeader = 64
+	maxSchemas      = 8
+	maxSchemaNumber = 999
+)
+
+// Schemas is the set of declaration schemas a host decodes, ascending and
+// without repeats: what its poll advertises.
+type Schemas []int
+
+// ParseSchemas reads an advertised list ("1", "1,2", " 2 , 1 "). Absent
+// ("") means schema 1 only: hosts older than the header decoded nothing
+// else. Every refusal names what was wrong.
+func ParseSchemas(s string) (Schemas, error) {
+	const field = "X-Mesh-Schema"
+	if len(s) > maxSchemaHeader {
+		return nil, Invalid(field, fmt.Sprintf("%d bytes, at most %d", len(s), maxSchemaHeader))
+	}
+	if strings.TrimSpace(s) == "" {
+		return Schemas{SchemaV1}, nil
+	}
+	parts := strings.Split(s, ",")
+	if len(parts) > maxSchemas {
+		return nil, Invalid(field, fmt.Sprintf("%d schemas listed, at most %d", len(parts), maxSchemas))
+	}
+	out := make(Schemas, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		n, err := strconv.Atoi(p)
+		if err != nil || p == "" || p[0] == '+' || p[0] == '-' || (len(p) > 1 && p[0] == '0') {
+			return nil, Invalid(field, fmt.Sprintf("%q is not a schema number (comma-separated positive integers like 1,2)", p))
+		}
+		if n < 1 || n > maxSchemaNumber {
+			return nil, Invalid(field, fmt.Sprintf("schema %d is outside 1..%d", n, maxSchemaNumber))
+		}
+		if slices.Contains(out, n) {
+			return nil, Invalid(field, fmt.Sprintf("schema %d is listed twice", n))
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// String is the canonical list ("1,2"), the form stored on the machine: two
+// polls that advertise the same set in another order are one set.
+func (s Schemas) String() string {
+	parts := make([]string, len(s))
+	for i, n := range s {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Max is the newest schema in s (0 when empty).
+func (s Schemas) Max() int {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)-1]
+}
+
+// Pick is the schema a declaration whose content needs `need` is composed
+// in for a host that decodes s: the lowest advertised schema at least
+// need, so a schema-1 declaration stays schema 1 wherever it can. False
+// when the host decodes nothing that expresses the content.
+func (s Schemas) Pick(need int) (int, bool) {
+	for _, n := range s {
+		if n >= need {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// SchemasOf reads a stored list; one that does not parse (never stored by
+// this code) is schema 1, the safe reading.
+func SchemasOf(stored string) Schemas {
+	s, err := ParseSchemas(stored)
+	if err != nil {
+		return Schemas{SchemaV1}
+	}
+	return s
+}
+
+// ResourceSchema is the lowest schema that expresses r: 2 for a
+// certificate or a tls check, else 1.
+func ResourceSchema(r *Resource) int {
+	if r.Kind == ResourceCertificate || r.Names != nil || r.KeyPath != "" || r.Owner != "" || r.Lifetime != "" || r.OnRenew != nil {
+		return SchemaV2
+	}
+	if r.Check != nil && (r.Check.TLS != "" || r.Check.ServerName != "") {
+		return SchemaV2
+	}
+	return SchemaV1
+}
+
+// NeededSchema is the lowest schema that expresses every resource of rs.
+func NeededSchema(rs []Resource) int {
+	need := SchemaV1
+	for i := range rs {
+		need = max(need, ResourceSchema(&rs[i]))
+	}
+	return need
+}
+
+// HeldBack is why a machine's declaration was composed from held-back
+// content: the schema its desired content needs, and the host that cannot
+// decode it. Release, when known, is a host release that decodes Need.
+type HeldBack struct {
+	Need           int
+	HostVersion    string
+	Host           Schemas
+	Release        string
+	ReleaseSchemas Schemas
+}
+
+// Reason is the words every view shows: "held back: needs host schema 2;
+// host 1.4.0 decodes 1; release 1.5.0 decodes 2".
+func (h HeldBack) Reason() string {
+	hv := h.HostVersion
+	if hv == "" {
+		hv = "(version unknown)"
+	}
+	s := fmt.Sprintf("held back: needs host schema %d; host %s decodes %s", h.Need, hv, h.Host)
+	if h.Release != "" {
+		s += fmt.Sprintf("; release %s decodes %s", h.Release, h.ReleaseSchemas)
+	} else {
+		s += "; no host release known to decode it"
+	}
+	return s
+}
+
+// HoldBack composes a held-back declaration: desired's header (machine,
+// generation, composed_*, the target host release, so the host can still
+// be upgraded by a rollout) around the resources the host last applied,
+// in the lowest schema the host decodes that expresses them. Never
+// partial: all of what was applied, none of what was not. An error when
+// even that content is past the host (a host rolled back to one older than
+// the one that applied it).
+func HoldBack(desired, applied *DeclarationPayload, host Schemas) (*DeclarationPayload, error) {
+	p := *desired
+	p.Resources, p.EmptyOK = []Resource{}, desired.EmptyOK
+	if applied != nil {
+		p.Resources, p.EmptyOK = applied.Resources, applied.EmptyOK
+		if p.Resources == nil {
+			p.Resources = []Resource{}
+		}
+	}
+	need := NeededSchema(p.Resources)
+	s, ok := host.Pick(need)
+	if !ok {
+		return nil, fmt.Errorf("%w: machine %s: even the content it last applied needs schema %d, its host decodes %s",
+			ErrInvalid, desired.Machine, need, host)
+	}
+	p.Schema = s
+	return &p, nil
+}

@@ -1,0 +1,66 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"mesh/meshca"
+	"mesh/models"
+)
+
+// IssuedCertificate is a service certificate signed for a machine: the
+// chain (leaf, then the mesh CA) as PEM, and when it expires.
+type IssuedCertificate struct {
+	Chain    string    `json:"chain"`
+	NotAfter time.Time `json:"not_after"`
+	Serial   string    `json:"serial"`
+}
+
+// IssueServiceCertificate signs a CSR a machine's host made for one of its
+// certificate resources, for the names the declaration of the named send
+// gives that machine and no others. Refusals are audited (a host asking
+// for a name it was not given is something an operator must see); so is
+// every certificate issued. The key stays on the machine: only the CSR's
+// public key is seen here, and nothing of it is stored.
+func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, machineID int64, machine string, req models.CertificateRequest) (*IssuedCertificate, error) {
+	if ca == nil {
+		return nil, fmt.Errorf("%w: this controller holds no mesh CA to sign with", models.ErrConflict)
+	}
+	actor, target := "host:"+machine, "machine/"+machine
+	refuse := func(err error) (*IssuedCertificate, error) {
+		if errors.Is(err, models.ErrForbidden) || errors.Is(err, models.ErrInvalid) {
+			if aerr := s.Store.Audit(ctx, actor, "service-certificate-refused", target, req.Resource+": "+err.Error()); aerr != nil {
+				return nil, aerr
+			}
+		}
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return refuse(err)
+	}
+	csr, err := meshca.ParseCSR([]byte(req.CSR))
+	if err != nil {
+		return refuse(models.Invalid("csr", err.Error()))
+	}
+	g, err := s.Store.CertificateGrantOf(ctx, machineID, req.Send)
+	if err != nil {
+		return refuse(err)
+	}
+	lifetime, err := models.CheckCertificateGrant(g.Declaration, g.SendGen, g.AppliedGen, req.Resource, csr.DNSNames)
+	if err != nil {
+		return refuse(err)
+	}
+	chain, leaf, err := ca.IssueService(csr, csr.DNSNames, s.Store.Now(), lifetime)
+	if err != nil {
+		return nil, err
+	}
+	out := &IssuedCertificate{Chain: string(chain), NotAfter: leaf.NotAfter.UTC(), Serial: leaf.SerialNumber.Text(16)}
+	if err := s.Store.Audit(ctx, actor, "service-certificate", target, fmt.Sprintf("%s: %s, serial %s, until %s",
+		req.Resource, strings.Join(leaf.DNSNames, ", "), out.Serial, out.NotAfter.Format(time.RFC3339))); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

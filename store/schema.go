@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"gorm.io/gorm/clause"
+
+	"mesh/models"
+)
+
+// recordHostInfo stores the host version and schemas a poll reported and,
+// when the set of schemas changed (an upgrade, or a launcher's rollback to
+// an older host), bumps the machine's generation with trigger schema in
+// the same transaction: the next declaration is composed afresh for what
+// the host decodes now, never sent from a generation composed for the
+// host before.
+func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
+	var m models.Machine
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	if err := q.Select("id", "name", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
+		return err
+	}
+	if err := tx.Model(&models.Machine{}).Where("id = ?", machineID).
+		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error; err != nil {
+		return err
+	}
+	was, now := models.SchemasOf(m.Schema).String(), models.SchemasOf(schema).String()
+	if was == now || m.Conflict {
+		// A machine in conflict is composed afresh when an admin resolves it.
+		return nil
+	}
+	if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerSchema); err != nil {
+		return err
+	}
+	return audit(tx, "host:"+m.Name, "schema", "machine/"+m.Name,
+		fmt.Sprintf("host %s decodes schemas %s (was %s)", hostVersion, now, was))
+}
+
+// readApplied reads, for the machines whose hosts do not decode the newest
+// schema, the declaration each last applied: what a held-back declaration
+// carries. One query for the set; machines whose hosts decode everything
+// are not read (they are never held back).
+func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayload, error) {
+	out := map[int64]*models.DeclarationPayload{}
+	var ids, gens []int64
+	want := map[int64]int64{}
+	for _, m := range ms {
+		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest && m.AppliedGeneration > 0 {
+			ids, gens = append(ids, m.ID), append(gens, m.AppliedGeneration)
+			want[m.ID] = m.AppliedGeneration
+		}
+	}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var ds []models.Declaration
+	if err := tx.Select("machine_id", "generation", "envelope").Where("machine_id IN ? AND generation IN ?", ids, gens).
+		Find(&ds).Error; err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if want[d.MachineID] != d.Generation {
+			continue
+		}
+		var env models.Envelope
+		var p models.DeclarationPayload
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+		}
+		if err := json.Unmarshal(env.Payload, &p); err != nil {
+			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+		}
+		out[d.MachineID] = &p
+	}
+	return out, nil
+}
+
+// forHost puts p in the schema m's host is sent: the lowest it advertises
+// that expresses the content, or, when it decodes none that does,
+// held-back content (models.HoldBack) and the reason.
+func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload) (*models.DeclarationPayload, string, error) {
+	hs := models.SchemasOf(m.Schema)
+	if s, ok := hs.Pick(p.Schema); ok {
+		p.Schema = s
+		return p, "", nil
+	}
+	held := models.HeldBack{Need: p.Schema, HostVersion: m.HostVersion, Host: hs}
+	hp, err := models.HoldBack(p, in.applied[m.ID], hs)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s, and cannot be held back: %w", held.Reason(), err)
+	}
+	return hp, held.Reason(), nil
+}
+
+// recordHeldBack puts a composed generation's held-back reason on its
+// machine where it changed (the steady state writes nothing), guarded by
+// the generation so a newer one's reason is never overwritten.
+func recordHeldBack(tx *Tx, rows []composedRow) error {
+	for _, r := range rows {
+		if r.HeldBack == r.heldBefore {
+			continue
+		}
+		if err := tx.Model(&models.Machine{}).Where("id = ? AND generation = ?", r.MachineID, r.Generation).
+			Update("held_back", r.HeldBack).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecordHostInfo stores the host version and schemas a poll reported (see
+// recordHostInfo). The hub calls it only when they differ from what it
+// last saw.
+func (s *Store) RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error {
+	return s.write(ctx, func(tx *Tx) error { return recordHostInfo(tx, machineID, hostVersion, schema) })
+}

@@ -1,0 +1,22 @@
+package web
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+)
+
+// TestRow_HeldBackSaysWhy: a machine that applied held-back content is
+// behind, and its row says the held-back reason, not "no report yet".
+func TestRow_HeldBackSaysWhy(t *testing.T) {
+	now := time.Now()
+	reason := "held back: needs host schema 2; host 1.4.0 decodes 1; no host release known to decode it"
+	m := &models.Machine{Name: "m1", Generation: 5, AppliedGeneration: 5, FinishedGen: 5, LastOutcome: models.OutcomeApplied,
+		HeldBack: reason, GenerationAt: now, CreatedAt: now, Health: models.HealthNone}
+	r := row(models.DefaultStateRules, m, &now, nil, now)
+	if r.State != models.StateBehind || r.Badge != "behind: "+reason || !strings.Contains(r.Since, "host rollout") {
+		t.Fatalf("row = %+v", r)
+	}
+}
