@@ -481,8 +481,8 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		prev = cur
 		a.setChecks(res)
 		// A service that restarted (or turned unhealthy) ships its last
-		// lines within one check interval even when no check changed:
-		// at most one report per interval, however fast it crashes.
+		// lines within one check interval even when no check changed
+		// (a crash loop seldom: logShipper.due).
 		if (changed || a.logs.waiting()) && send != "" {
 			a.reportChecked(ctx, gen, send, res)
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"mesh/models"
 )
@@ -237,8 +238,31 @@ type logShipper struct {
 	services []string       // the services the host runs, for counter
 
 	mu      sync.Mutex
-	pending map[string]string // resource → why
-	counts  map[string]int    // restarts counted at the last look
+	pending map[string]string    // resource → why
+	shipped map[string]time.Time // resource → when its lines last rode a report
+	counts  map[string]int       // restarts counted at the last look
+	now     func() time.Time     // the clock (tests move it)
+}
+
+// reshipRestartsEvery bounds how often a service that keeps restarting
+// ships its lines again: its first restart ships at once, later ones at
+// most this often (reports are kept as rows, and a crash loop must not
+// fill the store with a report per check interval). A failure or a turn
+// to unhealthy ships at once.
+const reshipRestartsEvery = 5 * time.Minute
+
+func (l *logShipper) clock() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
+// due says whether id's lines, marked for why, may ride a report now.
+// Called with mu held.
+func (l *logShipper) due(id, why string, now time.Time) bool {
+	last, ok := l.shipped[id]
+	return why != models.LogRestarted || !ok || now.Sub(last) >= reshipRestartsEvery
 }
 
 // setServices tells which services the host runs now.
@@ -300,32 +324,41 @@ func (l *logShipper) mark(id, why string) {
 	}
 }
 
-// waiting says whether lines wait for a report.
+// waiting says whether lines wait for a report now.
 func (l *logShipper) waiting() bool {
 	if l == nil {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.pending) > 0
+	now := l.clock()
+	for id, why := range l.pending {
+		if l.due(id, why, now) {
+			return true
+		}
+	}
+	return false
 }
 
-// take reads the last lines of every marked service (at most
-// models.MaxLogServices of them, by id; the rest wait for the next
-// report) and forgets them.
+// take reads the last lines of every marked service that is due (at most
+// models.MaxLogServices of them, by id; the rest wait for a later report)
+// and forgets them.
 func (l *logShipper) take(ctx context.Context) []models.ServiceLog {
 	if l == nil || l.src == nil {
 		return nil
 	}
 	l.mu.Lock()
-	ids := sortedKeys(l.pending)
-	if len(ids) > models.MaxLogServices {
-		ids = ids[:models.MaxLogServices]
-	}
-	whys := make([]string, len(ids))
-	for i, id := range ids {
-		whys[i] = l.pending[id]
-		delete(l.pending, id)
+	now := l.clock()
+	var ids, whys []string
+	for _, id := range sortedKeys(l.pending) {
+		if why := l.pending[id]; len(ids) < models.MaxLogServices && l.due(id, why, now) {
+			ids, whys = append(ids, id), append(whys, why)
+			delete(l.pending, id)
+			if l.shipped == nil {
+				l.shipped = map[string]time.Time{}
+			}
+			l.shipped[id] = now
+		}
 	}
 	l.mu.Unlock()
 	var out []models.ServiceLog

@@ -331,3 +331,62 @@ func TestSystemd_RestartsCounted(t *testing.T) {
 		t.Fatalf("a short answer: %v", err)
 	}
 }
+
+// TestLogShipper_CrashLoopReshipsSeldom: a service that keeps restarting
+// ships its lines at its first restart, then at most every
+// reshipRestartsEvery (reports are rows kept); a failure or a turn to
+// unhealthy ships at once; more than MaxLogServices wait for the next
+// report.
+func TestLogShipper_CrashLoopReshipsSeldom(t *testing.T) {
+	src := tailFunc(func(id string) []string { return []string{"last of " + id} })
+	now := time.Unix(1_800_000_000, 0)
+	ship := &logShipper{src: src, now: func() time.Time { return now }}
+	ctx := context.Background()
+	took := func() string {
+		var s []string
+		for _, l := range ship.take(ctx) {
+			s = append(s, l.Resource+":"+l.Why)
+		}
+		return strings.Join(s, ",")
+	}
+
+	ship.mark("m.crash", models.LogRestarted)
+	if got := took(); got != "m.crash:restarted" {
+		t.Fatalf("first restart: %q", got)
+	}
+	now = now.Add(time.Minute)
+	ship.mark("m.crash", models.LogRestarted)
+	if ship.waiting() || took() != "" {
+		t.Fatal("a restart a minute later shipped again")
+	}
+	ship.mark("m.other", models.LogRestarted)
+	if got := took(); got != "m.other:restarted" {
+		t.Fatalf("another service's first restart: %q", got)
+	}
+	ship.mark("m.crash", models.LogUnhealthy)
+	if got := took(); got != "m.crash:unhealthy" {
+		t.Fatalf("turned unhealthy: %q", got)
+	}
+	now = now.Add(reshipRestartsEvery)
+	ship.mark("m.crash", models.LogRestarted)
+	if !ship.waiting() || took() != "m.crash:restarted" {
+		t.Fatal("a restart after the interval did not ship")
+	}
+
+	for i := range models.MaxLogServices + 2 {
+		ship.mark(fmt.Sprintf("m.s%02d", i), models.LogFailed)
+	}
+	if first := ship.take(ctx); len(first) != models.MaxLogServices || models.ValidateLogs(first) != nil {
+		t.Fatalf("%d services in one report", len(first))
+	}
+	if rest := ship.take(ctx); len(rest) != 2 {
+		t.Fatalf("%d left for the next report, want 2", len(rest))
+	}
+}
+
+// tailFunc is a serviceTail from a function.
+type tailFunc func(id string) []string
+
+func (f tailFunc) Tail(_ context.Context, id string, _, _ int) ([]string, bool, error) {
+	return f(id), false, nil
+}
