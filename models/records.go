@@ -12,6 +12,9 @@ const (
 	TriggerRollout    = "rollout"
 	TriggerResolve    = "resolve"
 	TriggerEnrol      = "enrol"
+	// TriggerLabel: the machine's labels changed, or a module's selector,
+	// and so the modules it should run.
+	TriggerLabel = "label"
 )
 
 // Roles of a person (or a builder's token).
@@ -100,6 +103,10 @@ type User struct {
 	Role         string    `json:"role"`
 	PasswordHash string    `json:"-"`
 	CreatedAt    time.Time `json:"created_at"`
+	// DisabledAt is set while the user is disabled: no login, and every
+	// token they held before it was revoked (RevokedUser).
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	DisabledBy string     `json:"disabled_by,omitempty"`
 }
 
 // JoinToken lets one host enrol once before it expires, unless an admin
@@ -114,6 +121,9 @@ type JoinToken struct {
 	RevokedBy string
 	CreatedBy string
 	CreatedAt time.Time
+	// Labels (JSON object) are given to the machine that enrols with it:
+	// the only way a machine has labels before an operator sets them.
+	Labels string
 }
 
 // Join token states, as listed.
@@ -197,6 +207,9 @@ type Module struct {
 	// OnFailureRollback (service modules only).
 	OnFailure string `gorm:"default:halt"`
 	CreatedAt time.Time
+	// Selector gives the module to every machine whose labels match it
+	// (ParseSelector); empty: only where assigned.
+	Selector string
 }
 
 // Build is an immutable build of a module. Number is monotonic per module.
@@ -230,6 +243,11 @@ type Assignment struct {
 	Reason    string
 	PinPlan   int64 // the plan whose rollback set this pin (a newer plan lifts it); 0: a person's
 	CreatedAt time.Time
+	// Assigned: a person assigned the module. Selected: the module's
+	// selector matches the machine's labels. The row is there while
+	// either holds; composing and plans read it alike.
+	Assigned bool
+	Selected bool
 }
 
 // Declaration is the one composed declaration of (machine, generation).
@@ -311,4 +329,9 @@ type Revocation struct {
 // Kinds of revoked token.
 const (
 	RevokedSession = "session"
+	// RevokedAPIToken is one API token, by its id.
+	RevokedAPIToken = "api-token"
+	// RevokedUser is every token of one user issued up to a time
+	// (UserRevocationID): a disable or a role change.
+	RevokedUser = "user"
 )
