@@ -10,9 +10,11 @@ import (
 	"mesh/service"
 )
 
-// LabelStore reads machines' labels.
+// LabelStore reads machines' labels, and the yanked builds their views
+// point out.
 type LabelStore interface {
 	Labels(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+	YankedBuilds(ctx context.Context) (map[string]map[int64]string, error)
 }
 
 // registerLabels adds the routes of machines' labels.

@@ -1238,6 +1238,13 @@ type Machine struct {
 	Schema            string                  `json:"schema"`
 	State             MachineState            `json:"state"`
 	TargetHostVersion string                  `json:"target_host_version"`
+
+	// Yanked builds it runs that were yanked since; it keeps them, nothing new is given them (absent when none)
+	Yanked *[]struct {
+		Build  int    `json:"build"`
+		Module string `json:"module"`
+		Reason string `json:"reason"`
+	} `json:"yanked,omitempty"`
 }
 
 // MachineHealthState none: no checks declared

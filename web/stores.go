@@ -33,4 +33,6 @@ type Store interface {
 	SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error)
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+	Labels(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+	YankedBuilds(ctx context.Context) (map[string]map[int64]string, error)
 }

@@ -198,6 +198,10 @@ type MachineDetail struct {
 	Decl       string
 	DeclErr    string
 	Sends      []SendRow
+	// Running is what the host reports running, yanked builds marked;
+	// Labels its labels, "k=v, …".
+	Running []RunningRow
+	Labels  string
 }
 
 // ModuleView is a module with its builds.
