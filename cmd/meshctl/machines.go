@@ -79,7 +79,7 @@ func (a *app) machinesCommand() *cobra.Command {
 			return a.showMachine(r.JSON200, as.JSON200.Assignments)
 		},
 	}
-	cmd.AddCommand(ls, show)
+	cmd.AddCommand(ls, show, a.labelCommand())
 	return cmd
 }
 
