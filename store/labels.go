@@ -131,6 +131,9 @@ func reselect(tx *Tx, machines []models.Machine, mods []models.Module) ([]models
 		if len(gains)+len(loses) > 0 {
 			changes = append(changes, models.SelectionChange{Machine: m.Name, Gains: nonNil(gains), Loses: nonNil(loses)})
 			bumped = append(bumped, m.ID)
+			if err := markEmptied(tx, m.ID, len(loses) > 0); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	return changes, bumped, nil
@@ -303,4 +306,16 @@ func replaceAssigned(tx *Tx, machineID int64, rows []models.Assignment) (int, er
 		return 0, nil
 	}
 	return kept, tx.Create(&rows).Error
+}
+
+// markEmptied says whether a machine whose modules a person's label or
+// selector change just moved is empty on purpose: a host refuses an empty
+// declaration otherwise (a lost store must never tear a machine down), and
+// a label change is as deliberate as emptying its assignments.
+func markEmptied(tx *Tx, machineID int64, lost bool) error {
+	var n int64
+	if err := tx.Model(&models.Assignment{}).Where("machine_id = ?", machineID).Count(&n).Error; err != nil {
+		return err
+	}
+	return tx.Model(&models.Machine{}).Where("id = ?", machineID).Update("empty_ok", n == 0 && lost).Error
 }

@@ -134,6 +134,11 @@ func TestLabels_MachinesGainAndLoseTheModule(t *testing.T) {
 			if m := mustMachine(t, s, "m1"); m.Generation != g+1 || m.GenerationTrigger != models.TriggerLabel {
 				t.Fatalf("m1 at %d (%s)", m.Generation, m.GenerationTrigger)
 			}
+			// Its last module gone by a person's label change: empty on
+			// purpose, so its host removes it rather than refusing.
+			if !mustMachine(t, s, "m1").EmptyOK {
+				t.Fatal("m1, emptied by a label change, is not marked empty on purpose")
+			}
 		})
 		t.Run("AssignedOutlivesTheSelector", func(t *testing.T) {
 			setLabels("m2", map[string]string{"role": "web"}, false)
