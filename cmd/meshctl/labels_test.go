@@ -17,13 +17,13 @@ func TestMeshctl_LabelsSelectorsTokensUsers(t *testing.T) {
 	e := ctltest.Start(t, store.SQLite)
 	e.AddUser("ops", "admin")
 	e.AddUser("carol", "operator")
-	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
 	for _, m := range []string{"m1", "m2"} {
 		e.Enroll(m)
 	}
 	if r := mc.run("password-of-ops\n", "login", e.URL, "--user", "ops", "--password-stdin"); r.code != 0 {
 		t.Fatalf("login: %s", r)
 	}
+	mc.ok(nil, "modules", "create", "web")
 
 	t.Run("LabelAndSelector", func(t *testing.T) {
 		var lu client.LabelsUpdate

@@ -142,7 +142,44 @@ anywhere, or that a machine reports running, is refused, naming them.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, update, del)
+	var kind, createRepo string
+	create := &cobra.Command{
+		Use:   "create MODULE [--kind service|host|controller] [--repository R]",
+		Short: "Make a module (operator); give it a selector with 'modules update'",
+		Example: `  meshctl modules create web
+  meshctl modules update web --selector role=web`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			body := client.CreateModuleJSONRequestBody{Name: args[0]}
+			if kind != "" {
+				k := client.ModuleRequestKind(kind)
+				body.Kind = &k
+			}
+			if createRepo != "" {
+				body.Repository = &createRepo
+			}
+			r, err := c.CreateModuleWithResponse(cmd.Context(), body)
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			fmt.Fprintf(a.out, "module %s (%s) made\n", r.JSON201.Name, r.JSON201.Kind)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&kind, "kind", "", "service (the default), host or controller")
+	create.Flags().StringVar(&createRepo, "repository", "", "the forge repository its merges come from")
+	_ = create.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"service", "host", "controller"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.AddCommand(ls, create, update, del)
 	return cmd
 }
 
