@@ -34,6 +34,23 @@ func dryRun[T any](ctx context.Context, s *Store, preview bool, fn func(tx *Tx) 
 	return out, err
 }
 
+// selectionLockKey names the advisory lock that label and selector writes
+// take on PostgreSQL (an arbitrary constant: "mesh-sel").
+const selectionLockKey = 0x6d6573682d73656c
+
+// lockSelection serialises the writes that judge machines against
+// selectors: a label write reads every selector and a selector change
+// every machine's labels, so two at once (read committed) could each miss
+// the other's change and leave a machine without a module both say it
+// should have. They are rare operator acts; one waits for the other. On
+// SQLite writes are one at a time already.
+func lockSelection(tx *Tx) error {
+	if tx.s.dialect != Postgres {
+		return nil
+	}
+	return tx.Exec("SELECT pg_advisory_xact_lock(?)", int64(selectionLockKey)).Error
+}
+
 // machineLabels reads the labels of machines by id.
 func machineLabels(tx *Tx, ids []int64) (map[int64]map[string]string, error) {
 	out := map[int64]map[string]string{}
@@ -176,6 +193,9 @@ func (s *Store) Labels(ctx context.Context, name string) (map[string]string, *mo
 // the same and changes nothing.
 func (s *Store) SetLabels(ctx context.Context, actor, name string, ifMatch *int64, labels map[string]string, preview bool) (*models.LabelChange, error) {
 	return dryRun(ctx, s, preview, func(tx *Tx) (*models.LabelChange, error) {
+		if err := lockSelection(tx); err != nil {
+			return nil, err
+		}
 		m, err := lockMachine(tx, name)
 		if err != nil {
 			return nil, err
@@ -235,6 +255,9 @@ func setLabels(tx *Tx, machineID int64, labels map[string]string) error {
 func labelsAtEnrol(tx *Tx, m *models.Machine, jt *models.JoinToken) error {
 	labels, err := models.ParseLabelsJSON(jt.Labels)
 	if err != nil || len(labels) == 0 {
+		return err
+	}
+	if err := lockSelection(tx); err != nil {
 		return err
 	}
 	if err := setLabels(tx, m.ID, labels); err != nil {

@@ -314,3 +314,62 @@ func TestPeople_DisableRevokesAndAPITokens(t *testing.T) {
 		})
 	})
 }
+
+// TestLabels_ConcurrentLabelAndSelectorAgree: a label write and a selector
+// change at once (each reads what the other writes) always leave the
+// machine with the module exactly when its labels match the selector.
+func TestLabels_ConcurrentLabelAndSelectorAgree(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		roles := []string{"web", "db"}
+		for i := range 8 {
+			role, sel := roles[i%2], "role="+roles[(i/2)%2]
+			errs := make(chan error, 2)
+			go func() {
+				for {
+					g := mustMachineErr(s, "m1")
+					_, err := s.SetLabels(ctx, "test", "m1", &g, map[string]string{"role": role}, false)
+					if !errors.Is(err, models.ErrStaleGeneration) {
+						errs <- err
+						return
+					}
+				}
+			}()
+			go func() {
+				for {
+					mod, err := s.Module(ctx, "web")
+					if err != nil {
+						errs <- err
+						return
+					}
+					_, err = s.UpdateModule(ctx, "test", "web", mod.ETag(), false, func(m *models.Module) error { m.Selector = sel; return nil })
+					if !errors.Is(err, models.ErrStaleGeneration) {
+						errs <- err
+						return
+					}
+				}
+			}()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := sel == "role="+role
+			if got := slices.Contains(modulesOf(t, s, "m1"), "web"); got != want {
+				t.Fatalf("round %d: labels role=%s, selector %s: m1 has web = %v", i, role, sel, got)
+			}
+		}
+	})
+}
+
+func mustMachineErr(s *store.Store, name string) int64 {
+	m, err := s.Machine(context.Background(), name)
+	if err != nil {
+		return -1
+	}
+	return m.Generation
+}

@@ -41,6 +41,9 @@ func (s *Store) UpdateModule(ctx context.Context, actor, name, ifMatch string, p
 		}
 		out := &models.ModuleChange{Module: mod, Changes: []models.SelectionChange{}}
 		if mod.Selector != before.Selector {
+			if err := lockSelection(tx); err != nil {
+				return nil, err
+			}
 			var ms []models.Machine
 			if err := tx.Select("id", "name").Order("name").Find(&ms).Error; err != nil {
 				return nil, err
