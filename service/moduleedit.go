@@ -80,6 +80,9 @@ func (s *Service) UpdateModule(ctx context.Context, actor string, r UpdateModule
 	if err := models.ValidName("module", r.Name); err != nil {
 		return nil, err
 	}
+	if r.Repository == nil && r.SourcePaths == nil && r.Tiers == nil && r.TierDeadline == nil && r.OnFailure == nil && r.Selector == nil {
+		return nil, models.Invalid("body", "nothing to change: give repository, source_paths, tiers, tier_deadline, on_failure or selector")
+	}
 	return s.Store.UpdateModule(ctx, actor, r.Name, r.IfMatch, r.DryRun, r.apply)
 }
 
