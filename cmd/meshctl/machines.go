@@ -125,6 +125,15 @@ func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
 	for _, s := range mods[1:] {
 		rows = append(rows, []string{"", s})
 	}
+	if m.Yanked != nil {
+		for i, y := range *m.Yanked {
+			label := ""
+			if i == 0 {
+				label = "Yanked:"
+			}
+			rows = append(rows, []string{label, fmt.Sprintf("%s build %d (%s); it keeps running here", y.Module, y.Build, y.Reason)})
+		}
+	}
 	return a.table(rows)
 }
 
