@@ -373,3 +373,44 @@ func mustMachineErr(s *store.Store, name string) int64 {
 	}
 	return m.Generation
 }
+
+// TestLabels_PlansTierSelectedMachines: a plan reaches the machines a
+// selector gives the module as it reaches assigned ones.
+func TestLabels_PlansTierSelectedMachines(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1") // assigned mod, build 1 current
+		if err := s.CreateJoinToken(ctx, "test", "hash-m2", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enroll(ctx, "hash-m2", "m2", "linux", "amd64", "1.0.0", "1", "tok2"); err != nil {
+			t.Fatal(err)
+		}
+		g := mustMachine(t, s, "m2").Generation
+		if _, err := s.SetLabels(ctx, "test", "m2", &g, map[string]string{"role": "web"}, false); err != nil {
+			t.Fatal(err)
+		}
+		mod, err := s.Module(ctx, "mod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateModule(ctx, "test", "mod", mod.ETag(), false, func(m *models.Module) error { m.Selector = "role=web"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range p.Steps {
+			got = append(got, st.Machine)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("plan steps on %v, want m1 (assigned) and m2 (selected)", got)
+		}
+	})
+}
