@@ -71,11 +71,11 @@ func (s *Server) listUsers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	views := make([]userResponse, len(us))
-	for i, u := range us {
-		views[i] = userResponse{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt}
+	views := make([]UserView, len(us))
+	for i := range us {
+		views[i] = userView(&us[i])
 	}
-	return c.JSON(http.StatusOK, listOf(views, limit, func(userResponse) string { return strconv.FormatInt(us[len(us)-1].ID, 10) }))
+	return c.JSON(http.StatusOK, listOf(views, limit, func(UserView) string { return strconv.FormatInt(us[len(us)-1].ID, 10) }))
 }
 
 // Enrolment is what a host needs besides a join token: the mesh CA's pin
@@ -128,6 +128,8 @@ func (e Enrolment) controllerURL(r *http.Request) string {
 
 type joinTokenRequest struct {
 	ExpiresIn string `json:"expires_in"`
+	// Labels are given to the machine that enrols with the token.
+	Labels map[string]string `json:"labels"`
 }
 
 func (s *Server) createJoinToken(c echo.Context) error {
@@ -137,7 +139,7 @@ func (s *Server) createJoinToken(c echo.Context) error {
 			return err
 		}
 	}
-	tok, exp, err := s.Service.CreateJoinToken(c.Request().Context(), principal(c).Actor(), req.ExpiresIn, s.Now())
+	tok, exp, err := s.Service.CreateJoinToken(c.Request().Context(), principal(c).Actor(), req.ExpiresIn, req.Labels, s.Now())
 	if err != nil {
 		return err
 	}
@@ -158,10 +160,13 @@ type JoinTokenView struct {
 	UsedBy    string     `json:"used_by,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 	RevokedBy string     `json:"revoked_by,omitempty"`
+	// Labels are what the machine enrolling with it is given.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 func (s *Server) joinTokenView(jt *models.JoinToken) JoinTokenView {
-	return JoinTokenView{ID: jt.ID, State: jt.State(s.Now()), CreatedBy: jt.CreatedBy, CreatedAt: jt.CreatedAt,
+	labels, _ := models.ParseLabelsJSON(jt.Labels) // written by CreateJoinToken: valid
+	return JoinTokenView{Labels: labels, ID: jt.ID, State: jt.State(s.Now()), CreatedBy: jt.CreatedBy, CreatedAt: jt.CreatedAt,
 		ExpiresAt: jt.ExpiresAt, UsedAt: jt.UsedAt, UsedBy: jt.UsedBy, RevokedAt: jt.RevokedAt, RevokedBy: jt.RevokedBy}
 }
 

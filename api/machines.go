@@ -36,6 +36,8 @@ type MachineView struct {
 	Health            HealthView                     `json:"health"`
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
+	// Yanked are the builds it runs that were yanked since (it keeps them).
+	Yanked []models.YankedRun `json:"yanked,omitempty"`
 }
 
 // HealthView is a machine's health as the API shows it: a fact with a time.
@@ -82,9 +84,14 @@ func (s *Server) listMachines(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	yanked, err := s.Store.YankedBuilds(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	views := make([]MachineView, len(ms))
 	for i := range ms {
 		views[i] = s.machineView(&ms[i])
+		views[i].Yanked = models.YankedRunning(views[i].Running, yanked)
 	}
 	return c.JSON(http.StatusOK, listOf(views, limit, func(MachineView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) }))
 }
@@ -94,8 +101,14 @@ func (s *Server) getMachine(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	yanked, err := s.Store.YankedBuilds(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	setETag(c, m.Generation)
-	return c.JSON(http.StatusOK, s.machineView(m))
+	v := s.machineView(m)
+	v.Yanked = models.YankedRunning(v.Running, yanked)
+	return c.JSON(http.StatusOK, v)
 }
 
 func (s *Server) deleteMachine(c echo.Context) error {

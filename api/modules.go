@@ -37,10 +37,12 @@ type ModuleView struct {
 	OnFailure    string        `json:"on_failure"`
 	CurrentBuild *int64        `json:"current_build"`
 	CreatedAt    time.Time     `json:"created_at"`
+	// Selector gives the module to every machine whose labels match it.
+	Selector string `json:"selector"`
 }
 
 func moduleView(m *models.Module) (ModuleView, error) {
-	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt,
+	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt, Selector: m.Selector,
 		TierDeadline: (time.Duration(m.TierDeadlineSeconds) * time.Second).String(), OnFailure: m.OnFailure}
 	var err error
 	if v.SourcePaths, err = m.SourcePathList(); err != nil {
@@ -72,6 +74,7 @@ func (s *Server) getModule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	c.Response().Header().Set("ETag", m.ETag())
 	v, err := moduleView(m)
 	if err != nil {
 		return err

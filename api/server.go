@@ -230,6 +230,9 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1.GET("/instances", s.listInstances, viewer)
 	v1.GET("/audit", s.listAudit, viewer)
+	s.registerPeople(v1)
+	s.registerModuleEdits(v1)
+	s.registerLabels(v1)
 }
 
 // bodyLimit caps every request body; uploads get a larger cap.

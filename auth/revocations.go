@@ -17,6 +17,9 @@ type Revocations struct {
 
 	mu  sync.RWMutex
 	ids map[string]time.Time // id → when its token expires
+	// users are the RevokedUser revocations: a user's tokens issued at or
+	// before the newest time are refused.
+	users map[string]time.Time
 }
 
 // NewRevocations is an empty set.
@@ -37,6 +40,24 @@ func (r *Revocations) Add(rs []models.Revocation) {
 	for _, x := range rs {
 		r.ids[x.TokenID] = x.ExpiresAt
 	}
+	r.users = map[string]time.Time{}
+	for id := range r.ids {
+		if user, at, ok := models.ParseUserRevocationID(id); ok && at.After(r.users[user]) {
+			r.users[user] = at
+		}
+	}
+}
+
+// RevokedUser reports whether a token of user issued at issued is refused
+// (the user was disabled, or their role changed, at or after it).
+func (r *Revocations) RevokedUser(user string, issued time.Time) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	at, ok := r.users[user]
+	return ok && !issued.After(at)
 }
 
 // Revoked reports whether id is refused.

@@ -33,6 +33,8 @@ type Authority struct {
 	Now   func() time.Time
 	// Revoked refuses tokens by id (a logged-out session); nil: none.
 	Revoked *Revocations
+	// Used remembers when API tokens were last used; nil: not kept.
+	Used *LastUse
 
 	// verified remembers host tokens whose signature checked out. A host
 	// polls every minute with the same token; verifying it each time would
@@ -48,8 +50,13 @@ const maxVerified = 200_000
 // PersonClaims are a person's token claims.
 type PersonClaims struct {
 	Role string `json:"role"`
+	// Kind is KindAPIToken for an API token; empty for a login's session.
+	Kind string `json:"kind,omitempty"`
 	jwt.RegisteredClaims
 }
+
+// KindAPIToken marks an API token's claims.
+const KindAPIToken = "api"
 
 // HostClaims are a host's token claims: the machine is the subject, the
 // token id lets an admin revoke it by re-enrolling.
@@ -99,9 +106,30 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 		return nil, fmt.Errorf("%w: token has no valid role", models.ErrUnauthorized)
 	}
 	if a.Revoked.Revoked(c.ID) {
+		if c.Kind == KindAPIToken {
+			return nil, fmt.Errorf("%w: this API token was revoked", models.ErrUnauthorized)
+		}
 		return nil, fmt.Errorf("%w: this token was revoked (logged out); log in again", models.ErrUnauthorized)
 	}
+	if c.IssuedAt != nil && a.Revoked.RevokedUser(c.Subject, c.IssuedAt.Time) {
+		return nil, fmt.Errorf("%w: user %s was disabled or changed role since this token was issued", models.ErrUnauthorized, c.Subject)
+	}
+	if c.Kind == KindAPIToken {
+		a.Used.Seen(c.ID, a.Now())
+	}
 	return &c, nil
+}
+
+// IssueAPIToken makes a long-lived token of a person or builder, with the
+// id the store keeps it by. It is a JWT like a login's, so checking it
+// costs no store read; revoking it is revoking its id.
+func (a *Authority) IssueAPIToken(user, role, id string, expires time.Time) (string, error) {
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, Kind: KindAPIToken, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
+		IssuedAt: jwt.NewNumericDate(a.Now()), ExpiresAt: jwt.NewNumericDate(expires), ID: id,
+	}})
+	t.Header["kid"] = a.KeyID
+	return t.SignedString(a.Priv)
 }
 
 // ParseHost checks a host's token.

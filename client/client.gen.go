@@ -20,6 +20,120 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for APITokenRole.
+const (
+	APITokenRoleAdmin    APITokenRole = "admin"
+	APITokenRoleBuilder  APITokenRole = "builder"
+	APITokenRoleOperator APITokenRole = "operator"
+	APITokenRoleViewer   APITokenRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the APITokenRole enum.
+func (e APITokenRole) Valid() bool {
+	switch e {
+	case APITokenRoleAdmin:
+		return true
+	case APITokenRoleBuilder:
+		return true
+	case APITokenRoleOperator:
+		return true
+	case APITokenRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for APITokenState.
+const (
+	APITokenStateActive  APITokenState = "active"
+	APITokenStateExpired APITokenState = "expired"
+	APITokenStateRevoked APITokenState = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the APITokenState enum.
+func (e APITokenState) Valid() bool {
+	switch e {
+	case APITokenStateActive:
+		return true
+	case APITokenStateExpired:
+		return true
+	case APITokenStateRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for APITokenCreatedRole.
+const (
+	APITokenCreatedRoleAdmin    APITokenCreatedRole = "admin"
+	APITokenCreatedRoleBuilder  APITokenCreatedRole = "builder"
+	APITokenCreatedRoleOperator APITokenCreatedRole = "operator"
+	APITokenCreatedRoleViewer   APITokenCreatedRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the APITokenCreatedRole enum.
+func (e APITokenCreatedRole) Valid() bool {
+	switch e {
+	case APITokenCreatedRoleAdmin:
+		return true
+	case APITokenCreatedRoleBuilder:
+		return true
+	case APITokenCreatedRoleOperator:
+		return true
+	case APITokenCreatedRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for APITokenCreatedState.
+const (
+	APITokenCreatedStateActive  APITokenCreatedState = "active"
+	APITokenCreatedStateExpired APITokenCreatedState = "expired"
+	APITokenCreatedStateRevoked APITokenCreatedState = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the APITokenCreatedState enum.
+func (e APITokenCreatedState) Valid() bool {
+	switch e {
+	case APITokenCreatedStateActive:
+		return true
+	case APITokenCreatedStateExpired:
+		return true
+	case APITokenCreatedStateRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for APITokenRequestRole.
+const (
+	APITokenRequestRoleAdmin    APITokenRequestRole = "admin"
+	APITokenRequestRoleBuilder  APITokenRequestRole = "builder"
+	APITokenRequestRoleOperator APITokenRequestRole = "operator"
+	APITokenRequestRoleViewer   APITokenRequestRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the APITokenRequestRole enum.
+func (e APITokenRequestRole) Valid() bool {
+	switch e {
+	case APITokenRequestRoleAdmin:
+		return true
+	case APITokenRequestRoleBuilder:
+		return true
+	case APITokenRequestRoleOperator:
+		return true
+	case APITokenRequestRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BuildState.
 const (
 	BuildStateBuilding BuildState = "building"
@@ -76,22 +190,22 @@ func (e InstanceState) Valid() bool {
 
 // Defines values for JoinTokenInfoState.
 const (
-	Expired JoinTokenInfoState = "expired"
-	Revoked JoinTokenInfoState = "revoked"
-	Unused  JoinTokenInfoState = "unused"
-	Used    JoinTokenInfoState = "used"
+	JoinTokenInfoStateExpired JoinTokenInfoState = "expired"
+	JoinTokenInfoStateRevoked JoinTokenInfoState = "revoked"
+	JoinTokenInfoStateUnused  JoinTokenInfoState = "unused"
+	JoinTokenInfoStateUsed    JoinTokenInfoState = "used"
 )
 
 // Valid indicates whether the value is a known member of the JoinTokenInfoState enum.
 func (e JoinTokenInfoState) Valid() bool {
 	switch e {
-	case Expired:
+	case JoinTokenInfoStateExpired:
 		return true
-	case Revoked:
+	case JoinTokenInfoStateRevoked:
 		return true
-	case Unused:
+	case JoinTokenInfoStateUnused:
 		return true
-	case Used:
+	case JoinTokenInfoStateUsed:
 		return true
 	default:
 		return false
@@ -275,6 +389,24 @@ func (e ModuleRequestOnFailure) Valid() bool {
 	case ModuleRequestOnFailureHalt:
 		return true
 	case ModuleRequestOnFailureRollback:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ModuleUpdateRequestOnFailure.
+const (
+	ModuleUpdateRequestOnFailureHalt     ModuleUpdateRequestOnFailure = "halt"
+	ModuleUpdateRequestOnFailureRollback ModuleUpdateRequestOnFailure = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the ModuleUpdateRequestOnFailure enum.
+func (e ModuleUpdateRequestOnFailure) Valid() bool {
+	switch e {
+	case ModuleUpdateRequestOnFailureHalt:
+		return true
+	case ModuleUpdateRequestOnFailureRollback:
 		return true
 	default:
 		return false
@@ -571,6 +703,7 @@ const (
 	SendTriggerAssignment SendTrigger = "assignment"
 	SendTriggerCurrent    SendTrigger = "current"
 	SendTriggerEnrol      SendTrigger = "enrol"
+	SendTriggerLabel      SendTrigger = "label"
 	SendTriggerPlan       SendTrigger = "plan"
 	SendTriggerPush       SendTrigger = "push"
 	SendTriggerResolve    SendTrigger = "resolve"
@@ -587,6 +720,8 @@ func (e SendTrigger) Valid() bool {
 	case SendTriggerCurrent:
 		return true
 	case SendTriggerEnrol:
+		return true
+	case SendTriggerLabel:
 		return true
 	case SendTriggerPlan:
 		return true
@@ -670,27 +805,123 @@ func (e SourceRequestKind) Valid() bool {
 
 // Defines values for UserRequestRole.
 const (
-	Admin    UserRequestRole = "admin"
-	Builder  UserRequestRole = "builder"
-	Operator UserRequestRole = "operator"
-	Viewer   UserRequestRole = "viewer"
+	UserRequestRoleAdmin    UserRequestRole = "admin"
+	UserRequestRoleBuilder  UserRequestRole = "builder"
+	UserRequestRoleOperator UserRequestRole = "operator"
+	UserRequestRoleViewer   UserRequestRole = "viewer"
 )
 
 // Valid indicates whether the value is a known member of the UserRequestRole enum.
 func (e UserRequestRole) Valid() bool {
 	switch e {
-	case Admin:
+	case UserRequestRoleAdmin:
 		return true
-	case Builder:
+	case UserRequestRoleBuilder:
 		return true
-	case Operator:
+	case UserRequestRoleOperator:
 		return true
-	case Viewer:
+	case UserRequestRoleViewer:
 		return true
 	default:
 		return false
 	}
 }
+
+// Defines values for UserUpdateRole.
+const (
+	UserUpdateRoleAdmin    UserUpdateRole = "admin"
+	UserUpdateRoleBuilder  UserUpdateRole = "builder"
+	UserUpdateRoleOperator UserUpdateRole = "operator"
+	UserUpdateRoleViewer   UserUpdateRole = "viewer"
+)
+
+// Valid indicates whether the value is a known member of the UserUpdateRole enum.
+func (e UserUpdateRole) Valid() bool {
+	switch e {
+	case UserUpdateRoleAdmin:
+		return true
+	case UserUpdateRoleBuilder:
+		return true
+	case UserUpdateRoleOperator:
+		return true
+	case UserUpdateRoleViewer:
+		return true
+	default:
+		return false
+	}
+}
+
+// APIToken an API token as listed; neither the token nor its hash is shown
+type APIToken struct {
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Id        string    `json:"id"`
+
+	// LastUsedAt recorded at most once a minute
+	LastUsedAt *time.Time    `json:"last_used_at,omitempty"`
+	Name       string        `json:"name"`
+	RevokedAt  *time.Time    `json:"revoked_at,omitempty"`
+	RevokedBy  *string       `json:"revoked_by,omitempty"`
+	Role       APITokenRole  `json:"role"`
+	State      APITokenState `json:"state"`
+
+	// User the person or builder it acts as
+	User string `json:"user"`
+}
+
+// APITokenRole defines model for APIToken.Role.
+type APITokenRole string
+
+// APITokenState defines model for APIToken.State.
+type APITokenState string
+
+// APITokenCreated a new API token, with the bearer token itself (shown only here)
+type APITokenCreated struct {
+	CreatedAt  time.Time            `json:"created_at"`
+	ExpiresAt  time.Time            `json:"expires_at"`
+	Id         string               `json:"id"`
+	LastUsedAt *time.Time           `json:"last_used_at,omitempty"`
+	Name       string               `json:"name"`
+	RevokedAt  *time.Time           `json:"revoked_at,omitempty"`
+	RevokedBy  *string              `json:"revoked_by,omitempty"`
+	Role       APITokenCreatedRole  `json:"role"`
+	State      APITokenCreatedState `json:"state"`
+
+	// Token the bearer token
+	Token string `json:"token"`
+	User  string `json:"user"`
+}
+
+// APITokenCreatedRole defines model for APITokenCreated.Role.
+type APITokenCreatedRole string
+
+// APITokenCreatedState defines model for APITokenCreated.State.
+type APITokenCreatedState string
+
+// APITokenList defines model for APITokenList.
+type APITokenList struct {
+	Items      []APIToken `json:"items"`
+	NextCursor *string    `json:"next_cursor,omitempty"`
+}
+
+// APITokenRequest defines model for APITokenRequest.
+type APITokenRequest struct {
+	// ExpiresIn a Go duration of at least 1m and at most 8760h (default 2160h, 90 days)
+	//
+	// Example: 720h
+	ExpiresIn *string `json:"expires_in,omitempty"`
+
+	// Name what the token is for
+	//
+	// Example: ci-main
+	Name string `json:"name"`
+
+	// Role default: the creator's; never more than it (an admin makes builders' tokens)
+	Role *APITokenRequestRole `json:"role,omitempty"`
+}
+
+// APITokenRequestRole default: the creator's; never more than it (an admin makes builders' tokens)
+type APITokenRequestRole string
 
 // Artifact defines model for Artifact.
 type Artifact struct {
@@ -1010,9 +1241,12 @@ type JoinTokenInfo struct {
 	CreatedAt time.Time `json:"created_at"`
 
 	// CreatedBy the person who made it
-	CreatedBy string     `json:"created_by"`
-	ExpiresAt time.Time  `json:"expires_at"`
-	Id        int64      `json:"id"`
+	CreatedBy string    `json:"created_by"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Id        int64     `json:"id"`
+
+	// Labels key: value. A key is 1-63 characters of a-z, 0-9, '.', '_', '/' or '-'; a value 1-63 of A-Z, a-z, 0-9, '.', '_' or '-'; at most 64 labels
+	Labels    *LabelMap  `json:"labels,omitempty"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 	RevokedBy *string    `json:"revoked_by,omitempty"`
 
@@ -1039,6 +1273,29 @@ type JoinTokenRequest struct {
 	//
 	// Example: 24h
 	ExpiresIn *string `json:"expires_in,omitempty"`
+
+	// Labels key: value. A key is 1-63 characters of a-z, 0-9, '.', '_', '/' or '-'; a value 1-63 of A-Z, a-z, 0-9, '.', '_' or '-'; at most 64 labels
+	Labels *LabelMap `json:"labels,omitempty"`
+}
+
+// LabelMap key: value. A key is 1-63 characters of a-z, 0-9, '.', '_', '/' or '-'; a value 1-63 of A-Z, a-z, 0-9, '.', '_' or '-'; at most 64 labels
+type LabelMap map[string]string
+
+// Labels defines model for Labels.
+type Labels struct {
+	// Labels key: value. A key is 1-63 characters of a-z, 0-9, '.', '_', '/' or '-'; a value 1-63 of A-Z, a-z, 0-9, '.', '_' or '-'; at most 64 labels
+	Labels LabelMap `json:"labels"`
+}
+
+// LabelsUpdate defines model for LabelsUpdate.
+type LabelsUpdate struct {
+	Changes []SelectionChange `json:"changes"`
+
+	// DryRun true: nothing was changed
+	DryRun bool `json:"dry_run"`
+
+	// Labels key: value. A key is 1-63 characters of a-z, 0-9, '.', '_', '/' or '-'; a value 1-63 of A-Z, a-z, 0-9, '.', '_' or '-'; at most 64 labels
+	Labels LabelMap `json:"labels"`
 }
 
 // LoginRequest defines model for LoginRequest.
@@ -1095,6 +1352,13 @@ type Machine struct {
 	Schema            string       `json:"schema"`
 	State             MachineState `json:"state"`
 	TargetHostVersion string       `json:"target_host_version"`
+
+	// Yanked builds it runs that were yanked since; it keeps them, nothing new is given them (absent when none)
+	Yanked *[]struct {
+		Build  int    `json:"build"`
+		Module string `json:"module"`
+		Reason string `json:"reason"`
+	} `json:"yanked,omitempty"`
 }
 
 // MachineHealthState none: no checks declared
@@ -1164,7 +1428,10 @@ type Module struct {
 	Name         string          `json:"name"`
 	OnFailure    ModuleOnFailure `json:"on_failure"`
 	Repository   string          `json:"repository"`
-	SourcePaths  []string        `json:"source_paths"`
+
+	// Selector machines whose labels match get the module (empty: only where assigned)
+	Selector    string   `json:"selector"`
+	SourcePaths []string `json:"source_paths"`
 
 	// TierDeadline how long a tier may take before its plan halts
 	TierDeadline string `json:"tier_deadline"`
@@ -1204,6 +1471,38 @@ type ModuleRequestKind string
 
 // ModuleRequestOnFailure what a failing tier does to its plan: halt it, or halt and roll it back at once (service modules only; a mesh-controller module only ever halts)
 type ModuleRequestOnFailure string
+
+// ModuleUpdate defines model for ModuleUpdate.
+type ModuleUpdate struct {
+	Changes []SelectionChange `json:"changes"`
+
+	// DryRun true: nothing was changed
+	DryRun bool   `json:"dry_run"`
+	Module Module `json:"module"`
+}
+
+// ModuleUpdateRequest what to change; the name and kind never change
+type ModuleUpdateRequest struct {
+	OnFailure  *ModuleUpdateRequestOnFailure `json:"on_failure,omitempty"`
+	Repository *string                       `json:"repository,omitempty"`
+
+	// Selector Requirements separated by commas, all of which must hold:
+	// `key=value`, `key!=value` (true without the label too), `key`
+	// (the label is set), `!key` (it is not). Empty: the module goes
+	// only where a person assigned it. Not for host modules.
+	//
+	//
+	// Example: role=web,zone!=b
+	Selector    *string   `json:"selector,omitempty"`
+	SourcePaths *[]string `json:"source_paths,omitempty"`
+
+	// TierDeadline Example: 10m
+	TierDeadline *string `json:"tier_deadline,omitempty"`
+	Tiers        *[]Tier `json:"tiers,omitempty"`
+}
+
+// ModuleUpdateRequestOnFailure defines model for ModuleUpdateRequest.OnFailure.
+type ModuleUpdateRequestOnFailure string
 
 // Plan defines model for Plan.
 type Plan struct {
@@ -1506,6 +1805,16 @@ type RunningBuild struct {
 	Digest *string `json:"digest,omitempty"`
 }
 
+// SelectionChange one machine that gains or loses modules by a label or selector change (each such machine gets a new generation, trigger `label`)
+type SelectionChange struct {
+	// Gains modules it gains
+	Gains []string `json:"gains"`
+
+	// Loses modules it loses (never one a person assigned)
+	Loses   []string `json:"loses"`
+	Machine string   `json:"machine"`
+}
+
 // Send defines model for Send.
 type Send struct {
 	Digest     string `json:"digest"`
@@ -1635,8 +1944,13 @@ type Token struct {
 // User defines model for User.
 type User struct {
 	CreatedAt time.Time `json:"created_at"`
-	Name      string    `json:"name"`
-	Role      string    `json:"role"`
+
+	// Disabled a disabled user cannot log in; every token they held was revoked when they were disabled
+	Disabled   *bool      `json:"disabled,omitempty"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	DisabledBy *string    `json:"disabled_by,omitempty"`
+	Name       string     `json:"name"`
+	Role       string     `json:"role"`
 }
 
 // UserList defines model for UserList.
@@ -1657,6 +1971,15 @@ type UserRequest struct {
 // UserRequestRole defines model for UserRequest.Role.
 type UserRequestRole string
 
+// UserUpdate a disable or a role change revokes every session and API token the user held, on every instance
+type UserUpdate struct {
+	Disabled *bool           `json:"disabled,omitempty"`
+	Role     *UserUpdateRole `json:"role,omitempty"`
+}
+
+// UserUpdateRole defines model for UserUpdate.Role.
+type UserUpdateRole string
+
 // Variables defines model for Variables.
 type Variables struct {
 	// Variables KEY: value; a key is a letter or _ then up to 63 letters, digits or _ (^[A-Za-z_][A-Za-z0-9_]{0,63}$); a value at most 4096 bytes
@@ -1669,6 +1992,9 @@ type YankRequest struct {
 	Reason string `json:"reason"`
 }
 
+// ApiTokenID defines model for apiTokenID.
+type ApiTokenID = string
+
 // BuildID defines model for buildID.
 type BuildID = int64
 
@@ -1677,6 +2003,9 @@ type BuildNumber = int64
 
 // Cursor defines model for cursor.
 type Cursor = string
+
+// DryRun defines model for dryRun.
+type DryRun = bool
 
 // IfMatch Example: "42"
 type IfMatch = string
@@ -1689,6 +2018,9 @@ type Limit = int
 
 // MachineName defines model for machineName.
 type MachineName = string
+
+// ModuleIfMatch Example: "m-3f2a9c0d1e4b5a6f7c8d9e0f"
+type ModuleIfMatch = string
 
 // ModuleName defines model for moduleName.
 type ModuleName = string
@@ -1704,6 +2036,9 @@ type SendCursor = string
 
 // SourceName defines model for sourceName.
 type SourceName = string
+
+// UserName defines model for userName.
+type UserName = string
 
 // BadRequest defines model for BadRequest.
 type BadRequest = Problem
@@ -1731,6 +2066,12 @@ type TooLarge = Problem
 
 // Unauthorized defines model for Unauthorized.
 type Unauthorized = Problem
+
+// ListAPITokensParams defines parameters for ListAPITokens.
+type ListAPITokensParams struct {
+	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+}
 
 // ListAuditEventsParams defines parameters for ListAuditEvents.
 type ListAuditEventsParams struct {
@@ -1831,6 +2172,16 @@ type SetAssignmentsParams struct {
 	IfMatch IfMatch `json:"If-Match"`
 }
 
+// SetLabelsParams defines parameters for SetLabels.
+type SetLabelsParams struct {
+	// DryRun true: answer what the change would do (which machines gain or lose which modules) and change nothing
+	DryRun *DryRun `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// IfMatch the generation the change was made from, quoted (`"42"`; the quotes
+	// may be left out). Missing is 428, stale is 412, not a number is 400.
+	IfMatch IfMatch `json:"If-Match"`
+}
+
 // GetMachineLogsParams defines parameters for GetMachineLogs.
 type GetMachineLogsParams struct {
 	// Resource a service resource's id (module.name); without it, every service that shipped lines
@@ -1881,6 +2232,15 @@ type ListModulesParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// UpdateModuleParams defines parameters for UpdateModule.
+type UpdateModuleParams struct {
+	// DryRun true: answer what the change would do (which machines gain or lose which modules) and change nothing
+	DryRun *DryRun `form:"dry_run,omitempty" json:"dry_run,omitempty"`
+
+	// IfMatch the module's ETag as GET gave it. Missing is 428, stale is 412.
+	IfMatch ModuleIfMatch `json:"If-Match"`
+}
+
 // ListBuildsParams defines parameters for ListBuilds.
 type ListBuildsParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
@@ -1922,6 +2282,9 @@ type GetInstallBinaryParams struct {
 	Range *string `json:"Range,omitempty"`
 }
 
+// CreateAPITokenJSONRequestBody defines body for CreateAPIToken for application/json ContentType.
+type CreateAPITokenJSONRequestBody = APITokenRequest
+
 // LoginJSONRequestBody defines body for Login for application/json ContentType.
 type LoginJSONRequestBody = LoginRequest
 
@@ -1952,11 +2315,17 @@ type CreateJoinTokenJSONRequestBody = JoinTokenRequest
 // SetAssignmentsJSONRequestBody defines body for SetAssignments for application/json ContentType.
 type SetAssignmentsJSONRequestBody = Assignments
 
+// SetLabelsJSONRequestBody defines body for SetLabels for application/json ContentType.
+type SetLabelsJSONRequestBody = Labels
+
 // SetVariablesJSONRequestBody defines body for SetVariables for application/json ContentType.
 type SetVariablesJSONRequestBody = Variables
 
 // CreateModuleJSONRequestBody defines body for CreateModule for application/json ContentType.
 type CreateModuleJSONRequestBody = ModuleRequest
+
+// UpdateModuleJSONRequestBody defines body for UpdateModule for application/json ContentType.
+type UpdateModuleJSONRequestBody = ModuleUpdateRequest
 
 // CreateBuildMultipartRequestBody defines body for CreateBuild for multipart/form-data ContentType.
 type CreateBuildMultipartRequestBody = BuildUpload
@@ -1975,6 +2344,9 @@ type CreateSourceJSONRequestBody = SourceRequest
 
 // CreateUserJSONRequestBody defines body for CreateUser for application/json ContentType.
 type CreateUserJSONRequestBody = UserRequest
+
+// UpdateUserJSONRequestBody defines body for UpdateUser for application/json ContentType.
+type UpdateUserJSONRequestBody = UserUpdate
 
 // Getter for additional properties for Report. Returns the specified
 // element and whether it was found
@@ -2693,6 +3065,38 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// ListAPITokens your API tokens (an admin sees everyone's), newest first, with their last use
+	//
+	// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
+	ListAPITokens(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateAPITokenWithBody a long-lived, expiring, revocable token for you or your CI (any person)
+	//
+	// Used as `Authorization: Bearer` like a login's token. Its role is never
+	// more than yours; only its hash is kept; revoking it (or disabling its
+	// user) refuses it on every instance at once.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+	CreateAPITokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateAPIToken a long-lived, expiring, revocable token for you or your CI (any person)
+	//
+	// Used as `Authorization: Bearer` like a login's token. Its role is never
+	// more than yours; only its hash is kept; revoking it (or disabling its
+	// user) refuses it on every instance at once.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+	CreateAPIToken(ctx context.Context, body CreateAPITokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeAPIToken revoke an API token (yours; an admin any), on every instance
+	//
+	// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
+	RevokeAPIToken(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAuditEvents who did what, when; newest first (viewer)
 	//
 	// Corresponds with GET /api/v1/audit (the `ListAuditEvents` operationId).
@@ -2965,6 +3369,35 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/machines/{name}/declaration (the `PreviewDeclaration` operationId).
 	PreviewDeclaration(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetLabels the machine's labels (viewer)
+	//
+	// Corresponds with GET /api/v1/machines/{name}/labels (the `GetLabels` operationId).
+	GetLabels(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetLabelsWithBody replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+	//
+	// A new generation (trigger `label`) in the transaction that stores the
+	// labels and the modules they select. With `dry_run=true` the answer
+	// says which modules the machine would gain or lose, and nothing
+	// changes. A host never sets its own labels (a join token may carry them).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+	SetLabelsWithBody(ctx context.Context, name MachineName, params *SetLabelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetLabels replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+	//
+	// A new generation (trigger `label`) in the transaction that stores the
+	// labels and the modules they select. With `dry_run=true` the answer
+	// says which modules the machine would gain or lose, and nothing
+	// changes. A host never sets its own labels (a join token may carry them).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+	SetLabels(ctx context.Context, name MachineName, params *SetLabelsParams, body SetLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetMachineLogs the latest lines the machine's host shipped of its services, with when (viewer)
 	//
 	// A host ships the last lines (at most 100, 16 KiB) of a service's
@@ -3034,10 +3467,43 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/modules (the `CreateModule` operationId).
 	CreateModule(ctx context.Context, body CreateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DeleteModule delete a module no machine runs, with its builds and plans (admin)
+	//
+	// A module still assigned or selected anywhere, or reported running by a machine, is 409 naming them.
+	//
+	// Corresponds with DELETE /api/v1/modules/{module} (the `DeleteModule` operationId).
+	DeleteModule(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetModule one module (viewer)
 	//
 	// Corresponds with GET /api/v1/modules/{module} (the `GetModule` operationId).
 	GetModule(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	//
+	// A selector change gives the module to the machines it now matches and
+	// takes it from those it no longer does (never from one a person
+	// assigned it to), each with a new generation (trigger `label`), in one
+	// transaction. With `dry_run=true` the answer says which machines would
+	// gain or lose it, and nothing changes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+	UpdateModuleWithBody(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	//
+	// A selector change gives the module to the machines it now matches and
+	// takes it from those it no longer does (never from one a person
+	// assigned it to), each with a new generation (trigger `label`), in one
+	// transaction. With `dry_run=true` the answer says which machines would
+	// gain or lose it, and nothing changes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+	UpdateModule(ctx context.Context, module ModuleName, params *UpdateModuleParams, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListBuilds the module's builds, newest first (viewer)
 	//
@@ -3205,6 +3671,30 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/users (the `CreateUser` operationId).
 	CreateUser(ctx context.Context, body CreateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UpdateUserWithBody change a user's role, or disable or enable them (admin)
+	//
+	// A disable or a role change revokes every session and API token the
+	// user held, on every instance at once; a disabled user cannot log in
+	// (403). You cannot disable yourself, and the last enabled admin keeps
+	// the role (409).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+	UpdateUserWithBody(ctx context.Context, name UserName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateUser change a user's role, or disable or enable them (admin)
+	//
+	// A disable or a role change revokes every session and API token the
+	// user held, on every instance at once; a disabled user cannot log in
+	// (403). You cannot disable yourself, and the last enabled admin keeps
+	// the role (409).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+	UpdateUser(ctx context.Context, name UserName, body UpdateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetHealth the process is alive
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -3243,6 +3733,78 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
 	GetManifestSchema(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListAPITokens your API tokens (an admin sees everyone's), newest first, with their last use
+//
+// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
+func (c *Client) ListAPITokens(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAPITokensRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateAPITokenWithBody a long-lived, expiring, revocable token for you or your CI (any person)
+//
+// Used as `Authorization: Bearer` like a login's token. Its role is never
+// more than yours; only its hash is kept; revoking it (or disabling its
+// user) refuses it on every instance at once.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+func (c *Client) CreateAPITokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateAPITokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateAPIToken a long-lived, expiring, revocable token for you or your CI (any person)
+//
+// Used as `Authorization: Bearer` like a login's token. Its role is never
+// more than yours; only its hash is kept; revoking it (or disabling its
+// user) refuses it on every instance at once.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+func (c *Client) CreateAPIToken(ctx context.Context, body CreateAPITokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateAPITokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeAPIToken revoke an API token (yours; an admin any), on every instance
+//
+// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
+func (c *Client) RevokeAPIToken(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeAPITokenRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListAuditEvents who did what, when; newest first (viewer)
@@ -3867,6 +4429,65 @@ func (c *Client) PreviewDeclaration(ctx context.Context, name MachineName, reqEd
 	return c.Client.Do(req)
 }
 
+// GetLabels the machine's labels (viewer)
+//
+// Corresponds with GET /api/v1/machines/{name}/labels (the `GetLabels` operationId).
+func (c *Client) GetLabels(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLabelsRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetLabelsWithBody replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+//
+// A new generation (trigger `label`) in the transaction that stores the
+// labels and the modules they select. With `dry_run=true` the answer
+// says which modules the machine would gain or lose, and nothing
+// changes. A host never sets its own labels (a join token may carry them).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+func (c *Client) SetLabelsWithBody(ctx context.Context, name MachineName, params *SetLabelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetLabelsRequestWithBody(c.Server, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetLabels replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+//
+// A new generation (trigger `label`) in the transaction that stores the
+// labels and the modules they select. With `dry_run=true` the answer
+// says which modules the machine would gain or lose, and nothing
+// changes. A host never sets its own labels (a join token may carry them).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+func (c *Client) SetLabels(ctx context.Context, name MachineName, params *SetLabelsParams, body SetLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetLabelsRequest(c.Server, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetMachineLogs the latest lines the machine's host shipped of its services, with when (viewer)
 //
 // A host ships the last lines (at most 100, 16 KiB) of a service's
@@ -4046,11 +4667,74 @@ func (c *Client) CreateModule(ctx context.Context, body CreateModuleJSONRequestB
 	return c.Client.Do(req)
 }
 
+// DeleteModule delete a module no machine runs, with its builds and plans (admin)
+//
+// A module still assigned or selected anywhere, or reported running by a machine, is 409 naming them.
+//
+// Corresponds with DELETE /api/v1/modules/{module} (the `DeleteModule` operationId).
+func (c *Client) DeleteModule(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteModuleRequest(c.Server, module)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetModule one module (viewer)
 //
 // Corresponds with GET /api/v1/modules/{module} (the `GetModule` operationId).
 func (c *Client) GetModule(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetModuleRequest(c.Server, module)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+//
+// A selector change gives the module to the machines it now matches and
+// takes it from those it no longer does (never from one a person
+// assigned it to), each with a new generation (trigger `label`), in one
+// transaction. With `dry_run=true` the answer says which machines would
+// gain or lose it, and nothing changes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+func (c *Client) UpdateModuleWithBody(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateModuleRequestWithBody(c.Server, module, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+//
+// A selector change gives the module to the machines it now matches and
+// takes it from those it no longer does (never from one a person
+// assigned it to), each with a new generation (trigger `label`), in one
+// transaction. With `dry_run=true` the answer says which machines would
+// gain or lose it, and nothing changes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+func (c *Client) UpdateModule(ctx context.Context, module ModuleName, params *UpdateModuleParams, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateModuleRequest(c.Server, module, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4457,6 +5141,50 @@ func (c *Client) CreateUser(ctx context.Context, body CreateUserJSONRequestBody,
 	return c.Client.Do(req)
 }
 
+// UpdateUserWithBody change a user's role, or disable or enable them (admin)
+//
+// A disable or a role change revokes every session and API token the
+// user held, on every instance at once; a disabled user cannot log in
+// (403). You cannot disable yourself, and the last enabled admin keeps
+// the role (409).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+func (c *Client) UpdateUserWithBody(ctx context.Context, name UserName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateUserRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateUser change a user's role, or disable or enable them (admin)
+//
+// A disable or a role change revokes every session and API token the
+// user held, on every instance at once; a disabled user cannot log in
+// (403). You cannot disable yourself, and the last enabled admin keeps
+// the role (409).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+func (c *Client) UpdateUser(ctx context.Context, name UserName, body UpdateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateUserRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetHealth the process is alive
 //
 // Corresponds with GET /healthz (the `GetHealth` operationId).
@@ -4564,6 +5292,134 @@ func (c *Client) GetManifestSchema(ctx context.Context, reqEditors ...RequestEdi
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewListAPITokensRequest constructs an http.Request for the ListAPITokens method
+func NewListAPITokensRequest(server string, params *ListAPITokensParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/api-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateAPITokenRequest calls the generic CreateAPIToken builder with application/json body
+func NewCreateAPITokenRequest(server string, body CreateAPITokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateAPITokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateAPITokenRequestWithBody constructs an http.Request for the CreateAPIToken method, with any body, and a specified content type
+func NewCreateAPITokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/api-tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRevokeAPITokenRequest constructs an http.Request for the RevokeAPIToken method
+func NewRevokeAPITokenRequest(server string, id ApiTokenID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/api-tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewListAuditEventsRequest constructs an http.Request for the ListAuditEvents method
@@ -5890,6 +6746,127 @@ func NewPreviewDeclarationRequest(server string, name MachineName) (*http.Reques
 	return req, nil
 }
 
+// NewGetLabelsRequest constructs an http.Request for the GetLabels method
+func NewGetLabelsRequest(server string, name MachineName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/machines/%s/labels", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetLabelsRequest calls the generic SetLabels builder with application/json body
+func NewSetLabelsRequest(server string, name MachineName, params *SetLabelsParams, body SetLabelsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetLabelsRequestWithBody(server, name, params, "application/json", bodyReader)
+}
+
+// NewSetLabelsRequestWithBody constructs an http.Request for the SetLabels method, with any body, and a specified content type
+func NewSetLabelsRequestWithBody(server string, name MachineName, params *SetLabelsParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/machines/%s/labels", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dry_run", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("If-Match", headerParam0)
+
+	}
+
+	return req, nil
+}
+
 // NewGetMachineLogsRequest constructs an http.Request for the GetMachineLogs method
 func NewGetMachineLogsRequest(server string, name MachineName, params *GetMachineLogsParams) (*http.Request, error) {
 	var err error
@@ -6390,6 +7367,40 @@ func NewCreateModuleRequestWithBody(server string, contentType string, body io.R
 	return req, nil
 }
 
+// NewDeleteModuleRequest constructs an http.Request for the DeleteModule method
+func NewDeleteModuleRequest(server string, module ModuleName) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "module", module, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/modules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetModuleRequest constructs an http.Request for the GetModule method
 func NewGetModuleRequest(server string, module ModuleName) (*http.Request, error) {
 	var err error
@@ -6419,6 +7430,93 @@ func NewGetModuleRequest(server string, module ModuleName) (*http.Request, error
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateModuleRequest calls the generic UpdateModule builder with application/json body
+func NewUpdateModuleRequest(server string, module ModuleName, params *UpdateModuleParams, body UpdateModuleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateModuleRequestWithBody(server, module, params, "application/json", bodyReader)
+}
+
+// NewUpdateModuleRequestWithBody constructs an http.Request for the UpdateModule method, with any body, and a specified content type
+func NewUpdateModuleRequestWithBody(server string, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "module", module, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/modules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.DryRun != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "dry_run", *params.DryRun, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("If-Match", headerParam0)
+
 	}
 
 	return req, nil
@@ -7224,6 +8322,53 @@ func NewCreateUserRequestWithBody(server string, contentType string, body io.Rea
 	return req, nil
 }
 
+// NewUpdateUserRequest calls the generic UpdateUser builder with application/json body
+func NewUpdateUserRequest(server string, name UserName, body UpdateUserJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateUserRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewUpdateUserRequestWithBody constructs an http.Request for the UpdateUser method, with any body, and a specified content type
+func NewUpdateUserRequestWithBody(server string, name UserName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/users/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -7478,6 +8623,42 @@ func WithBaseURL(baseURL string) ClientOption {
 
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
+
+	// ListAPITokensWithResponse your API tokens (an admin sees everyone's), newest first, with their last use
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
+	ListAPITokensWithResponse(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*ListAPITokensResponse, error)
+
+	// CreateAPITokenWithBodyWithResponse a long-lived, expiring, revocable token for you or your CI (any person)
+	//
+	// Used as `Authorization: Bearer` like a login's token. Its role is never
+	// more than yours; only its hash is kept; revoking it (or disabling its
+	// user) refuses it on every instance at once.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+	CreateAPITokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateAPITokenResponse, error)
+
+	// CreateAPITokenWithResponse a long-lived, expiring, revocable token for you or your CI (any person)
+	//
+	// Used as `Authorization: Bearer` like a login's token. Its role is never
+	// more than yours; only its hash is kept; revoking it (or disabling its
+	// user) refuses it on every instance at once.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+	CreateAPITokenWithResponse(ctx context.Context, body CreateAPITokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateAPITokenResponse, error)
+
+	// RevokeAPITokenWithResponse revoke an API token (yours; an admin any), on every instance
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
+	RevokeAPITokenWithResponse(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*RevokeAPITokenResponse, error)
 
 	// ListAuditEventsWithResponse who did what, when; newest first (viewer)
 	//
@@ -7785,6 +8966,37 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/machines/{name}/declaration (the `PreviewDeclaration` operationId).
 	PreviewDeclarationWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*PreviewDeclarationResponse, error)
 
+	// GetLabelsWithResponse the machine's labels (viewer)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/machines/{name}/labels (the `GetLabels` operationId).
+	GetLabelsWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*GetLabelsResponse, error)
+
+	// SetLabelsWithBodyWithResponse replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+	//
+	// A new generation (trigger `label`) in the transaction that stores the
+	// labels and the modules they select. With `dry_run=true` the answer
+	// says which modules the machine would gain or lose, and nothing
+	// changes. A host never sets its own labels (a join token may carry them).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+	SetLabelsWithBodyWithResponse(ctx context.Context, name MachineName, params *SetLabelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetLabelsResponse, error)
+
+	// SetLabelsWithResponse replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+	//
+	// A new generation (trigger `label`) in the transaction that stores the
+	// labels and the modules they select. With `dry_run=true` the answer
+	// says which modules the machine would gain or lose, and nothing
+	// changes. A host never sets its own labels (a join token may carry them).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+	SetLabelsWithResponse(ctx context.Context, name MachineName, params *SetLabelsParams, body SetLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetLabelsResponse, error)
+
 	// GetMachineLogsWithResponse the latest lines the machine's host shipped of its services, with when (viewer)
 	//
 	// A host ships the last lines (at most 100, 16 KiB) of a service's
@@ -7868,12 +9080,47 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/modules (the `CreateModule` operationId).
 	CreateModuleWithResponse(ctx context.Context, body CreateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateModuleResponse, error)
 
+	// DeleteModuleWithResponse delete a module no machine runs, with its builds and plans (admin)
+	//
+	// A module still assigned or selected anywhere, or reported running by a machine, is 409 naming them.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/modules/{module} (the `DeleteModule` operationId).
+	DeleteModuleWithResponse(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*DeleteModuleResponse, error)
+
 	// GetModuleWithResponse one module (viewer)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/modules/{module} (the `GetModule` operationId).
 	GetModuleWithResponse(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*GetModuleResponse, error)
+
+	// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	//
+	// A selector change gives the module to the machines it now matches and
+	// takes it from those it no longer does (never from one a person
+	// assigned it to), each with a new generation (trigger `label`), in one
+	// transaction. With `dry_run=true` the answer says which machines would
+	// gain or lose it, and nothing changes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+	UpdateModuleWithBodyWithResponse(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error)
+
+	// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	//
+	// A selector change gives the module to the machines it now matches and
+	// takes it from those it no longer does (never from one a person
+	// assigned it to), each with a new generation (trigger `label`), in one
+	// transaction. With `dry_run=true` the answer says which machines would
+	// gain or lose it, and nothing changes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+	UpdateModuleWithResponse(ctx context.Context, module ModuleName, params *UpdateModuleParams, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error)
 
 	// ListBuildsWithResponse the module's builds, newest first (viewer)
 	//
@@ -8065,6 +9312,30 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/users (the `CreateUser` operationId).
 	CreateUserWithResponse(ctx context.Context, body CreateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateUserResponse, error)
 
+	// UpdateUserWithBodyWithResponse change a user's role, or disable or enable them (admin)
+	//
+	// A disable or a role change revokes every session and API token the
+	// user held, on every instance at once; a disabled user cannot log in
+	// (403). You cannot disable yourself, and the last enabled admin keeps
+	// the role (409).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+	UpdateUserWithBodyWithResponse(ctx context.Context, name UserName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateUserResponse, error)
+
+	// UpdateUserWithResponse change a user's role, or disable or enable them (admin)
+	//
+	// A disable or a role change revokes every session and API token the
+	// user held, on every instance at once; a disabled user cannot log in
+	// (403). You cannot disable yourself, and the last enabled admin keeps
+	// the role (409).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+	UpdateUserWithResponse(ctx context.Context, name UserName, body UpdateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateUserResponse, error)
+
 	// GetHealthWithResponse the process is alive
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8117,6 +9388,213 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /schemas/manifest.json (the `GetManifestSchema` operationId).
 	GetManifestSchemaWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetManifestSchemaResponse, error)
+}
+
+type ListAPITokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *APITokenList
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAPITokensResponse) GetJSON200() *APITokenList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAPITokensResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAPITokensResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListAPITokensResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAPITokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAPITokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAPITokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAPITokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateAPITokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *APITokenCreated
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateAPITokenResponse) GetJSON201() *APITokenCreated {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateAPITokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateAPITokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateAPITokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateAPITokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeAPITokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *APIToken
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeAPITokenResponse) GetJSON200() *APIToken {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeAPITokenResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeAPITokenResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeAPITokenResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeAPITokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeAPITokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeAPITokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeAPITokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type ListAuditEventsResponse struct {
@@ -10215,6 +11693,186 @@ func (r PreviewDeclarationResponse) ContentType() string {
 	return ""
 }
 
+// GetLabelsResponse200Headers the declared response headers of an HTTP 200 response for GetLabels
+type GetLabelsResponse200Headers struct {
+	ETag *string
+}
+
+type GetLabelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Labels
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetLabelsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLabelsResponse) GetJSON200() *Labels {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLabelsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLabelsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetLabelsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetLabelsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLabelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLabelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLabelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLabelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetLabelsResponse200Headers the declared response headers of an HTTP 200 response for SetLabels
+type SetLabelsResponse200Headers struct {
+	ETag *string
+}
+
+type SetLabelsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LabelsUpdate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *StaleGeneration
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
+	ApplicationproblemJSON428 *IfMatchRequired
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SetLabelsResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetLabelsResponse) GetJSON200() *LabelsUpdate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON412() *StaleGeneration {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON428 returns the response for an HTTP 428 `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSON428() *IfMatchRequired {
+	return r.ApplicationproblemJSON428
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetLabelsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetLabelsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetLabelsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetLabelsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetLabelsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetMachineLogsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10955,6 +12613,80 @@ func (r CreateModuleResponse) ContentType() string {
 	return ""
 }
 
+type DeleteModuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteModuleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteModuleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteModuleResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DeleteModuleResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DeleteModuleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteModuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteModuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteModuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteModuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetModuleResponse200Headers the declared response headers of an HTTP 200 response for GetModule
+type GetModuleResponse200Headers struct {
+	ETag *string
+}
+
 type GetModuleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10968,6 +12700,8 @@ type GetModuleResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetModuleResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11018,6 +12752,110 @@ func (r GetModuleResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetModuleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// UpdateModuleResponse200Headers the declared response headers of an HTTP 200 response for UpdateModule
+type UpdateModuleResponse200Headers struct {
+	ETag *string
+}
+
+type UpdateModuleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ModuleUpdate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *StaleGeneration
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
+	ApplicationproblemJSON428 *IfMatchRequired
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *UpdateModuleResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateModuleResponse) GetJSON200() *ModuleUpdate {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON412() *StaleGeneration {
+	return r.ApplicationproblemJSON412
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON428 returns the response for an HTTP 428 `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSON428() *IfMatchRequired {
+	return r.ApplicationproblemJSON428
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateModuleResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateModuleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateModuleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateModuleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateModuleResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12441,6 +14279,96 @@ func (r CreateUserResponse) ContentType() string {
 	return ""
 }
 
+type UpdateUserResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *User
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateUserResponse) GetJSON200() *User {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateUserResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateUserResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateUserResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateUserResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateUserResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12733,6 +14661,66 @@ func (r GetManifestSchemaResponse) ContentType() string {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
 	return ""
+}
+
+// ListAPITokensWithResponse your API tokens (an admin sees everyone's), newest first, with their last use
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
+func (c *ClientWithResponses) ListAPITokensWithResponse(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*ListAPITokensResponse, error) {
+	rsp, err := c.ListAPITokens(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAPITokensResponse(rsp)
+}
+
+// CreateAPITokenWithBodyWithResponse a long-lived, expiring, revocable token for you or your CI (any person)
+//
+// Used as `Authorization: Bearer` like a login's token. Its role is never
+// more than yours; only its hash is kept; revoking it (or disabling its
+// user) refuses it on every instance at once.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+func (c *ClientWithResponses) CreateAPITokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateAPITokenResponse, error) {
+	rsp, err := c.CreateAPITokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateAPITokenResponse(rsp)
+}
+
+// CreateAPITokenWithResponse a long-lived, expiring, revocable token for you or your CI (any person)
+//
+// Used as `Authorization: Bearer` like a login's token. Its role is never
+// more than yours; only its hash is kept; revoking it (or disabling its
+// user) refuses it on every instance at once.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/api-tokens (the `CreateAPIToken` operationId).
+func (c *ClientWithResponses) CreateAPITokenWithResponse(ctx context.Context, body CreateAPITokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateAPITokenResponse, error) {
+	rsp, err := c.CreateAPIToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateAPITokenResponse(rsp)
+}
+
+// RevokeAPITokenWithResponse revoke an API token (yours; an admin any), on every instance
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
+func (c *ClientWithResponses) RevokeAPITokenWithResponse(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*RevokeAPITokenResponse, error) {
+	rsp, err := c.RevokeAPIToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeAPITokenResponse(rsp)
 }
 
 // ListAuditEventsWithResponse who did what, when; newest first (viewer)
@@ -13251,6 +15239,55 @@ func (c *ClientWithResponses) PreviewDeclarationWithResponse(ctx context.Context
 	return ParsePreviewDeclarationResponse(rsp)
 }
 
+// GetLabelsWithResponse the machine's labels (viewer)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/machines/{name}/labels (the `GetLabels` operationId).
+func (c *ClientWithResponses) GetLabelsWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*GetLabelsResponse, error) {
+	rsp, err := c.GetLabels(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLabelsResponse(rsp)
+}
+
+// SetLabelsWithBodyWithResponse replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+//
+// A new generation (trigger `label`) in the transaction that stores the
+// labels and the modules they select. With `dry_run=true` the answer
+// says which modules the machine would gain or lose, and nothing
+// changes. A host never sets its own labels (a join token may carry them).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+func (c *ClientWithResponses) SetLabelsWithBodyWithResponse(ctx context.Context, name MachineName, params *SetLabelsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetLabelsResponse, error) {
+	rsp, err := c.SetLabelsWithBody(ctx, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetLabelsResponse(rsp)
+}
+
+// SetLabelsWithResponse replace the labels (operator, If-Match); the machine gains and loses modules by their selectors
+//
+// A new generation (trigger `label`) in the transaction that stores the
+// labels and the modules they select. With `dry_run=true` the answer
+// says which modules the machine would gain or lose, and nothing
+// changes. A host never sets its own labels (a join token may carry them).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/machines/{name}/labels (the `SetLabels` operationId).
+func (c *ClientWithResponses) SetLabelsWithResponse(ctx context.Context, name MachineName, params *SetLabelsParams, body SetLabelsJSONRequestBody, reqEditors ...RequestEditorFn) (*SetLabelsResponse, error) {
+	rsp, err := c.SetLabels(ctx, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetLabelsResponse(rsp)
+}
+
 // GetMachineLogsWithResponse the latest lines the machine's host shipped of its services, with when (viewer)
 //
 // A host ships the last lines (at most 100, 16 KiB) of a service's
@@ -13400,6 +15437,21 @@ func (c *ClientWithResponses) CreateModuleWithResponse(ctx context.Context, body
 	return ParseCreateModuleResponse(rsp)
 }
 
+// DeleteModuleWithResponse delete a module no machine runs, with its builds and plans (admin)
+//
+// A module still assigned or selected anywhere, or reported running by a machine, is 409 naming them.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/modules/{module} (the `DeleteModule` operationId).
+func (c *ClientWithResponses) DeleteModuleWithResponse(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*DeleteModuleResponse, error) {
+	rsp, err := c.DeleteModule(ctx, module, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteModuleResponse(rsp)
+}
+
 // GetModuleWithResponse one module (viewer)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13411,6 +15463,44 @@ func (c *ClientWithResponses) GetModuleWithResponse(ctx context.Context, module 
 		return nil, err
 	}
 	return ParseGetModuleResponse(rsp)
+}
+
+// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+//
+// A selector change gives the module to the machines it now matches and
+// takes it from those it no longer does (never from one a person
+// assigned it to), each with a new generation (trigger `label`), in one
+// transaction. With `dry_run=true` the answer says which machines would
+// gain or lose it, and nothing changes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+func (c *ClientWithResponses) UpdateModuleWithBodyWithResponse(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error) {
+	rsp, err := c.UpdateModuleWithBody(ctx, module, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateModuleResponse(rsp)
+}
+
+// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+//
+// A selector change gives the module to the machines it now matches and
+// takes it from those it no longer does (never from one a person
+// assigned it to), each with a new generation (trigger `label`), in one
+// transaction. With `dry_run=true` the answer says which machines would
+// gain or lose it, and nothing changes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
+func (c *ClientWithResponses) UpdateModuleWithResponse(ctx context.Context, module ModuleName, params *UpdateModuleParams, body UpdateModuleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error) {
+	rsp, err := c.UpdateModule(ctx, module, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateModuleResponse(rsp)
 }
 
 // ListBuildsWithResponse the module's builds, newest first (viewer)
@@ -13741,6 +15831,42 @@ func (c *ClientWithResponses) CreateUserWithResponse(ctx context.Context, body C
 	return ParseCreateUserResponse(rsp)
 }
 
+// UpdateUserWithBodyWithResponse change a user's role, or disable or enable them (admin)
+//
+// A disable or a role change revokes every session and API token the
+// user held, on every instance at once; a disabled user cannot log in
+// (403). You cannot disable yourself, and the last enabled admin keeps
+// the role (409).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+func (c *ClientWithResponses) UpdateUserWithBodyWithResponse(ctx context.Context, name UserName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateUserResponse, error) {
+	rsp, err := c.UpdateUserWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateUserResponse(rsp)
+}
+
+// UpdateUserWithResponse change a user's role, or disable or enable them (admin)
+//
+// A disable or a role change revokes every session and API token the
+// user held, on every instance at once; a disabled user cannot log in
+// (403). You cannot disable yourself, and the last enabled admin keeps
+// the role (409).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/users/{name} (the `UpdateUser` operationId).
+func (c *ClientWithResponses) UpdateUserWithResponse(ctx context.Context, name UserName, body UpdateUserJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateUserResponse, error) {
+	rsp, err := c.UpdateUser(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateUserResponse(rsp)
+}
+
 // GetHealthWithResponse the process is alive
 //
 // Returns a wrapper object for the known response body format(s).
@@ -13834,6 +15960,168 @@ func (c *ClientWithResponses) GetManifestSchemaWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseGetManifestSchemaResponse(rsp)
+}
+
+// ParseListAPITokensResponse parses an HTTP response from a ListAPITokensWithResponse call
+func ParseListAPITokensResponse(rsp *http.Response) (*ListAPITokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAPITokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest APITokenList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateAPITokenResponse parses an HTTP response from a CreateAPITokenWithResponse call
+func ParseCreateAPITokenResponse(rsp *http.Response) (*CreateAPITokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateAPITokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest APITokenCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeAPITokenResponse parses an HTTP response from a RevokeAPITokenWithResponse call
+func ParseRevokeAPITokenResponse(rsp *http.Response) (*RevokeAPITokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeAPITokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest APIToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseListAuditEventsResponse parses an HTTP response from a ListAuditEventsWithResponse call
@@ -15586,6 +17874,168 @@ func ParsePreviewDeclarationResponse(rsp *http.Response) (*PreviewDeclarationRes
 	return response, nil
 }
 
+// ParseGetLabelsResponse parses an HTTP response from a GetLabelsWithResponse call
+func ParseGetLabelsResponse(rsp *http.Response) (*GetLabelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLabelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Labels
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetLabelsResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSetLabelsResponse parses an HTTP response from a SetLabelsWithResponse call
+func ParseSetLabelsResponse(rsp *http.Response) (*SetLabelsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetLabelsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LabelsUpdate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest StaleGeneration
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 428:
+		var dest IfMatchRequired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON428 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SetLabelsResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseGetMachineLogsResponse parses an HTTP response from a GetMachineLogsWithResponse call
 func ParseGetMachineLogsResponse(rsp *http.Response) (*GetMachineLogsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16215,6 +18665,63 @@ func ParseCreateModuleResponse(rsp *http.Response) (*CreateModuleResponse, error
 	return response, nil
 }
 
+// ParseDeleteModuleResponse parses an HTTP response from a DeleteModuleWithResponse call
+func ParseDeleteModuleResponse(rsp *http.Response) (*DeleteModuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteModuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetModuleResponse parses an HTTP response from a GetModuleWithResponse call
 func ParseGetModuleResponse(rsp *http.Response) (*GetModuleResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -16264,6 +18771,114 @@ func ParseGetModuleResponse(rsp *http.Response) (*GetModuleResponse, error) {
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetModuleResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUpdateModuleResponse parses an HTTP response from a UpdateModuleWithResponse call
+func ParseUpdateModuleResponse(rsp *http.Response) (*UpdateModuleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateModuleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ModuleUpdate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest StaleGeneration
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 428:
+		var dest IfMatchRequired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON428 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers UpdateModuleResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil
@@ -17392,6 +20007,81 @@ func ParseCreateUserResponse(rsp *http.Response) (*CreateUserResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateUserResponse parses an HTTP response from a UpdateUserWithResponse call
+func ParseUpdateUserResponse(rsp *http.Response) (*UpdateUserResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateUserResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest User
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict

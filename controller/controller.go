@@ -238,7 +238,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		return nil, err
 	}
 	sends := api.NewSendWriter(st)
-	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked}
+	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked, Used: auth.NewLastUse()}
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.ManifestSchema = mesh.ManifestSchema
@@ -338,6 +338,13 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			}
 			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pruning revocations", "err", err)
+			}
+			// API tokens' last use, noted in memory at most once a minute each.
+			if uses := c.Server.Auth.Used.Take(); len(uses) > 0 {
+				if err := c.Store.TouchAPITokens(ctx, uses); err != nil && ctx.Err() == nil {
+					c.Server.Auth.Used.Return(uses)
+					c.cfg.Log.Warn("recording API tokens' last use", "err", err)
+				}
 			}
 		}
 	}

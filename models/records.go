@@ -15,6 +15,9 @@ const (
 	// TriggerSchema: the schemas a machine's host advertises changed (an
 	// upgrade, or a rollback to an older host), so it is composed afresh.
 	TriggerSchema = "schema"
+	// TriggerLabel: the machine's labels changed, or a module's selector,
+	// and so the modules it should run.
+	TriggerLabel = "label"
 )
 
 // Roles of a person (or a builder's token).
@@ -103,6 +106,10 @@ type User struct {
 	Role         string    `json:"role"`
 	PasswordHash string    `json:"-"`
 	CreatedAt    time.Time `json:"created_at"`
+	// DisabledAt is set while the user is disabled: no login, and every
+	// token they held before it was revoked (RevokedUser).
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	DisabledBy string     `json:"disabled_by,omitempty"`
 }
 
 // JoinToken lets one host enrol once before it expires, unless an admin
@@ -117,6 +124,9 @@ type JoinToken struct {
 	RevokedBy string
 	CreatedBy string
 	CreatedAt time.Time
+	// Labels (JSON object) are given to the machine that enrols with it:
+	// the only way a machine has labels before an operator sets them.
+	Labels string
 }
 
 // Join token states, as listed.
@@ -201,6 +211,9 @@ type Module struct {
 	// OnFailureRollback (service modules only).
 	OnFailure string `gorm:"default:halt"`
 	CreatedAt time.Time
+	// Selector gives the module to every machine whose labels match it
+	// (ParseSelector); empty: only where assigned.
+	Selector string
 }
 
 // Build is an immutable build of a module. Number is monotonic per module.
@@ -234,6 +247,11 @@ type Assignment struct {
 	Reason    string
 	PinPlan   int64 // the plan whose rollback set this pin (a newer plan lifts it); 0: a person's
 	CreatedAt time.Time
+	// Assigned: a person assigned the module. Selected: the module's
+	// selector matches the machine's labels. The row is there while
+	// either holds; composing and plans read it alike.
+	Assigned bool
+	Selected bool
 }
 
 // Declaration is the one composed declaration of (machine, generation).
@@ -318,4 +336,9 @@ type Revocation struct {
 // Kinds of revoked token.
 const (
 	RevokedSession = "session"
+	// RevokedAPIToken is one API token, by its id.
+	RevokedAPIToken = "api-token"
+	// RevokedUser is every token of one user issued up to a time
+	// (UserRevocationID): a disable or a role change.
+	RevokedUser = "user"
 )

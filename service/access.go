@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"mesh/auth"
@@ -65,7 +66,12 @@ const (
 
 // CreateJoinToken makes a single-use join token; only its hash is kept.
 // expiresIn is a duration ("24h"; empty: the default), capped at 30 days.
-func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, now time.Time) (token string, expires time.Time, err error) {
+// labels are given to the machine that enrols with it: a host never
+// chooses its own labels, so it cannot give itself modules.
+func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, labels map[string]string, now time.Time) (token string, expires time.Time, err error) {
+	if err := models.ValidLabels("labels", labels); err != nil {
+		return "", time.Time{}, err
+	}
 	ttl := DefaultJoinTokenTTL
 	if expiresIn != "" {
 		d, err := time.ParseDuration(expiresIn)
@@ -75,5 +81,9 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, 
 		ttl = min(d, MaxJoinTokenTTL)
 	}
 	token, expires = auth.NewSecret(), now.Add(ttl)
-	return token, expires, s.Store.CreateJoinToken(ctx, actor, auth.HashToken(token), expires)
+	lj, _ := json.Marshal(labels)
+	if len(labels) == 0 {
+		lj = nil
+	}
+	return token, expires, s.Store.CreateLabelledJoinToken(ctx, actor, auth.HashToken(token), expires, string(lj))
 }

@@ -36,6 +36,10 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 		return "", time.Time{}, fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
 	}
 	s.Throttle.Succeeded(user, addr)
+	if u.DisabledAt != nil {
+		_ = s.Store.Audit(ctx, "anonymous", "login-refused", "user/"+user, "disabled; from "+addr)
+		return "", time.Time{}, fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, user)
+	}
 	return s.Auth.IssuePerson(u.Name, u.Role)
 }
 

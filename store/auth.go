@@ -200,8 +200,17 @@ func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 
 // CreateJoinToken stores the hash of a new single-use join token.
 func (s *Store) CreateJoinToken(ctx context.Context, actor, hash string, expires time.Time) error {
+	return s.CreateLabelledJoinToken(ctx, actor, hash, expires, "")
+}
+
+// CreateLabelledJoinToken is CreateJoinToken with the labels (a JSON
+// object, or empty) the machine enrolling with it is given.
+func (s *Store) CreateLabelledJoinToken(ctx context.Context, actor, hash string, expires time.Time, labels string) error {
 	return s.write(ctx, func(tx *Tx) error {
-		jt := models.JoinToken{TokenHash: hash, ExpiresAt: expires, CreatedBy: actor, CreatedAt: s.Now()}
+		if labels == "" {
+			labels = "{}"
+		}
+		jt := models.JoinToken{TokenHash: hash, ExpiresAt: expires, CreatedBy: actor, CreatedAt: s.Now(), Labels: labels}
 		if err := tx.Create(&jt).Error; err != nil {
 			return err
 		}

@@ -149,6 +149,9 @@ func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersi
 		if err := audit(tx, "host:"+name, "enroll", "machine/"+name, fmt.Sprintf("%s/%s host %s", os, arch, hostVersion)); err != nil {
 			return err
 		}
+		if err := labelsAtEnrol(tx, &m, &jt); err != nil {
+			return err
+		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerEnrol); err != nil {
 			return err
 		}
@@ -348,7 +351,7 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 		if err != nil {
 			return err
 		}
-		for _, t := range []any{&models.ReportRow{}, &models.Send{}, &models.Declaration{}, &models.Assignment{}, &models.MachineVariable{}} {
+		for _, t := range []any{&models.ReportRow{}, &models.Send{}, &models.Declaration{}, &models.Assignment{}, &models.MachineVariable{}, &models.MachineLabel{}} {
 			if err := tx.Where("machine_id = ?", m.ID).Delete(t).Error; err != nil {
 				return err
 			}

@@ -187,7 +187,7 @@ func (s *Store) Assignments(ctx context.Context, name string) ([]models.Assignme
 	err = s.db.WithContext(ctx).Table("assignments").
 		Select("modules.name AS module, assignments.build, assignments.reason").
 		Joins("JOIN modules ON modules.id = assignments.module_id").
-		Where("assignments.machine_id = ?", m.ID).Order("modules.name").Scan(&out).Error
+		Where("assignments.machine_id = ? AND assignments.assigned", m.ID).Order("modules.name").Scan(&out).Error
 	return out, m, mapErr(err)
 }
 
@@ -235,17 +235,13 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 					return fmt.Errorf("%w: machine %s runs %s build %d; a pin to build %d needs a reason", models.ErrDowngrade, name, a.Module, r.Build, *a.Build)
 				}
 			}
-			rows = append(rows, models.Assignment{MachineID: m.ID, ModuleID: mod.ID, Build: a.Build, Reason: a.Reason, CreatedAt: s.Now()})
+			rows = append(rows, models.Assignment{MachineID: m.ID, ModuleID: mod.ID, Build: a.Build, Reason: a.Reason, CreatedAt: s.Now(), Assigned: true})
 		}
-		if err := tx.Where("machine_id = ?", m.ID).Delete(&models.Assignment{}).Error; err != nil {
+		kept, err := replaceAssigned(tx, m.ID, rows)
+		if err != nil {
 			return err
 		}
-		if len(rows) > 0 {
-			if err := tx.Create(&rows).Error; err != nil {
-				return err
-			}
-		}
-		if err := tx.Model(m).Update("empty_ok", len(rows) == 0).Error; err != nil {
+		if err := tx.Model(m).Update("empty_ok", len(rows)+kept == 0).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerAssignment); err != nil {

@@ -22,19 +22,28 @@ const revokedPrefix = "revoked:"
 // Every instance hears of it at once (in process, and by NOTIFY).
 func (s *Store) Revoke(ctx context.Context, actor string, r *models.Revocation) error {
 	return s.write(ctx, func(tx *Tx) error {
-		r.RevokedBy, r.RevokedAt = actor, s.Now()
-		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(r).Error; err != nil {
+		if err := revoke(tx, actor, r); err != nil {
 			return err
 		}
-		if s.dialect == Postgres {
-			payload := fmt.Sprintf("%s%s:%d", revokedPrefix, r.TokenID, r.ExpiresAt.Unix())
-			if err := tx.Exec("SELECT pg_notify(?, ?)", s.channel, payload).Error; err != nil {
-				return err
-			}
-		}
-		tx.revoked = append(tx.revoked, *r)
 		return audit(tx, actor, "revoke", r.Kind+"/"+r.TokenID[:min(8, len(r.TokenID))], r.Reason)
 	})
+}
+
+// revoke is Revoke inside tx, without its audit line (the caller's act
+// says what was revoked).
+func revoke(tx *Tx, actor string, r *models.Revocation) error {
+	r.RevokedBy, r.RevokedAt = actor, tx.s.Now()
+	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(r).Error; err != nil {
+		return err
+	}
+	if tx.s.dialect == Postgres {
+		payload := fmt.Sprintf("%s%s:%d", revokedPrefix, r.TokenID, r.ExpiresAt.Unix())
+		if err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, payload).Error; err != nil {
+			return err
+		}
+	}
+	tx.revoked = append(tx.revoked, *r)
+	return nil
 }
 
 // Revocations are the token ids refused now (not yet expired).

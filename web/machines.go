@@ -199,6 +199,9 @@ func (s *Server) machinePage(c echo.Context) error {
 		return err
 	}
 	s.fillDeclaration(ctx, &d, m)
+	if err := s.fillRunning(ctx, &d, m); err != nil {
+		return err
+	}
 	if c.QueryParam("saved") != "" {
 		d.Saved = c.QueryParam("saved")
 	}

@@ -36,4 +36,6 @@ type Store interface {
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
 	LogStore
+	Labels(ctx context.Context, name string) (map[string]string, *models.Machine, error)
+	YankedBuilds(ctx context.Context) (map[string]map[int64]string, error)
 }

@@ -206,6 +206,10 @@ type MachineDetail struct {
 	DeclErr    string
 	Sends      []SendRow
 	Logs       []LogBlock
+	// Running is what the host reports running, yanked builds marked;
+	// Labels its labels, "k=v, …".
+	Running []RunningRow
+	Labels  string
 }
 
 // ModuleView is a module with its builds.

@@ -129,6 +129,9 @@ func (a *app) tokensCommand() *cobra.Command {
 			if expiresIn != "" {
 				body.ExpiresIn = &expiresIn
 			}
+			if err := joinTokenLabels(cmd, &body); err != nil {
+				return err
+			}
 			r, err := c.CreateJoinTokenWithResponse(cmd.Context(), body)
 			if err != nil {
 				return reach(err)
@@ -142,8 +145,9 @@ func (a *app) tokensCommand() *cobra.Command {
 			return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime)}})
 		},
 	}
-	create.Flags().StringVar(&expiresIn, "expires-in", "", "how long the token is good for, a Go duration (controller's default: 24h; at most 720h)")
+	create.Flags().StringVar(&expiresIn, "expires-in", "", "how long the token is good for, a Go duration (join: default 24h, at most 720h; API: default 2160h, at most 8760h)")
 	cmd.AddCommand(create)
+	a.addTokenCommands(cmd, create, &expiresIn)
 	return cmd
 }
 
@@ -188,5 +192,6 @@ or from stdin with --password-stdin.`,
 	_ = add.MarkFlagRequired("role")
 	_ = add.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"viewer", "operator", "admin", "builder"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.AddCommand(add)
+	a.addUserCommands(cmd)
 	return cmd
 }

@@ -79,7 +79,7 @@ func (a *app) machinesCommand() *cobra.Command {
 			return a.showMachine(r.JSON200, as.JSON200.Assignments)
 		},
 	}
-	cmd.AddCommand(ls, show)
+	cmd.AddCommand(ls, show, a.labelCommand())
 	return cmd
 }
 
@@ -124,6 +124,15 @@ func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
 	rows = append(rows, []string{"Assigned:", mods[0]})
 	for _, s := range mods[1:] {
 		rows = append(rows, []string{"", s})
+	}
+	if m.Yanked != nil {
+		for i, y := range *m.Yanked {
+			label := ""
+			if i == 0 {
+				label = "Yanked:"
+			}
+			rows = append(rows, []string{label, fmt.Sprintf("%s build %d (%s); it keeps running here", y.Module, y.Build, y.Reason)})
+		}
 	}
 	return a.table(rows)
 }

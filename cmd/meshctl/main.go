@@ -92,7 +92,7 @@ title and detail); 2 a watched plan or rollout ended other than done.`,
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json (the API's JSON, for scripts)")
 	root.AddCommand(a.loginCommand(), a.machinesCommand(), a.assignCommand(), a.unassignCommand(),
 		a.buildsCommand(), a.plansCommand(), a.releasesCommand(), a.tokensCommand(), a.usersCommand(),
-		a.logsCommand())
+		a.modulesCommand(), a.logsCommand())
 	return root
 }
 

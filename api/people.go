@@ -1,0 +1,132 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/models"
+	"mesh/service"
+)
+
+// registerPeople adds the routes of users' updates and API tokens.
+func (s *Server) registerPeople(v1 *echo.Group) {
+	anyone := s.requirePerson(func(string) error { return nil })
+	v1.PATCH("/users/:name", s.updateUser, s.requireRole(models.RoleAdmin))
+	v1.POST("/api-tokens", s.createAPIToken, anyone)
+	v1.GET("/api-tokens", s.listAPITokens, anyone)
+	v1.DELETE("/api-tokens/:id", s.revokeAPIToken, anyone)
+}
+
+type updateUserRequest struct {
+	Role     *string `json:"role"`
+	Disabled *bool   `json:"disabled"`
+}
+
+// UserView is a user as an admin sees them after a change.
+type UserView struct {
+	Name       string     `json:"name"`
+	Role       string     `json:"role"`
+	CreatedAt  time.Time  `json:"created_at"`
+	Disabled   bool       `json:"disabled"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	DisabledBy string     `json:"disabled_by,omitempty"`
+}
+
+func userView(u *models.User) UserView {
+	return UserView{Name: u.Name, Role: u.Role, CreatedAt: u.CreatedAt, Disabled: u.DisabledAt != nil,
+		DisabledAt: u.DisabledAt, DisabledBy: u.DisabledBy}
+}
+
+func (s *Server) updateUser(c echo.Context) error {
+	var req updateUserRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	p := principal(c)
+	u, err := s.Service.UpdateUser(c.Request().Context(), p.Actor(), p.User,
+		service.UpdateUser{Name: c.Param("name"), Role: req.Role, Disabled: req.Disabled})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, userView(u))
+}
+
+type apiTokenRequest struct {
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	ExpiresIn string `json:"expires_in"`
+}
+
+// APITokenView is an API token as listed: never the token nor its hash.
+type APITokenView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	User       string     `json:"user"`
+	Role       string     `json:"role"`
+	State      string     `json:"state"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	RevokedBy  string     `json:"revoked_by,omitempty"`
+}
+
+// createdAPIToken is the answer to a new token: the only time the token
+// itself is shown.
+type createdAPIToken struct {
+	APITokenView
+	Token string `json:"token"`
+}
+
+func (s *Server) apiTokenView(t *models.APIToken) APITokenView {
+	return APITokenView{ID: t.ID, Name: t.Name, User: t.UserName, Role: t.Role, State: t.State(s.Now()),
+		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, LastUsedAt: t.LastUsedAt, RevokedAt: t.RevokedAt, RevokedBy: t.RevokedBy}
+}
+
+func (s *Server) createAPIToken(c echo.Context) error {
+	var req apiTokenRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	p := principal(c)
+	tok, t, err := s.Service.CreateAPIToken(c.Request().Context(), p.Actor(), p.User, p.Role,
+		service.CreateAPIToken{Name: req.Name, Role: req.Role, ExpiresIn: req.ExpiresIn})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, createdAPIToken{APITokenView: s.apiTokenView(t), Token: tok})
+}
+
+// listAPITokens lists the caller's API tokens; an admin sees everyone's.
+func (s *Server) listAPITokens(c echo.Context) error {
+	limit, _, err := page(c)
+	if err != nil {
+		return err
+	}
+	p := principal(c)
+	user := p.User
+	if p.Role == models.RoleAdmin {
+		user = ""
+	}
+	ts, err := s.Store.APITokens(c.Request().Context(), user, limit)
+	if err != nil {
+		return err
+	}
+	views := make([]APITokenView, len(ts))
+	for i := range ts {
+		views[i] = s.apiTokenView(&ts[i])
+	}
+	// One page: a person holds few tokens; the limit bounds it.
+	return c.JSON(http.StatusOK, List[APITokenView]{Items: views})
+}
+
+func (s *Server) revokeAPIToken(c echo.Context) error {
+	p := principal(c)
+	t, err := s.Service.RevokeAPIToken(c.Request().Context(), p.Actor(), p.User, p.Role, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.apiTokenView(t))
+}

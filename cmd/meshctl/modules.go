@@ -1,0 +1,252 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"mesh/client"
+)
+
+func (a *app) modulesCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "modules", Aliases: []string{"module"}, Short: "Modules: their settings and selectors"}
+	ls := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List modules with their current build and selector",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			ms, raw, err := collect[client.Module](0, func(cursor *string) (*http.Response, []byte, error) {
+				limit := 500
+				r, err := c.ListModulesWithResponse(cmd.Context(), &client.ListModulesParams{Limit: &limit, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(raw)
+			}
+			rows := [][]string{{"NAME", "KIND", "CURRENT", "SELECTOR"}}
+			for _, m := range ms {
+				cur, sel := "-", m.Selector
+				if m.CurrentBuild != nil {
+					cur = fmt.Sprint(*m.CurrentBuild)
+				}
+				if sel == "" {
+					sel = "-"
+				}
+				rows = append(rows, []string{m.Name, m.Kind, cur, sel})
+			}
+			return a.table(rows)
+		},
+	}
+
+	var (
+		repository, tiers, deadline, onFailure, selector string
+		sourcePaths                                      []string
+		dryRun                                           bool
+	)
+	update := &cobra.Command{
+		Use:   "update MODULE [--selector S] [--repository R] [--source-path P]... [--tiers JSON] [--tier-deadline D] [--on-failure halt|rollback] [--dry-run]",
+		Short: "Change a module's settings or selector (operator)",
+		Long: `Change what is given; the rest stays. meshctl reads the module's ETag and
+writes with If-Match; when the module changed in between (412) it reads it
+again and sends the same change, so only the fields named here are set.
+
+A selector gives the module to every machine whose labels match:
+requirements separated by commas, all of which must hold: key=value,
+key!=value (true without the label too), key (set), !key (not set).
+--selector "" takes the module from the machines it selected (never from
+one a person assigned it to). Each machine that gains or loses the module
+gets a new generation (trigger label). --dry-run shows which, and changes
+nothing.`,
+		Example: `  meshctl modules update web --selector 'role=web,zone!=b' --dry-run
+  meshctl modules update web --selector 'role=web,zone!=b'
+  meshctl modules update web --tiers '[{"machines":1},{"percent":50},{"percent":100}]'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var body client.UpdateModuleJSONRequestBody
+			fl := cmd.Flags()
+			if fl.Changed("repository") {
+				body.Repository = &repository
+			}
+			if fl.Changed("source-path") {
+				body.SourcePaths = &sourcePaths
+			}
+			if fl.Changed("tiers") {
+				var ts []client.Tier
+				if err := json.Unmarshal([]byte(tiers), &ts); err != nil {
+					return fmt.Errorf(`--tiers: a JSON list like [{"machines":1},{"percent":100}]: %v`, err)
+				}
+				body.Tiers = &ts
+			}
+			if fl.Changed("tier-deadline") {
+				body.TierDeadline = &deadline
+			}
+			if fl.Changed("on-failure") {
+				of := client.ModuleUpdateRequestOnFailure(onFailure)
+				body.OnFailure = &of
+			}
+			if fl.Changed("selector") {
+				body.Selector = &selector
+			}
+			if body == (client.UpdateModuleJSONRequestBody{}) {
+				return fmt.Errorf("nothing to change: give a setting (see --help)")
+			}
+			return a.updateModule(cmd, args[0], body, dryRun)
+		},
+	}
+	f := update.Flags()
+	f.StringVar(&selector, "selector", "", `machines whose labels match get the module ("role=web,zone!=b"; "" for none)`)
+	f.StringVar(&repository, "repository", "", "the forge repository its merges come from")
+	f.StringArrayVar(&sourcePaths, "source-path", nil, "a path whose changes touch the module (repeatable; replaces the list)")
+	f.StringVar(&tiers, "tiers", "", `its plans' tiers, JSON: [{"machines":1},{"percent":100}]`)
+	f.StringVar(&deadline, "tier-deadline", "", "how long a tier may take before its plan halts (10m)")
+	f.StringVar(&onFailure, "on-failure", "", "halt or rollback")
+	f.BoolVar(&dryRun, "dry-run", false, "show which machines would gain or lose the module; change nothing")
+	_ = update.RegisterFlagCompletionFunc("on-failure", cobra.FixedCompletions([]string{"halt", "rollback"}, cobra.ShellCompDirectiveNoFileComp))
+
+	del := &cobra.Command{
+		Use:   "delete MODULE",
+		Short: "Delete a module no machine runs, with its builds and plans (admin)",
+		Long: `Delete a module with its builds and plans. One still assigned or selected
+anywhere, or that a machine reports running, is refused, naming them.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.DeleteModuleWithResponse(cmd.Context(), args[0])
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusNoContent); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(map[string]any{"deleted": args[0]})
+			}
+			fmt.Fprintf(a.out, "module %s deleted\n", args[0])
+			return nil
+		},
+	}
+	var kind, createRepo string
+	create := &cobra.Command{
+		Use:   "create MODULE [--kind service|host|controller] [--repository R]",
+		Short: "Make a module (operator); give it a selector with 'modules update'",
+		Example: `  meshctl modules create web
+  meshctl modules update web --selector role=web`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			body := client.CreateModuleJSONRequestBody{Name: args[0]}
+			if kind != "" {
+				k := client.ModuleRequestKind(kind)
+				body.Kind = &k
+			}
+			if createRepo != "" {
+				body.Repository = &createRepo
+			}
+			r, err := c.CreateModuleWithResponse(cmd.Context(), body)
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			fmt.Fprintf(a.out, "module %s (%s) made\n", r.JSON201.Name, r.JSON201.Kind)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&kind, "kind", "", "service (the default), host or controller")
+	create.Flags().StringVar(&createRepo, "repository", "", "the forge repository its merges come from")
+	_ = create.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"service", "host", "controller"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.AddCommand(ls, create, update, del)
+	return cmd
+}
+
+// updateModule writes a module's change under its ETag, reading it again
+// after each 412 and sending the same (field-wise) change.
+func (a *app) updateModule(cmd *cobra.Command, module string, body client.UpdateModuleJSONRequestBody, dryRun bool) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	for attempt := 1; ; attempt++ {
+		got, err := c.GetModuleWithResponse(ctx, module)
+		if err != nil {
+			return reach(err)
+		}
+		if err := expect(got.HTTPResponse, got.Body, http.StatusOK); err != nil {
+			return err
+		}
+		params := &client.UpdateModuleParams{IfMatch: got.HTTPResponse.Header.Get("ETag")}
+		if dryRun {
+			params.DryRun = &dryRun
+		}
+		r, err := c.UpdateModuleWithResponse(ctx, module, params, body)
+		if err != nil {
+			return reach(err)
+		}
+		if r.StatusCode() == http.StatusPreconditionFailed && attempt < maxAttempts {
+			fmt.Fprintf(a.errOut, "module %s changed since it was read; reading it again\n", module)
+			continue
+		}
+		if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+			return err
+		}
+		if a.jsonOut() {
+			return a.printJSON(r.Body)
+		}
+		u := r.JSON200
+		verb := "changed"
+		if u.DryRun {
+			verb = "would change (dry run: nothing written)"
+		}
+		sel := u.Module.Selector
+		if sel == "" {
+			sel = "none"
+		}
+		fmt.Fprintf(a.out, "module %s %s; selector: %s\n", module, verb, sel)
+		return a.changesTable(u.Changes)
+	}
+}
+
+// changesTable shows which machines gain and lose which modules.
+func (a *app) changesTable(cs []client.SelectionChange) error {
+	if len(cs) == 0 {
+		fmt.Fprintln(a.out, "no machine gains or loses a module")
+		return nil
+	}
+	rows := [][]string{{"MACHINE", "GAINS", "LOSES"}}
+	for _, c := range cs {
+		rows = append(rows, []string{c.Machine, orDash(strings.Join(c.Gains, ",")), orDash(strings.Join(c.Loses, ","))})
+	}
+	return a.table(rows)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

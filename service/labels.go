@@ -1,0 +1,37 @@
+package service
+
+import (
+	"context"
+
+	"mesh/models"
+)
+
+// SetLabels is an operator replacing a machine's labels.
+type SetLabels struct {
+	Machine string
+	Labels  map[string]string
+	IfMatch *int64
+	DryRun  bool
+}
+
+// Validate checks the machine's name and every label.
+func (r *SetLabels) Validate() error {
+	if err := models.ValidName("machine", r.Machine); err != nil {
+		return err
+	}
+	if r.Labels == nil {
+		r.Labels = map[string]string{}
+	}
+	return models.ValidLabels("labels", r.Labels)
+}
+
+// SetLabels replaces a machine's labels under If-Match: it gains the
+// modules whose selectors now match and loses those that no longer do,
+// with a new generation (trigger label). With DryRun it answers the same
+// and changes nothing.
+func (s *Service) SetLabels(ctx context.Context, actor string, r SetLabels) (*models.LabelChange, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return s.Store.SetLabels(ctx, actor, r.Machine, r.IfMatch, r.Labels, r.DryRun)
+}

@@ -1,0 +1,416 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// modulesOf are the modules composing gives a machine: the rows of its
+// assignments, whoever made them.
+func modulesOf(t *testing.T, s *store.Store, name string) []string {
+	t.Helper()
+	var out []string
+	err := s.DB().Table("assignments").Select("modules.name").
+		Joins("JOIN modules ON modules.id = assignments.module_id").
+		Joins("JOIN machines ON machines.id = assignments.machine_id").
+		Where("machines.name = ?", name).Order("modules.name").Pluck("modules.name", &out).Error
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustMachine(t *testing.T, s *store.Store, name string) *models.Machine {
+	t.Helper()
+	m, err := s.Machine(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// selectWeb gives module web the selector role=web.
+func selectWeb(t *testing.T, s *store.Store, sel string, preview bool) *models.ModuleChange {
+	t.Helper()
+	ctx := context.Background()
+	mod, err := s.Module(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := s.UpdateModule(ctx, "test", "web", mod.ETag(), preview, func(m *models.Module) error { m.Selector = sel; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func TestLabels_MachinesGainAndLoseTheModule(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		fixture(t, s, "m2")
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		setLabels := func(name string, labels map[string]string, preview bool) *models.LabelChange {
+			t.Helper()
+			g := mustMachine(t, s, name).Generation
+			ch, err := s.SetLabels(ctx, "test", name, &g, labels, preview)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ch
+		}
+		setLabels("m1", map[string]string{"role": "web", "zone": "a"}, false)
+		setLabels("m2", map[string]string{"role": "db"}, false)
+
+		t.Run("SelectorPreviewChangesNothing", func(t *testing.T) {
+			g := mustMachine(t, s, "m1").Generation
+			ch := selectWeb(t, s, "role=web,zone!=b", true)
+			if len(ch.Changes) != 1 || ch.Changes[0].Machine != "m1" || !slices.Equal(ch.Changes[0].Gains, []string{"web"}) {
+				t.Fatalf("preview: %+v", ch.Changes)
+			}
+			if mustMachine(t, s, "m1").Generation != g || slices.Contains(modulesOf(t, s, "m1"), "web") {
+				t.Fatal("a preview changed the store")
+			}
+			if mod, _ := s.Module(ctx, "web"); mod.Selector != "" {
+				t.Fatalf("a preview stored the selector %q", mod.Selector)
+			}
+		})
+		t.Run("SelectorGivesTheModuleWithABump", func(t *testing.T) {
+			g1, g2 := mustMachine(t, s, "m1").Generation, mustMachine(t, s, "m2").Generation
+			ch := selectWeb(t, s, "role=web,zone!=b", false)
+			if len(ch.Changes) != 1 || ch.Changes[0].Machine != "m1" {
+				t.Fatalf("changes: %+v", ch.Changes)
+			}
+			m1 := mustMachine(t, s, "m1")
+			if m1.Generation != g1+1 || m1.GenerationTrigger != models.TriggerLabel {
+				t.Fatalf("m1 at %d (%s), want %d (label)", m1.Generation, m1.GenerationTrigger, g1+1)
+			}
+			if mustMachine(t, s, "m2").Generation != g2 {
+				t.Fatal("m2, not selected, was bumped")
+			}
+			if got := modulesOf(t, s, "m1"); !slices.Equal(got, []string{"mod", "web"}) {
+				t.Fatalf("m1 runs %v", got)
+			}
+			// Assignments, as a person sees and replaces them, are theirs only.
+			as, _, err := s.Assignments(ctx, "m1")
+			if err != nil || len(as) != 1 || as[0].Module != "mod" {
+				t.Fatalf("assignments %+v, %v", as, err)
+			}
+		})
+		t.Run("ReplacingAssignmentsKeepsSelected", func(t *testing.T) {
+			g := mustMachine(t, s, "m1").Generation
+			if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{}); err != nil {
+				t.Fatal(err)
+			}
+			if got := modulesOf(t, s, "m1"); !slices.Equal(got, []string{"web"}) {
+				t.Fatalf("m1 runs %v after its assignments were emptied", got)
+			}
+			if mustMachine(t, s, "m1").EmptyOK {
+				t.Fatal("a machine that still runs a selected module is marked empty on purpose")
+			}
+		})
+		t.Run("LabelChangeLosesIt", func(t *testing.T) {
+			ch := setLabels("m1", map[string]string{"role": "web", "zone": "b"}, true)
+			if len(ch.Changes) != 1 || !slices.Equal(ch.Changes[0].Loses, []string{"web"}) {
+				t.Fatalf("preview: %+v", ch.Changes)
+			}
+			if !slices.Contains(modulesOf(t, s, "m1"), "web") {
+				t.Fatal("a preview took the module")
+			}
+			g := mustMachine(t, s, "m1").Generation
+			setLabels("m1", map[string]string{"role": "web", "zone": "b"}, false)
+			if got := modulesOf(t, s, "m1"); len(got) != 0 {
+				t.Fatalf("m1 runs %v", got)
+			}
+			if m := mustMachine(t, s, "m1"); m.Generation != g+1 || m.GenerationTrigger != models.TriggerLabel {
+				t.Fatalf("m1 at %d (%s)", m.Generation, m.GenerationTrigger)
+			}
+			// Its last module gone by a person's label change: empty on
+			// purpose, so its host removes it rather than refusing.
+			if !mustMachine(t, s, "m1").EmptyOK {
+				t.Fatal("m1, emptied by a label change, is not marked empty on purpose")
+			}
+		})
+		t.Run("AssignedOutlivesTheSelector", func(t *testing.T) {
+			setLabels("m2", map[string]string{"role": "web"}, false)
+			g := mustMachine(t, s, "m2").Generation
+			pin := int64(1)
+			if _, err := s.SetAssignments(ctx, "test", "m2", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+				t.Fatal(err)
+			}
+			_ = pin
+			setLabels("m2", map[string]string{"role": "db"}, false)
+			if got := modulesOf(t, s, "m2"); !slices.Equal(got, []string{"mod", "web"}) {
+				t.Fatalf("m2 runs %v; a person assigned web", got)
+			}
+		})
+		t.Run("StaleIfMatch", func(t *testing.T) {
+			old := mustMachine(t, s, "m1").Generation - 1
+			if _, err := s.SetLabels(ctx, "test", "m1", &old, map[string]string{}, false); !errors.Is(err, models.ErrStaleGeneration) {
+				t.Fatalf("got %v", err)
+			}
+			if _, err := s.UpdateModule(ctx, "test", "web", `"m-0"`, false, func(*models.Module) error { return nil }); !errors.Is(err, models.ErrStaleGeneration) {
+				t.Fatalf("module: got %v", err)
+			}
+		})
+		t.Run("EnrolWithTheJoinTokensLabels", func(t *testing.T) {
+			if err := s.CreateLabelledJoinToken(ctx, "test", "hash-m3", time.Now().Add(time.Hour), `{"role":"web","zone":"a"}`); err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.Enroll(ctx, "hash-m3", "m3", "linux", "amd64", "1.0.0", "1", "tok3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Generation != 1 {
+				t.Fatalf("enrolled at generation %d", m.Generation)
+			}
+			ls, _, err := s.Labels(ctx, "m3")
+			if err != nil || ls["role"] != "web" {
+				t.Fatalf("labels %v, %v", ls, err)
+			}
+			if got := modulesOf(t, s, "m3"); !slices.Equal(got, []string{"web"}) {
+				t.Fatalf("m3 runs %v", got)
+			}
+		})
+		t.Run("DeleteModuleStillSelected", func(t *testing.T) {
+			err := s.DeleteModule(ctx, "test", "web")
+			if !errors.Is(err, models.ErrConflict) {
+				t.Fatalf("got %v", err)
+			}
+			selectWeb(t, s, "", false)
+			g := mustMachine(t, s, "m2").Generation
+			if _, err := s.SetAssignments(ctx, "test", "m2", &g, []models.AssignmentView{{Module: "mod"}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := modulesOf(t, s, "m3"); len(got) != 0 {
+				t.Fatalf("m3 runs %v after the selector was cleared", got)
+			}
+			if err := s.DeleteModule(ctx, "test", "web"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Module(ctx, "web"); !errors.Is(err, models.ErrNotFound) {
+				t.Fatalf("got %v", err)
+			}
+		})
+		t.Run("DeleteModuleReportedRunning", func(t *testing.T) {
+			if err := s.DB().Model(&models.Machine{}).Where("name = ?", "m1").
+				Update("running", `{"mod":{"build":1,"digest":""}}`).Error; err != nil {
+				t.Fatal(err)
+			}
+			g := mustMachine(t, s, "m1").Generation
+			if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"m2"} {
+				g := mustMachine(t, s, n).Generation
+				if _, err := s.SetAssignments(ctx, "test", n, &g, []models.AssignmentView{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := s.DeleteModule(ctx, "test", "mod")
+			if !errors.Is(err, models.ErrConflict) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	})
+}
+
+func TestPeople_DisableRevokesAndAPITokens(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for _, u := range []models.User{{Name: "root", Role: "admin"}, {Name: "ci", Role: "operator"}} {
+			u.PasswordHash = "x"
+			if err := s.CreateUser(ctx, "test", &u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		exp := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+		tok := &models.APIToken{ID: "at-1", Name: "build", UserName: "ci", Role: "operator", TokenHash: "h1", ExpiresAt: exp}
+		if err := s.CreateAPIToken(ctx, "user:ci", tok); err != nil {
+			t.Fatal(err)
+		}
+		var heard []models.Revocation
+		s.OnRevoked(func(rs []models.Revocation) { heard = append(heard, rs...) })
+
+		t.Run("LastUse", func(t *testing.T) {
+			at := time.Now().UTC().Truncate(time.Second)
+			if err := s.TouchAPITokens(ctx, map[string]time.Time{"at-1": at}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.TouchAPITokens(ctx, map[string]time.Time{"at-1": at.Add(-time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.APIToken(ctx, "at-1")
+			if err != nil || got.LastUsedAt == nil || !got.LastUsedAt.Equal(at) {
+				t.Fatalf("last use %v, %v", got.LastUsedAt, err)
+			}
+		})
+		t.Run("LastAdminStays", func(t *testing.T) {
+			off := true
+			if _, err := s.ChangeUser(ctx, "test", "root", store.UserChange{Disabled: &off}); !errors.Is(err, models.ErrConflict) {
+				t.Fatalf("got %v", err)
+			}
+		})
+		t.Run("Disable", func(t *testing.T) {
+			off := true
+			u, err := s.ChangeUser(ctx, "user:root", "ci", store.UserChange{Disabled: &off, SessionTTL: time.Hour})
+			if err != nil || u.DisabledAt == nil || u.DisabledBy != "user:root" {
+				t.Fatalf("%+v, %v", u, err)
+			}
+			var userRev *models.Revocation
+			for i := range heard {
+				if heard[i].Kind == models.RevokedUser {
+					userRev = &heard[i]
+				}
+			}
+			if userRev == nil {
+				t.Fatalf("no user revocation announced: %+v", heard)
+			}
+			if name, _, ok := models.ParseUserRevocationID(userRev.TokenID); !ok || name != "ci" {
+				t.Fatalf("revocation id %q", userRev.TokenID)
+			}
+			if !userRev.ExpiresAt.Equal(exp) {
+				t.Fatalf("kept until %v, want the API token's expiry %v", userRev.ExpiresAt, exp)
+			}
+			rs, err := s.Revocations(ctx)
+			if err != nil || !slices.ContainsFunc(rs, func(r models.Revocation) bool { return r.TokenID == userRev.TokenID }) {
+				t.Fatalf("not stored: %v", err)
+			}
+			got, _ := s.APIToken(ctx, "at-1")
+			if got.State(time.Now()) != models.APITokenRevoked {
+				t.Fatalf("API token %s", got.State(time.Now()))
+			}
+			if err := s.CreateAPIToken(ctx, "user:ci", &models.APIToken{ID: "at-2", Name: "x", UserName: "ci", Role: "operator", TokenHash: "h2", ExpiresAt: exp}); !errors.Is(err, models.ErrForbidden) {
+				t.Fatalf("a disabled user made a token: %v", err)
+			}
+		})
+		t.Run("RevokeOwnOnly", func(t *testing.T) {
+			if err := s.CreateAPIToken(ctx, "user:root", &models.APIToken{ID: "at-3", Name: "y", UserName: "root", Role: "viewer", TokenHash: "h3", ExpiresAt: exp}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RevokeAPIToken(ctx, "user:ci", "ci", "at-3"); !errors.Is(err, models.ErrNotFound) {
+				t.Fatalf("another's token: %v", err)
+			}
+			got, err := s.RevokeAPIToken(ctx, "user:root", "root", "at-3")
+			if err != nil || got.RevokedAt == nil {
+				t.Fatalf("%+v, %v", got, err)
+			}
+			if !slices.ContainsFunc(heard, func(r models.Revocation) bool { return r.TokenID == "at-3" && r.Kind == models.RevokedAPIToken }) {
+				t.Fatal("the revocation was not announced")
+			}
+			ts, err := s.APITokens(ctx, "root", 10)
+			if err != nil || len(ts) != 1 {
+				t.Fatalf("%d tokens, %v", len(ts), err)
+			}
+		})
+	})
+}
+
+// TestLabels_ConcurrentLabelAndSelectorAgree: a label write and a selector
+// change at once (each reads what the other writes) always leave the
+// machine with the module exactly when its labels match the selector.
+func TestLabels_ConcurrentLabelAndSelectorAgree(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		roles := []string{"web", "db"}
+		for i := range 8 {
+			role, sel := roles[i%2], "role="+roles[(i/2)%2]
+			errs := make(chan error, 2)
+			go func() {
+				for {
+					g := mustMachineErr(s, "m1")
+					_, err := s.SetLabels(ctx, "test", "m1", &g, map[string]string{"role": role}, false)
+					if !errors.Is(err, models.ErrStaleGeneration) {
+						errs <- err
+						return
+					}
+				}
+			}()
+			go func() {
+				for {
+					mod, err := s.Module(ctx, "web")
+					if err != nil {
+						errs <- err
+						return
+					}
+					_, err = s.UpdateModule(ctx, "test", "web", mod.ETag(), false, func(m *models.Module) error { m.Selector = sel; return nil })
+					if !errors.Is(err, models.ErrStaleGeneration) {
+						errs <- err
+						return
+					}
+				}
+			}()
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := sel == "role="+role
+			if got := slices.Contains(modulesOf(t, s, "m1"), "web"); got != want {
+				t.Fatalf("round %d: labels role=%s, selector %s: m1 has web = %v", i, role, sel, got)
+			}
+		}
+	})
+}
+
+func mustMachineErr(s *store.Store, name string) int64 {
+	m, err := s.Machine(context.Background(), name)
+	if err != nil {
+		return -1
+	}
+	return m.Generation
+}
+
+// TestLabels_PlansTierSelectedMachines: a plan reaches the machines a
+// selector gives the module as it reaches assigned ones.
+func TestLabels_PlansTierSelectedMachines(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1") // assigned mod, build 1 current
+		if err := s.CreateJoinToken(ctx, "test", "hash-m2", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Enroll(ctx, "hash-m2", "m2", "linux", "amd64", "1.0.0", "1", "tok2"); err != nil {
+			t.Fatal(err)
+		}
+		g := mustMachine(t, s, "m2").Generation
+		if _, err := s.SetLabels(ctx, "test", "m2", &g, map[string]string{"role": "web"}, false); err != nil {
+			t.Fatal(err)
+		}
+		mod, err := s.Module(ctx, "mod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateModule(ctx, "test", "mod", mod.ETag(), false, func(m *models.Module) error { m.Selector = "role=web"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range p.Steps {
+			got = append(got, st.Machine)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("plan steps on %v, want m1 (assigned) and m2 (selected)", got)
+		}
+	})
+}
