@@ -28,7 +28,7 @@ func RolloutStates() []string {
 // Triggers are the words of what made a generation (a send's trigger).
 func Triggers() []string {
 	return []string{TriggerAssignment, TriggerVariables, TriggerCurrent, TriggerPush, TriggerPlan, TriggerRollout,
-		TriggerResolve, TriggerEnrol}
+		TriggerResolve, TriggerEnrol, TriggerSchema, TriggerLabel}
 }
 
 // Fleet is what the fleet's metrics are computed from, read from the store
