@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,21 +16,34 @@ import (
 	"time"
 
 	"mesh/client"
+	"mesh/meshca"
 	"mesh/version"
 )
 
 // apiClient is the generated client for the target controller, with the
 // token sent on every request.
 func (a *app) apiClient() (*client.ClientWithResponses, error) {
-	url, token, err := a.target()
+	url, token, ca, err := a.target()
 	if err != nil {
 		return nil, err
 	}
-	return newClient(url, token)
+	return newClient(url, token, ca)
 }
 
-func newClient(url, token string) (*client.ClientWithResponses, error) {
+// newClient talks to url; with caPEM (the mesh CA found by its pin at
+// login) it trusts that CA alone, else the system's roots.
+func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, error) {
+	var tlsConf *tls.Config
+	if len(caPEM) > 0 {
+		ca, err := meshca.ParsePEM(caPEM)
+		if err != nil {
+			return nil, fmt.Errorf("the saved mesh CA: %w (log in again with --ca-pin)", err)
+		}
+		tlsConf = meshca.ClientConfig(ca)
+		tlsConf.NextProtos = nil // the API speaks HTTP/2 too; only the host protocol is pinned to HTTP/1.1
+	}
 	hc := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:       tlsConf,
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,

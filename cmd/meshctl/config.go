@@ -18,6 +18,9 @@ type config struct {
 	User       string    `json:"user,omitempty"`
 	Token      string    `json:"token"`
 	ExpiresAt  time.Time `json:"expires_at"`
+	// CA is the mesh CA (PEM) found by its pin at login: requests to this
+	// controller trust it alone. Empty for a controller a public CA serves.
+	CA string `json:"ca,omitempty"`
 }
 
 // configPath is os.UserConfigDir()/mesh/config.json.
@@ -96,21 +99,25 @@ func saveConfig(c config) (string, error) {
 // MESH_CONTROLLER, else the saved one; MESH_TOKEN, else the saved token —
 // the saved token only for the controller it was issued by, so pointing
 // meshctl at another URL never sends it there.
-func (a *app) target() (url, token string, err error) {
+func (a *app) target() (url, token string, ca []byte, err error) {
 	c, err := loadConfig()
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	url = firstNonEmpty(a.controller, os.Getenv("MESH_CONTROLLER"), c.Controller)
 	if url == "" {
-		return "", "", errors.New("no controller: run 'meshctl login URL --user NAME', or set --controller or MESH_CONTROLLER")
+		return "", "", nil, errors.New("no controller: run 'meshctl login URL --user NAME', or set --controller or MESH_CONTROLLER")
 	}
 	url = strings.TrimRight(url, "/")
 	token = os.Getenv("MESH_TOKEN")
-	if token == "" && strings.TrimRight(c.Controller, "/") == url {
+	same := strings.TrimRight(c.Controller, "/") == url
+	if token == "" && same {
 		token = c.Token
 	}
-	return url, token, nil
+	if same {
+		ca = []byte(c.CA)
+	}
+	return url, token, ca, nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -14,20 +17,29 @@ import (
 	"golang.org/x/term"
 
 	"mesh/client"
+	"mesh/meshca"
 )
 
 func (a *app) loginCommand() *cobra.Command {
-	var user string
+	var user, pin string
 	var stdin bool
 	cmd := &cobra.Command{
-		Use:   "login [URL] --user NAME",
+		Use:   "login [URL] --user NAME [--ca-pin sha256:…]",
 		Short: "Log in to a controller and keep the token in your config dir",
 		Long: `Log in with a user's password and keep the token (12 hours) in
 os.UserConfigDir()/mesh/config.json (mode 0600, its directory 0700), for the
 controller it came from only. The password is read from a prompt without
 echo, or from stdin with --password-stdin. URL defaults to --controller or
-MESH_CONTROLLER.`,
-		Example: `  meshctl login http://ctl1:8080 --user alice
+MESH_CONTROLLER.
+
+A controller serving TLS under the mesh's own CA is reached with --ca-pin,
+the pin a join token answer gives (sha256 of the CA's public key): the CA
+is found in the chain the controller presents, checked against the pin
+before the password is sent, kept in the config, and trusted alone for that
+controller from then on (kubeadm's discovery-token-ca-cert-hash). Without
+it, the system's roots judge the controller (an operator's certificate).`,
+		Example: `  meshctl login http://127.0.0.1:8080 --user alice
+  meshctl login https://ctl1:8443 --user alice --ca-pin sha256:715988ea…
   echo "$PASSWORD" | meshctl login https://mesh.example.com --user ci --password-stdin`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,7 +52,13 @@ MESH_CONTROLLER.`,
 			if err != nil {
 				return err
 			}
-			c, err := newClient(url, "")
+			var caPEM []byte
+			if pin != "" {
+				if caPEM, err = discoverCA(cmd.Context(), url, pin); err != nil {
+					return err
+				}
+			}
+			c, err := newClient(url, "", caPEM)
 			if err != nil {
 				return err
 			}
@@ -51,7 +69,7 @@ MESH_CONTROLLER.`,
 			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
 				return err
 			}
-			p, err := saveConfig(config{Controller: url, User: user, Token: r.JSON200.Token, ExpiresAt: r.JSON200.ExpiresAt})
+			p, err := saveConfig(config{Controller: url, User: user, Token: r.JSON200.Token, ExpiresAt: r.JSON200.ExpiresAt, CA: string(caPEM)})
 			if err != nil {
 				return fmt.Errorf("saving the token: %w", err)
 			}
@@ -66,8 +84,28 @@ MESH_CONTROLLER.`,
 	}
 	cmd.Flags().StringVarP(&user, "user", "u", "", "the user to log in as")
 	cmd.Flags().BoolVar(&stdin, "password-stdin", false, "read the password from stdin (its first line)")
+	cmd.Flags().StringVar(&pin, "ca-pin", "", "the mesh CA's pin (sha256:…), for a controller serving TLS under its own CA")
 	_ = cmd.MarkFlagRequired("user")
 	return cmd
+}
+
+// discoverCA finds the CA with the pin in the chain an https controller
+// presents, verifying the controller's certificate against it for the URL's
+// host (meshca.Discover: nothing is sent but a ClientHello).
+func discoverCA(ctx context.Context, rawURL, pin string) ([]byte, error) {
+	u, err := neturl.Parse(rawURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("--ca-pin needs an https:// controller URL, got %q", rawURL)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "443")
+	}
+	ca, err := meshca.Discover(ctx, addr, u.Hostname(), pin)
+	if err != nil {
+		return nil, err
+	}
+	return meshca.EncodePEM(ca), nil
 }
 
 // password reads a password: the first line of stdin, or a prompt without
