@@ -98,6 +98,9 @@ type Agent struct {
 	// the check loop never shares the poll loop's.
 	checkedOut    outbox
 	checkedClient *client
+	// renewNext: no renewal of the machine certificate before then (the
+	// controller refused the last).
+	renewNext time.Time
 }
 
 // Run runs the host until ctx ends: adopt what an earlier run left, then
@@ -183,6 +186,7 @@ func (a *Agent) loop(ctx context.Context) error {
 		if err := a.outbox.flush(ctx, a.client); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Debug("reports wait in the outbox", "err", err)
 		}
+		a.renew(ctx)
 		hold := a.cfg.Wait
 		if os.Getenv(EnvTrialVersion) == version.Version && !a.trialDone {
 			// On trial: poll at once, so the reconcile completes promptly;

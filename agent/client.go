@@ -46,6 +46,9 @@ func newClient(id *Identity) *client {
 	}
 	if id.ca != nil {
 		t.TLSClientConfig = meshca.ClientConfig(id.ca)
+		if id.certs != nil {
+			t.TLSClientConfig.GetClientCertificate = id.certs.present
+		}
 	}
 	return &client{id: id, http: &http.Client{Transport: t}}
 }

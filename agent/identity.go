@@ -36,7 +36,8 @@ type Identity struct {
 	CA    string `json:"ca,omitempty"`
 	CAPin string `json:"ca_pin,omitempty"`
 
-	ca *x509.Certificate // CA, parsed
+	ca    *x509.Certificate // CA, parsed
+	certs *certKeeper       // the machine certificate (machine.pem), if any
 }
 
 // PublicKey is a controller declaration key the host trusts.
@@ -68,6 +69,10 @@ func LoadIdentity(stateDir string) (*Identity, error) {
 			return nil, fmt.Errorf("%s: host.json's CA: %w", stateDir, err)
 		}
 		id.ca = ca
+	}
+	id.certs = &certKeeper{stateDir: stateDir}
+	if err := id.certs.load(); err != nil {
+		return nil, err
 	}
 	for _, u := range id.Controllers {
 		if strings.HasPrefix(u, "https://") && id.ca == nil {
@@ -168,10 +173,22 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
 		return nil, fmt.Errorf("%s is already enrolled (host.json exists)", e.StateDir)
 	}
-	body, _ := json.Marshal(map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
-		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader})
+	fields := map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
+		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader}
+	// Over TLS the machine asks for its certificate: its key is made here
+	// and never leaves the machine.
+	key, csr, err := newCSR(e.Name)
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
 	for _, u := range urls {
+		if u.Scheme == "https" {
+			fields["csr"] = string(csr)
+		} else {
+			delete(fields, "csr")
+		}
+		body, _ := json.Marshal(fields)
 		hc := &http.Client{Timeout: 30 * time.Second}
 		var ca *x509.Certificate
 		if u.Scheme == "https" {
@@ -202,9 +219,10 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 			return nil, fmt.Errorf("enroll at %s: %s: %s", u, resp.Status, problemDetail(b))
 		}
 		var out struct {
-			Machine string      `json:"machine"`
-			Token   string      `json:"token"`
-			Keys    []PublicKey `json:"keys"`
+			Machine     string      `json:"machine"`
+			Token       string      `json:"token"`
+			Keys        []PublicKey `json:"keys"`
+			Certificate string      `json:"certificate"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return nil, fmt.Errorf("enroll at %s: %w", u, err)
@@ -214,9 +232,14 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 				return nil, fmt.Errorf("enroll at %s: key %s is not an ed25519 public key", u, k.KeyID)
 			}
 		}
-		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys, ca: ca}
+		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys, ca: ca, certs: &certKeeper{stateDir: e.StateDir}}
 		if ca != nil {
 			id.CA, id.CAPin = string(meshca.EncodePEM(ca)), e.CAPin
+		}
+		if out.Certificate != "" {
+			if _, err := id.certs.save(key, []byte(out.Certificate)); err != nil {
+				return nil, fmt.Errorf("enroll at %s: %w", u, err)
+			}
 		}
 		for _, c := range urls {
 			id.Controllers = append(id.Controllers, c.String())

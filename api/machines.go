@@ -35,6 +35,8 @@ type MachineView struct {
 	Health            HealthView                     `json:"health"`
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
+	CertNotAfter      *time.Time                     `json:"certificate_not_after"`
+	RevokedReason     string                         `json:"revoked_reason"`
 }
 
 // HealthView is a machine's health as the API shows it: a fact with a time.
@@ -60,7 +62,8 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
-		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt}
+		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
+		CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {
 		v.Health.State = models.HealthNone

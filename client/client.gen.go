@@ -76,22 +76,22 @@ func (e InstanceState) Valid() bool {
 
 // Defines values for JoinTokenInfoState.
 const (
-	Expired JoinTokenInfoState = "expired"
-	Revoked JoinTokenInfoState = "revoked"
-	Unused  JoinTokenInfoState = "unused"
-	Used    JoinTokenInfoState = "used"
+	JoinTokenInfoStateExpired JoinTokenInfoState = "expired"
+	JoinTokenInfoStateRevoked JoinTokenInfoState = "revoked"
+	JoinTokenInfoStateUnused  JoinTokenInfoState = "unused"
+	JoinTokenInfoStateUsed    JoinTokenInfoState = "used"
 )
 
 // Valid indicates whether the value is a known member of the JoinTokenInfoState enum.
 func (e JoinTokenInfoState) Valid() bool {
 	switch e {
-	case Expired:
+	case JoinTokenInfoStateExpired:
 		return true
-	case Revoked:
+	case JoinTokenInfoStateRevoked:
 		return true
-	case Unused:
+	case JoinTokenInfoStateUnused:
 		return true
-	case Used:
+	case JoinTokenInfoStateUsed:
 		return true
 	default:
 		return false
@@ -128,6 +128,7 @@ const (
 	MachineStateOffline    MachineState = "offline"
 	MachineStateRefused    MachineState = "refused"
 	MachineStateRejected   MachineState = "rejected"
+	MachineStateRevoked    MachineState = "revoked"
 	MachineStateRolledBack MachineState = "rolled_back"
 	MachineStateUnhealthy  MachineState = "unhealthy"
 	MachineStateUpgrading  MachineState = "upgrading"
@@ -149,6 +150,8 @@ func (e MachineState) Valid() bool {
 	case MachineStateRefused:
 		return true
 	case MachineStateRejected:
+		return true
+	case MachineStateRevoked:
 		return true
 	case MachineStateRolledBack:
 		return true
@@ -708,6 +711,12 @@ type CanaryCount = int
 // CanaryPercent a percent of the release's machines, 1 to 100 ("10%"), rounded up; a count in a string ("2") is taken too
 type CanaryPercent = string
 
+// CertificateRequest defines model for CertificateRequest.
+type CertificateRequest struct {
+	// Csr a PEM certificate request for a new key, as at enrolment
+	Csr string `json:"csr"`
+}
+
 // Check defines model for Check.
 type Check struct {
 	Exec     *[]string `json:"exec,omitempty"`
@@ -764,7 +773,13 @@ type DeclarationPreview struct {
 // EnrollRequest defines model for EnrollRequest.
 type EnrollRequest struct {
 	// Arch Example: amd64
-	Arch        string  `json:"arch"`
+	Arch string `json:"arch"`
+
+	// Csr a PEM certificate request for the machine's client certificate, made with a key
+	// that never leaves the machine: ECDSA P-256, naming the machine only (common name
+	// and/or the URI `mesh://machine/<name>`), asking for no extension but that name.
+	// Checked before the join token is spent; a refused one is 400 and audited.
+	Csr         *string `json:"csr,omitempty"`
 	HostVersion *string `json:"host_version,omitempty"`
 	JoinToken   string  `json:"join_token"`
 	Name        string  `json:"name"`
@@ -778,9 +793,11 @@ type EnrollRequest struct {
 
 // Enrolled defines model for Enrolled.
 type Enrolled struct {
-	Keys    []PublicKey `json:"keys"`
-	Machine string      `json:"machine"`
-	Token   string      `json:"token"`
+	// Certificate the machine client certificate (PEM) issued for the csr; absent without one
+	Certificate *string     `json:"certificate,omitempty"`
+	Keys        []PublicKey `json:"keys"`
+	Machine     string      `json:"machine"`
+	Token       string      `json:"token"`
 }
 
 // Envelope defines model for Envelope.
@@ -943,6 +960,9 @@ type Machine struct {
 	AppliedGeneration int    `json:"applied_generation"`
 	Arch              string `json:"arch"`
 
+	// CertificateNotAfter when the client certificate last issued to the machine expires; null: it has none (a host on its bearer token)
+	CertificateNotAfter *time.Time `json:"certificate_not_after"`
+
 	// ComposeError why the current generation cannot be composed; empty when it can (or has not been tried)
 	ComposeError           string    `json:"compose_error"`
 	ConflictHostGeneration int       `json:"conflict_host_generation"`
@@ -971,12 +991,15 @@ type Machine struct {
 		// State none: no checks declared
 		State MachineHealthState `json:"state"`
 	} `json:"health"`
-	HostVersion       string                  `json:"host_version"`
-	LastOutcome       string                  `json:"last_outcome"`
-	LastReason        string                  `json:"last_reason"`
-	LastSeen          *time.Time              `json:"last_seen"`
-	Name              string                  `json:"name"`
-	Os                string                  `json:"os"`
+	HostVersion string     `json:"host_version"`
+	LastOutcome string     `json:"last_outcome"`
+	LastReason  string     `json:"last_reason"`
+	LastSeen    *time.Time `json:"last_seen"`
+	Name        string     `json:"name"`
+	Os          string     `json:"os"`
+
+	// RevokedReason why the machine is revoked (state revoked): a person revoked it, or it presented its certificate past the renewal grace
+	RevokedReason     string                  `json:"revoked_reason"`
 	Running           map[string]RunningBuild `json:"running"`
 	Schema            string                  `json:"schema"`
 	State             MachineState            `json:"state"`
@@ -988,6 +1011,20 @@ type MachineHealthState string
 
 // MachineState defines model for Machine.State.
 type MachineState string
+
+// MachineCertificate defines model for MachineCertificate.
+type MachineCertificate struct {
+	// Certificate the client certificate, PEM
+	Certificate string    `json:"certificate"`
+	Machine     string    `json:"machine"`
+	NotAfter    time.Time `json:"not_after"`
+
+	// RenewAfter two thirds of its life; the host renews then
+	RenewAfter time.Time `json:"renew_after"`
+
+	// Serial its serial number, hex
+	Serial string `json:"serial"`
+}
 
 // MachineList defines model for MachineList.
 type MachineList struct {
@@ -1280,6 +1317,12 @@ type ResourceKind string
 
 // ResourceOnRemove defines model for Resource.OnRemove.
 type ResourceOnRemove string
+
+// RevokeRequest defines model for RevokeRequest.
+type RevokeRequest struct {
+	// Reason shown with the state; default "revoked by <who>"
+	Reason *string `json:"reason,omitempty"`
+}
 
 // Rollout defines model for Rollout.
 type Rollout struct {
@@ -1689,6 +1732,9 @@ type CreateHostReleaseMultipartRequestBody = ReleaseUpload
 // StartRolloutJSONRequestBody defines body for StartRollout for application/json ContentType.
 type StartRolloutJSONRequestBody = RolloutRequest
 
+// RenewCertificateJSONRequestBody defines body for RenewCertificate for application/json ContentType.
+type RenewCertificateJSONRequestBody = CertificateRequest
+
 // CreateReportJSONRequestBody defines body for CreateReport for application/json ContentType.
 type CreateReportJSONRequestBody = Report
 
@@ -1697,6 +1743,9 @@ type CreateJoinTokenJSONRequestBody = JoinTokenRequest
 
 // SetAssignmentsJSONRequestBody defines body for SetAssignments for application/json ContentType.
 type SetAssignmentsJSONRequestBody = Assignments
+
+// RevokeMachineJSONRequestBody defines body for RevokeMachine for application/json ContentType.
+type RevokeMachineJSONRequestBody = RevokeRequest
 
 // SetVariablesJSONRequestBody defines body for SetVariables for application/json ContentType.
 type SetVariablesJSONRequestBody = Variables
@@ -2464,6 +2513,32 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRollout(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PollDeclaration the long poll (host token)
 	//
 	// Corresponds with GET /api/v1/host/declaration (the `PollDeclaration` operationId).
@@ -2583,6 +2658,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 	ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithBody(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachine(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMachineSends every send to the machine, newest first (viewer)
 	//
@@ -3148,6 +3241,52 @@ func (c *Client) ResumeRollout(ctx context.Context, version ReleaseVersion, reqE
 	return c.Client.Do(req)
 }
 
+// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PollDeclaration the long poll (host token)
 //
 // Corresponds with GET /api/v1/host/declaration (the `PollDeclaration` operationId).
@@ -3438,6 +3577,44 @@ func (c *Client) ListMachineReports(ctx context.Context, name MachineName, param
 // Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 func (c *Client) ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResolveMachineRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *Client) RevokeMachineWithBody(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeMachineRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *Client) RevokeMachine(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeMachineRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4729,6 +4906,46 @@ func NewResumeRolloutRequest(server string, version ReleaseVersion) (*http.Reque
 	return req, nil
 }
 
+// NewRenewCertificateRequest calls the generic RenewCertificate builder with application/json body
+func NewRenewCertificateRequest(server string, body RenewCertificateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewCertificateRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewCertificateRequestWithBody constructs an http.Request for the RenewCertificate method, with any body, and a specified content type
+func NewRenewCertificateRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/host/certificate")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPollDeclarationRequest constructs an http.Request for the PollDeclaration method
 func NewPollDeclarationRequest(server string, params *PollDeclarationParams) (*http.Request, error) {
 	var err error
@@ -5466,6 +5683,53 @@ func NewResolveMachineRequest(server string, name MachineName) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewRevokeMachineRequest calls the generic RevokeMachine builder with application/json body
+func NewRevokeMachineRequest(server string, name MachineName, body RevokeMachineJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRevokeMachineRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewRevokeMachineRequestWithBody constructs an http.Request for the RevokeMachine method, with any body, and a specified content type
+func NewRevokeMachineRequestWithBody(server string, name MachineName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/machines/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -6894,6 +7158,32 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRolloutWithResponse(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*ResumeRolloutResponse, error)
 
+	// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
+	// RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
 	// PollDeclarationWithResponse the long poll (host token)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -7037,6 +7327,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 	ResolveMachineWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*ResolveMachineResponse, error)
+
+	// RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithBodyWithResponse(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error)
+
+	// RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithResponse(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error)
 
 	// ListMachineSendsWithResponse every send to the machine, newest first (viewer)
 	//
@@ -8378,6 +8686,75 @@ func (r ResumeRolloutResponse) ContentType() string {
 	return ""
 }
 
+type RenewCertificateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MachineCertificate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RenewCertificateResponse) GetJSON201() *MachineCertificate {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewCertificateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewCertificateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewCertificateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewCertificateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PollDeclarationResponse200Headers the declared response headers of an HTTP 200 response for PollDeclaration
 type PollDeclarationResponse200Headers struct {
 	ETag      *string
@@ -9569,6 +9946,82 @@ func (r ResolveMachineResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResolveMachineResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeMachineResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Machine
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeMachineResponse) GetJSON200() *Machine {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeMachineResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeMachineResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeMachineResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeMachineResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11906,6 +12359,44 @@ func (c *ClientWithResponses) ResumeRolloutWithResponse(ctx context.Context, ver
 	return ParseResumeRolloutResponse(rsp)
 }
 
+// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificateWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
+// RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificate(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
 // PollDeclarationWithResponse the long poll (host token)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -12156,6 +12647,36 @@ func (c *ClientWithResponses) ResolveMachineWithResponse(ctx context.Context, na
 		return nil, err
 	}
 	return ParseResolveMachineResponse(rsp)
+}
+
+// RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *ClientWithResponses) RevokeMachineWithBodyWithResponse(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error) {
+	rsp, err := c.RevokeMachineWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeMachineResponse(rsp)
+}
+
+// RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *ClientWithResponses) RevokeMachineWithResponse(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error) {
+	rsp, err := c.RevokeMachine(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeMachineResponse(rsp)
 }
 
 // ListMachineSendsWithResponse every send to the machine, newest first (viewer)
@@ -13518,6 +14039,60 @@ func ParseResumeRolloutResponse(rsp *http.Response) (*ResumeRolloutResponse, err
 	return response, nil
 }
 
+// ParseRenewCertificateResponse parses an HTTP response from a RenewCertificateWithResponse call
+func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewCertificateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MachineCertificate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePollDeclarationResponse parses an HTTP response from a PollDeclarationWithResponse call
 func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14542,6 +15117,67 @@ func ParseResolveMachineResponse(rsp *http.Response) (*ResolveMachineResponse, e
 			headers.ETag = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRevokeMachineResponse parses an HTTP response from a RevokeMachineWithResponse call
+func ParseRevokeMachineResponse(rsp *http.Response) (*RevokeMachineResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeMachineResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Machine
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil

@@ -91,6 +91,10 @@ type Config struct {
 	// CA's) for the dashboard and API, presented to clients whose SNI it
 	// covers and that is not an advertised name; hosts keep the mesh CA.
 	TLSCertFile, TLSKeyFile string
+	// MachineCertLifetime is a machine client certificate's (0: 30 days),
+	// renewed by its host at two thirds; MachineCertGrace is how long
+	// past expiry an offline host may still renew it, once (0: 7 days).
+	MachineCertLifetime, MachineCertGrace time.Duration
 }
 
 // Controller is a running controller instance.
@@ -228,9 +232,12 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	sends := api.NewSendWriter(st)
 	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked}
-	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
+	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber(),
+		Certs: service.MachineCerts{CA: ca, Lifetime: cfg.MachineCertLifetime, Grace: cfg.MachineCertGrace}}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.Service = svc
+	// A revoked (or deleted) machine's parked polls close on every instance.
+	st.OnRevoked(srv.CloseRevoked)
 	rules := models.DefaultStateRules
 	if cfg.Rules.OfflineAfter > 0 {
 		rules.OfflineAfter = cfg.Rules.OfflineAfter

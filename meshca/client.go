@@ -158,8 +158,10 @@ type ClientError struct {
 	Machine string
 	Reason  string
 	// PastGrace: a certificate of this CA whose grace has passed too, so
-	// the machine can only be enrolled again.
+	// the machine can only be enrolled again; Enrolment is then the one it
+	// was issued for.
 	PastGrace bool
+	Enrolment string
 }
 
 func (e *ClientError) Error() string {
@@ -191,7 +193,7 @@ func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time
 			// machine: a forged one must not mark it.
 			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: leaf.NotAfter,
 				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
-				e.PastGrace = true
+				e.PastGrace, e.Enrolment = true, leaf.Subject.SerialNumber
 			}
 			return nil, e
 		}

@@ -252,6 +252,8 @@ func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", env("MESH_TLS_CERT", ""), "PEM certificate (chain) of your own for the dashboard and API, presented to clients asking for a name it covers that is not advertised; hosts keep the mesh CA (MESH_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", env("MESH_TLS_KEY", ""), "the PEM private key of --tls-cert (MESH_TLS_KEY)")
 	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", 30*24*time.Hour, "lifetime of the serving certificate the mesh CA issues (renewed at two thirds)")
+	fs.DurationVar(&cfg.MachineCertLifetime, "machine-cert-lifetime", 30*24*time.Hour, "lifetime of a machine's client certificate (its host renews it at two thirds)")
+	fs.DurationVar(&cfg.MachineCertGrace, "machine-cert-grace", 7*24*time.Hour, "how long past expiry a host that was offline may still renew its certificate, once")
 }
 
 // tlsBanner says how the controller serves, for the start banner.
