@@ -77,34 +77,34 @@ func csrError(format string, a ...any) error { return &CSRError{Reason: fmt.Spri
 func CheckCSR(csrPEM []byte, name string) (*x509.CertificateRequest, error) {
 	block, _ := pem.Decode(csrPEM)
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, csrError("csr: want one PEM CERTIFICATE REQUEST")
+		return nil, csrError("want one PEM CERTIFICATE REQUEST")
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, csrError("csr: %v", err)
+		return nil, csrError("%v", err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, csrError("csr: its signature does not verify: %v", err)
+		return nil, csrError("its signature does not verify: %v", err)
 	}
 	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
-		return nil, csrError("csr: the key must be ECDSA P-256, not %T", csr.PublicKey)
+		return nil, csrError("the key must be ECDSA P-256, not %T", csr.PublicKey)
 	}
 	if cn := csr.Subject.CommonName; cn != "" && cn != name {
-		return nil, csrError("csr: it names machine %q, the request is for %q", cn, name)
+		return nil, csrError("it names machine %q, the request is for %q", cn, name)
 	}
 	if len(csr.DNSNames)+len(csr.IPAddresses)+len(csr.EmailAddresses) > 0 {
-		return nil, csrError("csr: it asks for other names (DNS %v, IP %v, email %v); a machine certificate names its machine only",
+		return nil, csrError("it asks for other names (DNS %v, IP %v, email %v); a machine certificate names its machine only",
 			csr.DNSNames, csr.IPAddresses, csr.EmailAddresses)
 	}
 	for _, u := range csr.URIs {
 		if u.String() != MachineURI(name) {
-			return nil, csrError("csr: it asks for URI %s; machine %s's certificate names %s only", u, name, MachineURI(name))
+			return nil, csrError("it asks for URI %s; machine %s's certificate names %s only", u, name, MachineURI(name))
 		}
 	}
 	for _, ext := range csr.Extensions {
 		if !ext.Id.Equal(oidSubjectAltName) {
-			return nil, csrError("csr: it asks for extension %s (a CA flag, a key usage…); a machine certificate is made "+
+			return nil, csrError("it asks for extension %s (a CA flag, a key usage…); a machine certificate is made "+
 				"from the mesh's own template and carries none on request", ext.Id)
 		}
 	}
