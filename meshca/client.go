@@ -125,11 +125,14 @@ func (ca *CA) IssueMachine(csr *x509.CertificateRequest, name, enrolment string,
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{Organization: []string{"mesh"}, CommonName: name, SerialNumber: enrolment},
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(lifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		URIs:         []*url.URL{u},
+		// Back-dated for a controller's clock a little ahead, by no more
+		// than a tenth of the life, so two thirds of it (RenewAt) stays
+		// after the issue however short the life.
+		NotBefore:   now.Add(-min(5*time.Minute, lifetime/10)),
+		NotAfter:    now.Add(lifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u},
 		// BasicConstraintsValid with IsCA false: a leaf, said explicitly.
 		BasicConstraintsValid: true,
 	}
