@@ -181,8 +181,12 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
+	cas, discoverErrs, err := discoverAll(ctx, urls, e.CAPin)
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
-	for _, u := range urls {
+	for i, u := range urls {
 		if u.Scheme == "https" {
 			fields["csr"] = string(csr)
 		} else {
@@ -190,15 +194,10 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		}
 		body, _ := json.Marshal(fields)
 		hc := &http.Client{Timeout: 30 * time.Second}
-		var ca *x509.Certificate
+		ca := cas[i]
 		if u.Scheme == "https" {
-			ca, err = meshca.Discover(ctx, hostPort(u), u.Hostname(), e.CAPin)
-			var mismatch *meshca.PinMismatchError
-			if errors.As(err, &mismatch) {
-				return nil, fmt.Errorf("not sending the join token: %w", err)
-			}
-			if err != nil {
-				lastErr = err
+			if ca == nil {
+				lastErr = discoverErrs[i]
 				continue
 			}
 			hc.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: meshca.ClientConfig(ca)}
@@ -250,6 +249,26 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		return id, nil
 	}
 	return nil, fmt.Errorf("no controller answered: %w", lastErr)
+}
+
+// discoverAll finds the pinned CA in the chain of every https:// controller
+// of the list before the token goes to any: the list is one mesh, so one
+// that presents another CA (a proxy in the middle, a wrong address) is
+// refused outright. One that does not answer now is verified against the
+// same CA when the host first uses it.
+func discoverAll(ctx context.Context, urls []*url.URL, pin string) ([]*x509.Certificate, []error, error) {
+	cas, errs := make([]*x509.Certificate, len(urls)), make([]error, len(urls))
+	for i, u := range urls {
+		if u.Scheme != "https" {
+			continue
+		}
+		cas[i], errs[i] = meshca.Discover(ctx, hostPort(u), u.Hostname(), pin)
+		var mismatch *meshca.PinMismatchError
+		if errors.As(errs[i], &mismatch) {
+			return nil, nil, fmt.Errorf("not sending the join token: %w", errs[i])
+		}
+	}
+	return cas, errs, nil
 }
 
 func problemDetail(b []byte) string {

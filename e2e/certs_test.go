@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"mesh/agent"
 	"mesh/controller/ctltest"
 	"mesh/store"
+	"mesh/store/storetest"
 )
 
 // certView is what these tests read of a machine.
@@ -118,4 +120,62 @@ func TestTLS_MachineCertificates(t *testing.T) {
 		t.Fatalf("m2 %+v", v)
 	}
 	waitFor(t, 30*time.Second, "m2's host refused", func() bool { return strings.Contains(h2.log.String(), "machine m2 was revoked") })
+}
+
+// TestTLS_HandoverAcrossControllers: two controllers over TLS on one
+// PostgreSQL store share one CA, so one pin. Enrolment checks every URL of
+// the list against it (a list naming a proxy of another CA is refused
+// before the token leaves); the host then polls one by its certificate and,
+// when that one stops, moves to the other and applies what it is given
+// there, still by certificate.
+func TestTLS_HandoverAcrossControllers(t *testing.T) {
+	cfg := storetest.Config(t, store.Postgres)
+	a := &controllerProc{t: t, port: freePort(t), cfg: cfg, extra: []string{"--tls", "--resync", "3s"}, tls: true}
+	a.URL = "https://127.0.0.1:" + a.port
+	a.start()
+	t.Cleanup(a.stop)
+	b := &controllerProc{t: t, port: freePort(t), cfg: store.Config{DataDir: t.TempDir(), DatabaseURL: cfg.DatabaseURL},
+		extra: []string{"--tls", "--resync", "3s"}, tls: true}
+	b.URL = "https://127.0.0.1:" + b.port
+	b.start()
+	t.Cleanup(b.stop)
+	if a.Pin != b.Pin {
+		t.Fatalf("two replicas of one store present CAs %s and %s", a.Pin, b.Pin)
+	}
+	b.Admin = a.Admin
+	b.Env = ctltest.AttachWith(t, b.URL, a.Admin, b.transport)
+
+	// A list with a proxy of another CA in it: refused before the token
+	// leaves, which then enrols the host with the right list.
+	p := newTLSProxy(t, a)
+	jt := a.joinToken()
+	state := filepath.Join(t.TempDir(), "state")
+	out, err := exec.Command(filepath.Join(bin, "mesh-host"), "enroll", "--controller", a.URL+","+p.URL, "--ca-pin", jt.CAPin,
+		"--join-token", jt.Token, "--name", "m1", "--state", state).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "saw "+p.ca.Pin()) || p.requests.Load() != 0 {
+		t.Fatalf("a list with a proxy of another CA: %v, the proxy saw %d request(s)\n%s", err, p.requests.Load(), out)
+	}
+
+	a.module("site")
+	a.upload("site", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/site.conf", "content": "on ${machine.name}\n"}]}`, nil)
+	a.module("extra")
+	a.upload("extra", `{"resources": [{"name": "x", "kind": "file", "path": "/etc/extra.conf", "content": "extra\n"}]}`, nil)
+	h := enroll(t, a, "m1", a.URL+","+b.URL)
+	machineSerial(t, h.State)
+	h.start()
+	a.assign("m1", "site")
+	a.waitApplied("m1", 30*time.Second)
+
+	a.stop()
+	gen := b.assign("m1", "site", "extra")
+	m := b.waitApplied("m1", 60*time.Second)
+	if m.AppliedGeneration < gen {
+		t.Fatalf("m1 applied %d, want %d", m.AppliedGeneration, gen)
+	}
+	if got, err := os.ReadFile(filepath.Join(h.Root, "etc/extra.conf")); err != nil || string(got) != "extra\n" {
+		t.Fatalf("after the handover: %q %v", got, err)
+	}
+	if !strings.Contains(h.log.String(), b.URL) {
+		t.Fatalf("the host never named the second controller:\n%s", h.log)
+	}
 }
