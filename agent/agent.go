@@ -101,6 +101,8 @@ type Agent struct {
 	// renewNext: no renewal of the machine certificate before then (the
 	// controller refused the last).
 	renewNext time.Time
+	// moveNext: no move to TLS before then (the last failed).
+	moveNext time.Time
 }
 
 // Run runs the host until ctx ends: adopt what an earlier run left, then
@@ -135,7 +137,8 @@ func newAgent(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
 		outbox:        outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
 		checkedOut:    outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
-		checkedClient: newClient(id)}
+	}
+	a.checkedClient = a.client.sibling()
 	switch cfg.Services {
 	case "host":
 		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)
@@ -210,6 +213,9 @@ func (a *Agent) loop(ctx context.Context) error {
 			continue
 		}
 		backoff = time.Second
+		if res.tlsHint != "" && strings.HasPrefix(a.client.base(), "http://") {
+			a.moveToTLS(ctx, res.tlsHint)
+		}
 		a.trial(ctx)
 		if res.notModified {
 			continue

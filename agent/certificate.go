@@ -168,13 +168,16 @@ func (c *client) renewCertificate(ctx context.Context, keeper *certKeeper) (*x50
 func (a *Agent) renew(ctx context.Context) {
 	now := time.Now()
 	leaf := a.id.certs.leaf()
-	if !renewDue(leaf, now) || now.Before(a.renewNext) || !strings.HasPrefix(a.client.base(), "https://") {
+	// A host on TLS with no certificate yet (enrolled over TLS before
+	// machine certificates) asks for its first with its token.
+	due := leaf == nil || renewDue(leaf, now)
+	if !due || now.Before(a.renewNext) || !strings.HasPrefix(a.client.base(), "https://") {
 		return
 	}
 	cert, err := a.client.renewCertificate(ctx, a.id.certs)
 	if err != nil {
 		a.renewNext = now.Add(time.Minute)
-		a.cfg.Log.Warn("the machine certificate is due and was not renewed; retrying", "not_after", leaf.NotAfter, "err", err)
+		a.cfg.Log.Warn("the machine certificate is due and was not renewed; retrying", "has_one", leaf != nil, "err", err)
 		return
 	}
 	a.cfg.Log.Info("machine certificate renewed", "serial", cert.SerialNumber.Text(16), "not_after", cert.NotAfter)

@@ -122,6 +122,10 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 			return nil, err
 		}
 		name, enrolment = claims.Subject, claims.ID
+		if err := s.bearerPast(name); err != nil {
+			s.refusals.record(c, s, name, "bearer", err.Error())
+			return nil, err
+		}
 	}
 	if s.Auth.Revoked.Revoked(enrolment) {
 		err := fmt.Errorf("%w: machine %s was revoked (or deleted): its token and certificates are refused; "+

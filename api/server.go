@@ -82,6 +82,11 @@ type Server struct {
 	// serves /metrics; 0 is DefaultMetricsMaxAge.
 	MetricsMaxAge time.Duration
 
+	// Plain is the plain-HTTP service to hosts moving to TLS; TLS says
+	// the listener serves TLS.
+	Plain PlainHosts
+	TLS   bool
+
 	// refusals keeps the audit of refused host credentials sparse.
 	refusals refusalLog
 
@@ -146,6 +151,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.Use(middleware.RequestID())
 	e.Use(s.bodyLimit)
 	e.Use(s.accessLog)
+	e.Use(s.plainHTTP)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -159,6 +165,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
 	v1.POST("/host/reports", s.postReport, s.requireHost)
 	v1.POST("/host/certificate", s.renewCertificate)
+	v1.GET("/host/ca", s.getCA, s.requireHost)
 	v1.GET("/blobs/:digest", s.getBlob, s.requireHostOrViewer)
 
 	viewer := s.requireRole(models.RoleViewer)

@@ -1055,6 +1055,21 @@ type ManifestResourcesKind string
 // ManifestResourcesOnRemove defines model for Manifest.Resources.OnRemove.
 type ManifestResourcesOnRemove string
 
+// MeshCA defines model for MeshCA.
+type MeshCA struct {
+	// Certificate the mesh CA certificate, PEM
+	Certificate string `json:"certificate"`
+
+	// KeyId the declaration key that signed it
+	KeyId string `json:"key_id"`
+
+	// Pin sha256: of its SubjectPublicKeyInfo
+	Pin string `json:"pin"`
+
+	// Signature ed25519, base64, over "mesh-ca/v1\n" followed by the PEM bytes
+	Signature []byte `json:"signature"`
+}
+
 // Module defines model for Module.
 type Module struct {
 	CreatedAt    time.Time       `json:"created_at"`
@@ -2513,6 +2528,16 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRollout(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMeshCA the mesh CA, signed by the declaration key (host token or certificate)
+	//
+	// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+	// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+	// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+	// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+	//
+	// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+	GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
@@ -3231,6 +3256,26 @@ func (c *Client) PauseRollout(ctx context.Context, version ReleaseVersion, reqEd
 // Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 func (c *Client) ResumeRollout(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResumeRolloutRequest(c.Server, version)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetMeshCA the mesh CA, signed by the declaration key (host token or certificate)
+//
+// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+//
+// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+func (c *Client) GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMeshCARequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -4899,6 +4944,33 @@ func NewResumeRolloutRequest(server string, version ReleaseVersion) (*http.Reque
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetMeshCARequest constructs an http.Request for the GetMeshCA method
+func NewGetMeshCARequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/host/ca")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -7158,6 +7230,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRolloutWithResponse(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*ResumeRolloutResponse, error)
 
+	// GetMeshCAWithResponse the mesh CA, signed by the declaration key (host token or certificate)
+	//
+	// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+	// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+	// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+	// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+	GetMeshCAWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeshCAResponse, error)
+
 	// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
@@ -8680,6 +8764,68 @@ func (r ResumeRolloutResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResumeRolloutResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetMeshCAResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MeshCA
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMeshCAResponse) GetJSON200() *MeshCA {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMeshCAResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMeshCAResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMeshCAResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMeshCAResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12359,6 +12505,24 @@ func (c *ClientWithResponses) ResumeRolloutWithResponse(ctx context.Context, ver
 	return ParseResumeRolloutResponse(rsp)
 }
 
+// GetMeshCAWithResponse the mesh CA, signed by the declaration key (host token or certificate)
+//
+// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+func (c *ClientWithResponses) GetMeshCAWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeshCAResponse, error) {
+	rsp, err := c.GetMeshCA(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMeshCAResponse(rsp)
+}
+
 // RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 //
 // Authenticated by the machine certificate presented in the TLS handshake. An expired one is
@@ -14026,6 +14190,53 @@ func ParseResumeRolloutResponse(rsp *http.Response) (*ResumeRolloutResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetMeshCAResponse parses an HTTP response from a GetMeshCAWithResponse call
+func ParseGetMeshCAResponse(rsp *http.Response) (*GetMeshCAResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMeshCAResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MeshCA
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -95,6 +95,11 @@ type Config struct {
 	// renewed by its host at two thirds; MachineCertGrace is how long
 	// past expiry an offline host may still renew it, once (0: 7 days).
 	MachineCertLifetime, MachineCertGrace time.Duration
+	// HostBearerUntil, on a controller serving TLS, keeps the host
+	// protocol served over plain HTTP on the same port, to hosts without a
+	// certificate, until then; after it such hosts are refused with how to
+	// move. Zero: TLS only, and bearer-only hosts are never cut off.
+	HostBearerUntil time.Time
 }
 
 // Controller is a running controller instance.
@@ -275,9 +280,20 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	if cfg.MaxConns > 0 {
 		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
 	}
-	if tlsOn {
+	plain := tlsOn && !cfg.HostBearerUntil.IsZero()
+	switch {
+	case plain:
+		// Hosts enrolled over plain HTTP keep their URL while they move.
+		ln = newSniffListener(ln, tlsServing.conf)
+		cfg.Log.Warn("serving the host protocol over plain HTTP too, beside TLS, to hosts without a certificate (--host-bearer-until)",
+			"until", cfg.HostBearerUntil.UTC().Format(time.RFC3339))
+	case tlsOn:
 		// The cap sits under TLS: a refused connection costs no handshake.
 		ln = tls.NewListener(ln, tlsServing.conf)
+	}
+	srv.TLS = tlsOn
+	if tlsOn {
+		srv.Plain = api.PlainHosts{On: plain, Until: cfg.HostBearerUntil}
 	}
 	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -223,6 +223,10 @@ func machineOf(c *x509.Certificate) string {
 	return ""
 }
 
+// CAStatement is what the declaration key signs to vouch for the CA (PEM)
+// to a host that trusts only that key (one enrolled over plain HTTP).
+func CAStatement(caPEM []byte) []byte { return append([]byte("mesh-ca/v1\n"), caPEM...) }
+
 // RenewAt is when a certificate should be renewed: two thirds into its life.
 func RenewAt(c *x509.Certificate) time.Time {
 	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
