@@ -135,8 +135,8 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox:        outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
-		checkedOut:    outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
+		outbox:     outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
+		checkedOut: outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
 	}
 	a.checkedClient = a.client.sibling()
 	switch cfg.Services {

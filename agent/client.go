@@ -46,7 +46,9 @@ type route struct {
 	rt   atomic.Pointer[http.Transport]
 }
 
-func (r *route) RoundTrip(req *http.Request) (*http.Response, error) { return r.rt.Load().RoundTrip(req) }
+func (r *route) RoundTrip(req *http.Request) (*http.Response, error) {
+	return r.rt.Load().RoundTrip(req)
+}
 
 // newTransport verifies an https:// controller against the mesh CA and
 // nothing else (the system's roots are not consulted), presents the
