@@ -42,33 +42,26 @@ func (a *Agent) tryMoveToTLS(ctx context.Context, hint string) error {
 	if err != nil {
 		return err
 	}
-	hintURL, err := url.Parse(hint)
-	if err != nil || hintURL.Scheme != "https" || hintURL.Host == "" {
+	if u, err := url.Parse(hint); err != nil || u.Scheme != "https" || u.Host == "" {
 		return fmt.Errorf("X-Mesh-TLS %q: not an https:// address", hint)
 	}
-	// Every URL moves to https:// on its own host and port (the
-	// controller serves both there); the one in use to the address given.
-	base := a.client.base()
+	// Every URL moves to https:// on its own host and port, where the
+	// controller serves both: the header is only a signal, so one
+	// injected over plain HTTP cannot send the host elsewhere.
 	var urls []string
 	for _, u := range a.client.urls() {
-		switch {
-		case u == base:
-			urls = append(urls, "https://"+hintURL.Host)
-		case strings.HasPrefix(u, "http://"):
-			urls = append(urls, "https://"+strings.TrimPrefix(u, "http://"))
-		default:
-			urls = append(urls, u)
-		}
+		urls = append(urls, strings.Replace(u, "http://", "https://", 1))
 	}
 	rt := newTransport(ca, a.id.certs)
 	tlsClient := &client{id: a.id, route: &route{}, http: &http.Client{Transport: rt}}
 	tlsClient.route.urls.Store(&urls)
 	tlsClient.cur = a.client.cur
 	tlsClient.route.rt.Store(rt)
-	if a.id.certs.leaf() == nil {
-		if _, err := tlsClient.renewCertificate(ctx, a.id.certs); err != nil {
-			return err
-		}
+	// A certificate asked for over the new route proves it before any
+	// URL is rewritten: the controller there holds the CA's certificate,
+	// and knows this host.
+	if _, err := tlsClient.renewCertificate(ctx, a.id.certs); err != nil {
+		return err
 	}
 	nid := *a.id
 	nid.CA, nid.CAPin, nid.Controllers = string(pemCA), meshca.Pin(ca), urls

@@ -107,6 +107,9 @@ type CertificateView struct {
 // grace, once: its handshake proved the old key), or by its bearer token
 // when it has none yet (a host moving to certificates).
 func (s *Server) renewCertificate(c echo.Context) error {
+	if c.Request().TLS == nil && s.TLS {
+		return fmt.Errorf("%w: certificates are issued over TLS only; use https://%s", models.ErrForbidden, c.Request().Host)
+	}
 	p, err := s.hostAuth(c, true)
 	if err != nil {
 		return err
