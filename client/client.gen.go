@@ -8905,6 +8905,12 @@ func (r RenewCertificateResponse) ContentType() string {
 type PollDeclarationResponse200Headers struct {
 	ETag      *string
 	XMeshSend *string
+	XMeshTLS  *string
+}
+
+// PollDeclarationResponse304Headers the declared response headers of an HTTP 304 response for PollDeclaration
+type PollDeclarationResponse304Headers struct {
+	XMeshTLS *string
 }
 
 // PollDeclarationResponse503Headers the declared response headers of an HTTP 503 response for PollDeclaration
@@ -8927,6 +8933,8 @@ type PollDeclarationResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PollDeclarationResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *PollDeclarationResponse304Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PollDeclarationResponse503Headers
 }
@@ -14375,7 +14383,24 @@ func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse,
 			}
 			headers.XMeshSend = &value
 		}
+		if values := rsp.Header.Values("X-Mesh-TLS"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Mesh-TLS", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XMeshTLS = &value
+		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers PollDeclarationResponse304Headers
+		if values := rsp.Header.Values("X-Mesh-TLS"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Mesh-TLS", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XMeshTLS = &value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 503:
 		var headers PollDeclarationResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
