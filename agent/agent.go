@@ -109,6 +109,11 @@ type Agent struct {
 	checkedClient *client
 	// logs are the services whose last lines ride the next report.
 	logs *logShipper
+	// renewNext: no renewal of the machine certificate before then (the
+	// controller refused the last).
+	renewNext time.Time
+	// moveNext: no move to TLS before then (the last failed).
+	moveNext time.Time
 }
 
 // Run runs the host until ctx ends: adopt what an earlier run left, then
@@ -141,9 +146,10 @@ func newAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox:        outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
-		checkedOut:    outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
-		checkedClient: newClient(id)}
+		outbox:     outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
+		checkedOut: outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
+	}
+	a.checkedClient = a.client.sibling()
 	switch cfg.Services {
 	case "host":
 		sup, err := newSupervisor(cfg.StateDir, root, cfg.Log, cfg.StopGrace)
@@ -203,6 +209,7 @@ func (a *Agent) loop(ctx context.Context) error {
 		if err := a.outbox.flush(ctx, a.client); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Debug("reports wait in the outbox", "err", err)
 		}
+		a.renew(ctx)
 		hold := a.cfg.Wait
 		if os.Getenv(EnvTrialVersion) == version.Version && !a.trialDone {
 			// On trial: poll at once, so the reconcile completes promptly;
@@ -227,6 +234,9 @@ func (a *Agent) loop(ctx context.Context) error {
 			continue
 		}
 		backoff = time.Second
+		if res.tlsHint != "" && strings.HasPrefix(a.client.base(), "http://") {
+			a.moveToTLS(ctx, res.tlsHint)
+		}
 		a.trial(ctx)
 		a.renewDue(ctx)
 		if res.notModified {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"mesh/meshca"
@@ -31,32 +33,64 @@ var errSwitch = errors.New("try the next controller")
 
 // client speaks the host protocol to the controllers, one at a time.
 type client struct {
-	id   *Identity
-	http *http.Client
-	cur  int // index of the controller in use
+	id    *Identity
+	route *route
+	http  *http.Client
+	cur   int // index of the controller in use
 }
 
-// newClient speaks to id's controllers; an https:// one is verified
-// against the mesh CA kept at enrolment and nothing else (the system's
-// roots are not consulted), HTTP/1.1 only.
-func newClient(id *Identity) *client {
+// route is the controller URLs and the transport to them, shared by the
+// agent's clients and replaced at once when the host moves to TLS.
+type route struct {
+	urls atomic.Pointer[[]string]
+	rt   atomic.Pointer[http.Transport]
+}
+
+func (r *route) RoundTrip(req *http.Request) (*http.Response, error) {
+	return r.rt.Load().RoundTrip(req)
+}
+
+// newTransport verifies an https:// controller against the mesh CA and
+// nothing else (the system's roots are not consulted), presents the
+// machine certificate, and speaks HTTP/1.1 only.
+func newTransport(ca *x509.Certificate, certs *certKeeper) *http.Transport {
 	t := &http.Transport{
 		Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
 		ResponseHeaderTimeout: 0, // the long poll decides
 	}
-	if id.ca != nil {
-		t.TLSClientConfig = meshca.ClientConfig(id.ca)
+	if ca != nil {
+		t.TLSClientConfig = meshca.ClientConfig(ca)
+		if certs != nil {
+			t.TLSClientConfig.GetClientCertificate = certs.present
+		}
 	}
-	return &client{id: id, http: &http.Client{Transport: t}}
+	return t
 }
 
-func (c *client) base() string { return c.id.Controllers[c.cur%len(c.id.Controllers)] }
+// newClient speaks to id's controllers.
+func newClient(id *Identity) *client {
+	r := &route{}
+	urls := append([]string(nil), id.Controllers...)
+	r.urls.Store(&urls)
+	r.rt.Store(newTransport(id.ca, id.certs))
+	return &client{id: id, route: r, http: &http.Client{Transport: r}}
+}
+
+// sibling is another client on the same route (the check loop's).
+func (c *client) sibling() *client { return &client{id: c.id, route: c.route, http: c.http} }
+
+func (c *client) urls() []string { return *c.route.urls.Load() }
+
+func (c *client) base() string { u := c.urls(); return u[c.cur%len(u)] }
 
 // next moves to the next controller URL.
-func (c *client) next() { c.cur = (c.cur + 1) % len(c.id.Controllers) }
+func (c *client) next() { c.cur = (c.cur + 1) % len(c.urls()) }
 
 // pollResult is one poll's answer.
 type pollResult struct {
+	// tlsHint is X-Mesh-TLS: the controller, reached over plain HTTP,
+	// serves TLS there.
+	tlsHint     string
 	notModified bool
 	body        []byte
 	send        string
@@ -88,7 +122,7 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusNotModified:
-		return &pollResult{notModified: true}, nil
+		return &pollResult{notModified: true, tlsHint: resp.Header.Get("X-Mesh-TLS")}, nil
 	case http.StatusOK:
 		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxDeclaration+1))
 		if err != nil {
@@ -98,7 +132,7 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 			return &pollResult{body: nil, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")},
 				fmt.Errorf("%w: declaration larger than %d bytes", errTooLarge, MaxDeclaration)
 		}
-		return &pollResult{body: b, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")}, nil
+		return &pollResult{body: b, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag"), tlsHint: resp.Header.Get("X-Mesh-TLS")}, nil
 	case http.StatusServiceUnavailable:
 		return nil, fmt.Errorf("%w: %s answered 503", errSwitch, c.base())
 	}
@@ -304,7 +338,7 @@ func (o outbox) flush(ctx context.Context, c *client) error {
 		}
 		// A controller that cannot take it now: try the others in turn.
 		err = c.postReport(ctx, b)
-		for tries := 1; errors.Is(err, errSwitch) && tries < len(c.id.Controllers) && ctx.Err() == nil; tries++ {
+		for tries := 1; errors.Is(err, errSwitch) && tries < len(c.urls()) && ctx.Err() == nil; tries++ {
 			c.next()
 			err = c.postReport(ctx, b)
 		}

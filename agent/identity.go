@@ -36,7 +36,8 @@ type Identity struct {
 	CA    string `json:"ca,omitempty"`
 	CAPin string `json:"ca_pin,omitempty"`
 
-	ca *x509.Certificate // CA, parsed
+	ca    *x509.Certificate // CA, parsed
+	certs *certKeeper       // the machine certificate (machine.pem), if any
 }
 
 // PublicKey is a controller declaration key the host trusts.
@@ -69,6 +70,10 @@ func LoadIdentity(stateDir string) (*Identity, error) {
 			return nil, fmt.Errorf("%s: host.json's CA: %w", stateDir, err)
 		}
 		id.ca = ca
+	}
+	id.certs = &certKeeper{stateDir: stateDir}
+	if err := id.certs.load(); err != nil {
+		return nil, err
 	}
 	for _, u := range id.Controllers {
 		if strings.HasPrefix(u, "https://") && id.ca == nil {
@@ -169,20 +174,31 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
 		return nil, fmt.Errorf("%s is already enrolled (host.json exists)", e.StateDir)
 	}
-	body, _ := json.Marshal(map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
-		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader})
+	fields := map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
+		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader}
+	// Over TLS the machine asks for its certificate: its key is made here
+	// and never leaves the machine.
+	key, csr, err := newCSR(e.Name)
+	if err != nil {
+		return nil, err
+	}
+	cas, discoverErrs, err := discoverAll(ctx, urls, e.CAPin)
+	if err != nil {
+		return nil, err
+	}
 	var lastErr error
-	for _, u := range urls {
-		hc := &http.Client{Timeout: 30 * time.Second}
-		var ca *x509.Certificate
+	for i, u := range urls {
 		if u.Scheme == "https" {
-			ca, err = meshca.Discover(ctx, hostPort(u), u.Hostname(), e.CAPin)
-			var mismatch *meshca.PinMismatchError
-			if errors.As(err, &mismatch) {
-				return nil, fmt.Errorf("not sending the join token: %w", err)
-			}
-			if err != nil {
-				lastErr = err
+			fields["csr"] = string(csr)
+		} else {
+			delete(fields, "csr")
+		}
+		body, _ := json.Marshal(fields)
+		hc := &http.Client{Timeout: 30 * time.Second}
+		ca := cas[i]
+		if u.Scheme == "https" {
+			if ca == nil {
+				lastErr = discoverErrs[i]
 				continue
 			}
 			hc.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: meshca.ClientConfig(ca)}
@@ -203,9 +219,10 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 			return nil, fmt.Errorf("enroll at %s: %s: %s", u, resp.Status, problemDetail(b))
 		}
 		var out struct {
-			Machine string      `json:"machine"`
-			Token   string      `json:"token"`
-			Keys    []PublicKey `json:"keys"`
+			Machine     string      `json:"machine"`
+			Token       string      `json:"token"`
+			Keys        []PublicKey `json:"keys"`
+			Certificate string      `json:"certificate"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return nil, fmt.Errorf("enroll at %s: %w", u, err)
@@ -215,9 +232,14 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 				return nil, fmt.Errorf("enroll at %s: key %s is not an ed25519 public key", u, k.KeyID)
 			}
 		}
-		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys, ca: ca}
+		id := &Identity{Machine: out.Machine, Token: out.Token, Keys: out.Keys, ca: ca, certs: &certKeeper{stateDir: e.StateDir}}
 		if ca != nil {
 			id.CA, id.CAPin = string(meshca.EncodePEM(ca)), e.CAPin
+		}
+		if out.Certificate != "" {
+			if _, err := id.certs.save(key, []byte(out.Certificate)); err != nil {
+				return nil, fmt.Errorf("enroll at %s: %w", u, err)
+			}
 		}
 		for _, c := range urls {
 			id.Controllers = append(id.Controllers, c.String())
@@ -228,6 +250,26 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		return id, nil
 	}
 	return nil, fmt.Errorf("no controller answered: %w", lastErr)
+}
+
+// discoverAll finds the pinned CA in the chain of every https:// controller
+// of the list before the token goes to any: the list is one mesh, so one
+// that presents another CA (a proxy in the middle, a wrong address) is
+// refused outright. One that does not answer now is verified against the
+// same CA when the host first uses it.
+func discoverAll(ctx context.Context, urls []*url.URL, pin string) ([]*x509.Certificate, []error, error) {
+	cas, errs := make([]*x509.Certificate, len(urls)), make([]error, len(urls))
+	for i, u := range urls {
+		if u.Scheme != "https" {
+			continue
+		}
+		cas[i], errs[i] = meshca.Discover(ctx, hostPort(u), u.Hostname(), pin)
+		var mismatch *meshca.PinMismatchError
+		if errors.As(errs[i], &mismatch) {
+			return nil, nil, fmt.Errorf("not sending the join token: %w", errs[i])
+		}
+	}
+	return cas, errs, nil
 }
 
 func problemDetail(b []byte) string {

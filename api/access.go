@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -205,6 +206,9 @@ type enrollRequest struct {
 	Arch        string `json:"arch"`
 	HostVersion string `json:"host_version"`
 	Schema      string `json:"schema"`
+	// CSR asks for the machine's client certificate (PEM); the key stays
+	// on the machine.
+	CSR string `json:"csr,omitempty"`
 }
 
 // PublicKey is one of the controller's declaration keys: a host's trust root.
@@ -217,6 +221,9 @@ type enrollResponse struct {
 	Machine string      `json:"machine"`
 	Token   string      `json:"token"`
 	Keys    []PublicKey `json:"keys"`
+	// Certificate is the machine's client certificate (PEM), issued for
+	// the request's CSR; absent without one.
+	Certificate string `json:"certificate,omitempty"`
 }
 
 func (s *Server) enroll(c echo.Context) error {
@@ -234,6 +241,15 @@ func (s *Server) enroll(c echo.Context) error {
 		return models.Invalid("os", "os and arch are required (e.g. linux, amd64)")
 	}
 	ctx := c.Request().Context()
+	var csr *x509.CertificateRequest
+	if req.CSR != "" {
+		// Checked before the join token is spent: a refused request
+		// leaves it for a corrected one.
+		var err error
+		if csr, err = s.Service.CheckCSR(ctx, "anonymous", req.Name, req.CSR, c.RealIP()); err != nil {
+			return err
+		}
+	}
 	tokenID := auth.NewSecret()[:16]
 	m, err := s.Store.Enroll(ctx, auth.HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
 	if errors.Is(err, models.ErrTokenUsed) {
@@ -254,6 +270,13 @@ func (s *Server) enroll(c echo.Context) error {
 		return err
 	}
 	resp := enrollResponse{Machine: m.Name, Token: tok, Keys: []PublicKey{}}
+	if csr != nil {
+		pemCert, _, err := s.Service.IssueCertificate(ctx, "host:"+m.Name, m.Name, tokenID, csr, "at enrolment")
+		if err != nil {
+			return err
+		}
+		resp.Certificate = string(pemCert)
+	}
 	for _, k := range keys {
 		resp.Keys = append(resp.Keys, PublicKey{KeyID: k.ID, PublicKey: k.PublicKey})
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/meshca"
 	"mesh/models"
 )
 
@@ -27,6 +28,10 @@ type Principal struct {
 	Role    string
 	Machine string // a host
 	hostID  int64
+	// enrolment is the host's enrolment id; cert its verified client
+	// certificate, nil when it came with its bearer token.
+	enrolment string
+	cert      *meshca.MachineIdentity
 }
 
 // Actor is how the audit log names the principal.
@@ -76,32 +81,74 @@ func (s *Server) requirePerson(allowed func(role string) error) echo.MiddlewareF
 	}
 }
 
-// requireHost lets a host through. It checks the token against the hub's
-// memory, never the store, so an idle poll costs the store nothing.
+// requireHost lets a host through, known by its client certificate or
+// its bearer token (hostAuth). It checks against the hub's memory, never
+// the store, so an idle poll costs the store nothing.
 func (s *Server) requireHost(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		tok, err := bearer(c)
+		p, err := s.hostAuth(c, false)
 		if err != nil {
 			return err
+		}
+		c.Set(principalKey, p)
+		return next(c)
+	}
+}
+
+// hostAuth says which machine a request comes from. A client certificate,
+// when one was presented (the listener requests them and lets the request
+// path judge), is verified here against the mesh CA — chain, expiry,
+// revocation — so a refusal is a problem that names the machine, recorded
+// where an operator sees it; without one, the bearer token. Both name the
+// machine and its enrolment, which must be the machine's current one and
+// not revoked. An expired certificate within its grace passes only when
+// renewal says so (the renewal route).
+func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
+	var name, enrolment string
+	var cert *meshca.MachineIdentity
+	if chain := peerCertificates(c); len(chain) > 0 {
+		id, err := s.verifyMachineCert(c, chain, renewal)
+		if err != nil {
+			return nil, err
+		}
+		cert, name, enrolment = id, id.Machine, id.Enrolment
+	} else {
+		tok, err := bearer(c)
+		if err != nil {
+			return nil, err
 		}
 		claims, err := s.Auth.ParseHost(tok)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		id, ok := s.Hub.Authorize(claims.Subject, claims.ID)
-		if !ok {
-			// Enrolled through another instance since this one loaded:
-			// the store decides, and the hub learns the machine.
-			m, err := s.Store.Machine(c.Request().Context(), claims.Subject)
-			if err != nil || m.TokenID != claims.ID {
-				return fmt.Errorf("%w: host token of machine %s is not known here", models.ErrUnauthorized, claims.Subject)
-			}
-			s.Hub.Add(m)
-			id = m.ID
+		name, enrolment = claims.Subject, claims.ID
+		if err := s.bearerPast(name); err != nil {
+			s.refusals.record(c, s, name, "bearer", err.Error())
+			return nil, err
 		}
-		c.Set(principalKey, &Principal{Machine: claims.Subject, hostID: id})
-		return next(c)
 	}
+	if s.Auth.Revoked.Revoked(enrolment) {
+		err := fmt.Errorf("%w: machine %s was revoked (or deleted): its token and certificates are refused; "+
+			"delete it and enrol the machine again to bring it back", models.ErrUnauthorized, name)
+		s.refusals.record(c, s, name, "revoked", err.Error())
+		return nil, err
+	}
+	id, ok := s.Hub.Authorize(name, enrolment)
+	if !ok {
+		// Enrolled through another instance since this one loaded:
+		// the store decides, and the hub learns the machine.
+		m, err := s.Store.Machine(c.Request().Context(), name)
+		if err != nil || m.TokenID != enrolment {
+			err := fmt.Errorf("%w: host token or certificate of machine %s is not known here", models.ErrUnauthorized, name)
+			if cert != nil {
+				s.refusals.record(c, s, name, "unknown", err.Error())
+			}
+			return nil, err
+		}
+		s.Hub.Add(m)
+		id = m.ID
+	}
+	return &Principal{Machine: name, hostID: id, enrolment: enrolment, cert: cert}, nil
 }
 
 // requireHostOrViewer lets a host or any person through (blobs).
@@ -109,6 +156,9 @@ func (s *Server) requireHostOrViewer(next echo.HandlerFunc) echo.HandlerFunc {
 	host := s.requireHost(next)
 	person := s.requireRole(models.RoleViewer)(next)
 	return func(c echo.Context) error {
+		if len(peerCertificates(c)) > 0 {
+			return host(c)
+		}
 		tok, err := bearer(c)
 		if err != nil {
 			return err

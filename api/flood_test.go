@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,14 +13,22 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
+	"mesh/meshca"
 	"mesh/store"
+	"mesh/store/storetest"
 )
 
 // rawPoll opens a connection and sends one long poll on it, leaving the
 // connection open; it returns the connection and a reader of its answer.
 func rawPoll(t *testing.T, e *ctltest.Env, token string, known int64, wait string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+	var c net.Conn
+	var err error
+	if addr, ok := strings.CutPrefix(e.URL, "https://"); ok {
+		c, err = tls.Dial("tcp", addr, meshca.ClientConfig(e.Ctl.CA.Cert))
+	} else {
+		c, err = net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +80,20 @@ func TestPolls_OnePerMachine(t *testing.T) {
 // is released within seconds (it kept its descriptor until its wait ran
 // out: 4.5 minutes after a flood's clients left).
 func TestPolls_PeerClosedReleased(t *testing.T) {
-	e := ctltest.Start(t, store.SQLite)
+	overPlainAndTLS(t, testPeerClosedReleased)
+}
+
+// overPlainAndTLS runs a test against a controller serving plain HTTP and
+// one serving TLS (whose parked connections are looked at through the TLS
+// connection, to the socket beneath).
+func overPlainAndTLS(t *testing.T, f func(t *testing.T, e *ctltest.Env)) {
+	t.Run("Plain", func(t *testing.T) { f(t, ctltest.Start(t, store.SQLite)) })
+	t.Run("TLS", func(t *testing.T) {
+		f(t, ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true}))
+	})
+}
+
+func testPeerClosedReleased(t *testing.T, e *ctltest.Env) {
 	en := e.Enroll("m1")
 	if p := doPoll(e, en.Token, 0, "1s"); p.status != 200 {
 		t.Fatalf("first poll: %d", p.status)
@@ -87,7 +109,10 @@ func TestPolls_PeerClosedReleased(t *testing.T) {
 // another machine's host receives its change; descriptors return to
 // their baseline once the flood closes.
 func TestPolls_FloodOnOneToken(t *testing.T) {
-	e := ctltest.Start(t, store.SQLite)
+	overPlainAndTLS(t, testFloodOnOneToken)
+}
+
+func testFloodOnOneToken(t *testing.T, e *ctltest.Env) {
 	attacker, victim := e.Enroll("m1"), e.Enroll("m2")
 	for _, en := range []ctltest.Enrolled{attacker, victim} {
 		if p := doPoll(e, en.Token, 0, "1s"); p.status != 200 {

@@ -37,7 +37,9 @@ type MachineView struct {
 	Running           map[string]models.RunningBuild `json:"running"`
 	CreatedAt         time.Time                      `json:"created_at"`
 	// Yanked are the builds it runs that were yanked since (it keeps them).
-	Yanked []models.YankedRun `json:"yanked,omitempty"`
+	Yanked        []models.YankedRun `json:"yanked,omitempty"`
+	CertNotAfter  *time.Time         `json:"certificate_not_after"`
+	RevokedReason string             `json:"revoked_reason"`
 }
 
 // HealthView is a machine's health as the API shows it: a fact with a time.
@@ -64,7 +66,7 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason,
 		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
-		HeldBack: m.HeldBack}
+		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {
 		v.Health.State = models.HealthNone

@@ -44,6 +44,8 @@ type parkedPoll struct {
 	conn  net.Conn
 	timer *time.Timer
 	state atomic.Int32
+	// tlsHint is X-Mesh-TLS for a poll that came over plain HTTP.
+	tlsHint string
 }
 
 // park hijacks the connection and leaves the poll's session in the hub.
@@ -52,7 +54,7 @@ func (s *Server) park(w http.ResponseWriter, ps *pollSession) error {
 	if err != nil {
 		return err
 	}
-	pp := &parkedPoll{pollSession: ps, conn: conn}
+	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS)}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	ps.parked.Store(pp)
 	s.repark(pp)
@@ -157,6 +159,9 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	s.watch.forget(pp)
+	if resp != nil && pp.tlsHint != "" {
+		resp = withHeader(resp, HeaderTLS, pp.tlsHint)
+	}
 	if resp != nil {
 		// A few hundred bytes to a socket with nothing else queued: the
 		// kernel takes them at once; a host that stopped reading gets cut

@@ -92,6 +92,14 @@ type Server struct {
 	// serves /metrics; 0 is DefaultMetricsMaxAge.
 	MetricsMaxAge time.Duration
 
+	// Plain is the plain-HTTP service to hosts moving to TLS; TLS says
+	// the listener serves TLS.
+	Plain PlainHosts
+	TLS   bool
+
+	// refusals keeps the audit of refused host credentials sparse.
+	refusals refusalLog
+
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.
 	Behind string
@@ -153,6 +161,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.Use(middleware.RequestID())
 	e.Use(s.bodyLimit)
 	e.Use(s.accessLog)
+	e.Use(s.plainHTTP)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -169,6 +178,8 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
 	v1.POST("/host/reports", s.postReport, s.requireHost)
 	v1.POST("/host/service-certificates", s.postServiceCertificate, s.requireHost)
+	v1.POST("/host/certificate", s.renewCertificate)
+	v1.GET("/host/ca", s.getCA, s.requireHost)
 	v1.GET("/blobs/:digest", s.getBlob, s.requireHostOrViewer)
 
 	viewer := s.requireRole(models.RoleViewer)
@@ -190,6 +201,7 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.PUT("/machines/:name/variables", s.putVariables, operator)
 	v1.POST("/machines/:name/push", s.push, operator)
 	v1.POST("/machines/:name/resolve", s.resolve, admin)
+	v1.POST("/machines/:name/revoke", s.revokeMachine, admin)
 	v1.GET("/machines/:name/declaration", s.previewDeclaration, viewer)
 	v1.GET("/machines/:name/sends", s.machineSends, viewer)
 	v1.GET("/machines/:name/reports", s.machineReports, viewer)

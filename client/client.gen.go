@@ -242,6 +242,7 @@ const (
 	MachineStateOffline    MachineState = "offline"
 	MachineStateRefused    MachineState = "refused"
 	MachineStateRejected   MachineState = "rejected"
+	MachineStateRevoked    MachineState = "revoked"
 	MachineStateRolledBack MachineState = "rolled_back"
 	MachineStateUnhealthy  MachineState = "unhealthy"
 	MachineStateUpgrading  MachineState = "upgrading"
@@ -263,6 +264,8 @@ func (e MachineState) Valid() bool {
 	case MachineStateRefused:
 		return true
 	case MachineStateRejected:
+		return true
+	case MachineStateRevoked:
 		return true
 	case MachineStateRolledBack:
 		return true
@@ -1037,6 +1040,12 @@ type CanaryCount = int
 // CanaryPercent a percent of the release's machines, 1 to 100 ("10%"), rounded up; a count in a string ("2") is taken too
 type CanaryPercent = string
 
+// CertificateRequest defines model for CertificateRequest.
+type CertificateRequest struct {
+	// Csr a PEM certificate request for a new key, as at enrolment
+	Csr string `json:"csr"`
+}
+
 // Check defines model for Check.
 type Check struct {
 	Exec     *[]string `json:"exec,omitempty"`
@@ -1101,7 +1110,13 @@ type DeclarationPreview struct {
 // EnrollRequest defines model for EnrollRequest.
 type EnrollRequest struct {
 	// Arch Example: amd64
-	Arch        string  `json:"arch"`
+	Arch string `json:"arch"`
+
+	// Csr a PEM certificate request for the machine's client certificate, made with a key
+	// that never leaves the machine: ECDSA P-256, naming the machine only (common name
+	// and/or the URI `mesh://machine/<name>`), asking for no extension but that name.
+	// Checked before the join token is spent; a refused one is 400 and audited.
+	Csr         *string `json:"csr,omitempty"`
 	HostVersion *string `json:"host_version,omitempty"`
 	JoinToken   string  `json:"join_token"`
 	Name        string  `json:"name"`
@@ -1115,9 +1130,11 @@ type EnrollRequest struct {
 
 // Enrolled defines model for Enrolled.
 type Enrolled struct {
-	Keys    []PublicKey `json:"keys"`
-	Machine string      `json:"machine"`
-	Token   string      `json:"token"`
+	// Certificate the machine client certificate (PEM) issued for the csr; absent without one
+	Certificate *string     `json:"certificate,omitempty"`
+	Keys        []PublicKey `json:"keys"`
+	Machine     string      `json:"machine"`
+	Token       string      `json:"token"`
 }
 
 // Envelope defines model for Envelope.
@@ -1309,6 +1326,9 @@ type Machine struct {
 	AppliedGeneration int    `json:"applied_generation"`
 	Arch              string `json:"arch"`
 
+	// CertificateNotAfter when the client certificate last issued to the machine expires; null: it has none (a host on its bearer token)
+	CertificateNotAfter *time.Time `json:"certificate_not_after"`
+
 	// ComposeError why the current generation cannot be composed; empty when it can (or has not been tried)
 	ComposeError           string    `json:"compose_error"`
 	ConflictHostGeneration int       `json:"conflict_host_generation"`
@@ -1339,14 +1359,17 @@ type Machine struct {
 	} `json:"health"`
 
 	// HeldBack why the current generation carries held-back content (its host decodes no schema that expresses what is declared; the machine is behind), like "held back: needs host schema 2; host 1.4.0 decodes 1; …"; empty when it does not
-	HeldBack    string                  `json:"held_back"`
-	HostVersion string                  `json:"host_version"`
-	LastOutcome string                  `json:"last_outcome"`
-	LastReason  string                  `json:"last_reason"`
-	LastSeen    *time.Time              `json:"last_seen"`
-	Name        string                  `json:"name"`
-	Os          string                  `json:"os"`
-	Running     map[string]RunningBuild `json:"running"`
+	HeldBack    string     `json:"held_back"`
+	HostVersion string     `json:"host_version"`
+	LastOutcome string     `json:"last_outcome"`
+	LastReason  string     `json:"last_reason"`
+	LastSeen    *time.Time `json:"last_seen"`
+	Name        string     `json:"name"`
+	Os          string     `json:"os"`
+
+	// RevokedReason why the machine is revoked (state revoked): a person revoked it, or it presented its certificate past the renewal grace
+	RevokedReason string                  `json:"revoked_reason"`
+	Running       map[string]RunningBuild `json:"running"`
 
 	// Schema the declaration schemas its host advertised on its last poll, canonical (1,2)
 	Schema            string       `json:"schema"`
@@ -1366,6 +1389,20 @@ type MachineHealthState string
 
 // MachineState defines model for Machine.State.
 type MachineState string
+
+// MachineCertificate defines model for MachineCertificate.
+type MachineCertificate struct {
+	// Certificate the client certificate, PEM
+	Certificate string    `json:"certificate"`
+	Machine     string    `json:"machine"`
+	NotAfter    time.Time `json:"not_after"`
+
+	// RenewAfter two thirds of its life; the host renews then
+	RenewAfter time.Time `json:"renew_after"`
+
+	// Serial its serial number, hex
+	Serial string `json:"serial"`
+}
 
 // MachineList defines model for MachineList.
 type MachineList struct {
@@ -1419,6 +1456,21 @@ type ManifestResourcesOnRemove string
 
 // ManifestResourcesOnRenewSignal none: restart it
 type ManifestResourcesOnRenewSignal string
+
+// MeshCA defines model for MeshCA.
+type MeshCA struct {
+	// Certificate the mesh CA certificate, PEM
+	Certificate string `json:"certificate"`
+
+	// KeyId the declaration key that signed it
+	KeyId string `json:"key_id"`
+
+	// Pin sha256: of its SubjectPublicKeyInfo
+	Pin string `json:"pin"`
+
+	// Signature ed25519, base64, over "mesh-ca/v1\n" followed by the PEM bytes
+	Signature []byte `json:"signature"`
+}
 
 // Module defines model for Module.
 type Module struct {
@@ -1745,6 +1797,12 @@ type ResourceOnRemove string
 
 // ResourceOnRenewSignal defines model for Resource.OnRenew.Signal.
 type ResourceOnRenewSignal string
+
+// RevokeRequest defines model for RevokeRequest.
+type RevokeRequest struct {
+	// Reason shown with the state; default "revoked by <who>"
+	Reason *string `json:"reason,omitempty"`
+}
 
 // Rollout defines model for Rollout.
 type Rollout struct {
@@ -2303,6 +2361,9 @@ type CreateHostReleaseMultipartRequestBody = ReleaseUpload
 // StartRolloutJSONRequestBody defines body for StartRollout for application/json ContentType.
 type StartRolloutJSONRequestBody = RolloutRequest
 
+// RenewCertificateJSONRequestBody defines body for RenewCertificate for application/json ContentType.
+type RenewCertificateJSONRequestBody = CertificateRequest
+
 // CreateReportJSONRequestBody defines body for CreateReport for application/json ContentType.
 type CreateReportJSONRequestBody = Report
 
@@ -2317,6 +2378,9 @@ type SetAssignmentsJSONRequestBody = Assignments
 
 // SetLabelsJSONRequestBody defines body for SetLabels for application/json ContentType.
 type SetLabelsJSONRequestBody = Labels
+
+// RevokeMachineJSONRequestBody defines body for RevokeMachine for application/json ContentType.
+type RevokeMachineJSONRequestBody = RevokeRequest
 
 // SetVariablesJSONRequestBody defines body for SetVariables for application/json ContentType.
 type SetVariablesJSONRequestBody = Variables
@@ -3246,6 +3310,42 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRollout(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetMeshCA the mesh CA, signed by the declaration key (host token or certificate)
+	//
+	// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+	// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+	// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+	// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+	//
+	// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+	GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PollDeclaration the long poll (host token)
 	//
 	// Corresponds with GET /api/v1/host/declaration (the `PollDeclaration` operationId).
@@ -3423,6 +3523,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 	ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithBody(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachine(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListMachineSends every send to the machine, newest first (viewer)
 	//
@@ -4136,6 +4254,72 @@ func (c *Client) ResumeRollout(ctx context.Context, version ReleaseVersion, reqE
 	return c.Client.Do(req)
 }
 
+// GetMeshCA the mesh CA, signed by the declaration key (host token or certificate)
+//
+// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+//
+// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+func (c *Client) GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetMeshCARequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *Client) RenewCertificate(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRenewCertificateRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PollDeclaration the long poll (host token)
 //
 // Corresponds with GET /api/v1/host/declaration (the `PollDeclaration` operationId).
@@ -4544,6 +4728,44 @@ func (c *Client) ListMachineReports(ctx context.Context, name MachineName, param
 // Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 func (c *Client) ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResolveMachineRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *Client) RevokeMachineWithBody(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeMachineRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *Client) RevokeMachine(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeMachineRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6119,6 +6341,73 @@ func NewResumeRolloutRequest(server string, version ReleaseVersion) (*http.Reque
 	return req, nil
 }
 
+// NewGetMeshCARequest constructs an http.Request for the GetMeshCA method
+func NewGetMeshCARequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/host/ca")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRenewCertificateRequest calls the generic RenewCertificate builder with application/json body
+func NewRenewCertificateRequest(server string, body RenewCertificateJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRenewCertificateRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRenewCertificateRequestWithBody constructs an http.Request for the RenewCertificate method, with any body, and a specified content type
+func NewRenewCertificateRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/host/certificate")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewPollDeclarationRequest constructs an http.Request for the PollDeclaration method
 func NewPollDeclarationRequest(server string, params *PollDeclarationParams) (*http.Request, error) {
 	var err error
@@ -7090,6 +7379,53 @@ func NewResolveMachineRequest(server string, name MachineName) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewRevokeMachineRequest calls the generic RevokeMachine builder with application/json body
+func NewRevokeMachineRequest(server string, name MachineName, body RevokeMachineJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRevokeMachineRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewRevokeMachineRequestWithBody constructs an http.Request for the RevokeMachine method, with any body, and a specified content type
+func NewRevokeMachineRequestWithBody(server string, name MachineName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/machines/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -8825,6 +9161,44 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/host-releases/{version}/rollout/resume (the `ResumeRollout` operationId).
 	ResumeRolloutWithResponse(ctx context.Context, version ReleaseVersion, reqEditors ...RequestEditorFn) (*ResumeRolloutResponse, error)
 
+	// GetMeshCAWithResponse the mesh CA, signed by the declaration key (host token or certificate)
+	//
+	// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+	// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+	// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+	// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+	GetMeshCAWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeshCAResponse, error)
+
+	// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
+	// RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+	//
+	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+	// with its host token.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+	RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error)
+
 	// PollDeclarationWithResponse the long poll (host token)
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -9030,6 +9404,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 	ResolveMachineWithResponse(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*ResolveMachineResponse, error)
+
+	// RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithBodyWithResponse(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error)
+
+	// RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+	//
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+	RevokeMachineWithResponse(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error)
 
 	// ListMachineSendsWithResponse every send to the machine, newest first (viewer)
 	//
@@ -10662,10 +11054,147 @@ func (r ResumeRolloutResponse) ContentType() string {
 	return ""
 }
 
+type GetMeshCAResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *MeshCA
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetMeshCAResponse) GetJSON200() *MeshCA {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetMeshCAResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetMeshCAResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetMeshCAResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetMeshCAResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetMeshCAResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RenewCertificateResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MachineCertificate
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r RenewCertificateResponse) GetJSON201() *MachineCertificate {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RenewCertificateResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RenewCertificateResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RenewCertificateResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RenewCertificateResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PollDeclarationResponse200Headers the declared response headers of an HTTP 200 response for PollDeclaration
 type PollDeclarationResponse200Headers struct {
 	ETag      *string
 	XMeshSend *string
+	XMeshTLS  *string
+}
+
+// PollDeclarationResponse304Headers the declared response headers of an HTTP 304 response for PollDeclaration
+type PollDeclarationResponse304Headers struct {
+	XMeshTLS *string
 }
 
 // PollDeclarationResponse503Headers the declared response headers of an HTTP 503 response for PollDeclaration
@@ -10688,6 +11217,8 @@ type PollDeclarationResponse struct {
 	ApplicationproblemJSONDefault *Problem
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PollDeclarationResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *PollDeclarationResponse304Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PollDeclarationResponse503Headers
 }
@@ -12199,6 +12730,82 @@ func (r ResolveMachineResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ResolveMachineResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RevokeMachineResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Machine
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeMachineResponse) GetJSON200() *Machine {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeMachineResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeMachineResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeMachineResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeMachineResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14996,6 +15603,62 @@ func (c *ClientWithResponses) ResumeRolloutWithResponse(ctx context.Context, ver
 	return ParseResumeRolloutResponse(rsp)
 }
 
+// GetMeshCAWithResponse the mesh CA, signed by the declaration key (host token or certificate)
+//
+// What a host enrolled over plain HTTP fetches to move to TLS by itself: it trusts the
+// declaration key since enrolment, so it trusts the CA that key signed. A controller serving
+// TLS answers a host's plain-HTTP requests (served beside TLS on the same port while
+// `--host-bearer-until` has not passed) with the header `X-Mesh-TLS: https://<host:port>`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/host/ca (the `GetMeshCA` operationId).
+func (c *ClientWithResponses) GetMeshCAWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeshCAResponse, error) {
+	rsp, err := c.GetMeshCA(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetMeshCAResponse(rsp)
+}
+
+// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificateWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
+// RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
+//
+// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
+// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
+// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
+// with its host token.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/host/certificate (the `RenewCertificate` operationId).
+func (c *ClientWithResponses) RenewCertificateWithResponse(ctx context.Context, body RenewCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*RenewCertificateResponse, error) {
+	rsp, err := c.RenewCertificate(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRenewCertificateResponse(rsp)
+}
+
 // PollDeclarationWithResponse the long poll (host token)
 //
 // Returns a wrapper object for the known response body format(s).
@@ -15344,6 +16007,36 @@ func (c *ClientWithResponses) ResolveMachineWithResponse(ctx context.Context, na
 		return nil, err
 	}
 	return ParseResolveMachineResponse(rsp)
+}
+
+// RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *ClientWithResponses) RevokeMachineWithBodyWithResponse(ctx context.Context, name MachineName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error) {
+	rsp, err := c.RevokeMachineWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeMachineResponse(rsp)
+}
+
+// RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
+//
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/machines/{name}/revoke (the `RevokeMachine` operationId).
+func (c *ClientWithResponses) RevokeMachineWithResponse(ctx context.Context, name MachineName, body RevokeMachineJSONRequestBody, reqEditors ...RequestEditorFn) (*RevokeMachineResponse, error) {
+	rsp, err := c.RevokeMachine(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeMachineResponse(rsp)
 }
 
 // ListMachineSendsWithResponse every send to the machine, newest first (viewer)
@@ -17000,6 +17693,107 @@ func ParseResumeRolloutResponse(rsp *http.Response) (*ResumeRolloutResponse, err
 	return response, nil
 }
 
+// ParseGetMeshCAResponse parses an HTTP response from a GetMeshCAWithResponse call
+func ParseGetMeshCAResponse(rsp *http.Response) (*GetMeshCAResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetMeshCAResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest MeshCA
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRenewCertificateResponse parses an HTTP response from a RenewCertificateWithResponse call
+func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RenewCertificateResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MachineCertificate
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParsePollDeclarationResponse parses an HTTP response from a PollDeclarationWithResponse call
 func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17071,7 +17865,24 @@ func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse,
 			}
 			headers.XMeshSend = &value
 		}
+		if values := rsp.Header.Values("X-Mesh-TLS"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Mesh-TLS", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XMeshTLS = &value
+		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers PollDeclarationResponse304Headers
+		if values := rsp.Header.Values("X-Mesh-TLS"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Mesh-TLS", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XMeshTLS = &value
+		}
+		response.Headers304 = &headers
 	case rsp.StatusCode == 503:
 		var headers PollDeclarationResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18315,6 +19126,67 @@ func ParseResolveMachineResponse(rsp *http.Response) (*ResolveMachineResponse, e
 			headers.ETag = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRevokeMachineResponse parses an HTTP response from a RevokeMachineWithResponse call
+func ParseRevokeMachineResponse(rsp *http.Response) (*RevokeMachineResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeMachineResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Machine
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil

@@ -67,7 +67,7 @@ func TestClient_LoginAndListMachines(t *testing.T) {
 	c := newClient(t, e)
 	ctx := context.Background()
 
-	user, err := c.CreateUserWithResponse(ctx, client.CreateUserJSONRequestBody{Name: "ops", Role: client.Viewer,
+	user, err := c.CreateUserWithResponse(ctx, client.CreateUserJSONRequestBody{Name: "ops", Role: client.UserRequestRoleViewer,
 		Password: "a long enough password"}, bearer(e.Admin))
 	if err != nil || user.JSON201 == nil {
 		t.Fatalf("createUser: %v %d %s", err, user.StatusCode(), user.Body)

@@ -96,6 +96,15 @@ type Config struct {
 	// CA's) for the dashboard and API, presented to clients whose SNI it
 	// covers and that is not an advertised name; hosts keep the mesh CA.
 	TLSCertFile, TLSKeyFile string
+	// MachineCertLifetime is a machine client certificate's (0: 30 days),
+	// renewed by its host at two thirds; MachineCertGrace is how long
+	// past expiry an offline host may still renew it, once (0: 7 days).
+	MachineCertLifetime, MachineCertGrace time.Duration
+	// HostBearerUntil, on a controller serving TLS, keeps the host
+	// protocol served over plain HTTP on the same port, to hosts without a
+	// certificate, until then; after it such hosts are refused with how to
+	// move. Zero: TLS only, and bearer-only hosts are never cut off.
+	HostBearerUntil time.Time
 }
 
 // Controller is a running controller instance.
@@ -239,11 +248,14 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	sends := api.NewSendWriter(st)
 	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked, Used: auth.NewLastUse()}
-	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber()}
+	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber(),
+		Certs: service.MachineCerts{CA: ca, Lifetime: cfg.MachineCertLifetime, Grace: cfg.MachineCertGrace}}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.ManifestSchema = mesh.ManifestSchema
 	srv.HostUnit = mesh.HostUnit
 	srv.Service = svc
+	// A revoked (or deleted) machine's parked polls close on every instance.
+	st.OnRevoked(srv.CloseRevoked)
 	rules := models.DefaultStateRules
 	if cfg.Rules.OfflineAfter > 0 {
 		rules.OfflineAfter = cfg.Rules.OfflineAfter
@@ -282,9 +294,20 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	if cfg.MaxConns > 0 {
 		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
 	}
-	if tlsOn {
+	plain := tlsOn && !cfg.HostBearerUntil.IsZero()
+	switch {
+	case plain:
+		// Hosts enrolled over plain HTTP keep their URL while they move.
+		ln = newSniffListener(ln, tlsServing.conf)
+		cfg.Log.Warn("serving the host protocol over plain HTTP too, beside TLS, to hosts without a certificate (--host-bearer-until)",
+			"until", cfg.HostBearerUntil.UTC().Format(time.RFC3339))
+	case tlsOn:
 		// The cap sits under TLS: a refused connection costs no handshake.
 		ln = tls.NewListener(ln, tlsServing.conf)
+	}
+	srv.TLS = tlsOn
+	if tlsOn {
+		srv.Plain = api.PlainHosts{On: plain, Until: cfg.HostBearerUntil}
 	}
 	srv.Enrolment = api.Enrolment{CAPin: ca.Pin(), CAPEM: ca.PEM(), URL: enrolURL(cfg, tlsOn, ln.Addr())}
 	srv.ServiceCA = ca // signs services' certificates (schema 2)

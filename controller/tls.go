@@ -88,6 +88,9 @@ type serving struct {
 	operator  *tls.Certificate
 	meshNames map[string]bool
 	conf      *tls.Config
+	// operatorConf answers clients of the operator's name: no client
+	// certificate asked; ticket keys are conf's.
+	operatorConf *tls.Config
 }
 
 func newServing(ca *meshca.CA, cfg Config) (*serving, error) {
@@ -108,10 +111,23 @@ func newServing(ca *meshca.CA, cfg Config) (*serving, error) {
 	if err := s.renew(time.Now()); err != nil {
 		return nil, err
 	}
+	// Hosts present machine certificates; the handshake asks for one but
+	// judges none (RequestClientCert), so the request path can refuse a
+	// bad one with a problem that names the machine and record it. A
+	// client asking for the operator's name (a browser, the dashboard) is
+	// asked for no certificate: it would only be offered a picker.
+	s.operatorConf = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: meshca.NextProtos, GetCertificate: s.certificate}
 	s.conf = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     meshca.NextProtos,
 		GetCertificate: s.certificate,
+		ClientAuth:     tls.RequestClientCert,
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if s.isOperatorName(hello.ServerName) {
+				return s.operatorConf, nil
+			}
+			return nil, nil
+		},
 	}
 	return s, nil
 }
@@ -137,11 +153,16 @@ func (s *serving) due(now time.Time) bool {
 // mesh CA's for everything else — the advertised names hosts use, an IP
 // address, no SNI at all.
 func (s *serving) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	if s.operator != nil && hello.ServerName != "" && !s.meshNames[strings.ToLower(hello.ServerName)] &&
-		s.operator.Leaf != nil && s.operator.Leaf.VerifyHostname(hello.ServerName) == nil {
+	if s.isOperatorName(hello.ServerName) {
 		return s.operator, nil
 	}
 	return s.mesh.Load(), nil
+}
+
+// isOperatorName says whether the operator's certificate answers name.
+func (s *serving) isOperatorName(name string) bool {
+	return s.operator != nil && name != "" && !s.meshNames[strings.ToLower(name)] &&
+		s.operator.Leaf != nil && s.operator.Leaf.VerifyHostname(name) == nil
 }
 
 // ticketKeys reads (or makes) the session ticket keys of this period and

@@ -34,6 +34,9 @@ type instance struct {
 	stopped bool // SIGSTOPped
 	log     *syncBuffer
 	done    chan struct{} // closed when the process has exited
+	// client reaches it: over TLS (the TLS variant), one that trusts
+	// the mesh CA alone.
+	client *http.Client
 }
 
 // watch reaps the process and says when it has exited.
@@ -43,13 +46,29 @@ func (in *instance) watch(c *exec.Cmd) {
 	go func() { _ = c.Wait(); close(done) }()
 }
 
-func (in *instance) url() string { return "http://127.0.0.1:" + in.port }
+func (in *instance) url() string {
+	if in.client != nil {
+		return "https://127.0.0.1:" + in.port
+	}
+	return "http://127.0.0.1:" + in.port
+}
+
+func (in *instance) httpClient() *http.Client {
+	if in.client != nil {
+		return in.client
+	}
+	return http.DefaultClient
+}
 
 func (in *instance) start() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.cmd = exec.Command(filepath.Join(bin, "mesh-controller"), "serve", "--listen", "127.0.0.1:"+in.port,
-		"--data", in.cfg.DataDir, "--database", in.cfg.DatabaseURL, "--resync", "3s", "--log-level", "warn")
+	args := []string{"serve", "--listen", "127.0.0.1:" + in.port,
+		"--data", in.cfg.DataDir, "--database", in.cfg.DatabaseURL, "--resync", "3s", "--log-level", "warn"}
+	if in.client != nil {
+		args = append(args, "--tls")
+	}
+	in.cmd = exec.Command(filepath.Join(bin, "mesh-controller"), args...)
 	if in.log == nil {
 		in.log = &syncBuffer{}
 	}
@@ -60,7 +79,7 @@ func (in *instance) start() error {
 	in.watch(in.cmd)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(in.url() + "/readyz"); err == nil {
+		if resp, err := in.httpClient().Get(in.url() + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return nil
@@ -195,22 +214,38 @@ func TestFaults_NoStaleSendThroughHandovers(t *testing.T) {
 		}
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { faultRun(t, seed) })
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { faultRun(t, seed, false) })
 	}
 }
 
-func faultRun(t *testing.T, seed uint64) {
+// TestFaults_NoStaleSendThroughHandovers_TLS: the same over TLS, hosts
+// known by their machine certificates; the pinned CA is every instance's.
+func TestFaults_NoStaleSendThroughHandovers_TLS(t *testing.T) {
+	faultRun(t, 3, true)
+}
+
+func faultRun(t *testing.T, seed uint64, tlsOn bool) {
 	t.Logf("seed %d (MESH_FAULT_SEEDS=%d reproduces it)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, seed*7919+1))
 	cfg := storetest.Config(t, store.Postgres)
-	first := startControllerOn(t, cfg)
-	ins := []*instance{{port: first.port, cfg: cfg}}
+	var first *controllerProc
+	var client *http.Client
+	if tlsOn {
+		first = &controllerProc{t: t, port: freePort(t), cfg: cfg, extra: []string{"--tls", "--resync", "3s"}, tls: true}
+		first.URL = "https://127.0.0.1:" + first.port
+		first.start()
+		t.Cleanup(first.stop)
+		client = &http.Client{Transport: first.transport}
+	} else {
+		first = startControllerOn(t, cfg)
+	}
+	ins := []*instance{{port: first.port, cfg: cfg, client: client}}
 	// The first instance runs under the harness; take it over.
 	ins[0].cmd, ins[0].log = first.cmd, first.log
 	ins[0].watch(first.cmd)
 	first.cmd = nil
 	for range 2 {
-		in := &instance{port: freePort(t), cfg: store.Config{DataDir: t.TempDir(), DatabaseURL: cfg.DatabaseURL}}
+		in := &instance{port: freePort(t), cfg: store.Config{DataDir: t.TempDir(), DatabaseURL: cfg.DatabaseURL}, client: client}
 		if err := in.start(); err != nil {
 			t.Fatal(err)
 		}
@@ -245,6 +280,9 @@ func faultRun(t *testing.T, seed uint64) {
 		first.assign(name, "conf")
 	}
 	a := &api{ins: ins, token: first.Admin, c: &http.Client{Timeout: 3 * time.Second}}
+	if tlsOn {
+		a.c.Transport = first.transport
+	}
 
 	// Faults, bounded in count and time.
 	ctx, stop := context.WithTimeout(context.Background(), 25*time.Second)

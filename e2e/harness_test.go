@@ -211,7 +211,8 @@ type hostProc struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	extra  []string
-	launch bool // run under `mesh-host launch`
+	launch bool   // run under `mesh-host launch`
+	binary string // another mesh-host build in bin (a previous release); default mesh-host
 }
 
 // enroll enrols a host against url (a controller or a proxy in front of it).
@@ -242,7 +243,11 @@ func (h *hostProc) start(extra ...string) {
 	}
 	args := append([]string{cmd, "--state", h.State, "--root", h.Root, "--wait", "5s", "--retry", "100ms",
 		"--stop-grace", "2s", "--log-level", "debug"}, extra...)
-	h.cmd = exec.Command(filepath.Join(bin, "mesh-host"), args...)
+	exe := "mesh-host"
+	if h.binary != "" {
+		exe = h.binary
+	}
+	h.cmd = exec.Command(filepath.Join(bin, exe), args...)
 	if h.log == nil {
 		h.log = &syncBuffer{}
 	}

@@ -208,6 +208,21 @@ func (h *Hub) Remove(name string) {
 	h.send(ps)
 }
 
+// TakeParkedOf takes the parked polls of the machine whose enrolment
+// (token id) is id: its identity was revoked, and they are to be closed.
+func (h *Hub) TakeParkedOf(id string) []Parked {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.byID {
+		if e.tokenID == id {
+			ps := e.parked
+			e.parked = nil
+			return ps
+		}
+	}
+	return nil
+}
+
 // Authorize checks a host token's machine and token id against memory.
 func (h *Hub) Authorize(name, tokenID string) (int64, bool) {
 	h.mu.Lock()

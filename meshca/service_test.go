@@ -16,15 +16,6 @@ import (
 	"mesh/meshca"
 )
 
-func csrPEM(t *testing.T, key any, tmpl *x509.CertificateRequest) []byte {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
-}
-
 // TestParseCSR: a service's CSR is one PEM request, signed by the key it
 // names, for DNS names only; anything else says what is wrong.
 func TestParseCSR(t *testing.T) {

@@ -8,7 +8,7 @@ import "time"
 
 // MachineStates are the words StateRules.State says, in its precedence.
 func MachineStates() []string {
-	return []string{StateConflict, StateOffline, StateRolledBack, StateUpgrading, StateFailed, StateBehind,
+	return []string{StateConflict, StateRevoked, StateOffline, StateRolledBack, StateUpgrading, StateFailed, StateBehind,
 		StateRefused, StateRejected, StateUnhealthy, StateCurrent}
 }
 

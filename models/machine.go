@@ -22,7 +22,7 @@ const (
 
 // StateRules say a machine's state from its records. The precedence is
 // written once, here and in DESIGN.md, and api, web and metrics all use
-// it: conflict > offline > rolled_back > upgrading > failed > behind >
+// it: conflict > revoked > offline > rolled_back > upgrading > failed > behind >
 // refused > rejected > unhealthy > current. A state word is shown only
 // when what it claims was checked: current means the host reported
 // applying the latest generation and no declared check has failed past
@@ -40,6 +40,10 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 	switch {
 	case m.Conflict:
 		return StateConflict
+	case m.RevokedAt != nil:
+		// Its certificate and token are refused: nothing it says is
+		// heard, so no other word about it can be checked.
+		return StateRevoked
 	case lastSeen == nil && now.Sub(m.CreatedAt) > r.OfflineAfter, lastSeen != nil && now.Sub(*lastSeen) > r.OfflineAfter:
 		// Never polled: offline once it has been enrolled that long.
 		return StateOffline

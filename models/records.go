@@ -184,9 +184,13 @@ type Machine struct {
 	HeldBack          string     `gorm:"column:held_back"`                // why its generation carries held-back content ("" when it does not)
 	Conflict          bool       `gorm:"column:conflict"`
 	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
-	TokenID           string     `gorm:"column:token_id"`
+	TokenID           string     `gorm:"column:token_id"` // the enrolment's id: its host token's and certificates'
 	LastSeen          *time.Time `gorm:"column:last_seen"`
 	CreatedAt         time.Time  `gorm:"column:created_at"`
+	CertSerial        string     `gorm:"column:cert_serial"`    // the client certificate last issued (hex); "": none
+	CertNotAfter      *time.Time `gorm:"column:cert_not_after"` // when it expires
+	RevokedAt         *time.Time `gorm:"column:revoked_at"`     // its identity revoked: state revoked
+	RevokedReason     string     `gorm:"column:revoked_reason"`
 }
 
 // MachineVariable is one key/value of a machine, used as ${var.KEY}.
@@ -341,4 +345,13 @@ const (
 	// RevokedUser is every token of one user issued up to a time
 	// (UserRevocationID): a disable or a role change.
 	RevokedUser = "user"
+	// RevokedMachine is an enrolment (a machine's id): its bearer token
+	// and every certificate issued to it.
+	RevokedMachine = "machine"
+	// RevokedCertificate is one machine certificate, by serial: an
+	// expired one spent on its one renewal in the grace.
+	RevokedCertificate = "certificate"
 )
+
+// CertRevocationID is the revocation id of a machine certificate's serial.
+func CertRevocationID(serial string) string { return "cert:" + serial }

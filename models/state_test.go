@@ -50,7 +50,9 @@ func TestStateRules_Precedence(t *testing.T) {
 		{"OfflineOverRolledBack", func(m *Machine) { m.LastOutcome = OutcomeRolledBack }, &old, StateOffline},
 		{"NeverPolledLongAgoIsOffline", func(m *Machine) {}, nil, StateOffline},
 		{"JustEnrolledIsNotOffline", func(m *Machine) { m.CreatedAt = recent; m.Generation = 1; m.FinishedGen = 0 }, nil, StateBehind},
-		{"ConflictOverAll", func(m *Machine) { m.Conflict = true }, &old, StateConflict},
+		{"RevokedOverOffline", func(m *Machine) { m.RevokedAt = &old }, &old, StateRevoked},
+		{"RevokedOverCurrent", func(m *Machine) { m.RevokedAt = &recent }, &recent, StateRevoked},
+		{"ConflictOverAll", func(m *Machine) { m.Conflict = true; m.RevokedAt = &old }, &old, StateConflict},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := base()

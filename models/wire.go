@@ -133,6 +133,7 @@ const (
 	StateUpgrading  = "upgrading"
 	StateRolledBack = "rolled_back"
 	StateUnhealthy  = "unhealthy"
+	StateRevoked    = "revoked"
 )
 
 // Health words: a fact with a time.

@@ -30,6 +30,8 @@ type Service struct {
 	// ControllerBuild is this instance's build: a mesh-controller plan is
 	// refused below what any controller runs.
 	ControllerBuild int64
+	// Certs issue machine certificates.
+	Certs MachineCerts
 }
 
 // DefaultRolloutDeadline is how long a machine has to report upgraded.

@@ -359,6 +359,11 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 		if err := tx.Delete(m).Error; err != nil {
 			return err
 		}
+		// Its token and certificates are refused on every instance at once,
+		// whatever the instance still remembers of it.
+		if err := revokeEnrolment(tx, actor, m, "machine "+name+" deleted"); err != nil {
+			return err
+		}
 		return audit(tx, actor, "delete-machine", "machine/"+name, "")
 	})
 }

@@ -109,8 +109,9 @@ func revokeUser(tx *Tx, actor, user string, now time.Time, sessionTTL time.Durat
 		Updates(map[string]any{"revoked_at": now, "revoked_by": actor}).Error; err != nil {
 		return err
 	}
-	return revoke(tx, actor, &models.Revocation{TokenID: models.UserRevocationID(user, now), Kind: models.RevokedUser,
+	_, err := revoke(tx, actor, &models.Revocation{TokenID: models.UserRevocationID(user, now), Kind: models.RevokedUser,
 		Reason: why, ExpiresAt: exp})
+	return err
 }
 
 // CreateAPIToken keeps a new API token (its hash), audited. The user must
@@ -178,7 +179,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, actor, owner, id string) (*m
 			return nil, err
 		}
 		t.RevokedAt, t.RevokedBy = &now, actor
-		if err := revoke(tx, actor, &models.Revocation{TokenID: t.ID, Kind: models.RevokedAPIToken,
+		if _, err := revoke(tx, actor, &models.Revocation{TokenID: t.ID, Kind: models.RevokedAPIToken,
 			Reason: "API token " + t.Name + " revoked", ExpiresAt: t.ExpiresAt}); err != nil {
 			return nil, err
 		}

@@ -22,28 +22,32 @@ const revokedPrefix = "revoked:"
 // Every instance hears of it at once (in process, and by NOTIFY).
 func (s *Store) Revoke(ctx context.Context, actor string, r *models.Revocation) error {
 	return s.write(ctx, func(tx *Tx) error {
-		if err := revoke(tx, actor, r); err != nil {
+		added, err := revoke(tx, actor, r)
+		if err != nil || !added {
 			return err
 		}
 		return audit(tx, actor, "revoke", r.Kind+"/"+r.TokenID[:min(8, len(r.TokenID))], r.Reason)
 	})
 }
 
-// revoke is Revoke inside tx, without its audit line (the caller's act
-// says what was revoked).
-func revoke(tx *Tx, actor string, r *models.Revocation) error {
-	r.RevokedBy, r.RevokedAt = actor, tx.s.Now()
-	if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(r).Error; err != nil {
-		return err
+// revoke is Revoke inside a transaction, without its audit line (the
+// caller's act says what was revoked); added is false when the id was
+// revoked already (nothing changes then).
+func revoke(tx *Tx, actor string, r *models.Revocation) (added bool, err error) {
+	s := tx.s
+	r.RevokedBy, r.RevokedAt = actor, s.Now()
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(r)
+	if res.Error != nil || res.RowsAffected == 0 {
+		return false, res.Error
 	}
-	if tx.s.dialect == Postgres {
+	if s.dialect == Postgres {
 		payload := fmt.Sprintf("%s%s:%d", revokedPrefix, r.TokenID, r.ExpiresAt.Unix())
-		if err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, payload).Error; err != nil {
-			return err
+		if err := tx.Exec("SELECT pg_notify(?, ?)", s.channel, payload).Error; err != nil {
+			return false, err
 		}
 	}
 	tx.revoked = append(tx.revoked, *r)
-	return nil
+	return true, nil
 }
 
 // Revocations are the token ids refused now (not yet expired).

@@ -39,7 +39,7 @@ type StateCount struct {
 
 // AllStates in the order the overview counts them.
 var AllStates = []string{models.StateCurrent, models.StateUnhealthy, models.StateBehind, models.StateRefused, models.StateFailed,
-	models.StateRejected, models.StateConflict, models.StateOffline, models.StateUpgrading, models.StateRolledBack}
+	models.StateRejected, models.StateConflict, models.StateRevoked, models.StateOffline, models.StateUpgrading, models.StateRolledBack}
 
 // Overview is the overview page's data.
 type Overview struct {
@@ -139,6 +139,9 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 	case models.StateConflict:
 		r.Badge = fmt.Sprintf("conflict: the host finished generation %d, the store holds %d", m.ConflictHostGen, m.Generation)
 		r.Since = "nothing is sent until an admin resolves it"
+	case models.StateRevoked:
+		r.Badge = "revoked: " + m.RevokedReason
+		r.Since = "its token and certificates are refused; delete it and enrol the machine again"
 	case models.StateOffline:
 		r.Badge = "offline"
 		r.Since = "last seen " + r.LastSeen

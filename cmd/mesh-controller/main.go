@@ -264,6 +264,13 @@ func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", env("MESH_TLS_CERT", ""), "PEM certificate (chain) of your own for the dashboard and API, presented to clients asking for a name it covers that is not advertised; hosts keep the mesh CA (MESH_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", env("MESH_TLS_KEY", ""), "the PEM private key of --tls-cert (MESH_TLS_KEY)")
 	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", 30*24*time.Hour, "lifetime of the serving certificate the mesh CA issues (renewed at two thirds)")
+	fs.DurationVar(&cfg.MachineCertLifetime, "machine-cert-lifetime", 30*24*time.Hour, "lifetime of a machine's client certificate (its host renews it at two thirds)")
+	fs.Func("host-bearer-until", "a date (2027-03-31 or RFC 3339): until then a controller serving TLS serves hosts without a certificate over plain HTTP too, on the same port, so they move to TLS by themselves; after it they are refused", func(v string) error {
+		t, err := parseUntil(v)
+		cfg.HostBearerUntil = t
+		return err
+	})
+	fs.DurationVar(&cfg.MachineCertGrace, "machine-cert-grace", 7*24*time.Hour, "how long past expiry a host that was offline may still renew its certificate, once")
 }
 
 // tlsBanner says how the controller serves, for the start banner.
@@ -398,4 +405,16 @@ func userAdd(ctx context.Context, cfg controller.Config, name, role string, from
 	}
 	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, role)
 	return nil
+}
+
+// parseUntil reads a date (the end of that day, UTC) or an RFC 3339 time.
+func parseUntil(v string) (time.Time, error) {
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t.Add(24*time.Hour - time.Second), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want a date (2027-03-31) or an RFC 3339 time", v)
+	}
+	return t, nil
 }

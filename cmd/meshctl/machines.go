@@ -149,6 +149,8 @@ func why(m *client.Machine) string {
 	switch m.State {
 	case client.MachineStateConflict:
 		return fmt.Sprintf("the host reports generation %d, newer than the store's %d: an admin must resolve it", m.ConflictHostGeneration, m.Generation)
+	case client.MachineStateRevoked:
+		return "revoked: " + m.RevokedReason + "; delete it and enrol the machine again to bring it back"
 	case client.MachineStateOffline:
 		if m.LastSeen == nil {
 			return "its host has never polled"

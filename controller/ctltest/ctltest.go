@@ -27,6 +27,7 @@ import (
 
 	"mesh"
 	"mesh/controller"
+	"mesh/meshca"
 	"mesh/store"
 	"mesh/store/storetest"
 )
@@ -122,6 +123,10 @@ type Options struct {
 	RolloutEvery   time.Duration
 	ResyncEvery    time.Duration
 	StoreTimeout   time.Duration
+	// TLS serves TLS under the mesh CA; the Env's client trusts it.
+	// MachineCertLifetime and MachineCertGrace are the controller's.
+	TLS                                   bool
+	MachineCertLifetime, MachineCertGrace time.Duration
 }
 
 // Start runs a controller on a fresh store of the dialect.
@@ -144,12 +149,17 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 	}
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Out: &out,
 		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, RolloutEvery: o.RolloutEvery, ResyncEvery: o.ResyncEvery, StoreTimeout: o.StoreTimeout, DrainTimeout: 5 * time.Second,
-		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level}))}
+		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level})),
+		TLS: o.TLS, MachineCertLifetime: o.MachineCertLifetime, MachineCertGrace: o.MachineCertGrace}
 	c, err := controller.Start(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e := &Env{T: tb, Ctl: c, URL: c.URL(), HTTP: &http.Client{Transport: validating{tb, http.DefaultTransport}, Timeout: 5 * time.Minute}}
+	var rt http.RoundTripper = http.DefaultTransport
+	if o.TLS {
+		rt = &http.Transport{TLSClientConfig: meshca.ClientConfig(c.CA.Cert)}
+	}
+	e := &Env{T: tb, Ctl: c, URL: c.URL(), HTTP: &http.Client{Transport: validating{tb, rt}, Timeout: 5 * time.Minute}}
 	tb.Cleanup(e.Stop)
 	if m := regexp.MustCompile(`password: (\S+)`).FindStringSubmatch(out.String()); m != nil {
 		e.Admin = e.Login("admin", m[1])

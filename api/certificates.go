@@ -1,0 +1,193 @@
+package api
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"mesh/meshca"
+	"mesh/models"
+)
+
+// peerCertificates is the chain a client presented in its handshake (the
+// listener requests one and verifies nothing: this path does).
+func peerCertificates(c echo.Context) []*x509.Certificate {
+	if st := c.Request().TLS; st != nil {
+		return st.PeerCertificates
+	}
+	return nil
+}
+
+// verifyMachineCert verifies a presented machine certificate against the
+// mesh CA: chain, client-auth usage, expiry (within the grace only for a
+// renewal) and the revocation of its serial. Every refusal names the
+// machine the certificate claims and is audited; one of this CA past its
+// grace also marks its machine revoked.
+func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, renewal bool) (*meshca.MachineIdentity, error) {
+	certs := s.Service.Certs
+	if certs.CA == nil {
+		return nil, fmt.Errorf("%w: this controller takes no client certificates", models.ErrUnauthorized)
+	}
+	id, err := certs.CA.VerifyMachine(chain, s.Now(), certs.CertGrace())
+	var ce *meshca.ClientError
+	if errors.As(err, &ce) {
+		if s.refusals.due(ce.Machine, "verify") {
+			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP())
+		}
+		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, ce)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.Auth.Revoked.Revoked(models.CertRevocationID(id.Serial)) {
+		err := fmt.Errorf("%w: machine %s's client certificate %s was renewed once in its grace already; enrol the machine again",
+			models.ErrUnauthorized, id.Machine, id.Serial)
+		s.refusals.record(c, s, id.Machine, "spent", err.Error())
+		return nil, err
+	}
+	if id.Expired && !renewal {
+		return nil, fmt.Errorf("%w: machine %s's client certificate expired at %s; the host renews it (POST /api/v1/host/certificate) until %s",
+			models.ErrUnauthorized, id.Machine, id.NotAfter.UTC().Format(time.RFC3339), id.NotAfter.Add(certs.CertGrace()).UTC().Format(time.RFC3339))
+	}
+	return id, nil
+}
+
+// refusalLog keeps the audit of refused host credentials to one row per
+// machine and reason a minute: a refused host retries, and an attacker
+// with a refused certificate must not turn each request into a write.
+type refusalLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *refusalLog) due(machine, reason string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil || len(l.last) > 100_000 {
+		l.last = map[string]time.Time{}
+	}
+	k := machine + "\x00" + reason
+	if t, ok := l.last[k]; ok && time.Since(t) < time.Minute {
+		return false
+	}
+	l.last[k] = time.Now()
+	return true
+}
+
+// record audits a refused host credential (at most once a minute per
+// machine and reason).
+func (l *refusalLog) record(c echo.Context, s *Server, machine, reason, detail string) {
+	if l.due(machine, reason) {
+		_ = s.Store.Audit(c.Request().Context(), "anonymous", "host-refused", "machine/"+machine, fmt.Sprintf("%s (from %s)", detail, c.RealIP()))
+	}
+}
+
+type certificateRequest struct {
+	CSR string `json:"csr"`
+}
+
+// CertificateView is a machine certificate just issued.
+type CertificateView struct {
+	Machine     string    `json:"machine"`
+	Certificate string    `json:"certificate"`
+	Serial      string    `json:"serial"`
+	NotAfter    time.Time `json:"not_after"`
+	// RenewAfter is when the host should ask again: two thirds of its life.
+	RenewAfter time.Time `json:"renew_after"`
+}
+
+// renewCertificate issues a host a new client certificate for a new key:
+// authenticated by its current certificate (an expired one within its
+// grace, once: its handshake proved the old key), or by its bearer token
+// when it has none yet (a host moving to certificates).
+func (s *Server) renewCertificate(c echo.Context) error {
+	if c.Request().TLS == nil && s.TLS {
+		return fmt.Errorf("%w: certificates are issued over TLS only; use https://%s", models.ErrForbidden, c.Request().Host)
+	}
+	p, err := s.hostAuth(c, true)
+	if err != nil {
+		return err
+	}
+	var req certificateRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.CSR == "" {
+		return models.Invalid("csr", "required: a PEM CERTIFICATE REQUEST for mesh://machine/"+p.Machine)
+	}
+	ctx := c.Request().Context()
+	actor := "host:" + p.Machine
+	csr, err := s.Service.CheckCSR(ctx, actor, p.Machine, req.CSR, c.RealIP())
+	if err != nil {
+		return err
+	}
+	why := "first certificate, asked with the host token"
+	if p.cert != nil {
+		why = "renewal of " + p.cert.Serial
+		if p.cert.Expired {
+			// Once: the expired certificate is spent by this renewal.
+			spent, err := s.Service.SpendGrace(ctx, p.Machine, p.cert)
+			if err != nil {
+				return err
+			}
+			if !spent {
+				return fmt.Errorf("%w: machine %s's client certificate %s was renewed once in its grace already", models.ErrUnauthorized, p.Machine, p.cert.Serial)
+			}
+			why = "renewal in the grace of " + p.cert.Serial + ", expired " + p.cert.NotAfter.UTC().Format(time.RFC3339)
+		}
+	}
+	pemCert, cert, err := s.Service.IssueCertificate(ctx, actor, p.Machine, p.enrolment, csr, why)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, CertificateView{Machine: p.Machine, Certificate: string(pemCert),
+		Serial: cert.SerialNumber.Text(16), NotAfter: cert.NotAfter, RenewAfter: meshca.RenewAt(cert)})
+}
+
+type revokeRequest struct {
+	Reason string `json:"reason"`
+}
+
+// revokeMachine revokes a machine's identity (admin): state revoked, its
+// token and certificates refused on every instance, its parked polls
+// closed (closeRevoked, told by the store).
+func (s *Server) revokeMachine(c echo.Context) error {
+	var req revokeRequest
+	if c.Request().ContentLength != 0 {
+		if err := decodeStrict(c, &req); err != nil {
+			return err
+		}
+	}
+	m, err := s.Service.RevokeMachine(c.Request().Context(), principal(c).Actor(), c.Param("name"), req.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.machineView(m))
+}
+
+// CloseRevoked ends the parked polls of machines whose enrolment was just
+// revoked (here or, told by notification, on another instance), answering
+// each 401 with the reason, so a revoked host holds no connection open.
+func (s *Server) CloseRevoked(rs []models.Revocation) {
+	for _, r := range rs {
+		ps := s.Hub.TakeParkedOf(r.TokenID)
+		if len(ps) == 0 {
+			continue
+		}
+		p := problemOf(fmt.Errorf("%w: this machine was revoked (or deleted)", models.ErrUnauthorized))
+		body, _ := json.Marshal(p)
+		resp := rawResponse(http.StatusUnauthorized, [][2]string{{"Content-Type", "application/problem+json"}}, body)
+		for _, x := range ps {
+			pp := x.(*parkedPoll)
+			if pp.state.CompareAndSwap(parkedWaiting, parkedDone) {
+				s.finishParked(pp, resp)
+			}
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package controller_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/meshca"
+	"mesh/store"
+	"mesh/store/storetest"
+	"mesh/testwait"
+)
+
+// machineCert is a host's key and the certificate the controller gave it.
+type machineCert struct {
+	key  *ecdsa.PrivateKey
+	pem  string
+	leaf *x509.Certificate
+}
+
+func (m machineCert) tls(t *testing.T) tls.Certificate {
+	t.Helper()
+	der, _ := x509.MarshalPKCS8PrivateKey(m.key)
+	c, err := tls.X509KeyPair([]byte(m.pem), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// as is a client of e presenting cert in its handshake (and no token).
+func as(t *testing.T, e *ctltest.Env, cert *tls.Certificate) *ctltest.Env {
+	conf := meshca.ClientConfig(e.Ctl.CA.Cert)
+	if cert != nil {
+		conf.Certificates = []tls.Certificate{*cert}
+	}
+	return ctltest.AttachWith(t, e.URL, e.Admin, &http.Transport{TLSClientConfig: conf, DisableKeepAlives: true})
+}
+
+func csrFor(t *testing.T, key *ecdsa.PrivateKey, tmpl *x509.CertificateRequest) string {
+	t.Helper()
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+// enrolCSR enrols name with a join token and a CSR; it returns the status
+// and body.
+func enrolCSR(t *testing.T, e *ctltest.Env, token, name, csr string) (int, []byte) {
+	t.Helper()
+	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
+		"join_token": token, "name": name, "os": "linux", "arch": "amd64", "host_version": "1.0.0", "schema": "1", "csr": csr}})
+	return resp.StatusCode, b
+}
+
+// detail is a problem's detail (or the body, when it is none).
+func detail(b []byte) string {
+	var p struct{ Detail string }
+	if json.Unmarshal(b, &p) == nil && p.Detail != "" {
+		return p.Detail
+	}
+	return string(b)
+}
+
+// enrolWithCert enrols name with a fresh key and returns its certificate.
+func enrolWithCert(t *testing.T, e *ctltest.Env, name string) (machineCert, string) {
+	t.Helper()
+	key, _ := meshca.NewMachineKey()
+	csr, _ := meshca.NewCSR(key, name)
+	status, b := enrolCSR(t, e, e.JoinToken(), name, string(csr))
+	var out struct{ Token, Certificate string }
+	if status != 201 || json.Unmarshal(b, &out) != nil || out.Certificate == "" {
+		t.Fatalf("enrol %s: %d %s", name, status, b)
+	}
+	leaf, err := meshca.ParseCertificatePEM([]byte(out.Certificate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return machineCert{key: key, pem: out.Certificate, leaf: leaf}, out.Token
+}
+
+func poll(e *ctltest.Env, token, wait string) (*http.Response, []byte) {
+	return e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=" + wait, Token: token})
+}
+
+func renew(t *testing.T, e *ctltest.Env, name string) (int, []byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, _ := meshca.NewMachineKey()
+	csr, _ := meshca.NewCSR(key, name)
+	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Body: map[string]string{"csr": string(csr)}})
+	return resp.StatusCode, b, key
+}
+
+type auditRow struct{ Actor, Action, Target, Detail string }
+
+func audits(t *testing.T, e *ctltest.Env, action string) []auditRow {
+	t.Helper()
+	var l struct{ Items []auditRow }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=500", Token: e.Admin}, 200, &l)
+	var out []auditRow
+	for _, a := range l.Items {
+		if a.Action == action {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+type machineState struct {
+	State         string
+	RevokedReason string     `json:"revoked_reason"`
+	CertNotAfter  *time.Time `json:"certificate_not_after"`
+}
+
+func machineOf(t *testing.T, e *ctltest.Env, name string) machineState {
+	t.Helper()
+	var m machineState
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/" + name, Token: e.Admin}, 200, &m)
+	return m
+}
+
+// TestMachineCerts_BadInputs: requests for more than a machine's own
+// name, a certificate of another CA, and a deleted machine's certificate
+// are each refused with a problem that names the machine, audited, and
+// nothing is issued or spent.
+func TestMachineCerts_BadInputs(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	key, _ := meshca.NewMachineKey()
+	bc, _ := asn1.Marshal(struct {
+		IsCA bool `asn1:"optional"`
+	}{true})
+	token := e.JoinToken()
+	for _, tc := range []struct {
+		name, csr, want string
+	}{
+		{"AnotherMachinesName", csrFor(t, key, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "m2"}}), `names machine "m2"`},
+		{"CAFlag", csrFor(t, key, &x509.CertificateRequest{ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: bc}}}), "asks for extension 2.5.29.19"},
+		{"ExtraSAN", csrFor(t, key, &x509.CertificateRequest{DNSNames: []string{"controller.example"}}), "asks for other names"},
+	} {
+		t.Run("Enrol_"+tc.name, func(t *testing.T) {
+			status, b := enrolCSR(t, e, token, "m1", tc.csr)
+			if status != 400 || !strings.Contains(detail(b), tc.want) {
+				t.Fatalf("%d %s; want 400 saying %q", status, b, tc.want)
+			}
+		})
+	}
+	if n := len(audits(t, e, "certificate-refused")); n != 3 {
+		t.Fatalf("%d refusals audited, want 3", n)
+	}
+	// Nothing was spent: the same join token enrols m1 with a good request.
+	csr, _ := meshca.NewCSR(key, "m1")
+	if status, b := enrolCSR(t, e, token, "m1", string(csr)); status != 201 {
+		t.Fatalf("enrolling with the same token after the refusals: %d %s", status, b)
+	}
+
+	m1, _ := enrolWithCert(t, e, "m1b")
+	c1 := m1.tls(t)
+	host := as(t, e, &c1)
+	if resp, b := poll(host, "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("poll with the certificate: %d %s", resp.StatusCode, b)
+	}
+	if m := machineOf(t, e, "m1b"); m.CertNotAfter == nil || !m.CertNotAfter.Equal(m1.leaf.NotAfter) {
+		t.Fatalf("machine view %+v, certificate until %s", m, m1.leaf.NotAfter)
+	}
+
+	t.Run("Renew_AnotherMachinesName", func(t *testing.T) {
+		resp, b := host.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate",
+			Body: map[string]string{"csr": csrFor(t, key, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "m2"}})}})
+		if resp.StatusCode != 400 || !strings.Contains(detail(b), `names machine "m2"`) {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		if m := machineOf(t, e, "m1b"); !m.CertNotAfter.Equal(m1.leaf.NotAfter) {
+			t.Fatal("a certificate was recorded for a refused request")
+		}
+	})
+
+	t.Run("AnotherCA", func(t *testing.T) {
+		certDER, keyDER, _ := meshca.New(time.Now())
+		other, _ := meshca.Parse(certDER, keyDER)
+		k, _ := meshca.NewMachineKey()
+		req, _ := meshca.NewCSR(k, "m1b")
+		csr, _ := meshca.CheckCSR(req, "m1b")
+		forged, _ := other.IssueMachine(csr, "m1b", m1.leaf.Subject.SerialNumber, time.Now(), time.Hour)
+		fc := machineCert{key: k, pem: string(meshca.EncodePEM(forged))}.tls(t)
+		resp, b := poll(as(t, e, &fc), "", "0s")
+		if resp.StatusCode != 401 || !strings.Contains(string(b), "machine m1b's client certificate") || !strings.Contains(string(b), "not issued by this mesh's CA") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		if rs := audits(t, e, "certificate-refused"); len(rs) != 5 || rs[0].Target != "machine/m1b" || !strings.Contains(rs[0].Detail, "not issued by this mesh's CA") {
+			t.Fatalf("audit %+v", rs)
+		}
+		if m := machineOf(t, e, "m1b"); m.State == "revoked" {
+			t.Fatal("a forged certificate changed the machine's state")
+		}
+	})
+
+	t.Run("DeletedMachine", func(t *testing.T) {
+		m3, _ := enrolWithCert(t, e, "m3")
+		c3 := m3.tls(t)
+		e.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m3", Token: e.Admin}, 204, nil)
+		h3 := as(t, e, &c3)
+		resp, b := poll(h3, "", "0s")
+		if resp.StatusCode != 401 || !strings.Contains(string(b), "machine m3 was revoked (or deleted)") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		if status, b, _ := renew(t, h3, "m3"); status != 401 {
+			t.Fatalf("a deleted machine renewed its certificate: %d %s", status, b)
+		}
+		if rs := audits(t, e, "host-refused"); len(rs) == 0 || rs[0].Target != "machine/m3" {
+			t.Fatalf("audit %+v", rs)
+		}
+		if rs := audits(t, e, "issue-certificate"); len(rs) != 3 { // m1, m1b, m3 at enrolment
+			t.Fatalf("issued %d, want 3: %+v", len(rs), rs)
+		}
+	})
+}
+
+// TestMachineCerts_RevokeClosesParkedPoll: revoking a machine answers its
+// waiting poll 401 at once, says revoked with the reason in its state, and
+// refuses its certificate and its token from then on.
+func TestMachineCerts_RevokeClosesParkedPoll(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	m, token := enrolWithCert(t, e, "m1")
+	c := m.tls(t)
+	host := as(t, e, &c)
+	resp, b := poll(host, "", "0s")
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	done := make(chan int, 1)
+	go func() {
+		resp, _ := host.HTTP.Do(mustReq(t, e.URL+"/api/v1/host/declaration?wait=120s", resp.Header.Get("ETag")))
+		if resp != nil {
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}
+		close(done)
+	}()
+	testwait.For(t, 10*time.Second, "m1's poll parked", func() bool { return e.Ctl.Hub.OpenPolls() > 0 })
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/revoke", Token: e.Admin, Body: map[string]string{"reason": "laptop stolen"}}, 200, nil)
+	select {
+	case st := <-done:
+		if st != 401 {
+			t.Fatalf("the parked poll was answered %d, want 401", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked poll was not closed by the revocation")
+	}
+	if ms := machineOf(t, e, "m1"); ms.State != "revoked" || ms.RevokedReason != "laptop stolen" {
+		t.Fatalf("machine %+v", ms)
+	}
+	if resp, b := poll(host, "", "0s"); resp.StatusCode != 401 || !strings.Contains(string(b), "machine m1 was revoked") {
+		t.Fatalf("certificate after revocation: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := poll(e, token, "0s"); resp.StatusCode != 401 {
+		t.Fatalf("token after revocation: %d", resp.StatusCode)
+	}
+}
+
+func mustReq(t *testing.T, url, etag string) *http.Request {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("If-None-Match", etag)
+	return req
+}
+
+// TestMachineCerts_Renewal: a certificate renews for a new key; an expired
+// one renews once within the grace (a poll with it is refused saying how);
+// one past the grace is refused and its machine says revoked.
+func TestMachineCerts_Renewal(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true, MachineCertLifetime: 2 * time.Second, MachineCertGrace: time.Hour})
+	m, _ := enrolWithCert(t, e, "m1")
+	c := m.tls(t)
+	host := as(t, e, &c)
+	status, b, _ := renew(t, host, "m1")
+	if status != 201 {
+		t.Fatalf("renewal: %d %s", status, b)
+	}
+	testwait.For(t, 10*time.Second, "the first certificate expired", func() bool { return time.Now().After(m.leaf.NotAfter.Add(time.Second)) })
+	if resp, b := poll(host, "", "0s"); resp.StatusCode != 401 || !strings.Contains(string(b), "the host renews it (POST /api/v1/host/certificate)") {
+		t.Fatalf("poll with an expired certificate: %d %s", resp.StatusCode, b)
+	}
+	status, b, key := renew(t, host, "m1")
+	if status != 201 {
+		t.Fatalf("renewal in the grace: %d %s", status, b)
+	}
+	var renewed struct{ Certificate string }
+	if err := json.Unmarshal(b, &renewed); err != nil {
+		t.Fatal(err)
+	}
+	if status, b, _ := renew(t, host, "m1"); status != 401 || !strings.Contains(string(b), "renewed once in its grace already") {
+		t.Fatalf("a second renewal in the grace: %d %s", status, b)
+	}
+	nc := machineCert{key: key, pem: renewed.Certificate}.tls(t)
+	if resp, b := poll(as(t, e, &nc), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("poll with the renewed certificate: %d %s", resp.StatusCode, b)
+	}
+
+	t.Run("PastGrace", func(t *testing.T) {
+		e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true, MachineCertLifetime: time.Second, MachineCertGrace: time.Second})
+		m, _ := enrolWithCert(t, e, "m2")
+		c := m.tls(t)
+		host := as(t, e, &c)
+		testwait.For(t, 10*time.Second, "the certificate past its grace", func() bool { return time.Now().After(m.leaf.NotAfter.Add(2 * time.Second)) })
+		if status, b, _ := renew(t, host, "m2"); status != 401 || !strings.Contains(string(b), "past the renewal grace") {
+			t.Fatalf("renewal past the grace: %d %s", status, b)
+		}
+		if ms := machineOf(t, e, "m2"); ms.State != "revoked" || !strings.Contains(ms.RevokedReason, "past the renewal grace") {
+			t.Fatalf("machine %+v", ms)
+		}
+	})
+}
+
+// TestMachineCerts_RevokeOnEveryReplica: two controllers on one
+// PostgreSQL store; a machine revoked through one has its waiting poll on
+// the other closed, and its certificate refused there, at once (the one
+// revocation mechanism, told by notification).
+func TestMachineCerts_RevokeOnEveryReplica(t *testing.T) {
+	sc := storetest.Config(t, store.Postgres)
+	a := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	b := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	b.Admin = a.Admin
+	m, _ := enrolWithCert(t, a, "m1")
+	c := m.tls(t)
+	onB := as(t, b, &c)
+	resp, body := poll(onB, "", "0s")
+	if resp.StatusCode != 200 {
+		t.Fatalf("poll on the other replica: %d %s", resp.StatusCode, body)
+	}
+	done := make(chan int, 1)
+	go func() {
+		defer close(done)
+		if resp, err := onB.HTTP.Do(mustReq(t, b.URL+"/api/v1/host/declaration?wait=120s", resp.Header.Get("ETag"))); err == nil {
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}
+	}()
+	testwait.For(t, 10*time.Second, "m1's poll parked on b", func() bool { return b.Ctl.Hub.OpenPolls() > 0 })
+	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/revoke", Token: a.Admin}, 200, nil)
+	select {
+	case st := <-done:
+		if st != 401 {
+			t.Fatalf("b answered the parked poll %d, want 401", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not close the revoked machine's parked poll")
+	}
+	if resp, body := poll(onB, "", "0s"); resp.StatusCode != 401 || !strings.Contains(detail(body), "machine m1 was revoked") {
+		t.Fatalf("b after the revocation: %d %s", resp.StatusCode, body)
+	}
+}

@@ -1,0 +1,250 @@
+package meshca
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Machine certificates: a host makes its key on its machine (it never
+// leaves it) and sends a certificate signing request; the CA issues a
+// client certificate that names the machine by a URI, and the enrolment
+// it belongs to in the subject's serial number, so the one revocation of
+// an enrolment (the machine deleted or revoked) refuses every certificate
+// it was ever given, as it refuses the host's bearer token.
+
+// MachineLifetime is a machine certificate's default lifetime; the host
+// renews it at two thirds.
+const MachineLifetime = 30 * 24 * time.Hour
+
+// MachineGrace is how long after its certificate expired a host that was
+// offline may still renew it, once, by proving its key in the handshake.
+const MachineGrace = 7 * 24 * time.Hour
+
+// MachineURIPrefix starts the URI SAN a machine certificate names its
+// machine by.
+const MachineURIPrefix = "mesh://machine/"
+
+// MachineURI is the URI SAN of machine name's certificate.
+func MachineURI(name string) string { return MachineURIPrefix + name }
+
+// oidSubjectAltName is the one extension a CSR may ask for.
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// NewMachineKey makes a host's key: ECDSA P-256, like the CA's.
+func NewMachineKey() (*ecdsa.PrivateKey, error) {
+	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+}
+
+// NewCSR is a host's request for machine name's certificate, signed by key.
+func NewCSR(key *ecdsa.PrivateKey, name string) ([]byte, error) {
+	u, err := url.Parse(MachineURI(name))
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: name}, URIs: []*url.URL{u}}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
+
+// CSRError is a certificate request refused: nothing is issued.
+type CSRError struct{ Reason string }
+
+func (e *CSRError) Error() string { return e.Reason }
+
+func csrError(format string, a ...any) error { return &CSRError{Reason: fmt.Sprintf(format, a...)} }
+
+// CheckCSR reads a PEM certificate request and says whether the CA may
+// issue machine name's certificate for it: its signature proves the key;
+// the key is ECDSA P-256; it names machine name and nothing else (a common
+// name, if any, is the name; the only SAN a URI, exactly MachineURI(name));
+// and it asks for no extension but that SAN, so no CA flag, key usage or
+// other name can be slipped in. The certificate the CA issues is made from
+// its own template either way; refusing such a request says loudly that
+// someone asked for more.
+func CheckCSR(csrPEM []byte, name string) (*x509.CertificateRequest, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, csrError("want one PEM CERTIFICATE REQUEST")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, csrError("%v", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, csrError("its signature does not verify: %v", err)
+	}
+	pub, ok := csr.PublicKey.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != elliptic.P256() {
+		return nil, csrError("the key must be ECDSA P-256, not %T", csr.PublicKey)
+	}
+	if cn := csr.Subject.CommonName; cn != "" && cn != name {
+		return nil, csrError("it names machine %q, the request is for %q", cn, name)
+	}
+	if len(csr.DNSNames)+len(csr.IPAddresses)+len(csr.EmailAddresses) > 0 {
+		return nil, csrError("it asks for other names (DNS %v, IP %v, email %v); a machine certificate names its machine only",
+			csr.DNSNames, csr.IPAddresses, csr.EmailAddresses)
+	}
+	for _, u := range csr.URIs {
+		if u.String() != MachineURI(name) {
+			return nil, csrError("it asks for URI %s; machine %s's certificate names %s only", u, name, MachineURI(name))
+		}
+	}
+	for _, ext := range csr.Extensions {
+		if !ext.Id.Equal(oidSubjectAltName) {
+			return nil, csrError("it asks for extension %s (a CA flag, a key usage…); a machine certificate is made "+
+				"from the mesh's own template and carries none on request", ext.Id)
+		}
+	}
+	return csr, nil
+}
+
+// IssueMachine issues machine name's client certificate for a checked
+// request (CheckCSR), for the enrolment whose id is enrolment, valid from
+// now for lifetime.
+func (ca *CA) IssueMachine(csr *x509.CertificateRequest, name, enrolment string, now time.Time, lifetime time.Duration) (*x509.Certificate, error) {
+	if lifetime <= 0 {
+		lifetime = MachineLifetime
+	}
+	u, err := url.Parse(MachineURI(name))
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{Organization: []string{"mesh"}, CommonName: name, SerialNumber: enrolment},
+		// Back-dated for a controller's clock a little ahead, by no more
+		// than a tenth of the life, so two thirds of it (RenewAt) stays
+		// after the issue however short the life.
+		NotBefore:   now.Add(-min(5*time.Minute, lifetime/10)),
+		NotAfter:    now.Add(lifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u},
+		// BasicConstraintsValid with IsCA false: a leaf, said explicitly.
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseCertificate(der)
+}
+
+// MachineIdentity is what a verified machine certificate says.
+type MachineIdentity struct {
+	Machine   string
+	Enrolment string
+	Serial    string // hex
+	NotAfter  time.Time
+	// Expired: past NotAfter, within the grace, where only a renewal is
+	// allowed.
+	Expired bool
+}
+
+// ClientError is a presented client certificate refused. Machine is the
+// name it claims (unverified when the chain did not verify), for the
+// problem's message and the audit log.
+type ClientError struct {
+	Machine string
+	Reason  string
+	// PastGrace: a certificate of this CA whose grace has passed too, so
+	// the machine can only be enrolled again; Enrolment is then the one it
+	// was issued for.
+	PastGrace bool
+	Enrolment string
+}
+
+func (e *ClientError) Error() string {
+	if e.Machine == "" {
+		return "client certificate: " + e.Reason
+	}
+	return fmt.Sprintf("machine %s's client certificate: %s", e.Machine, e.Reason)
+}
+
+// VerifyMachine checks a presented chain (leaf first) against the CA:
+// signature, client-auth usage and validity at now, where a certificate
+// expired at most grace ago verifies with Expired set (the caller lets it
+// renew only). It returns the machine and enrolment the certificate names.
+func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time.Duration) (*MachineIdentity, error) {
+	if len(chain) == 0 {
+		return nil, &ClientError{Reason: "none presented"}
+	}
+	leaf := chain[0]
+	claimed := machineOf(leaf)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	at := now
+	expired := now.After(leaf.NotAfter)
+	if expired {
+		if now.Sub(leaf.NotAfter) > grace {
+			e := &ClientError{Machine: claimed, Reason: fmt.Sprintf("expired at %s, past the renewal grace of %s; enrol the machine again",
+				leaf.NotAfter.UTC().Format(time.RFC3339), grace)}
+			// Only a certificate of this CA says anything about the
+			// machine: a forged one must not mark it.
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: leaf.NotAfter,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+				e.PastGrace, e.Enrolment = true, leaf.Subject.SerialNumber
+			}
+			return nil, e
+		}
+		at = leaf.NotAfter // verify the chain as it stood, the grace decides the rest
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: at,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, &ClientError{Machine: claimed, Reason: "not issued by this mesh's CA (" + ca.Pin() + "): " + err.Error()}
+	}
+	if claimed == "" || leaf.Subject.SerialNumber == "" {
+		return nil, &ClientError{Reason: "names no machine"}
+	}
+	return &MachineIdentity{Machine: claimed, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16),
+		NotAfter: leaf.NotAfter, Expired: expired}, nil
+}
+
+// machineOf is the machine a certificate's URI SAN names ("" for none).
+func machineOf(c *x509.Certificate) string {
+	for _, u := range c.URIs {
+		if name, ok := strings.CutPrefix(u.String(), MachineURIPrefix); ok && name != "" {
+			return name
+		}
+	}
+	return ""
+}
+
+// CAStatement is what the declaration key signs to vouch for the CA (PEM)
+// to a host that trusts only that key (one enrolled over plain HTTP).
+func CAStatement(caPEM []byte) []byte { return append([]byte("mesh-ca/v1\n"), caPEM...) }
+
+// RenewAt is when a certificate should be renewed: two thirds into its life.
+func RenewAt(c *x509.Certificate) time.Time {
+	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
+}
+
+// ErrNoCertificate says a PEM bundle holds no certificate.
+var ErrNoCertificate = errors.New("no PEM certificate")
+
+// ParseCertificatePEM reads one certificate (a leaf or a CA) from PEM.
+func ParseCertificatePEM(b []byte) (*x509.Certificate, error) {
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return nil, ErrNoCertificate
+		}
+		if block.Type == "CERTIFICATE" {
+			return x509.ParseCertificate(block.Bytes)
+		}
+	}
+}

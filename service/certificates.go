@@ -1,0 +1,109 @@
+package service
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+
+	"mesh/meshca"
+	"mesh/models"
+)
+
+// MachineCerts are the settings of machine certificates.
+type MachineCerts struct {
+	// CA issues them; nil: no machine certificates (a CSR is refused).
+	CA *meshca.CA
+	// Lifetime of an issued certificate (0: meshca.MachineLifetime);
+	// Grace is how long past expiry one may still be renewed, once
+	// (0: meshca.MachineGrace).
+	Lifetime, Grace time.Duration
+}
+
+// CertLifetime is the lifetime of an issued certificate.
+func (c MachineCerts) CertLifetime() time.Duration {
+	if c.Lifetime > 0 {
+		return c.Lifetime
+	}
+	return meshca.MachineLifetime
+}
+
+// CertGrace is the renewal grace past expiry.
+func (c MachineCerts) CertGrace() time.Duration {
+	if c.Grace > 0 {
+		return c.Grace
+	}
+	return meshca.MachineGrace
+}
+
+// CheckCSR checks a host's certificate request for machine name
+// (meshca.CheckCSR) before anything is spent or issued; a refused one is
+// audited with what it asked for, and answered as invalid input.
+func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string) (*x509.CertificateRequest, error) {
+	if s.Certs.CA == nil {
+		return nil, models.Invalid("csr", "this controller issues no machine certificates")
+	}
+	csr, err := meshca.CheckCSR([]byte(csrPEM), name)
+	var ce *meshca.CSRError
+	if errors.As(err, &ce) {
+		_ = s.Store.Audit(ctx, actor, "certificate-refused", "machine/"+name, fmt.Sprintf("%s (from %s); nothing issued", ce.Reason, from))
+		return nil, models.Invalid("csr", ce.Reason)
+	}
+	return csr, err
+}
+
+// IssueCertificate issues machine name's client certificate for a
+// checked request, for its enrolment, and records it on the machine
+// (audited); it returns the certificate as PEM.
+func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment string, csr *x509.CertificateRequest, why string) ([]byte, *x509.Certificate, error) {
+	cert, err := s.Certs.CA.IssueMachine(csr, name, enrolment, s.Store.Now(), s.Certs.CertLifetime())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.Store.RecordCertificate(ctx, actor, name, enrolment, cert.SerialNumber.Text(16), cert.NotAfter, why); err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), cert, nil
+}
+
+// SpendGrace spends an expired certificate's one renewal in its grace
+// (revoked as it is renewed); false when it was spent already.
+func (s *Service) SpendGrace(ctx context.Context, name string, cert *meshca.MachineIdentity) (bool, error) {
+	return s.Store.SpendGraceRenewal(ctx, name, cert.Serial, cert.NotAfter.Add(s.Certs.CertGrace()))
+}
+
+// RevokeMachine revokes a machine's identity (a person's act, audited):
+// its state says revoked with the reason, and its token and certificates
+// are refused on every instance at once.
+func (s *Service) RevokeMachine(ctx context.Context, actor, name, reason string) (*models.Machine, error) {
+	if reason == "" {
+		reason = "revoked by " + actor
+	}
+	if len(reason) > 500 {
+		return nil, models.Invalid("reason", "at most 500 characters")
+	}
+	return s.Store.RevokeMachine(ctx, actor, name, reason)
+}
+
+// CertificateRefused records a client certificate refused in the request
+// path: in the audit log always; on its machine (state revoked) only when
+// the certificate is this CA's own for the machine's current enrolment and
+// past its renewal grace, so a forged or stale certificate can never
+// change what a machine's state says.
+func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError, from string) {
+	target := "machine/" + ce.Machine
+	if ce.Machine == "" {
+		target = "machine/?"
+	}
+	_ = s.Store.Audit(ctx, "anonymous", "certificate-refused", target, fmt.Sprintf("%s (from %s)", ce.Reason, from))
+	if !ce.PastGrace || ce.Machine == "" {
+		return
+	}
+	m, err := s.Store.Machine(ctx, ce.Machine)
+	if err != nil || m.TokenID != ce.Enrolment || m.RevokedAt != nil {
+		return
+	}
+	_, _ = s.Store.RevokeMachine(ctx, "controller", ce.Machine, "its certificate "+ce.Reason)
+}

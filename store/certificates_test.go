@@ -1,0 +1,102 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+func enrolAs(t *testing.T, s *store.Store, name, enrolment string) *models.Machine {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateJoinToken(ctx, "test", "hash-"+name, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Enroll(ctx, "hash-"+name, name, "linux", "amd64", "1.0.0", "1", enrolment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func revokedIDs(t *testing.T, s *store.Store) map[string]string {
+	t.Helper()
+	rs, err := s.Revocations(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rs {
+		out[r.TokenID] = r.Kind
+	}
+	return out
+}
+
+// TestMachineCertificates: a certificate is recorded on its machine;
+// revoking the machine marks it and revokes its enrolment (announced to
+// every instance), and no certificate is recorded for it after; deleting
+// a machine revokes its enrolment too; an expired certificate is spent
+// once in its grace.
+func TestMachineCertificates(t *testing.T) {
+	ctx := context.Background()
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		var heard []models.Revocation
+		s.OnRevoked(func(rs []models.Revocation) { heard = append(heard, rs...) })
+		enrolAs(t, s, "m1", "enrol-m1")
+		enrolAs(t, s, "m2", "enrol-m2")
+		until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "abc", until, "enrolment"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "m1")
+		if m.CertSerial != "abc" || m.CertNotAfter == nil || !m.CertNotAfter.Equal(until) {
+			t.Fatalf("recorded %q %v", m.CertSerial, m.CertNotAfter)
+		}
+		t.Run("ErrEnrolledAgain", func(t *testing.T) {
+			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", until, "")
+			if !errors.Is(err, models.ErrUnauthorized) {
+				t.Fatalf("%v", err)
+			}
+		})
+
+		m, err := s.RevokeMachine(ctx, "user:admin", "m1", "stolen laptop")
+		if err != nil || m.RevokedAt == nil || m.RevokedReason != "stolen laptop" {
+			t.Fatalf("revoke: %+v %v", m, err)
+		}
+		if got := revokedIDs(t, s); got["enrol-m1"] != models.RevokedMachine {
+			t.Fatalf("revocations %v", got)
+		}
+		if len(heard) != 1 || heard[0].TokenID != "enrol-m1" {
+			t.Fatalf("announced %+v", heard)
+		}
+		if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "again"); err != nil || len(heard) != 1 {
+			t.Fatalf("revoking twice: %v, announced %d", err, len(heard))
+		}
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", until, ""); !errors.Is(err, models.ErrUnauthorized) {
+			t.Fatalf("a certificate recorded for a revoked machine: %v", err)
+		}
+		if m, _ := s.Machine(ctx, "m1"); models.DefaultStateRules.State(m, m.LastSeen, time.Now()) != models.StateRevoked {
+			t.Fatal("not revoked")
+		}
+
+		if err := s.DeleteMachine(ctx, "user:admin", "m2"); err != nil {
+			t.Fatal(err)
+		}
+		if got := revokedIDs(t, s); got["enrol-m2"] != models.RevokedMachine {
+			t.Fatalf("deleting m2 left its enrolment unrevoked: %v", got)
+		}
+
+		spent, err := s.SpendGraceRenewal(ctx, "m1", "abc", until)
+		if err != nil || !spent {
+			t.Fatalf("first grace renewal: %v %v", spent, err)
+		}
+		if spent, err := s.SpendGraceRenewal(ctx, "m1", "abc", until); err != nil || spent {
+			t.Fatalf("second grace renewal: %v %v", spent, err)
+		}
+	})
+}
