@@ -90,7 +90,7 @@ title and detail); 2 a watched plan or rollout ended other than done.`,
 	}
 	root.PersistentFlags().StringVar(&a.controller, "controller", "", "the controller's URL (default: $MESH_CONTROLLER, else the one logged in to)")
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json (the API's JSON, for scripts)")
-	root.AddCommand(a.loginCommand(), a.machinesCommand(), a.assignCommand(), a.unassignCommand(),
+	root.AddCommand(a.loginCommand(), a.machinesCommand(), a.assignCommand(), a.unassignCommand(), a.pushCommand(),
 		a.buildsCommand(), a.plansCommand(), a.releasesCommand(), a.tokensCommand(), a.usersCommand(),
 		a.modulesCommand(), a.logsCommand())
 	return root

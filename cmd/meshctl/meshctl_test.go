@@ -296,6 +296,16 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("PushMakesAGenerationOfTheSameContent", func(t *testing.T) {
+		var before, after client.Machine
+		mc.ok(&before, "machines", "show", "m2", "-o", "json")
+		mc.ok(&after, "push", "m2", "-o", "json")
+		if after.Generation != before.Generation+1 || after.GenerationTrigger != "push" {
+			t.Fatalf("push: generation %d → %d (trigger %s); want %d, push", before.Generation, after.Generation,
+				after.GenerationTrigger, before.Generation+1)
+		}
+	})
+
 	t.Run("AssignRetriesA412OnAFreshRead", func(t *testing.T) {
 		px.armed.Store(true)
 		var as client.Assignments
