@@ -180,7 +180,17 @@ func (a *app) tokensCommand() *cobra.Command {
 			if a.jsonOut() {
 				return a.printJSON(r.Body)
 			}
-			return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime)}})
+			if r.JSON201.Command == "" { // an API token: no enrolment lines
+				return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime)}})
+			}
+			if err := a.table([][]string{{"TOKEN", "EXPIRES", "CA PIN"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime), r.JSON201.CaPin}}); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "\nEnrol a machine that has mesh-host:\n  %s\n", r.JSON201.Command)
+			if r.JSON201.Install != nil {
+				fmt.Fprintf(a.out, "\nOr install mesh-host from this controller and enrol, in one line:\n  %s\n", *r.JSON201.Install)
+			}
+			return nil
 		},
 	}
 	create.Flags().StringVar(&expiresIn, "expires-in", "", "how long the token is good for, a Go duration (join: default 24h, at most 720h; API: default 2160h, at most 8760h)")

@@ -449,6 +449,10 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if tok.Token == "" || time.Until(tok.ExpiresAt) < 119*time.Minute || time.Until(tok.ExpiresAt) > 121*time.Minute {
 			t.Fatalf("token: %+v", tok)
 		}
+		// The table shows the line to paste on the machine.
+		if r := mc.ok(nil, "tokens", "create"); !strings.Contains(r.stdout, "mesh-host enroll --controller ") || !strings.Contains(r.stdout, "--join-token ") {
+			t.Fatalf("tokens create gives no enrol line: %s", r)
+		}
 		// The token enrols a host.
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
 			"join_token": tok.Token, "name": "m3", "os": "linux", "arch": "amd64"}}, 201, nil)
