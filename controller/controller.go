@@ -96,6 +96,9 @@ type Config struct {
 	// CA's) for the dashboard and API, presented to clients whose SNI it
 	// covers and that is not an advertised name; hosts keep the mesh CA.
 	TLSCertFile, TLSKeyFile string
+	// ACME gets the dashboard's and API's certificate from an ACME CA
+	// instead of TLSCertFile (acme.go).
+	ACME ACME
 	// MachineCertLifetime is a machine client certificate's (0: 30 days),
 	// renewed by its host at two thirds; MachineCertGrace is how long
 	// past expiry an offline host may still renew it, once (0: 7 days).

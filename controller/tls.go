@@ -8,10 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/crypto/acme"
+	"golang.org/x/crypto/acme/autocert"
 
 	"mesh/meshca"
 	"mesh/store"
@@ -51,8 +55,12 @@ func servesTLS(cfg Config) (bool, error) {
 		return false, errors.New("--tls-cert and --tls-key go together")
 	case cfg.InsecureHTTP && cfg.TLSCertFile != "":
 		return false, errors.New("--insecure-http and --tls-cert: give one")
+	case cfg.ACME.on() && cfg.TLSCertFile != "":
+		return false, errors.New("--acme-domain and --tls-cert: give one")
+	case cfg.ACME.on() && cfg.InsecureHTTP:
+		return false, errors.New("--acme-domain and --insecure-http: give one")
 	case IsLoopback(cfg.Listen):
-		return cfg.TLS || cfg.TLSCertFile != "", nil
+		return cfg.TLS || cfg.TLSCertFile != "" || cfg.ACME.on(), nil
 	case cfg.InsecureHTTP:
 		cfg.Log.Warn("serving plain HTTP on an address that is not loopback (--insecure-http): join tokens, host tokens, "+
 			"sessions, variables and artifacts travel in the clear; drop --insecure-http to serve TLS under the mesh CA",
@@ -85,7 +93,9 @@ type serving struct {
 	mesh     atomic.Pointer[tls.Certificate]
 	// operator is --tls-cert/--tls-key, presented to a client whose SNI it
 	// covers and that is none of the mesh's names.
-	operator  *tls.Certificate
+	operator *tls.Certificate
+	// acme answers its domains instead of operator (--acme-domain).
+	acme      *autocert.Manager
 	meshNames map[string]bool
 	conf      *tls.Config
 	// operatorConf answers clients of the operator's name: no client
@@ -108,6 +118,13 @@ func newServing(ca *meshca.CA, cfg Config) (*serving, error) {
 		}
 		s.operator = &op
 	}
+	if cfg.ACME.on() {
+		m, err := acmeManager(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.acme = m
+	}
 	if err := s.renew(time.Now()); err != nil {
 		return nil, err
 	}
@@ -117,6 +134,10 @@ func newServing(ca *meshca.CA, cfg Config) (*serving, error) {
 	// client asking for the operator's name (a browser, the dashboard) is
 	// asked for no certificate: it would only be offered a picker.
 	s.operatorConf = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: meshca.NextProtos, GetCertificate: s.certificate}
+	if s.acme != nil {
+		// The ACME CA's TLS-ALPN-01 challenge is answered on this listener.
+		s.operatorConf.NextProtos = append(slices.Clone(meshca.NextProtos), acme.ALPNProto)
+	}
 	s.conf = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		NextProtos:     meshca.NextProtos,
@@ -154,6 +175,9 @@ func (s *serving) due(now time.Time) bool {
 // address, no SNI at all.
 func (s *serving) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if s.isOperatorName(hello.ServerName) {
+		if s.acme != nil {
+			return s.acme.GetCertificate(hello)
+		}
 		return s.operator, nil
 	}
 	return s.mesh.Load(), nil
@@ -161,6 +185,9 @@ func (s *serving) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 
 // isOperatorName says whether the operator's certificate answers name.
 func (s *serving) isOperatorName(name string) bool {
+	if s.acme != nil {
+		return name != "" && !s.meshNames[strings.ToLower(name)] && s.acme.HostPolicy(context.Background(), name) == nil
+	}
 	return s.operator != nil && name != "" && !s.meshNames[strings.ToLower(name)] &&
 		s.operator.Leaf != nil && s.operator.Leaf.VerifyHostname(name) == nil
 }

@@ -33,6 +33,9 @@ func TestServesTLS(t *testing.T) {
 		{"InsecureHTTP", Config{Listen: "10.0.0.5:8080", InsecureHTTP: true}, false, false},
 		{"ErrTLSAndInsecure", Config{Listen: "10.0.0.5:8080", InsecureHTTP: true, TLS: true}, false, true},
 		{"ErrCertWithoutKey", Config{Listen: "10.0.0.5:8080", TLSCertFile: "c.pem"}, false, true},
+		{"LoopbackWithACME", Config{Listen: "127.0.0.1:8443", ACME: ACME{Domains: []string{"mesh.example.net"}}}, true, false},
+		{"ErrACMEAndCert", Config{Listen: ":443", TLSCertFile: "c.pem", TLSKeyFile: "k.pem", ACME: ACME{Domains: []string{"mesh.example.net"}}}, false, true},
+		{"ErrACMEAndInsecure", Config{Listen: ":443", InsecureHTTP: true, ACME: ACME{Domains: []string{"mesh.example.net"}}}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Log = log

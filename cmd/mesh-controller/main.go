@@ -263,6 +263,16 @@ func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 	})
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", env("MESH_TLS_CERT", ""), "PEM certificate (chain) of your own for the dashboard and API, presented to clients asking for a name it covers that is not advertised; hosts keep the mesh CA (MESH_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", env("MESH_TLS_KEY", ""), "the PEM private key of --tls-cert (MESH_TLS_KEY)")
+	if v := env("MESH_ACME_DOMAINS", ""); v != "" {
+		cfg.ACME.Domains = strings.Split(v, ",")
+	}
+	fs.Func("acme-domain", "a public name whose certificate for the dashboard and API comes by ACME (TLS-ALPN-01 on this listener, reachable on port 443) instead of --tls-cert; hosts keep the mesh CA (repeatable) (MESH_ACME_DOMAINS, comma-separated)", func(v string) error {
+		cfg.ACME.Domains = append(cfg.ACME.Domains, strings.TrimSpace(v))
+		return nil
+	})
+	fs.StringVar(&cfg.ACME.Directory, "acme-directory", env("MESH_ACME_DIRECTORY", "https://acme-v02.api.letsencrypt.org/directory"), "the ACME directory URL (MESH_ACME_DIRECTORY)")
+	fs.StringVar(&cfg.ACME.Email, "acme-email", env("MESH_ACME_EMAIL", ""), "the ACME account's contact address (MESH_ACME_EMAIL)")
+	fs.StringVar(&cfg.ACME.CAFile, "acme-ca-file", env("MESH_ACME_CA_FILE", ""), "PEM certificate(s) to trust for a private ACME server's own TLS (MESH_ACME_CA_FILE)")
 	fs.DurationVar(&cfg.CertLifetime, "cert-lifetime", 30*24*time.Hour, "lifetime of the serving certificate the mesh CA issues (renewed at two thirds)")
 	fs.DurationVar(&cfg.MachineCertLifetime, "machine-cert-lifetime", 30*24*time.Hour, "lifetime of a machine's client certificate (its host renews it at two thirds)")
 	fs.Func("host-bearer-until", "a date (2027-03-31 or RFC 3339): until then a controller serving TLS serves hosts without a certificate over plain HTTP too, on the same port, so they move to TLS by themselves; after it they are refused", func(v string) error {
@@ -276,6 +286,8 @@ func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 // tlsBanner says how the controller serves, for the start banner.
 func tlsBanner(c *controller.Controller, cfg controller.Config) string {
 	switch {
+	case c.TLS && len(cfg.ACME.Domains) > 0:
+		return "on, mesh CA pin " + c.CA.Pin() + " (hosts); ACME certificates from " + cfg.ACME.Directory + " for " + strings.Join(cfg.ACME.Domains, ", ")
 	case c.TLS && cfg.TLSCertFile != "":
 		return "on, mesh CA pin " + c.CA.Pin() + " (hosts); your certificate " + cfg.TLSCertFile + " for the names it covers"
 	case c.TLS:
