@@ -140,7 +140,7 @@ func (c *controllerProc) start() {
 		c.trustCA(out)
 	}
 	hc := &http.Client{Transport: c.transport, Timeout: 5 * time.Second}
-	waitFor(c.t, 20*time.Second, "controller ready", func() bool {
+	waitFor(c.t, 60*time.Second, "controller ready", func() bool {
 		resp, err := hc.Get(c.URL + "/readyz")
 		if err != nil {
 			return false
@@ -161,7 +161,7 @@ func (c *controllerProc) start() {
 func (c *controllerProc) trustCA(out *syncBuffer) {
 	c.t.Helper()
 	pinRE := regexp.MustCompile(`TLS: +on, mesh CA pin (sha256:[0-9a-f]{64})`)
-	waitFor(c.t, 20*time.Second, "the controller's banner with its CA pin", func() bool { return pinRE.MatchString(out.String()) })
+	waitFor(c.t, 60*time.Second, "the controller's banner with its CA pin", func() bool { return pinRE.MatchString(out.String()) })
 	c.Pin = pinRE.FindStringSubmatch(out.String())[1]
 	u, _ := url.Parse(c.URL)
 	ca, err := meshca.Discover(context.Background(), u.Host, u.Hostname(), c.Pin)
