@@ -38,6 +38,31 @@ import (
 
 type host struct{ name, token string }
 
+// sources is how many loopback source addresses the polls are spread over.
+var sources = 1
+
+// dialing bounds the polls being dialled at once: 100,000 SYNs at once
+// overflow the controller's accept queue, and the retransmits (1 s, 3 s)
+// would be measured as the controller's slowness.
+var dialing = make(chan struct{}, 1000)
+
+// raiseFileLimit lifts this process's open-file limit to at least n; as
+// root the hard limit too (a poll holds one descriptor).
+func raiseFileLimit(n int) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fail(err)
+	}
+	if lim.Cur >= uint64(n) {
+		return
+	}
+	lim.Cur = uint64(n)
+	lim.Max = max(lim.Max, lim.Cur)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fail(fmt.Errorf("raising the open-file limit to %d: %w", n, err))
+	}
+}
+
 type outcome struct {
 	done   time.Time
 	status int
@@ -74,8 +99,10 @@ func main() {
 	flag.StringVar(&fl.attacker, "attacker", "", "flood: the machine whose token floods")
 	flag.StringVar(&fl.victim, "victim", "", "flood: the machine whose host waits for its change")
 	flag.Int64Var(&fl.gen, "gen", 1, "flood: both machines' current generation")
+	flag.IntVar(&sources, "sources", 1, "fanout: loopback source addresses to spread the polls over, 127.0.0.1 up (one address has ~28,000 ephemeral ports)")
 	flag.Parse()
 	hosts := readHosts(*tokens)
+	raiseFileLimit(len(hosts) + 1000)
 	switch *mode {
 	case "fanout":
 		fanout(*url, hosts, *pub, *admin, *module)
@@ -111,7 +138,7 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = pollOnce(addr, h, gen)
+					results[i] = pollOnce(addr, h, gen, i%sources)
 				}()
 			}
 			fmt.Println("opened")
@@ -148,13 +175,18 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 // shares this machine's CPUs with the controller, and a transport's two
 // goroutines and connection pool per host would take CPU from the side
 // being measured.
-func pollOnce(addr string, h host, gen int64) outcome {
-	conn, err := net.DialTimeout("tcp", addr, 30*time.Second)
+func pollOnce(addr string, h host, gen int64, source int) outcome {
+	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
+	dialing <- struct{}{}
+	conn, err := d.Dial("tcp", addr)
 	if err != nil {
+		<-dialing
 		return outcome{done: time.Now(), err: err}
 	}
 	defer conn.Close()
-	if _, err := io.WriteString(conn, pollRequest(addr, h.token, gen, "240s")); err != nil {
+	_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, "240s"))
+	<-dialing
+	if err != nil {
 		return outcome{done: time.Now(), err: err}
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
