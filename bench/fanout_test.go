@@ -4,6 +4,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"database/sql"
@@ -19,10 +20,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"mesh/auth"
+	"mesh/meshca"
 	"mesh/models"
 	"mesh/store"
 	"mesh/store/storetest"
@@ -48,11 +51,17 @@ func BenchmarkFanout(b *testing.B) {
 	build(b, bin, "mesh-controller", "./cmd/mesh-controller")
 	build(b, bin, "loadgen", "./bench/loadgen")
 	for _, d := range []string{store.SQLite, store.Postgres} {
-		b.Run(fmt.Sprintf("%s-%d", d, fanoutHosts), func(b *testing.B) {
-			for range b.N {
-				fanout(b, bin, d, fanoutHosts, fanoutHosts, nil)
+		for _, tls := range []bool{false, true} {
+			name := d
+			if tls {
+				name += "-tls"
 			}
-		})
+			b.Run(fmt.Sprintf("%s-%d", name, fanoutHosts), func(b *testing.B) {
+				for range b.N {
+					fanout(b, bin, d, tls, fanoutHosts, fanoutHosts, nil)
+				}
+			})
+		}
 	}
 }
 
@@ -65,10 +74,11 @@ func build(b *testing.B, dir, name, pkg string) {
 }
 
 // fanout measures two fan-outs to fanoutHosts waiting hosts of machines
-// enrolled ones (all of them, unless the open-file limit says otherwise).
+// enrolled ones (all of them, unless the open-file limit says otherwise),
+// over TLS (--tls, every poll its own handshake) when tls is set.
 // large, when given, also measures what only matters at 100,000 machines
 // (large_test.go).
-func fanout(b *testing.B, bin, dialect string, machines, fanoutHosts int, large *largeRun) {
+func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts int, large *largeRun) {
 	n := fanoutHosts
 	cfg := storetest.Config(b, dialect)
 	admin, pub, tokens := seed(b, cfg, machines, fanoutHosts)
@@ -97,13 +107,22 @@ func fanout(b *testing.B, bin, dialect string, machines, fanoutHosts int, large 
 		args = append(args, "--pprof", "127.0.0.1:"+pp)
 		pprofURL = "http://127.0.0.1:" + pp + "/debug/pprof/profile?seconds="
 	}
+	if tls {
+		args = append(args, "--tls")
+	}
 	ctl := exec.Command(filepath.Join(bin, "mesh-controller"), args...)
-	ctl.Stdout, ctl.Stderr = io.Discard, os.Stderr
+	banner := &syncBuffer{}
+	ctl.Stdout, ctl.Stderr = banner, os.Stderr
 	started := time.Now()
 	if err := ctl.Start(); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = ctl.Process.Signal(os.Interrupt); _ = ctl.Wait() }()
+	var pin string
+	if tls {
+		url, pin = "https://127.0.0.1:"+port, trustCA(b, port, banner)
+		defer func() { hc = http.DefaultClient }()
+	}
 	waitUntil(b, 30*time.Second+time.Duration(machines)*time.Millisecond, func() bool { return metric(url, "mesh_hub_machines") == float64(machines) })
 	if large != nil {
 		large.startMs = float64(time.Since(started).Microseconds()) / 1000
@@ -112,7 +131,7 @@ func fanout(b *testing.B, bin, dialect string, machines, fanoutHosts int, large 
 	baseRSS := rss(b, ctl.Process.Pid)
 
 	load := exec.Command(filepath.Join(bin, "loadgen"), "-url", url, "-tokens", tokens,
-		"-pubkey", base64.StdEncoding.EncodeToString(pub), "-admin", admin, "-module", "mod", "-sources", strconv.Itoa(sources))
+		"-pubkey", base64.StdEncoding.EncodeToString(pub), "-admin", admin, "-module", "mod", "-sources", strconv.Itoa(sources), "-ca-pin", pin)
 	stdin, _ := load.StdinPipe()
 	stdout, _ := load.StdoutPipe()
 	load.Stderr = os.Stderr
@@ -334,6 +353,44 @@ func profile(b *testing.B, url, file string) {
 	}
 }
 
+// hc is the client of the controller's API: the default one, or one that
+// trusts the mesh CA of the controller being measured (trustCA); the
+// benchmarks run one at a time.
+var hc = http.DefaultClient
+
+// trustCA reads the mesh CA's pin from the controller's banner, finds the
+// CA by it as a host does, makes hc trust it alone, and returns the pin.
+func trustCA(b *testing.B, port string, banner *syncBuffer) string {
+	pinRE := regexp.MustCompile(`TLS: +on, mesh CA pin (sha256:[0-9a-f]{64})`)
+	waitUntil(b, 30*time.Second, func() bool { return pinRE.MatchString(banner.String()) })
+	pin := pinRE.FindStringSubmatch(banner.String())[1]
+	ca, err := meshca.Discover(context.Background(), "127.0.0.1:"+port, "127.0.0.1", pin)
+	if err != nil {
+		b.Fatalf("finding the pinned CA: %v", err)
+	}
+	hc = &http.Client{Transport: &http.Transport{TLSClientConfig: meshca.ClientConfig(ca)}}
+	return pin
+}
+
+// syncBuffer is the controller's stdout, written by its pipe's copier
+// while the benchmark reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func freePort(b *testing.B) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -345,7 +402,7 @@ func freePort(b *testing.B) string {
 
 // metric reads one gauge from /metrics; -1 when unreadable.
 func metric(url, name string) float64 {
-	resp, err := http.Get(url + "/metrics")
+	resp, err := hc.Get(url + "/metrics")
 	if err != nil {
 		return -1
 	}

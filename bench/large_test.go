@@ -41,7 +41,7 @@ func BenchmarkFanoutLarge(b *testing.B) {
 	polls := min(pollsAllowed(b, n), envInt("MESH_BENCH_POLLS", n))
 	b.Run(fmt.Sprintf("%s-%d", dialect, n), func(b *testing.B) {
 		for range b.N {
-			fanout(b, bin, dialect, n, polls, &largeRun{})
+			fanout(b, bin, dialect, false, n, polls, &largeRun{})
 		}
 	})
 }
@@ -111,7 +111,7 @@ func (l *largeRun) pages(b *testing.B, url, admin string) {
 			req.Header.Set("Authorization", "Bearer "+admin)
 		}
 		start := time.Now()
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,7 +17,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
@@ -33,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"mesh/meshca"
 	"mesh/models"
 )
 
@@ -40,6 +43,13 @@ type host struct{ name, token string }
 
 // sources is how many loopback source addresses the polls are spread over.
 var sources = 1
+
+// caPin, when set, is the mesh CA's pin of a controller serving TLS;
+// tlsConfig trusts that CA alone, found by its pin as a host finds it.
+var (
+	caPin     string
+	tlsConfig *tls.Config
+)
 
 // dialing bounds the polls being dialled at once: 100,000 SYNs at once
 // overflow the controller's accept queue, and the retransmits (1 s, 3 s)
@@ -99,6 +109,7 @@ func main() {
 	flag.StringVar(&fl.attacker, "attacker", "", "flood: the machine whose token floods")
 	flag.StringVar(&fl.victim, "victim", "", "flood: the machine whose host waits for its change")
 	flag.Int64Var(&fl.gen, "gen", 1, "flood: both machines' current generation")
+	flag.StringVar(&caPin, "ca-pin", "", "fanout: the controller serves TLS under the mesh CA of this pin (https URL); each poll's connection makes its own handshake")
 	flag.IntVar(&sources, "sources", 1, "fanout: loopback source addresses to spread the polls over, 127.0.0.1 up (one address has ~28,000 ephemeral ports)")
 	flag.Parse()
 	hosts := readHosts(*tokens)
@@ -119,10 +130,20 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 	if err != nil {
 		fail(err)
 	}
-	addr := strings.TrimPrefix(url, "http://")
+	addr := strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
+	if caPin != "" {
+		host, _, _ := net.SplitHostPort(addr)
+		ca, err := meshca.Discover(context.Background(), addr, host, caPin)
+		if err != nil {
+			fail(err)
+		}
+		tlsConfig = meshca.ClientConfig(ca)
+		tlsConfig.ServerName = host
+	}
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: len(hosts) + 10, MaxIdleConns: len(hosts) + 10,
-		DialContext: (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+		DialContext:     (&net.Dialer{Timeout: 30 * time.Second}).DialContext,
+		TLSClientConfig: tlsConfig,
 	}}
 	var results []outcome
 	var wg sync.WaitGroup
@@ -184,7 +205,15 @@ func pollOnce(addr string, h host, gen int64, source int) outcome {
 		return outcome{done: time.Now(), err: err}
 	}
 	defer conn.Close()
-	_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, "240s"))
+	if tlsConfig != nil {
+		tc := tls.Client(conn, tlsConfig)
+		defer tc.Close()
+		err = tc.Handshake()
+		conn = tc
+	}
+	if err == nil {
+		_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, "240s"))
+	}
 	<-dialing
 	if err != nil {
 		return outcome{done: time.Now(), err: err}
