@@ -38,8 +38,12 @@ func BenchmarkFanoutLarge(b *testing.B) {
 	build(b, bin, "mesh-controller", "./cmd/mesh-controller")
 	build(b, bin, "loadgen", "./bench/loadgen")
 	// MESH_BENCH_POLLS holds fewer polls than machines on purpose.
-	polls := min(pollsAllowed(b, n), envInt("MESH_BENCH_POLLS", n))
+	allowed, why := pollsAllowed(b, n)
+	polls := min(allowed, envInt("MESH_BENCH_POLLS", n))
 	b.Run(fmt.Sprintf("%s-%d", dialect, n), func(b *testing.B) {
+		if why != "" {
+			b.Log(why)
+		}
 		for range b.N {
 			fanout(b, bin, dialect, false, n, polls, &largeRun{})
 		}
@@ -50,8 +54,8 @@ func BenchmarkFanoutLarge(b *testing.B) {
 // descriptor in the controller and one in the load process, and both
 // inherit this process's limits. As root with CAP_SYS_RESOURCE the hard
 // limit is raised to fit them all; without it (a container may withhold
-// it) the polls are capped below the hard limit, and the log says so.
-func pollsAllowed(b *testing.B, n int) int {
+// it) the polls are capped below the hard limit, and why says so.
+func pollsAllowed(b *testing.B, n int) (polls int, why string) {
 	const reserve = 1000 // the store, files, probes, /metrics
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -62,17 +66,16 @@ func pollsAllowed(b *testing.B, n int) int {
 		err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want})
 		if err != nil {
 			polls := min(n, int(lim.Max)-reserve)
-			b.Logf("the open-file hard limit %d cannot be raised to %d (%v): %d of %d machines poll", lim.Max, want, err, polls, n)
-			return polls
+			return polls, fmt.Sprintf("the open-file hard limit %d cannot be raised to %d (%v): %d of %d machines poll", lim.Max, want, err, polls, n)
 		}
-		return n
+		return n, ""
 	}
 	if lim.Cur < want {
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: lim.Max}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return n
+	return n, ""
 }
 
 // composeAll times, from now, until the controller has composed ahead
