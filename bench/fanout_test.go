@@ -183,6 +183,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			ChangeMs                    float64 `json:"change_ms"`
 			CPUMs                       float64 `json:"cpu_ms"`
 			FirstError                  string  `json:"first_error"`
+			Retries                     int
 		}
 		if err := json.Unmarshal([]byte(expect("result ")), &r); err != nil {
 			b.Fatal(err)
@@ -196,8 +197,8 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			b.Logf("%s %s fan-out: PostgreSQL backends' CPU %v", dialect, label, pgCPU.Round(time.Millisecond))
 			b.ReportMetric(float64(pgCPU.Microseconds())/float64(fanoutHosts), label+"-pg-cpu-µs/machine")
 		}
-		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms %s",
-			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.FirstError)
+		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms; %d polls made again before the change %s",
+			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.Retries, r.FirstError)
 		if large != nil {
 			// Every machine's declaration composed, signed, recorded and
 			// answered: the last host's answer bounds composing them all.

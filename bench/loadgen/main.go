@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,7 +95,15 @@ type Result struct {
 	ChangeMs   float64 `json:"change_ms"` // until the change's own request was answered
 	CPUMs      float64 `json:"cpu_ms"`    // this load process's CPU from the change to the last answer
 	FirstError string  `json:"first_error,omitempty"`
+	Retries    int     `json:"retries"` // polls made again after failing before the change
 }
+
+// fired is set once the change is made; retries counts the polls made
+// again before it.
+var (
+	fired   atomic.Bool
+	retries atomic.Int64
+)
 
 func main() {
 	mode := flag.String("mode", "fanout", "fanout or flood")
@@ -155,15 +164,27 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 		case "open":
 			gen, _ = strconv.ParseInt(arg, 10, 64)
 			results = make([]outcome, len(hosts))
+			fired.Store(false)
+			retries.Store(0)
 			for i, h := range hosts {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = pollOnce(addr, h, gen, i%sources)
+					// A poll that fails before the change is made is made
+					// again, as a host would: under 10,000 TLS handshakes
+					// at once a few connections are lost before they park.
+					for try := 1; ; try++ {
+						results[i] = pollOnce(addr, h, gen, i%sources)
+						if results[i].err == nil || fired.Load() || try == 5 {
+							break
+						}
+						retries.Add(1)
+					}
 				}()
 			}
 			fmt.Println("opened")
 		case "fire":
+			fired.Store(true)
 			start, cpu0 := time.Now(), cpuTime()
 			req, _ := http.NewRequest("POST", url+"/api/v1/modules/"+module+"/current", strings.NewReader(`{"build": `+arg+`}`))
 			req.Header.Set("Authorization", "Bearer "+admin)
@@ -183,6 +204,7 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 			r := measure(hosts, results, start, key, gen+1)
 			r.CPUMs = float64(cpu.Microseconds()) / 1000
 			r.ChangeMs = float64(changed.Microseconds()) / 1000
+			r.Retries = int(retries.Load())
 			j, _ := json.Marshal(r)
 			fmt.Println("result " + string(j))
 		default:
