@@ -44,7 +44,7 @@ func BenchmarkBlobMemory(b *testing.B) {
 
 func blobMemory(b *testing.B, bin, dialect string) {
 	cfg := storetest.Config(b, dialect)
-	admin, _, _ := seed(b, cfg, 0)
+	admin, _, _ := seed(b, cfg, 0, 0)
 	port := freePort(b)
 	url := "http://127.0.0.1:" + port
 	args := []string{"serve", "--listen", "127.0.0.1:" + port, "--data", cfg.DataDir, "--log-level", "warn"}

@@ -73,7 +73,7 @@ func BenchmarkFlood(b *testing.B) {
 
 func floodOnce(b *testing.B, bin, dialect string, conns int, loop bool) {
 	cfg := storetest.Config(b, dialect)
-	admin, _, tokens := seed(b, cfg, 2)
+	admin, _, tokens := seed(b, cfg, 2, 2)
 	const attacker, victim = "m00000", "m00001"
 
 	port := freePort(b)
