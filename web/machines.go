@@ -25,9 +25,30 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	}
 	now := time.Now()
 	o := Overview{State: state, Q: q, Total: len(ms), Legend: legend(s.Rules)}
-	// What was sent of their current generation, for the machines behind.
-	var behind []int64
+	// Every machine is counted by state; only the first OverviewRows that
+	// match are rendered (a fleet of 100,000 would be a page of tens of
+	// megabytes, refreshed every 2 s): the state filter and the search
+	// narrow the rest.
+	counts := map[string]int{}
+	var shown []int
 	for i := range ms {
+		st := s.Rules.State(&ms[i], s.lastSeen(&ms[i]), now)
+		counts[st]++
+		if state != "" && st != state {
+			continue
+		}
+		if q != "" && !strings.Contains(ms[i].Name, strings.ToLower(q)) {
+			continue
+		}
+		o.Matching++
+		if len(shown) < OverviewRows {
+			shown = append(shown, i)
+		}
+	}
+	// What was sent of their current generation, for the shown machines
+	// that are behind.
+	var behind []int64
+	for _, i := range shown {
 		if ms[i].Generation > ms[i].FinishedGen {
 			behind = append(behind, ms[i].ID)
 		}
@@ -36,19 +57,9 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	if err != nil {
 		return Overview{}, err
 	}
-	counts := map[string]int{}
-	for i := range ms {
-		seen := s.lastSeen(&ms[i])
+	for _, i := range shown {
 		p := sent[ms[i].ID]
-		r := row(s.Rules, &ms[i], seen, &p, now)
-		counts[r.State]++
-		if state != "" && r.State != state {
-			continue
-		}
-		if q != "" && !strings.Contains(r.Name, strings.ToLower(q)) {
-			continue
-		}
-		o.Rows = append(o.Rows, r)
+		o.Rows = append(o.Rows, row(s.Rules, &ms[i], s.lastSeen(&ms[i]), &p, now))
 	}
 	for _, st := range AllStates {
 		if counts[st] > 0 {

@@ -46,6 +46,9 @@ type Overview struct {
 	Rows   []MachineRow
 	Counts []StateCount
 	Total  int
+	// Matching is how many machines the filter matches; Rows holds the
+	// first OverviewRows of them.
+	Matching int
 	State  string
 	Q      string
 	// Legend says the thresholds behind offline and unhealthy.
@@ -53,6 +56,9 @@ type Overview struct {
 	// Record says how far back sends, reports and declarations go.
 	Record string
 }
+
+// OverviewRows is how many machines the overview renders at most.
+const OverviewRows = 500
 
 func ago(t time.Time, now time.Time) string {
 	d := now.Sub(t)
