@@ -80,16 +80,63 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayl
 	return out, nil
 }
 
+// readDecoders reads, for the os/arch of the machines whose hosts do not
+// decode the newest schema, the ready host releases that decode more than
+// schema 1, newest first. Machines whose hosts decode everything are
+// never held back and read nothing.
+func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, error) {
+	out := map[string][]models.Release{}
+	var oses, arches []string
+	for _, m := range ms {
+		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest {
+			oses, arches = append(oses, m.OS), append(arches, m.Arch)
+		}
+	}
+	if len(oses) == 0 {
+		return out, nil
+	}
+	var rs []models.Release
+	if err := tx.Select("id", "version", "os", "arch", "schemas").
+		Where("state = ? AND schemas <> ? AND os IN ? AND arch IN ?", models.ReleaseReady, "1", oses, arches).
+		Order("id DESC").Find(&rs).Error; err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		out[r.OS+"/"+r.Arch] = append(out[r.OS+"/"+r.Arch], r)
+	}
+	return out, nil
+}
+
+// decoder is the host release a held-back machine can be rolled out to for
+// schema need: its target release when that decodes it, else the newest
+// ready release for its platform that does (nil when none).
+func (in *composeInput) decoder(m models.Machine, need int, target *models.Release) *models.Release {
+	decodes := func(r *models.Release) bool { _, ok := models.SchemasOf(r.Schemas).Pick(need); return ok }
+	if target != nil && decodes(target) {
+		return target
+	}
+	for i := range in.decoders[m.OS+"/"+m.Arch] {
+		if r := &in.decoders[m.OS+"/"+m.Arch][i]; decodes(r) {
+			return r
+		}
+	}
+	return nil
+}
+
 // forHost puts p in the schema m's host is sent: the lowest it advertises
 // that expresses the content, or, when it decodes none that does,
-// held-back content (models.HoldBack) and the reason.
-func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload) (*models.DeclarationPayload, string, error) {
+// held-back content (models.HoldBack) and the reason, which names the
+// release that decodes the schema needed (decoder).
+func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload, target *models.Release) (*models.DeclarationPayload, string, error) {
 	hs := models.SchemasOf(m.Schema)
 	if s, ok := hs.Pick(p.Schema); ok {
 		p.Schema = s
 		return p, "", nil
 	}
 	held := models.HeldBack{Need: p.Schema, HostVersion: m.HostVersion, Host: hs}
+	if r := in.decoder(m, p.Schema, target); r != nil {
+		held.Release, held.ReleaseSchemas = r.Version, models.SchemasOf(r.Schemas)
+	}
 	hp, err := models.HoldBack(p, in.applied[m.ID], hs)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s, and cannot be held back: %w", held.Reason(), err)

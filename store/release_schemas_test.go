@@ -1,0 +1,118 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// release stores a host release of a few bytes that decodes schemas.
+func release(t *testing.T, s *store.Store, version, arch, schemas string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.PutBlob(ctx, strings.NewReader("mesh-host "+version+" "+arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &models.Release{Version: version, OS: "linux", Arch: arch, Digest: b.Digest, Size: b.Size, KeyID: "k1",
+		Signature: []byte{1}, Schemas: schemas}
+	if err := s.CreateRelease(ctx, "test", r, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleases_SchemasByMigration: a release stored before migration 0019
+// (which recorded no schemas) decodes schema 1, the only one there was.
+func TestReleases_SchemasByMigration(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.Config(t, d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.MigrateTo(ctx, 18); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DB().Exec(`INSERT INTO host_releases (version, os, arch, digest, size, key_id, signature, created_at)
+				VALUES ('1.4.0', 'linux', 'amd64', 'sha256:00', 3, 'k1', ?, ?)`, []byte{1}, time.Now().UTC()).Error; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := s.Releases(ctx, 10, 0)
+			if err != nil || len(rs) != 1 || rs[0].Schemas != "1" {
+				t.Fatalf("releases after the migration: %+v %v; want one decoding 1", rs, err)
+			}
+		})
+	}
+}
+
+// TestCompose_HeldBackNamesRelease: the held-back reason names the host
+// release that decodes the schema the content needs: the machine's target
+// when it does, else the newest ready release for its platform that does
+// (never one for another platform, never one that decodes only 1).
+func TestCompose_HeldBackNamesRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1") // linux/amd64, host 1.0.0 decoding 1
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+
+		release(t, s, "1.4.0", "amd64", "1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		release(t, s, "1.6.0", "amd64", "1")    // newer, but decodes only 1
+		release(t, s, "1.7.0", "arm64", "1,2") // newer, another platform
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		held := composeMachine(t, s, m.ID)
+		want := "held back: needs host schema 2; host 1.0.0 decodes 1; release 1.5.0 decodes 1,2"
+		if held.HeldBack != want {
+			t.Fatalf("reason = %q\nwant      %q", held.HeldBack, want)
+		}
+		if mm, _ := s.Machine(ctx, "m1"); mm.HeldBack != want {
+			t.Fatalf("machine's held_back = %q", mm.HeldBack)
+		}
+	})
+}
+
+// TestCompose_HeldBackNoRelease: with no release that decodes the schema,
+// the reason says so.
+func TestCompose_HeldBackNoRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+		release(t, s, "1.4.0", "amd64", "1")
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		want := "held back: needs host schema 2; host 1.0.0 decodes 1; no host release known to decode it"
+		if held := composeMachine(t, s, m.ID); held.HeldBack != want {
+			t.Fatalf("reason = %q\nwant      %q", held.HeldBack, want)
+		}
+	})
+}
