@@ -28,7 +28,9 @@ func TestReleases_SchemasRequired(t *testing.T) {
 				t.Fatalf("schemas %q: %d %s; want 400 %q", tc.schemas, resp.StatusCode, b, tc.detail)
 			}
 		}
-		var list struct{ Items []struct{ Version, Schemas string } }
+		var list struct {
+			Items []struct{ Version, Schemas string }
+		}
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases", Token: e.Admin}, 200, &list)
 		if len(list.Items) != 0 {
 			t.Fatalf("refused uploads stored releases: %+v", list.Items)

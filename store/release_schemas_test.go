@@ -68,7 +68,7 @@ func TestCompose_HeldBackNamesRelease(t *testing.T) {
 
 		release(t, s, "1.4.0", "amd64", "1")
 		release(t, s, "1.5.0", "amd64", "1,2")
-		release(t, s, "1.6.0", "amd64", "1")    // newer, but decodes only 1
+		release(t, s, "1.6.0", "amd64", "1")   // newer, but decodes only 1
 		release(t, s, "1.7.0", "arm64", "1,2") // newer, another platform
 		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
 			t.Fatal(err)
