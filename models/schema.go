@@ -145,6 +145,18 @@ func NeededSchema(rs []Resource) int {
 	return need
 }
 
+// TrialSchemas is why the trial of host release version fails when its
+// poll advertises the schemas got while the release records want: a
+// release that says one thing and a binary that decodes another would
+// have the controller send a schema the host cannot read, or hold back
+// content it can. "" when they agree.
+func TrialSchemas(version string, want, got Schemas) string {
+	if want.String() == got.String() {
+		return ""
+	}
+	return fmt.Sprintf("its trial poll advertised schemas %s; release %s records %s", got, version, want)
+}
+
 // HeldBack is why a machine's declaration was composed from held-back
 // content: the schema its desired content needs, and the host that cannot
 // decode it. Release, when known, is a host release that decodes Need.

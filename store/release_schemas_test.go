@@ -116,3 +116,79 @@ func TestCompose_HeldBackNoRelease(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_TrialSchemas: a trial whose poll advertises other schemas
+// than its release records fails the trial: the rollout halts with the
+// reason, the release is failed and the machine's target goes back. A
+// trial that advertises what the release records upgrades.
+func TestRollout_TrialSchemas(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		ro, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil || ro.Machines[0].State != models.UpgradeUpgrading {
+			t.Fatalf("start: %+v %v", ro, err)
+		}
+		before, _ := s.Machine(ctx, "m1")
+		if before.TargetHostVersion != "1.5.0" {
+			t.Fatalf("target = %q", before.TargetHostVersion)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		ro, err = s.Rollout(ctx, "1.5.0")
+		want := "machine m1 failed: its trial poll advertised schemas 1; release 1.5.0 records 1,2"
+		if err != nil || ro.State != models.RolloutHalted || ro.Reason != want {
+			t.Fatalf("rollout = %s %q (%v); want halted %q", ro.State, ro.Reason, err, want)
+		}
+		if rm := ro.Machines[0]; rm.State != models.UpgradeFailed || rm.Reason != "its trial poll advertised schemas 1; release 1.5.0 records 1,2" {
+			t.Fatalf("machine in the rollout = %+v", rm)
+		}
+		rs, _ := s.Releases(ctx, 10, 0)
+		if len(rs) != 1 || rs[0].State != models.ReleaseFailed || rs[0].Failure != want {
+			t.Fatalf("release = %+v", rs)
+		}
+		after, _ := s.Machine(ctx, "m1")
+		if after.TargetHostVersion != "" || after.Generation <= before.Generation || after.Schema != "1" {
+			t.Fatalf("machine after the failed trial: target %q generation %d (was %d) schema %q",
+				after.TargetHostVersion, after.Generation, before.Generation, after.Schema)
+		}
+
+		// A release whose trial advertises what it records upgrades.
+		release(t, s, "1.6.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.6.0", "2,1"); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.6.0"})
+		ro, err = s.Rollout(ctx, "1.6.0")
+		if err != nil || ro.Machines[0].State != models.UpgradeUpgraded || ro.State != models.RolloutDone {
+			t.Fatalf("the matching trial: %+v %v", ro, err)
+		}
+	})
+}
+
+// TestRollout_TrialSchemasAtReport: the upgraded report is judged too, on
+// the schemas last recorded for the machine, so a trial whose poll was
+// not recorded anew still fails on a mismatch.
+func TestRollout_TrialSchemasAtReport(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1") // its host advertised 1
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0"})
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil || ro.State != models.RolloutHalted || ro.Machines[0].State != models.UpgradeFailed ||
+			ro.Machines[0].Reason != "its trial poll advertised schemas 1; release 1.5.0 records 1,2" {
+			t.Fatalf("rollout = %+v %v", ro, err)
+		}
+	})
+}

@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -22,15 +24,21 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 	if tx.s.dialect == Postgres {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
-	if err := q.Select("id", "name", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
+	if err := q.Select("id", "name", "os", "arch", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
 		return err
 	}
 	if err := tx.Model(&models.Machine{}).Where("id = ?", machineID).
 		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error; err != nil {
 		return err
 	}
+	failed, err := judgeTrialSchemas(tx, &m, hostVersion, schema)
+	if err != nil {
+		return err
+	}
 	was, now := models.SchemasOf(m.Schema).String(), models.SchemasOf(schema).String()
-	if was == now || m.Conflict {
+	if was == now || m.Conflict || failed {
+		// A failed trial already bumped the generation (its target went
+		// back), composed afresh for the schemas recorded above.
 		// A machine in conflict is composed afresh when an admin resolves it.
 		return nil
 	}
@@ -39,6 +47,39 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 	}
 	return audit(tx, "host:"+m.Name, "schema", "machine/"+m.Name,
 		fmt.Sprintf("host %s decodes schemas %s (was %s)", hostVersion, now, was))
+}
+
+// judgeTrialSchemas fails the trial of the host release a machine is
+// upgrading to when the host polling as that release advertises other
+// schemas than the release records (models.TrialSchemas): the rollout
+// halts with the reason and the machine's target goes back. True when it
+// failed one.
+func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (bool, error) {
+	var rm models.RolloutMachine
+	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ? AND rollouts.version = ?",
+			m.ID, models.RolloutRunning, models.UpgradeUpgrading, hostVersion).
+		Order("rollout_machines.rollout_id DESC").First(&rm).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var rel models.Release
+	if err := tx.Select("version", "schemas").Where("version = ? AND os = ? AND arch = ?", hostVersion, m.OS, m.Arch).
+		First(&rel).Error; err != nil {
+		return false, err
+	}
+	reason := models.TrialSchemas(rel.Version, models.SchemasOf(rel.Schemas), models.SchemasOf(schema))
+	if reason == "" {
+		return false, nil
+	}
+	var ro models.Rollout
+	if err := tx.Where("id = ?", rm.RolloutID).First(&ro).Error; err != nil {
+		return false, err
+	}
+	return true, failMachine(tx, &ro, &rm, models.UpgradeFailed, reason)
 }
 
 // readApplied reads, for the machines whose hosts do not decode the newest
