@@ -192,3 +192,44 @@ func TestRollout_TrialSchemasAtReport(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_HaltsOnHeldBack: a plan for a build that needs schema 2 halts
+// its tier at once on a machine whose host decodes only 1, with the
+// held-back reason — once the step's generation is composed held back,
+// not before (the reason on the machine may be an older generation's).
+func TestPlan_HaltsOnHeldBack(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1") // mod build 1, host 1.0.0 decoding 1
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied,
+			HostVersion: "1.0.0", Running: map[string]models.RunningBuild{"mod": {Build: 1}}})
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil || v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted before the step's generation was composed: %+v", v)
+		}
+		held := composeMachine(t, s, m.ID)
+		reason := "held back: needs host schema 2; host 1.0.0 decodes 1; release 1.5.0 decodes 1,2"
+		if held.HeldBack != reason {
+			t.Fatalf("composed %q", held.HeldBack)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		want := "halted: tier 1 of 1: m1 " + reason
+		if v.State != models.PlanHalted || v.Reason != want || v.Steps[0].State != models.StepFailed || v.Steps[0].Reason != "m1 "+reason {
+			t.Fatalf("plan %s %q, step %+v; want halted %q", v.State, v.Reason, v.Steps[0], want)
+		}
+	})
+}

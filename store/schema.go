@@ -201,6 +201,25 @@ func recordHeldBack(tx *Tx, rows []composedRow) error {
 	return nil
 }
 
+// heldBackSince keeps m.HeldBack only when its current generation (at
+// least any step sent to it) was composed held back: the machine's reason
+// may be an older generation's until the current one is composed, and new
+// content (a build that no longer needs the later schema) may end it.
+func heldBackSince(tx *Tx, m *models.Machine) error {
+	if m.HeldBack == "" {
+		return nil
+	}
+	var n int64
+	if err := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation = ? AND held_back <> ''", m.ID, m.Generation).
+		Count(&n).Error; err != nil {
+		return err
+	}
+	if n == 0 {
+		m.HeldBack = ""
+	}
+	return nil
+}
+
 // RecordHostInfo stores the host version and schemas a poll reported (see
 // recordHostInfo). The hub calls it only when they differ from what it
 // last saw.
