@@ -147,8 +147,8 @@ func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch, schema
 		return a.printJSON(r.Body)
 	}
 	x := r.JSON201
-	return a.table([][]string{{"VERSION", "OS", "ARCH", "DIGEST", "SIZE", "STATE"},
-		{x.Version, x.Os, x.Arch, x.Digest, strconv.Itoa(x.Size), string(x.State)}})
+	return a.table([][]string{{"VERSION", "OS", "ARCH", "SCHEMAS", "DIGEST", "SIZE", "STATE"},
+		{x.Version, x.Os, x.Arch, x.Schemas, x.Digest, strconv.Itoa(x.Size), string(x.State)}})
 }
 
 func (a *app) showRollout(r *client.Rollout) error {
