@@ -233,3 +233,54 @@ func TestPlan_HaltsOnHeldBack(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_OlderHeldBackReasonDoesNotHalt: a machine held back for a
+// build that needs schema 2 is not halted on by a plan whose build needs
+// no later schema: its reason is the older generation's, and the step's
+// generation composes in full.
+func TestPlan_OlderHeldBackReasonDoesNotHalt(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		if held := composeMachine(t, s, m.ID); held.HeldBack == "" {
+			t.Fatal("not held back")
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: `{"resources": [{"name": "web", "kind": "service", "command": ["/bin/web"]}]}`}, nil); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "web", 2, 0)
+		if err != nil || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		if mm, _ := s.Machine(ctx, "m1"); mm.HeldBack == "" {
+			t.Fatal("the machine's older reason is gone before the step's generation was composed; the test proves nothing")
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted on an older generation's reason: %s %q", v.State, v.Reason)
+		}
+		if full := composeMachine(t, s, m.ID); full.HeldBack != "" || full.Schema != 1 {
+			t.Fatalf("the step's generation: schema %d, reason %q", full.Schema, full.HeldBack)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted: %s %q", v.State, v.Reason)
+		}
+	})
+}
