@@ -212,14 +212,14 @@ func (s *Server) finishBuild(c echo.Context) error {
 	if err != nil {
 		return models.Invalid("id", "a build id")
 	}
-	up, err := s.readUpload(c, "artifact and manifest", "artifact", "manifest", "digest", "version", "os", "arch")
+	up, err := s.readUpload(c, "artifact and manifest", "artifact", "manifest", "digest", "version", "os", "arch", "schemas")
 	if err != nil {
 		return err
 	}
 	f := up.fields
 	res, err := s.Service.FinishBuild(c.Request().Context(), principal(c).Actor(), &service.FinishBuild{ID: id,
 		Manifest: f["manifest"], Digest: f["digest"], Artifact: up.file,
-		Version: f["version"], OS: f["os"], Arch: f["arch"]})
+		Version: f["version"], OS: f["os"], Arch: f["arch"], Schemas: f["schemas"]})
 	if err != nil {
 		return err
 	}

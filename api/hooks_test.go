@@ -193,6 +193,7 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		_ = mw.WriteField("os", "linux")
 		_ = mw.WriteField("arch", "amd64")
 		_ = mw.WriteField("version", "1.5.0")
+		_ = mw.WriteField("schemas", "1,2")
 		w, _ := mw.CreateFormFile("artifact", "mesh-host")
 		_, _ = w.Write([]byte("a mesh-host binary"))
 		mw.Close()

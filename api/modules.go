@@ -151,18 +151,19 @@ func (s *Server) yankBuild(c echo.Context) error {
 
 // createBuild takes a multipart upload: artifact (tar.gz, optional),
 // manifest (JSON), version, commit, digest (optional; refused when the
-// bytes do not match it), and for a mesh-host module os and arch. What
+// bytes do not match it), and for a mesh-host module os, arch and the
+// schemas its binary decodes. What
 // follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
-	up, err := s.readUpload(c, "manifest, version, commit and artifact", "artifact", "manifest", "version", "commit", "digest", "os", "arch")
+	up, err := s.readUpload(c, "manifest, version, commit and artifact", "artifact", "manifest", "version", "commit", "digest", "os", "arch", "schemas")
 	if err != nil {
 		return err
 	}
 	f := up.fields
 	res, err := s.Service.UploadBuild(c.Request().Context(), principal(c).Actor(), &service.UploadBuild{Module: module,
 		Version: f["version"], Commit: f["commit"], Manifest: f["manifest"], Digest: f["digest"], Artifact: up.file,
-		OS: f["os"], Arch: f["arch"]})
+		OS: f["os"], Arch: f["arch"], Schemas: f["schemas"]})
 	if err != nil {
 		return err
 	}

@@ -13,16 +13,16 @@ import (
 )
 
 // createRelease takes a multipart upload of a mesh-host binary with its
-// version, os and arch; the controller stores it content-addressed and
+// version, os, arch and the declaration schemas it decodes; the controller stores it content-addressed and
 // signs {version, os, arch, digest}.
 func (s *Server) createRelease(c echo.Context) error {
-	up, err := s.readUpload(c, "binary, version, os and arch", "binary", "version", "os", "arch")
+	up, err := s.readUpload(c, "binary, version, os, arch and schemas", "binary", "version", "os", "arch", "schemas")
 	if err != nil {
 		return err
 	}
 	f := up.fields
 	r, err := s.Service.CreateRelease(c.Request().Context(), principal(c).Actor(),
-		&service.CreateRelease{Version: f["version"], OS: f["os"], Arch: f["arch"], Binary: up.file})
+		&service.CreateRelease{Version: f["version"], OS: f["os"], Arch: f["arch"], Schemas: f["schemas"], Binary: up.file})
 	if err != nil {
 		return err
 	}

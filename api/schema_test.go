@@ -68,6 +68,9 @@ func TestSchema_HeldBackThenUpgradedAndCertified(t *testing.T) {
 		if resp, b := e.Upload(e.Admin, "web", certModule, []byte("tree"), ""); resp.StatusCode != 201 {
 			t.Fatalf("upload: %d %s", resp.StatusCode, b)
 		}
+		if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+			t.Fatalf("release: %d %s", resp.StatusCode, b)
+		}
 		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
 			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
 
@@ -80,7 +83,7 @@ func TestSchema_HeldBackThenUpgradedAndCertified(t *testing.T) {
 		report(e, en.Token, map[string]any{"send": p.send, "generation": 2, "outcome": "applied"})
 		var m machineHeld
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
-		if m.State != models.StateBehind || !strings.HasPrefix(m.HeldBack, "held back: needs host schema 2; host 1.0.0 decodes 1") {
+		if m.State != models.StateBehind || m.HeldBack != "held back: needs host schema 2; host 1.0.0 decodes 1; release 1.5.0 decodes 1,2" {
 			t.Fatalf("machine = %+v, want behind with the held-back reason", m)
 		}
 

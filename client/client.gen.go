@@ -1010,6 +1010,11 @@ type BuildArtifactUpload struct {
 	// Os a `host` module's build: the platform (required for one)
 	Os *string `json:"os,omitempty"`
 
+	// Schemas a `host` module's build: the declaration schemas its binary decodes, comma-separated (required for one; a missing or invalid list is 400, nothing is committed and the build stays leased to the builder)
+	//
+	// Example: 1,2
+	Schemas *string `json:"schemas,omitempty"`
+
 	// Version a `host` module's build: the release version (default build-<number>)
 	Version *string `json:"version,omitempty"`
 }
@@ -1022,6 +1027,9 @@ type BuildList struct {
 
 // BuildUpload the parts createBuild reads; any other part is 400
 type BuildUpload struct {
+	// Arch a `host` module's build: the platform (required for one)
+	Arch *string `json:"arch,omitempty"`
+
 	// Artifact the artifact (for a tree, the tar.gz it unpacks); a build may have none
 	Artifact *openapi_types.File `json:"artifact,omitempty"`
 	Commit   *string             `json:"commit,omitempty"`
@@ -1030,8 +1038,16 @@ type BuildUpload struct {
 	Digest *string `json:"digest,omitempty"`
 
 	// Manifest the manifest JSON ({"resources": [...]}), as a field or a file part of at most 1 MiB; its form is the JSON Schema at [/schemas/manifest.json](/schemas/manifest.json)
-	Manifest string  `json:"manifest"`
-	Version  *string `json:"version,omitempty"`
+	Manifest string `json:"manifest"`
+
+	// Os a `host` module's build: the platform (required for one)
+	Os *string `json:"os,omitempty"`
+
+	// Schemas a `host` module's build: the declaration schemas its binary decodes, comma-separated (required for one; a missing or invalid list is 400 and nothing is stored)
+	//
+	// Example: 1,2
+	Schemas *string `json:"schemas,omitempty"`
+	Version *string `json:"version,omitempty"`
 }
 
 // CanaryCount how many machines go first (at most all the release's machines)
@@ -1358,7 +1374,7 @@ type Machine struct {
 		State MachineHealthState `json:"state"`
 	} `json:"health"`
 
-	// HeldBack why the current generation carries held-back content (its host decodes no schema that expresses what is declared; the machine is behind), like "held back: needs host schema 2; host 1.4.0 decodes 1; …"; empty when it does not
+	// HeldBack why the current generation carries held-back content (its host decodes no schema that expresses what is declared; the machine is behind), like "held back: needs host schema 2; host 1.4.0 decodes 1; release 1.5.0 decodes 1,2" (the release named is the machine's target when that decodes the schema, else the newest ready one for its platform that does; "no host release known to decode it" when none); empty when it does not
 	HeldBack    string     `json:"held_back"`
 	HostVersion string     `json:"host_version"`
 	LastOutcome string     `json:"last_outcome"`
@@ -1647,6 +1663,11 @@ type Release struct {
 	KeyId     string    `json:"key_id"`
 	Os        string    `json:"os"`
 
+	// Schemas the declaration schemas the release decodes, canonical (ascending, no repeats); releases stored before this was recorded decode 1
+	//
+	// Example: 1,2
+	Schemas string `json:"schemas"`
+
 	// Signature ed25519 over mesh-host-release/v1\n<version>\n<os>\n<arch>\n<digest>\n
 	Signature []byte       `json:"signature"`
 	Size      int          `json:"size"`
@@ -1672,7 +1693,12 @@ type ReleaseUpload struct {
 	Binary openapi_types.File `json:"binary"`
 
 	// Os Example: linux
-	Os      string `json:"os"`
+	Os string `json:"os"`
+
+	// Schemas the declaration schemas the binary decodes, comma-separated (1,2): what its polls will advertise in X-Mesh-Schema. Required; a missing or invalid list is 400 (schemas: …) and nothing is stored. A trial whose poll advertises other schemas fails
+	//
+	// Example: 1,2
+	Schemas string `json:"schemas"`
 	Version string `json:"version"`
 }
 
@@ -3194,8 +3220,9 @@ type ClientInterface interface {
 	//
 	// What follows:
 	//
-	// - `host` module: the build becomes a host release (os and arch
-	//   required, the artifact is the binary) and a rollout of it starts;
+	// - `host` module: the build becomes a host release (os, arch and
+	//   schemas required, the artifact is the binary) and a rollout of
+	//   it starts;
 	//   `rollout` in the response.
 	// - Other kinds: the module's first build becomes current; any other
 	//   build (a module with a current build of another number) starts a
@@ -3643,9 +3670,9 @@ type ClientInterface interface {
 	//   plan is in GET /api/v1/plans. The plan is made after the build is
 	//   stored: when making it fails, the response is an error although
 	//   the build was stored.
-	// - The module's kind is `host`: no plan and no host release (unlike
-	//   a `host` module's build finished through PUT
-	//   /api/v1/builds/{id}/artifact).
+	// - The module's kind is `host`: the build becomes a host release
+	//   (the artifact is the binary; os, arch and schemas required) and a
+	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4008,8 +4035,9 @@ func (c *Client) ClaimBuild(ctx context.Context, reqEditors ...RequestEditorFn) 
 //
 // What follows:
 //
-//   - `host` module: the build becomes a host release (os and arch
-//     required, the artifact is the binary) and a rollout of it starts;
+//   - `host` module: the build becomes a host release (os, arch and
+//     schemas required, the artifact is the binary) and a rollout of
+//     it starts;
 //     `rollout` in the response.
 //   - Other kinds: the module's first build becomes current; any other
 //     build (a module with a current build of another number) starts a
@@ -4997,9 +5025,9 @@ func (c *Client) ListBuilds(ctx context.Context, module ModuleName, params *List
 //     plan is in GET /api/v1/plans. The plan is made after the build is
 //     stored: when making it fails, the response is an error although
 //     the build was stored.
-//   - The module's kind is `host`: no plan and no host release (unlike
-//     a `host` module's build finished through PUT
-//     /api/v1/builds/{id}/artifact).
+//   - The module's kind is `host`: the build becomes a host release
+//     (the artifact is the binary; os, arch and schemas required) and a
+//     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9035,8 +9063,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// What follows:
 	//
-	// - `host` module: the build becomes a host release (os and arch
-	//   required, the artifact is the binary) and a rollout of it starts;
+	// - `host` module: the build becomes a host release (os, arch and
+	//   schemas required, the artifact is the binary) and a rollout of
+	//   it starts;
 	//   `rollout` in the response.
 	// - Other kinds: the module's first build becomes current; any other
 	//   build (a module with a current build of another number) starts a
@@ -9536,9 +9565,9 @@ type ClientWithResponsesInterface interface {
 	//   plan is in GET /api/v1/plans. The plan is made after the build is
 	//   stored: when making it fails, the response is an error although
 	//   the build was stored.
-	// - The module's kind is `host`: no plan and no host release (unlike
-	//   a `host` module's build finished through PUT
-	//   /api/v1/builds/{id}/artifact).
+	// - The module's kind is `host`: the build becomes a host release
+	//   (the artifact is the binary; os, arch and schemas required) and a
+	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15399,8 +15428,9 @@ func (c *ClientWithResponses) ClaimBuildWithResponse(ctx context.Context, reqEdi
 //
 // What follows:
 //
-//   - `host` module: the build becomes a host release (os and arch
-//     required, the artifact is the binary) and a rollout of it starts;
+//   - `host` module: the build becomes a host release (os, arch and
+//     schemas required, the artifact is the binary) and a rollout of
+//     it starts;
 //     `rollout` in the response.
 //   - Other kinds: the module's first build becomes current; any other
 //     build (a module with a current build of another number) starts a
@@ -16224,9 +16254,9 @@ func (c *ClientWithResponses) ListBuildsWithResponse(ctx context.Context, module
 //     plan is in GET /api/v1/plans. The plan is made after the build is
 //     stored: when making it fails, the response is an error although
 //     the build was stored.
-//   - The module's kind is `host`: no plan and no host release (unlike
-//     a `host` module's build finished through PUT
-//     /api/v1/builds/{id}/artifact).
+//   - The module's kind is `host`: the build becomes a host release
+//     (the artifact is the binary; os, arch and schemas required) and a
+//     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //

@@ -81,9 +81,16 @@ type StepVerdict struct {
 
 // JudgeStep decides a sent step from its machine's records: applied (and
 // healthy where checks are declared), failed (refused, rejected, failed,
-// unhealthy past the grace, or no report within the tier's deadline —
-// offline, if its host went silent), or still waiting. running is the
-// build of the plan's module the machine reports running.
+// held back, unhealthy past the grace, or no report within the tier's
+// deadline — offline, if its host went silent), or still waiting. running
+// is the build of the plan's module the machine reports running.
+//
+// Held back fails the step at once, with the held-back reason: m.HeldBack
+// must be the reason of a generation at least the step's (the caller
+// clears it otherwise). Such a machine is sent what it last applied and
+// none of the new content — whichever module needs the later schema — so
+// waiting for the deadline would only hide why; the reason names the
+// release to roll out first.
 func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int64, deadline time.Duration, now time.Time) StepVerdict {
 	fail := func(format string, a ...any) StepVerdict {
 		return StepVerdict{State: StepFailed, Reason: m.Name + " " + fmt.Sprintf(format, a...)}
@@ -99,6 +106,8 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 			return StepVerdict{} // within the grace: a service may still be starting
 		}
 		return StepVerdict{State: StepApplied}
+	case m.HeldBack != "":
+		return fail("%s", m.HeldBack)
 	case m.LastOutcome == OutcomeFailed && m.AppliedGeneration < st.Generation && m.LastReportAt != nil && st.StartedAt != nil && !m.LastReportAt.Before(*st.StartedAt):
 		return fail("failed to apply generation %d: %s", st.Generation, m.LastReason)
 	case st.StartedAt != nil && now.Sub(*st.StartedAt) > deadline:

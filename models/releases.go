@@ -8,12 +8,15 @@ import (
 // Release is a host release as stored: a build of mesh-host for one
 // os/arch, content-addressed and signed.
 type Release struct {
-	ID        int64     `gorm:"primaryKey" json:"-"`
-	Version   string    `json:"version"`
-	OS        string    `gorm:"column:os" json:"os"`
-	Arch      string    `json:"arch"`
-	Digest    string    `json:"digest"`
-	Size      int64     `json:"size"`
+	ID      int64  `gorm:"primaryKey" json:"-"`
+	Version string `json:"version"`
+	OS      string `gorm:"column:os" json:"os"`
+	Arch    string `json:"arch"`
+	Digest  string `json:"digest"`
+	Size    int64  `json:"size"`
+	// Schemas is the declaration schemas the release's host decodes,
+	// canonical ("1,2"): what its poll must advertise once it runs.
+	Schemas   string    `json:"schemas"`
 	KeyID     string    `json:"key_id"`
 	Signature []byte    `json:"signature"`
 	State     string    `json:"state"` // ready or failed

@@ -30,7 +30,30 @@ type Schemas []int
 // ("") means schema 1 only: hosts older than the header decoded nothing
 // else. Every refusal names what was wrong.
 func ParseSchemas(s string) (Schemas, error) {
-	const field = "X-Mesh-Schema"
+	return parseSchemas("X-Mesh-Schema", s)
+}
+
+// ParseReleaseSchemas reads the schemas a host release decodes, given with
+// its upload or its builder's host build. Required, unlike a poll's
+// header: a release that does not say is not assumed to decode anything,
+// and one that decodes none of the schemas this controller composes could
+// never be sent a declaration.
+func ParseReleaseSchemas(s string) (Schemas, error) {
+	const field = "schemas"
+	if strings.TrimSpace(s) == "" {
+		return nil, Invalid(field, "required: the declaration schemas the host release decodes, like 1,2")
+	}
+	out, err := parseSchemas(field, s)
+	if err != nil {
+		return nil, err
+	}
+	if out[0] > SchemaLatest {
+		return nil, Invalid(field, fmt.Sprintf("%s decodes none of the schemas this controller composes (1..%d)", out, SchemaLatest))
+	}
+	return out, nil
+}
+
+func parseSchemas(field, s string) (Schemas, error) {
 	if len(s) > maxSchemaHeader {
 		return nil, Invalid(field, fmt.Sprintf("%d bytes, at most %d", len(s), maxSchemaHeader))
 	}
@@ -120,6 +143,18 @@ func NeededSchema(rs []Resource) int {
 		need = max(need, ResourceSchema(&rs[i]))
 	}
 	return need
+}
+
+// TrialSchemas is why the trial of host release version fails when its
+// poll advertises the schemas got while the release records want: a
+// release that says one thing and a binary that decodes another would
+// have the controller send a schema the host cannot read, or hold back
+// content it can. "" when they agree.
+func TrialSchemas(version string, want, got Schemas) string {
+	if want.String() == got.String() {
+		return ""
+	}
+	return fmt.Sprintf("its trial poll advertised schemas %s; release %s records %s", got, version, want)
 }
 
 // HeldBack is why a machine's declaration was composed from held-back

@@ -24,6 +24,9 @@ type UploadBuild struct {
 	Artifact *models.Blob
 	// OS and Arch: a mesh-host build names the platform of its binary.
 	OS, Arch string
+	// Schemas: a mesh-host build says which declaration schemas its binary
+	// decodes ("1,2"), required for that kind (models.ParseReleaseSchemas).
+	Schemas string
 }
 
 // Validate checks what can be checked without the store.
@@ -56,6 +59,9 @@ type FinishBuild struct {
 	Artifact *models.Blob
 	// Version, OS and Arch: a mesh-host build names its release.
 	Version, OS, Arch string
+	// Schemas: a mesh-host build says which declaration schemas its binary
+	// decodes ("1,2"), required for that kind (models.ParseReleaseSchemas).
+	Schemas string
 }
 
 // Validate checks what can be checked without the store. The manifest is
@@ -123,7 +129,7 @@ func (s *Service) UploadBuild(ctx context.Context, actor string, req *UploadBuil
 		if err != nil {
 			return nil, err
 		}
-		return s.follow(tx, actor, mod, b, req.Artifact, req.Version, req.OS, req.Arch)
+		return s.follow(tx, actor, mod, b, req.Artifact, releaseOf{req.Version, req.OS, req.Arch, req.Schemas})
 	})
 }
 
@@ -155,22 +161,31 @@ func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuil
 		if err != nil {
 			return nil, err
 		}
-		return s.follow(tx, actor, mod, b, req.Artifact, req.Version, req.OS, req.Arch)
+		return s.follow(tx, actor, mod, b, req.Artifact, releaseOf{req.Version, req.OS, req.Arch, req.Schemas})
 	})
 }
 
+// releaseOf is what a mesh-host build says of the release it becomes.
+type releaseOf struct{ version, os, arch, schemas string }
+
 // follow starts what models.AfterBuild says follows b, inside tx.
-func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *models.Build, artifact *models.Blob, version, goos, arch string) (*BuildResult, error) {
+func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *models.Build, artifact *models.Blob, rel releaseOf) (*BuildResult, error) {
 	out := &BuildResult{Build: b, Module: mod}
 	switch models.AfterBuild(mod.Kind, mod.CurrentBuild) {
 	case models.FollowRelease:
-		if artifact == nil || models.ValidPlatform(goos, arch) != nil {
+		if artifact == nil || models.ValidPlatform(rel.os, rel.arch) != nil {
 			return nil, models.Invalid("os", "a mesh-host build needs its binary as the artifact, and os and arch")
 		}
+		schemas, err := models.ParseReleaseSchemas(rel.schemas)
+		if err != nil {
+			return nil, err
+		}
+		version := rel.version
 		if version == "" {
 			version = fmt.Sprintf("build-%d", b.Number)
 		}
-		r := &models.Release{Version: version, OS: goos, Arch: arch, Digest: b.Digest, Size: b.Size, CreatedBy: actor}
+		r := &models.Release{Version: version, OS: rel.os, Arch: rel.arch, Digest: b.Digest, Size: b.Size,
+			Schemas: schemas.String(), CreatedBy: actor}
 		s.signRelease(r)
 		if err := tx.CreateRelease(actor, r, artifact); err != nil {
 			return nil, err

@@ -96,11 +96,29 @@ func TestFinishBuild_HostBuildWithoutPlatform(t *testing.T) {
 			t.Fatal("a refused finish is on the record as finished")
 		}
 		req.OS, req.Arch = "linux", "amd64"
+		// The schemas the binary decodes are required of a host build too,
+		// and refused the same way: nothing committed, the build still the
+		// builder's.
+		for _, tc := range []struct{ schemas, words string }{
+			{"", "schemas: required: the declaration schemas the host release decodes, like 1,2"},
+			{"1,x", `schemas: "x" is not a schema number`},
+			{"3,4", "schemas: 3,4 decodes none of the schemas this controller composes (1..2)"},
+		} {
+			req.Schemas = tc.schemas
+			_, err = svc.FinishBuild(ctx, "user:ci", req)
+			if !errors.As(err, &inv) || inv.Field != "schemas" || !strings.Contains(err.Error(), tc.words) {
+				t.Fatalf("finish with schemas %q: %v; want %q", tc.schemas, err, tc.words)
+			}
+			if rs, _ := s.Releases(ctx, 10, 0); len(rs) != 0 {
+				t.Fatalf("a finish refused for schemas %q left a release: %+v", tc.schemas, rs)
+			}
+		}
+		req.Schemas = "2, 1"
 		res, err := svc.FinishBuild(ctx, "user:ci", req)
 		if err != nil || res.Build.State != models.BuildReady {
 			t.Fatalf("the corrected finish: %+v %v", res, err)
 		}
-		if rs, _ := s.Releases(ctx, 10, 0); len(rs) != 1 || rs[0].Version != "1.5.0" || rs[0].OS != "linux" {
+		if rs, _ := s.Releases(ctx, 10, 0); len(rs) != 1 || rs[0].Version != "1.5.0" || rs[0].OS != "linux" || rs[0].Schemas != "1,2" {
 			t.Fatalf("the corrected finish made releases %+v", rs)
 		}
 	})

@@ -90,6 +90,10 @@ type composeInput struct {
 	// applied is what a machine whose host does not decode every schema
 	// last applied: the content a held-back declaration carries.
 	applied map[int64]*models.DeclarationPayload
+	// decoders is, per os/arch of those machines, the ready host releases
+	// that decode more than schema 1, newest first: the release a
+	// held-back reason names.
+	decoders map[string][]models.Release
 }
 
 // readCompose reads, in one snapshot, the declarations already stored for
@@ -210,7 +214,10 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	if in.releases, in.hostDef, err = releasesFor(tx, todo); err != nil {
 		return err
 	}
-	in.applied, err = readApplied(tx, todo)
+	if in.applied, err = readApplied(tx, todo); err != nil {
+		return err
+	}
+	in.decoders, err = readDecoders(tx, todo)
 	return err
 }
 
@@ -226,8 +233,9 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if target == "" {
 			target = in.hostDef
 		}
-		if rel := in.releases[target+" "+m.OS+"/"+m.Arch]; rel != nil {
-			ci.Host = rel.Wire()
+		targetRel := in.releases[target+" "+m.OS+"/"+m.Arch]
+		if targetRel != nil {
+			ci.Host = targetRel.Wire()
 		}
 		running, err := m.RunningBuilds()
 		for _, a := range in.asOf[m.ID] {
@@ -254,7 +262,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		}
 		held := ""
 		if err == nil {
-			p, held, err = in.forHost(m, p)
+			p, held, err = in.forHost(m, p, targetRel)
 		}
 		var payload []byte
 		if err == nil {

@@ -262,6 +262,9 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			if err != nil {
 				return err
 			}
+			if err := heldBackSince(tx, &m); err != nil {
+				return err
+			}
 			v := models.JudgeStep(tx.s.Rules, &m, running[mod.Name].Build, st, p.Build, deadline, now)
 			if v.State == "" {
 				continue

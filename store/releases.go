@@ -399,6 +399,16 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		if r.HostVersion != ro.Version {
 			return nil
 		}
+		// The trial polled before it reported (a poll of the release whose
+		// schemas differ fails it there); judged again here in case that
+		// poll's instance had nothing new to record.
+		var cur models.Machine
+		if err := tx.Select("id", "os", "arch", "schema").Where("id = ?", m.ID).First(&cur).Error; err != nil {
+			return err
+		}
+		if failed, err := judgeTrialSchemas(tx, &cur, r.HostVersion, cur.Schema); failed || err != nil {
+			return err
+		}
 		now := tx.s.Now()
 		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
 			Updates(map[string]any{"state": models.UpgradeUpgraded, "finished_at": now}).Error; err != nil {

@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -22,15 +24,21 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 	if tx.s.dialect == Postgres {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
-	if err := q.Select("id", "name", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
+	if err := q.Select("id", "name", "os", "arch", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
 		return err
 	}
 	if err := tx.Model(&models.Machine{}).Where("id = ?", machineID).
 		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error; err != nil {
 		return err
 	}
+	failed, err := judgeTrialSchemas(tx, &m, hostVersion, schema)
+	if err != nil {
+		return err
+	}
 	was, now := models.SchemasOf(m.Schema).String(), models.SchemasOf(schema).String()
-	if was == now || m.Conflict {
+	if was == now || m.Conflict || failed {
+		// A failed trial already bumped the generation (its target went
+		// back), composed afresh for the schemas recorded above.
 		// A machine in conflict is composed afresh when an admin resolves it.
 		return nil
 	}
@@ -39,6 +47,39 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 	}
 	return audit(tx, "host:"+m.Name, "schema", "machine/"+m.Name,
 		fmt.Sprintf("host %s decodes schemas %s (was %s)", hostVersion, now, was))
+}
+
+// judgeTrialSchemas fails the trial of the host release a machine is
+// upgrading to when the host polling as that release advertises other
+// schemas than the release records (models.TrialSchemas): the rollout
+// halts with the reason and the machine's target goes back. True when it
+// failed one.
+func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (bool, error) {
+	var rm models.RolloutMachine
+	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ? AND rollouts.version = ?",
+			m.ID, models.RolloutRunning, models.UpgradeUpgrading, hostVersion).
+		Order("rollout_machines.rollout_id DESC").First(&rm).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var rel models.Release
+	if err := tx.Select("version", "schemas").Where("version = ? AND os = ? AND arch = ?", hostVersion, m.OS, m.Arch).
+		First(&rel).Error; err != nil {
+		return false, err
+	}
+	reason := models.TrialSchemas(rel.Version, models.SchemasOf(rel.Schemas), models.SchemasOf(schema))
+	if reason == "" {
+		return false, nil
+	}
+	var ro models.Rollout
+	if err := tx.Where("id = ?", rm.RolloutID).First(&ro).Error; err != nil {
+		return false, err
+	}
+	return true, failMachine(tx, &ro, &rm, models.UpgradeFailed, reason)
 }
 
 // readApplied reads, for the machines whose hosts do not decode the newest
@@ -80,16 +121,63 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayl
 	return out, nil
 }
 
+// readDecoders reads, for the os/arch of the machines whose hosts do not
+// decode the newest schema, the ready host releases that decode more than
+// schema 1, newest first. Machines whose hosts decode everything are
+// never held back and read nothing.
+func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, error) {
+	out := map[string][]models.Release{}
+	var oses, arches []string
+	for _, m := range ms {
+		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest {
+			oses, arches = append(oses, m.OS), append(arches, m.Arch)
+		}
+	}
+	if len(oses) == 0 {
+		return out, nil
+	}
+	var rs []models.Release
+	if err := tx.Select("id", "version", "os", "arch", "schemas").
+		Where("state = ? AND schemas <> ? AND os IN ? AND arch IN ?", models.ReleaseReady, "1", oses, arches).
+		Order("id DESC").Find(&rs).Error; err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		out[r.OS+"/"+r.Arch] = append(out[r.OS+"/"+r.Arch], r)
+	}
+	return out, nil
+}
+
+// decoder is the host release a held-back machine can be rolled out to for
+// schema need: its target release when that decodes it, else the newest
+// ready release for its platform that does (nil when none).
+func (in *composeInput) decoder(m models.Machine, need int, target *models.Release) *models.Release {
+	decodes := func(r *models.Release) bool { _, ok := models.SchemasOf(r.Schemas).Pick(need); return ok }
+	if target != nil && decodes(target) {
+		return target
+	}
+	for i := range in.decoders[m.OS+"/"+m.Arch] {
+		if r := &in.decoders[m.OS+"/"+m.Arch][i]; decodes(r) {
+			return r
+		}
+	}
+	return nil
+}
+
 // forHost puts p in the schema m's host is sent: the lowest it advertises
 // that expresses the content, or, when it decodes none that does,
-// held-back content (models.HoldBack) and the reason.
-func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload) (*models.DeclarationPayload, string, error) {
+// held-back content (models.HoldBack) and the reason, which names the
+// release that decodes the schema needed (decoder).
+func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload, target *models.Release) (*models.DeclarationPayload, string, error) {
 	hs := models.SchemasOf(m.Schema)
 	if s, ok := hs.Pick(p.Schema); ok {
 		p.Schema = s
 		return p, "", nil
 	}
 	held := models.HeldBack{Need: p.Schema, HostVersion: m.HostVersion, Host: hs}
+	if r := in.decoder(m, p.Schema, target); r != nil {
+		held.Release, held.ReleaseSchemas = r.Version, models.SchemasOf(r.Schemas)
+	}
 	hp, err := models.HoldBack(p, in.applied[m.ID], hs)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s, and cannot be held back: %w", held.Reason(), err)
@@ -109,6 +197,25 @@ func recordHeldBack(tx *Tx, rows []composedRow) error {
 			Update("held_back", r.HeldBack).Error; err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// heldBackSince keeps m.HeldBack only when its current generation (at
+// least any step sent to it) was composed held back: the machine's reason
+// may be an older generation's until the current one is composed, and new
+// content (a build that no longer needs the later schema) may end it.
+func heldBackSince(tx *Tx, m *models.Machine) error {
+	if m.HeldBack == "" {
+		return nil
+	}
+	var n int64
+	if err := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation = ? AND held_back <> ''", m.ID, m.Generation).
+		Count(&n).Error; err != nil {
+		return err
+	}
+	if n == 0 {
+		m.HeldBack = ""
 	}
 	return nil
 }

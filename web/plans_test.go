@@ -249,6 +249,9 @@ func TestRolloutPage_WavesAndWhy(t *testing.T) {
 	if !strings.Contains(body, `href="/releases/1.5.0/rollout"`) {
 		t.Fatal("/releases does not link the rollout")
 	}
+	if !strings.Contains(body, "decodes schemas 1,2") {
+		t.Error("/releases does not say which schemas the release decodes")
+	}
 	st, body := vw.get("/releases/1.5.0/rollout")
 	if st != 200 {
 		t.Fatalf("rollout page: %d\n%.300s", st, body)

@@ -466,6 +466,26 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("ReleasesUploadSaysItsSchemas", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "mesh-host")
+		if err := os.WriteFile(bin, []byte("a mesh-host binary"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := mc.run("", "releases", "upload", "1.5.0", bin, "--os", "linux", "--arch", "amd64")
+		if r.code == 0 || !strings.Contains(r.stderr, `required flag(s) "schemas" not set`) {
+			t.Fatalf("an upload without --schemas: %s", r)
+		}
+		r = mc.run("", "releases", "upload", "1.5.0", bin, "--os", "linux", "--arch", "amd64", "--schemas", "1,x")
+		if r.code != 1 || !strings.Contains(r.stderr, `schemas: "x" is not a schema number`) {
+			t.Fatalf("an upload with --schemas 1,x: %s", r)
+		}
+		var rel client.Release
+		mc.ok(&rel, "releases", "upload", "1.5.0", bin, "--os", "linux", "--arch", "amd64", "--schemas", "2,1", "-o", "json")
+		if rel.Version != "1.5.0" || rel.Schemas != "1,2" {
+			t.Fatalf("the release: %+v", rel)
+		}
+	})
+
 	t.Run("ProblemsAreTitleAndDetail", func(t *testing.T) {
 		r := mc.run("", "machines", "show", "nosuch")
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "meshctl: ") || !strings.Contains(r.stderr, "nosuch") {

@@ -18,20 +18,27 @@ import (
 
 func (a *app) releasesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "releases", Aliases: []string{"release"}, Short: "Host releases: mesh-host binaries and their rollouts (admin)"}
-	var goos, goarch string
+	var goos, goarch, schemas string
 	upload := &cobra.Command{
-		Use:     "upload VERSION BINARY --os OS --arch ARCH",
-		Short:   "Upload a mesh-host binary for an os/arch; the controller signs it",
-		Example: `  meshctl releases upload 1.5.0 ./bin/mesh-host --os linux --arch amd64`,
+		Use:   "upload VERSION BINARY --os OS --arch ARCH --schemas 1,2",
+		Short: "Upload a mesh-host binary for an os/arch; the controller signs it",
+		Long: `Upload a mesh-host binary for an os/arch; the controller signs it.
+--schemas is the declaration schemas the binary decodes (what its polls
+advertise in X-Mesh-Schema); there is no default: a machine is only sent
+a schema its host decodes, and a trial whose poll advertises other
+schemas fails.`,
+		Example: `  meshctl releases upload 1.5.0 ./bin/mesh-host --os linux --arch amd64 --schemas 1,2`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.uploadRelease(cmd.Context(), args[0], args[1], goos, goarch)
+			return a.uploadRelease(cmd.Context(), args[0], args[1], goos, goarch, schemas)
 		},
 	}
 	upload.Flags().StringVar(&goos, "os", "", "the binary's os (linux)")
 	upload.Flags().StringVar(&goarch, "arch", "", "the binary's arch (amd64, arm64)")
+	upload.Flags().StringVar(&schemas, "schemas", "", "the declaration schemas the binary decodes (1,2)")
 	_ = upload.MarkFlagRequired("os")
 	_ = upload.MarkFlagRequired("arch")
+	_ = upload.MarkFlagRequired("schemas")
 
 	var canary, deadline string
 	var inFlight int
@@ -99,7 +106,7 @@ cancelled, printing the reason.`,
 	return cmd
 }
 
-func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch string) error {
+func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch, schemas string) error {
 	c, err := a.apiClient()
 	if err != nil {
 		return err
@@ -113,7 +120,7 @@ func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch string)
 	mw := multipart.NewWriter(pw)
 	go func() {
 		pw.CloseWithError(func() error {
-			for _, kv := range [][2]string{{"version", ver}, {"os", goos}, {"arch", goarch}} {
+			for _, kv := range [][2]string{{"version", ver}, {"os", goos}, {"arch", goarch}, {"schemas", schemas}} {
 				if err := mw.WriteField(kv[0], kv[1]); err != nil {
 					return err
 				}
@@ -140,8 +147,8 @@ func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch string)
 		return a.printJSON(r.Body)
 	}
 	x := r.JSON201
-	return a.table([][]string{{"VERSION", "OS", "ARCH", "DIGEST", "SIZE", "STATE"},
-		{x.Version, x.Os, x.Arch, x.Digest, strconv.Itoa(x.Size), string(x.State)}})
+	return a.table([][]string{{"VERSION", "OS", "ARCH", "SCHEMAS", "DIGEST", "SIZE", "STATE"},
+		{x.Version, x.Os, x.Arch, x.Schemas, x.Digest, strconv.Itoa(x.Size), string(x.State)}})
 }
 
 func (a *app) showRollout(r *client.Rollout) error {

@@ -328,14 +328,25 @@ func AttachWith(tb testing.TB, url, admin string, rt http.RoundTripper) *Env {
 		HTTP: &http.Client{Transport: validating{tb, rt}, Timeout: 5 * time.Minute}}
 }
 
-// UploadRelease posts a host release for linux/amd64 (this machine's platform).
+// UploadRelease posts a host release for this machine's platform that
+// decodes the schemas today's host does (1,2).
 func (e *Env) UploadRelease(token, version string, binary []byte) (*http.Response, []byte) {
+	e.T.Helper()
+	return e.UploadReleaseSchemas(token, version, "1,2", binary)
+}
+
+// UploadReleaseSchemas is UploadRelease of a binary that decodes schemas
+// ("" sends no schemas field).
+func (e *Env) UploadReleaseSchemas(token, version, schemas string, binary []byte) (*http.Response, []byte) {
 	e.T.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	_ = mw.WriteField("version", version)
 	_ = mw.WriteField("os", runtime.GOOS)
 	_ = mw.WriteField("arch", runtime.GOARCH)
+	if schemas != "" {
+		_ = mw.WriteField("schemas", schemas)
+	}
 	w, _ := mw.CreateFormFile("binary", "mesh-host")
 	_, _ = w.Write(binary)
 	mw.Close()

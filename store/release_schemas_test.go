@@ -1,0 +1,286 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// release stores a host release of a few bytes that decodes schemas.
+func release(t *testing.T, s *store.Store, version, arch, schemas string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := s.PutBlob(ctx, strings.NewReader("mesh-host "+version+" "+arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &models.Release{Version: version, OS: "linux", Arch: arch, Digest: b.Digest, Size: b.Size, KeyID: "k1",
+		Signature: []byte{1}, Schemas: schemas}
+	if err := s.CreateRelease(ctx, "test", r, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleases_SchemasByMigration: a release stored before migration 0019
+// (which recorded no schemas) decodes schema 1, the only one there was.
+func TestReleases_SchemasByMigration(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.Config(t, d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.MigrateTo(ctx, 18); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DB().Exec(`INSERT INTO host_releases (version, os, arch, digest, size, key_id, signature, created_at)
+				VALUES ('1.4.0', 'linux', 'amd64', 'sha256:00', 3, 'k1', ?, ?)`, []byte{1}, time.Now().UTC()).Error; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := s.Releases(ctx, 10, 0)
+			if err != nil || len(rs) != 1 || rs[0].Schemas != "1" {
+				t.Fatalf("releases after the migration: %+v %v; want one decoding 1", rs, err)
+			}
+		})
+	}
+}
+
+// TestCompose_HeldBackNamesRelease: the held-back reason names the host
+// release that decodes the schema the content needs: the machine's target
+// when it does, else the newest ready release for its platform that does
+// (never one for another platform, never one that decodes only 1).
+func TestCompose_HeldBackNamesRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1") // linux/amd64, host 1.0.0 decoding 1
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+
+		release(t, s, "1.4.0", "amd64", "1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		release(t, s, "1.6.0", "amd64", "1")   // newer, but decodes only 1
+		release(t, s, "1.7.0", "arm64", "1,2") // newer, another platform
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		held := composeMachine(t, s, m.ID)
+		want := "held back: needs host schema 2; host 1.0.0 decodes 1; release 1.5.0 decodes 1,2"
+		if held.HeldBack != want {
+			t.Fatalf("reason = %q\nwant      %q", held.HeldBack, want)
+		}
+		if mm, _ := s.Machine(ctx, "m1"); mm.HeldBack != want {
+			t.Fatalf("machine's held_back = %q", mm.HeldBack)
+		}
+	})
+}
+
+// TestCompose_HeldBackNoRelease: with no release that decodes the schema,
+// the reason says so.
+func TestCompose_HeldBackNoRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+		release(t, s, "1.4.0", "amd64", "1")
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		want := "held back: needs host schema 2; host 1.0.0 decodes 1; no host release known to decode it"
+		if held := composeMachine(t, s, m.ID); held.HeldBack != want {
+			t.Fatalf("reason = %q\nwant      %q", held.HeldBack, want)
+		}
+	})
+}
+
+// TestRollout_TrialSchemas: a trial whose poll advertises other schemas
+// than its release records fails the trial: the rollout halts with the
+// reason, the release is failed and the machine's target goes back. A
+// trial that advertises what the release records upgrades.
+func TestRollout_TrialSchemas(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		ro, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil || ro.Machines[0].State != models.UpgradeUpgrading {
+			t.Fatalf("start: %+v %v", ro, err)
+		}
+		before, _ := s.Machine(ctx, "m1")
+		if before.TargetHostVersion != "1.5.0" {
+			t.Fatalf("target = %q", before.TargetHostVersion)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		ro, err = s.Rollout(ctx, "1.5.0")
+		want := "machine m1 failed: its trial poll advertised schemas 1; release 1.5.0 records 1,2"
+		if err != nil || ro.State != models.RolloutHalted || ro.Reason != want {
+			t.Fatalf("rollout = %s %q (%v); want halted %q", ro.State, ro.Reason, err, want)
+		}
+		if rm := ro.Machines[0]; rm.State != models.UpgradeFailed || rm.Reason != "its trial poll advertised schemas 1; release 1.5.0 records 1,2" {
+			t.Fatalf("machine in the rollout = %+v", rm)
+		}
+		rs, _ := s.Releases(ctx, 10, 0)
+		if len(rs) != 1 || rs[0].State != models.ReleaseFailed || rs[0].Failure != want {
+			t.Fatalf("release = %+v", rs)
+		}
+		after, _ := s.Machine(ctx, "m1")
+		if after.TargetHostVersion != "" || after.Generation <= before.Generation || after.Schema != "1" {
+			t.Fatalf("machine after the failed trial: target %q generation %d (was %d) schema %q",
+				after.TargetHostVersion, after.Generation, before.Generation, after.Schema)
+		}
+
+		// A release whose trial advertises what it records upgrades.
+		release(t, s, "1.6.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.6.0", "2,1"); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.6.0"})
+		ro, err = s.Rollout(ctx, "1.6.0")
+		if err != nil || ro.Machines[0].State != models.UpgradeUpgraded || ro.State != models.RolloutDone {
+			t.Fatalf("the matching trial: %+v %v", ro, err)
+		}
+	})
+}
+
+// TestRollout_TrialSchemasAtReport: the upgraded report is judged too, on
+// the schemas last recorded for the machine, so a trial whose poll was
+// not recorded anew still fails on a mismatch.
+func TestRollout_TrialSchemasAtReport(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1") // its host advertised 1
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0"})
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil || ro.State != models.RolloutHalted || ro.Machines[0].State != models.UpgradeFailed ||
+			ro.Machines[0].Reason != "its trial poll advertised schemas 1; release 1.5.0 records 1,2" {
+			t.Fatalf("rollout = %+v %v", ro, err)
+		}
+	})
+}
+
+// TestPlan_HaltsOnHeldBack: a plan for a build that needs schema 2 halts
+// its tier at once on a machine whose host decodes only 1, with the
+// held-back reason — once the step's generation is composed held back,
+// not before (the reason on the machine may be an older generation's).
+func TestPlan_HaltsOnHeldBack(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1") // mod build 1, host 1.0.0 decoding 1
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied,
+			HostVersion: "1.0.0", Running: map[string]models.RunningBuild{"mod": {Build: 1}}})
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		if err != nil || v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted before the step's generation was composed: %+v", v)
+		}
+		held := composeMachine(t, s, m.ID)
+		reason := "held back: needs host schema 2; host 1.0.0 decodes 1; release 1.5.0 decodes 1,2"
+		if held.HeldBack != reason {
+			t.Fatalf("composed %q", held.HeldBack)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		want := "halted: tier 1 of 1: m1 " + reason
+		if v.State != models.PlanHalted || v.Reason != want || v.Steps[0].State != models.StepFailed || v.Steps[0].Reason != "m1 "+reason {
+			t.Fatalf("plan %s %q, step %+v; want halted %q", v.State, v.Reason, v.Steps[0], want)
+		}
+	})
+}
+
+// TestPlan_OlderHeldBackReasonDoesNotHalt: a machine held back for a
+// build that needs schema 2 is not halted on by a plan whose build needs
+// no later schema: its reason is the older generation's, and the step's
+// generation composes in full.
+func TestPlan_OlderHeldBackReasonDoesNotHalt(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		c := composeMachine(t, s, m.ID)
+		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := c.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		if held := composeMachine(t, s, m.ID); held.HeldBack == "" {
+			t.Fatal("not held back")
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: `{"resources": [{"name": "web", "kind": "service", "command": ["/bin/web"]}]}`}, nil); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "web", 2, 0)
+		if err != nil || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		if mm, _ := s.Machine(ctx, "m1"); mm.HeldBack == "" {
+			t.Fatal("the machine's older reason is gone before the step's generation was composed; the test proves nothing")
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted on an older generation's reason: %s %q", v.State, v.Reason)
+		}
+		if full := composeMachine(t, s, m.ID); full.HeldBack != "" || full.Schema != 1 {
+			t.Fatalf("the step's generation: schema %d, reason %q", full.Schema, full.HeldBack)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning {
+			t.Fatalf("halted: %s %q", v.State, v.Reason)
+		}
+	})
+}
