@@ -498,14 +498,35 @@ func listening(port string) bool {
 	return true
 }
 
+// handedOut are the ports freePort has given in this run: the kernel may
+// give a just-closed port again, and two services told the same port would
+// answer each other's checks (TestHost_AppliesInFullThenRemoves once saw
+// m1 and m2 handed one port).
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort is a loopback port free now and never handed out before in
+// this run.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[p] {
+			handedOut.ports[p] = true
+			return strconv.Itoa(p)
+		}
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	t.Fatal("no loopback port left that was not handed out already")
+	return ""
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
