@@ -492,7 +492,7 @@ func startControllerOn(t *testing.T, cfg store.Config) *controllerProc {
 	t.Helper()
 	c := &controllerProc{t: t, port: freePort(t), cfg: cfg}
 	c.URL = "http://127.0.0.1:" + c.port
+	t.Cleanup(c.stop) // first: a start that fails still stops the process and shows its log
 	c.start()
-	t.Cleanup(c.stop)
 	return c
 }

@@ -113,8 +113,8 @@ func startController(t *testing.T, dialect string, extra ...string) *controllerP
 	t.Helper()
 	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect), extra: extra}
 	c.URL = "http://127.0.0.1:" + c.port
+	t.Cleanup(c.stop) // first: a start that fails still stops the process and shows its log
 	c.start()
-	t.Cleanup(c.stop)
 	return c
 }
 
@@ -141,6 +141,9 @@ func (c *controllerProc) start() {
 	}
 	hc := &http.Client{Transport: c.transport, Timeout: 5 * time.Second}
 	waitFor(c.t, 60*time.Second, "controller ready", func() bool {
+		if exitedEarly(c.cmd.Process.Pid) {
+			c.t.Fatalf("the controller exited before it was ready; its log:\n%s", c.log.String())
+		}
 		resp, err := hc.Get(c.URL + "/readyz")
 		if err != nil {
 			return false
@@ -178,8 +181,8 @@ func startControllerTLS(t *testing.T, dialect string, extra ...string) *controll
 	t.Helper()
 	c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, dialect), extra: append([]string{"--tls"}, extra...), tls: true}
 	c.URL = "https://127.0.0.1:" + c.port
+	t.Cleanup(c.stop) // first: a start that fails still stops the process and shows its log
 	c.start()
-	t.Cleanup(c.stop)
 	return c
 }
 
@@ -200,6 +203,19 @@ func (c *controllerProc) stop() {
 	if c.t.Failed() {
 		c.t.Logf("controller log:\n%s", c.log.String())
 	}
+}
+
+// exitedEarly says whether the process has exited (a zombie not yet
+// waited for), so a start that failed is reported at once with its log
+// rather than as a readiness timeout.
+func exitedEarly(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // hostProc is a running mesh-host binary.

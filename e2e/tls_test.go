@@ -179,8 +179,8 @@ func TestTLS_PlainHTTPOffLoopback(t *testing.T) {
 		c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, store.SQLite), tls: true}
 		c.extra = []string{"--listen", "0.0.0.0:" + c.port, "--advertise", "ctl.mesh.test"}
 		c.URL = "https://127.0.0.1:" + c.port
-		c.start()
 		t.Cleanup(c.stop)
+		c.start()
 		resp, err := http.Get("http://127.0.0.1:" + c.port + "/readyz")
 		if err != nil {
 			t.Fatal(err)
@@ -208,8 +208,8 @@ func TestTLS_PlainHTTPOffLoopback(t *testing.T) {
 		c := &controllerProc{t: t, port: freePort(t), cfg: storetest.Config(t, store.SQLite)}
 		c.extra = []string{"--listen", "0.0.0.0:" + c.port, "--insecure-http"}
 		c.URL = "http://127.0.0.1:" + c.port
-		c.start()
 		t.Cleanup(c.stop)
+		c.start()
 		if !strings.Contains(c.log.String(), "serving plain HTTP on an address that is not loopback (--insecure-http)") {
 			t.Fatalf("no warning:\n%s", c.log)
 		}
