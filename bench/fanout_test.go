@@ -368,7 +368,7 @@ func profile(b *testing.B, url, file string) {
 // hc is the client of the controller's API: the default one, or one that
 // trusts the mesh CA of the controller being measured (trustCA); the
 // benchmarks run one at a time.
-var hc = http.DefaultClient
+var hc, defaultClient = http.DefaultClient, http.DefaultClient
 
 // trustCA reads the mesh CA's pin from the controller's banner, finds the
 // CA by it as a host does, makes hc trust it alone, and returns the pin.

@@ -10,6 +10,8 @@
 //	fire BUILD   make BUILD current (bumping every host), wait for every
 //	             poll, verify, print "result {json}"
 //
+// With -mode hold every host polls again as soon as answered (hold.go).
+//
 // With -mode flood it floods the controller with one machine's long polls
 // while another machine's host waits for its change (see flood.go).
 package main
@@ -106,7 +108,11 @@ var (
 )
 
 func main() {
-	mode := flag.String("mode", "fanout", "fanout or flood")
+	mode := flag.String("mode", "fanout", "fanout, flood or hold")
+	var hc holdConfig
+	flag.StringVar(&hc.wait, "wait", "240s", "hold: each poll's wait")
+	flag.BoolVar(&hc.resume, "resume", false, "hold: each host keeps a TLS session cache (resumes its session)")
+	flag.Int64Var(&hc.gen, "hold-gen", 1, "hold: the generation the hosts have")
 	url := flag.String("url", "", "controller URL")
 	tokens := flag.String("tokens", "", "file of 'name token' lines")
 	pub := flag.String("pubkey", "", "fanout: the declaration key, base64")
@@ -129,8 +135,11 @@ func main() {
 	case "flood":
 		fl.url, fl.admin, fl.hosts = *url, *admin, hosts
 		flood(fl)
+	case "hold":
+		hc.url, hc.hosts = *url, hosts
+		hold(hc)
 	default:
-		fail(fmt.Errorf("-mode %q: fanout or flood", *mode))
+		fail(fmt.Errorf("-mode %q: fanout, flood or hold", *mode))
 	}
 }
 
@@ -141,13 +150,7 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 	}
 	addr := strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "https://")
 	if caPin != "" {
-		host, _, _ := net.SplitHostPort(addr)
-		ca, err := meshca.Discover(context.Background(), addr, host, caPin)
-		if err != nil {
-			fail(err)
-		}
-		tlsConfig = meshca.ClientConfig(ca)
-		tlsConfig.ServerName = host
+		setupTLS(addr)
 	}
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: len(hosts) + 10, MaxIdleConns: len(hosts) + 10,
@@ -298,6 +301,17 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// discoverTLS trusts the mesh CA of caPin alone, found by its pin.
+func discoverTLS(addr, host string) *tls.Config {
+	ca, err := meshca.Discover(context.Background(), addr, host, caPin)
+	if err != nil {
+		fail(err)
+	}
+	c := meshca.ClientConfig(ca)
+	c.ServerName = host
+	return c
 }
 
 func readHosts(path string) []host {

@@ -1,8 +1,9 @@
 // Command table reads `go test -bench` output on stdin and prints the
 // fan-out benchmarks' figures as one table (`go tool task bench`): first
 // and second fan-out p50/p99, CPU per machine, memory per waiting poll,
-// one row per dialect and size, and what the large run adds below it.
-// Lines that are not fan-out results pass by unprinted.
+// one row per dialect and size, and what the large run adds below it;
+// then the TLS reconnect and the idle hosts' CPU, a table each.
+// Lines that are not such results pass by unprinted.
 package main
 
 import (
@@ -20,6 +21,14 @@ type row struct {
 	metrics map[string]float64
 }
 
+// prefixes are the benchmarks tabled, and the label their rows' names
+// start with.
+var prefixes = []struct{ bench, label string }{
+	{"BenchmarkFanout", ""},
+	{"BenchmarkReconnectTLS", "reconnect-"},
+	{"BenchmarkIdle", "idle-"},
+}
+
 // parse picks the fan-out benchmarks' result lines out of r.
 func parse(r io.Reader) ([]row, error) {
 	var rows []row
@@ -27,7 +36,17 @@ func parse(r io.Reader) ([]row, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkFanout") {
+		if len(f) < 4 {
+			continue
+		}
+		label, ok := "", false
+		for _, p := range prefixes {
+			if strings.HasPrefix(f[0], p.bench) {
+				label, ok = p.label, true
+				break
+			}
+		}
+		if !ok {
 			continue
 		}
 		name := f[0]
@@ -49,7 +68,7 @@ func parse(r io.Reader) ([]row, error) {
 			}
 			m[f[i+1]] = v
 		}
-		rows = append(rows, row{name, m})
+		rows = append(rows, row{label + name, m})
 	}
 	return rows, sc.Err()
 }
@@ -82,6 +101,22 @@ var large = []column{
 	{"list page p50 ms", "list-p50-ms", "%.1f"},
 	{"list page p99 ms", "list-p99-ms", "%.1f"},
 	{"overview ms", "overview-ms", "%.0f"},
+}
+
+// reconnectCols: every TLS host reconnecting after a controller restart.
+var reconnectCols = []column{
+	{"reconnect p50 ms", "p50-ms", "%.0f"},
+	{"reconnect p99 ms", "p99-ms", "%.0f"},
+	{"all parked ms", "all-parked-ms", "%.0f"},
+	{"CPU µs/host", "cpu-µs/host", "%.0f"},
+}
+
+// idleCols: idle hosts polling every 5 s.
+var idleCols = []column{
+	{"CPU % of a core", "cpu-%", "%.1f"},
+	{"polls/s", "polls/s", "%.0f"},
+	{"handshakes/s", "handshakes/s", "%.0f"},
+	{"CPU µs/poll", "cpu-µs/poll", "%.0f"},
 }
 
 // write prints the rows that have any of cols as a Markdown table.
@@ -128,9 +163,11 @@ func main() {
 		os.Exit(1)
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(os.Stderr, "table: no fan-out results in the input")
+		fmt.Fprintln(os.Stderr, "table: no benchmark results in the input")
 		os.Exit(1)
 	}
 	write(os.Stdout, rows, main1)
 	write(os.Stdout, rows, large)
+	write(os.Stdout, rows, reconnectCols)
+	write(os.Stdout, rows, idleCols)
 }

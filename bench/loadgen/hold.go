@@ -1,0 +1,183 @@
+package main
+
+// -mode hold: every host polls again as soon as its poll is answered, as
+// an idle host does, each poll on a connection of its own (a parked poll
+// is answered with Connection: close). It reads commands on stdin:
+//
+//	start    start every host's loop; prints "started"
+//	mark     start counting again: polls, handshakes, and each host's
+//	         first poll sent after the mark; prints "marked"
+//	report   prints "result {json}": what was counted since the mark
+//
+// With -resume each host keeps a TLS session cache of its own, as a host
+// does, so its handshakes after the first resume the session.
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+type holdConfig struct {
+	url    string
+	hosts  []host
+	gen    int64
+	wait   string
+	resume bool
+}
+
+// HoldResult is what was counted since the last mark.
+type HoldResult struct {
+	Hosts       int     `json:"hosts"`
+	Reconnected int     `json:"reconnected"` // hosts that sent a poll since the mark
+	P50Ms       float64 `json:"p50_ms"`      // per host, mark to its first poll sent (handshake done)
+	P99Ms       float64 `json:"p99_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	Polls       int64   `json:"polls"`      // polls answered (200 or 304)
+	Handshakes  int64   `json:"handshakes"` // TLS handshakes completed
+	Resumed     int64   `json:"resumed"`    // of them, resumed sessions
+	Failures    int64   `json:"failures"`   // connections or polls that failed
+	Seconds     float64 `json:"seconds"`    // since the mark
+}
+
+var (
+	holdMark                                     atomic.Int64 // UnixNano of the last mark
+	holdPolls, holdHS, holdResumed, holdFailures atomic.Int64
+)
+
+func hold(c holdConfig) {
+	addr := strings.TrimPrefix(strings.TrimPrefix(c.url, "http://"), "https://")
+	if caPin != "" {
+		setupTLS(addr)
+	}
+	first := make([]atomic.Int64, len(c.hosts)) // ns from the mark; 0 = not yet
+	holdMark.Store(time.Now().UnixNano())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "start":
+			for i, h := range c.hosts {
+				go holdLoop(addr, h, c, i, &first[i])
+			}
+			fmt.Println("started")
+		case "mark":
+			holdMark.Store(time.Now().UnixNano())
+			for i := range first {
+				first[i].Store(0)
+			}
+			holdPolls.Store(0)
+			holdHS.Store(0)
+			holdResumed.Store(0)
+			holdFailures.Store(0)
+			fmt.Println("marked")
+		case "report":
+			r := HoldResult{Hosts: len(c.hosts), Polls: holdPolls.Load(), Handshakes: holdHS.Load(),
+				Resumed: holdResumed.Load(), Failures: holdFailures.Load(),
+				Seconds: time.Since(time.Unix(0, holdMark.Load())).Seconds()}
+			var lat []float64
+			for i := range first {
+				if ns := first[i].Load(); ns > 0 {
+					lat = append(lat, float64(ns)/1e6)
+				}
+			}
+			r.Reconnected = len(lat)
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				r.P50Ms, r.MaxMs = lat[len(lat)*50/100], lat[len(lat)-1]
+				r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
+			}
+			j, _ := json.Marshal(r)
+			fmt.Println("result " + string(j))
+		default:
+			fail(fmt.Errorf("unknown command %q", in.Text()))
+		}
+	}
+}
+
+// setupTLS finds the mesh CA by its pin, as a host does.
+func setupTLS(addr string) {
+	host, _, _ := net.SplitHostPort(addr)
+	tlsConfig = discoverTLS(addr, host)
+}
+
+// holdLoop is one idle host: poll, and when answered poll again; after a
+// failure (the controller away) try again after 200–400 ms.
+func holdLoop(addr string, h host, c holdConfig, i int, first *atomic.Int64) {
+	var conf *tls.Config
+	if tlsConfig != nil {
+		conf = tlsConfig.Clone()
+		if c.resume {
+			conf.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+		} else {
+			conf.SessionTicketsDisabled = true
+		}
+	}
+	gen := c.gen
+	for {
+		etag, err := holdOnce(addr, h, gen, c.wait, i%sources, conf, first)
+		if err != nil {
+			holdFailures.Add(1)
+			time.Sleep(200*time.Millisecond + rand.N(200*time.Millisecond))
+			continue
+		}
+		holdPolls.Add(1)
+		if g, err := strconv.ParseInt(strings.Trim(etag, `"`), 10, 64); err == nil && g > gen {
+			gen = g
+		}
+	}
+}
+
+// holdOnce makes one poll on a connection of its own and returns the
+// answer's ETag.
+func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls.Config, first *atomic.Int64) (string, error) {
+	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
+	dialing <- struct{}{}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		<-dialing
+		return "", err
+	}
+	defer conn.Close()
+	if conf != nil {
+		tc := tls.Client(conn, conf)
+		err = tc.Handshake()
+		if err == nil {
+			holdHS.Add(1)
+			if tc.ConnectionState().DidResume {
+				holdResumed.Add(1)
+			}
+		}
+		conn = tc
+	}
+	if err == nil {
+		_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, wait))
+	}
+	<-dialing
+	if err != nil {
+		return "", err
+	}
+	if ns := time.Now().UnixNano() - holdMark.Load(); ns > 0 {
+		first.CompareAndSwap(0, ns)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil && resp.StatusCode != 200 && resp.StatusCode != 304 {
+		err = fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.Header.Get("ETag"), err
+}
