@@ -49,8 +49,8 @@ type Overview struct {
 	// Matching is how many machines the filter matches; Rows holds the
 	// first OverviewRows of them.
 	Matching int
-	State  string
-	Q      string
+	State    string
+	Q        string
 	// Legend says the thresholds behind offline and unhealthy.
 	Legend string
 	// Record says how far back sends, reports and declarations go.
