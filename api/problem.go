@@ -102,7 +102,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ra.After.Seconds())))))
 	}
 	rid := c.Response().Header().Get(echo.HeaderXRequestID)
-	if p.Status >= 500 {
+	if p.Status >= 500 && !errors.Is(err, models.ErrDraining) {
+		// A draining instance's 503 is the handover working (hosts move to
+		// another instance), not a failure: one line per host would bury
+		// the real errors of a restart under thousands.
 		s.Log.Error("request failed", "err", err, "request_id", rid, "method", c.Request().Method, "path", c.Path())
 	} else {
 		s.Log.Debug("request refused", "err", err, "status", p.Status, "request_id", rid)
