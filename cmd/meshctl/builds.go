@@ -43,6 +43,7 @@ each later one starts a plan (meshctl plans watch ID).`,
 	upload.Flags().StringVar(&commit, "commit", "", "the source commit it was built from")
 	_ = upload.MarkFlagRequired("manifest")
 	cmd.AddCommand(upload)
+	a.buildListCommands(cmd)
 	return cmd
 }
 

@@ -486,6 +486,27 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("BuildsLsAndYank", func(t *testing.T) {
+		// The newest build of app is the one whose plan halted: not current.
+		var list client.BuildList
+		mc.ok(&list, "builds", "ls", "app", "-o", "json")
+		if len(list.Items) < 2 || list.Items[0].Number < list.Items[1].Number {
+			t.Fatalf("builds ls app, newest first: %+v", list.Items)
+		}
+		n := strconv.Itoa(list.Items[0].Number)
+		if r := mc.run("", "builds", "yank", "app", n); r.code == 0 || !strings.Contains(r.stderr, "reason") {
+			t.Fatalf("a yank without a reason: %s", r)
+		}
+		var b client.Build
+		mc.ok(&b, "builds", "yank", "app", n, "--reason", "leaks descriptors", "-o", "json")
+		if b.State != "yanked" || b.YankReason == nil || *b.YankReason != "leaks descriptors" {
+			t.Fatalf("yanked build: %+v", b)
+		}
+		if r := mc.ok(nil, "builds", "ls", "app"); !strings.Contains(r.stdout, "yanked") || !strings.Contains(r.stdout, "leaks descriptors") {
+			t.Fatalf("builds ls table: %s", r)
+		}
+	})
+
 	t.Run("ProblemsAreTitleAndDetail", func(t *testing.T) {
 		r := mc.run("", "machines", "show", "nosuch")
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "meshctl: ") || !strings.Contains(r.stderr, "nosuch") {
