@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"mesh/agent"
+	"mesh/controller/ctltest"
 	"mesh/store"
 )
 
@@ -24,8 +26,13 @@ func previousHost(t *testing.T) string {
 		commit = "e1c71bc"
 	}
 	src := t.TempDir()
+	// git archive COMMIT | tar -x: the tree of that commit, without a
+	// checkout. It needs the repository's history (.ci/run unshallows a
+	// shallow clone); without it the test fails, saying so.
 	archive := exec.Command("git", "archive", "--format=tar", commit)
 	archive.Dir = ".."
+	var archiveErr bytes.Buffer
+	archive.Stderr = &archiveErr
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
@@ -35,8 +42,9 @@ func previousHost(t *testing.T) string {
 	if err := untar.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Skipf("git archive %s: %v %s (no history here)", commit, err, out)
+	if err := archive.Run(); err != nil {
+		_ = untar.Wait()
+		t.Fatalf("git archive %s: %v: %s (the test needs the repository's history: git fetch --unshallow)", commit, err, archiveErr.String())
 	}
 	if err := untar.Wait(); err != nil {
 		t.Fatal(err)
@@ -75,12 +83,13 @@ func TestTLS_PreviousReleaseHostMovesToTLS(t *testing.T) {
 		t.Fatalf("enrolling the previous release: %v\n%s", err, out)
 	}
 	t.Cleanup(h.cleanup)
-	// A second machine stays on its bearer token, for the cut-off below.
-	stay := enroll(t, c, "m2", plainURL)
-	stayID, err := agent.LoadIdentity(stay.State)
-	if err != nil {
-		t.Fatal(err)
+	// A second machine stays on its bearer token, for the cut-off below: of
+	// another platform, so the linux/amd64 release is not rolled out to it.
+	var stayID struct {
+		Token string `json:"token"`
 	}
+	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
+		"join_token": c.JoinToken(), "name": "m2", "os": "linux", "arch": "arm64"}}, 201, &stayID)
 	h.start("--trial-deadline", "20s")
 	c.assign("m1", "site")
 	c.waitApplied("m1", 30*time.Second)
