@@ -69,7 +69,13 @@ type problemError struct {
 func (p *problemError) Error() string {
 	s := p.Title
 	if p.Detail != nil && *p.Detail != "" {
-		s += ": " + *p.Detail
+		// A detail that begins with the title's word says it once
+		// ("Conflict: conflict: …" reads as a stutter).
+		if strings.HasPrefix(strings.ToLower(*p.Detail), strings.ToLower(p.Title)+": ") {
+			s = *p.Detail
+		} else {
+			s += ": " + *p.Detail
+		}
 	}
 	if p.Status == http.StatusUnauthorized {
 		s += " (log in again: meshctl login URL --user NAME)"

@@ -158,7 +158,11 @@ func why(m *client.Machine) string {
 		return "no poll since " + m.LastSeen.Local().Format(time.DateTime)
 	case client.MachineStateUnhealthy:
 		return fmt.Sprintf("check %s failing since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
-	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateFailed, client.MachineStateRolledBack:
+	case client.MachineStateFailed:
+		// A failed attempt finishes nothing: its generation is past the
+		// finished one, which applied fine.
+		return fmt.Sprintf("the last attempt failed (generation %d is the last finished): %s", m.FinishedGeneration, m.LastReason)
+	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
 		return fmt.Sprintf("%s generation %d: %s", m.LastOutcome, m.FinishedGeneration, m.LastReason)
 	case client.MachineStateUpgrading:
 		return "upgrading its host to " + m.TargetHostVersion

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"os"
 	"os/signal"
 	"syscall"
@@ -40,6 +41,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	}
 	fmt.Fprintln(stderr, "meshctl: "+err.Error())
+	if strings.HasPrefix(err.Error(), "unknown command ") {
+		fmt.Fprintln(stderr, "Run 'meshctl --help' (or the group's --help) for the commands.")
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -93,7 +97,22 @@ title and detail); 2 a watched plan or rollout ended other than done.`,
 	root.AddCommand(a.loginCommand(), a.machinesCommand(), a.assignCommand(), a.unassignCommand(), a.pushCommand(),
 		a.buildsCommand(), a.plansCommand(), a.releasesCommand(), a.tokensCommand(), a.usersCommand(),
 		a.modulesCommand(), a.logsCommand())
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every command that only groups others an error for an
+// unknown word ("meshctl machines frob" would otherwise print the group's
+// help and exit 0, so a script's typo would pass), and its help without
+// one.
+func strictGroups(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		strictGroups(sub)
+	}
+	if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.Args = cobra.NoArgs
+		cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }
 
 // jsonOut says whether -o json was asked for.

@@ -578,6 +578,14 @@ func TestMeshctl_HelpEverywhere(t *testing.T) {
 			t.Errorf("meshctl %v --help: exit %d\n%s%s", p, code, out.String(), errOut.String())
 		}
 	}
+	// An unknown word is an error everywhere, groups included: a script's
+	// typo never passes as a help page.
+	for _, p := range [][]string{{"frob"}, {"machines", "frob"}, {"plans", "frob"}, {"tokens", "frob"}} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), p, strings.NewReader(""), &out, &errOut); code != 1 || !strings.Contains(errOut.String(), `unknown command "frob"`) {
+			t.Errorf("meshctl %v: exit %d, %q; want 1 and unknown command", p, code, errOut.String())
+		}
+	}
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), []string{"completion", sh}, strings.NewReader(""), &out, &errOut); code != 0 || out.Len() < 100 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -228,7 +229,9 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 		}
 		return nil
 	}
-	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, firstNonEmpty(p.Reason, "no reason given"))}
+	// The reason may begin with the state's own word ("halted: tier 1 …").
+	reason := strings.TrimPrefix(firstNonEmpty(p.Reason, "no reason given"), string(p.State)+": ")
+	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, reason)}
 }
 
 // planGroups counts a plan's steps per tier.
