@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -241,6 +242,16 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	}
 	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  TLS:   %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
 		version.String(), c.URL(), where, keys, tlsBanner(c, cfg), c.URL(), c.URL(), c.URL())
+	if c.TLS {
+		// The CA's certificate is public (its pin is what is trusted): kept
+		// beside the data for curl --cacert and a browser's trust store.
+		caFile := filepath.Join(cfg.DataDir, "mesh-ca.pem")
+		if err := os.WriteFile(caFile, c.CA.PEM(), 0o644); err != nil {
+			cfg.Log.Warn("writing the mesh CA's certificate", "file", caFile, "err", err)
+		} else {
+			fmt.Fprintf(stdout, "  CA:    %s  (curl --cacert; meshctl login --ca-pin %s)\n", caFile, c.CA.Pin())
+		}
+	}
 	<-ctx.Done()
 	cfg.Log.Info("draining", "instance", c.Instance)
 	return c.Stop()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/cmd/internal/cli"
+	"mesh/meshca"
+	"mesh/testwait"
 	"mesh/version"
 )
 
@@ -174,5 +177,32 @@ func TestVersion(t *testing.T) {
 		if code != 0 || out != "mesh-controller "+version.String()+"\n" {
 			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
+	}
+}
+
+// TestServeTLS_KeepsTheCAForCurl: a controller serving TLS keeps the mesh
+// CA's certificate in its data directory and says where, so curl
+// --cacert and a browser can trust it; its pin is the one hosts are given.
+func TestServeTLS_KeepsTheCAForCurl(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	t.Setenv("MESH_DATA_DIR", dir)
+	t.Setenv("MESH_LISTEN", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errOut syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"--tls"}, strings.NewReader(""), &out, &errOut) }()
+	defer func() { cancel(); <-done }()
+	caFile := filepath.Join(dir, "mesh-ca.pem")
+	testwait.For(t, time.Minute, "the banner names the CA file", func() bool { return strings.Contains(out.String(), "  CA:    "+caFile) })
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := meshca.ParsePEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pin := meshca.Pin(ca); !strings.Contains(out.String(), "mesh CA pin "+pin) {
+		t.Fatalf("the CA file's pin %s is not the banner's:\n%s", pin, out.String())
 	}
 }
