@@ -210,9 +210,6 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		}
 		tlsServing.conf.SetSessionTicketKeys(keys)
 	}
-	if err := firstUser(ctx, st, cfg); err != nil {
-		return nil, err
-	}
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	inst := "ctl-" + hex.EncodeToString(b)
@@ -293,6 +290,13 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	if err != nil {
 		stopListening()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	// The first admin is made once the address is ours: a start that
+	// cannot listen must not spend the one-time password.
+	if err := firstUser(ctx, st, cfg); err != nil {
+		ln.Close()
+		stopListening()
+		return nil, err
 	}
 	if cfg.MaxConns > 0 {
 		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
