@@ -180,3 +180,51 @@ func FuzzDecodeReport(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSchemas: an advertised schema list is hostile input on every
+// poll. Whatever it holds, parsing never panics, and what it accepts is
+// ascending without repeats, within bounds, and reads back the same from
+// its canonical form.
+func FuzzParseSchemas(f *testing.F) {
+	for _, s := range []string{"", "1", "1,2", " 2 , 1 ", "1,,2", "0", "999", "1000", "2,2", "-1", "1;2", strings.Repeat("1,", 40)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseSchemas(s)
+		if err != nil {
+			return
+		}
+		if len(got) == 0 {
+			t.Fatalf("%q: accepted as no schema at all", s)
+		}
+		for i, n := range got {
+			if n < 1 || n > 999 || (i > 0 && n <= got[i-1]) {
+				t.Fatalf("%q: accepted as %v", s, got)
+			}
+		}
+		again, err := ParseSchemas(got.String())
+		if err != nil || again.String() != got.String() {
+			t.Fatalf("%q → %q → %v, %v", s, got.String(), again, err)
+		}
+	})
+}
+
+// FuzzParseSelector: a selector comes from an operator, but it is parsed on
+// every label and module write. Parsing never panics, and an accepted one
+// reads back to the same selector from its own words.
+func FuzzParseSelector(f *testing.F) {
+	for _, s := range []string{"", "role=web", "role=web,zone!=b", "!gpu", "gpu", "a=b=c", "role=", "=web", ",,", "k!=", "ROLE=web", "role = web , zone != b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sel, err := ParseSelector(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseSelector(sel.String())
+		if err != nil || again.String() != sel.String() {
+			t.Fatalf("%q → %q → %q, %v", s, sel.String(), again.String(), err)
+		}
+		_ = sel.Matches(map[string]string{"role": "web"})
+	})
+}
