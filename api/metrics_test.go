@@ -12,6 +12,7 @@ import (
 
 	"mesh/controller/ctltest"
 	"mesh/models"
+	"mesh/testwait"
 )
 
 // scrape reads /metrics as name{labels} → value (labels as written, in
@@ -156,10 +157,7 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 			return strings.Join(diff, "\n")
 		}
 		// The compose error is recorded when the hub composes ahead.
-		deadline := time.Now().Add(10 * time.Second)
-		for mismatch() != "" && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(10*time.Second, func() bool { return mismatch() == "" })
 		if d := mismatch(); d != "" {
 			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: e.Admin}, 200, &list)
 			t.Fatalf("metrics:\n%s\nthe API says: %+v", d, list.Items)

@@ -18,6 +18,7 @@ import (
 
 	"mesh/store"
 	"mesh/store/storetest"
+	"mesh/testwait"
 )
 
 // Flood parameters. The connection count can be changed with
@@ -146,7 +147,7 @@ func floodOnce(b *testing.B, bin, dialect string, conns int, loop bool) {
 	say("stop", "stopped ", &st)
 	ctlCPU, loadCPU := cpuTime(b, pid)-ctlCPU0, cpuTime(b, load.Process.Pid)-loadCPU0
 	var fds int
-	back := waitFor(60*time.Second, func() bool { fds = openFDs(b, pid); return fds <= baseline+fdMargin })
+	back := testwait.Until(60*time.Second, func() bool { fds = openFDs(b, pid); return fds <= baseline+fdMargin })
 	backS := time.Since(stopAt).Seconds()
 	peakFDs := peak()
 	if !back {
@@ -274,16 +275,4 @@ func watchFDs(pid int) (stop func() int) {
 		}
 	}()
 	return func() int { close(done); return <-peak }
-}
-
-// waitFor polls cond every 50 ms until it holds or d passes.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return true
 }
