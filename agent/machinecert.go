@@ -113,7 +113,7 @@ func (k *certKeeper) present(*tls.CertificateRequestInfo) (*tls.Certificate, err
 
 // newCSR makes a fresh key and a request for machine's certificate.
 func newCSR(machine string) (*ecdsa.PrivateKey, []byte, error) {
-	key, err := meshca.NewMachineKey()
+	key, err := meshca.NewKey()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -3,13 +3,9 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -22,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"mesh/meshca"
 	"mesh/models"
 )
 
@@ -78,16 +75,14 @@ func (a *Agent) certificateOnDisk(r models.Resource) (time.Time, error) {
 // resource's names (naming the send whose declaration gives them), and
 // writes the key and then the chain. It returns the certificate's expiry.
 func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Resource) (time.Time, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshca.NewKey()
 	if err != nil {
 		return time.Time{}, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: r.Names[0]}, DNSNames: r.Names}, key)
+	csr, err := meshca.NewServiceCSR(key, r.Names)
 	if err != nil {
 		return time.Time{}, err
 	}
-	csr := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 	chain, err := a.client.postCertificate(ctx, models.CertificateRequest{Send: send, Resource: r.ID, CSR: string(csr)})
 	if err != nil {
 		return time.Time{}, err

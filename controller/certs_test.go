@@ -77,7 +77,7 @@ func detail(b []byte) string {
 // enrolWithCert enrols name with a fresh key and returns its certificate.
 func enrolWithCert(t *testing.T, e *ctltest.Env, name string) (machineCert, string) {
 	t.Helper()
-	key, _ := meshca.NewMachineKey()
+	key, _ := meshca.NewKey()
 	csr, _ := meshca.NewCSR(key, name)
 	status, b := enrolCSR(t, e, e.JoinToken(), name, string(csr))
 	var out struct{ Token, Certificate string }
@@ -97,7 +97,7 @@ func poll(e *ctltest.Env, token, wait string) (*http.Response, []byte) {
 
 func renew(t *testing.T, e *ctltest.Env, name string) (int, []byte, *ecdsa.PrivateKey) {
 	t.Helper()
-	key, _ := meshca.NewMachineKey()
+	key, _ := meshca.NewKey()
 	csr, _ := meshca.NewCSR(key, name)
 	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Body: map[string]string{"csr": string(csr)}})
 	return resp.StatusCode, b, key
@@ -137,7 +137,7 @@ func machineOf(t *testing.T, e *ctltest.Env, name string) machineState {
 // nothing is issued or spent.
 func TestMachineCerts_BadInputs(t *testing.T) {
 	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
-	key, _ := meshca.NewMachineKey()
+	key, _ := meshca.NewKey()
 	bc, _ := asn1.Marshal(struct {
 		IsCA bool `asn1:"optional"`
 	}{true})
@@ -189,7 +189,7 @@ func TestMachineCerts_BadInputs(t *testing.T) {
 	t.Run("AnotherCA", func(t *testing.T) {
 		certDER, keyDER, _ := meshca.New(time.Now())
 		other, _ := meshca.Parse(certDER, keyDER)
-		k, _ := meshca.NewMachineKey()
+		k, _ := meshca.NewKey()
 		req, _ := meshca.NewCSR(k, "m1b")
 		csr, _ := meshca.CheckCSR(req, "m1b")
 		forged, _ := other.IssueMachine(csr, "m1b", m1.leaf.Subject.SerialNumber, time.Now(), time.Hour)

@@ -40,12 +40,14 @@ func MachineURI(name string) string { return MachineURIPrefix + name }
 // oidSubjectAltName is the one extension a CSR may ask for.
 var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
 
-// NewMachineKey makes a host's key: ECDSA P-256, like the CA's.
-func NewMachineKey() (*ecdsa.PrivateKey, error) {
+// NewKey makes a key on the machine, the host's own or a service's:
+// ECDSA P-256, like the CA's.
+func NewKey() (*ecdsa.PrivateKey, error) {
 	return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 }
 
-// NewCSR is a host's request for machine name's certificate, signed by key.
+// NewCSR is a host's request for machine name's certificate, signed by key;
+// NewServiceCSR is the one for a service's DNS names.
 func NewCSR(key *ecdsa.PrivateKey, name string) ([]byte, error) {
 	u, err := url.Parse(MachineURI(name))
 	if err != nil {

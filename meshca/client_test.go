@@ -30,7 +30,7 @@ func csrPEM(t *testing.T, key any, tmpl *x509.CertificateRequest) []byte {
 // TestCheckCSR: a request names its machine and nothing else; every other
 // ask is refused with what it asked for.
 func TestCheckCSR(t *testing.T) {
-	key, _ := meshca.NewMachineKey()
+	key, _ := meshca.NewKey()
 	own, _ := url.Parse(meshca.MachineURI("m1"))
 	other, _ := url.Parse(meshca.MachineURI("m2"))
 	bc, _ := asn1.Marshal(struct {
@@ -75,7 +75,7 @@ func TestCheckCSR(t *testing.T) {
 // grace verifies as expired (renewal only).
 func TestVerifyMachine(t *testing.T) {
 	ca, other := mustCA(t), mustCA(t)
-	key, _ := meshca.NewMachineKey()
+	key, _ := meshca.NewKey()
 	req, _ := meshca.NewCSR(key, "m1")
 	csr, err := meshca.CheckCSR(req, "m1")
 	if err != nil {

@@ -78,3 +78,17 @@ func (ca *CA) IssueService(csr *x509.CertificateRequest, names []string, now tim
 	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), EncodePEM(ca.Cert)...)
 	return chain, leaf, nil
 }
+
+// NewServiceCSR is a host's request for a service's certificate for names
+// (the first is its common name), signed by key made on the machine.
+func NewServiceCSR(key *ecdsa.PrivateKey, names []string) ([]byte, error) {
+	if len(names) == 0 {
+		return nil, errors.New("a service certificate needs a name")
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: names[0]}, DNSNames: names}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
+}
