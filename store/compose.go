@@ -20,11 +20,6 @@ import (
 // chunk, never one per machine.
 const composeChunk = 500
 
-// composeColumns are the machine columns composing reads (the others, the
-// times above all, cost a 10,000-machine fan-out time to scan and are not needed).
-var composeColumns = []string{"id", "name", "os", "arch", "generation", "generation_trigger",
-	"empty_ok", "target_host_version", "running", "conflict", "host_version", "schema", "applied_generation", "held_back"}
-
 // Compose returns the declaration of each machine at its current generation,
 // composing and storing those not yet composed. A declaration is stored once
 // per (machine, generation) under a unique key: an insert that loses a race
@@ -100,8 +95,8 @@ type composeInput struct {
 // the machines' current generations (into out) and everything needed to
 // compose the others (into in).
 func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[int64]error, in *composeInput) error {
-	var ms []models.Machine
-	if err := tx.Select(composeColumns).Where("id IN ?", ids).Order("id").Find(&ms).Error; err != nil {
+	ms, err := composeMachines(tx, ids)
+	if err != nil {
 		return err
 	}
 	if err := readComposed(tx, ids, out); err != nil {
@@ -135,19 +130,11 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 		todoIDs[i] = m.ID
 	}
 
-	var vars []models.MachineVariable
-	if err := tx.Where("machine_id IN ?", todoIDs).Find(&vars).Error; err != nil {
+	if in.varsOf, err = composeVariables(tx, todoIDs); err != nil {
 		return err
 	}
-	in.varsOf = map[int64]map[string]string{}
-	for _, v := range vars {
-		if in.varsOf[v.MachineID] == nil {
-			in.varsOf[v.MachineID] = map[string]string{}
-		}
-		in.varsOf[v.MachineID][v.Key] = v.Value
-	}
-	var as []models.Assignment
-	if err := tx.Where("machine_id IN ?", todoIDs).Find(&as).Error; err != nil {
+	as, err := composeAssignments(tx, todoIDs)
+	if err != nil {
 		return err
 	}
 	modIDs := map[int64]bool{}
@@ -210,7 +197,6 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 			in.parsed[b.ID] = m
 		}
 	}
-	var err error
 	if in.releases, in.hostDef, err = releasesFor(tx, todo); err != nil {
 		return err
 	}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"database/sql"
+
+	"mesh/models"
+)
+
+// The reads below are on the fan-out's path: every machine of a change is
+// read once per compose batch. gorm's Find scans each row by reflection
+// over the model's whole schema, which was about half of the snapshot read
+// on SQLite; these scan the few columns composing needs straight into the
+// fields. They read inside the caller's transaction (the snapshot), like
+// the Find they replace.
+
+// each runs query in tx and calls scan for every row.
+func each(tx *Tx, scan func(*sql.Rows) error, query string, args ...any) error {
+	rows, err := tx.Raw(query, args...).Rows()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// composeMachines reads the machines ids names, in id order, with the
+// columns composing needs.
+func composeMachines(tx *Tx, ids []int64) ([]models.Machine, error) {
+	ms := make([]models.Machine, 0, len(ids))
+	err := each(tx, func(r *sql.Rows) error {
+		var m models.Machine
+		if err := r.Scan(&m.ID, &m.Name, &m.OS, &m.Arch, &m.Generation, &m.GenerationTrigger, &m.EmptyOK,
+			&m.TargetHostVersion, &m.Running, &m.Conflict, &m.HostVersion, &m.Schema, &m.AppliedGeneration,
+			&m.HeldBack); err != nil {
+			return err
+		}
+		ms = append(ms, m)
+		return nil
+	}, `SELECT id, name, os, arch, generation, generation_trigger, empty_ok, target_host_version, running,
+		conflict, host_version, schema, applied_generation, held_back FROM machines WHERE id IN ? ORDER BY id`, ids)
+	return ms, err
+}
+
+// composeVariables reads the variables of the machines ids, per machine.
+func composeVariables(tx *Tx, ids []int64) (map[int64]map[string]string, error) {
+	out := make(map[int64]map[string]string, len(ids))
+	err := each(tx, func(r *sql.Rows) error {
+		var id int64
+		var k, v string
+		if err := r.Scan(&id, &k, &v); err != nil {
+			return err
+		}
+		if out[id] == nil {
+			out[id] = map[string]string{}
+		}
+		out[id][k] = v
+		return nil
+	}, `SELECT machine_id, key, value FROM machine_variables WHERE machine_id IN ?`, ids)
+	return out, err
+}
+
+// composeAssignments reads the assignments of the machines ids with the
+// columns composing needs.
+func composeAssignments(tx *Tx, ids []int64) ([]models.Assignment, error) {
+	var as []models.Assignment
+	err := each(tx, func(r *sql.Rows) error {
+		var a models.Assignment
+		var build sql.NullInt64
+		if err := r.Scan(&a.MachineID, &a.ModuleID, &build, &a.Reason, &a.PinPlan, &a.Assigned, &a.Selected); err != nil {
+			return err
+		}
+		if build.Valid {
+			a.Build = &build.Int64
+		}
+		as = append(as, a)
+		return nil
+	}, `SELECT machine_id, module_id, build, reason, pin_plan, assigned, selected FROM assignments WHERE machine_id IN ?`, ids)
+	return as, err
+}
