@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,8 +22,13 @@ import (
 // buffers costs ~30 KiB; a parked poll well under 1 KiB, so 10,000 idle
 // hosts cost the controller little. When its machine changes, a worker
 // answers it (the send row committed first); when its wait passes, the
-// timer answers 304. Parked polls answer with Connection: close; the host
-// opens a new connection for its next poll, as it would after any 200.
+// timer answers 304. An answered 200 or 304 gives the connection back to
+// the HTTP server (Server.Kept), which serves the host's next poll on it:
+// no new connection, and over TLS no handshake, per answer. A connection
+// is closed instead when the host asked for that, when bytes it sent are
+// still buffered, while the instance drains (its hosts move on), for any
+// other answer, and when the host's certificate is due for renewal (a
+// renewed one is presented only on a new handshake).
 
 // parkMin is the shortest wait worth parking; shorter ones wait in place.
 const parkMin = time.Second
@@ -46,15 +52,18 @@ type parkedPoll struct {
 	state atomic.Int32
 	// tlsHint is X-Mesh-TLS for a poll that came over plain HTTP.
 	tlsHint string
+	// keep: the connection may serve the host's next poll.
+	keep bool
 }
 
 // park hijacks the connection and leaves the poll's session in the hub.
-func (s *Server) park(w http.ResponseWriter, ps *pollSession) error {
-	conn, _, err := http.NewResponseController(w).Hijack()
+func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession) error {
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return err
 	}
-	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS)}
+	keep := s.Kept != nil && !r.Close && r.ProtoAtLeast(1, 1) && brw.Reader.Buffered() == 0 && !renewalDue(r.TLS, s.Now())
+	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS), keep: keep}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	ps.parked.Store(pp)
 	s.repark(pp)
@@ -154,19 +163,30 @@ func (s *Server) answerParked(pp *parkedPoll) {
 	}
 }
 
-// finishParked writes the answer, closes the connection and ends the poll.
+// finishParked writes the answer, gives the connection back to the server
+// or closes it, and ends the poll.
 func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	s.watch.forget(pp)
+	keep := pp.keep && keepable(resp) && !s.Draining()
 	if resp != nil && pp.tlsHint != "" {
 		resp = withHeader(resp, HeaderTLS, pp.tlsHint)
+	}
+	if resp != nil && !keep {
+		resp = withHeader(resp, "Connection", "close")
 	}
 	if resp != nil {
 		// A few hundred bytes to a socket with nothing else queued: the
 		// kernel takes them at once; a host that stopped reading gets cut
 		// off when the connection closes.
-		_, _ = pp.conn.Write(resp)
+		if _, err := pp.conn.Write(resp); err != nil {
+			keep = false
+		}
+	}
+	if keep && s.Kept.Give(pp.conn) {
+		s.Hub.PollEnded(pp.machine, pp.pollSession)
+		return
 	}
 	// On loopback and on a busy box, closing costs about what writing the
 	// answer does; in a fan-out the next answers go first. The host has
@@ -210,13 +230,30 @@ func rawResponse(status int, headers [][2]string, body []byte) []byte {
 	for _, h := range headers {
 		fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
 	}
-	fmt.Fprintf(&b, "Date: %s\r\nConnection: close\r\n", time.Now().UTC().Format(http.TimeFormat))
+	fmt.Fprintf(&b, "Date: %s\r\n", time.Now().UTC().Format(http.TimeFormat))
 	if status != http.StatusNotModified {
 		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
 	}
 	b.WriteString("\r\n")
 	b.Write(body)
 	return b.Bytes()
+}
+
+// keepable: the answers after which a connection serves the next poll.
+func keepable(resp []byte) bool {
+	return bytes.HasPrefix(resp, []byte("HTTP/1.1 200 ")) || bytes.HasPrefix(resp, []byte("HTTP/1.1 304 "))
+}
+
+// renewalDue reports whether the machine certificate a connection
+// presented is past two thirds of its lifetime, when its host renews it: a
+// renewed certificate is presented only on a new handshake, so that
+// connection is not kept.
+func renewalDue(cs *tls.ConnectionState, now time.Time) bool {
+	if cs == nil || len(cs.PeerCertificates) == 0 {
+		return false
+	}
+	c := cs.PeerCertificates[0]
+	return now.After(c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3))
 }
 
 func notModified() []byte { return rawResponse(http.StatusNotModified, nil, nil) }

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"mesh/auth"
+	"mesh/conns"
 	"mesh/hub"
 	"mesh/meshca"
 	"mesh/models"
@@ -78,7 +79,10 @@ type Server struct {
 	parkedCh chan *parkedPoll
 	watch    *peerWatch    // nil: no watcher (parked polls are still checked when woken)
 	closeCh  chan net.Conn // answered parked connections, closed after the answers
-	runCtx   context.Context
+	// Kept serves the connections of answered parked polls again (nil:
+	// they are closed). The HTTP server Serves it beside its listener.
+	Kept   *conns.Kept
+	runCtx context.Context
 
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter

@@ -322,6 +322,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	c := &Controller{cfg: cfg, Store: st, Server: srv, Hub: hub, Echo: e, Instance: inst, Addr: ln.Addr(), ln: ln,
 		CA: ca, TLS: tlsOn, tls: tlsServing,
 		cancel: func() { cancel(); stopListening() }, done: make(chan struct{})}
+	srv.Kept = conns.NewKept(ln.Addr(), 16384)
 	srv.Start(runCtx)
 	if tlsOn {
 		c.workers.Add(1)
@@ -342,6 +343,13 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	conns.ServerTimeouts(e.Server)
 	e.Server.ErrorLog = log.New(serverErrors{cfg.Log}, "", 0)
+	// Answered parked polls' connections come back through srv.Kept and
+	// are served again; Shutdown closes it with ln.
+	go func() {
+		if err := e.Server.Serve(srv.Kept); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			cfg.Log.Error("serve kept connections", "err", err)
+		}
+	}()
 	go func() {
 		defer close(c.done)
 		if err := e.Server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

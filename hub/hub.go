@@ -123,6 +123,14 @@ func (h *Hub) Unpark(pp Parked) {
 	}
 }
 
+// ParkedOn reports whether a poll of the machine named is parked.
+func (h *Hub) ParkedOn(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byName[name]
+	return e != nil && len(e.parked) > 0
+}
+
 // AllParked takes every parked poll (a draining instance answers them all).
 func (h *Hub) AllParked() []Parked {
 	h.mu.Lock()
