@@ -43,22 +43,24 @@ func BenchmarkReconnectTLS(b *testing.B) {
 }
 
 // BenchmarkIdle: MESH_BENCH_MACHINES idle hosts poll with a 5 s wait, so
-// each polls again every ~5 s, each poll on a connection of its own (a
-// parked poll is answered with Connection: close); the controller's CPU is
-// measured over 30 s (MESH_BENCH_IDLE_SECONDS) over plain HTTP, over TLS
-// with full handshakes, and over TLS with resumed sessions.
+// each polls again every ~5 s; the controller's CPU is measured over 30 s
+// (MESH_BENCH_IDLE_SECONDS) over plain HTTP and over TLS, each both ways:
+// polling again on the connection the answer left open (keep, as a host's
+// HTTP client does), and each poll on a connection of its own (close; over
+// TLS a full handshake each, or a resumed session).
 func BenchmarkIdle(b *testing.B) {
 	bin := b.TempDir()
 	build(b, bin, "mesh-controller", "./cmd/mesh-controller")
 	build(b, bin, "loadgen", "./bench/loadgen")
 	window := time.Duration(envInt("MESH_BENCH_IDLE_SECONDS", 30)) * time.Second
 	for _, v := range []struct {
-		name        string
-		tls, resume bool
-	}{{"plain", false, false}, {"tls-full", true, false}, {"tls-resume", true, true}} {
+		name              string
+		tls, resume, keep bool
+	}{{"plain-keep", false, false, true}, {"plain-close", false, false, false},
+		{"tls-keep", true, false, true}, {"tls-close-full", true, false, false}, {"tls-close-resume", true, true, false}} {
 		b.Run(fmt.Sprintf("%s-%d", v.name, fanoutHosts), func(b *testing.B) {
 			for range b.N {
-				idle(b, bin, v.tls, v.resume, fanoutHosts, window)
+				idle(b, bin, v.tls, v.resume, v.keep, fanoutHosts, window)
 			}
 		})
 	}
@@ -89,7 +91,7 @@ type holdRun struct {
 	tls       bool
 }
 
-func startHold(b *testing.B, bin string, tls, resume bool, n int, wait string) *holdRun {
+func startHold(b *testing.B, bin string, tls, resume, keep bool, n int, wait string) *holdRun {
 	cfg := storetest.Config(b, store.SQLite)
 	_, _, tokens := seed(b, cfg, n, n)
 	r := &holdRun{b: b, bin: bin, port: freePort(b), tls: tls}
@@ -99,7 +101,7 @@ func startHold(b *testing.B, bin string, tls, resume bool, n int, wait string) *
 	}
 	r.startController(n)
 	r.load = exec.Command(filepath.Join(bin, "loadgen"), "-mode", "hold", "-url", r.url, "-tokens", tokens,
-		"-sources", strconv.Itoa(max(1, (n+19999)/20000)), "-ca-pin", r.pin, "-wait", wait, "-resume="+strconv.FormatBool(resume))
+		"-sources", strconv.Itoa(max(1, (n+19999)/20000)), "-ca-pin", r.pin, "-wait", wait, "-resume="+strconv.FormatBool(resume), "-keep="+strconv.FormatBool(keep))
 	r.stdin, _ = r.load.StdinPipe()
 	stdout, _ := r.load.StdoutPipe()
 	r.load.Stderr = os.Stderr
@@ -179,7 +181,7 @@ func (r *holdRun) waitParked(n int) {
 }
 
 func reconnect(b *testing.B, bin string, resume bool, n int) {
-	r := startHold(b, bin, true, resume, n, "240s")
+	r := startHold(b, bin, true, resume, false, n, "240s")
 	defer r.close()
 	pin := r.pin
 	r.stopController()
@@ -208,8 +210,8 @@ func reconnect(b *testing.B, bin string, resume bool, n int) {
 	b.ReportMetric(float64((cpu-cpu0).Microseconds())/float64(n), "cpu-µs/host")
 }
 
-func idle(b *testing.B, bin string, tls, resume bool, n int, window time.Duration) {
-	r := startHold(b, bin, tls, resume, n, "5s")
+func idle(b *testing.B, bin string, tls, resume, keep bool, n int, window time.Duration) {
+	r := startHold(b, bin, tls, resume, keep, n, "5s")
 	defer r.close()
 	pid := r.ctl.Process.Pid
 	// One more round of 5 s polls: the measured window starts in the
@@ -221,8 +223,8 @@ func idle(b *testing.B, bin string, tls, resume bool, n int, window time.Duratio
 	cpu := cpuTime(b, pid) - cpu0
 	res := r.report()
 	pct := 100 * cpu.Seconds() / res.Seconds
-	b.Logf("idle (tls=%v resume=%v): %d hosts, %.0f s: controller CPU %v (%.1f%% of one core), %.0f polls/s, %.0f handshakes/s (%d resumed), %d failures",
-		tls, resume, n, res.Seconds, cpu.Round(time.Millisecond), pct, float64(res.Polls)/res.Seconds, float64(res.Handshakes)/res.Seconds, res.Resumed, res.Failures)
+	b.Logf("idle (tls=%v resume=%v keep=%v): %d hosts, %.0f s: controller CPU %v (%.1f%% of one core), %.0f polls/s, %.0f handshakes/s (%d resumed), %d failures",
+		tls, resume, keep, n, res.Seconds, cpu.Round(time.Millisecond), pct, float64(res.Polls)/res.Seconds, float64(res.Handshakes)/res.Seconds, res.Resumed, res.Failures)
 	b.ReportMetric(pct, "cpu-%")
 	b.ReportMetric(float64(res.Polls)/res.Seconds, "polls/s")
 	b.ReportMetric(float64(res.Handshakes)/res.Seconds, "handshakes/s")

@@ -1,8 +1,9 @@
 package main
 
 // -mode hold: every host polls again as soon as its poll is answered, as
-// an idle host does, each poll on a connection of its own (a parked poll
-// is answered with Connection: close). It reads commands on stdin:
+// an idle host does: with -keep on the connection the answer left open, as
+// a host's HTTP client does, else each poll on a connection of its own
+// (asking the controller to close it). It reads commands on stdin:
 //
 //	start    start every host's loop; prints "started"
 //	mark     start counting again: polls, handshakes, and each host's
@@ -35,6 +36,7 @@ type holdConfig struct {
 	gen    int64
 	wait   string
 	resume bool
+	keep   bool
 }
 
 // HoldResult is what was counted since the last mark.
@@ -124,8 +126,9 @@ func holdLoop(addr string, h host, c holdConfig, i int, first *atomic.Int64) {
 		}
 	}
 	gen := c.gen
+	var hc holdConn
 	for {
-		etag, err := holdOnce(addr, h, gen, c.wait, i%sources, conf, first)
+		etag, err := holdOnce(addr, h, gen, c.wait, i%sources, conf, first, c.keep, &hc)
 		if err != nil {
 			holdFailures.Add(1)
 			time.Sleep(200*time.Millisecond + rand.N(200*time.Millisecond))
@@ -138,39 +141,49 @@ func holdLoop(addr string, h host, c holdConfig, i int, first *atomic.Int64) {
 	}
 }
 
-// holdOnce makes one poll on a connection of its own and returns the
-// answer's ETag.
-func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls.Config, first *atomic.Int64) (string, error) {
-	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
-	dialing <- struct{}{}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		<-dialing
-		return "", err
+// holdConn is the connection a host's last answer left open (nil: none).
+type holdConn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func (hc *holdConn) close() {
+	if hc.c != nil {
+		hc.c.Close()
+		hc.c, hc.r = nil, nil
 	}
-	defer conn.Close()
-	if conf != nil {
-		tc := tls.Client(conn, conf)
-		err = tc.Handshake()
-		if err == nil {
-			holdHS.Add(1)
-			if tc.ConnectionState().DidResume {
-				holdResumed.Add(1)
-			}
+}
+
+// holdOnce makes one poll, on the connection hc holds when there is one,
+// else on a new one, and returns the answer's ETag. Without keep, or when
+// the answer says Connection: close, the connection is closed after it.
+func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls.Config, first *atomic.Int64, keep bool, hc *holdConn) (etag string, err error) {
+	defer func() {
+		if err != nil || !keep {
+			hc.close()
 		}
-		conn = tc
+	}()
+	req := pollRequest(addr, h.token, gen, wait)
+	if !keep {
+		req = strings.Replace(req, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)
 	}
-	if err == nil {
-		_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, wait))
+	if hc.c == nil {
+		dialing <- struct{}{}
+		err = dialHold(addr, source, conf, hc)
+		if err == nil {
+			_, err = io.WriteString(hc.c, req)
+		}
+		<-dialing
+	} else {
+		_, err = io.WriteString(hc.c, req)
 	}
-	<-dialing
 	if err != nil {
 		return "", err
 	}
 	if ns := time.Now().UnixNano() - holdMark.Load(); ns > 0 {
 		first.CompareAndSwap(0, ns)
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := http.ReadResponse(hc.r, nil)
 	if err != nil {
 		return "", err
 	}
@@ -179,5 +192,31 @@ func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls
 	if err == nil && resp.StatusCode != 200 && resp.StatusCode != 304 {
 		err = fmt.Errorf("status %d", resp.StatusCode)
 	}
+	if resp.Close {
+		hc.close()
+	}
 	return resp.Header.Get("ETag"), err
+}
+
+// dialHold opens a host's connection (with its TLS handshake) into hc.
+func dialHold(addr string, source int, conf *tls.Config, hc *holdConn) error {
+	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	if conf != nil {
+		tc := tls.Client(conn, conf)
+		if err := tc.Handshake(); err != nil {
+			conn.Close()
+			return err
+		}
+		holdHS.Add(1)
+		if tc.ConnectionState().DidResume {
+			holdResumed.Add(1)
+		}
+		conn = tc
+	}
+	hc.c, hc.r = conn, bufio.NewReader(conn)
+	return nil
 }

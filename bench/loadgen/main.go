@@ -112,6 +112,7 @@ func main() {
 	var hc holdConfig
 	flag.StringVar(&hc.wait, "wait", "240s", "hold: each poll's wait")
 	flag.BoolVar(&hc.resume, "resume", false, "hold: each host keeps a TLS session cache (resumes its session)")
+	flag.BoolVar(&hc.keep, "keep", false, "hold: each host polls again on the connection its answer left open")
 	flag.Int64Var(&hc.gen, "hold-gen", 1, "hold: the generation the hosts have")
 	url := flag.String("url", "", "controller URL")
 	tokens := flag.String("tokens", "", "file of 'name token' lines")
