@@ -65,7 +65,7 @@ func TestMain(m *testing.M) {
 		"mesh-controller": {"../cmd/mesh-controller", "1.0.0"}, "mesh-host": {"../cmd/mesh-host", "1.0.0"},
 		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
 		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
-		"tlssvc": {"./testdata/tlssvc", "1.0.0"},
+		"tlssvc": {"./testdata/tlssvc", "1.0.0"}, "pollsonce": {"./testdata/pollsonce", "1.9.0"},
 	} {
 		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version="+b.version+" -X mesh/version.Build=1", "-o", filepath.Join(dir, name), b.pkg)
 		pkg := b.pkg
