@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,16 @@ import (
 // given to all three. m2 and m3 apply it and each one's tls check passes
 // against the other's internal name; m1 is sent only what it can take —
 // held-back content, in schema 1 — is still polled, and is behind with the
-// held-back reason naming the release that decodes schema 2. Today's host
-// release rolled out to m1: it upgrades, advertises 1,2, its generation is
-// bumped (trigger schema) and composed in full, it applies it and its
-// check passes. Nobody touched a machine by hand; no machine was ever sent
-// a schema its poll did not advertise.
+// held-back reason naming the release that decodes schema 2. A release
+// that fails its trial on m1 (it polls as a host decoding 1,2, then
+// crashes): m1's generation is bumped for the trial (trigger schema), the
+// launcher puts the schema-1 host back, whose poll advertises 1 again, and
+// the generation is bumped back (trigger schema) to held-back content in
+// schema 1; m1's applied state stays and it goes on being polled. Today's
+// host release rolled out to m1: it upgrades, advertises 1,2, its
+// generation is bumped (trigger schema) and composed in full, it applies
+// it and its check passes. Nobody touched a machine by hand; no machine
+// was ever sent a schema its poll did not advertise.
 func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 	prev := previousHost(t)
 	c := startControllerTLS(t, store.SQLite)
@@ -53,7 +59,11 @@ func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 			h.launch = true // the rollout below reaches every machine of the platform
 			h.start(append([]string{"--trial-deadline", "30s"}, roots...)...)
 		}
-		c.setVars(m.name, map[string]string{"port": m.port, "peer": m.peer, "peer_port": m.peerPort})
+		vars := map[string]string{"port": m.port, "peer": m.peer, "peer_port": m.peerPort}
+		if m.name == "m1" {
+			vars["canary"] = "true" // the failing release below is tried on m1 alone
+		}
+		c.setVars(m.name, vars)
 		c.assign(m.name, "web")
 	}
 
@@ -82,23 +92,106 @@ func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 	if exists(filepath.Join(old.Root, "etc/web/key.pem")) || exists(filepath.Join(old.Root, "opt/web")) {
 		t.Fatal("m1 was given part of the module it cannot take")
 	}
-	schemasSent := func(name string) []struct {
-		Schema  int    `json:"schema"`
-		Trigger string `json:"trigger"`
-	} {
-		var sends []struct {
-			Schema  int    `json:"schema"`
-			Trigger string `json:"trigger"`
-		}
-		var l struct{ Items json.RawMessage }
-		c.JSON(ctlReq("/api/v1/machines/"+name+"/sends", c.Admin), 200, &l)
-		_ = json.Unmarshal(l.Items, &sends)
-		return sends
+	type sent struct {
+		ID         string `json:"id"`
+		Generation int64  `json:"generation"`
+		Schema     int    `json:"schema"`
+		Trigger    string `json:"trigger"`
+	}
+	schemasSent := func(name string) []sent { // newest first
+		var l struct{ Items []sent }
+		c.JSON(ctlReq("/api/v1/machines/"+name+"/sends?limit=500", c.Admin), 200, &l)
+		return l.Items
 	}
 	for _, s := range schemasSent("m1") {
 		if s.Schema != 1 {
 			t.Fatalf("m1 (decodes 1) was sent schema %d: %+v", s.Schema, schemasSent("m1"))
 		}
+	}
+
+	// A release whose trial fails on m1, after its trial polled as a host
+	// that decodes 1 and 2: pollsonce polls once advertising 1,2, keeps
+	// what it was sent in trial-poll.json, and crashes before applying or
+	// reporting; m1's launcher (the previous release's) puts known-good
+	// back, the schema-1 host. The rollout halts on m1, the canary.
+	managedBefore := managed(t, old.State)
+	c.release("pollsonce", "1.9.0")
+	c.rollout("1.9.0")
+	if v := c.waitRollout("1.9.0", 90*time.Second, "halted", "done"); v.State != "halted" ||
+		!strings.Contains(v.Reason, "machine m1 rolled back") || !strings.Contains(v.Reason, "exited before completing a reconcile") {
+		t.Fatalf("rollout of the failing release: %+v\nm1's log:\n%s", v, old.log)
+	} else {
+		for _, m := range v.Machines {
+			if m.Machine != "m1" && m.State != "pending" {
+				t.Fatalf("%s was tried with the failing release: %+v", m.Machine, v.Machines)
+			}
+		}
+	}
+	c.waitReport("m1", "rolled_back", "rolled back from 1.9.0 to 0.9.0")
+	var trial struct {
+		Send       string `json:"send"`
+		Generation int64  `json:"generation"`
+		Schema     int    `json:"schema"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(old.State, "trial-poll.json")), &trial); err != nil {
+		t.Fatal(err)
+	}
+	// Back on the schema-1 host: its poll advertises 1, its generation is
+	// bumped back and composed from held-back content; it applies it.
+	waitFor(t, 60*time.Second, "m1 back on the schema-1 host applies held-back content newer than the trial's", func() bool {
+		c.JSON(ctlReq("/api/v1/machines/m1", c.Admin), 200, &m1)
+		return m1.HostVersion == "0.9.0" && m1.Schema == "1" && m1.Generation > trial.Generation &&
+			m1.AppliedGeneration == m1.Generation && m1.FinishedGen == m1.Generation &&
+			strings.Contains(m1.HeldBack, "release 2.0.0 decodes")
+	})
+	if m1.State != "behind" || m1.HeldBack != "held back: needs host schema 2; host 0.9.0 decodes 1; release 2.0.0 decodes 1,2" {
+		t.Fatalf("m1 after the rollback: state %q, reason %q", m1.State, m1.HeldBack)
+	}
+	// What was sent: the trial (its poll advertised 1,2) a generation made
+	// for its schemas, in 2; every send to the schema-1 host, before the
+	// trial and after it, in 1 — among them the generation its first poll
+	// after the rollback made (trigger schema).
+	sends, trialAt := schemasSent("m1"), -1
+	for i, s := range sends {
+		if s.ID == trial.Send {
+			trialAt = i
+		}
+	}
+	if trialAt < 0 || sends[trialAt].Schema != 2 || sends[trialAt].Trigger != "schema" || trial.Schema != 2 {
+		t.Fatalf("the trial's send %+v is not among m1's as a schema-2 generation made by its schemas: %+v", trial, sends)
+	}
+	bumpedBack := false
+	for i, s := range sends {
+		if i == trialAt {
+			continue
+		}
+		if s.Schema != 1 {
+			t.Fatalf("m1's schema-1 host was sent schema %d (send %s): %+v", s.Schema, s.ID, sends)
+		}
+		bumpedBack = bumpedBack || (i < trialAt && s.Trigger == "schema")
+	}
+	if !bumpedBack {
+		t.Fatalf("no generation after the trial's was made by m1's schemas going back to 1: %+v", sends)
+	}
+	var audit struct {
+		Items []struct{ Action, Target, Detail string }
+	}
+	c.JSON(ctlReq("/api/v1/audit?limit=200", c.Admin), 200, &audit)
+	said := map[string]bool{}
+	for _, e := range audit.Items {
+		if e.Action == "schema" && e.Target == "machine/m1" {
+			said[e.Detail] = true
+		}
+	}
+	if !said["host 1.9.0 decodes schemas 1,2 (was 1)"] || !said["host 0.9.0 decodes schemas 1 (was 1,2)"] {
+		t.Fatalf("m1's schema changes in the audit log: %v", said)
+	}
+	// Its applied state stayed: the same resources, nothing of the module.
+	if got := managed(t, old.State); !slices.Equal(got, managedBefore) {
+		t.Fatalf("m1 manages %v after the failed trial, %v before", got, managedBefore)
+	}
+	if exists(filepath.Join(old.Root, "etc/web/key.pem")) || exists(filepath.Join(old.Root, "opt/web")) {
+		t.Fatal("m1 was given part of the module by the failed trial")
 	}
 
 	// Today's release reaches m1 by a rollout, as any upgrade.
@@ -111,7 +204,7 @@ func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 		return m1.HostVersion == "2.0.0" && m1.Schema == "1,2" && m1.HeldBack == "" && m1.State == "current" &&
 			m1.Health.State == "passing"
 	})
-	sends := schemasSent("m1")
+	sends = schemasSent("m1")
 	if len(sends) == 0 || sends[0].Schema != 2 {
 		t.Fatalf("m1's newest send: %+v, want schema 2", sends)
 	}
@@ -125,4 +218,22 @@ func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 	if !exists(filepath.Join(old.Root, "etc/web/key.pem")) {
 		t.Fatal("m1 has no key for its certificate after the upgrade")
 	}
+}
+
+// managed is the ids of the resources a host's state says it manages,
+// sorted.
+func managed(t *testing.T, state string) []string {
+	t.Helper()
+	var st struct {
+		Resources map[string]json.RawMessage `json:"resources"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(state, "state.json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 0, len(st.Resources))
+	for id := range st.Resources {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }

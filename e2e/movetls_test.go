@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,44 +19,73 @@ import (
 
 // previousHost builds mesh-host from an earlier commit of this repository
 // (MESH_PREVIOUS_HOST_COMMIT, default e1c71bc: the release before machine
-// certificates, whose host has no code to move to TLS) into bin.
+// certificates, whose host has no code to move to TLS and decodes only
+// declaration schema 1) into bin.
 func previousHost(t *testing.T) string {
 	t.Helper()
+	return previousBinary(t, "mesh-host")
+}
+
+// previous holds what previousBinary built in this run: the earlier
+// commit's tree is taken out once and each binary built once, whichever
+// test asks first.
+var previous = struct {
+	sync.Mutex
+	src   string
+	built map[string]string
+}{built: map[string]string{}}
+
+// previousBinary builds cmd/<cmd> from the earlier commit (see
+// previousHost) into bin as <cmd>-prev, version 0.9.0, and returns its name.
+func previousBinary(t *testing.T, cmd string) string {
+	t.Helper()
+	previous.Lock()
+	defer previous.Unlock()
+	if name, ok := previous.built[cmd]; ok {
+		return name
+	}
 	commit := os.Getenv("MESH_PREVIOUS_HOST_COMMIT")
 	if commit == "" {
 		commit = "e1c71bc"
 	}
-	src := t.TempDir()
-	// git archive COMMIT | tar -x: the tree of that commit, without a
-	// checkout. It needs the repository's history (.ci/run unshallows a
-	// shallow clone); without it the test fails, saying so.
-	archive := exec.Command("git", "archive", "--format=tar", commit)
-	archive.Dir = ".."
-	var archiveErr bytes.Buffer
-	archive.Stderr = &archiveErr
-	untar := exec.Command("tar", "-x", "-C", src)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	if previous.src == "" {
+		src, err := os.MkdirTemp(bin, "previous-src-") // removed with bin
+		if err != nil {
+			t.Fatal(err)
+		}
+		// git archive COMMIT | tar -x: the tree of that commit, without a
+		// checkout. It needs the repository's history (.ci/run unshallows a
+		// shallow clone); without it the test fails, saying so.
+		archive := exec.Command("git", "archive", "--format=tar", commit)
+		archive.Dir = ".."
+		var archiveErr bytes.Buffer
+		archive.Stderr = &archiveErr
+		untar := exec.Command("tar", "-x", "-C", src)
+		pipe, err := archive.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		untar.Stdin = pipe
+		if err := untar.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := archive.Run(); err != nil {
+			_ = untar.Wait()
+			t.Fatalf("git archive %s: %v: %s (the test needs the repository's history: git fetch --unshallow)", commit, err, archiveErr.String())
+		}
+		if err := untar.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		previous.src = src
 	}
-	untar.Stdin = pipe
-	if err := untar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := archive.Run(); err != nil {
-		_ = untar.Wait()
-		t.Fatalf("git archive %s: %v: %s (the test needs the repository's history: git fetch --unshallow)", commit, err, archiveErr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	name := "mesh-host-prev"
+	name := cmd + "-prev"
 	build := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version=0.9.0 -X mesh/version.Build=1",
-		"-o", filepath.Join(bin, name), "./cmd/mesh-host")
-	build.Dir = src
+		"-o", filepath.Join(bin, name), "./cmd/"+cmd)
+	build.Dir = previous.src
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building mesh-host at %s: %v\n%s", commit, err, out)
+		t.Fatalf("building %s at %s: %v\n%s", cmd, commit, err, out)
 	}
+	previous.built[cmd] = name
 	return name
 }
 
