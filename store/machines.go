@@ -368,12 +368,6 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 	})
 }
 
-// AllMachines reads every machine, by name (the dashboard's overview).
-func (s *Store) AllMachines(ctx context.Context) ([]models.Machine, error) {
-	var ms []models.Machine
-	return ms, mapErr(s.db.WithContext(ctx).Order("name").Find(&ms).Error)
-}
-
 // RecordComposeErrors records why machines' generations could not be
 // composed, on each machine (the overview shows it) and in the audit log,
 // in one transaction.

@@ -17,38 +17,44 @@ import (
 	"mesh/service"
 )
 
-// overviewData computes every machine's row, the counts, and the filter.
+// overviewData counts every machine by state and reads the rows of the
+// first OverviewRows that match the filter.
 func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, error) {
-	ms, err := s.Store.AllMachines(ctx)
+	// Every machine is counted by state from the few columns a state is
+	// judged from; only the first OverviewRows that match are read whole
+	// and rendered (a fleet of 100,000 would be a page of tens of
+	// megabytes, refreshed every 2 s): the state filter and the search
+	// narrow the rest.
+	all, err := s.Store.MachineStates(ctx)
 	if err != nil {
 		return Overview{}, err
 	}
 	now := time.Now()
-	o := Overview{State: state, Q: q, Total: len(ms), Legend: legend(s.Rules)}
-	// Every machine is counted by state; only the first OverviewRows that
-	// match are rendered (a fleet of 100,000 would be a page of tens of
-	// megabytes, refreshed every 2 s): the state filter and the search
-	// narrow the rest.
+	o := Overview{State: state, Q: q, Total: len(all), Legend: legend(s.Rules)}
 	counts := map[string]int{}
-	var shown []int
-	for i := range ms {
-		st := s.Rules.State(&ms[i], s.lastSeen(&ms[i]), now)
+	var shown []int64
+	for i := range all {
+		st := s.Rules.State(&all[i], s.lastSeen(&all[i]), now)
 		counts[st]++
 		if state != "" && st != state {
 			continue
 		}
-		if q != "" && !strings.Contains(ms[i].Name, strings.ToLower(q)) {
+		if q != "" && !strings.Contains(all[i].Name, strings.ToLower(q)) {
 			continue
 		}
 		o.Matching++
 		if len(shown) < OverviewRows {
-			shown = append(shown, i)
+			shown = append(shown, all[i].ID)
 		}
+	}
+	ms, err := s.Store.MachinesByID(ctx, shown)
+	if err != nil {
+		return Overview{}, err
 	}
 	// What was sent of their current generation, for the shown machines
 	// that are behind.
 	var behind []int64
-	for _, i := range shown {
+	for i := range ms {
 		if ms[i].Generation > ms[i].FinishedGen {
 			behind = append(behind, ms[i].ID)
 		}
@@ -57,7 +63,7 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	if err != nil {
 		return Overview{}, err
 	}
-	for _, i := range shown {
+	for i := range ms {
 		p := sent[ms[i].ID]
 		o.Rows = append(o.Rows, row(s.Rules, &ms[i], s.lastSeen(&ms[i]), &p, now))
 	}

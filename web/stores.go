@@ -12,7 +12,8 @@ import (
 // workflows as the API). The dashboard reaches the store only through
 // this and the service.
 type Store interface {
-	AllMachines(ctx context.Context) ([]models.Machine, error)
+	MachineStates(ctx context.Context) ([]models.Machine, error)
+	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
 	AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
