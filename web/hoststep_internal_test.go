@@ -58,3 +58,22 @@ func TestPlanPage_HostStep(t *testing.T) {
 		t.Fatal("a plan without a host step shows one")
 	}
 }
+
+// TestRolloutPage_NamesItsPlan: a plan's host step's rollout page says
+// whose it is and that the fleet default stays; a fleet's says nothing.
+func TestRolloutPage_NamesItsPlan(t *testing.T) {
+	render := func(planID int64) string {
+		v := &models.RolloutView{Rollout: models.Rollout{Version: "1.5.0", State: models.RolloutRunning, PlanID: planID, CreatedAt: time.Now()}}
+		var buf bytes.Buffer
+		if err := RolloutPage(Page{Title: "Rollout of 1.5.0"}, rolloutDetail(v)).Render(context.Background(), &buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	if body := render(7); !strings.Contains(body, `href="/plans/7"`) || !strings.Contains(body, "the fleet default stays as it is") {
+		t.Fatalf("a host step's rollout page does not name its plan:\n%.2000s", body)
+	}
+	if body := render(0); strings.Contains(body, "plan-host-step") {
+		t.Fatal("a fleet's rollout page names a plan")
+	}
+}

@@ -241,6 +241,8 @@ type RolloutDetail struct {
 	Made     string
 	Waves    []WaveProgress
 	Live     bool
+	// Plan is the plan whose host step the rollout is (0: the fleet's).
+	Plan int64
 }
 
 // WaveProgress is one wave of a rollout: how many of its machines run the
@@ -265,7 +267,7 @@ type RolloutMachineRow struct {
 func rolloutDetail(v *models.RolloutView) RolloutDetail {
 	d := RolloutDetail{Version: v.Version, State: v.State, Words: stateWords(v.State), Reason: v.Reason, Halted: v.State == models.RolloutHalted,
 		Canary: orNone(v.Canary), InFlight: v.MaxInFlight, Deadline: (time.Duration(v.DeadlineSeconds) * time.Second).String(),
-		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
+		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt), Plan: v.PlanID}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ")
 	}
