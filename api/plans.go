@@ -7,29 +7,23 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
-	"mesh/version"
+	"mesh/service"
 )
 
 type planRequest struct {
-	Module string `json:"module"`
-	Build  int64  `json:"build"`
+	Module           string `json:"module"`
+	Build            int64  `json:"build"`
+	HostReleaseFirst string `json:"host_release_first"`
 }
 
-// createPlan starts a plan by hand. A plan that would downgrade
-// mesh-controller below this instance's build, another live instance's or
-// a control node's is refused.
+// createPlan starts a plan by hand (service.CreatePlan).
 func (s *Server) createPlan(c echo.Context) error {
 	var req planRequest
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
-	if err := models.ValidName("module", req.Module); err != nil {
-		return err
-	}
-	if req.Build <= 0 {
-		return models.Invalid("build", "a build number")
-	}
-	v, err := s.Store.CreatePlan(c.Request().Context(), principal(c).Actor(), req.Module, req.Build, version.BuildNumber())
+	v, err := s.Service.CreatePlan(c.Request().Context(), principal(c).Actor(),
+		service.CreatePlan{Module: req.Module, Build: req.Build, HostReleaseFirst: req.HostReleaseFirst})
 	if err != nil {
 		return err
 	}

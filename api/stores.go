@@ -40,7 +40,6 @@ type ModuleStore interface {
 	Build(ctx context.Context, module string, number int64) (*models.Build, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
-	CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*models.PlanView, error)
 	Plan(ctx context.Context, id int64) (*models.PlanView, error)
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
 	SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error)

@@ -1578,11 +1578,17 @@ type Plan struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	CreatedBy  string     `json:"created_by"`
 	FinishedAt *time.Time `json:"finished_at"`
-	Id         int        `json:"id"`
-	Module     string     `json:"module"`
-	Reason     string     `json:"reason"`
-	State      PlanState  `json:"state"`
-	Steps      []PlanStep `json:"steps"`
+
+	// HostRelease the host release the plan rolls out before its first tier ("" none)
+	HostRelease string `json:"host_release"`
+
+	// HostStep the rollout of host_release to the plan's machines (its host step); null when the plan has none
+	HostStep *Rollout   `json:"host_step"`
+	Id       int        `json:"id"`
+	Module   string     `json:"module"`
+	Reason   string     `json:"reason"`
+	State    PlanState  `json:"state"`
+	Steps    []PlanStep `json:"steps"`
 
 	// Tier the tier in progress
 	Tier int `json:"tier"`
@@ -1600,8 +1606,18 @@ type PlanList struct {
 // PlanRequest defines model for PlanRequest.
 type PlanRequest struct {
 	// Build a finished build of the module
-	Build  int    `json:"build"`
-	Module string `json:"module"`
+	Build int `json:"build"`
+
+	// HostReleaseFirst a host release to roll out first (the plan's host step): a rollout of it, canary first,
+	// to the plan's machines whose hosts lack a schema it decodes, started with the plan. The
+	// plan's tiers wait until it is done (a tier's deadline starts then); the plan halts,
+	// saying why, when it halts or is cancelled. An unknown release, or one that decodes no
+	// schema that expresses the build, is 400; a failed one, or another rollout running, 409.
+	//
+	//
+	// Example: 1.5.0
+	HostReleaseFirst *string `json:"host_release_first,omitempty"`
+	Module           string  `json:"module"`
 }
 
 // PlanStep defines model for PlanStep.
@@ -1840,9 +1856,12 @@ type Rollout struct {
 	Id              int              `json:"id"`
 	Machines        []RolloutMachine `json:"machines"`
 	MaxInFlight     int              `json:"max_in_flight"`
-	Reason          string           `json:"reason"`
-	State           RolloutState     `json:"state"`
-	Version         string           `json:"version"`
+
+	// Plan the plan whose host step this rollout is (0: a rollout of the fleet); such a rollout reaches only the plan's machines whose hosts lack a schema the release decodes, and leaves the fleet default as it is
+	Plan    int          `json:"plan"`
+	Reason  string       `json:"reason"`
+	State   RolloutState `json:"state"`
+	Version string       `json:"version"`
 }
 
 // RolloutState defines model for Rollout.State.
@@ -3723,7 +3742,8 @@ type ClientInterface interface {
 
 	// CreatePlanWithBody a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 	//
-	// A build that is not a finished build of the module is 400.
+	// A build that is not a finished build of the module is 400. With `host_release_first`, the
+	// plan first rolls that host release out to its machines that need it (see PlanRequest).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3732,7 +3752,8 @@ type ClientInterface interface {
 
 	// CreatePlan a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 	//
-	// A build that is not a finished build of the module is 400.
+	// A build that is not a finished build of the module is 400. With `host_release_first`, the
+	// plan first rolls that host release out to its machines that need it (see PlanRequest).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5148,7 +5169,8 @@ func (c *Client) ListPlans(ctx context.Context, params *ListPlansParams, reqEdit
 
 // CreatePlanWithBody a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 //
-// A build that is not a finished build of the module is 400.
+// A build that is not a finished build of the module is 400. With `host_release_first`, the
+// plan first rolls that host release out to its machines that need it (see PlanRequest).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5167,7 +5189,8 @@ func (c *Client) CreatePlanWithBody(ctx context.Context, contentType string, bod
 
 // CreatePlan a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 //
-// A build that is not a finished build of the module is 400.
+// A build that is not a finished build of the module is 400. With `host_release_first`, the
+// plan first rolls that host release out to its machines that need it (see PlanRequest).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9622,7 +9645,8 @@ type ClientWithResponsesInterface interface {
 
 	// CreatePlanWithBodyWithResponse a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 	//
-	// A build that is not a finished build of the module is 400.
+	// A build that is not a finished build of the module is 400. With `host_release_first`, the
+	// plan first rolls that host release out to its machines that need it (see PlanRequest).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9631,7 +9655,8 @@ type ClientWithResponsesInterface interface {
 
 	// CreatePlanWithResponse a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 	//
-	// A build that is not a finished build of the module is 400.
+	// A build that is not a finished build of the module is 400. With `host_release_first`, the
+	// plan first rolls that host release out to its machines that need it (see PlanRequest).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14002,6 +14027,8 @@ type CreatePlanResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -14031,6 +14058,11 @@ func (r CreatePlanResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CreatePlanResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreatePlanResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
@@ -16353,7 +16385,8 @@ func (c *ClientWithResponses) ListPlansWithResponse(ctx context.Context, params 
 
 // CreatePlanWithBodyWithResponse a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 //
-// A build that is not a finished build of the module is 400.
+// A build that is not a finished build of the module is 400. With `host_release_first`, the
+// plan first rolls that host release out to its machines that need it (see PlanRequest).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16368,7 +16401,8 @@ func (c *ClientWithResponses) CreatePlanWithBodyWithResponse(ctx context.Context
 
 // CreatePlanWithResponse a plan by hand (operator): the build reaches the module's machines tier by tier, then becomes current; never older than a newer plan, the current build or what a machine runs
 //
-// A build that is not a finished build of the module is 400.
+// A build that is not a finished build of the module is 400. With `host_release_first`, the
+// plan first rolls that host release out to its machines that need it (see PlanRequest).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20235,6 +20269,13 @@ func ParseCreatePlanResponse(rsp *http.Response) (*CreatePlanResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge

@@ -45,6 +45,9 @@ type Plan struct {
 	CreatedBy  string     `json:"created_by"`
 	CreatedAt  time.Time  `json:"created_at"`
 	FinishedAt *time.Time `json:"finished_at"`
+	// HostRelease is the host release the plan rolls out to its machines
+	// before its first tier (its host step; "" when none).
+	HostRelease string `json:"host_release"`
 }
 
 // PlanStep is a plan's progress on one machine.

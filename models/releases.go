@@ -75,6 +75,10 @@ type Rollout struct {
 	CreatedBy       string     `json:"created_by"`
 	CreatedAt       time.Time  `json:"created_at"`
 	FinishedAt      *time.Time `json:"finished_at"`
+	// PlanID is the plan whose host step this rollout is (0: a rollout of
+	// the fleet). Such a rollout reaches only the plan's machines that
+	// need it and leaves the fleet default as it is.
+	PlanID int64 `json:"plan"`
 }
 
 // RolloutMachine is one machine's progress in a rollout.

@@ -74,6 +74,9 @@ type ComposeFailure struct {
 type PlanView struct {
 	Plan
 	Steps []PlanStep `json:"steps"`
+	// HostStep is the rollout of the plan's host release (nil: the plan
+	// has no host step).
+	HostStep *RolloutView `json:"host_step"`
 }
 
 // Push is what a push webhook says.

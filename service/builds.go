@@ -196,7 +196,7 @@ func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *mode
 		}
 		out.Rollout = ro
 	case models.FollowPlan:
-		p, err := tx.CreatePlan(actor, mod.Name, b.Number, s.ControllerBuild)
+		p, err := tx.CreatePlan(actor, mod.Name, b.Number, s.ControllerBuild, "")
 		if err != nil {
 			return nil, err
 		}

@@ -400,7 +400,7 @@ func TestLabels_PlansTierSelectedMachines(t *testing.T) {
 		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
 			t.Fatal(err)
 		}
-		p, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		p, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}

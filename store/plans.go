@@ -57,12 +57,20 @@ const instanceAlive = 2 * time.Minute
 // running. A plan that would give the control nodes an older
 // mesh-controller than any controller or control node runs (controllerBuild
 // is this instance's) is refused in its own words.
-func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64) (*models.PlanView, error) {
-	return Write(ctx, s, func(tx *Tx) (*models.PlanView, error) { return tx.CreatePlan(actor, module, build, controllerBuild) })
+//
+// hostRelease, when given, is the plan's host step: a rollout of that host
+// release to the plan's machines whose hosts lack a schema it decodes,
+// started with the plan; its tiers wait until the rollout is done, and the
+// plan halts, saying why, if it halts or is cancelled. A release that
+// cannot carry the build (models.CheckHostReleaseFirst) is refused.
+func (s *Store) CreatePlan(ctx context.Context, actor, module string, build, controllerBuild int64, hostRelease string) (*models.PlanView, error) {
+	return Write(ctx, s, func(tx *Tx) (*models.PlanView, error) {
+		return tx.CreatePlan(actor, module, build, controllerBuild, hostRelease)
+	})
 }
 
 // CreatePlan is Store.CreatePlan inside tx.
-func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*models.PlanView, error) {
+func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hostRelease string) (*models.PlanView, error) {
 	var out *models.PlanView
 	err := func() error {
 		var mod models.Module
@@ -80,8 +88,15 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*m
 		if b == nil || b.State != models.BuildReady && b.State != models.BuildYanked {
 			return models.Invalid("build", fmt.Sprintf("module %s has no finished build %d", module, build))
 		}
+		var rels map[string]*models.Release
+		if hostRelease != "" {
+			if rels, err = hostStepReleases(tx, &mod, b, hostRelease); err != nil {
+				return err
+			}
+		}
 		now := tx.s.Now()
-		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now}
+		p := &models.Plan{ModuleID: mod.ID, Module: mod.Name, Build: build, State: models.PlanRunning, CreatedBy: actor, CreatedAt: now,
+			HostRelease: hostRelease}
 		floor, runs := int64(0), ""
 		if mod.Kind == models.KindController {
 			var err error
@@ -125,8 +140,17 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64) (*m
 				return err
 			}
 		}
-		if err := audit(tx, actor, "create-plan", "module/"+module, fmt.Sprintf("plan %d, build %d: %s %s", p.ID, build, p.State, p.Reason)); err != nil {
+		what := fmt.Sprintf("plan %d, build %d: %s %s", p.ID, build, p.State, p.Reason)
+		if hostRelease != "" {
+			what += "; host release " + hostRelease + " first"
+		}
+		if err := audit(tx, actor, "create-plan", "module/"+module, what); err != nil {
 			return err
+		}
+		if p.State == models.PlanRunning && hostRelease != "" {
+			if err := startHostStep(tx, actor, p, rels); err != nil {
+				return err
+			}
 		}
 		if err := stepPlan(tx, p); err != nil {
 			return err
@@ -221,6 +245,25 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	var mod models.Module
 	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
 		return err
+	}
+	if p.HostRelease != "" && p.Tier == 0 {
+		// The first tier waits for the host step: its steps are reached
+		// (and their deadline starts) only once the rollout is done.
+		ro, err := hostStep(tx, p.ID)
+		if err != nil {
+			return err
+		}
+		done, halt := models.JudgeHostStep(p.HostRelease, ro)
+		if halt != "" {
+			p.State, p.Reason = models.PlanHalted, "halted: "+halt
+			if err := audit(tx, "controller", "plan-halted", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
+				return err
+			}
+			return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error
+		}
+		if !done {
+			return nil
+		}
 	}
 	var steps []models.PlanStep
 	if err := tx.Where("plan_id = ? AND tier = ?", p.ID, p.Tier).Order("machine_id").Find(&steps).Error; err != nil {
@@ -411,11 +454,23 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 	err := tx.Table("plan_steps").Select("plan_steps.*, machines.name AS name").
 		Joins("JOIN machines ON machines.id = plan_steps.machine_id").
 		Where("plan_id = ?", p.ID).Order("plan_steps.tier, machines.name").Scan(&rows).Error
+	if err != nil {
+		return nil, err
+	}
 	for _, r := range rows {
 		r.PlanStep.Machine = r.Name
 		v.Steps = append(v.Steps, r.PlanStep)
 	}
-	return v, err
+	if p.HostRelease != "" {
+		ro, err := hostStep(tx, p.ID)
+		if err != nil || ro == nil {
+			return v, err
+		}
+		if v.HostStep, err = rolloutView(tx, ro); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // Plan reads one plan with its steps.
@@ -471,6 +526,9 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		switch {
 		case to == models.PlanCancelled:
 			up["finished_at"], up["reason"] = s.Now(), "cancelled by "+actor
+			if err := cancelHostStep(tx, actor, &p); err != nil {
+				return err
+			}
 		case action == "resume" && p.State == models.PlanHalted:
 			// Re-evaluated from now: the failed steps of its tier are
 			// judged again, their deadline restarted.

@@ -55,7 +55,7 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		ms := planFixture(t, s)
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil || v.State != models.PlanRunning || len(v.Steps) != 3 {
 			t.Fatalf("plan: %+v %v", v, err)
 		}
@@ -111,11 +111,11 @@ func TestOverlappingPlans_OlderNeverSent(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		ms := planFixture(t, s)
-		older, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		older, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		newer, err := s.CreatePlan(ctx, "test", "mod", 3, 0)
+		newer, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
 		if err != nil || newer.State != models.PlanRunning {
 			t.Fatalf("newer plan: %+v %v", newer, err)
 		}
@@ -138,7 +138,7 @@ func TestOverlappingPlans_OlderNeverSent(t *testing.T) {
 			t.Fatalf("m1 composed with build %d after the older plan's late step", b)
 		}
 		// A plan for an older build than a newer plan's is superseded at once.
-		late, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		late, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil || late.State != models.PlanSuperseded || !strings.Contains(late.Reason, "newer than 2") || len(late.Steps) != 0 {
 			t.Fatalf("late plan: %+v %v", late, err)
 		}
@@ -162,7 +162,7 @@ func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 		}
 		refused := func(build, own int64, want string) {
 			t.Helper()
-			v, err := s.CreatePlan(ctx, "test", "mesh-controller", build, own)
+			v, err := s.CreatePlan(ctx, "test", "mesh-controller", build, own, "")
 			if err != nil || v.State != models.PlanRefused || v.Reason != want {
 				t.Fatalf("plan of build %d: %s %q %v; want refused %q", build, v.State, v.Reason, err, want)
 			}
@@ -191,7 +191,7 @@ func TestPlan_ControllerDowngradeRefused(t *testing.T) {
 		refused(43, 42, "refused: would downgrade mesh-controller from build 44 to 43 (control node cp-1 runs build 44)")
 
 		// Not older than anything running: the plan runs.
-		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 45, 42)
+		v, err := s.CreatePlan(ctx, "test", "mesh-controller", 45, 42, "")
 		if err != nil || v.State != models.PlanRunning {
 			t.Fatalf("plan of build 45: %+v %v", v, err)
 		}
@@ -210,7 +210,7 @@ func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
 		for _, m := range ms {
 			applied(t, s, m.Name, 1)
 		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil || v.Steps[0].Machine != "m1" || v.Steps[0].State != models.StepSent {
 			t.Fatalf("plan: %+v %v", v, err)
 		}
@@ -250,7 +250,7 @@ func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
 		}
 
 		// A later healthy build's plan lifts the pin and reaches m1.
-		v3, err := s.CreatePlan(ctx, "test", "mod", 3, 0)
+		v3, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
 		if err != nil || v3.State != models.PlanRunning {
 			t.Fatalf("plan of build 3: %+v %v", v3, err)
 		}
@@ -285,7 +285,7 @@ func TestPlan_OnFailureRollback(t *testing.T) {
 		if err := s.DB().Model(&models.Module{}).Where("name = ?", "mod").Update("on_failure", models.OnFailureRollback).Error; err != nil {
 			t.Fatal(err)
 		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil {
 			t.Fatal(err)
 		}

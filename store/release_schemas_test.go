@@ -208,7 +208,7 @@ func TestPlan_HaltsOnHeldBack(t *testing.T) {
 		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: certManifest}, nil); err != nil {
 			t.Fatal(err)
 		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
 		if err != nil || v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
 			t.Fatalf("plan: %+v %v", v, err)
 		}
@@ -260,7 +260,7 @@ func TestPlan_OlderHeldBackReasonDoesNotHalt(t *testing.T) {
 		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: `{"resources": [{"name": "web", "kind": "service", "command": ["/bin/web"]}]}`}, nil); err != nil {
 			t.Fatal(err)
 		}
-		v, err := s.CreatePlan(ctx, "test", "web", 2, 0)
+		v, err := s.CreatePlan(ctx, "test", "web", 2, 0, "")
 		if err != nil || v.Steps[0].State != models.StepSent {
 			t.Fatalf("plan: %+v %v", v, err)
 		}

@@ -73,87 +73,102 @@ func (s *Store) StartRollout(ctx context.Context, actor, version, canary string,
 
 // StartRollout is Store.StartRollout inside tx.
 func (tx *Tx) StartRollout(actor, version, canary string, maxInFlight, deadline int64) (*models.RolloutView, error) {
-	var out *models.RolloutView
-	err := func() error {
-		var rels []models.Release
-		if err := tx.Where("version = ?", version).Find(&rels).Error; err != nil {
-			return err
+	rels, err := rolloutReleases(tx, version)
+	if err != nil {
+		return nil, err
+	}
+	var ms []models.Machine
+	if err := tx.Order("name").Find(&ms).Error; err != nil {
+		return nil, err
+	}
+	var eligible []models.Machine
+	for _, m := range ms {
+		if rels[m.OS+"/"+m.Arch] != nil {
+			eligible = append(eligible, m)
 		}
-		if len(rels) == 0 {
-			return fmt.Errorf("host release %s: %w", version, models.ErrNotFound)
+	}
+	if len(eligible) == 0 {
+		return nil, models.Invalid("version", "no machine runs on a platform this release was built for")
+	}
+	return beginRollout(tx, actor, &models.Rollout{Version: version, Canary: canary, MaxInFlight: maxInFlight, DeadlineSeconds: deadline}, eligible)
+}
+
+// rolloutReleases reads a host release's builds by platform ("linux/amd64"):
+// not found when there is none, a conflict when one has failed.
+func rolloutReleases(tx *Tx, version string) (map[string]*models.Release, error) {
+	var rels []models.Release
+	if err := tx.Where("version = ?", version).Order("os, arch").Find(&rels).Error; err != nil {
+		return nil, err
+	}
+	if len(rels) == 0 {
+		return nil, fmt.Errorf("host release %s: %w", version, models.ErrNotFound)
+	}
+	out := map[string]*models.Release{}
+	for i, r := range rels {
+		if r.State == models.ReleaseFailed {
+			return nil, fmt.Errorf("%w: host release %s failed (%s); release a new version", models.ErrConflict, version, r.Failure)
 		}
-		platforms := map[string]bool{}
-		for _, r := range rels {
-			if r.State == models.ReleaseFailed {
-				return fmt.Errorf("%w: host release %s failed (%s); release a new version", models.ErrConflict, version, r.Failure)
-			}
-			platforms[r.OS+"/"+r.Arch] = true
+		out[r.OS+"/"+r.Arch] = &rels[i]
+	}
+	return out, nil
+}
+
+// beginRollout records ro (a fleet's rollout, or a plan's host step when
+// ro.PlanID is set) over eligible, canaries first, and takes its first
+// wave. One rollout runs at a time, whoever started it.
+func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Machine) (*models.RolloutView, error) {
+	var n int64
+	if err := tx.Model(&models.Rollout{}).Where("state IN ?", []string{models.RolloutRunning, models.RolloutPaused}).Count(&n).Error; err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		return nil, fmt.Errorf("%w: another host rollout is running or paused; finish or cancel it first", models.ErrConflict)
+	}
+	canaries, err := canaryCount(ro.Canary, len(eligible))
+	if err != nil {
+		return nil, err
+	}
+	var flagged []int64
+	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
+		return nil, err
+	}
+	isCanary := map[int64]bool{}
+	for _, id := range flagged {
+		isCanary[id] = true
+	}
+	sort.SliceStable(eligible, func(i, j int) bool { return isCanary[eligible[i].ID] && !isCanary[eligible[j].ID] })
+	def, err := hostDefault(tx.DB)
+	if err != nil {
+		return nil, err
+	}
+	ro.State, ro.CreatedBy, ro.CreatedAt = models.RolloutRunning, actor, tx.s.Now()
+	if err := tx.Create(ro).Error; err != nil {
+		return nil, err
+	}
+	for i, m := range eligible {
+		wave := int64(1)
+		if i < canaries {
+			wave = 0
 		}
-		var n int64
-		if err := tx.Model(&models.Rollout{}).Where("state IN ?", []string{models.RolloutRunning, models.RolloutPaused}).Count(&n).Error; err != nil {
-			return err
+		prev := m.TargetHostVersion
+		if prev == "" {
+			prev = def
 		}
-		if n > 0 {
-			return fmt.Errorf("%w: another host rollout is running or paused; finish or cancel it first", models.ErrConflict)
+		if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev}).Error; err != nil {
+			return nil, err
 		}
-		var ms []models.Machine
-		if err := tx.Order("name").Find(&ms).Error; err != nil {
-			return err
-		}
-		var eligible []models.Machine
-		for _, m := range ms {
-			if platforms[m.OS+"/"+m.Arch] {
-				eligible = append(eligible, m)
-			}
-		}
-		if len(eligible) == 0 {
-			return models.Invalid("version", "no machine runs on a platform this release was built for")
-		}
-		canaries, err := canaryCount(canary, len(eligible))
-		if err != nil {
-			return err
-		}
-		var flagged []int64
-		if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
-			return err
-		}
-		isCanary := map[int64]bool{}
-		for _, id := range flagged {
-			isCanary[id] = true
-		}
-		sort.SliceStable(eligible, func(i, j int) bool { return isCanary[eligible[i].ID] && !isCanary[eligible[j].ID] })
-		def, err := hostDefault(tx.DB)
-		if err != nil {
-			return err
-		}
-		ro := &models.Rollout{Version: version, State: models.RolloutRunning, Canary: canary, MaxInFlight: maxInFlight,
-			DeadlineSeconds: deadline, CreatedBy: actor, CreatedAt: tx.s.Now()}
-		if err := tx.Create(ro).Error; err != nil {
-			return err
-		}
-		for i, m := range eligible {
-			wave := int64(1)
-			if i < canaries {
-				wave = 0
-			}
-			prev := m.TargetHostVersion
-			if prev == "" {
-				prev = def
-			}
-			if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev}).Error; err != nil {
-				return err
-			}
-		}
-		if err := audit(tx, actor, "start-rollout", "host-release/"+version, fmt.Sprintf("%d machine(s), canary %s, max in flight %d", len(eligible), canary, maxInFlight)); err != nil {
-			return err
-		}
-		if err := stepRollout(tx, ro); err != nil {
-			return err
-		}
-		out, err = rolloutView(tx, ro)
-		return err
-	}()
-	return out, err
+	}
+	what := fmt.Sprintf("%d machine(s), canary %s, max in flight %d", len(eligible), ro.Canary, ro.MaxInFlight)
+	if ro.PlanID > 0 {
+		what = fmt.Sprintf("host step of plan %d: %s", ro.PlanID, what)
+	}
+	if err := audit(tx, actor, "start-rollout", "host-release/"+ro.Version, what); err != nil {
+		return nil, err
+	}
+	if err := stepRollout(tx, ro); err != nil {
+		return nil, err
+	}
+	return rolloutView(tx, ro)
 }
 
 // canaryCount reads a canary size: a count ("1") or a percent ("10%").
@@ -306,6 +321,14 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 	if pending == 0 && inFlight == 0 {
 		if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutDone, "finished_at": now}).Error; err != nil {
 			return err
+		}
+		ro.FinishedAt = &now
+		if ro.PlanID > 0 {
+			// A plan's host step reached only the plan's machines: the
+			// rest of the fleet was never tried on it.
+			ro.State = models.RolloutDone
+			return audit(tx, "controller", "rollout-done", "host-release/"+ro.Version,
+				fmt.Sprintf("host step of plan %d: its machines run %s; the fleet default is unchanged", ro.PlanID, ro.Version))
 		}
 		if err := tx.Clauses(clause.OnConflict{UpdateAll: true}).Create(&models.Setting{Key: models.SettingHostDefault, Value: ro.Version}).Error; err != nil {
 			return err

@@ -39,6 +39,21 @@ type PlanDetail struct {
 	Actions []PlanAction
 	// Live: the plan can still change, so the page polls its progress.
 	Live bool
+	// HostStep is the rollout of the host release the plan rolls out
+	// before its first tier (nil: none).
+	HostStep *HostStepDetail
+}
+
+// HostStepDetail is a plan's host step: its rollout's state and each
+// machine's.
+type HostStepDetail struct {
+	Release  string
+	State    string
+	Words    string
+	Reason   string
+	Upgraded int
+	Total    int
+	Machines []RolloutMachineRow
 }
 
 // TierProgress is one tier of a plan: how many of its machines applied
@@ -102,6 +117,12 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 			d.Actions = append(d.Actions, pa)
 		}
 	}
+	if v.HostStep != nil {
+		d.HostStep = hostStepDetail(v.HostStep)
+		if v.HostStep.State != models.RolloutDone && (v.State == models.PlanRunning || v.State == models.PlanPaused) {
+			d.Where = "host step: release " + v.HostRelease + " first"
+		}
+	}
 	tiers := v.Tiers()
 	d.Tiers = make([]TierProgress, tiers)
 	for t := range d.Tiers {
@@ -128,6 +149,21 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 		tp.Steps = append(tp.Steps, r)
 	}
 	return d
+}
+
+func hostStepDetail(ro *models.RolloutView) *HostStepDetail {
+	h := &HostStepDetail{Release: ro.Version, State: ro.State, Words: stateWords(ro.State), Reason: ro.Reason, Total: len(ro.Machines)}
+	for _, m := range ro.Machines {
+		if m.State == models.UpgradeUpgraded {
+			h.Upgraded++
+		}
+		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: orNone(m.Previous), Reason: m.Reason}
+		if m.StartedAt != nil {
+			r.Started = stamp(*m.StartedAt)
+		}
+		h.Machines = append(h.Machines, r)
+	}
+	return h
 }
 
 func (s *Server) plansPage(c echo.Context) error {
@@ -205,6 +241,8 @@ type RolloutDetail struct {
 	Made     string
 	Waves    []WaveProgress
 	Live     bool
+	// Plan is the plan whose host step the rollout is (0: the fleet's).
+	Plan int64
 }
 
 // WaveProgress is one wave of a rollout: how many of its machines run the
@@ -229,7 +267,7 @@ type RolloutMachineRow struct {
 func rolloutDetail(v *models.RolloutView) RolloutDetail {
 	d := RolloutDetail{Version: v.Version, State: v.State, Words: stateWords(v.State), Reason: v.Reason, Halted: v.State == models.RolloutHalted,
 		Canary: orNone(v.Canary), InFlight: v.MaxInFlight, Deadline: (time.Duration(v.DeadlineSeconds) * time.Second).String(),
-		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
+		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt), Plan: v.PlanID}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ")
 	}

@@ -51,6 +51,13 @@ func TestMeshctl_LabelsSelectorsTokensUsers(t *testing.T) {
 		if !lu.DryRun || len(lu.Changes) != 1 || !slices.Equal(lu.Changes[0].Loses, []string{"web"}) {
 			t.Fatalf("dry run of zone=b: %+v", lu)
 		}
+		// The settings it set are echoed as stored, not only the selector.
+		r = mc.ok(nil, "modules", "update", "web", "--tiers", `[{"machines":1},{"percent":50},{"percent":100}]`, "--tier-deadline", "15m", "--on-failure", "rollback")
+		for _, want := range []string{"tiers: 1 machine, 50%, 100%\n", "tier deadline: 15m0s\n", "on failure: rollback\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("modules update does not echo %q: %s", want, r)
+			}
+		}
 		if r := mc.run("", "modules", "update", "web", "--selector", "role="); r.code != 1 || !strings.Contains(r.stderr, "no value after =") {
 			t.Fatalf("bad selector: %s", r)
 		}

@@ -227,8 +227,48 @@ func (a *app) updateModule(cmd *cobra.Command, module string, body client.Update
 			sel = "none"
 		}
 		fmt.Fprintf(a.out, "module %s %s; selector: %s\n", module, verb, sel)
+		// The settings given, as the controller stored them (a person
+		// sees the tiers their plans will take, not only the selector).
+		m := u.Module
+		if body.Tiers != nil {
+			fmt.Fprintf(a.out, "tiers: %s\n", tiersWords(m.Tiers))
+		}
+		if body.TierDeadline != nil {
+			fmt.Fprintf(a.out, "tier deadline: %s\n", m.TierDeadline)
+		}
+		if body.OnFailure != nil {
+			fmt.Fprintf(a.out, "on failure: %s\n", m.OnFailure)
+		}
+		if body.Repository != nil {
+			fmt.Fprintf(a.out, "repository: %s\n", orDash(m.Repository))
+		}
+		if body.SourcePaths != nil {
+			fmt.Fprintf(a.out, "source paths: %s\n", orDash(strings.Join(m.SourcePaths, ", ")))
+		}
 		return a.changesTable(u.Changes)
 	}
+}
+
+// tiersWords says a module's tiers: "1 machine, 50%, 100%"; none is the
+// default (one canary machine, then all).
+func tiersWords(ts []client.Tier) string {
+	if len(ts) == 0 {
+		return "default (1 canary machine, then all)"
+	}
+	var ws []string
+	for _, t := range ts {
+		switch {
+		case t.Machines != nil && *t.Machines == 1:
+			ws = append(ws, "1 machine")
+		case t.Machines != nil:
+			ws = append(ws, fmt.Sprintf("%d machines", *t.Machines))
+		case t.Percent != nil:
+			ws = append(ws, fmt.Sprintf("%d%%", *t.Percent))
+		default:
+			ws = append(ws, "?")
+		}
+	}
+	return strings.Join(ws, ", ")
 }
 
 // changesTable shows which machines gain and lose which modules.

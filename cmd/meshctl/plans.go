@@ -79,7 +79,25 @@ stdout.`,
 		},
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the plan")
-	cmd.AddCommand(ls, show, watch)
+	var hostFirst string
+	create := &cobra.Command{
+		Use:   "create MODULE@BUILD",
+		Short: "Make a plan of a finished build by hand",
+		Long: `Make a plan of a finished build by hand: the build reaches the module's
+machines tier by tier, then becomes current. With --host-release-first, the
+plan first rolls that host release out (canary first, each machine on
+trial) to its machines whose hosts lack a schema the release decodes; its
+tiers wait until that rollout is done, and the plan halts, saying why, if
+the rollout halts. Use it for a build that needs a declaration schema some
+of its machines' hosts do not decode yet (they show "held back").`,
+		Example: `  meshctl plans create web@2 --host-release-first 1.5.0`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.createPlan(cmd.Context(), args[0], hostFirst)
+		},
+	}
+	create.Flags().StringVar(&hostFirst, "host-release-first", "", "a host release to roll out to the plan's machines before its first tier")
+	cmd.AddCommand(ls, show, watch, create)
 	for _, action := range []struct{ name, short string }{
 		{"pause", "Pause a running plan"},
 		{"resume", "Resume a paused plan (a halted tier is judged again)"},
@@ -96,6 +114,36 @@ stdout.`,
 		})
 	}
 	return cmd
+}
+
+// createPlan makes a plan of MODULE@BUILD and shows it.
+func (a *app) createPlan(ctx context.Context, arg, hostFirst string) error {
+	module, build, err := parseModuleBuild(arg)
+	if err != nil {
+		return err
+	}
+	if build == nil {
+		return fmt.Errorf("%q: want MODULE@BUILD, the build to roll out", arg)
+	}
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	body := client.CreatePlanJSONRequestBody{Module: module, Build: *build}
+	if hostFirst != "" {
+		body.HostReleaseFirst = &hostFirst
+	}
+	r, err := c.CreatePlanWithResponse(ctx, body)
+	if err != nil {
+		return reach(err)
+	}
+	if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		return a.printJSON(r.Body)
+	}
+	return a.showPlan(r.JSON201)
 }
 
 // planAction shows a plan, or pauses, resumes, cancels or rolls it back
@@ -163,6 +211,9 @@ func (a *app) showPlan(p *client.Plan) error {
 	}
 	if p.Reason != "" {
 		rows = append(rows, []string{"Why:", p.Reason})
+	}
+	if p.HostRelease != "" {
+		rows = append(rows, []string{"Host step:", hostStepWords(p)})
 	}
 	rows = append(rows, []string{"Tier:", tierOf(*p)}, []string{"By:", p.CreatedBy + ", " + ago(&p.CreatedAt)})
 	if p.FinishedAt != nil {
@@ -234,7 +285,30 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, reason)}
 }
 
-// planGroups counts a plan's steps per tier.
+// hostStepWords says where a plan's host step is: "1.5.0 first: rollout
+// running; m1 upgrading, m2 pending".
+func hostStepWords(p *client.Plan) string {
+	s := p.HostRelease + " first"
+	ro := p.HostStep
+	if ro == nil {
+		return s + ": no rollout started"
+	}
+	s += ": rollout " + string(ro.State)
+	if ro.Reason != "" {
+		s += " (" + ro.Reason + ")"
+	}
+	if len(ro.Machines) == 0 {
+		return s + "; no machine needed it"
+	}
+	var ms []string
+	for _, m := range ro.Machines {
+		ms = append(ms, m.Machine+" "+strings.ReplaceAll(string(m.State), "_", " "))
+	}
+	return s + "; " + strings.Join(ms, ", ")
+}
+
+// planGroups counts a plan's host step's machines (when it has one) and
+// its steps per tier.
 func planGroups(p *client.Plan) []group {
 	tiers := 0
 	for _, s := range p.Steps {
@@ -246,6 +320,21 @@ func planGroups(p *client.Plan) []group {
 		if i == 0 && tiers > 1 {
 			gs[i].name += " (canary)"
 		}
+	}
+	var host []group
+	if ro := p.HostStep; ro != nil {
+		h := group{name: "host " + ro.Version, total: len(ro.Machines)}
+		for _, m := range ro.Machines {
+			switch m.State {
+			case client.RolloutMachineStateUpgraded:
+				h.done++
+			case client.RolloutMachineStateUpgrading:
+				h.busy++
+			case client.RolloutMachineStateFailed, client.RolloutMachineStateRolledBack:
+				h.failed++
+			}
+		}
+		host = append(host, h)
 	}
 	for _, s := range p.Steps {
 		g := &gs[s.Tier]
@@ -259,7 +348,7 @@ func planGroups(p *client.Plan) []group {
 			g.failed++
 		}
 	}
-	return gs
+	return append(host, gs...)
 }
 
 func tierOf(p client.Plan) string {

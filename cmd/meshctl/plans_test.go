@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/client"
+	"mesh/controller/ctltest"
+	"mesh/models"
+	"mesh/store"
+)
+
+// hostPoll is one poll of a host as hostVersion advertising schemas: the
+// declaration it got (nil on 304) and the send that carried it.
+func hostPoll(t *testing.T, e *ctltest.Env, token, hostVersion, schemas string, known int64) (*models.DeclarationPayload, string) {
+	t.Helper()
+	h := map[string]string{"X-Mesh-Host-Version": hostVersion, "X-Mesh-Schema": schemas, "If-None-Match": fmt.Sprintf(`"%d"`, known)}
+	resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: token, Header: h})
+	if resp.StatusCode != 200 {
+		t.Fatalf("poll: %d %s", resp.StatusCode, b)
+	}
+	var env models.Envelope
+	var d models.DeclarationPayload
+	if err := json.Unmarshal(b, &env); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(env.Payload, &d); err != nil {
+		t.Fatal(err)
+	}
+	return &d, resp.Header.Get("X-Mesh-Send")
+}
+
+// TestMeshctl_PlansCreateHostReleaseFirst: `meshctl plans create
+// MODULE@BUILD --host-release-first VERSION` makes a plan whose host step
+// is shown (the rollout and each machine in it); an unknown release is
+// refused saying so; `plans watch` shows the host step beside the tiers
+// and ends 0 once the plan is done.
+func TestMeshctl_PlansCreateHostReleaseFirst(t *testing.T) {
+	mc := buildMeshctl(t)
+	e := ctltest.Start(t, store.SQLite, ctltest.Options{RolloutEvery: 100 * time.Millisecond})
+	e.AddUser("ops", "admin")
+	if r := mc.run("password-of-ops\n", "login", e.URL, "--user", "ops", "--password-stdin"); r.code != 0 {
+		t.Fatalf("login: %s", r)
+	}
+	en := e.Enroll("m1")
+	d, send := hostPoll(t, e, en.Token, "1.0.0", "1", 0)
+	report := func(body map[string]any) {
+		t.Helper()
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: body}, 201, nil)
+	}
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied"})
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+	if resp, b := e.Upload(e.Admin, "web", `{"resources": [{"name": "web", "kind": "service", "command": ["/opt/web/run"]}]}`, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+		Header: map[string]string{"If-Match": fmt.Sprintf(`"%d"`, d.Generation)}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
+	d, send = hostPoll(t, e, en.Token, "1.0.0", "1", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "running": map[string]any{"web": map[string]any{"build": 1}}})
+	if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	cert := `{"resources": [{"name": "web", "kind": "service", "command": ["/opt/web/run"]},
+	  {"name": "cert", "kind": "certificate", "names": ["web.${machine.name}.mesh"], "path": "/etc/web/chain.pem", "key_path": "/etc/web/key.pem"}]}`
+	if resp, b := e.Upload(e.Admin, "web", cert, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload of build 2: %d %s", resp.StatusCode, b)
+	}
+	var auto client.PlanList
+	mc.ok(&auto, "plans", "ls", "-o", "json")
+	mc.ok(nil, "plans", "cancel", strconv.Itoa(auto.Items[0].Id))
+
+	if r := mc.run("", "plans", "create", "web@2", "--host-release-first", "9.9.9"); r.code != 1 || !strings.Contains(r.stderr, "host_release_first: no host release 9.9.9") {
+		t.Fatalf("an unknown release: %s", r)
+	}
+	r := mc.ok(nil, "plans", "create", "web@2", "--host-release-first", "1.5.0")
+	if !strings.Contains(r.stdout, "Host step:") || !strings.Contains(r.stdout, "1.5.0 first: rollout running; m1 upgrading") {
+		t.Fatalf("plans create: %s", r)
+	}
+	var p client.Plan
+	var ps client.PlanList
+	mc.ok(&ps, "plans", "ls", "-o", "json")
+	mc.ok(&p, "plans", "show", strconv.Itoa(ps.Items[0].Id), "-o", "json")
+	if p.HostRelease != "1.5.0" || p.HostStep == nil || p.HostStep.Plan != p.Id || p.HostStep.State != "running" {
+		t.Fatalf("plans show -o json: %+v", p)
+	}
+
+	// The host upgrades (its trial polls as 1.5.0, decoding 1,2) and then
+	// applies build 2 in schema 2: the plan is done.
+	d, send = hostPoll(t, e, en.Token, "1.0.0", "1", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "running": map[string]any{"web": map[string]any{"build": 1}}})
+	d, send = hostPoll(t, e, en.Token, "1.5.0", "1,2", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "upgraded", "host_version": "1.5.0",
+		"running": map[string]any{"web": map[string]any{"build": 1}}})
+	d, send = hostPoll(t, e, en.Token, "1.5.0", "1,2", d.Generation)
+	if d.Schema != 2 || len(d.Resources) != 2 {
+		t.Fatalf("after the host step: %+v", d)
+	}
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "host_version": "1.5.0",
+		"running": map[string]any{"web": map[string]any{"build": 2}}})
+	w := mc.run("", "plans", "watch", strconv.Itoa(p.Id))
+	if w.code != 0 || !strings.Contains(w.stdout, "host 1.5.0") || !strings.Contains(w.stdout, fmt.Sprintf("plan %d done", p.Id)) {
+		t.Fatalf("plans watch: %s", w)
+	}
+}
