@@ -206,7 +206,9 @@ func (h HeldBack) Reason() string {
 // anything else. The newest applied content is past the host only when the
 // host was rolled back after applying it (a trial that applied schema-2
 // content, then put back by its launcher): the content before it is what
-// that host last ran, and what it can keep, renew and check. When no
+// that host last ran, and what it can keep, renew and check; when that
+// was nothing, the declaration says empty_ok, as going back to it is
+// meant, not a store that lost the machine's content. When no
 // applied declaration is expressible (or the last applied is not on
 // record) it is an error and nothing is sent: no resources would tear the
 // machine down, which a declaration must never do by being stale.
@@ -227,6 +229,13 @@ func HoldBack(desired *DeclarationPayload, applied []*DeclarationPayload, applie
 		p.Resources, p.EmptyOK, p.Schema = a.Resources, a.EmptyOK, s
 		if p.Resources == nil {
 			p.Resources = []Resource{}
+		}
+		if a.Generation != appliedGen && len(p.Resources) == 0 {
+			// Going back to nothing, which the machine ran before the
+			// trial, is meant: without empty_ok the host would refuse it
+			// while the trial's resources run (its guard against a lost
+			// store) and take no declaration again.
+			p.EmptyOK = true
 		}
 		return &p, a.Generation, nil
 	}

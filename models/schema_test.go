@@ -249,6 +249,13 @@ func TestHoldBack(t *testing.T) {
 			appliedGen: 8, host: Schemas{1}, want: []Resource{other}, from: 6},
 		{name: "RolledBackToEmptyOK", applied: []*DeclarationPayload{gen(8, false, cert), gen(4, true)},
 			appliedGen: 8, host: Schemas{1}, want: []Resource{}, wantEmpty: true, from: 4},
+		// What the machine ran before the trial was nothing: going back
+		// to it says empty_ok, or the host refuses it while the trial's
+		// resources run.
+		{name: "RolledBackToNothing", applied: []*DeclarationPayload{gen(8, false, file, cert), gen(4, false)},
+			appliedGen: 8, host: Schemas{1}, want: []Resource{}, wantEmpty: true, from: 4},
+		{name: "LastAppliedNothing", applied: []*DeclarationPayload{gen(4, false)}, appliedGen: 4, host: Schemas{1},
+			want: []Resource{}, from: 4},
 		{name: "ErrNoneExpressible", applied: []*DeclarationPayload{gen(8, false, file, cert), gen(7, false, cert)}, appliedGen: 8, host: Schemas{1},
 			err: "machine m1: the content of generation 8, which it applied last, needs schema 2, its host decodes 1, and no earlier declaration it applied that its host decodes is on record"},
 		{name: "ErrLastAppliedNotOnRecord", applied: []*DeclarationPayload{gen(6, false, file)}, appliedGen: 8, host: Schemas{1},
