@@ -93,7 +93,7 @@ type Agent struct {
 	applyingSend string
 	renewWait    time.Duration // backoff of a failing renewal
 
-	trialDone     bool
+	trialDone     bool // the upgraded report was answered: accepted, or refused for good
 	trialPolls    int
 	upgradeStaged bool
 	said          map[string]bool

@@ -130,7 +130,11 @@ func (a *Agent) sendOf(gen int64) string {
 
 // trial runs on a host the launcher started on trial: once it has polled
 // (a 304 counts) it reports upgraded; once that report is accepted it
-// leaves the marker the launcher waits for.
+// leaves the marker the launcher waits for. A report the controller
+// refuses (it failed this trial: the release advertises other schemas
+// than it records, or the rollout's deadline passed) is journaled and not
+// sent again, and no marker is written: the launcher puts known-good back
+// at the trial's deadline, as the controller already put the target back.
 func (a *Agent) trial(ctx context.Context) {
 	if os.Getenv(EnvTrialVersion) != version.Version || a.trialDone {
 		return
@@ -140,7 +144,17 @@ func (a *Agent) trial(ctx context.Context) {
 		Outcome: models.OutcomeUpgraded, Reason: fmt.Sprintf("upgraded from %s to %s", os.Getenv(EnvTrialFrom), version.Version),
 		HostVersion: version.Version, FinishedAt: &now, Running: a.state.Running()}
 	b, _ := json.Marshal(r)
-	if err := a.client.postReport(ctx, b); err != nil {
+	err := a.client.postReport(ctx, b)
+	var refused *reportRefused
+	if errors.As(err, &refused) {
+		a.trialDone = true
+		a.cfg.Log.Error("the controller refused this trial's upgraded report; not writing the reconcile marker, so the launcher puts known-good back",
+			"version", version.Version, "status", refused.status, "detail", refused.detail)
+		_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason,
+			ReportRefused: &ReportRefusal{Status: refused.status, Detail: refused.detail}})
+		return
+	}
+	if err != nil {
 		a.cfg.Log.Warn("upgraded report not accepted yet", "err", err)
 		return
 	}

@@ -30,6 +30,7 @@ func problemOf(err error) Problem {
 	var inv *models.InvalidError
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
+	var tf *models.TrialFailedError
 	p := func(status int, slug, title string) Problem {
 		return Problem{Type: ProblemType(slug), Title: title, Status: status, Detail: err.Error()}
 	}
@@ -56,6 +57,8 @@ func problemOf(err error) Problem {
 		return p(http.StatusConflict, "downgrade-needs-reason", "Older build needs a reason")
 	case errors.Is(err, models.ErrMachineConflict):
 		return p(http.StatusConflict, "machine-conflict", "Machine is in conflict")
+	case errors.As(err, &tf):
+		return p(http.StatusConflict, "trial-failed", "The trial of this host release failed")
 	case errors.Is(err, models.ErrConflict):
 		return p(http.StatusConflict, "conflict", "Conflict")
 	case errors.Is(err, models.ErrTooManyRequests):

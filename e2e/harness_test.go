@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 	bin = dir
 	for name, b := range map[string]struct{ pkg, version string }{
 		"mesh-controller": {"../cmd/mesh-controller", "1.0.0"}, "mesh-host": {"../cmd/mesh-host", "1.0.0"},
-		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
+		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "mesh-host-5": {"../cmd/mesh-host", "5.0.0"}, "svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
 		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
 		"tlssvc": {"./testdata/tlssvc", "1.0.0"}, "pollsonce": {"./testdata/pollsonce", "1.9.0"},
 	} {

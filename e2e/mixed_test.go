@@ -28,8 +28,12 @@ import (
 // schema 1; m1's applied state stays and it goes on being polled. Today's
 // host release rolled out to m1: it upgrades, advertises 1,2, its
 // generation is bumped (trigger schema) and composed in full, it applies
-// it and its check passes. Nobody touched a machine by hand; no machine
-// was ever sent a schema its poll did not advertise.
+// it and its check passes. Before that, today's host uploaded as a
+// release recording schemas 1 fails its trial on m1 (its poll advertises
+// 1,2) after applying the module in full; its upgraded report is refused,
+// the launcher puts the schema-1 host back, and that host is sent the
+// newest content it applied that it decodes. Nobody touched a machine by
+// hand; no machine was ever sent a schema its poll did not advertise.
 func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 	prev := previousHost(t)
 	c := startControllerTLS(t, store.SQLite)
@@ -192,6 +196,42 @@ func TestSchema2_MixedFleetHeldBackThenUpgraded(t *testing.T) {
 	}
 	if exists(filepath.Join(old.Root, "etc/web/key.pem")) || exists(filepath.Join(old.Root, "opt/web")) {
 		t.Fatal("m1 was given part of the module by the failed trial")
+	}
+
+	// Today's host uploaded as 5.0.0 recording schemas 1: its trial on m1
+	// polls advertising 1,2, so the controller fails it (the rollout
+	// halts with the schema reason, m1's generation is bumped) and
+	// refuses its upgraded report. The trial, its poll having advertised
+	// 1,2, is sent the module in full and applies it; with no reconcile
+	// marker, m1's launcher puts the schema-1 host back at the trial
+	// deadline. That host is sent, whole, the newest content it applied
+	// that it decodes — the held-back content it ran before the trial —
+	// and applies it: m1 never stops receiving declarations.
+	c.releaseSchemas("mesh-host-5", "5.0.0", "1")
+	c.rollout("5.0.0")
+	if v := c.waitRollout("5.0.0", 90*time.Second, "halted", "done"); v.State != "halted" ||
+		v.Reason != "machine m1 failed: its trial poll advertised schemas 1,2; release 5.0.0 records 1" {
+		t.Fatalf("rollout of the release recording the wrong schemas: %+v\nm1's log:\n%s", v, old.log)
+	}
+	waitFor(t, 90*time.Second, "m1 back on the schema-1 host applies the newest content it decodes", func() bool {
+		c.JSON(ctlReq("/api/v1/machines/m1", c.Admin), 200, &m1)
+		return m1.HostVersion == "0.9.0" && m1.Schema == "1" && m1.AppliedGeneration == m1.Generation &&
+			m1.FinishedGen == m1.Generation && strings.Contains(m1.HeldBack, "the newest it applied that its host decodes")
+	})
+	if m1.State != "behind" || !strings.HasPrefix(m1.HeldBack, "held back: needs host schema 2; host 0.9.0 decodes 1; release 2.0.0 decodes 1,2; sent the content of generation ") {
+		t.Fatalf("m1 after the rollback past applied content: state %q, reason %q", m1.State, m1.HeldBack)
+	}
+	c.waitReport("m1", "rolled_back", "rolled back from 5.0.0 to 0.9.0")
+	if j := old.journalText(); !strings.Contains(j, "report refused by the controller (409): upgraded report refused: the trial of host release 5.0.0 on machine m1 failed") {
+		t.Fatalf("m1's journal has no refused upgraded report:\n%s", j)
+	}
+	if got := managed(t, old.State); !slices.Equal(got, managedBefore) {
+		t.Fatalf("m1 manages %v back on the schema-1 host, %v before the trial", got, managedBefore)
+	}
+	for _, s := range schemasSent("m1")[:1] {
+		if s.Schema != 1 {
+			t.Fatalf("m1's schema-1 host was sent schema %d: %+v", s.Schema, s)
+		}
 	}
 
 	// Today's release reaches m1 by a rollout, as any upgrade.

@@ -29,11 +29,18 @@ type rolloutView struct {
 
 func (c *controllerProc) release(file, version string) {
 	c.t.Helper()
+	c.releaseSchemas(file, version, "1,2")
+}
+
+// releaseSchemas uploads bin/file as host release version recording that
+// it decodes schemas (which may be untrue of the binary).
+func (c *controllerProc) releaseSchemas(file, version, schemas string) {
+	c.t.Helper()
 	b, err := os.ReadFile(filepath.Join(bin, file))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	resp, body := c.UploadRelease(c.Admin, version, b)
+	resp, body := c.UploadReleaseSchemas(c.Admin, version, schemas, b)
 	if resp.StatusCode != 201 {
 		c.t.Fatalf("release %s: %d %s", version, resp.StatusCode, body)
 	}
@@ -70,7 +77,12 @@ func (c *controllerProc) hostVersion(name string) string {
 // `mesh-host launch`. v2 (a real build) rolls out canary first, then the
 // others. v3 exits at start and v4 never polls: each time the canary rolls
 // itself back to v2 within the deadline, the rollout halts and says why,
-// and the other machines never leave v2. Services run on throughout.
+// and the other machines never leave v2. v5 is today's host uploaded as
+// decoding schema 1 only: its trial's poll advertises 1,2, the controller
+// fails the trial and refuses its upgraded report, so the canary's
+// launcher puts v2 back too (before that refusal, the report was taken,
+// the launcher called v5 known-good and m2 stayed on the failed release).
+// Services run on throughout.
 func TestHostUpgrade_RolloutAndAutomaticRollback(t *testing.T) {
 	c := startController(t, store.SQLite)
 	nodeTools(t, c)
@@ -129,14 +141,15 @@ func TestHostUpgrade_RolloutAndAutomaticRollback(t *testing.T) {
 		}
 	}
 
-	for _, bad := range []struct{ file, version, says string }{
-		{"exitatstart", "3.0.0", "exited before completing a reconcile"},
-		{"neverpolls", "4.0.0", "did not complete a reconcile within 8s"},
+	for _, bad := range []struct{ file, version, schemas, halt, says string }{
+		{"exitatstart", "3.0.0", "1,2", "machine m2 rolled back", "exited before completing a reconcile"},
+		{"neverpolls", "4.0.0", "1,2", "machine m2 rolled back", "did not complete a reconcile within 8s"},
+		{"mesh-host-5", "5.0.0", "1", "machine m2 failed", "its trial poll advertised schemas 1,2; release 5.0.0 records 1"},
 	} {
-		c.release(bad.file, bad.version)
+		c.releaseSchemas(bad.file, bad.version, bad.schemas)
 		c.rollout(bad.version)
 		v := c.waitRollout(bad.version, 90*time.Second, "halted", "done")
-		if v.State != "halted" || !strings.Contains(v.Reason, "machine m2 rolled back") || !strings.Contains(v.Reason, bad.says) {
+		if v.State != "halted" || !strings.Contains(v.Reason, bad.halt) || !strings.Contains(v.Reason, bad.says) {
 			t.Fatalf("rollout of %s: %+v", bad.version, v)
 		}
 		for _, m := range v.Machines {
@@ -174,7 +187,8 @@ func TestHostUpgrade_RolloutAndAutomaticRollback(t *testing.T) {
 		c.waitReport("m2", "rolled_back", "rolled back from "+bad.version+" to 2.0.0")
 	}
 	j := hosts["m2"].journalText()
-	if !strings.Contains(j, "rolled_back") || !strings.Contains(j, "upgraded from 1.0.0 to 2.0.0") {
+	if !strings.Contains(j, "rolled_back") || !strings.Contains(j, "upgraded from 1.0.0 to 2.0.0") ||
+		!strings.Contains(j, "report refused by the controller (409): upgraded report refused: the trial of host release 5.0.0 on machine m2 failed") {
 		t.Fatalf("m2's journal:\n%s", j)
 	}
 }

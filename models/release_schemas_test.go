@@ -64,3 +64,35 @@ func TestTrialSchemas(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeUpgraded: an upgraded report is refused only for a trial the
+// controller failed; an in-flight, finished, rolled back or unknown one is
+// accepted.
+func TestJudgeUpgraded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rm   *RolloutMachine
+		want string
+	}{
+		{"NoRollout", nil, ""},
+		{"Upgrading", &RolloutMachine{State: UpgradeUpgrading}, ""},
+		{"Upgraded", &RolloutMachine{State: UpgradeUpgraded}, ""},
+		{"RolledBack", &RolloutMachine{State: UpgradeRolledBack, Reason: "did not start"}, ""},
+		{"Failed", &RolloutMachine{State: UpgradeFailed, Reason: "its trial poll advertised schemas 1,2; release 2.0.0 records 1"},
+			"upgraded report refused: the trial of host release 2.0.0 on machine m1 failed (its trial poll advertised schemas 1,2; release 2.0.0 records 1); the launcher puts the previous release back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := JudgeUpgraded("m1", "2.0.0", tc.rm)
+			got := ""
+			if err != nil {
+				got = err.Error()
+				if !errors.Is(err, ErrConflict) {
+					t.Fatalf("%v is not a conflict", err)
+				}
+			}
+			if got != tc.want {
+				t.Fatalf("got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -102,3 +102,34 @@ type Setting struct {
 
 // SettingHostDefault names the fleet-wide default host version.
 const SettingHostDefault = "host_default_version"
+
+// TrialFailedError refuses the upgraded report of a trial the controller
+// has already failed (its poll advertised other schemas than the release
+// records, or it missed the rollout's deadline). Accepting it would let
+// the launcher call the release known-good and keep the machine on a
+// release whose rollout halted on it; refused (409), the trial never
+// completes and the launcher puts known-good back at its deadline.
+type TrialFailedError struct {
+	Machine string
+	Version string
+	Reason  string // why the controller failed the trial
+}
+
+func (e *TrialFailedError) Error() string {
+	return fmt.Sprintf("upgraded report refused: the trial of host release %s on machine %s failed (%s); the launcher puts the previous release back",
+		e.Version, e.Machine, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *TrialFailedError) Unwrap() error { return ErrConflict }
+
+// JudgeUpgraded says whether an upgraded report of host release version
+// from machine is accepted, given the machine's newest rollout row for that
+// version (nil: none). A trial the controller failed is refused; any other
+// (in flight, already upgraded, or not part of a rollout) is accepted.
+func JudgeUpgraded(machine, version string, rm *RolloutMachine) error {
+	if rm == nil || rm.State != UpgradeFailed {
+		return nil
+	}
+	return &TrialFailedError{Machine: machine, Version: version, Reason: rm.Reason}
+}

@@ -20,10 +20,14 @@ type Keeps struct {
 	LatestSend           string
 	LatestSendGeneration int64
 	// LatestReport is the id of its newest report; LatestApplied that of
-	// its newest report with outcome applied (0: none).
-	LatestReport, LatestApplied int64
+	// its newest report with outcome applied (0: none); LatestAppliedV1
+	// that of its newest applied report whose declaration was composed in
+	// schema 1, which every host decodes: what a held-back declaration
+	// carries when a host is rolled back past content it applied
+	// (HoldBack).
+	LatestReport, LatestApplied, LatestAppliedV1 int64
 	// ReportSends and ReportGenerations are the sends (and their
-	// generations) those two reports name.
+	// generations) those reports name.
 	ReportSends       []string
 	ReportGenerations []int64
 	// LatestDeclared is the newest generation declared for it.
@@ -45,10 +49,12 @@ func (k *Keeps) KeepSend(id string, generation int64) bool {
 	return false
 }
 
-// KeepReport says whether a report must stay: the machine's latest, and
-// its latest applied one (which says what it runs and which send it was).
+// KeepReport says whether a report must stay: the machine's latest, its
+// latest applied one (which says what it runs and which send it was), and
+// its latest applied one of a schema-1 declaration.
 func (k *Keeps) KeepReport(id int64) bool {
-	return id == k.LatestReport || (k.LatestApplied != 0 && id == k.LatestApplied)
+	return id == k.LatestReport || (k.LatestApplied != 0 && id == k.LatestApplied) ||
+		(k.LatestAppliedV1 != 0 && id == k.LatestAppliedV1)
 }
 
 // KeepDeclaration says whether the declaration of a generation must stay:

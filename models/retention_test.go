@@ -4,7 +4,8 @@ import "testing"
 
 func TestKeeps(t *testing.T) {
 	k := Keeps{Generation: 9, AppliedGeneration: 7, LatestSend: "s9b", LatestSendGeneration: 9,
-		LatestReport: 40, LatestApplied: 31, ReportSends: []string{"s8", "s7"}, ReportGenerations: []int64{8, 7}, LatestDeclared: 10}
+		LatestReport: 40, LatestApplied: 31, LatestAppliedV1: 22, ReportSends: []string{"s8", "s7", "s4"}, ReportGenerations: []int64{8, 7, 4},
+		LatestDeclared: 10}
 	sends := []struct {
 		name string
 		id   string
@@ -15,6 +16,7 @@ func TestKeeps(t *testing.T) {
 		{"OfTheCurrentGeneration", "s9a", 9, true},
 		{"OfTheAppliedGeneration", "s7old", 7, true},
 		{"NamedByTheLatestReport", "s8", 8, true},
+		{"NamedByTheLatestAppliedSchema1Report", "s4", 4, true},
 		{"Older", "s5", 5, false},
 		{"AnotherOfAnOldGeneration", "s8b", 8, false},
 	}
@@ -25,12 +27,12 @@ func TestKeeps(t *testing.T) {
 			}
 		})
 	}
-	for id, keep := range map[int64]bool{40: true, 31: true, 30: false, 1: false} {
+	for id, keep := range map[int64]bool{40: true, 31: true, 22: true, 30: false, 1: false} {
 		if got := k.KeepReport(id); got != keep {
 			t.Errorf("KeepReport(%d) = %v", id, got)
 		}
 	}
-	for gen, keep := range map[int64]bool{10: true, 9: true, 8: true, 7: true, 6: false, 1: false} {
+	for gen, keep := range map[int64]bool{10: true, 9: true, 8: true, 7: true, 6: false, 4: true, 1: false} {
 		if got := k.KeepDeclaration(gen); got != keep {
 			t.Errorf("KeepDeclaration(%d) = %v", gen, got)
 		}

@@ -160,16 +160,21 @@ func TrialSchemas(version string, want, got Schemas) string {
 // HeldBack is why a machine's declaration was composed from held-back
 // content: the schema its desired content needs, and the host that cannot
 // decode it. Release, when known, is a host release that decodes Need.
+// From is the generation whose applied content it carries when that is
+// not Applied, the last the machine applied (the host was rolled back past
+// content it had applied; see HoldBack).
 type HeldBack struct {
 	Need           int
 	HostVersion    string
 	Host           Schemas
 	Release        string
 	ReleaseSchemas Schemas
+	From, Applied  int64
 }
 
 // Reason is the words every view shows: "held back: needs host schema 2;
-// host 1.4.0 decodes 1; release 1.5.0 decodes 2".
+// host 1.4.0 decodes 1; release 1.5.0 decodes 2", and, for a host rolled
+// back past content it had applied, which content it is sent instead.
 func (h HeldBack) Reason() string {
 	hv := h.HostVersion
 	if hv == "" {
@@ -181,31 +186,59 @@ func (h HeldBack) Reason() string {
 	} else {
 		s += "; no host release known to decode it"
 	}
+	if h.From != 0 && h.From != h.Applied {
+		s += fmt.Sprintf("; sent the content of generation %d, the newest it applied that its host decodes (generation %d, applied last, is past it)",
+			h.From, h.Applied)
+	}
 	return s
 }
 
 // HoldBack composes a held-back declaration: desired's header (machine,
 // generation, composed_*, the target host release, so the host can still
-// be upgraded by a rollout) around the resources the host last applied,
-// in the lowest schema the host decodes that expresses them. Never
-// partial: all of what was applied, none of what was not. An error when
-// even that content is past the host (a host rolled back to one older than
-// the one that applied it).
-func HoldBack(desired, applied *DeclarationPayload, host Schemas) (*DeclarationPayload, error) {
+// be upgraded by a rollout) around the resources of the newest declaration
+// the machine applied that the host can express — applied holds the
+// declarations it applied, newest first, appliedGen the generation it
+// applied last (0: none yet, so no resources) — in the lowest schema the
+// host decodes that expresses them. It returns the generation whose
+// content it carries.
+//
+// Never partial: all of one applied declaration's content, none of
+// anything else. The newest applied content is past the host only when the
+// host was rolled back after applying it (a trial that applied schema-2
+// content, then put back by its launcher): the content before it is what
+// that host last ran, and what it can keep, renew and check; when that
+// was nothing, the declaration says empty_ok, as going back to it is
+// meant, not a store that lost the machine's content. When no
+// applied declaration is expressible (or the last applied is not on
+// record) it is an error and nothing is sent: no resources would tear the
+// machine down, which a declaration must never do by being stale.
+func HoldBack(desired *DeclarationPayload, applied []*DeclarationPayload, appliedGen int64, host Schemas) (*DeclarationPayload, int64, error) {
 	p := *desired
-	p.Resources, p.EmptyOK = []Resource{}, desired.EmptyOK
-	if applied != nil {
-		p.Resources, p.EmptyOK = applied.Resources, applied.EmptyOK
+	if appliedGen == 0 {
+		applied = []*DeclarationPayload{{Resources: []Resource{}, EmptyOK: desired.EmptyOK}}
+	} else if len(applied) == 0 || applied[0].Generation != appliedGen {
+		return nil, 0, fmt.Errorf("%w: machine %s: the declaration of generation %d, which it applied last, is not on record",
+			ErrInvalid, desired.Machine, appliedGen)
+	}
+	for _, a := range applied {
+		need := NeededSchema(a.Resources)
+		s, ok := host.Pick(need)
+		if !ok {
+			continue
+		}
+		p.Resources, p.EmptyOK, p.Schema = a.Resources, a.EmptyOK, s
 		if p.Resources == nil {
 			p.Resources = []Resource{}
 		}
+		if a.Generation != appliedGen && len(p.Resources) == 0 {
+			// Going back to nothing, which the machine ran before the
+			// trial, is meant: without empty_ok the host would refuse it
+			// while the trial's resources run (its guard against a lost
+			// store) and take no declaration again.
+			p.EmptyOK = true
+		}
+		return &p, a.Generation, nil
 	}
-	need := NeededSchema(p.Resources)
-	s, ok := host.Pick(need)
-	if !ok {
-		return nil, fmt.Errorf("%w: machine %s: even the content it last applied needs schema %d, its host decodes %s",
-			ErrInvalid, desired.Machine, need, host)
-	}
-	p.Schema = s
-	return &p, nil
+	return nil, 0, fmt.Errorf("%w: machine %s: the content of generation %d, which it applied last, needs schema %d, its host decodes %s, and no earlier declaration it applied that its host decodes is on record",
+		ErrInvalid, desired.Machine, appliedGen, NeededSchema(applied[0].Resources), host)
 }

@@ -216,39 +216,83 @@ func TestRenewAt_TwoThirds(t *testing.T) {
 	}
 }
 
+// TestHoldBack: a held-back declaration carries desired's header around
+// the newest applied content the host can express, whole. A host rolled
+// back past content it applied (TestHoldBack/RolledBackPastApplied pins
+// the failure: that machine's compose failed and it was sent nothing) is
+// sent the applied content before it.
 func TestHoldBack(t *testing.T) {
 	content := "x"
 	file := Resource{ID: "a.f", Kind: "file", Path: "/etc/f", Content: &content}
+	other := Resource{ID: "a.g", Kind: "file", Path: "/etc/g", Content: &content}
 	cert := Resource{ID: "b.c", Kind: ResourceCertificate, Names: []string{"b.mesh"}, Path: "/etc/c", KeyPath: "/etc/k"}
 	host := &HostRelease{Version: "1.5.0"}
 	desired := &DeclarationPayload{Schema: 2, Machine: "m1", Generation: 9, ComposedBy: "ctl", Host: host,
 		Resources: []Resource{file, cert}}
-	t.Run("AppliedContentAndNewHostTarget", func(t *testing.T) {
-		applied := &DeclarationPayload{Schema: 1, Machine: "m1", Generation: 7, Resources: []Resource{file}}
-		p, err := HoldBack(desired, applied, Schemas{1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Schema != 1 || p.Generation != 9 || p.Host != host || !reflect.DeepEqual(p.Resources, []Resource{file}) {
-			t.Fatalf("held back = %+v", p)
-		}
-		if len(desired.Resources) != 2 {
-			t.Fatal("desired changed")
-		}
-	})
-	t.Run("NothingAppliedYet", func(t *testing.T) {
-		p, err := HoldBack(desired, nil, Schemas{1})
-		if err != nil || p.Schema != 1 || len(p.Resources) != 0 || p.Resources == nil {
-			t.Fatalf("= %+v, %v; want no resources, schema 1", p, err)
-		}
-	})
-	t.Run("ErrAppliedContentPastHost", func(t *testing.T) {
-		applied := &DeclarationPayload{Schema: 2, Machine: "m1", Generation: 8, Resources: []Resource{file, cert}}
-		_, err := HoldBack(desired, applied, Schemas{1})
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "needs schema 2, its host decodes 1") {
-			t.Fatalf("err = %v", err)
-		}
-	})
+	gen := func(g int64, empty bool, rs ...Resource) *DeclarationPayload {
+		return &DeclarationPayload{Schema: NeededSchema(rs), Machine: "m1", Generation: g, Resources: rs, EmptyOK: empty}
+	}
+	for _, tc := range []struct {
+		name       string
+		applied    []*DeclarationPayload
+		appliedGen int64
+		host       Schemas
+		want       []Resource
+		wantEmpty  bool
+		from       int64
+		err        string
+	}{
+		{name: "AppliedContentAndNewHostTarget", applied: []*DeclarationPayload{gen(7, false, file)}, appliedGen: 7, host: Schemas{1},
+			want: []Resource{file}, from: 7},
+		{name: "NothingAppliedYet", host: Schemas{1}, want: []Resource{}},
+		{name: "RolledBackPastApplied", applied: []*DeclarationPayload{gen(8, false, file, cert), gen(6, false, other), gen(5, false, file)},
+			appliedGen: 8, host: Schemas{1}, want: []Resource{other}, from: 6},
+		{name: "RolledBackToEmptyOK", applied: []*DeclarationPayload{gen(8, false, cert), gen(4, true)},
+			appliedGen: 8, host: Schemas{1}, want: []Resource{}, wantEmpty: true, from: 4},
+		// What the machine ran before the trial was nothing: going back
+		// to it says empty_ok, or the host refuses it while the trial's
+		// resources run.
+		{name: "RolledBackToNothing", applied: []*DeclarationPayload{gen(8, false, file, cert), gen(4, false)},
+			appliedGen: 8, host: Schemas{1}, want: []Resource{}, wantEmpty: true, from: 4},
+		{name: "LastAppliedNothing", applied: []*DeclarationPayload{gen(4, false)}, appliedGen: 4, host: Schemas{1},
+			want: []Resource{}, from: 4},
+		{name: "ErrNoneExpressible", applied: []*DeclarationPayload{gen(8, false, file, cert), gen(7, false, cert)}, appliedGen: 8, host: Schemas{1},
+			err: "machine m1: the content of generation 8, which it applied last, needs schema 2, its host decodes 1, and no earlier declaration it applied that its host decodes is on record"},
+		{name: "ErrLastAppliedNotOnRecord", applied: []*DeclarationPayload{gen(6, false, file)}, appliedGen: 8, host: Schemas{1},
+			err: "machine m1: the declaration of generation 8, which it applied last, is not on record"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, from, err := HoldBack(desired, tc.applied, tc.appliedGen, tc.host)
+			if tc.err != "" {
+				if !errors.Is(err, ErrInvalid) || !strings.HasSuffix(err.Error(), tc.err) {
+					t.Fatalf("err = %v\nwant …%s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Schema != 1 || p.Generation != 9 || p.Host != host || p.ComposedBy != "ctl" || from != tc.from ||
+				p.EmptyOK != tc.wantEmpty || p.Resources == nil || !reflect.DeepEqual(p.Resources, tc.want) {
+				t.Fatalf("held back = %+v from %d; want %v from %d", p, from, tc.want, tc.from)
+			}
+			if len(desired.Resources) != 2 || desired.Schema != 2 {
+				t.Fatal("desired changed")
+			}
+		})
+	}
+}
+
+func TestHeldBack_ReasonRolledBack(t *testing.T) {
+	h := HeldBack{Need: 2, HostVersion: "0.9.0", Host: Schemas{1}, Release: "2.0.0", ReleaseSchemas: Schemas{1, 2}, From: 6, Applied: 8}
+	want := "held back: needs host schema 2; host 0.9.0 decodes 1; release 2.0.0 decodes 1,2; sent the content of generation 6, the newest it applied that its host decodes (generation 8, applied last, is past it)"
+	if got := h.Reason(); got != want {
+		t.Fatalf("reason = %q\nwant     %q", got, want)
+	}
+	h.From = 8
+	if got := h.Reason(); got != "held back: needs host schema 2; host 0.9.0 decodes 1; release 2.0.0 decodes 1,2" {
+		t.Fatalf("reason of the last applied content = %q", got)
+	}
 }
 
 func TestCheckCertificateGrant(t *testing.T) {

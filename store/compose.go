@@ -83,8 +83,9 @@ type composeInput struct {
 	// epoch is the retention epoch the snapshot saw (PostgreSQL).
 	epoch int64
 	// applied is what a machine whose host does not decode every schema
-	// last applied: the content a held-back declaration carries.
-	applied map[int64]*models.DeclarationPayload
+	// applied, newest first: the content a held-back declaration carries
+	// (readApplied).
+	applied map[int64][]*models.DeclarationPayload
 	// decoders is, per os/arch of those machines, the ready host releases
 	// that decode more than schema 1, newest first: the release a
 	// held-back reason names.

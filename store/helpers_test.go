@@ -18,6 +18,18 @@ func decode(t *testing.T, b []byte, v any) {
 	}
 }
 
+// trySentReport is sentReport that returns the store's answer.
+func trySentReport(t *testing.T, s *store.Store, id int64, r *models.Report) error {
+	t.Helper()
+	snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: r.Generation, InstanceID: "test", CreatedAt: time.Now().UTC()}
+	if err := s.InsertSends(context.Background(), []models.Send{snd}); err != nil {
+		t.Fatal(err)
+	}
+	r.Send = snd.ID
+	_, err := s.InsertReport(context.Background(), id, r, []byte(`{}`))
+	return err
+}
+
 // sentReport records a send of r's generation to machine id and stores r
 // naming it: only a report tied to a send moves what a machine applied.
 func sentReport(t *testing.T, s *store.Store, id int64, r *models.Report) {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -174,7 +175,8 @@ func TestRollout_TrialSchemas(t *testing.T) {
 
 // TestRollout_TrialSchemasAtReport: the upgraded report is judged too, on
 // the schemas last recorded for the machine, so a trial whose poll was
-// not recorded anew still fails on a mismatch.
+// not recorded anew still fails on a mismatch: the failure is kept, the
+// report refused.
 func TestRollout_TrialSchemasAtReport(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
@@ -184,11 +186,76 @@ func TestRollout_TrialSchemasAtReport(t *testing.T) {
 			t.Fatal(err)
 		}
 		cur, _ := s.Machine(ctx, "m1")
-		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0"})
+		err := trySentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0"})
+		var tf *models.TrialFailedError
+		if !errors.As(err, &tf) {
+			t.Fatalf("upgraded report of the failed trial: %v; want it refused", err)
+		}
 		ro, err := s.Rollout(ctx, "1.5.0")
 		if err != nil || ro.State != models.RolloutHalted || ro.Machines[0].State != models.UpgradeFailed ||
 			ro.Machines[0].Reason != "its trial poll advertised schemas 1; release 1.5.0 records 1,2" {
 			t.Fatalf("rollout = %+v %v", ro, err)
+		}
+	})
+}
+
+// TestRollout_UpgradedRefusedAfterFailedTrial pins a trial the controller
+// failed on its schemas being kept by the launcher: the trial's poll
+// advertised other schemas than its release records, the rollout halted
+// and the target went back, yet its upgraded report was accepted (no
+// machine was still upgrading), so the host wrote its reconcile marker
+// and stayed on the failed release. The report is refused, with why, and
+// audited; nothing of it is stored; the rolled_back report that follows
+// is accepted.
+func TestRollout_UpgradedRefusedAfterFailedTrial(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "2.0.0", "amd64", "1") // the binary decodes 1,2
+		if _, err := s.StartRollout(ctx, "test", "2.0.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "2.0.0", "1,2"); err != nil {
+			t.Fatal(err)
+		}
+		reason := "its trial poll advertised schemas 1,2; release 2.0.0 records 1"
+		if ro, _ := s.Rollout(ctx, "2.0.0"); ro.State != models.RolloutHalted || ro.Machines[0].Reason != reason {
+			t.Fatalf("rollout = %+v", ro)
+		}
+		before, _ := s.Reports(ctx, m1.ID, 100, 0)
+		cur, _ := s.Machine(ctx, "m1")
+
+		err := trySentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded,
+			Reason: "upgraded from 1.0.0 to 2.0.0", HostVersion: "2.0.0"})
+		var tf *models.TrialFailedError
+		if !errors.As(err, &tf) || !errors.Is(err, models.ErrConflict) {
+			t.Fatalf("upgraded report of the failed trial: %v; want it refused", err)
+		}
+		want := "upgraded report refused: the trial of host release 2.0.0 on machine m1 failed (" + reason +
+			"); the launcher puts the previous release back"
+		if err.Error() != want {
+			t.Fatalf("refusal = %q\nwant      %q", err, want)
+		}
+		if after, _ := s.Reports(ctx, m1.ID, 100, 0); len(after) != len(before) {
+			t.Fatalf("reports: %d before, %d after; a refused report is not stored", len(before), len(after))
+		}
+		es, _ := s.AuditEvents(ctx, 20, 0)
+		found := false
+		for _, e := range es {
+			found = found || (e.Action == "report-refused" && e.Target == "machine/m1" && e.Detail == want)
+		}
+		if !found {
+			t.Fatalf("no report-refused audit event: %+v", es)
+		}
+		if mm, _ := s.Machine(ctx, "m1"); mm.TargetHostVersion != "" || mm.LastOutcome == models.OutcomeUpgraded {
+			t.Fatalf("machine after the refusal: target %q, last outcome %q", mm.TargetHostVersion, mm.LastOutcome)
+		}
+
+		// The launcher puts known-good back; that report is accepted.
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeRolledBack,
+			Reason: "rolled back from 2.0.0 to 1.0.0: the trial did not reconcile", HostVersion: "1.0.0"})
+		if mm, _ := s.Machine(ctx, "m1"); mm.LastOutcome != models.OutcomeRolledBack {
+			t.Fatalf("last outcome = %q", mm.LastOutcome)
 		}
 	})
 }

@@ -422,16 +422,8 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		if r.HostVersion != ro.Version {
 			return nil
 		}
-		// The trial polled before it reported (a poll of the release whose
-		// schemas differ fails it there); judged again here in case that
-		// poll's instance had nothing new to record.
-		var cur models.Machine
-		if err := tx.Select("id", "os", "arch", "schema").Where("id = ?", m.ID).First(&cur).Error; err != nil {
-			return err
-		}
-		if failed, err := judgeTrialSchemas(tx, &cur, r.HostVersion, cur.Schema); failed || err != nil {
-			return err
-		}
+		// Judged before (judgeUpgraded): a trial failed on its schemas
+		// never gets here.
 		now := tx.s.Now()
 		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
 			Updates(map[string]any{"state": models.UpgradeUpgraded, "finished_at": now}).Error; err != nil {
@@ -442,6 +434,31 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason)
 	}
 	return nil
+}
+
+// judgeUpgraded judges an upgraded report before anything of it is
+// stored. The trial polled before it reported (a poll of the release whose
+// schemas differ fails it there); its schemas are judged again here in
+// case that poll's instance had nothing new to record. Then the report is
+// refused (models.JudgeUpgraded) when the machine's newest rollout row for
+// the version is a failure: the controller put its target back, so the
+// launcher must not call the release known-good. The returned refusal is
+// not an error of the transaction: a failure judged here is committed.
+func judgeUpgraded(tx *Tx, m *models.Machine, r *models.Report) (error, error) {
+	if _, err := judgeTrialSchemas(tx, m, r.HostVersion, m.Schema); err != nil {
+		return nil, err
+	}
+	var rms []models.RolloutMachine
+	if err := tx.Select("rollout_machines.*").Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollouts.version = ?", m.ID, r.HostVersion).
+		Order("rollout_machines.rollout_id DESC").Limit(1).Find(&rms).Error; err != nil {
+		return nil, err
+	}
+	var last *models.RolloutMachine
+	if len(rms) == 1 {
+		last = &rms[0]
+	}
+	return models.JudgeUpgraded(m.Name, r.HostVersion, last), nil
 }
 
 // releasesFor loads the ready releases the machines may be targeted at.

@@ -11,10 +11,15 @@ import (
 )
 
 // InsertReport stores a host's report as a row of its own and updates the
-// machine's summary (what it last finished, applied and runs).
+// machine's summary (what it last finished, applied and runs). The
+// upgraded report of a trial the controller failed is refused
+// (models.TrialFailedError): nothing of it is stored but the refusal's
+// audit event, and the trial's failure when this report is what showed it.
 func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error) {
 	var row models.ReportRow
+	var refusal error
 	err := s.write(ctx, func(tx *Tx) error {
+		refusal = nil
 		var m models.Machine
 		if err := tx.Where("id = ?", machineID).First(&m).Error; err != nil {
 			return err
@@ -32,6 +37,16 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				return err
 			}
 			tied = true
+		}
+		if r.Outcome == models.OutcomeUpgraded {
+			ref, err := judgeUpgraded(tx, &m, r)
+			if err != nil {
+				return err
+			}
+			if ref != nil {
+				refusal = ref
+				return audit(tx, "host:"+m.Name, "report-refused", "machine/"+m.Name, ref.Error())
+			}
 		}
 		now := s.Now()
 		row = models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
@@ -65,6 +80,9 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 	})
 	if err != nil {
 		return nil, err
+	}
+	if refusal != nil {
+		return nil, refusal
 	}
 	return &row, nil
 }

@@ -123,7 +123,14 @@ func keepsOf(tx *Tx, machines []int64) (map[int64]*models.Keeps, error) {
 			Group("machine_id").Scan(&la).Error; err != nil {
 			return err
 		}
-		reportIDs := make([]int64, 0, len(lr)+len(la))
+		var lv []latestReport
+		if err := tx.Table("reports").Select("reports.machine_id, max(reports.id) AS id").
+			Joins("JOIN declarations ON declarations.machine_id = reports.machine_id AND declarations.generation = reports.generation AND declarations.digest = reports.digest").
+			Where("reports.machine_id IN ? AND reports.outcome = ? AND reports.send_id <> '' AND declarations.schema = ?", ids, models.OutcomeApplied, models.SchemaV1).
+			Group("reports.machine_id").Scan(&lv).Error; err != nil {
+			return err
+		}
+		reportIDs := make([]int64, 0, len(lr)+len(la)+len(lv))
 		for _, l := range lr {
 			if k := out[l.MachineID]; k != nil {
 				k.LatestReport = l.ID
@@ -133,6 +140,12 @@ func keepsOf(tx *Tx, machines []int64) (map[int64]*models.Keeps, error) {
 		for _, l := range la {
 			if k := out[l.MachineID]; k != nil {
 				k.LatestApplied = l.ID
+				reportIDs = append(reportIDs, l.ID)
+			}
+		}
+		for _, l := range lv {
+			if k := out[l.MachineID]; k != nil {
+				k.LatestAppliedV1 = l.ID
 				reportIDs = append(reportIDs, l.ID)
 			}
 		}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -282,4 +283,78 @@ func TestCompose_OncePerGenerationAcrossEpochs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRetention_KeepsAppliedSchema1ForARollback: retention keeps a
+// machine's newest applied schema-1 declaration (its report and send too)
+// after the machine applied schema-2 content, so a host rolled back to
+// one that decodes only 1 is still composed that content, whole.
+func TestRetention_KeepsAppliedSchema1ForARollback(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
+		s.Now = func() time.Time { return w.clock }
+		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
+		w.run(r)
+
+		m := fixture(t, s, "m1") // host decoding 1
+		one := w.deliver(m)
+		w.report(one, models.OutcomeApplied)
+		m = w.push(m)
+		two := w.deliver(m) // schema 1 too: the one a rollback needs
+		w.report(two, models.OutcomeApplied)
+		if err := s.RecordHostInfo(ctx, m.ID, "2.0.0", "1,2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		g := m.Generation
+		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		full := w.deliver(m)
+		w.report(full, models.OutcomeApplied)
+
+		w.advance(20 * time.Minute)
+		w.run(r)
+		w.advance(100 * time.Minute)
+		if res := w.run(r); res.Removed == 0 {
+			t.Fatal("nothing removed")
+		}
+		if _, err := s.Declaration(ctx, m.ID, two.Generation); err != nil {
+			t.Fatalf("the applied schema-1 declaration of generation %d is gone: %v", two.Generation, err)
+		}
+		if _, err := s.Declaration(ctx, m.ID, one.Generation); err == nil {
+			t.Fatalf("generation %d's declaration was kept: nothing needs it", one.Generation)
+		}
+
+		if err := s.RecordHostInfo(ctx, m.ID, "1.0.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		back := w.deliver(m)
+		got, _ := s.Declaration(ctx, m.ID, back.Generation)
+		kept, _ := s.Declaration(ctx, m.ID, two.Generation)
+		if got.Schema != 1 || string(payloadResources(t, got)) != string(payloadResources(t, kept)) {
+			t.Fatalf("after the rollback: schema %d, resources %s; want generation %d's %s",
+				got.Schema, payloadResources(t, got), two.Generation, payloadResources(t, kept))
+		}
+	})
+}
+
+// payloadResources is a stored declaration's resources as JSON.
+func payloadResources(t *testing.T, d *models.Declaration) []byte {
+	t.Helper()
+	var env models.Envelope
+	var p models.DeclarationPayload
+	decode(t, d.Envelope, &env)
+	decode(t, env.Payload, &p)
+	b, _ := json.Marshal(p.Resources)
+	return b
 }

@@ -83,17 +83,22 @@ func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (b
 }
 
 // readApplied reads, for the machines whose hosts do not decode the newest
-// schema, the declaration each last applied: what a held-back declaration
-// carries. One query for the set; machines whose hosts decode everything
-// are not read (they are never held back).
-func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayload, error) {
-	out := map[int64]*models.DeclarationPayload{}
+// schema, the declarations a held-back declaration may carry
+// (models.HoldBack): the one each last applied, and, where its content is
+// past the host's schemas (a host rolled back after applying it), the
+// earlier ones it applied that the host may decode, newest first. One
+// query for the set; the earlier ones one query per such machine, which
+// only a rollback past applied content makes. Machines whose hosts decode
+// everything are not read (they are never held back).
+func readApplied(tx *Tx, ms []models.Machine) (map[int64][]*models.DeclarationPayload, error) {
+	out := map[int64][]*models.DeclarationPayload{}
 	var ids, gens []int64
 	want := map[int64]int64{}
+	host := map[int64]models.Schemas{}
 	for _, m := range ms {
 		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest && m.AppliedGeneration > 0 {
 			ids, gens = append(ids, m.ID), append(gens, m.AppliedGeneration)
-			want[m.ID] = m.AppliedGeneration
+			want[m.ID], host[m.ID] = m.AppliedGeneration, models.SchemasOf(m.Schema)
 		}
 	}
 	if len(ids) == 0 {
@@ -108,17 +113,62 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayl
 		if want[d.MachineID] != d.Generation {
 			continue
 		}
-		var env models.Envelope
-		var p models.DeclarationPayload
-		if err := json.Unmarshal(d.Envelope, &env); err != nil {
-			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+		p, err := payloadOf(&d)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+		out[d.MachineID] = []*models.DeclarationPayload{p}
+		if _, ok := host[d.MachineID].Pick(models.NeededSchema(p.Resources)); ok {
+			continue
 		}
-		out[d.MachineID] = &p
+		earlier, err := readEarlierApplied(tx, d.MachineID, d.Generation, host[d.MachineID].Max())
+		if err != nil {
+			return nil, err
+		}
+		out[d.MachineID] = append(out[d.MachineID], earlier...)
 	}
 	return out, nil
+}
+
+// earlierApplied bounds how far back a host rolled back past applied
+// content is looked for content it decodes: the one before its trial is
+// normally the first.
+const earlierApplied = 10
+
+// readEarlierApplied reads the declarations machine applied (a report
+// with outcome applied that a send backs) before generation before,
+// composed in a schema at most upTo, newest first.
+func readEarlierApplied(tx *Tx, machine, before int64, upTo int) ([]*models.DeclarationPayload, error) {
+	var ds []models.Declaration
+	if err := tx.Select("machine_id", "generation", "envelope").
+		Where("machine_id = ? AND generation < ? AND schema <= ?", machine, before, upTo).
+		Where("EXISTS (SELECT 1 FROM reports WHERE reports.machine_id = declarations.machine_id AND reports.generation = declarations.generation AND reports.digest = declarations.digest AND reports.outcome = ? AND reports.send_id <> '')",
+			models.OutcomeApplied).
+		Order("generation DESC").Limit(earlierApplied).Find(&ds).Error; err != nil {
+		return nil, err
+	}
+	out := make([]*models.DeclarationPayload, 0, len(ds))
+	for i := range ds {
+		p, err := payloadOf(&ds[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// payloadOf opens a stored declaration's envelope.
+func payloadOf(d *models.Declaration) (*models.DeclarationPayload, error) {
+	var env models.Envelope
+	var p models.DeclarationPayload
+	if err := json.Unmarshal(d.Envelope, &env); err != nil {
+		return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+	}
+	if err := json.Unmarshal(env.Payload, &p); err != nil {
+		return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
+	}
+	return &p, nil
 }
 
 // readDecoders reads, for the os/arch of the machines whose hosts do not
@@ -178,10 +228,11 @@ func (in *composeInput) forHost(m models.Machine, p *models.DeclarationPayload, 
 	if r := in.decoder(m, p.Schema, target); r != nil {
 		held.Release, held.ReleaseSchemas = r.Version, models.SchemasOf(r.Schemas)
 	}
-	hp, err := models.HoldBack(p, in.applied[m.ID], hs)
+	hp, from, err := models.HoldBack(p, in.applied[m.ID], m.AppliedGeneration, hs)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s, and cannot be held back: %w", held.Reason(), err)
 	}
+	held.From, held.Applied = from, m.AppliedGeneration
 	return hp, held.Reason(), nil
 }
 

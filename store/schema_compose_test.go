@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -153,3 +154,113 @@ func TestSends_RecordSchema(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCompose_HostRolledBackPastAppliedContent pins a host rolled back
+// past content it had applied getting no declarations: a trial host
+// (1,2) applied schema-2 content, its launcher put the schema-1 host back,
+// and composing the held-back generation from what it last applied failed
+// (that content needs schema 2), so nothing was sent. The generation its
+// poll makes is schema 1, from the newest declaration it applied that its
+// host decodes (the one before the trial's), whole, and says so. With no
+// such declaration on record nothing is sent, and the compose error says
+// why: no resources would tear the machine down.
+func TestCompose_HostRolledBackPastAppliedContent(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		addWeb := func(t *testing.T, name string, gen int64) {
+			t.Helper()
+			if _, err := s.Module(ctx, "web"); err != nil {
+				if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.SetAssignments(ctx, "test", name, &gen, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		applied := func(c *models.Composed, hv string) {
+			t.Helper()
+			sentReport(t, s, c.MachineID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: hv})
+		}
+
+		t.Run("OK", func(t *testing.T) {
+			m := fixture(t, s, "m1") // host 1.0.0 decoding 1
+			first := composeMachine(t, s, m.ID)
+			applied(first, "1.0.0")
+			addWeb(t, "m1", first.Generation)
+			held := composeMachine(t, s, m.ID) // schema 1: the mod file
+			applied(held, "1.0.0")
+			heldRes, _ := json.Marshal(payloadOf(t, held).Resources)
+
+			// The trial (1,2) is sent the module in full and applies it.
+			if err := s.RecordHostInfo(ctx, m.ID, "2.0.0", "1,2"); err != nil {
+				t.Fatal(err)
+			}
+			full := composeMachine(t, s, m.ID)
+			if full.Schema != 2 || len(payloadOf(t, full).Resources) != 3 {
+				t.Fatalf("the trial's generation: schema %d, %d resources", full.Schema, len(payloadOf(t, full).Resources))
+			}
+			applied(full, "2.0.0")
+
+			// Its launcher puts the schema-1 host back.
+			if err := s.RecordHostInfo(ctx, m.ID, "1.0.0", "1"); err != nil {
+				t.Fatal(err)
+			}
+			back := composeMachine(t, s, m.ID)
+			bp := payloadOf(t, back)
+			got, _ := json.Marshal(bp.Resources)
+			if back.Generation <= full.Generation || back.Trigger != models.TriggerSchema || back.Schema != 1 || bp.Schema != 1 ||
+				string(got) != string(heldRes) {
+				t.Fatalf("after the rollback: generation %d (%s), schema %d/%d, resources\n %s\nwant those of generation %d\n %s",
+					back.Generation, back.Trigger, back.Schema, bp.Schema, got, held.Generation, heldRes)
+			}
+			want := fmt.Sprintf("held back: needs host schema 2; host 1.0.0 decodes 1; no host release known to decode it; "+
+				"sent the content of generation %d, the newest it applied that its host decodes (generation %d, applied last, is past it)",
+				held.Generation, full.Generation)
+			if back.HeldBack != want {
+				t.Fatalf("reason = %q\nwant      %q", back.HeldBack, want)
+			}
+			applied(back, "1.0.0")
+			mm, _ := s.Machine(ctx, "m1")
+			if mm.HeldBack != want || models.DefaultStateRules.State(mm, ptr(time.Now()), time.Now()) != models.StateBehind {
+				t.Fatalf("machine: held_back %q, state %s; want behind with the reason", mm.HeldBack,
+					models.DefaultStateRules.State(mm, ptr(time.Now()), time.Now()))
+			}
+			// Its next generation carries what it now applied last.
+			g := mm.Generation
+			if _, err := s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "9001"}); err != nil {
+				t.Fatal(err)
+			}
+			next := composeMachine(t, s, m.ID)
+			if next.HeldBack != "held back: needs host schema 2; host 1.0.0 decodes 1; no host release known to decode it" {
+				t.Fatalf("the next generation's reason = %q", next.HeldBack)
+			}
+		})
+
+		t.Run("ErrNothingItDecodes", func(t *testing.T) {
+			m := fixture(t, s, "m2")
+			if err := s.RecordHostInfo(ctx, m.ID, "2.0.0", "1,2"); err != nil {
+				t.Fatal(err)
+			}
+			mm, _ := s.Machine(ctx, "m2")
+			addWeb(t, "m2", mm.Generation)
+			full := composeMachine(t, s, m.ID) // its first applied declaration needs schema 2
+			applied(full, "2.0.0")
+			if err := s.RecordHostInfo(ctx, m.ID, "1.0.0", "1"); err != nil {
+				t.Fatal(err)
+			}
+			got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
+			if err != nil || got[m.ID] != nil || fails[m.ID] == nil {
+				t.Fatalf("compose: %v %v %v; want a compose error", got[m.ID], fails[m.ID], err)
+			}
+			want := fmt.Sprintf("the content of generation %d, which it applied last, needs schema 2, its host decodes 1, "+
+				"and no earlier declaration it applied that its host decodes is on record", full.Generation)
+			if e := fails[m.ID].Error(); !strings.Contains(e, "held back: needs host schema 2; host 1.0.0 decodes 1") || !strings.HasSuffix(e, want) {
+				t.Fatalf("compose error = %q\nwant …%s", e, want)
+			}
+		})
+	})
+}
