@@ -238,6 +238,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			a.moveToTLS(ctx, res.tlsHint)
 		}
 		a.trial(ctx)
+		a.confirmLauncher()
 		a.renewDue(ctx)
 		if res.notModified {
 			continue
@@ -404,6 +405,7 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	now := time.Now().UTC()
 	r.FinishedAt = &now
 	r.HostVersion = version.Version
+	r.LauncherVersion = a.launcherVersion()
 	r.Actions = actions
 	r.Checks = checks
 	r.Running = a.state.Running()
@@ -506,7 +508,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res []models.CheckResult) {
 	now := time.Now().UTC()
 	r := models.Report{Send: send, Generation: gen, Outcome: models.OutcomeChecked, FinishedAt: &now,
-		HostVersion: version.Version, Checks: res, Logs: a.logs.take(ctx)}
+		HostVersion: version.Version, LauncherVersion: a.launcherVersion(), Checks: res, Logs: a.logs.take(ctx)}
 	if _, err := a.checkedOut.put(r); err != nil {
 		a.cfg.Log.Error("outbox", "err", err)
 	}
