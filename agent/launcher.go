@@ -109,7 +109,7 @@ type launcher struct {
 	cfg   LaunchConfig
 	self  string // this launcher's binary
 	exits map[int]chan syscall.WaitStatus
-	mu    chanMutex
+	mu    sync.Mutex // guards exits
 
 	// stMu guards st and launcher.json, which the loop and the launcher's
 	// own trial both write.
@@ -127,17 +127,6 @@ func (l *launcher) save() error {
 	return writeJSONAtomic(launcherPath(l.cfg.StateDir), l.st, 0o600)
 }
 
-// chanMutex is a tiny mutex that selects.
-type chanMutex chan struct{}
-
-func (m *chanMutex) lock() {
-	if *m == nil {
-		*m = make(chan struct{}, 1)
-	}
-	*m <- struct{}{}
-}
-func (m *chanMutex) unlock() { <-*m }
-
 // reap waits for every child — the host it started and the services
 // orphaned to it — and hands the host's exit status to whoever waits.
 func (l *launcher) reap(ctx context.Context) {
@@ -153,10 +142,10 @@ func (l *launcher) reap(ctx context.Context) {
 			if pid <= 0 || err != nil {
 				break
 			}
-			l.mu.lock()
+			l.mu.Lock()
 			ch := l.exits[pid]
 			delete(l.exits, pid)
-			l.mu.unlock()
+			l.mu.Unlock()
 			if ch != nil {
 				ch <- ws
 			}
@@ -173,8 +162,8 @@ func (l *launcher) reap(ctx context.Context) {
 // start runs a host binary with run's flags; env adds to the environment.
 func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.WaitStatus, error) {
 	ch := make(chan syscall.WaitStatus, 1)
-	l.mu.lock()
-	defer l.mu.unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	p, err := os.StartProcess(path, append([]string{path, "run"}, l.cfg.RunArgs...), &os.ProcAttr{
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Env:   append(append(os.Environ(), EnvLauncher+"=1"), env...),

@@ -114,9 +114,9 @@ func (l *launcher) adoptHost() *child {
 		return nil
 	}
 	ch := make(chan syscall.WaitStatus, 1)
-	l.mu.lock()
+	l.mu.Lock()
 	l.exits[pid] = ch
-	l.mu.unlock()
+	l.mu.Unlock()
 	l.cfg.Log.Info("adopted the running host", "pid", pid, "version", l.st.KnownGood)
 	return &child{p: p, exited: ch}
 }
