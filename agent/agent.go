@@ -42,7 +42,10 @@ type Config struct {
 	// Logs bound what the host keeps of each service's output (zero
 	// fields take DefaultLogLimits).
 	Logs LogLimits
-	Log  *slog.Logger
+	// Systemctl is the systemctl the host runs daemon-reload with after an
+	// apply changed a declared unit file (default "systemctl").
+	Systemctl string
+	Log       *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -70,6 +73,9 @@ func (c *Config) defaults() {
 	if c.CheckEvery <= 0 {
 		c.CheckEvery = 30 * time.Second
 	}
+	if c.Systemctl == "" {
+		c.Systemctl = "systemctl"
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -96,6 +102,8 @@ type Agent struct {
 	trialDone     bool
 	trialPolls    int
 	upgradeStaged bool
+	// reloadPending: a unit file changed and systemd has not reloaded yet.
+	reloadPending bool
 	said          map[string]bool
 
 	checksMu     sync.Mutex
@@ -300,6 +308,10 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 		return false
 	}
 	if err := checkResources(d, a.cfg.AllowRoots); err != nil {
+		a.refused(ctx, res.send, d.Generation, v.digest, err.Error(), true)
+		return true
+	}
+	if err := checkHostUnit(d, a.cfg.StateDir); err != nil {
 		a.refused(ctx, res.send, d.Generation, v.digest, err.Error(), true)
 		return true
 	}
