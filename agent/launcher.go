@@ -120,6 +120,9 @@ type launcher struct {
 	onTrial bool
 	// exec replaces this process (unix.Exec; a test may stand in).
 	exec func(path string, argv, env []string) error
+	// probe says whether a release's launcher can adopt a running host
+	// (probeHandover; a test may stand in).
+	probe func(path string) error
 }
 
 // save writes launcher.json; the caller holds stMu.

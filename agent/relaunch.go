@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -28,6 +29,13 @@ import (
 // EnvLauncherHost is how a launcher re-executing itself hands the host it
 // runs to the launcher it becomes: the host's process id.
 const EnvLauncherHost = "MESH_LAUNCHER_HOST_PID"
+
+// LauncherHandover is what `mesh-host version --launcher-handover` prints
+// (with a newline): a release whose binary says it can adopt the host a
+// launcher hands over in EnvLauncherHost. A launcher moves only to such a
+// release: an older one would ignore the hand-over and start a second host
+// beside the first.
+const LauncherHandover = "mesh-host launcher handover 1"
 
 // StablePath is the path the service manager starts (the unit's ExecStart):
 // a symlink to the launcher binary that last completed its trial.
@@ -224,6 +232,16 @@ func (l *launcher) moveTo(pd pending, hostPID int) {
 		l.stMu.Unlock()
 		return
 	}
+	l.stMu.Unlock()
+	probe := l.probe
+	if probe == nil {
+		probe = probeHandover
+	}
+	if err := probe(pd.Path); err != nil {
+		l.cfg.Log.Warn("the launcher stays: the release cannot take a running host over", "release", pd.Version, "launcher", version.Version, "err", err)
+		return
+	}
+	l.stMu.Lock()
 	from, fromPath := version.Version, stableTarget(l.cfg.StateDir)
 	if t := l.st.LauncherTrial; t != nil {
 		// Moving on from a launcher still on trial: the stable path names
@@ -255,17 +273,33 @@ func (l *launcher) moveTo(pd pending, hostPID int) {
 	}
 }
 
+// probeHandover asks a release's binary whether its launcher adopts a
+// handed-over host. A binary from before the hand-over refuses the flag
+// (and says nothing else), so it is never exec'd as a launcher.
+func probeHandover(path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "version", "--launcher-handover").Output()
+	if err != nil {
+		return fmt.Errorf("%s version --launcher-handover: %w", path, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != LauncherHandover {
+		return fmt.Errorf("%s version --launcher-handover said %q, not %q", path, got, LauncherHandover)
+	}
+	return nil
+}
+
 // reexec replaces this process with path's launcher, same arguments, the
 // host's pid in the environment.
 func (l *launcher) reexec(path string, hostPID int) error {
 	env := append(slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, EnvLauncherHost+"=") }),
 		EnvLauncherHost+"="+strconv.Itoa(hostPID))
 	argv := append([]string{path}, l.cfg.Args...)
-	exec := l.exec
-	if exec == nil {
-		exec = unix.Exec
+	run := l.exec
+	if run == nil {
+		run = unix.Exec
 	}
-	return exec(path, argv, env)
+	return run(path, argv, env)
 }
 
 // launcherTrial watches a launcher on trial (this one, re-executed): it

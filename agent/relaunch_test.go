@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"mesh/testwait"
+	"mesh/version"
 )
 
 // The helper launcher: this test binary run as `mesh-host launch` would be
@@ -74,7 +75,9 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 		}
 		l := &launcher{cfg: LaunchConfig{StateDir: dir, Args: []string{"launch"}, Log: slog.New(slog.DiscardHandler)}, self: self,
 			st: launcherState{KnownGood: "9.9.9", KnownGoodPath: bad, Launcher: "1.0.0"}}
-		// The real exec: it fails, so this test process is not replaced.
+		// The probe is told yes (a truncated binary would fail it); the
+		// real exec then fails, so this test process is not replaced.
+		l.probe = func(string) error { return nil }
 		l.moveTo(pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
 		if got := stableTarget(dir); got != self {
 			t.Fatalf("the stable path names %q", got)
@@ -92,6 +95,26 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 		l.moveTo(pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
 	})
 
+	t.Run("ReleasePredatesHandover", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := EnsureStablePath(dir, self); err != nil {
+			t.Fatal(err)
+		}
+		// As a binary from before the hand-over answers: an unknown flag.
+		old := filepath.Join(dir, "mesh-host-0")
+		script(t, old, "echo 'mesh-host: unknown flag: --launcher-handover' >&2; exit 2\n")
+		l := &launcher{cfg: LaunchConfig{StateDir: dir, Args: []string{"launch"}, Log: slog.New(slog.DiscardHandler)}, self: self,
+			st: launcherState{KnownGood: "0.9.0", KnownGoodPath: old, Launcher: "1.0.0"}}
+		l.exec = func(string, []string, []string) error {
+			t.Fatal("moved to a launcher that cannot adopt the host")
+			return nil
+		}
+		l.moveTo(pending{Version: "0.9.0", Digest: "sha256:old", Path: old}, os.Getpid())
+		if got := stableTarget(dir); got != self {
+			t.Fatalf("the stable path names %q", got)
+		}
+	})
+
 	t.Run("NewLauncherDies", func(t *testing.T) {
 		dir := t.TempDir()
 		if err := EnsureStablePath(dir, self); err != nil {
@@ -105,6 +128,7 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 			t.Fatal(err)
 		}
 		digest := script(t, rel, `case "$1" in
+version) echo "`+LauncherHandover+`" ;;
 run) echo 9.9.9 > "$`+envHelperState+`/reconciled-$MESH_TRIAL_VERSION"; exec sleep 600 ;;
 *) echo "the new launcher dies" >&2; exit 1 ;;
 esac
@@ -192,3 +216,61 @@ exec sleep 600
 type logFile struct{ path string }
 
 func (l *logFile) String() string { b, _ := os.ReadFile(l.path); return string(b) }
+
+// TestLauncher_Trial: a launcher re-executed into a release completes its
+// trial when its host leaves the marker, and the stable path is flipped to
+// it; without the marker by the deadline it re-executes the launcher the
+// stable path still names, handing the host back, and refuses the release's
+// launcher.
+func TestLauncher_Trial(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newLauncher := func(t *testing.T) (*launcher, string) {
+		dir := t.TempDir()
+		if err := EnsureStablePath(dir, "/old/mesh-host"); err != nil {
+			t.Fatal(err)
+		}
+		l := &launcher{cfg: LaunchConfig{StateDir: dir, Args: []string{"launch", "--state", dir}, TrialDeadline: 2 * time.Second,
+			Log: slog.New(slog.DiscardHandler)}, self: self,
+			st: launcherState{KnownGood: version.Version, KnownGoodPath: self, Launcher: version.Version, HostPID: 4242,
+				LauncherTrial: &launcherTrial{Version: version.Version, Path: self, Digest: "sha256:new", From: "1.0.0", FromPath: "/old/mesh-host"}}}
+		return l, dir
+	}
+
+	t.Run("Completes", func(t *testing.T) {
+		l, dir := newLauncher(t)
+		l.exec = func(string, []string, []string) error { t.Fatal("went back"); return nil }
+		if err := os.WriteFile(launcherMarkerPath(dir, version.Version), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		l.launcherTrial(context.Background())
+		var st launcherState
+		if err := readJSON(launcherPath(dir), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := stableTarget(dir); got != self || st.LauncherTrial != nil {
+			t.Fatalf("stable path %q, launcher.json %+v", got, st)
+		}
+	})
+
+	t.Run("MissesItsDeadline", func(t *testing.T) {
+		l, dir := newLauncher(t)
+		var path string
+		var argv, env []string
+		l.exec = func(p string, a, e []string) error { path, argv, env = p, a, e; return nil }
+		l.launcherTrial(context.Background())
+		if path != "/old/mesh-host" || strings.Join(argv, " ") != "/old/mesh-host launch --state "+dir || !slices.Contains(env, EnvLauncherHost+"=4242") {
+			t.Fatalf("went back with %s %q (host in env: %v)", path, argv, slices.Contains(env, EnvLauncherHost+"=4242"))
+		}
+		var st launcherState
+		if err := readJSON(launcherPath(dir), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := stableTarget(dir); got != "/old/mesh-host" || st.LauncherTrial != nil ||
+			!strings.Contains(st.LauncherFailure, "did not complete its trial within 2s") || !slices.Contains(st.LauncherRefused, "sha256:new") {
+			t.Fatalf("stable path %q, launcher.json %+v", got, st)
+		}
+	})
+}
