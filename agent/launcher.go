@@ -92,7 +92,7 @@ func Launch(ctx context.Context, cfg LaunchConfig) error {
 	// A launcher re-executed in place finds the host it ran in its
 	// environment: that host is its child still, and is adopted.
 	adopted := l.adoptHost()
-	if err := l.startUp(adopted); err != nil {
+	if err := l.startUp(); err != nil {
 		return err
 	}
 	// The reaper outlives the loop: stopping the host waits for its exit.
@@ -120,6 +120,9 @@ type launcher struct {
 	onTrial bool
 	// exec replaces this process (unix.Exec; a test may stand in).
 	exec func(path string, argv, env []string) error
+	// reexeced: this process is a launcher re-executed in place (it was
+	// handed a host, whether or not that host still ran to be adopted).
+	reexeced bool
 	// probe says whether a release's launcher can adopt a running host
 	// (probeHandover; a test may stand in).
 	probe func(path string) error

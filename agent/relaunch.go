@@ -110,6 +110,7 @@ func (l *launcher) adoptHost() *child {
 	if s == "" {
 		return nil
 	}
+	l.reexeced = true
 	// Hosts started from here on must not see it.
 	os.Unsetenv(EnvLauncherHost)
 	pid, err := strconv.Atoi(s)
@@ -158,7 +159,7 @@ func parentOf(pid int) int {
 // release's launcher is refused. A host left running by a launcher that died
 // is stopped: it is nobody's child now, and a second host must not run
 // beside it.
-func (l *launcher) startUp(adopted *child) error {
+func (l *launcher) startUp() error {
 	l.stMu.Lock()
 	defer l.stMu.Unlock()
 	if err := EnsureStablePath(l.cfg.StateDir, l.self); err != nil {
@@ -168,7 +169,7 @@ func (l *launcher) startUp(adopted *child) error {
 	l.st.Launcher = version.Version
 	if t := l.st.LauncherTrial; t != nil {
 		switch {
-		case adopted != nil && t.Version == version.Version:
+		case l.reexeced && t.Version == version.Version:
 			l.cfg.Log.Info("launcher re-executed in place; on trial", "from", t.From, "to", t.Version, "pid", os.Getpid(), "deadline", l.cfg.TrialDeadline)
 		case stableTarget(l.cfg.StateDir) == t.Path:
 			// Flipped, and stopped before it said so.
@@ -177,10 +178,10 @@ func (l *launcher) startUp(adopted *child) error {
 			l.failLauncherTrial(fmt.Sprintf("launcher %s did not complete its trial: the stable path was started again during it, naming %s (%s)",
 				t.Version, t.FromPath, t.From))
 		}
-	} else if adopted != nil && prev != "" && prev != version.Version {
+	} else if l.reexeced && prev != "" && prev != version.Version {
 		l.cfg.Log.Info("launcher re-executed in place", "from", prev, "to", version.Version, "pid", os.Getpid())
 	}
-	if adopted == nil && l.st.HostPID > 0 && alive(pidRecord{PID: l.st.HostPID, StartTime: l.st.HostStart}) && parentOf(l.st.HostPID) != os.Getpid() {
+	if !l.reexeced && l.st.HostPID > 0 && alive(pidRecord{PID: l.st.HostPID, StartTime: l.st.HostStart}) && parentOf(l.st.HostPID) != os.Getpid() {
 		l.cfg.Log.Warn("a host from before this launcher still runs; stopping it", "pid", l.st.HostPID)
 		stopStray(l.st.HostPID, l.st.HostStart)
 	}
