@@ -3,8 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -236,7 +236,7 @@ func (l *launcher) moveTo(pd pending, hostPID int) {
 	l.stMu.Unlock()
 	probe := l.probe
 	if probe == nil {
-		probe = probeHandover
+		probe = l.probeHandover
 	}
 	if err := probe(pd.Path); err != nil {
 		l.cfg.Log.Warn("the launcher stays: the release cannot take a running host over", "release", pd.Version, "launcher", version.Version, "err", err)
@@ -276,15 +276,45 @@ func (l *launcher) moveTo(pd pending, hostPID int) {
 
 // probeHandover asks a release's binary whether its launcher adopts a
 // handed-over host. A binary from before the hand-over refuses the flag
-// (and says nothing else), so it is never exec'd as a launcher.
-func probeHandover(path string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "version", "--launcher-handover").Output()
+// (and says nothing else), so it is never exec'd as a launcher. The probe
+// is started like a host, so that its exit reaches this launcher through
+// the reaper (which waits for every child: an exec.Cmd's own wait would
+// race it and lose).
+func (l *launcher) probeHandover(path string) error {
+	r, w, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("%s version --launcher-handover: %w", path, err)
+		return err
 	}
-	if got := strings.TrimSpace(string(out)); got != LauncherHandover {
+	defer r.Close()
+	ch := make(chan syscall.WaitStatus, 1)
+	l.mu.Lock()
+	p, err := os.StartProcess(path, []string{path, "version", "--launcher-handover"}, &os.ProcAttr{Files: []*os.File{nil, w, os.Stderr}})
+	if err == nil {
+		l.exits[p.Pid] = ch
+	}
+	l.mu.Unlock()
+	w.Close()
+	if err != nil {
+		return err
+	}
+	out := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(io.LimitReader(r, 4096)); out <- b }()
+	var ws syscall.WaitStatus
+	select {
+	case ws = <-ch:
+	case <-time.After(10 * time.Second):
+		_ = p.Kill()
+		return fmt.Errorf("%s version --launcher-handover did not answer within 10s", path)
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return fmt.Errorf("%s version --launcher-handover: %s", path, describeExit(ws))
+	}
+	var b []byte
+	select {
+	case b = <-out:
+	case <-time.After(time.Second):
+	}
+	if got := strings.TrimSpace(string(b)); got != LauncherHandover {
 		return fmt.Errorf("%s version --launcher-handover said %q, not %q", path, got, LauncherHandover)
 	}
 	return nil

@@ -104,7 +104,11 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 		old := filepath.Join(dir, "mesh-host-0")
 		script(t, old, "echo 'mesh-host: unknown flag: --launcher-handover' >&2; exit 2\n")
 		l := &launcher{cfg: LaunchConfig{StateDir: dir, Args: []string{"launch"}, Log: slog.New(slog.DiscardHandler)}, self: self,
-			st: launcherState{KnownGood: "0.9.0", KnownGoodPath: old, Launcher: "1.0.0"}}
+			st: launcherState{KnownGood: "0.9.0", KnownGoodPath: old, Launcher: "1.0.0"}, exits: map[int]chan syscall.WaitStatus{}}
+		// The probe's exit comes through the reaper, as in a launcher.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go l.reap(ctx)
 		l.exec = func(string, []string, []string) error {
 			t.Fatal("moved to a launcher that cannot adopt the host")
 			return nil
