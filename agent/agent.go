@@ -42,7 +42,10 @@ type Config struct {
 	// Logs bound what the host keeps of each service's output (zero
 	// fields take DefaultLogLimits).
 	Logs LogLimits
-	Log  *slog.Logger
+	// Systemctl is the systemctl the host runs daemon-reload with after an
+	// apply changed a declared unit file (default "systemctl").
+	Systemctl string
+	Log       *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -70,6 +73,9 @@ func (c *Config) defaults() {
 	if c.CheckEvery <= 0 {
 		c.CheckEvery = 30 * time.Second
 	}
+	if c.Systemctl == "" {
+		c.Systemctl = "systemctl"
+	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -96,6 +102,8 @@ type Agent struct {
 	trialDone     bool // the upgraded report was answered: accepted, or refused for good
 	trialPolls    int
 	upgradeStaged bool
+	// reloadPending: a unit file changed and systemd has not reloaded yet.
+	reloadPending bool
 	said          map[string]bool
 
 	checksMu     sync.Mutex
@@ -238,6 +246,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			a.moveToTLS(ctx, res.tlsHint)
 		}
 		a.trial(ctx)
+		a.confirmLauncher()
 		a.renewDue(ctx)
 		if res.notModified {
 			continue
@@ -299,6 +308,10 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 		return false
 	}
 	if err := checkResources(d, a.cfg.AllowRoots); err != nil {
+		a.refused(ctx, res.send, d.Generation, v.digest, err.Error(), true)
+		return true
+	}
+	if err := checkHostUnit(d, a.cfg.StateDir); err != nil {
 		a.refused(ctx, res.send, d.Generation, v.digest, err.Error(), true)
 		return true
 	}
@@ -404,6 +417,7 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	now := time.Now().UTC()
 	r.FinishedAt = &now
 	r.HostVersion = version.Version
+	r.LauncherVersion = a.launcherVersion()
 	r.Actions = actions
 	r.Checks = checks
 	r.Running = a.state.Running()
@@ -506,7 +520,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res []models.CheckResult) {
 	now := time.Now().UTC()
 	r := models.Report{Send: send, Generation: gen, Outcome: models.OutcomeChecked, FinishedAt: &now,
-		HostVersion: version.Version, Checks: res, Logs: a.logs.take(ctx)}
+		HostVersion: version.Version, LauncherVersion: a.launcherVersion(), Checks: res, Logs: a.logs.take(ctx)}
 	if _, err := a.checkedOut.put(r); err != nil {
 		a.cfg.Log.Error("outbox", "err", err)
 	}

@@ -64,10 +64,14 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 
 	// 2. Everything named, in order.
 	digests := map[string]string{}
+	units := -1 // the last action on a unit file: systemd must reload
 	for _, r := range ordered {
 		act, err := a.applyOne(ctx, r, st, digests)
 		if err != nil {
 			return actions, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
+		}
+		if r.Kind == "file" && isUnitFile(r.Path) && act.Action != "unchanged" {
+			units = len(actions)
 		}
 		actions = append(actions, act)
 	}
@@ -89,8 +93,23 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			}
 			act.Detail = m.Path
 		}
+		if m.Kind == "file" && isUnitFile(m.Path) && act.Action == "removed" {
+			units = len(actions)
+		}
 		delete(st.Resources, id)
 		actions = append(actions, act)
+	}
+	if units >= 0 || a.reloadPending {
+		// A failed reload is owed until one succeeds: the retry finds the
+		// unit files unchanged.
+		a.reloadPending = true
+		if err := a.daemonReload(ctx); err != nil {
+			return actions, err
+		}
+		a.reloadPending = false
+		if units >= 0 {
+			actions[units].Detail += "; systemd reloaded"
+		}
 	}
 	return actions, nil
 }

@@ -247,6 +247,14 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		if err := writeJSONAtomic(identityPath(e.StateDir), id, 0o600); err != nil {
 			return nil, err
 		}
+		// The service manager starts the stable path (the unit's
+		// ExecStart): it names this binary until the mesh moves the
+		// launcher to a release.
+		if self, err := os.Executable(); err == nil {
+			if err := EnsureStablePath(e.StateDir, self); err != nil {
+				return nil, fmt.Errorf("making the stable path: %w", err)
+			}
+		}
 		return id, nil
 	}
 	return nil, fmt.Errorf("no controller answered: %w", lastErr)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,13 +25,35 @@ type LaunchConfig struct {
 	// (poll, and have its upgraded report accepted) before known-good is
 	// put back.
 	TrialDeadline time.Duration
-	Log           *slog.Logger
+	// Args is the launcher's own command line after argv[0] (`launch` and
+	// its flags): a launcher that moves to a release re-executes that
+	// release's binary with them.
+	Args []string
+	Log  *slog.Logger
 }
 
-// launcherState is launcher.json: the known-good release.
+// launcherState is launcher.json: the known-good release, the launcher
+// running now, a launcher on trial, and the host process it runs.
 type launcherState struct {
-	KnownGood     string `json:"known_good"`
-	KnownGoodPath string `json:"known_good_path"`
+	KnownGood       string `json:"known_good"`
+	KnownGoodPath   string `json:"known_good_path"`
+	KnownGoodDigest string `json:"known_good_digest,omitempty"`
+	// Launcher is the version of the launcher process running now; the
+	// host puts it in its reports (launcher_version).
+	Launcher string `json:"launcher,omitempty"`
+	// LauncherTrial is a launcher re-executed into a release and not yet
+	// proven: the stable path still names the one before it.
+	LauncherTrial *launcherTrial `json:"launcher_trial,omitempty"`
+	// LauncherRefused are the digests of releases whose launcher failed
+	// its trial: the launcher does not move to them again.
+	LauncherRefused []string `json:"launcher_refused,omitempty"`
+	// LauncherFailure says why the last launcher trial failed.
+	LauncherFailure string `json:"launcher_failure,omitempty"`
+	// HostPID and HostStart name the host process the launcher runs, so a
+	// launcher started afresh (its predecessor died) stops a host it
+	// cannot reap rather than run a second one beside it.
+	HostPID   int    `json:"host_pid,omitempty"`
+	HostStart uint64 `json:"host_start,omitempty"`
 }
 
 func launcherPath(dir string) string { return filepath.Join(dir, "launcher.json") }
@@ -54,42 +77,61 @@ func Launch(ctx context.Context, cfg LaunchConfig) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		cfg.Log.Warn("cannot become a child subreaper; orphaned services go to init", "err", err)
 	}
+	if cfg.Args == nil {
+		cfg.Args = os.Args[1:]
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	var st launcherState
 	if err := readJSON(launcherPath(cfg.StateDir), &st); err != nil || st.KnownGoodPath == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
 		st = launcherState{KnownGood: version.Version, KnownGoodPath: self}
-		if err := writeJSONAtomic(launcherPath(cfg.StateDir), st, 0o600); err != nil {
-			return err
-		}
 	}
-	l := &launcher{cfg: cfg, st: st, exits: map[int]chan syscall.WaitStatus{}}
+	l := &launcher{cfg: cfg, st: st, self: self, exits: map[int]chan syscall.WaitStatus{}}
+	// A launcher re-executed in place finds the host it ran in its
+	// environment: that host is its child still, and is adopted.
+	adopted := l.adoptHost()
+	if err := l.startUp(); err != nil {
+		return err
+	}
 	// The reaper outlives the loop: stopping the host waits for its exit.
 	reapCtx, stopReaping := context.WithCancel(context.Background())
 	defer stopReaping()
 	go l.reap(reapCtx)
-	return l.loop(ctx)
+	trialCtx, stopTrial := context.WithCancel(ctx)
+	defer stopTrial()
+	go l.launcherTrial(trialCtx)
+	return l.loop(ctx, adopted)
 }
 
 type launcher struct {
 	cfg   LaunchConfig
-	st    launcherState
+	self  string // this launcher's binary
 	exits map[int]chan syscall.WaitStatus
-	mu    chanMutex
+	mu    sync.Mutex // guards exits
+
+	// stMu guards st and launcher.json, which the loop and the launcher's
+	// own trial both write.
+	stMu sync.Mutex
+	st   launcherState
+	// onTrial: a host release is on trial now (the launcher does not hand
+	// over to another launcher meanwhile).
+	onTrial bool
+	// exec replaces this process (unix.Exec; a test may stand in).
+	exec func(path string, argv, env []string) error
+	// reexeced: this process is a launcher re-executed in place (it was
+	// handed a host, whether or not that host still ran to be adopted).
+	reexeced bool
+	// probe says whether a release's launcher can adopt a running host
+	// (probeHandover; a test may stand in).
+	probe func(path string) error
 }
 
-// chanMutex is a tiny mutex that selects.
-type chanMutex chan struct{}
-
-func (m *chanMutex) lock() {
-	if *m == nil {
-		*m = make(chan struct{}, 1)
-	}
-	*m <- struct{}{}
+// save writes launcher.json; the caller holds stMu.
+func (l *launcher) save() error {
+	return writeJSONAtomic(launcherPath(l.cfg.StateDir), l.st, 0o600)
 }
-func (m *chanMutex) unlock() { <-*m }
 
 // reap waits for every child — the host it started and the services
 // orphaned to it — and hands the host's exit status to whoever waits.
@@ -106,10 +148,10 @@ func (l *launcher) reap(ctx context.Context) {
 			if pid <= 0 || err != nil {
 				break
 			}
-			l.mu.lock()
+			l.mu.Lock()
 			ch := l.exits[pid]
 			delete(l.exits, pid)
-			l.mu.unlock()
+			l.mu.Unlock()
 			if ch != nil {
 				ch <- ws
 			}
@@ -126,8 +168,8 @@ func (l *launcher) reap(ctx context.Context) {
 // start runs a host binary with run's flags; env adds to the environment.
 func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.WaitStatus, error) {
 	ch := make(chan syscall.WaitStatus, 1)
-	l.mu.lock()
-	defer l.mu.unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	p, err := os.StartProcess(path, append([]string{path, "run"}, l.cfg.RunArgs...), &os.ProcAttr{
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
 		Env:   append(append(os.Environ(), EnvLauncher+"=1"), env...),
@@ -136,17 +178,41 @@ func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.
 		return nil, nil, err
 	}
 	l.exits[p.Pid] = ch
+	l.recordHost(p.Pid)
 	return p, ch, nil
 }
 
-func (l *launcher) loop(ctx context.Context) error {
+// recordHost notes the host process the launcher runs in launcher.json.
+func (l *launcher) recordHost(pid int) {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	l.st.HostPID = pid
+	l.st.HostStart, _ = startTime(pid)
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+}
+
+// loop supervises the known-good host: adopted (a host the launcher ran
+// before it re-executed itself) or started here.
+func (l *launcher) loop(ctx context.Context, adopted *child) error {
 	backoff := time.Second
 	for {
-		p, exited, err := l.start(l.st.KnownGoodPath)
-		if err != nil {
-			return fmt.Errorf("starting known-good %s: %w", l.st.KnownGoodPath, err)
+		var p *os.Process
+		var exited chan syscall.WaitStatus
+		if adopted != nil {
+			p, exited, adopted = adopted.p, adopted.exited, nil
+		} else {
+			l.stMu.Lock()
+			path, v := l.st.KnownGoodPath, l.st.KnownGood
+			l.stMu.Unlock()
+			var err error
+			p, exited, err = l.start(path)
+			if err != nil {
+				return fmt.Errorf("starting known-good %s: %w", path, err)
+			}
+			l.cfg.Log.Info("launched", "version", v, "pid", p.Pid)
 		}
-		l.cfg.Log.Info("launched", "version", l.st.KnownGood, "pid", p.Pid)
 		started := time.Now()
 		var ws syscall.WaitStatus
 		select {
@@ -189,10 +255,15 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 	}
 	marker := markerPath(l.cfg.StateDir, pd.Version)
 	_ = os.Remove(marker)
-	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+l.st.KnownGood)
+	l.stMu.Lock()
+	from := l.st.KnownGood
+	l.stMu.Unlock()
+	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+from)
 	if err != nil {
 		return l.rollBack(pd, "could not start: "+err.Error())
 	}
+	l.setOnTrial(true)
+	defer l.setOnTrial(false)
 	l.cfg.Log.Info("release on trial", "version", pd.Version, "pid", p.Pid, "deadline", l.cfg.TrialDeadline)
 	deadline := time.NewTimer(l.cfg.TrialDeadline)
 	defer deadline.Stop()
@@ -213,11 +284,18 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				continue
 			}
 			_ = os.Remove(marker)
-			l.st = launcherState{KnownGood: pd.Version, KnownGoodPath: pd.Path}
-			if err := writeJSONAtomic(launcherPath(l.cfg.StateDir), l.st, 0o600); err != nil {
+			l.stMu.Lock()
+			l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = pd.Version, pd.Path, pd.Digest
+			err := l.save()
+			l.stMu.Unlock()
+			if err != nil {
 				return err
 			}
 			l.cfg.Log.Info("release is known-good", "version", pd.Version)
+			l.setOnTrial(false)
+			// The launcher follows the host it keeps: it re-executes in
+			// place as that release (no return when it does).
+			l.moveTo(pd, p.Pid)
 			// Supervise it as the known-good host from here.
 			select {
 			case <-ctx.Done():
@@ -237,8 +315,11 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 // rollBack puts known-good back and records why, for the restored host to
 // report (rolled_back) and to refuse the release from then on.
 func (l *launcher) rollBack(pd pending, reason string) error {
-	l.cfg.Log.Warn("rolling back", "from", pd.Version, "to", l.st.KnownGood, "reason", reason)
-	return writeJSONAtomic(rollbackPath(l.cfg.StateDir), rollback{From: pd.Version, To: l.st.KnownGood, Digest: pd.Digest,
+	l.stMu.Lock()
+	to := l.st.KnownGood
+	l.stMu.Unlock()
+	l.cfg.Log.Warn("rolling back", "from", pd.Version, "to", to, "reason", reason)
+	return writeJSONAtomic(rollbackPath(l.cfg.StateDir), rollback{From: pd.Version, To: to, Digest: pd.Digest,
 		Reason: reason, At: time.Now().UTC()}, 0o600)
 }
 

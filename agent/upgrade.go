@@ -142,7 +142,7 @@ func (a *Agent) trial(ctx context.Context) {
 	now := time.Now().UTC()
 	r := models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
 		Outcome: models.OutcomeUpgraded, Reason: fmt.Sprintf("upgraded from %s to %s", os.Getenv(EnvTrialFrom), version.Version),
-		HostVersion: version.Version, FinishedAt: &now, Running: a.state.Running()}
+		HostVersion: version.Version, LauncherVersion: a.launcherVersion(), FinishedAt: &now, Running: a.state.Running()}
 	b, _ := json.Marshal(r)
 	err := a.client.postReport(ctx, b)
 	var refused *reportRefused
@@ -203,4 +203,41 @@ func copyFile(from, to string, perm os.FileMode) error {
 		return err
 	}
 	return writeFileAtomic(to, b, perm)
+}
+
+// launcherVersion is the version of the launcher running this host, as
+// its launcher.json says (it changes under a running host when the
+// launcher re-executes itself as a release); empty without a launcher.
+func (a *Agent) launcherVersion() string {
+	if os.Getenv(EnvLauncher) == "" {
+		return ""
+	}
+	var st launcherState
+	if err := readJSON(launcherPath(a.cfg.StateDir), &st); err != nil {
+		return ""
+	}
+	return st.Launcher
+}
+
+// confirmLauncher runs after each poll that reached the controller: while
+// a launcher is on trial (re-executed into a release, with this host
+// adopted), it leaves the launcher-reconciled-<version> marker that
+// completes that trial — the host it runs still reaches the controller.
+func (a *Agent) confirmLauncher() {
+	if os.Getenv(EnvLauncher) == "" {
+		return
+	}
+	var st launcherState
+	if err := readJSON(launcherPath(a.cfg.StateDir), &st); err != nil || st.LauncherTrial == nil || st.Launcher != st.LauncherTrial.Version {
+		return
+	}
+	m := launcherMarkerPath(a.cfg.StateDir, st.LauncherTrial.Version)
+	if _, err := os.Stat(m); err == nil {
+		return
+	}
+	if err := writeFileAtomic(m, []byte(st.LauncherTrial.Version+"\n"), 0o600); err != nil {
+		a.cfg.Log.Error("writing the launcher's marker", "err", err)
+		return
+	}
+	a.cfg.Log.Info("reached the controller under the launcher on trial", "launcher", st.LauncherTrial.Version)
 }

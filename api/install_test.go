@@ -35,7 +35,7 @@ func TestInstall_Script(t *testing.T) {
 	_, script = e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install.sh"})
 	sum := sha256.Sum256(binary)
 	for _, want := range []string{`VERSION='1.0.0'\''$(touch pwned)'`, "DIGEST='sha256:" + hex.EncodeToString(sum[:]) + "'",
-		"-----BEGIN PUBLIC KEY-----", "ExecStart=/usr/bin/mesh-host launch --state /var/lib/mesh-host"} {
+		"-----BEGIN PUBLIC KEY-----", "ExecStart=/var/lib/mesh-host/bin/mesh-host launch --state /var/lib/mesh-host"} {
 		if !bytes.Contains(script, []byte(want)) {
 			t.Errorf("the script lacks %s", want)
 		}

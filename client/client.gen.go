@@ -1730,6 +1730,9 @@ type Report struct {
 	Generation  *int    `json:"generation,omitempty"`
 	HostVersion *string `json:"host_version,omitempty"`
 
+	// LauncherVersion the version of the launcher running the host (mesh-host launch), which follows the host release once that has won its trial; absent without a launcher
+	LauncherVersion *string `json:"launcher_version,omitempty"`
+
 	// Logs the last lines of the services that failed, restarted or turned unhealthy since the host's last report; out of these bounds the report is refused (400)
 	Logs *[]ServiceLog `json:"logs,omitempty"`
 
@@ -2538,6 +2541,14 @@ func (a *Report) UnmarshalJSON(b []byte) error {
 		delete(object, "host_version")
 	}
 
+	if raw, found := object["launcher_version"]; found {
+		err = json.Unmarshal(raw, &a.LauncherVersion)
+		if err != nil {
+			return fmt.Errorf("error reading 'launcher_version': %w", err)
+		}
+		delete(object, "launcher_version")
+	}
+
 	if raw, found := object["logs"]; found {
 		err = json.Unmarshal(raw, &a.Logs)
 		if err != nil {
@@ -2651,6 +2662,13 @@ func (a Report) MarshalJSON() ([]byte, error) {
 		object["host_version"], err = json.Marshal(a.HostVersion)
 		if err != nil {
 			return nil, fmt.Errorf("error marshaling 'host_version': %w", err)
+		}
+	}
+
+	if a.LauncherVersion != nil {
+		object["launcher_version"], err = json.Marshal(a.LauncherVersion)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'launcher_version': %w", err)
 		}
 	}
 

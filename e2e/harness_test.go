@@ -63,7 +63,8 @@ func TestMain(m *testing.M) {
 	bin = dir
 	for name, b := range map[string]struct{ pkg, version string }{
 		"mesh-controller": {"../cmd/mesh-controller", "1.0.0"}, "mesh-host": {"../cmd/mesh-host", "1.0.0"},
-		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "mesh-host-5": {"../cmd/mesh-host", "5.0.0"}, "svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
+		"mesh-host-2": {"../cmd/mesh-host", "2.0.0"}, "mesh-host-2.1": {"../cmd/mesh-host", "2.1.0"}, "mesh-host-5": {"../cmd/mesh-host", "5.0.0"},
+		"svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
 		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
 		"tlssvc": {"./testdata/tlssvc", "1.0.0"}, "pollsonce": {"./testdata/pollsonce", "1.9.0"},
 	} {
@@ -236,7 +237,7 @@ type hostProc struct {
 	log    *syncBuffer
 	extra  []string
 	launch bool   // run under `mesh-host launch`
-	binary string // another mesh-host build in bin (a previous release); default mesh-host
+	binary string // another mesh-host build in bin (a previous release), or an absolute path; default mesh-host
 }
 
 // enroll enrols a host against url (a controller or a proxy in front of it).
@@ -267,11 +268,13 @@ func (h *hostProc) start(extra ...string) {
 	}
 	args := append([]string{cmd, "--state", h.State, "--root", h.Root, "--wait", "5s", "--retry", "100ms",
 		"--stop-grace", "2s", "--log-level", "debug"}, extra...)
-	exe := "mesh-host"
-	if h.binary != "" {
+	exe := filepath.Join(bin, "mesh-host")
+	if filepath.IsAbs(h.binary) {
 		exe = h.binary
+	} else if h.binary != "" {
+		exe = filepath.Join(bin, h.binary)
 	}
-	h.cmd = exec.Command(filepath.Join(bin, exe), args...)
+	h.cmd = exec.Command(exe, args...)
 	if h.log == nil {
 		h.log = &syncBuffer{}
 	}

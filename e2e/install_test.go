@@ -145,7 +145,7 @@ func TestInstall_OneLiner(t *testing.T) {
 		t.Fatalf("no ExecStart in the installed unit:\n%s", unit)
 	}
 	argv := strings.Fields(string(m[1]))
-	want := []string{filepath.Join(prefix, "usr/local/bin/mesh-host"), "launch", "--state", filepath.Join(prefix, "var/lib/mesh-host"), "--root", prefix}
+	want := []string{filepath.Join(prefix, "var/lib/mesh-host/bin/mesh-host"), "launch", "--state", filepath.Join(prefix, "var/lib/mesh-host"), "--root", prefix}
 	if strings.Join(argv, " ") != strings.Join(want, " ") {
 		t.Fatalf("ExecStart %q, want %q", argv, want)
 	}

@@ -22,7 +22,8 @@ func TestShippedUnits_Verify(t *testing.T) {
 	dir := t.TempDir()
 	for name, must := range map[string][]string{
 		// The launcher, and only it is stopped: services outlive a restart.
-		"mesh-host": {"mesh-host launch", "KillMode=process", "StateDirectory=mesh-host"},
+		// It is started by the stable path the launcher flips.
+		"mesh-host": {"ExecStart=/var/lib/mesh-host/bin/mesh-host launch", "KillMode=process", "StateDirectory=mesh-host"},
 		// Its own user, its data dir, the system read-only to it.
 		"mesh-controller": {"User=mesh-controller", "StateDirectory=mesh-controller", "ProtectSystem=strict", "NoNewPrivileges=yes"},
 	} {
@@ -35,7 +36,8 @@ func TestShippedUnits_Verify(t *testing.T) {
 				t.Errorf("%s.service lacks %s", name, m)
 			}
 		}
-		unit := strings.ReplaceAll(string(b), "/usr/bin/"+name, filepath.Join(bin, name))
+		unit := strings.ReplaceAll(strings.ReplaceAll(string(b), "/usr/bin/"+name, filepath.Join(bin, name)),
+			"/var/lib/mesh-host/bin/mesh-host", filepath.Join(bin, name))
 		if err := os.WriteFile(filepath.Join(dir, name+".service"), []byte(unit), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -160,18 +160,22 @@ func FinalOutcome(o string) bool {
 
 // Report is what a host says after an apply attempt, refusal or upgrade.
 type Report struct {
-	Send        string                  `json:"send"`
-	Generation  int64                   `json:"generation"`
-	Digest      string                  `json:"digest"`
-	Outcome     string                  `json:"outcome"`
-	Reason      string                  `json:"reason"`
-	Attempt     int                     `json:"attempt"`
-	HostVersion string                  `json:"host_version"`
-	StartedAt   *time.Time              `json:"started_at,omitempty"`
-	FinishedAt  *time.Time              `json:"finished_at,omitempty"`
-	Actions     []Action                `json:"actions,omitempty"`
-	Running     map[string]RunningBuild `json:"running,omitempty"`
-	Checks      []CheckResult           `json:"checks,omitempty"`
+	Send        string `json:"send"`
+	Generation  int64  `json:"generation"`
+	Digest      string `json:"digest"`
+	Outcome     string `json:"outcome"`
+	Reason      string `json:"reason"`
+	Attempt     int    `json:"attempt"`
+	HostVersion string `json:"host_version"`
+	// LauncherVersion is the version of the launcher running the host
+	// (`mesh-host launch`), which follows the host release once that has
+	// won its trial; empty for a host run without one.
+	LauncherVersion string                  `json:"launcher_version,omitempty"`
+	StartedAt       *time.Time              `json:"started_at,omitempty"`
+	FinishedAt      *time.Time              `json:"finished_at,omitempty"`
+	Actions         []Action                `json:"actions,omitempty"`
+	Running         map[string]RunningBuild `json:"running,omitempty"`
+	Checks          []CheckResult           `json:"checks,omitempty"`
 	// Logs are the last lines of the services that failed, restarted or
 	// turned unhealthy since the host's last report (ValidateLogs bounds
 	// them).

@@ -138,12 +138,22 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 	}
 	journalCmd.Flags().BoolVar(&asJSON, "json", false, "JSON lines")
 
+	var handover bool
 	versionCmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
-		Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "mesh-host", version.String()) },
+		Run: func(*cobra.Command, []string) {
+			if handover {
+				// A launcher asks before it re-executes as this binary.
+				fmt.Fprintln(stdout, agent.LauncherHandover)
+				return
+			}
+			fmt.Fprintln(stdout, "mesh-host", version.String())
+		},
 	}
+	versionCmd.Flags().BoolVar(&handover, "launcher-handover", false, "print the launcher hand-over this binary takes (asked by a launcher before it moves to it)")
+	_ = versionCmd.Flags().MarkHidden("launcher-handover")
 	root.AddCommand(enrollCmd, runCmd, launchCmd, journalCmd, versionCmd)
 	return root
 }
