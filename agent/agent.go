@@ -98,6 +98,9 @@ type Agent struct {
 	// declaration gives.
 	applyingSend string
 	renewWait    time.Duration // backoff of a failing renewal
+	// newer is a declaration that arrived while a failing one waited for
+	// its next attempt: the poll loop takes it before polling again.
+	newer *pollResult
 
 	trialDone     bool // the upgraded report was answered: accepted, or refused for good
 	trialPolls    int
@@ -226,7 +229,11 @@ func (a *Agent) loop(ctx context.Context) error {
 			a.trialPolls++
 		}
 		hold = a.holdForRenewal(hold)
-		res, err := a.client.poll(ctx, a.state.Finished, hold)
+		res, err := a.newer, error(nil)
+		a.newer = nil
+		if res == nil {
+			res, err = a.client.poll(ctx, a.state.Finished, hold)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -374,12 +381,35 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 			Reason: err.Error(), Attempt: attempt, StartedAt: &started}, actions, nil)
 		d := min(a.cfg.RetryBase<<(attempt-1), 30*time.Second)
 		a.cfg.Log.Warn("apply failed; retrying", "generation", v.decl.Generation, "attempt", attempt, "in", d, "err", err)
-		select {
-		case <-ctx.Done():
+		if a.newer = a.newerWithin(ctx, v.decl.Generation, d); a.newer != nil {
+			a.saveState()
+			a.cfg.Log.Warn("a newer generation arrived; the failing one is left", "generation", v.decl.Generation, "attempt", attempt)
 			return
-		case <-time.After(d):
+		}
+		if ctx.Err() != nil {
+			return
 		}
 	}
+}
+
+// newerWithin waits d for the next attempt at generation gen, polling
+// meanwhile: a declaration newer than gen (a fix, or a plan's rollback)
+// is returned at once rather than after the failing generation's
+// remaining attempts, which back off up to 30 s each. Without one (a 304,
+// or the controller unreachable) it returns nil when d has passed.
+func (a *Agent) newerWithin(ctx context.Context, gen int64, d time.Duration) *pollResult {
+	until := time.Now().Add(d)
+	if d >= time.Second {
+		res, err := a.client.poll(ctx, gen, d)
+		if err == nil && !res.notModified && res.body != nil {
+			return res
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Until(until)):
+	}
+	return nil
 }
 
 // finish records a generation the host is done with: state, journal, report.

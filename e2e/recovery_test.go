@@ -125,3 +125,40 @@ func TestFailingApply_RejectedAfterAttempts(t *testing.T) {
 		t.Fatalf("%d journal entries for the rejected generation, want 3 (2 failed, 1 rejected)", entries)
 	}
 }
+
+// TestFailingApply_NewerGenerationTakenBetweenAttempts: a generation that
+// keeps failing does not keep the host from the one that supersedes it. Its
+// retries back off (here 30 s), and the host polls while it waits, so a fix
+// assigned after the first failed attempt is applied within seconds, not
+// after the failing generation's remaining attempts.
+func TestFailingApply_NewerGenerationTakenBetweenAttempts(t *testing.T) {
+	c := startController(t, store.SQLite)
+	nodeTools(t, c)
+	c.module("broken")
+	c.upload("broken", `{"resources": [{"name": "svc", "kind": "service", "command": ["/opt/missing/bin/run"]}]}`, nil)
+	h := enroll(t, c, "m1", c.URL)
+	h.start("--retry", "30s", "--max-attempts", "5")
+	c.setVars("m1", map[string]string{"port": freePort(t)})
+	c.assign("m1", "node-tools")
+	c.waitApplied("m1", 30*time.Second)
+	bad := c.assign("m1", "node-tools", "broken")
+	if r := c.waitReport("m1", "failed", "/opt/missing/bin/run"); r.Generation != bad {
+		t.Fatalf("failed report %+v, want generation %d", r, bad)
+	}
+	fixed := time.Now()
+	good := c.assign("m1", "node-tools")
+	c.waitApplied("m1", 20*time.Second)
+	if m := c.machine("m1"); m.AppliedGeneration != good {
+		t.Fatalf("applied generation %d, want %d", m.AppliedGeneration, good)
+	}
+	t.Logf("the fix was applied %v after it was assigned", time.Since(fixed).Round(time.Millisecond))
+	failed := 0
+	for _, r := range c.reports("m1") {
+		if r.Generation == bad && r.Outcome == "failed" {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("the superseded generation failed %d times, want once (it was not attempted again)", failed)
+	}
+}
