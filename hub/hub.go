@@ -448,6 +448,21 @@ func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*m
 	return c, nil
 }
 
+// SingleEnvelope is c with its single-signature envelope, for a poll of a
+// host that does not verify batch envelopes: signed and stored on the
+// first such poll of the generation (by any instance), then kept here.
+func (h *Hub) SingleEnvelope(ctx context.Context, c *models.Composed) (*models.Composed, error) {
+	if len(c.Envelope) > 0 {
+		return c, nil
+	}
+	out, err := h.Store.SingleEnvelope(ctx, c, h.Signer)
+	if err != nil {
+		return nil, err
+	}
+	h.setComposed(out)
+	return out, nil
+}
+
 // recordFailures puts why generations cannot be composed on their
 // machines, where the overview shows them: the one place either way of
 // composing (ahead of a fan-out, or for one poll) records them.

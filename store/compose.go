@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -48,7 +46,7 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := sign(rows, signer); err != nil {
+		if err := seal(rows, signer); err != nil {
 			return err
 		}
 		if s.beforeStore != nil {
@@ -340,7 +338,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 		return nil
 	}
@@ -359,7 +357,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 	}
 	return nil
@@ -383,7 +381,7 @@ func withoutStored(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 		if want[d.MachineID] == d.Generation {
 			have[d.MachineID] = true
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 	}
 	left := rows[:0:0]
@@ -418,7 +416,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 	}
 	for _, r := range rows {
 		out[r.MachineID] = &models.Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
-			Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
+			Digest: r.Digest, Envelope: r.Envelope, Batch: r.Batch, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
 	}
 	return nil
 }
@@ -432,34 +430,68 @@ func (s *Store) Declaration(ctx context.Context, machineID, generation int64) (*
 	return &d, nil
 }
 
-// sign signs and wraps every payload, spread over the CPUs: signing is
-// most of composing's cost in a fan-out.
-func sign(rows []composedRow, signer models.Signer) error {
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(rows)/32))
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(rows); i += workers {
-				env, err := json.Marshal(models.Envelope{Payload: rows[i].payload,
-					Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(rows[i].payload)}}})
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				rows[i].Envelope = env
-			}
-		}()
+// seal signs the chunk's payloads as one batch: one ed25519 signature
+// over the Merkle root of their leaves, and each payload's batch envelope
+// with its inclusion proof. The single-signature envelope is left empty:
+// it is signed when a host that does not verify batches first needs it
+// (SingleEnvelope), so a fleet of hosts that do costs one signature per
+// chunk rather than one per machine.
+func seal(rows []composedRow, signer models.Signer) error {
+	payloads := make([][]byte, len(rows))
+	for i := range rows {
+		payloads[i] = rows[i].payload
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+	envs, err := models.SealBatch(payloads, signer)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Batch, rows[i].Envelope = envs[i], []byte{}
 	}
 	return nil
+}
+
+// SingleEnvelope returns the single-signature envelope of c's (machine,
+// generation), the one a host that does not send X-Mesh-Envelope: batch
+// verifies. It is signed on first need and stored with the declaration;
+// an instance that loses the race to store it reads and returns the
+// winner's, so every instance sends the same bytes. The returned copy of
+// c carries it.
+func (s *Store) SingleEnvelope(ctx context.Context, c *models.Composed, signer models.Signer) (*models.Composed, error) {
+	if len(c.Envelope) > 0 {
+		return c, nil
+	}
+	payload, err := models.PayloadOf(c.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("declaration of machine %s generation %d: %w", c.Machine, c.Generation, err)
+	}
+	env, err := models.SealOne(payload, signer)
+	if err != nil {
+		return nil, err
+	}
+	var stored []byte
+	err = s.write(ctx, func(tx *Tx) error {
+		where := "machine_id = ? AND generation = ? AND digest = ?"
+		if err := tx.Model(&models.Declaration{}).Where(where+" AND envelope = ?", c.MachineID, c.Generation, c.Digest, []byte{}).
+			Update("envelope", env).Error; err != nil {
+			return err
+		}
+		var d models.Declaration
+		if err := tx.Select("envelope").Where(where, c.MachineID, c.Generation, c.Digest).Order("id").First(&d).Error; err != nil {
+			return err
+		}
+		stored = d.Envelope
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if len(stored) == 0 {
+		return nil, fmt.Errorf("declaration of machine %s generation %d: no envelope stored", c.Machine, c.Generation)
+	}
+	out := *c
+	out.Envelope = stored
+	return &out, nil
 }
 
 func keysOf(m map[int64]bool) []int64 {

@@ -77,7 +77,7 @@ func BenchmarkCompose_569Resources(b *testing.B) {
 				s.DB().Exec("UPDATE machines SET generation = generation + 1")
 				b.StartTimer()
 				got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", sg)
-				if err != nil || len(fails) > 0 || len(got[m.ID].Envelope) < 569*50 {
+				if err != nil || len(fails) > 0 || len(got[m.ID].Batch) < 569*50 {
 					b.Fatal(err, fails)
 				}
 			}

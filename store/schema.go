@@ -100,7 +100,7 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayl
 		return out, nil
 	}
 	var ds []models.Declaration
-	if err := tx.Select("machine_id", "generation", "envelope").Where("machine_id IN ? AND generation IN ?", ids, gens).
+	if err := tx.Select("machine_id", "generation", "envelope", "batch").Where("machine_id IN ? AND generation IN ?", ids, gens).
 		Find(&ds).Error; err != nil {
 		return nil, err
 	}
@@ -108,12 +108,12 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64]*models.DeclarationPayl
 		if want[d.MachineID] != d.Generation {
 			continue
 		}
-		var env models.Envelope
 		var p models.DeclarationPayload
-		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+		payload, err := models.PayloadOf(d.Sealed())
+		if err != nil {
 			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
 		}
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
+		if err := json.Unmarshal(payload, &p); err != nil {
 			return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
 		}
 		out[d.MachineID] = &p
