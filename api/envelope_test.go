@@ -77,12 +77,21 @@ func TestPoll_EnvelopeFollowsHeader(t *testing.T) {
 			t.Fatal("a second single poll of the generation got other bytes")
 		}
 
+		// m1's host was last seen without the header: composing ahead signs
+		// its single envelope too, m2's (never seen without it) is left to
+		// its poll. A first poll without the header signed m1's generation 1.
+		if n := e.Ctl.Hub.SignedOnPoll(); n != 1 {
+			t.Fatalf("%d single-signature envelopes signed on a poll, want 1", n)
+		}
+		pollWith(e, m2.Token, 0, "1s", models.EnvelopeBatch)
+		pollWith(e, m1.Token, 0, "1s", "")
+
 		// Parked polls, woken by a change: each gets its own header's envelope.
 		var wg sync.WaitGroup
 		var woke1, woke2 poll
 		wg.Add(2)
-		go func() { defer wg.Done(); woke1 = pollWith(e, m1.Token, 1, "30s", models.EnvelopeBatch) }()
-		go func() { defer wg.Done(); woke2 = pollWith(e, m2.Token, 1, "30s", "") }()
+		go func() { defer wg.Done(); woke1 = pollWith(e, m1.Token, 1, "30s", "") }()
+		go func() { defer wg.Done(); woke2 = pollWith(e, m2.Token, 1, "30s", models.EnvelopeBatch) }()
 		waitFor(t, 5*time.Second, func() bool { return e.Ctl.Hub.Polling("m1") && e.Ctl.Hub.Polling("m2") })
 		for _, m := range []string{"m1", "m2"} {
 			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/" + m + "/variables", Token: e.Admin,
@@ -93,11 +102,16 @@ func TestPoll_EnvelopeFollowsHeader(t *testing.T) {
 			t.Fatalf("woken polls: %d %d", woke1.status, woke2.status)
 		}
 		var p models.DeclarationPayload
-		if err := json.Unmarshal(openBatch(t, m1, woke1.body), &p); err != nil || p.Machine != "m1" || p.Generation != 2 {
+		if err := json.Unmarshal(openBatch(t, m2, woke2.body), &p); err != nil || p.Machine != "m2" || p.Generation != 2 {
 			t.Fatalf("woken batch poll: %+v %v", p, err)
 		}
-		if d := verify(t, m2, woke2.body); d.Machine != "m2" || d.Generation != 2 {
+		if d := verify(t, m1, woke1.body); d.Machine != "m1" || d.Generation != 2 {
 			t.Fatalf("woken single poll: %+v", d)
+		}
+		// m1's host polled last without the header: its generation 2 was
+		// signed singly when composed ahead, not on the poll path.
+		if n := e.Ctl.Hub.SignedOnPoll(); n != 1 {
+			t.Fatalf("%d single-signature envelopes signed on a poll, want still 1", n)
 		}
 		for _, s := range []poll{batch, single, woke1, woke2} {
 			if _, err := e.Ctl.Store.Send(context.Background(), s.send); err != nil {

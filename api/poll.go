@@ -91,7 +91,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	// The envelope follows each poll's own header: a host rolled back to
 	// a release that does not verify batches gets the single-signature one.
 	ps.batch = models.AcceptsBatch(c.Request().Header.Get(models.HeaderEnvelope))
-	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps)
+	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps.batch, ps)
 	if replaced != nil {
 		replaced.Supersede()
 	}

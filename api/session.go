@@ -107,7 +107,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	// A newer generation queued to compose is waited for: sending the one
 	// it supersedes would only make the host apply twice.
 	if !v.Conflict && !v.Pending && v.Gen > ps.known {
-		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v)
+		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v, ps.batch)
 		if err != nil {
 			return step{}, err
 		}

@@ -149,3 +149,36 @@ func TestSingleEnvelope_SignedOnceStored(t *testing.T) {
 		}
 	})
 }
+
+// TestComposeFor_SingleAhead: the machines named as having hosts that do
+// not verify batches get their single-signature envelope signed while
+// composing (stored, verifying, carrying the batch's payload); the others
+// do not.
+func TestComposeFor_SingleAhead(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "m1"), fixture(t, s, "m2")
+		sg := newSigner()
+		got, fails, err := s.ComposeFor(ctx, []int64{a.ID, b.ID}, "ctl-a", sg, map[int64]bool{a.ID: true})
+		if err != nil || len(fails) > 0 {
+			t.Fatalf("compose: %v %v", err, fails)
+		}
+		single, err := models.OpenEnvelope(got[a.ID].Envelope, trustedBy(sg))
+		batched, _ := models.PayloadOf(got[a.ID].Batch)
+		if err != nil || !bytes.Equal(single, batched) {
+			t.Fatalf("m1's single-signature envelope: %v", err)
+		}
+		if len(got[b.ID].Envelope) != 0 {
+			t.Fatal("m2's single-signature envelope signed ahead of need")
+		}
+		d, err := s.Declaration(ctx, a.ID, got[a.ID].Generation)
+		if err != nil || !bytes.Equal(d.Envelope, got[a.ID].Envelope) {
+			t.Fatalf("m1's stored envelope: %v", err)
+		}
+		// SingleEnvelope finds it stored and signs nothing.
+		c, err := s.SingleEnvelope(ctx, got[a.ID], newSigner())
+		if err != nil || !bytes.Equal(c.Envelope, d.Envelope) {
+			t.Fatalf("single envelope: %v", err)
+		}
+	})
+}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -35,6 +38,13 @@ var composeColumns = []string{"id", "name", "os", "arch", "generation", "generat
 // write lock (SQLite's above all) is held only for the insert, so several
 // chunks compose at once and sends are committed between them.
 func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error) {
+	return s.ComposeFor(ctx, ids, by, signer, nil)
+}
+
+// ComposeFor is Compose that also signs the single-signature envelope of
+// the machines in single (those whose hosts do not verify batch
+// envelopes) as it composes them, rather than on their first poll.
+func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer models.Signer, single map[int64]bool) (map[int64]*models.Composed, map[int64]error, error) {
 	out := make(map[int64]*models.Composed, len(ids))
 	fails := map[int64]error{}
 	err := inChunks(ids, composeChunk, func(chunk []int64) error {
@@ -46,7 +56,7 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := seal(rows, signer); err != nil {
+		if err := seal(rows, signer, single); err != nil {
 			return err
 		}
 		if s.beforeStore != nil {
@@ -432,14 +442,19 @@ func (s *Store) Declaration(ctx context.Context, machineID, generation int64) (*
 
 // seal signs the chunk's payloads as one batch: one ed25519 signature
 // over the Merkle root of their leaves, and each payload's batch envelope
-// with its inclusion proof. The single-signature envelope is left empty:
-// it is signed when a host that does not verify batches first needs it
-// (SingleEnvelope), so a fleet of hosts that do costs one signature per
-// chunk rather than one per machine.
-func seal(rows []composedRow, signer models.Signer) error {
+// with its inclusion proof. The single-signature envelope is signed here
+// only for the machines in single, spread over the CPUs; the others' is
+// left empty and signed when a host that does not verify batches first
+// needs it (SingleEnvelope), so a fleet of hosts that do costs one
+// signature per chunk rather than one per machine.
+func seal(rows []composedRow, signer models.Signer, single map[int64]bool) error {
 	payloads := make([][]byte, len(rows))
+	var one []int
 	for i := range rows {
 		payloads[i] = rows[i].payload
+		if single[rows[i].MachineID] {
+			one = append(one, i)
+		}
 	}
 	envs, err := models.SealBatch(payloads, signer)
 	if err != nil {
@@ -448,7 +463,23 @@ func seal(rows []composedRow, signer models.Signer) error {
 	for i := range rows {
 		rows[i].Batch, rows[i].Envelope = envs[i], []byte{}
 	}
-	return nil
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(one)/32))
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < len(one); k += workers {
+				i := one[k]
+				if rows[i].Envelope, errs[w] = models.SealOne(rows[i].payload, signer); errs[w] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // SingleEnvelope returns the single-signature envelope of c's (machine,
