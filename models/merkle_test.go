@@ -384,3 +384,18 @@ func FuzzVerifyInclusion(f *testing.F) {
 		}
 	})
 }
+
+// TestSealOne_TodaysBytes: the single-signature envelope is byte for byte
+// what hosts before batch envelopes verify (the wire contract's shape).
+func TestSealOne_TodaysBytes(t *testing.T) {
+	priv := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	payload := []byte(`{"schema":1,"machine":"m1"}`)
+	got, err := SealOne(payload, testSigner{"k1", priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"payload":"` + b64(payload) + `","signatures":[{"key_id":"k1","sig":"` + b64(ed25519.Sign(priv, payload)) + `"}]}`
+	if string(got) != want {
+		t.Fatalf("single-signature envelope\n%s\nwant\n%s", got, want)
+	}
+}
