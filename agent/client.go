@@ -112,6 +112,7 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 	req.Header.Set("If-None-Match", fmt.Sprintf(`"%d"`, finished))
 	req.Header.Set("X-Mesh-Host-Version", version.Version)
 	req.Header.Set("X-Mesh-Schema", SchemaHeader)
+	req.Header.Set(models.HeaderEnvelope, models.EnvelopeBatch)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -93,18 +94,125 @@ func FuzzVerify(f *testing.F) {
 	})
 }
 
-// signedByTrusted checks body's signatures independently of verify.
+// signedByTrusted checks body's signatures independently of verify: a
+// single-signature envelope's over its payload, or a batch envelope's
+// over its root, the payload's leaf leading to that root (recomputed by
+// RFC 6962's recursive definition, not verify's loop).
 func signedByTrusted(body []byte) bool {
-	var env models.Envelope
+	var env struct {
+		models.Envelope
+		Batch *models.BatchProof `json:"batch"`
+	}
 	if json.Unmarshal(body, &env) != nil {
 		return false
 	}
-	for _, s := range env.Signatures {
-		if s.KeyID == "k1" && ed25519.Verify(fuzzKey.Public().(ed25519.PublicKey), env.Payload, s.Sig) {
-			return true
+	trusted := func(sigs []models.Signature, msg []byte) bool {
+		for _, s := range sigs {
+			if s.KeyID == "k1" && ed25519.Verify(fuzzKey.Public().(ed25519.PublicKey), msg, s.Sig) {
+				return true
+			}
+		}
+		return false
+	}
+	if env.Batch == nil {
+		return trusted(env.Signatures, env.Payload)
+	}
+	b := env.Batch
+	if env.Signatures != nil || b.Size < 1 || b.Index < 0 || b.Index >= b.Size || len(b.Path) > 64 {
+		return false
+	}
+	leaf := sha256.Sum256(append([]byte{0}, env.Payload...))
+	root, rest, ok := rootOf(leaf[:], uint64(b.Index), uint64(b.Size), b.Path)
+	return ok && len(rest) == 0 && bytes.Equal(root, b.Root) && trusted(b.Signatures, models.BatchStatement(b.Size, b.Root))
+}
+
+// rootOf is the root of a tree of n leaves whose leaf m is leaf, the
+// siblings taken from path bottom up (RFC 6962 2.1.1's PATH, read back).
+func rootOf(leaf []byte, m, n uint64, path [][]byte) ([]byte, [][]byte, bool) {
+	if n == 1 {
+		return leaf, path, m == 0
+	}
+	k := uint64(1)
+	for k*2 < n {
+		k *= 2
+	}
+	var sub []byte
+	var ok bool
+	if m < k {
+		sub, path, ok = rootOf(leaf, m, k, path)
+	} else {
+		sub, path, ok = rootOf(leaf, m-k, n-k, path)
+	}
+	if !ok || len(path) == 0 || len(path[0]) != 32 {
+		return nil, nil, false
+	}
+	l, r := sub, path[0]
+	if m >= k {
+		l, r = r, l
+	}
+	h := sha256.Sum256(append(append([]byte{1}, l...), r...))
+	return h[:], path[1:], true
+}
+
+// batchOf seals payloads as the controller does a compose chunk, signed
+// by key under id.
+func batchOf(tb testing.TB, id string, key ed25519.PrivateKey, payloads ...[]byte) [][]byte {
+	tb.Helper()
+	envs, err := models.SealBatch(payloads, fuzzSigner{id, key})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return envs
+}
+
+type fuzzSigner struct {
+	id  string
+	key ed25519.PrivateKey
+}
+
+func (s fuzzSigner) KeyID() string        { return s.id }
+func (s fuzzSigner) Sign(p []byte) []byte { return ed25519.Sign(s.key, p) }
+
+// FuzzVerifyBatch feeds the verifier batch envelopes, seeded with real
+// ones (trees of 1 to 13 leaves, this machine's payload at every place)
+// for the fuzzer to mutate: an accepted one really has its payload's
+// leaf in a tree whose root a trusted key signed; anything else is a
+// refusal, and what is refused is never returned as verified.
+func FuzzVerifyBatch(f *testing.F) {
+	p := seedDeclaration()
+	for _, size := range []int{1, 2, 3, 5, 8, 13} {
+		for at := range size {
+			ps := make([][]byte, size)
+			for i := range ps {
+				ps[i] = []byte(`{"schema":1,"machine":"other"}`)
+			}
+			ps[at] = p
+			f.Add(batchOf(f, "k1", fuzzKey, ps...)[at])
 		}
 	}
-	return false
+	f.Add(batchOf(f, "k1", otherKey, p)[0])
+	f.Add(batchOf(f, "k2", fuzzKey, p, p)[1])
+	f.Add([]byte(`{"payload":"e30=","batch":{"size":1,"index":0,"path":[],"root":"AA==","signatures":[]}}`))
+	f.Add([]byte(`{"payload":"e30=","signatures":[],"batch":{"size":1,"index":0,"path":[],"root":"AA==","signatures":[]}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		v, err := verify(body, fuzzTrust(), "m1")
+		if err != nil {
+			var r *refusal
+			if !errors.As(err, &r) {
+				t.Fatalf("error %v is not a refusal", err)
+			}
+			if v != nil && !signedByTrusted(body) {
+				t.Fatalf("refused for %q, but returned what was never verified", r.reason)
+			}
+			return
+		}
+		if !signedByTrusted(body) {
+			t.Fatal("accepted an envelope whose payload is not in a tree signed by a trusted key")
+		}
+		if v.digest != models.DigestOf(v.payload) || v.decl.Machine != "m1" || v.decl.Schema != models.SchemaV1 {
+			t.Fatalf("accepted %+v (digest %s)", v.decl, v.digest)
+		}
+	})
 }
 
 // roundTrip re-signs what the host decoded and decodes it again: the same

@@ -29,32 +29,25 @@ type verified struct {
 	decl    models.DeclarationPayload
 }
 
-// verify checks the envelope's signature over the exact payload bytes with
-// a trusted key, then decodes strictly: bytes first, meaning second.
+// verify checks the envelope over the exact payload bytes with a trusted
+// key — its own signature, or (a batch envelope) the payload's inclusion
+// proof and the signature of its batch's root — then decodes strictly:
+// bytes first, meaning second.
 func verify(body []byte, keys []PublicKey, machine string) (*verified, error) {
-	var env struct {
-		Payload    []byte             `json:"payload"`
-		Signatures []models.Signature `json:"signatures"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
-		return nil, refuse("not a declaration envelope: %v", err)
-	}
-	ok := false
-	for _, s := range env.Signatures {
+	payload, err := models.OpenEnvelope(body, func(keyID string, msg, sig []byte) bool {
 		for _, k := range keys {
-			if k.KeyID == s.KeyID && len(k.PublicKey) == ed25519.PublicKeySize &&
-				ed25519.Verify(ed25519.PublicKey(k.PublicKey), env.Payload, s.Sig) {
-				ok = true
+			if k.KeyID == keyID && len(k.PublicKey) == ed25519.PublicKeySize &&
+				ed25519.Verify(ed25519.PublicKey(k.PublicKey), msg, sig) {
+				return true
 			}
 		}
+		return false
+	})
+	if err != nil {
+		return nil, refuse("%v", err)
 	}
-	if !ok {
-		return nil, refuse("not verified: no signature by a trusted key")
-	}
-	v := &verified{payload: env.Payload, digest: models.DigestOf(env.Payload)}
-	dec = json.NewDecoder(bytes.NewReader(env.Payload))
+	v := &verified{payload: payload, digest: models.DigestOf(payload)}
+	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v.decl); err != nil {
 		return v, refuse("bad field: %v", err)

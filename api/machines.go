@@ -236,7 +236,12 @@ func (s *Server) previewDeclaration(c echo.Context) error {
 	if ferr := fails[m.ID]; ferr != nil {
 		return ferr
 	}
-	comp := got[m.ID]
+	// The single-signature envelope, as a host that does not verify
+	// batch envelopes gets it (signed now if no such host needed it yet).
+	comp, err := s.Store.SingleEnvelope(ctx, got[m.ID], s.Signer)
+	if err != nil {
+		return err
+	}
 	var env models.Envelope
 	if err := json.Unmarshal(comp.Envelope, &env); err != nil {
 		return err

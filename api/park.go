@@ -146,13 +146,19 @@ func (s *Server) answerParked(pp *parkedPoll) {
 	case pollNotModified:
 		s.finishParked(pp, notModified())
 	case pollSend:
+		body, err := pp.envelope(ctx, st.comp)
+		if err != nil {
+			s.Log.Error("parked poll: envelope", "machine", pp.name, "err", err)
+			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
+			return
+		}
 		sendID, err := pp.recordSend(ctx, st.comp)
 		if err != nil {
 			s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
 			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
 			return
 		}
-		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), st.comp.Envelope))
+		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), body))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
 		s.repark(pp)

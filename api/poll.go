@@ -88,7 +88,10 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		return err
 	}
 	schema := schemas.String()
-	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps)
+	// The envelope follows each poll's own header: a host rolled back to
+	// a release that does not verify batches gets the single-signature one.
+	ps.batch = models.AcceptsBatch(c.Request().Header.Get(models.HeaderEnvelope))
+	changed, replaced := s.Hub.PollStarted(p.hostID, hv, schema, ps.batch, ps)
 	if replaced != nil {
 		replaced.Supersede()
 	}
@@ -119,6 +122,10 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		case pollNotModified:
 			return c.NoContent(http.StatusNotModified)
 		case pollSend:
+			body, err := ps.envelope(ctx, st.comp)
+			if err != nil {
+				return err
+			}
 			sendID, err := ps.recordSend(ctx, st.comp)
 			if err != nil {
 				return err
@@ -126,7 +133,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			for _, kv := range sendHeaders(st.comp, sendID) {
 				c.Response().Header().Set(kv[0], kv[1])
 			}
-			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, st.comp.Envelope)
+			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
 		}
 		// Nothing to send: a long wait parks without a goroutine (not after
 		// a conflict check, which a parked poll would not repeat).

@@ -26,6 +26,7 @@ type pollSession struct {
 	known    int64 // the generation the host finished with
 	deadline time.Time
 	checked  bool // the store was asked about a conflict once
+	batch    bool // the host verifies batch envelopes (X-Mesh-Envelope)
 
 	// superseded is closed when a newer poll of the same machine arrives:
 	// a machine has one waiting poll, and the older is answered 304.
@@ -106,7 +107,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	// A newer generation queued to compose is waited for: sending the one
 	// it supersedes would only make the host apply twice.
 	if !v.Conflict && !v.Pending && v.Gen > ps.known {
-		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v)
+		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v, ps.batch)
 		if err != nil {
 			return step{}, err
 		}
@@ -118,6 +119,20 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		return step{verdict: pollNotModified}, nil
 	}
 	return step{verdict: pollWait, changed: v.Changed, judged: judged}, nil
+}
+
+// envelope is the body a 200 of comp carries for this poll's host: the
+// batch envelope when it verifies them, else the single-signature one,
+// signed and stored first if no poll needed it yet.
+func (ps *pollSession) envelope(ctx context.Context, comp *models.Composed) ([]byte, error) {
+	if b := comp.EnvelopeFor(ps.batch); b != nil {
+		return b, nil
+	}
+	c, err := ps.srv.Hub.SingleEnvelope(ctx, comp)
+	if err != nil {
+		return nil, err
+	}
+	return c.Envelope, nil
 }
 
 // recordSend writes the send row of a declaration to the session's machine

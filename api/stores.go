@@ -27,6 +27,7 @@ type MachineStore interface {
 	RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error
 	CheckConflict(ctx context.Context, machineID int64, hostGen int64) (conflict bool, gen int64, err error)
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
+	SingleEnvelope(ctx context.Context, c *models.Composed, signer models.Signer) (*models.Composed, error)
 	InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error)
 	BlobSent(ctx context.Context, machineID int64, digest string) (bool, error)
 	OpenBlob(ctx context.Context, digest string) (*models.Blob, io.ReadSeeker, error)

@@ -42,6 +42,14 @@ func envInt(name string, def int) int {
 	return def
 }
 
+// envOr is the environment variable name when it is set (even empty), else def.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
 // BenchmarkFanout: one change that touches 10,000 machines reaches all
 // 10,000 waiting hosts. Targets (DESIGN.md): p99 under 1 s; under 20 KiB
 // of controller memory per waiting poll. Both the first fan-out after the
@@ -131,7 +139,10 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 	baseRSS := rss(b, ctl.Process.Pid)
 
 	load := exec.Command(filepath.Join(bin, "loadgen"), "-url", url, "-tokens", tokens,
-		"-pubkey", base64.StdEncoding.EncodeToString(pub), "-admin", admin, "-module", "mod", "-sources", strconv.Itoa(sources), "-ca-pin", pin)
+		"-pubkey", base64.StdEncoding.EncodeToString(pub), "-admin", admin, "-module", "mod", "-sources", strconv.Itoa(sources), "-ca-pin", pin,
+		// MESH_BENCH_ENVELOPE= (set, empty) measures hosts that do not
+		// verify batch envelopes: each 200 signs and stores its single one.
+		"-envelope", envOr("MESH_BENCH_ENVELOPE", models.EnvelopeBatch))
 	stdin, _ := load.StdinPipe()
 	stdout, _ := load.StdoutPipe()
 	load.Stderr = os.Stderr

@@ -964,6 +964,22 @@ type AuditList struct {
 	NextCursor string       `json:"next_cursor"`
 }
 
+// BatchProof RFC 6962/9162 hashing: leaf = SHA-256(0x00 || payload bytes), node =
+// SHA-256(0x01 || left || right). The host checks that `path` leads from
+// its payload's leaf at `index` to `root` in a tree of `size` leaves
+// (0 <= index < size, exactly as many hashes as that tree's shape
+// needs, at most 64, each 32 bytes), and that a trusted key signed
+// "mesh-declaration-batch/v1\n<size>\n<root, lowercase hex>\n".
+type BatchProof struct {
+	Index int64 `json:"index"`
+
+	// Path the audit path, sibling hashes from the leaf up
+	Path       [][]byte   `json:"path"`
+	Root       []byte     `json:"root"`
+	Signatures Signatures `json:"signatures"`
+	Size       int64      `json:"size"`
+}
+
 // Build defines model for Build.
 type Build struct {
 	Commit    string    `json:"commit"`
@@ -1118,9 +1134,15 @@ type Declaration struct {
 type DeclarationPreview struct {
 	Declaration Declaration `json:"declaration"`
 	Digest      string      `json:"digest"`
-	Envelope    Envelope    `json:"envelope"`
-	Generation  int         `json:"generation"`
-	Trigger     string      `json:"trigger"`
+
+	// Envelope the payload and, exactly one of: `signatures` over the payload bytes
+	// (the single-signature envelope, what every host verifies), or
+	// `batch`, the payload's place in a batch whose Merkle root is signed
+	// once (only to a poll that sent `X-Mesh-Envelope: batch`). A host
+	// refuses an envelope with both, or neither.
+	Envelope   Envelope `json:"envelope"`
+	Generation int      `json:"generation"`
+	Trigger    string   `json:"trigger"`
 }
 
 // EnrollRequest defines model for EnrollRequest.
@@ -1153,14 +1175,23 @@ type Enrolled struct {
 	Token       string      `json:"token"`
 }
 
-// Envelope defines model for Envelope.
+// Envelope the payload and, exactly one of: `signatures` over the payload bytes
+// (the single-signature envelope, what every host verifies), or
+// `batch`, the payload's place in a batch whose Merkle root is signed
+// once (only to a poll that sent `X-Mesh-Envelope: batch`). A host
+// refuses an envelope with both, or neither.
 type Envelope struct {
+	// Batch RFC 6962/9162 hashing: leaf = SHA-256(0x00 || payload bytes), node =
+	// SHA-256(0x01 || left || right). The host checks that `path` leads from
+	// its payload's leaf at `index` to `root` in a tree of `size` leaves
+	// (0 <= index < size, exactly as many hashes as that tree's shape
+	// needs, at most 64, each 32 bytes), and that a trusted key signed
+	// "mesh-declaration-batch/v1\n<size>\n<root, lowercase hex>\n".
+	Batch *BatchProof `json:"batch,omitempty"`
+
 	// Payload the declaration JSON, base64; signed byte for byte
-	Payload    []byte `json:"payload"`
-	Signatures []struct {
-		KeyId string `json:"key_id"`
-		Sig   []byte `json:"sig"`
-	} `json:"signatures"`
+	Payload    []byte      `json:"payload"`
+	Signatures *Signatures `json:"signatures,omitempty"`
 }
 
 // FinishedBuild defines model for FinishedBuild.
@@ -2004,6 +2035,12 @@ type ServiceLogView struct {
 // ServiceLogViewWhy why the host shipped them
 type ServiceLogViewWhy string
 
+// Signatures defines model for Signatures.
+type Signatures = []struct {
+	KeyId string `json:"key_id"`
+	Sig   []byte `json:"sig"`
+}
+
 // Source defines model for Source.
 type Source struct {
 	CreatedAt     time.Time `json:"created_at"`
@@ -2233,6 +2270,9 @@ type PollDeclarationParams struct {
 
 	// XMeshSchema declaration schema versions the host decodes, comma-separated (1,2); absent means 1. At most 8, each 1..999, none twice, else 400. A change of the set bumps the generation of the machine (trigger schema).
 	XMeshSchema *string `json:"X-Mesh-Schema,omitempty"`
+
+	// XMeshEnvelope envelope formats the host verifies besides the single-signature one, comma-separated; `batch` gets the batch envelope (one signature per composed batch and an inclusion proof). Unknown formats are ignored; absent, the single-signature envelope. Each poll's own header decides, so a host rolled back to a release without it gets the single one.
+	XMeshEnvelope *string `json:"X-Mesh-Envelope,omitempty"`
 }
 
 // CreateServiceCertificateJSONBody defines parameters for CreateServiceCertificate.
@@ -6561,6 +6601,17 @@ func NewPollDeclarationRequest(server string, params *PollDeclarationParams) (*h
 			}
 
 			req.Header.Set("X-Mesh-Schema", headerParam2)
+		}
+
+		if params.XMeshEnvelope != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "X-Mesh-Envelope", *params.XMeshEnvelope, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Mesh-Envelope", headerParam3)
 		}
 
 	}

@@ -50,6 +50,7 @@ type Hub struct {
 	polls    atomic.Int64 // polls held open now
 	heard    atomic.Int64 // bumps heard, in process and from the store's notifications
 	ahead    atomic.Int64 // machines composed ahead of their polls and woken
+	onPoll   atomic.Int64 // single-signature envelopes signed on a poll's first need
 	draining bool         // the run loop is composing and waking bumped machines
 	stopped  bool         // the instance drains: compose nothing more
 
@@ -71,13 +72,17 @@ type machineEntry struct {
 	tokenID     string
 	lastSeen    time.Time
 	polledHere  time.Time // when its host last polled this instance
-	polls       int
-	current     Poll // the newest poll of this machine; older ones are superseded
-	changed     chan struct{}
-	composed    *models.Composed
-	composeErr  int64 // the generation whose compose failure was recorded
-	queued      int64 // the newest generation queued to compose and wake
-	parked      []Parked
+	// single: its host's last poll here did not send X-Mesh-Envelope:
+	// batch, so composing ahead signs its single-signature envelope too
+	// rather than leaving it to a write on the poll path.
+	single     bool
+	polls      int
+	current    Poll // the newest poll of this machine; older ones are superseded
+	changed    chan struct{}
+	composed   *models.Composed
+	composeErr int64 // the generation whose compose failure was recorded
+	queued     int64 // the newest generation queued to compose and wake
+	parked     []Parked
 }
 
 // wake closes the entry's change channel and takes its parked polls (to be
@@ -388,7 +393,15 @@ const composers = 4
 // so a woken poll finds its declaration ready, then wakes them. A failure
 // here is not fatal: each poll composes on its own.
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
-	composed, fails, err := h.Store.Compose(ctx, chunk, h.Instance, h.Signer)
+	single := map[int64]bool{}
+	h.mu.Lock()
+	for _, id := range chunk {
+		if e := h.byID[id]; e != nil && e.single {
+			single[id] = true
+		}
+	}
+	h.mu.Unlock()
+	composed, fails, err := h.Store.ComposeFor(ctx, chunk, h.Instance, h.Signer, single)
 	h.ahead.Add(int64(len(chunk)))
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
@@ -424,13 +437,14 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 }
 
 // ComposeOne is the declaration of one machine's generation for a poll:
-// the one composed ahead, or composed now. It is nil when there is nothing
+// the one composed ahead, or composed now (with its single-signature
+// envelope when the poll's host does not verify batches). It is nil when there is nothing
 // the controller may send (a conflict, or a compose failure, recorded once).
-func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*models.Composed, error) {
+func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View, batch bool) (*models.Composed, error) {
 	if c := v.Composed; c != nil && c.Generation >= v.Gen {
 		return c, nil
 	}
-	got, fails, err := h.Store.Compose(ctx, []int64{id}, h.Instance, h.Signer)
+	got, fails, err := h.Store.ComposeFor(ctx, []int64{id}, h.Instance, h.Signer, map[int64]bool{id: !batch})
 	if err != nil {
 		return nil, err
 	}
@@ -454,6 +468,22 @@ func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View) (*m
 		h.setComposed(c)
 	}
 	return c, nil
+}
+
+// SingleEnvelope is c with its single-signature envelope, for a poll of a
+// host that does not verify batch envelopes: signed and stored on the
+// first such poll of the generation (by any instance), then kept here.
+func (h *Hub) SingleEnvelope(ctx context.Context, c *models.Composed) (*models.Composed, error) {
+	if len(c.Envelope) > 0 {
+		return c, nil
+	}
+	out, err := h.Store.SingleEnvelope(ctx, c, h.Signer)
+	if err != nil {
+		return nil, err
+	}
+	h.onPoll.Add(1)
+	h.setComposed(out)
+	return out, nil
 }
 
 // recordFailures puts why generations cannot be composed on their
@@ -494,7 +524,7 @@ func (h *Hub) View(id int64) View {
 // says whether version or schema changed and must be written. The poll
 // becomes its machine's one waiting poll: the one it replaces is returned,
 // for the caller to supersede (answer 304) outside the hub's lock.
-func (h *Hub) PollStarted(id int64, hostVersion, schema string, p Poll) (changed bool, replaced Poll) {
+func (h *Hub) PollStarted(id int64, hostVersion, schema string, batch bool, p Poll) (changed bool, replaced Poll) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.polls.Add(1) // balanced by PollEnded
@@ -506,6 +536,7 @@ func (h *Hub) PollStarted(id int64, hostVersion, schema string, p Poll) (changed
 	replaced, e.current = e.current, p
 	e.lastSeen = time.Now()
 	e.polledHere = e.lastSeen
+	e.single = !batch
 	h.seen[id] = true
 	if e.hostVersion != hostVersion || e.schema != schema {
 		e.hostVersion, e.schema = hostVersion, schema
@@ -616,6 +647,10 @@ func (h *Hub) Heard() int64 { return h.heard.Load() }
 // ComposedAhead is how many machines the hub has composed ahead of their
 // polls and woken: once per bump, however often it was heard.
 func (h *Hub) ComposedAhead() int64 { return h.ahead.Load() }
+
+// SignedOnPoll is how many single-signature envelopes this instance signed
+// (and stored) on a poll's first need rather than while composing.
+func (h *Hub) SignedOnPoll() int64 { return h.onPoll.Load() }
 
 // OpenPolls is how many polls this instance holds now.
 func (h *Hub) OpenPolls() int64 { return h.polls.Load() }

@@ -264,13 +264,27 @@ type Declaration struct {
 	MachineID  int64
 	Generation int64
 	Digest     string
-	Envelope   []byte
+	// Envelope is the single-signature envelope; empty until a host that
+	// does not verify batch envelopes first needs it (SingleEnvelope).
+	Envelope []byte
+	// Batch is the batch envelope (models.BatchEnvelope), nil for rows
+	// composed before batches.
+	Batch      []byte
 	Artifacts  string // the blob digests it names, space-separated
 	Trigger    string
 	ComposedBy string
 	ComposedAt time.Time
 	Schema     int    `gorm:"default:1"` // the declaration schema it was composed in
 	HeldBack   string // why it carries held-back content ("" when it does not)
+}
+
+// Sealed is the envelope stored for the declaration that carries its
+// payload: the single-signature one once signed, else the batch one.
+func (d *Declaration) Sealed() []byte {
+	if len(d.Envelope) > 0 {
+		return d.Envelope
+	}
+	return d.Batch
 }
 
 // Send is one delivery of a declaration to a host, written before the bytes leave.

@@ -40,10 +40,35 @@ type Composed struct {
 	Machine    string
 	Generation int64
 	Digest     string
-	Envelope   []byte
-	Trigger    string
-	Schema     int
-	HeldBack   string
+	// Envelope is the single-signature envelope, empty until first
+	// needed; Batch the batch envelope (nil for declarations composed
+	// before batches). EnvelopeFor picks a poll's.
+	Envelope []byte
+	Batch    []byte
+	Trigger  string
+	Schema   int
+	HeldBack string
+}
+
+// EnvelopeFor is the envelope a poll gets: the batch one for a host that
+// verifies batches (when there is one), else the single-signature one;
+// nil when that one is not signed yet (the caller signs it first).
+func (c *Composed) EnvelopeFor(batch bool) []byte {
+	if batch && len(c.Batch) > 0 {
+		return c.Batch
+	}
+	if len(c.Envelope) > 0 {
+		return c.Envelope
+	}
+	return nil
+}
+
+// Sealed is an envelope that carries the payload, either format.
+func (c *Composed) Sealed() []byte {
+	if len(c.Envelope) > 0 {
+		return c.Envelope
+	}
+	return c.Batch
 }
 
 // Signer signs declaration payloads.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -32,6 +33,13 @@ const composeChunk = 500
 // write lock (SQLite's above all) is held only for the insert, so several
 // chunks compose at once and sends are committed between them.
 func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error) {
+	return s.ComposeFor(ctx, ids, by, signer, nil)
+}
+
+// ComposeFor is Compose that also signs the single-signature envelope of
+// the machines in single (those whose hosts do not verify batch
+// envelopes) as it composes them, rather than on their first poll.
+func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer models.Signer, single map[int64]bool) (map[int64]*models.Composed, map[int64]error, error) {
 	out := make(map[int64]*models.Composed, len(ids))
 	fails := map[int64]error{}
 	err := inChunks(ids, composeChunk, func(chunk []int64) error {
@@ -43,7 +51,7 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 		if len(rows) == 0 {
 			return nil
 		}
-		if err := sign(rows, signer); err != nil {
+		if err := seal(rows, signer, single); err != nil {
 			return err
 		}
 		if s.beforeStore != nil {
@@ -327,7 +335,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 		return nil
 	}
@@ -346,7 +354,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 	}
 	return nil
@@ -370,7 +378,7 @@ func withoutStored(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 		if want[d.MachineID] == d.Generation {
 			have[d.MachineID] = true
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Trigger: d.Trigger}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
 		}
 	}
 	left := rows[:0:0]
@@ -405,7 +413,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 	}
 	for _, r := range rows {
 		out[r.MachineID] = &models.Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
-			Digest: r.Digest, Envelope: r.Envelope, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
+			Digest: r.Digest, Envelope: r.Envelope, Batch: r.Batch, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
 	}
 	return nil
 }
@@ -419,34 +427,89 @@ func (s *Store) Declaration(ctx context.Context, machineID, generation int64) (*
 	return &d, nil
 }
 
-// sign signs and wraps every payload, spread over the CPUs: signing is
-// most of composing's cost in a fan-out.
-func sign(rows []composedRow, signer models.Signer) error {
-	workers := min(runtime.GOMAXPROCS(0), max(1, len(rows)/32))
+// seal signs the chunk's payloads as one batch: one ed25519 signature
+// over the Merkle root of their leaves, and each payload's batch envelope
+// with its inclusion proof. The single-signature envelope is signed here
+// only for the machines in single, spread over the CPUs; the others' is
+// left empty and signed when a host that does not verify batches first
+// needs it (SingleEnvelope), so a fleet of hosts that do costs one
+// signature per chunk rather than one per machine.
+func seal(rows []composedRow, signer models.Signer, single map[int64]bool) error {
+	payloads := make([][]byte, len(rows))
+	var one []int
+	for i := range rows {
+		payloads[i] = rows[i].payload
+		if single[rows[i].MachineID] {
+			one = append(one, i)
+		}
+	}
+	envs, err := models.SealBatch(payloads, signer)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].Batch, rows[i].Envelope = envs[i], []byte{}
+	}
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(one)/32))
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < len(rows); i += workers {
-				env, err := json.Marshal(models.Envelope{Payload: rows[i].payload,
-					Signatures: []models.Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(rows[i].payload)}}})
-				if err != nil {
-					errs[w] = err
+			for k := w; k < len(one); k += workers {
+				i := one[k]
+				if rows[i].Envelope, errs[w] = models.SealOne(rows[i].payload, signer); errs[w] != nil {
 					return
 				}
-				rows[i].Envelope = env
 			}
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+	return errors.Join(errs...)
+}
+
+// SingleEnvelope returns the single-signature envelope of c's (machine,
+// generation), the one a host that does not send X-Mesh-Envelope: batch
+// verifies. It is signed on first need and stored with the declaration;
+// an instance that loses the race to store it reads and returns the
+// winner's, so every instance sends the same bytes. The returned copy of
+// c carries it.
+func (s *Store) SingleEnvelope(ctx context.Context, c *models.Composed, signer models.Signer) (*models.Composed, error) {
+	if len(c.Envelope) > 0 {
+		return c, nil
+	}
+	payload, err := models.PayloadOf(c.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("declaration of machine %s generation %d: %w", c.Machine, c.Generation, err)
+	}
+	env, err := models.SealOne(payload, signer)
+	if err != nil {
+		return nil, err
+	}
+	var stored []byte
+	err = s.write(ctx, func(tx *Tx) error {
+		where := "machine_id = ? AND generation = ? AND digest = ?"
+		if err := tx.Model(&models.Declaration{}).Where(where+" AND envelope = ?", c.MachineID, c.Generation, c.Digest, []byte{}).
+			Update("envelope", env).Error; err != nil {
 			return err
 		}
+		var d models.Declaration
+		if err := tx.Select("envelope").Where(where, c.MachineID, c.Generation, c.Digest).Order("id").First(&d).Error; err != nil {
+			return err
+		}
+		stored = d.Envelope
+		return nil
+	})
+	if err != nil {
+		return nil, mapErr(err)
 	}
-	return nil
+	if len(stored) == 0 {
+		return nil, fmt.Errorf("declaration of machine %s generation %d: no envelope stored", c.Machine, c.Generation)
+	}
+	out := *c
+	out.Envelope = stored
+	return &out, nil
 }
 
 func keysOf(m map[int64]bool) []int64 {

@@ -41,15 +41,15 @@ func (s *Store) CertificateGrantOf(ctx context.Context, machineID int64, sendID 
 			return err
 		}
 		var d models.Declaration
-		if err := tx.Select("envelope").Where("machine_id = ? AND generation = ?", machineID, snd.Generation).First(&d).Error; err != nil {
+		if err := tx.Select("envelope", "batch").Where("machine_id = ? AND generation = ?", machineID, snd.Generation).First(&d).Error; err != nil {
 			return err
 		}
-		var env models.Envelope
 		var p models.DeclarationPayload
-		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+		payload, err := models.PayloadOf(d.Sealed())
+		if err != nil {
 			return err
 		}
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
+		if err := json.Unmarshal(payload, &p); err != nil {
 			return err
 		}
 		g = CertificateGrant{Declaration: &p, SendGen: snd.Generation, AppliedGen: m.AppliedGeneration}

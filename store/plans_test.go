@@ -46,7 +46,7 @@ func composedBuild(t *testing.T, s *store.Store, m *models.Machine) int64 {
 	}
 	var env models.Envelope
 	var p models.DeclarationPayload
-	decode(t, got[m.ID].Envelope, &env)
+	decode(t, got[m.ID].Sealed(), &env)
 	decode(t, env.Payload, &p)
 	return p.Resources[0].Build
 }

@@ -267,7 +267,7 @@ func TestCompose_OncePerGenerationAcrossEpochs(t *testing.T) {
 		if err != nil || fails[m.ID] != nil || first == nil {
 			t.Fatalf("compose: %v %v", err, fails[m.ID])
 		}
-		if got[m.ID].Digest != first.Digest || string(got[m.ID].Envelope) != string(first.Envelope) {
+		if got[m.ID].Digest != first.Digest || string(got[m.ID].Batch) != string(first.Batch) {
 			t.Fatal("two declarations for one generation: the second instance did not find the first's across epochs")
 		}
 		var n int64

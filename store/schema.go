@@ -105,7 +105,7 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64][]*models.DeclarationPa
 		return out, nil
 	}
 	var ds []models.Declaration
-	if err := tx.Select("machine_id", "generation", "envelope").Where("machine_id IN ? AND generation IN ?", ids, gens).
+	if err := tx.Select("machine_id", "generation", "envelope", "batch").Where("machine_id IN ? AND generation IN ?", ids, gens).
 		Find(&ds).Error; err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ const earlierApplied = 10
 // composed in a schema at most upTo, newest first.
 func readEarlierApplied(tx *Tx, machine, before int64, upTo int) ([]*models.DeclarationPayload, error) {
 	var ds []models.Declaration
-	if err := tx.Select("machine_id", "generation", "envelope").
+	if err := tx.Select("machine_id", "generation", "envelope", "batch").
 		Where("machine_id = ? AND generation < ? AND schema <= ?", machine, before, upTo).
 		Where("EXISTS (SELECT 1 FROM reports WHERE reports.machine_id = declarations.machine_id AND reports.generation = declarations.generation AND reports.digest = declarations.digest AND reports.outcome = ? AND reports.send_id <> '')",
 			models.OutcomeApplied).
@@ -160,12 +160,12 @@ func readEarlierApplied(tx *Tx, machine, before int64, upTo int) ([]*models.Decl
 
 // payloadOf opens a stored declaration's envelope.
 func payloadOf(d *models.Declaration) (*models.DeclarationPayload, error) {
-	var env models.Envelope
 	var p models.DeclarationPayload
-	if err := json.Unmarshal(d.Envelope, &env); err != nil {
+	payload, err := models.PayloadOf(d.Sealed())
+	if err != nil {
 		return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
 	}
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
+	if err := json.Unmarshal(payload, &p); err != nil {
 		return nil, fmt.Errorf("declaration of machine %d generation %d: %w", d.MachineID, d.Generation, err)
 	}
 	return &p, nil

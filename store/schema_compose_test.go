@@ -24,7 +24,7 @@ func payloadOf(t *testing.T, c *models.Composed) models.DeclarationPayload {
 	t.Helper()
 	var env models.Envelope
 	var p models.DeclarationPayload
-	decode(t, c.Envelope, &env)
+	decode(t, c.Sealed(), &env)
 	decode(t, env.Payload, &p)
 	return p
 }

@@ -82,7 +82,7 @@ func TestCompose_OncePerGeneration(t *testing.T) {
 		}
 		wg.Wait()
 		for _, r := range results[1:] {
-			if r == nil || results[0] == nil || !bytes.Equal(r.Envelope, results[0].Envelope) || r.Generation != m.Generation {
+			if r == nil || results[0] == nil || !bytes.Equal(r.Batch, results[0].Batch) || r.Generation != m.Generation {
 				t.Fatal("two different declarations for one generation")
 			}
 		}
@@ -130,7 +130,7 @@ func TestCompose_BatchesRaceOnce(t *testing.T) {
 				t.Fatalf("machine %d: %d declarations stored (%v), want 1", id, len(stored), err)
 			}
 			for i, got := range results {
-				if c := got[id]; c != nil && (!bytes.Equal(c.Envelope, stored[0].Envelope) || c.Digest != stored[0].Digest) {
+				if c := got[id]; c != nil && (!bytes.Equal(c.Batch, stored[0].Batch) || c.Digest != stored[0].Digest) {
 					t.Fatalf("instance %d holds declaration bytes for machine %d that are not the stored ones", i, id)
 				}
 			}
@@ -226,7 +226,7 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 			}
 			var env models.Envelope
 			var p models.DeclarationPayload
-			decode(t, got[m.ID].Envelope, &env)
+			decode(t, got[m.ID].Sealed(), &env)
 			decode(t, env.Payload, &p)
 			return p.Resources[0].Build
 		}

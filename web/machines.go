@@ -295,22 +295,22 @@ func (s *Server) fillDeclaration(ctx context.Context, d *MachineDetail, m *model
 		d.DeclErr = problemText(err)
 		return
 	}
-	next := payloadOf(got[m.ID].Envelope)
+	next := payloadOf(got[m.ID].Sealed())
 	pretty, _ := json.MarshalIndent(next, "", "  ")
 	d.Decl = string(pretty)
 	var prev *models.DeclarationPayload
 	if m.AppliedGeneration > 0 {
 		if old, err := s.Store.Declaration(ctx, m.ID, m.AppliedGeneration); err == nil {
-			prev = payloadOf(old.Envelope)
+			prev = payloadOf(old.Sealed())
 		}
 	}
 	d.Diff = diff(prev, next)
 }
 
 func payloadOf(env []byte) *models.DeclarationPayload {
-	var e models.Envelope
 	var p models.DeclarationPayload
-	if json.Unmarshal(env, &e) != nil || json.Unmarshal(e.Payload, &p) != nil {
+	payload, err := models.PayloadOf(env)
+	if err != nil || json.Unmarshal(payload, &p) != nil {
 		return nil
 	}
 	return &p

@@ -126,6 +126,7 @@ func main() {
 	flag.StringVar(&fl.victim, "victim", "", "flood: the machine whose host waits for its change")
 	flag.Int64Var(&fl.gen, "gen", 1, "flood: both machines' current generation")
 	flag.StringVar(&caPin, "ca-pin", "", "fanout: the controller serves TLS under the mesh CA of this pin (https URL); each poll's connection makes its own handshake")
+	flag.StringVar(&envelopeHeader, "envelope", models.EnvelopeBatch, "the X-Mesh-Envelope each poll sends (empty: none, as a host that verifies only single-signature envelopes)")
 	flag.IntVar(&sources, "sources", 1, "fanout: loopback source addresses to spread the polls over, 127.0.0.1 up (one address has ~28,000 ephemeral ports)")
 	flag.Parse()
 	hosts := readHosts(*tokens)
@@ -253,12 +254,20 @@ func pollOnce(addr string, h host, gen int64, source int) outcome {
 	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), body: b, err: err}
 }
 
+// envelopeHeader is the X-Mesh-Envelope the polls send: today's host
+// sends "batch" and verifies batch envelopes.
+var envelopeHeader = models.EnvelopeBatch
+
 // pollRequest is a host's long poll, raw HTTP/1.1.
 func pollRequest(addr, token string, gen int64, wait string) string {
+	env := ""
+	if envelopeHeader != "" {
+		env = "\r\n" + models.HeaderEnvelope + ": " + envelopeHeader
+	}
 	return "GET /api/v1/host/declaration?wait=" + wait + " HTTP/1.1\r\nHost: " + addr +
 		"\r\nAuthorization: Bearer " + token +
 		"\r\nIf-None-Match: \"" + strconv.FormatInt(gen, 10) + "\"" +
-		"\r\nX-Mesh-Host-Version: 1.0.0\r\nX-Mesh-Schema: 1\r\n\r\n"
+		"\r\nX-Mesh-Host-Version: 1.0.0\r\nX-Mesh-Schema: 1" + env + "\r\n\r\n"
 }
 
 // measure computes latencies from start and verifies every envelope after
@@ -276,12 +285,13 @@ func measure(hosts []host, rs []outcome, start time.Time, key ed25519.PublicKey,
 		}
 		r.OK++
 		lat = append(lat, float64(o.done.Sub(start).Microseconds())/1000)
-		var env models.Envelope
+		// The host's own check: either envelope format, strictly.
 		var p models.DeclarationPayload
-		if json.Unmarshal(o.body, &env) != nil || len(env.Signatures) == 0 || !ed25519.Verify(key, env.Payload, env.Signatures[0].Sig) {
+		payload, err := models.OpenEnvelope(o.body, func(_ string, msg, sig []byte) bool { return ed25519.Verify(key, msg, sig) })
+		if err != nil {
 			continue
 		}
-		dec := json.NewDecoder(bytes.NewReader(env.Payload))
+		dec := json.NewDecoder(bytes.NewReader(payload))
 		dec.DisallowUnknownFields()
 		if dec.Decode(&p) != nil || p.Machine != hosts[i].name || p.Generation != want {
 			continue
