@@ -213,13 +213,21 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	inst := "ctl-" + hex.EncodeToString(b)
-	if err := st.RegisterInstance(ctx, &models.Instance{ID: inst, Version: version.Version, Build: version.BuildNumber(), State: models.InstanceStarting}); err != nil {
+	_, knownSchema, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.RegisterInstance(ctx, &models.Instance{ID: inst, Version: version.Version, Build: version.BuildNumber(),
+		State: models.InstanceStarting, StoreSchema: knownSchema}); err != nil {
 		return nil, err
 	}
 	signer := store.NewKeySigner(declKey)
 	tokSigner := store.NewKeySigner(tokKey)
 	hub := hub.New(st, signer, inst, cfg.Log)
 	st.OnBumped(hub.Bumped)
+	if err := noteOlderInstances(ctx, st, hub, cfg.Log); err != nil {
+		return nil, err
+	}
 	// Polls are answered only once the listener runs and the cache is
 	// loaded from the store, in that order, so no change falls between.
 	listenCtx, stopListening := context.WithCancel(context.WithoutCancel(ctx))
@@ -363,6 +371,27 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	return c, nil
 }
 
+// noteOlderInstances tells the hub whether an instance of a build that
+// knows no batch envelopes serves from this store (a rolling upgrade of
+// the controllers): while one does, every declaration composed here is
+// signed with its single-signature envelope too, because that instance
+// sends the stored one as it is. Looked at before this instance serves
+// and at every heartbeat.
+func noteOlderInstances(ctx context.Context, st *store.Store, h *hub.Hub, log *slog.Logger) error {
+	older, err := st.OlderInstancesServing(ctx, st.Now().Add(-models.InstanceSilentAfter))
+	if err != nil {
+		return err
+	}
+	if h.SetSingleForAll(older) {
+		if older {
+			log.Info("an instance of a build before batch envelopes serves from this store: every declaration is signed with its single envelope too")
+		} else {
+			log.Info("no instance of a build before batch envelopes serves from this store any more")
+		}
+	}
+	return nil
+}
+
 func (c *Controller) heartbeat(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatEvery)
 	defer t.Stop()
@@ -373,6 +402,9 @@ func (c *Controller) heartbeat(ctx context.Context) {
 		case <-t.C:
 			if err := c.Store.Heartbeat(ctx, c.Instance); err != nil {
 				c.cfg.Log.Warn("heartbeat", "err", err)
+			}
+			if err := noteOlderInstances(ctx, c.Store, c.Hub, c.cfg.Log); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("looking for instances of older builds", "err", err)
 			}
 			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pruning revocations", "err", err)

@@ -51,6 +51,11 @@ type Hub struct {
 	heard    atomic.Int64 // bumps heard, in process and from the store's notifications
 	ahead    atomic.Int64 // machines composed ahead of their polls and woken
 	onPoll   atomic.Int64 // single-signature envelopes signed on a poll's first need
+	// singleForAll: an instance of a build that knows no batch envelopes
+	// serves from this store (a rolling upgrade), and sends the stored
+	// single-signature envelope as it is — so every declaration composed
+	// here is signed with one too.
+	singleForAll atomic.Bool
 	draining bool         // the run loop is composing and waking bumped machines
 	stopped  bool         // the instance drains: compose nothing more
 
@@ -394,9 +399,10 @@ const composers = 4
 // here is not fatal: each poll composes on its own.
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
 	single := map[int64]bool{}
+	all := h.singleForAll.Load()
 	h.mu.Lock()
 	for _, id := range chunk {
-		if e := h.byID[id]; e != nil && e.single {
+		if e := h.byID[id]; all || e != nil && e.single {
 			single[id] = true
 		}
 	}
@@ -444,7 +450,7 @@ func (h *Hub) ComposeOne(ctx context.Context, id int64, name string, v View, bat
 	if c := v.Composed; c != nil && c.Generation >= v.Gen {
 		return c, nil
 	}
-	got, fails, err := h.Store.ComposeFor(ctx, []int64{id}, h.Instance, h.Signer, map[int64]bool{id: !batch})
+	got, fails, err := h.Store.ComposeFor(ctx, []int64{id}, h.Instance, h.Signer, map[int64]bool{id: !batch || h.singleForAll.Load()})
 	if err != nil {
 		return nil, err
 	}
@@ -647,6 +653,15 @@ func (h *Hub) Heard() int64 { return h.heard.Load() }
 // ComposedAhead is how many machines the hub has composed ahead of their
 // polls and woken: once per bump, however often it was heard.
 func (h *Hub) ComposedAhead() int64 { return h.ahead.Load() }
+
+// SetSingleForAll says whether an instance of a build that knows no batch
+// envelopes serves from this store (see singleForAll); it reports whether
+// that changed.
+func (h *Hub) SetSingleForAll(on bool) bool { return h.singleForAll.Swap(on) != on }
+
+// SingleForAll reports whether every declaration composed here is signed
+// with its single envelope too (see SetSingleForAll).
+func (h *Hub) SingleForAll() bool { return h.singleForAll.Load() }
 
 // SignedOnPoll is how many single-signature envelopes this instance signed
 // (and stored) on a poll's first need rather than while composing.

@@ -86,7 +86,15 @@ type Instance struct {
 	State       string    `json:"state"`
 	StartedAt   time.Time `json:"started_at"`
 	HeartbeatAt time.Time `json:"heartbeat_at"`
+	// StoreSchema is the newest store migration its build knows (0: a
+	// build from before the column, which knows no batch envelopes).
+	StoreSchema int64 `json:"-"`
 }
+
+// SchemaBatchEnvelopes is the store migration that brought batch
+// envelopes: an instance that knows fewer sends a declaration's stored
+// single-signature envelope as it is.
+const SchemaBatchEnvelopes = 21
 
 // Key is one of the controller's ed25519 keys. Purpose "declaration" signs
 // declarations and host releases; "token" signs JWTs. Kept in the store so

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"gorm.io/gorm/clause"
 
@@ -13,6 +14,18 @@ func (s *Store) RegisterInstance(ctx context.Context, in *models.Instance) error
 	now := s.Now()
 	in.StartedAt, in.HeartbeatAt = now, now
 	return mapErr(s.db.WithContext(ctx).Clauses(clause.OnConflict{UpdateAll: true}).Create(in).Error)
+}
+
+// OlderInstancesServing reports whether an instance of a build that knows
+// no batch envelopes (store schema below models.SchemaBatchEnvelopes) is
+// starting or serving and has beaten its heart since the time given.
+func (s *Store) OlderInstancesServing(ctx context.Context, since time.Time) (bool, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.Instance{}).
+		Where("state IN ? AND heartbeat_at > ? AND store_schema < ?",
+			[]string{models.InstanceStarting, models.InstanceServing}, since, models.SchemaBatchEnvelopes).
+		Count(&n).Error
+	return n > 0, mapErr(err)
 }
 
 // SetInstanceState moves an instance to a state and beats its heart.
