@@ -47,17 +47,17 @@ type Hub struct {
 	byID   map[int64]*machineEntry
 	ready  bool
 
-	polls    atomic.Int64 // polls held open now
-	heard    atomic.Int64 // bumps heard, in process and from the store's notifications
-	ahead    atomic.Int64 // machines composed ahead of their polls and woken
-	onPoll   atomic.Int64 // single-signature envelopes signed on a poll's first need
+	polls  atomic.Int64 // polls held open now
+	heard  atomic.Int64 // bumps heard, in process and from the store's notifications
+	ahead  atomic.Int64 // machines composed ahead of their polls and woken
+	onPoll atomic.Int64 // single-signature envelopes signed on a poll's first need
 	// singleForAll: an instance of a build that knows no batch envelopes
 	// serves from this store (a rolling upgrade), and sends the stored
 	// single-signature envelope as it is — so every declaration composed
 	// here is signed with one too.
 	singleForAll atomic.Bool
-	draining bool         // the run loop is composing and waking bumped machines
-	stopped  bool         // the instance drains: compose nothing more
+	draining     bool // the run loop is composing and waking bumped machines
+	stopped      bool // the instance drains: compose nothing more
 
 	// Dispatch answers woken parked polls (set by the API server).
 	Dispatch func([]Parked)
