@@ -142,7 +142,10 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		"-pubkey", base64.StdEncoding.EncodeToString(pub), "-admin", admin, "-module", "mod", "-sources", strconv.Itoa(sources), "-ca-pin", pin,
 		// MESH_BENCH_ENVELOPE= (set, empty) measures hosts that do not
 		// verify batch envelopes: each 200 signs and stores its single one.
-		"-envelope", envOr("MESH_BENCH_ENVELOPE", models.EnvelopeBatch))
+		"-envelope", envOr("MESH_BENCH_ENVELOPE", models.EnvelopeBatch),
+		// MESH_BENCH_KEEP=false: each poll on a connection of its own
+		// (the hosts poll again on the connection an answer left open).
+		"-keep="+envOr("MESH_BENCH_KEEP", "true"))
 	stdin, _ := load.StdinPipe()
 	stdout, _ := load.StdoutPipe()
 	load.Stderr = os.Stderr

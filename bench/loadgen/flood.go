@@ -100,7 +100,7 @@ func flood(cfg floodConfig) {
 		switch in.Text() {
 		case "victim":
 			victim = make(chan outcome, 1)
-			go func() { victim <- pollOnce(addr, host{cfg.victim, tokens[cfg.victim]}, cfg.gen, 0) }()
+			go func() { victim <- pollOnce(addr, host{cfg.victim, tokens[cfg.victim]}, cfg.gen, 0, false, &holdConn{}) }()
 			fmt.Println("victim")
 		case "flood":
 			f = &flooder{addr: addr, req: pollRequest(addr, tokens[cfg.attacker], cfg.gen, "300s"), loop: cfg.loop,

@@ -112,7 +112,7 @@ func main() {
 	var hc holdConfig
 	flag.StringVar(&hc.wait, "wait", "240s", "hold: each poll's wait")
 	flag.BoolVar(&hc.resume, "resume", false, "hold: each host keeps a TLS session cache (resumes its session)")
-	flag.BoolVar(&hc.keep, "keep", false, "hold: each host polls again on the connection its answer left open")
+	flag.BoolVar(&hc.keep, "keep", true, "hold, fanout: each host polls again on the connection its last answer left open, as a host's HTTP client does (false: each poll on a connection of its own)")
 	flag.Int64Var(&hc.gen, "hold-gen", 1, "hold: the generation the hosts have")
 	url := flag.String("url", "", "controller URL")
 	tokens := flag.String("tokens", "", "file of 'name token' lines")
@@ -133,7 +133,7 @@ func main() {
 	raiseFileLimit(len(hosts) + 1000)
 	switch *mode {
 	case "fanout":
-		fanout(*url, hosts, *pub, *admin, *module)
+		fanout(*url, hosts, *pub, *admin, *module, hc.keep)
 	case "flood":
 		fl.url, fl.admin, fl.hosts = *url, *admin, hosts
 		flood(fl)
@@ -145,7 +145,7 @@ func main() {
 	}
 }
 
-func fanout(url string, hosts []host, pub, admin, module string) {
+func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 	key, err := base64.StdEncoding.DecodeString(pub)
 	if err != nil {
 		fail(err)
@@ -160,6 +160,7 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 		TLSClientConfig: tlsConfig,
 	}}
 	var results []outcome
+	conns := make([]holdConn, len(hosts)) // what each host's last answer left open
 	var wg sync.WaitGroup
 	var gen int64
 	in := bufio.NewScanner(os.Stdin)
@@ -179,7 +180,7 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 					// again, as a host would: under 10,000 TLS handshakes
 					// at once a few connections are lost before they park.
 					for try := 1; ; try++ {
-						results[i] = pollOnce(addr, h, gen, i%sources)
+						results[i] = pollOnce(addr, h, gen, i%sources, keep, &conns[i])
 						if results[i].err == nil || fired.Load() || try == 5 {
 							break
 						}
@@ -218,39 +219,46 @@ func fanout(url string, hosts []host, pub, admin, module string) {
 	}
 }
 
-// pollOnce holds one host's poll on a connection of its own. It speaks
-// HTTP/1.1 directly rather than through http.Client: the load process
-// shares this machine's CPUs with the controller, and a transport's two
-// goroutines and connection pool per host would take CPU from the side
-// being measured.
-func pollOnce(addr string, h host, gen int64, source int) outcome {
-	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
-	dialing <- struct{}{}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
+// pollOnce holds one host's poll, on the connection hc holds when there is
+// one (the answer to its last poll left it open), else on a new one. It
+// speaks HTTP/1.1 directly rather than through http.Client: the load
+// process shares this machine's CPUs with the controller, and a
+// transport's two goroutines and connection pool per host would take CPU
+// from the side being measured. Without keep the poll asks the controller
+// to close the connection after its answer.
+func pollOnce(addr string, h host, gen int64, source int, keep bool, hc *holdConn) (o outcome) {
+	defer func() {
+		if o.err != nil || !keep {
+			hc.close()
+		}
+	}()
+	req := pollRequest(addr, h.token, gen, "240s")
+	if !keep {
+		req = strings.Replace(req, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)
+	}
+	var err error
+	if hc.c == nil {
+		dialing <- struct{}{}
+		err = dialHold(addr, source, tlsConfig, hc)
+		if err == nil {
+			_, err = io.WriteString(hc.c, req)
+		}
 		<-dialing
-		return outcome{done: time.Now(), err: err}
+	} else {
+		_, err = io.WriteString(hc.c, req)
 	}
-	defer conn.Close()
-	if tlsConfig != nil {
-		tc := tls.Client(conn, tlsConfig)
-		defer tc.Close()
-		err = tc.Handshake()
-		conn = tc
-	}
-	if err == nil {
-		_, err = io.WriteString(conn, pollRequest(addr, h.token, gen, "240s"))
-	}
-	<-dialing
 	if err != nil {
 		return outcome{done: time.Now(), err: err}
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	resp, err := http.ReadResponse(hc.r, nil)
 	if err != nil {
 		return outcome{done: time.Now(), err: err}
 	}
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.Close {
+		hc.close()
+	}
 	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), body: b, err: err}
 }
 
