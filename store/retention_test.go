@@ -351,10 +351,12 @@ func TestRetention_KeepsAppliedSchema1ForARollback(t *testing.T) {
 // payloadResources is a stored declaration's resources as JSON.
 func payloadResources(t *testing.T, d *models.Declaration) []byte {
 	t.Helper()
-	var env models.Envelope
 	var p models.DeclarationPayload
-	decode(t, d.Envelope, &env)
-	decode(t, env.Payload, &p)
+	payload, err := models.PayloadOf(d.Sealed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode(t, payload, &p)
 	b, _ := json.Marshal(p.Resources)
 	return b
 }
