@@ -145,7 +145,7 @@ func (f *flooder) run() {
 }
 
 // poll polls on one connection until the stop, redialling when the
-// controller closes it (a parked poll is answered with Connection: close);
+// controller closes it (an answer with Connection: close);
 // without -loop it sends one poll and holds the connection.
 func (f *flooder) poll(s *slot) {
 	first := true

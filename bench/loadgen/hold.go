@@ -154,16 +154,36 @@ func (hc *holdConn) close() {
 	}
 }
 
-// holdOnce makes one poll, on the connection hc holds when there is one,
-// else on a new one, and returns the answer's ETag. Without keep, or when
-// the answer says Connection: close, the connection is closed after it.
-func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls.Config, first *atomic.Int64, keep bool, hc *holdConn) (etag string, err error) {
+// holdOnce makes one poll and returns the answer's ETag; a status other
+// than 200 or 304 is an error.
+func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls.Config, first *atomic.Int64, keep bool, hc *holdConn) (string, error) {
+	resp, _, err := exchange(hc, addr, source, conf, pollRequest(addr, h.token, gen, wait), keep, func() {
+		if ns := time.Now().UnixNano() - holdMark.Load(); ns > 0 {
+			first.CompareAndSwap(0, ns)
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != 200 && resp.StatusCode != 304 {
+		hc.close()
+		return "", fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.Header.Get("ETag"), nil
+}
+
+// exchange sends req on the connection hc holds, or on a new one (dialled,
+// with its TLS handshake, under the dialing limit), and reads the answer
+// whole; sent, when not nil, is called once the request is written.
+// Without keep the request asks the controller to close the connection;
+// hc is closed after the answer then, after an error, and after an answer
+// that says Connection: close — else it is left for the host's next poll.
+func exchange(hc *holdConn, addr string, source int, conf *tls.Config, req string, keep bool, sent func()) (resp *http.Response, body []byte, err error) {
 	defer func() {
-		if err != nil || !keep {
+		if err != nil || !keep || resp.Close {
 			hc.close()
 		}
 	}()
-	req := pollRequest(addr, h.token, gen, wait)
 	if !keep {
 		req = strings.Replace(req, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)
 	}
@@ -178,24 +198,17 @@ func holdOnce(addr string, h host, gen int64, wait string, source int, conf *tls
 		_, err = io.WriteString(hc.c, req)
 	}
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
-	if ns := time.Now().UnixNano() - holdMark.Load(); ns > 0 {
-		first.CompareAndSwap(0, ns)
+	if sent != nil {
+		sent()
 	}
-	resp, err := http.ReadResponse(hc.r, nil)
-	if err != nil {
-		return "", err
+	if resp, err = http.ReadResponse(hc.r, nil); err != nil {
+		return nil, nil, err
 	}
-	_, err = io.Copy(io.Discard, resp.Body)
+	body, err = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err == nil && resp.StatusCode != 200 && resp.StatusCode != 304 {
-		err = fmt.Errorf("status %d", resp.StatusCode)
-	}
-	if resp.Close {
-		hc.close()
-	}
-	return resp.Header.Get("ETag"), err
+	return resp, body, err
 }
 
 // dialHold opens a host's connection (with its TLS handshake) into hc.

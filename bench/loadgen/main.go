@@ -226,38 +226,10 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 // transport's two goroutines and connection pool per host would take CPU
 // from the side being measured. Without keep the poll asks the controller
 // to close the connection after its answer.
-func pollOnce(addr string, h host, gen int64, source int, keep bool, hc *holdConn) (o outcome) {
-	defer func() {
-		if o.err != nil || !keep {
-			hc.close()
-		}
-	}()
-	req := pollRequest(addr, h.token, gen, "240s")
-	if !keep {
-		req = strings.Replace(req, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)
-	}
-	var err error
-	if hc.c == nil {
-		dialing <- struct{}{}
-		err = dialHold(addr, source, tlsConfig, hc)
-		if err == nil {
-			_, err = io.WriteString(hc.c, req)
-		}
-		<-dialing
-	} else {
-		_, err = io.WriteString(hc.c, req)
-	}
-	if err != nil {
+func pollOnce(addr string, h host, gen int64, source int, keep bool, hc *holdConn) outcome {
+	resp, b, err := exchange(hc, addr, source, tlsConfig, pollRequest(addr, h.token, gen, "240s"), keep, nil)
+	if resp == nil {
 		return outcome{done: time.Now(), err: err}
-	}
-	resp, err := http.ReadResponse(hc.r, nil)
-	if err != nil {
-		return outcome{done: time.Now(), err: err}
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.Close {
-		hc.close()
 	}
 	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), body: b, err: err}
 }
