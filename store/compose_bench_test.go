@@ -20,25 +20,7 @@ func BenchmarkCompose_Batch500(b *testing.B) {
 		b.Run(d, func(b *testing.B) {
 			s := storetest.MustOpen(b, d)
 			ctx := context.Background()
-			if err := s.CreateModule(ctx, "t", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.CreateBuild(ctx, "t", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
-				b.Fatal(err)
-			}
-			mod, _ := s.Module(ctx, "mod")
-			now := time.Now().UTC()
-			ms := make([]models.Machine, 500)
-			for i := range ms {
-				ms[i] = models.Machine{Name: fmt.Sprintf("m%03d", i), Generation: 1, GenerationAt: now, Running: "{}", CreatedAt: now}
-			}
-			s.DB().Create(&ms)
-			ids := make([]int64, len(ms))
-			for i, m := range ms {
-				ids[i] = m.ID
-				s.DB().Create(&models.Assignment{MachineID: m.ID, ModuleID: mod.ID, CreatedAt: now})
-				s.DB().Create(&models.MachineVariable{MachineID: m.ID, Key: "port", Value: "9000"})
-			}
+			ids := batchFleet(b, s, 500, manifest)
 			sg := newSigner()
 			var spent time.Duration
 			b.ResetTimer()
@@ -107,22 +89,7 @@ func BenchmarkReadForCompose_500(b *testing.B) {
 	for _, d := range []string{store.SQLite, store.Postgres} {
 		s := storetest.MustOpen(b, d)
 		ctx := context.Background()
-		if err := s.CreateModule(ctx, "t", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			b.Fatal(err)
-		}
-		mod, _ := s.Module(ctx, "mod")
-		now := time.Now().UTC()
-		ms := make([]models.Machine, 500)
-		for i := range ms {
-			ms[i] = models.Machine{Name: fmt.Sprintf("m%03d", i), Generation: 1, GenerationAt: now, Running: "{}", CreatedAt: now}
-		}
-		s.DB().Create(&ms)
-		ids := make([]int64, len(ms))
-		for i, m := range ms {
-			ids[i] = m.ID
-			s.DB().Create(&models.Assignment{MachineID: m.ID, ModuleID: mod.ID, CreatedAt: now})
-			s.DB().Create(&models.MachineVariable{MachineID: m.ID, Key: "port", Value: "9000"})
-		}
+		ids := batchFleet(b, s, 500, "")
 		for _, byGorm := range []bool{true, false} {
 			name := d + "/scan"
 			if byGorm {
@@ -139,4 +106,34 @@ func BenchmarkReadForCompose_500(b *testing.B) {
 			})
 		}
 	}
+}
+
+// batchFleet is n machines at generation 1, each with the module "mod"
+// assigned and the variable port; with a manifest, "mod" has a build of it.
+// It returns the machines' ids.
+func batchFleet(b *testing.B, s *store.Store, n int, manifest string) []int64 {
+	b.Helper()
+	ctx := context.Background()
+	if err := s.CreateModule(ctx, "t", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+		b.Fatal(err)
+	}
+	if manifest != "" {
+		if err := s.CreateBuild(ctx, "t", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mod, _ := s.Module(ctx, "mod")
+	now := time.Now().UTC()
+	ms := make([]models.Machine, n)
+	for i := range ms {
+		ms[i] = models.Machine{Name: fmt.Sprintf("m%03d", i), Generation: 1, GenerationAt: now, Running: "{}", CreatedAt: now}
+	}
+	s.DB().Create(&ms)
+	ids := make([]int64, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+		s.DB().Create(&models.Assignment{MachineID: m.ID, ModuleID: mod.ID, CreatedAt: now})
+		s.DB().Create(&models.MachineVariable{MachineID: m.ID, Key: "port", Value: "9000"})
+	}
+	return ids
 }
