@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"mesh/models"
+	"mesh/models/merkletest"
 )
 
 // fuzzKey is the controller key the fuzzed host trusts; otherKey it does not.
@@ -122,36 +123,8 @@ func signedByTrusted(body []byte) bool {
 		return false
 	}
 	leaf := sha256.Sum256(append([]byte{0}, env.Payload...))
-	root, rest, ok := rootOf(leaf[:], uint64(b.Index), uint64(b.Size), b.Path)
+	root, rest, ok := merkletest.RootFrom(leaf[:], uint64(b.Index), uint64(b.Size), b.Path)
 	return ok && len(rest) == 0 && bytes.Equal(root, b.Root) && trusted(b.Signatures, models.BatchStatement(b.Size, b.Root))
-}
-
-// rootOf is the root of a tree of n leaves whose leaf m is leaf, the
-// siblings taken from path bottom up (RFC 6962 2.1.1's PATH, read back).
-func rootOf(leaf []byte, m, n uint64, path [][]byte) ([]byte, [][]byte, bool) {
-	if n == 1 {
-		return leaf, path, m == 0
-	}
-	k := uint64(1)
-	for k*2 < n {
-		k *= 2
-	}
-	var sub []byte
-	var ok bool
-	if m < k {
-		sub, path, ok = rootOf(leaf, m, k, path)
-	} else {
-		sub, path, ok = rootOf(leaf, m-k, n-k, path)
-	}
-	if !ok || len(path) == 0 || len(path[0]) != 32 {
-		return nil, nil, false
-	}
-	l, r := sub, path[0]
-	if m >= k {
-		l, r = r, l
-	}
-	h := sha256.Sum256(append(append([]byte{1}, l...), r...))
-	return h[:], path[1:], true
 }
 
 // batchOf seals payloads as the controller does a compose chunk, signed

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"mesh/models/merkletest"
 )
 
 // The RFC 6962 reference tree (the Certificate Transparency test data):
@@ -308,35 +310,6 @@ func BenchmarkOpenEnvelope(b *testing.B) {
 	}
 }
 
-// rootFrom is the root of a tree of n leaves whose leaf m is leaf, the
-// siblings taken from path bottom up: RFC 6962's recursive PATH read
-// back, an implementation independent of VerifyInclusion's loop.
-func rootFrom(leaf []byte, m, n uint64, path [][]byte) ([]byte, [][]byte, bool) {
-	if n == 1 {
-		return leaf, path, m == 0
-	}
-	k := uint64(1)
-	for k*2 < n {
-		k *= 2
-	}
-	var sub []byte
-	var ok bool
-	if m < k {
-		sub, path, ok = rootFrom(leaf, m, k, path)
-	} else {
-		sub, path, ok = rootFrom(leaf, m-k, n-k, path)
-	}
-	if !ok || len(path) == 0 || len(path[0]) != 32 {
-		return nil, nil, false
-	}
-	l, r := sub, path[0]
-	if m >= k {
-		l, r = r, l
-	}
-	h := merkleNode(l, r)
-	return h[:], path[1:], true
-}
-
 // FuzzVerifyInclusion: proofs from real trees, then moved (another index,
 // another size, a bit flipped, hashes cut or added): VerifyInclusion
 // accepts exactly what the recursive definition does.
@@ -369,7 +342,7 @@ func FuzzVerifyInclusion(f *testing.F) {
 		err := VerifyInclusion(leaves[at], index, treeSize, path, root[:])
 		want := false
 		if treeSize >= 1 && index >= 0 && index < treeSize && len(path) <= MaxProofLen {
-			got, rest, ok := rootFrom(leaves[at][:], uint64(index), uint64(treeSize), path)
+			got, rest, ok := merkletest.RootFrom(leaves[at][:], uint64(index), uint64(treeSize), path)
 			want = ok && len(rest) == 0 && bytes.Equal(got, root[:])
 		}
 		if (err == nil) != want {
