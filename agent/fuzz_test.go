@@ -74,24 +74,9 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(`{"payload": "e30=", "signatures": [{"key_id": "k1", "sig": "AA=="}], "x": 1}`))
 	f.Add([]byte(`not json`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		v, err := verify(body, fuzzTrust(), "m1")
-		if err != nil {
-			var r *refusal
-			if !errors.As(err, &r) {
-				t.Fatalf("error %v is not a refusal", err)
-			}
-			if v != nil && !signedByTrusted(body) {
-				t.Fatalf("refused for %q, but returned what was never verified", r.reason)
-			}
-			return
+		if v := verifiedOrRefused(t, body, "an envelope without a valid signature by a trusted key"); v != nil {
+			roundTrip(t, v.decl)
 		}
-		if !signedByTrusted(body) {
-			t.Fatal("accepted an envelope without a valid signature by a trusted key")
-		}
-		if v.digest != models.DigestOf(v.payload) || v.decl.Machine != "m1" || v.decl.Schema != models.SchemaV1 {
-			t.Fatalf("accepted %+v (digest %s)", v.decl, v.digest)
-		}
-		roundTrip(t, v.decl)
 	})
 }
 
@@ -168,24 +153,35 @@ func FuzzVerifyBatch(f *testing.F) {
 	f.Add([]byte(`{"payload":"e30=","batch":{"size":1,"index":0,"path":[],"root":"AA==","signatures":[]}}`))
 	f.Add([]byte(`{"payload":"e30=","signatures":[],"batch":{"size":1,"index":0,"path":[],"root":"AA==","signatures":[]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		v, err := verify(body, fuzzTrust(), "m1")
-		if err != nil {
-			var r *refusal
-			if !errors.As(err, &r) {
-				t.Fatalf("error %v is not a refusal", err)
-			}
-			if v != nil && !signedByTrusted(body) {
-				t.Fatalf("refused for %q, but returned what was never verified", r.reason)
-			}
-			return
-		}
-		if !signedByTrusted(body) {
-			t.Fatal("accepted an envelope whose payload is not in a tree signed by a trusted key")
-		}
-		if v.digest != models.DigestOf(v.payload) || v.decl.Machine != "m1" || v.decl.Schema != models.SchemaV1 {
-			t.Fatalf("accepted %+v (digest %s)", v.decl, v.digest)
-		}
+		verifiedOrRefused(t, body, "an envelope whose payload is not in a tree signed by a trusted key")
 	})
+}
+
+// verifiedOrRefused runs the host's verifier on body for machine m1: a
+// refusal must be one, and return nothing unverified; an acceptance must
+// be of a body signedByTrusted (else it accepted forged, naming what),
+// for m1, in schema 1, with the payload's digest. It returns what was
+// accepted (nil: refused).
+func verifiedOrRefused(t *testing.T, body []byte, forged string) *verified {
+	t.Helper()
+	v, err := verify(body, fuzzTrust(), "m1")
+	if err != nil {
+		var r *refusal
+		if !errors.As(err, &r) {
+			t.Fatalf("error %v is not a refusal", err)
+		}
+		if v != nil && !signedByTrusted(body) {
+			t.Fatalf("refused for %q, but returned what was never verified", r.reason)
+		}
+		return nil
+	}
+	if !signedByTrusted(body) {
+		t.Fatal("accepted " + forged)
+	}
+	if v.digest != models.DigestOf(v.payload) || v.decl.Machine != "m1" || v.decl.Schema != models.SchemaV1 {
+		t.Fatalf("accepted %+v (digest %s)", v.decl, v.digest)
+	}
+	return v
 }
 
 // roundTrip re-signs what the host decoded and decodes it again: the same
