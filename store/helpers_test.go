@@ -44,3 +44,16 @@ func sentReport(t *testing.T, s *store.Store, id int64, r *models.Report) {
 		t.Fatal(err)
 	}
 }
+
+// certModule creates the module "web" with a build of certManifest: a
+// certificate resource and a tls check, content that needs schema 2.
+func certModule(t *testing.T, s *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
+		t.Fatal(err)
+	}
+}

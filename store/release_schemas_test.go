@@ -71,12 +71,7 @@ func TestCompose_HeldBackNamesRelease(t *testing.T) {
 		release(t, s, "1.5.0", "amd64", "1,2")
 		release(t, s, "1.6.0", "amd64", "1")   // newer, but decodes only 1
 		release(t, s, "1.7.0", "arm64", "1,2") // newer, another platform
-		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-			t.Fatal(err)
-		}
+		certModule(t, s)
 		g := c.Generation
 		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 			t.Fatal(err)
@@ -101,12 +96,7 @@ func TestCompose_HeldBackNoRelease(t *testing.T) {
 		c := composeMachine(t, s, m.ID)
 		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
 		release(t, s, "1.4.0", "amd64", "1")
-		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-			t.Fatal(err)
-		}
+		certModule(t, s)
 		g := c.Generation
 		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 			t.Fatal(err)
@@ -311,12 +301,7 @@ func TestPlan_OlderHeldBackReasonDoesNotHalt(t *testing.T) {
 		m := fixture(t, s, "m1")
 		c := composeMachine(t, s, m.ID)
 		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
-		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-			t.Fatal(err)
-		}
+		certModule(t, s)
 		g := c.Generation
 		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 			t.Fatal(err)

@@ -306,12 +306,7 @@ func TestRetention_KeepsAppliedSchema1ForARollback(t *testing.T) {
 		if err := s.RecordHostInfo(ctx, m.ID, "2.0.0", "1,2"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-			t.Fatal(err)
-		}
+		certModule(t, s)
 		m, _ = s.Machine(ctx, "m1")
 		g := m.Generation
 		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {

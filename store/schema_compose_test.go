@@ -88,12 +88,7 @@ func TestCompose_HeldBackThenFull(t *testing.T) {
 		sentReport(t, s, m.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
 		applied := payloadOf(t, c).Resources
 
-		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-			t.Fatal(err)
-		}
+		certModule(t, s)
 		g := c.Generation
 		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 			t.Fatal(err)
@@ -170,12 +165,7 @@ func TestCompose_HostRolledBackPastAppliedContent(t *testing.T) {
 		addWeb := func(t *testing.T, name string, gen int64) {
 			t.Helper()
 			if _, err := s.Module(ctx, "web"); err != nil {
-				if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: certManifest}, nil); err != nil {
-					t.Fatal(err)
-				}
+				certModule(t, s)
 			}
 			if _, err := s.SetAssignments(ctx, "test", name, &gen, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 				t.Fatal(err)
