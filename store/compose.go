@@ -181,7 +181,7 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 			}
 		}
 		var targets []models.MachineTarget
-		if err := tx.Where("machine_id IN ?", todoIDs).Find(&targets).Error; err != nil {
+		if err := tx.Where(inID(tx, "machine_id", todoIDs)).Find(&targets).Error; err != nil {
 			return err
 		}
 		for _, t := range targets {
@@ -407,7 +407,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 	err := tx.Table("declarations").
 		Select("declarations.*, machines.name AS name").
 		Joins("JOIN machines ON machines.id = declarations.machine_id AND machines.generation = declarations.generation").
-		Where("declarations.machine_id IN ?", ids).Scan(&rows).Error
+		Where(inID(tx, "declarations.machine_id", ids)).Scan(&rows).Error
 	if err != nil {
 		return err
 	}

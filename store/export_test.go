@@ -71,3 +71,8 @@ func (s *Store) ReadForCompose(ctx context.Context, ids []int64, byGorm bool) (i
 	})
 	return n, err
 }
+
+// SetIDsAsList makes the snapshot read pass id lists as a parameter a
+// value (true) or as one parameter (false, the default), for the
+// benchmark that compares them.
+func SetIDsAsList(v bool) { idsAsList = v }
