@@ -146,6 +146,9 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		// MESH_BENCH_KEEP=false: each poll on a connection of its own
 		// (the hosts poll again on the connection an answer left open).
 		"-keep="+envOr("MESH_BENCH_KEEP", "true"))
+	if profDir != "" {
+		load.Args = append(load.Args, "-cpuprofile", filepath.Join(profDir, "loadgen-"+port))
+	}
 	stdin, _ := load.StdinPipe()
 	stdout, _ := load.StdoutPipe()
 	load.Stderr = os.Stderr

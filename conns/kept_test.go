@@ -2,8 +2,10 @@ package conns
 
 import (
 	"errors"
+	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // TestKept: a connection given back is accepted; after Close nothing is
@@ -38,5 +40,106 @@ func TestKept(t *testing.T) {
 	}
 	if _, err := k.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
+	}
+}
+
+// tcpPair is a connected pair of loopback TCP connections.
+func tcpPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+// acceptor is what k's Accept returns, one connection after another,
+// until it fails.
+func acceptor(k *Kept) <-chan net.Conn {
+	got := make(chan net.Conn, 8)
+	go func() {
+		defer close(got)
+		for {
+			c, err := k.Accept()
+			if err != nil {
+				return
+			}
+			got <- c
+		}
+	}()
+	return got
+}
+
+// accepted is the next connection from got within d, or nil.
+func accepted(got <-chan net.Conn, d time.Duration) net.Conn {
+	select {
+	case c := <-got:
+		return c
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// TestKept_WaitsForTheNextRequest: a connection given back reaches the
+// server only once its peer sends, with nothing of what was sent taken,
+// and with no deadline left on it; one whose peer sends nothing is closed
+// after the idle time, one whose peer closes is closed without reaching
+// the server, and Close closes those still waiting.
+func TestKept_WaitsForTheNextRequest(t *testing.T) {
+	k := NewKept(&net.TCPAddr{}, 4)
+	k.idle = 500 * time.Millisecond
+	got := acceptor(k)
+	srv, cl := tcpPair(t)
+	if !k.Give(srv) {
+		t.Fatal("Give refused a connection")
+	}
+	if c := accepted(got, 300*time.Millisecond); c != nil {
+		t.Fatal("a connection reached the server before its next request")
+	}
+	if _, err := cl.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	c := accepted(got, 5*time.Second)
+	if c != srv {
+		t.Fatalf("after the request: accepted %v", c)
+	}
+	// The idle deadline was cleared: a read after it would have passed
+	// still works.
+	time.Sleep(k.idle + 100*time.Millisecond)
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil || string(buf[:n]) != "GET / HTTP/1.1\r\n\r\n" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+
+	idle, idleCl := tcpPair(t)
+	k.Give(idle)
+	_ = idleCl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idleCl.Read(buf); !errors.Is(err, io.EOF) {
+		t.Fatalf("an idle connection past the idle time: read %v, want it closed", err)
+	}
+
+	gone, goneCl := tcpPair(t)
+	k.Give(gone)
+	goneCl.Close()
+	if c := accepted(got, 500*time.Millisecond); c != nil {
+		t.Fatal("a connection its peer closed reached the server")
+	}
+
+	waiting, waitingCl := tcpPair(t)
+	k.Give(waiting)
+	_ = k.Close()
+	_ = waitingCl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := waitingCl.Read(buf); !errors.Is(err, io.EOF) {
+		t.Fatalf("a waiting connection after Close: read %v, want it closed", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,6 +128,7 @@ func main() {
 	flag.Int64Var(&fl.gen, "gen", 1, "flood: both machines' current generation")
 	flag.StringVar(&caPin, "ca-pin", "", "fanout: the controller serves TLS under the mesh CA of this pin (https URL); each poll's connection makes its own handshake")
 	flag.StringVar(&envelopeHeader, "envelope", models.EnvelopeBatch, "the X-Mesh-Envelope each poll sends (empty: none, as a host that verifies only single-signature envelopes)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "fanout: write the load process's CPU profile of each fan-out (from the change to the last answer) to this path, suffixed -1, -2, …")
 	flag.IntVar(&sources, "sources", 1, "fanout: loopback source addresses to spread the polls over, 127.0.0.1 up (one address has ~28,000 ephemeral ports)")
 	flag.Parse()
 	hosts := readHosts(*tokens)
@@ -191,6 +193,7 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 			fmt.Println("opened")
 		case "fire":
 			fired.Store(true)
+			stop := profile()
 			start, cpu0 := time.Now(), cpuTime()
 			req, _ := http.NewRequest("POST", url+"/api/v1/modules/"+module+"/current", strings.NewReader(`{"build": `+arg+`}`))
 			req.Header.Set("Authorization", "Bearer "+admin)
@@ -207,6 +210,7 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 			}
 			wg.Wait()
 			cpu := cpuTime() - cpu0
+			stop()
 			r := measure(hosts, results, start, key, gen+1)
 			r.CPUMs = float64(cpu.Microseconds()) / 1000
 			r.ChangeMs = float64(changed.Microseconds()) / 1000
@@ -217,6 +221,29 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 			fail(fmt.Errorf("unknown command %q", cmd))
 		}
 	}
+}
+
+// cpuProfile is where -cpuprofile writes; fanouts counts the profiles.
+var (
+	cpuProfile string
+	fanouts    int
+)
+
+// profile starts the fan-out's CPU profile when asked for one; the
+// function it returns stops it.
+func profile() func() {
+	if cpuProfile == "" {
+		return func() {}
+	}
+	fanouts++
+	f, err := os.Create(fmt.Sprintf("%s-%d", cpuProfile, fanouts))
+	if err != nil {
+		fail(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fail(err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // pollOnce holds one host's poll, on the connection hc holds when there is
