@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -211,9 +212,26 @@ func exchange(hc *holdConn, addr string, source int, conf *tls.Config, req strin
 	return resp, body, err
 }
 
+// ipBindAddressNoPort is Linux's IP_BIND_ADDRESS_NO_PORT.
+const ipBindAddressNoPort = 24
+
 // dialHold opens a host's connection (with its TLS handshake) into hc.
 func dialHold(addr string, source int, conf *tls.Config, hc *holdConn) error {
-	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))}}
+	// The source address is bound with IP_BIND_ADDRESS_NO_PORT: the port
+	// is then chosen at connect, unique per destination, as for a dial
+	// without one. Bound with its port first, a run right after another
+	// ran out of ports (bind: address already in use) while the last
+	// run's connections sat in TIME_WAIT.
+	d := net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+source))},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return err

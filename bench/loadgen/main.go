@@ -186,7 +186,9 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 						if results[i].err == nil || fired.Load() || try == 5 {
 							break
 						}
-						retries.Add(1)
+						if retries.Add(1) <= 3 {
+							fmt.Fprintf(os.Stderr, "loadgen: %s: poll before the change failed (made again): %v\n", h.name, results[i].err)
+						}
 					}
 				}()
 			}
