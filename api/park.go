@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mesh/conns"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -220,13 +221,9 @@ func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
 // an error, stray bytes) means the host is gone or misbehaving. It peeks
 // without blocking: no deadline, no timer.
 func peerOpen(c net.Conn) bool {
-	sc, ok := c.(syscall.Conn)
+	rc, ok := conns.RawConn(c)
 	if !ok {
 		return true
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
 	}
 	open := true
 	_ = rc.Read(func(fd uintptr) bool {

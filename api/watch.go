@@ -3,9 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"mesh/conns"
 	"net"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,15 +41,8 @@ func newPeerWatch(gone func(*parkedPoll)) (*peerWatch, error) {
 // connFD is the descriptor of a parked connection (through TLS to the TCP
 // connection beneath).
 func connFD(c net.Conn) (int32, bool) {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
+	rc, ok := conns.RawConn(c)
 	if !ok {
-		return 0, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
 		return 0, false
 	}
 	fd := int32(-1)

@@ -55,7 +55,7 @@ func (k *Kept) Give(c net.Conn) bool {
 	if k.done {
 		return false
 	}
-	rc, ok := rawConn(c)
+	rc, ok := RawConn(c)
 	if !ok {
 		return k.queue(c)
 	}
@@ -101,8 +101,8 @@ func (k *Kept) await(c net.Conn, rc syscall.RawConn) {
 	}
 }
 
-// rawConn is c's socket, through TLS and the listener's wrapper.
-func rawConn(c net.Conn) (syscall.RawConn, bool) {
+// RawConn is c's socket, through TLS and the listener's wrapper.
+func RawConn(c net.Conn) (syscall.RawConn, bool) {
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
 		c = nc.NetConn()
 	}
