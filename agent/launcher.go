@@ -295,7 +295,7 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			l.setOnTrial(false)
 			// The launcher follows the host it keeps: it re-executes in
 			// place as that release (no return when it does).
-			l.moveTo(pd, p.Pid)
+			l.moveTo(ctx, pd, p.Pid)
 			// Supervise it as the known-good host from here.
 			select {
 			case <-ctx.Done():

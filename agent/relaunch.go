@@ -224,12 +224,14 @@ func (l *launcher) setOnTrial(b bool) {
 
 // moveTo re-executes this launcher in place as the release pd, which has
 // just won its trial as the host, handing over the host hostPID. It returns
-// only when it does not move: the launcher is that release already, its
-// launcher failed a trial before, or the exec failed (then the launcher
-// carries on as it is, and the stable path is untouched).
-func (l *launcher) moveTo(pd pending, hostPID int) {
+// only when it does not move: the launcher is being stopped, it is that
+// release already, its launcher failed a trial before, or the exec failed
+// (then the launcher carries on as it is, and the stable path is untouched).
+// A launcher told to stop never re-executes: the new image would not know
+// it had been told, and would run on.
+func (l *launcher) moveTo(ctx context.Context, pd pending, hostPID int) {
 	l.stMu.Lock()
-	if pd.Version == version.Version || slices.Contains(l.st.LauncherRefused, pd.Digest) {
+	if ctx.Err() != nil || pd.Version == version.Version || slices.Contains(l.st.LauncherRefused, pd.Digest) {
 		l.stMu.Unlock()
 		return
 	}
@@ -262,7 +264,17 @@ func (l *launcher) moveTo(pd pending, hostPID int) {
 	}
 	l.stMu.Unlock()
 	l.cfg.Log.Info("launcher moving to the release in place", "from", version.Version, "to", pd.Version, "pid", os.Getpid(), "host", hostPID)
-	err := l.reexec(pd.Path, hostPID)
+	err := l.reexec(ctx, pd.Path, hostPID)
+	if ctx.Err() != nil {
+		// Told to stop meanwhile: no trial, nothing refused.
+		l.stMu.Lock()
+		defer l.stMu.Unlock()
+		l.st.LauncherTrial = nil
+		if err := l.save(); err != nil {
+			l.cfg.Log.Error("writing launcher.json", "err", err)
+		}
+		return
+	}
 	// Still here: the exec failed, and this launcher carries on.
 	l.stMu.Lock()
 	defer l.stMu.Unlock()
@@ -321,8 +333,13 @@ func (l *launcher) probeHandover(path string) error {
 }
 
 // reexec replaces this process with path's launcher, same arguments, the
-// host's pid in the environment.
-func (l *launcher) reexec(path string, hostPID int) error {
+// host's pid in the environment. It does not when the launcher has been
+// told to stop (the signal was taken by this image; the next would not
+// see it and would run on).
+func (l *launcher) reexec(ctx context.Context, path string, hostPID int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("not re-executing: the launcher is stopping")
+	}
 	env := append(slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, EnvLauncherHost+"=") }),
 		EnvLauncherHost+"="+strconv.Itoa(hostPID))
 	argv := append([]string{path}, l.cfg.Args...)
@@ -402,7 +419,7 @@ func (l *launcher) fallBack(ctx context.Context, t *launcherTrial) {
 	}
 	l.stMu.Unlock()
 	l.cfg.Log.Warn("launcher going back", "to", t.From, "path", t.FromPath)
-	if err := l.reexec(t.FromPath, hostPID); err != nil {
+	if err := l.reexec(ctx, t.FromPath, hostPID); err != nil && ctx.Err() == nil {
 		l.cfg.Log.Error("cannot go back to the previous launcher; carrying on", "path", t.FromPath, "err", err)
 	}
 }

@@ -78,7 +78,7 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 		// The probe is told yes (a truncated binary would fail it); the
 		// real exec then fails, so this test process is not replaced.
 		l.probe = func(string) error { return nil }
-		l.moveTo(pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
+		l.moveTo(context.Background(), pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
 		if got := stableTarget(dir); got != self {
 			t.Fatalf("the stable path names %q", got)
 		}
@@ -92,7 +92,7 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 		}
 		// Refused from then on: no second attempt.
 		l.exec = func(string, []string, []string) error { t.Fatal("moved to a refused launcher"); return nil }
-		l.moveTo(pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
+		l.moveTo(context.Background(), pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())
 	})
 
 	t.Run("ReleasePredatesHandover", func(t *testing.T) {
@@ -113,7 +113,7 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 			t.Fatal("moved to a launcher that cannot adopt the host")
 			return nil
 		}
-		l.moveTo(pending{Version: "0.9.0", Digest: "sha256:old", Path: old}, os.Getpid())
+		l.moveTo(context.Background(), pending{Version: "0.9.0", Digest: "sha256:old", Path: old}, os.Getpid())
 		if got := stableTarget(dir); got != self {
 			t.Fatalf("the stable path names %q", got)
 		}
@@ -277,4 +277,43 @@ func TestLauncher_Trial(t *testing.T) {
 			t.Fatalf("stable path %q, launcher.json %+v", got, st)
 		}
 	})
+}
+
+// TestLauncher_StoppingDoesNotMove: a launcher told to stop (its context
+// ended by SIGTERM) while its host wins a trial does not re-execute: the new
+// image would not know it had been told and would run on, its service
+// manager waiting. Told before the move, or while probing the release, it
+// stays as it is with no launcher trial recorded and nothing refused.
+func TestLauncher_StoppingDoesNotMove(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, when := range []string{"before", "while probing"} {
+		t.Run(when, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := EnsureStablePath(dir, self); err != nil {
+				t.Fatal(err)
+			}
+			l := &launcher{cfg: LaunchConfig{StateDir: dir, Args: []string{"launch"}, Log: slog.New(slog.DiscardHandler)}, self: self,
+				st: launcherState{KnownGood: "9.9.9", KnownGoodPath: self, Launcher: "1.0.0"}}
+			ctx, cancel := context.WithCancel(context.Background())
+			if when == "before" {
+				cancel()
+			}
+			l.probe = func(string) error { cancel(); return nil }
+			l.exec = func(string, []string, []string) error { t.Fatal("re-executed while stopping"); return nil }
+			l.moveTo(ctx, pending{Version: "9.9.9", Digest: "sha256:new", Path: self}, os.Getpid())
+			var st launcherState
+			if err := readJSON(launcherPath(dir), &st); err != nil && when != "before" {
+				t.Fatal(err)
+			}
+			if st.LauncherTrial != nil || st.LauncherFailure != "" || len(st.LauncherRefused) > 0 {
+				t.Fatalf("launcher.json: %+v", st)
+			}
+			if got := stableTarget(dir); got != self {
+				t.Fatalf("the stable path names %q", got)
+			}
+		})
+	}
 }

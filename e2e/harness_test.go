@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -279,18 +280,59 @@ func (h *hostProc) start(extra ...string) {
 		h.log = &syncBuffer{}
 	}
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	// Its own process group, so that what it leaves behind can be found and
+	// killed; Wait gives up on its output 10 s after it exits.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	h.cmd.WaitDelay = 10 * time.Second
 	if err := h.cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
 }
 
+// signal sends sig to the host (the launcher, in launch mode) and waits for
+// it to exit. A host that is still there 30 seconds on, or that left a
+// process of its group holding its output (a host its launcher lost), fails
+// the test saying so, with its log, instead of hanging it; what is left of
+// its process group is killed either way.
 func (h *hostProc) signal(sig syscall.Signal) {
 	if h.cmd == nil {
 		return
 	}
+	pid := h.cmd.Process.Pid
 	_ = h.cmd.Process.Signal(sig)
-	_ = h.cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- h.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if errors.Is(err, exec.ErrWaitDelay) {
+			h.t.Errorf("host %s (pid %d) exited on %s, but a process it started still holds its output:\n%s",
+				h.Name, pid, sig, groupOf(pid))
+		}
+	case <-time.After(30 * time.Second):
+		h.t.Errorf("host %s (pid %d) did not exit within 30s of %s; its process group:\n%s", h.Name, pid, sig, groupOf(pid))
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-done
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	h.cmd = nil
+}
+
+// groupOf lists the processes of a process group, for a failure message.
+func groupOf(pgid int) string {
+	var b strings.Builder
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		s, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(s, ')')
+		if f := strings.Fields(string(s[i+1:])); i > 0 && len(f) > 2 && f[2] == strconv.Itoa(pgid) {
+			args, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
+			fmt.Fprintf(&b, "  pid %s ppid %s state %s: %s\n", filepath.Base(filepath.Dir(p)), f[1], f[0], bytes.ReplaceAll(args, []byte{0}, []byte{' '}))
+		}
+	}
+	return b.String()
 }
 
 // cleanup stops the host and every service it started (they live in their
