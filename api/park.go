@@ -63,7 +63,7 @@ type parkedPoll struct {
 }
 
 // park hijacks the connection and leaves the poll's session in the hub.
-func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession) error {
+func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession, changed <-chan struct{}) error {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return err
@@ -72,16 +72,17 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession) e
 	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS), keep: keep}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	ps.parked.Store(pp)
-	s.repark(pp)
+	s.repark(pp, changed)
 	return nil
 }
 
 // repark leaves a parked poll with its machine and watches its connection;
-// a poll superseded meanwhile is answered at once.
-func (s *Server) repark(pp *parkedPoll) {
-	s.Hub.Park(pp)
+// a poll whose machine changed since it looked (changed, from its step), or
+// that was superseded meanwhile, is answered at once.
+func (s *Server) repark(pp *parkedPoll, changed <-chan struct{}) {
+	parked := s.Hub.Park(pp, changed)
 	pp.watched.Store(s.watch.arm(pp))
-	if pp.isSuperseded() {
+	if !parked || pp.isSuperseded() {
 		s.Hub.Unpark(pp)
 		s.dispatch([]hub.Parked{pp})
 	}
@@ -171,7 +172,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), body))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
-		s.repark(pp)
+		s.repark(pp, st.changed)
 		// The timer may have fired while this worker held the poll.
 		if !time.Now().Before(pp.deadline) {
 			s.expire(pp)

@@ -138,7 +138,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		// Nothing to send: a long wait parks without a goroutine (not after
 		// a conflict check, which a parked poll would not repeat).
 		if left := time.Until(ps.deadline); left >= parkMin && c.Request().ProtoMajor == 1 && !ps.checked {
-			if err := s.park(c.Response().Writer, c.Request(), ps); err == nil {
+			if err := s.park(c.Response().Writer, c.Request(), ps, st.changed); err == nil {
 				parked = true
 				return nil
 			}

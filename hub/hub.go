@@ -106,17 +106,20 @@ func (h *Hub) send(ps []Parked) {
 	}
 }
 
-// Park leaves a poll with its machine.
-func (h *Hub) Park(pp Parked) {
+// Park leaves a poll with its machine and says whether it did. changed is
+// the machine's change channel as the poll saw it when it decided to wait
+// (View): a change since then woke the polls parked at that moment, not
+// this one, so it is not parked, and the caller answers it at once, as when
+// the machine is gone.
+func (h *Hub) Park(pp Parked, changed <-chan struct{}) bool {
 	h.mu.Lock()
 	e := h.byID[pp.Machine()]
-	if e != nil {
+	now := e == nil || (<-chan struct{})(e.changed) != changed
+	if !now {
 		e.parked = append(e.parked, pp)
 	}
 	h.mu.Unlock()
-	if e == nil {
-		h.send([]Parked{pp}) // the machine is gone: answer at once
-	}
+	return !now
 }
 
 // Unpark removes a poll from its machine.
