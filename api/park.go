@@ -72,20 +72,25 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession, c
 	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS), keep: keep}
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	ps.parked.Store(pp)
-	s.repark(pp, changed)
+	if s.repark(pp, changed) {
+		s.dispatch([]hub.Parked{pp})
+	}
 	return nil
 }
 
-// repark leaves a parked poll with its machine and watches its connection;
-// a poll whose machine changed since it looked (changed, from its step), or
-// that was superseded meanwhile, is answered at once.
-func (s *Server) repark(pp *parkedPoll, changed <-chan struct{}) {
+// repark leaves a parked poll with its machine and watches its connection.
+// It says whether the poll is to be answered now instead: its machine
+// changed since it looked (changed, from its step), it was superseded, or
+// the instance began draining meanwhile (Drain closes drainCh before it
+// takes the parked polls, so either it took this one or this sees it).
+func (s *Server) repark(pp *parkedPoll, changed <-chan struct{}) (now bool) {
 	parked := s.Hub.Park(pp, changed)
 	pp.watched.Store(s.watch.arm(pp))
-	if !parked || pp.isSuperseded() {
+	if !parked || pp.isSuperseded() || s.Draining() {
 		s.Hub.Unpark(pp)
-		s.dispatch([]hub.Parked{pp})
+		return true
 	}
+	return false
 }
 
 // peerGone ends a parked poll whose host closed its end: no send, no
@@ -130,6 +135,15 @@ func (s *Server) parkedWorker() {
 }
 
 func (s *Server) answerParked(pp *parkedPoll) {
+	// A poll to be answered again at once is answered by this worker: a
+	// worker that queued it would wait on the queue the workers drain.
+	for s.answerOnce(pp) && pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
+	}
+}
+
+// answerOnce answers a woken parked poll or parks it again; true when it
+// is to be answered again at once (see repark).
+func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 	// A watched connection's departure is the watch's event (left, or
 	// the poll already finished); looking at the socket too cost a system
 	// call per answer, ~9 µs of a fan-out's ~150 µs a machine.
@@ -144,7 +158,7 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		// The store failed this time; the poll waits on and is answered
 		// by the next change or its deadline.
 		s.Log.Error("parked poll", "machine", pp.name, "err", err)
-		st = step{verdict: pollWait}
+		st = step{verdict: pollWait, changed: s.Hub.View(pp.machine).Changed}
 		if !time.Now().Before(pp.deadline) {
 			st.verdict = pollNotModified
 		}
@@ -172,12 +186,15 @@ func (s *Server) answerParked(pp *parkedPoll) {
 		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), body))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
-		s.repark(pp, st.changed)
+		if s.repark(pp, st.changed) {
+			return true
+		}
 		// The timer may have fired while this worker held the poll.
 		if !time.Now().Before(pp.deadline) {
 			s.expire(pp)
 		}
 	}
+	return false
 }
 
 // finishParked writes the answer, gives the connection back to the server

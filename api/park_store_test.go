@@ -1,0 +1,72 @@
+package api_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+	"mesh/testwait"
+)
+
+// countParked counts the "parked poll" errors the server logs.
+type countParked struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (h countParked) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "parked poll") {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// TestParkedPoll_StoreFailsWhenWoken: a parked poll woken while the store
+// fails waits on for the next change or its deadline (a 304), having asked
+// the store once — not put straight back on the workers' queue to ask
+// again, which spun a worker per poll until the deadline and, with enough
+// such polls, filled the queue the workers themselves send to.
+func TestParkedPoll_StoreFailsWhenWoken(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections)
+	if first := pollOn(t, hc, e, en.Token, 0, "0s", false); first.status != 200 {
+		t.Fatalf("first poll: %d", first.status)
+	}
+	m, err := e.Ctl.Store.Machine(context.Background(), "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs atomic.Int64
+	e.Ctl.Server.Log = slog.New(countParked{Handler: e.Ctl.Server.Log.Handler(), n: &errs})
+
+	done := make(chan keptPoll, 1)
+	go func() { done <- pollOn(t, hc, e, en.Token, 1, "3s", false) }()
+	testwait.For(t, 10*time.Second, "the poll parked", func() bool { return e.Ctl.Hub.ParkedOn("m1") })
+	db, err := e.Ctl.Store.DB().DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close() // every query fails from here on
+	e.Ctl.Hub.SetHead(m.ID, m.Generation+1, false)
+
+	var p keptPoll
+	select {
+	case p = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked poll was not answered")
+	}
+	if p.status != 304 {
+		t.Fatalf("the poll woken while the store fails: %d, want 304 at its deadline", p.status)
+	}
+	if n := errs.Load(); n < 1 || n > 2 {
+		t.Fatalf("the woken poll asked the failing store %d times, want once", n)
+	}
+}
