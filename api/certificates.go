@@ -180,9 +180,7 @@ func (s *Server) CloseRevoked(rs []models.Revocation) {
 		if len(ps) == 0 {
 			continue
 		}
-		p := problemOf(fmt.Errorf("%w: this machine was revoked (or deleted)", models.ErrUnauthorized))
-		body, _ := json.Marshal(p)
-		resp := rawResponse(http.StatusUnauthorized, [][2]string{{"Content-Type", "application/problem+json"}}, body)
+		resp := goneResponse()
 		for _, x := range ps {
 			pp := x.(*parkedPoll)
 			if pp.state.CompareAndSwap(parkedWaiting, parkedDone) {
@@ -190,4 +188,11 @@ func (s *Server) CloseRevoked(rs []models.Revocation) {
 			}
 		}
 	}
+}
+
+// goneResponse is a parked poll's answer when its machine was revoked or
+// deleted while it waited.
+func goneResponse() []byte {
+	body, _ := json.Marshal(problemOf(fmt.Errorf("%w: this machine was revoked (or deleted)", models.ErrUnauthorized)))
+	return rawResponse(http.StatusUnauthorized, [][2]string{{"Content-Type", "application/problem+json"}}, body)
 }

@@ -21,6 +21,7 @@ type keptPoll struct {
 	reused bool
 	local  string
 	closed bool // the answer said Connection: close
+	body   string
 }
 
 func pollOn(t *testing.T, hc *http.Client, e *ctltest.Env, token string, known int64, wait string, closeAfter bool) keptPoll {
@@ -43,9 +44,9 @@ func pollOn(t *testing.T, hc *http.Client, e *ctltest.Env, token string, known i
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	kp.status, kp.closed = resp.StatusCode, resp.Close
+	kp.status, kp.closed, kp.body = resp.StatusCode, resp.Close, string(b)
 	return kp
 }
 

@@ -81,12 +81,14 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession, c
 // repark leaves a parked poll with its machine and watches its connection.
 // It says whether the poll is to be answered now instead: its machine
 // changed since it looked (changed, from its step), it was superseded, or
-// the instance began draining meanwhile (Drain closes drainCh before it
-// takes the parked polls, so either it took this one or this sees it).
+// meanwhile the instance began draining or the machine's enrolment was
+// revoked (Drain closes drainCh, and a revocation is added to the refused
+// set, before the parked polls are taken: either they took this one or
+// this sees it).
 func (s *Server) repark(pp *parkedPoll, changed <-chan struct{}) (now bool) {
 	parked := s.Hub.Park(pp, changed)
 	pp.watched.Store(s.watch.arm(pp))
-	if !parked || pp.isSuperseded() || s.Draining() {
+	if !parked || pp.isSuperseded() || s.Draining() || pp.revoked() {
 		s.Hub.Unpark(pp)
 		return true
 	}
@@ -167,7 +169,7 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 	case pollDraining:
 		s.finishParked(pp, draining())
 	case pollGone:
-		s.finishParked(pp, rawResponse(http.StatusUnauthorized, nil, nil))
+		s.finishParked(pp, goneResponse())
 	case pollNotModified:
 		s.finishParked(pp, notModified())
 	case pollSend:

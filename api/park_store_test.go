@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
+	"mesh/models"
 	"mesh/store"
 	"mesh/testwait"
 )
@@ -68,5 +69,40 @@ func TestParkedPoll_StoreFailsWhenWoken(t *testing.T) {
 	}
 	if n := errs.Load(); n < 1 || n > 2 {
 		t.Fatalf("the woken poll asked the failing store %d times, want once", n)
+	}
+}
+
+// TestParkedPoll_RevokedWhileHeld: a machine's enrolment revoked while its
+// poll was not in the hub's parked list (a worker held it, or it was about
+// to park, when the revocation closed the parked ones) is never sent a
+// declaration: the next change answers it 401, and it says why.
+func TestParkedPoll_RevokedWhileHeld(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(hc.CloseIdleConnections)
+	if first := pollOn(t, hc, e, en.Token, 0, "0s", false); first.status != 200 {
+		t.Fatalf("first poll: %d", first.status)
+	}
+	m, err := e.Ctl.Store.Machine(context.Background(), "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan keptPoll, 1)
+	go func() { done <- pollOn(t, hc, e, en.Token, 1, "30s", false) }()
+	testwait.For(t, 10*time.Second, "the poll parked", func() bool { return e.Ctl.Hub.ParkedOn("m1") })
+	// Refused from now on, as a revocation does first; the parked polls
+	// are not closed here, as they would not be for one a worker held.
+	e.Ctl.Server.Auth.Revoked.Add([]models.Revocation{{TokenID: m.TokenID, ExpiresAt: time.Now().Add(time.Hour)}})
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+	var p keptPoll
+	select {
+	case p = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the parked poll was not answered")
+	}
+	if p.status != 401 || !strings.Contains(p.body, "revoked") {
+		t.Fatalf("a revoked machine's woken poll: %d %s", p.status, p.body)
 	}
 }

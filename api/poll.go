@@ -79,7 +79,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	if wait > 0 {
 		wait += rand.N(wait/16 + 1)
 	}
-	ps := newPollSession(s, p.hostID, p.Machine, known, time.Now().Add(wait))
+	ps := newPollSession(s, p.hostID, p.Machine, p.enrolment, known, time.Now().Add(wait))
 	hv := c.Request().Header.Get(HeaderHostVersion)
 	// The schemas the host decodes, in canonical form: a change of the set
 	// bumps the machine's generation (store.RecordHostInfo).
@@ -118,7 +118,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			c.Response().Header().Set("Retry-After", "0")
 			return models.ErrDraining
 		case pollGone:
-			return fmt.Errorf("%w: machine %s was removed", models.ErrUnauthorized, p.Machine)
+			return fmt.Errorf("%w: machine %s was revoked or removed", models.ErrUnauthorized, p.Machine)
 		case pollNotModified:
 			return c.NoContent(http.StatusNotModified)
 		case pollSend:

@@ -20,13 +20,16 @@ import (
 // only in how they wait and how they write their answer (nomad's one
 // blocking query for every blocking endpoint).
 type pollSession struct {
-	srv      *Server
-	machine  int64
-	name     string
-	known    int64 // the generation the host finished with
-	deadline time.Time
-	checked  bool // the store was asked about a conflict once
-	batch    bool // the host verifies batch envelopes (X-Mesh-Envelope)
+	srv     *Server
+	machine int64
+	name    string
+	// enrolment is the host's enrolment (token id): a poll whose
+	// enrolment is revoked while it waits is answered 401.
+	enrolment string
+	known     int64 // the generation the host finished with
+	deadline  time.Time
+	checked   bool // the store was asked about a conflict once
+	batch     bool // the host verifies batch envelopes (X-Mesh-Envelope)
 
 	// superseded is closed when a newer poll of the same machine arrives:
 	// a machine has one waiting poll, and the older is answered 304.
@@ -35,8 +38,13 @@ type pollSession struct {
 	parked        atomic.Pointer[parkedPoll] // set while it waits parked
 }
 
-func newPollSession(s *Server, machine int64, name string, known int64, deadline time.Time) *pollSession {
-	return &pollSession{srv: s, machine: machine, name: name, known: known, deadline: deadline, superseded: make(chan struct{})}
+func newPollSession(s *Server, machine int64, name, enrolment string, known int64, deadline time.Time) *pollSession {
+	return &pollSession{srv: s, machine: machine, name: name, enrolment: enrolment, known: known, deadline: deadline, superseded: make(chan struct{})}
+}
+
+// revoked reports whether the poll's enrolment was revoked (in memory).
+func (ps *pollSession) revoked() bool {
+	return ps.srv.Auth != nil && ps.srv.Auth.Revoked.Revoked(ps.enrolment)
 }
 
 // Supersede answers this poll 304 because a newer one of its machine
@@ -89,7 +97,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		return step{verdict: pollNotModified}, nil
 	}
 	v := s.Hub.View(ps.machine)
-	if v.Gone {
+	if v.Gone || ps.revoked() {
 		return step{verdict: pollGone}, nil
 	}
 	judged := false
