@@ -155,12 +155,15 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		return
 	}
 	ctx := s.runCtx
+	// The change channel before the look: if the store fails, a change
+	// made meanwhile still wakes the poll.
+	before := s.Hub.View(pp.machine).Changed
 	st, err := pp.next(ctx)
 	if err != nil {
 		// The store failed this time; the poll waits on and is answered
 		// by the next change or its deadline.
 		s.Log.Error("parked poll", "machine", pp.name, "err", err)
-		st = step{verdict: pollWait, changed: s.Hub.View(pp.machine).Changed}
+		st = step{verdict: pollWait, changed: before}
 		if !time.Now().Before(pp.deadline) {
 			st.verdict = pollNotModified
 		}
@@ -177,6 +180,11 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		if err != nil {
 			s.Log.Error("parked poll: envelope", "machine", pp.name, "err", err)
 			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
+			return
+		}
+		if pp.revoked() {
+			// Revoked while its declaration was composed.
+			s.finishParked(pp, goneResponse())
 			return
 		}
 		sendID, err := pp.recordSend(ctx, st.comp)

@@ -239,7 +239,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		revoked.Add(rs)
 		return err
 	}
-	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = hub.Load(listenCtx); _ = loadRevoked(listenCtx) }, listening, cfg.Log)
+	// After a reconnect the refused set is read again before the hub: a
+	// poll the reload wakes must find a revocation missed meanwhile.
+	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = loadRevoked(listenCtx); _ = hub.Load(listenCtx) }, listening, cfg.Log)
 	select {
 	case <-listening:
 	case <-time.After(30 * time.Second):
@@ -263,6 +265,8 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	srv.HostUnit = mesh.HostUnit
 	srv.Service = svc
 	// A revoked (or deleted) machine's parked polls close on every instance.
+	// After revoked.Add (registered above, and hooks run in order): a poll
+	// that parks after CloseRevoked looked finds its enrolment refused.
 	st.OnRevoked(srv.CloseRevoked)
 	rules := models.DefaultStateRules
 	if cfg.Rules.OfflineAfter > 0 {

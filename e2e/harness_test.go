@@ -290,10 +290,13 @@ func (h *hostProc) start(extra ...string) {
 }
 
 // signal sends sig to the host (the launcher, in launch mode) and waits for
-// it to exit. A host that is still there 30 seconds on, or that left a
-// process of its group holding its output (a host its launcher lost), fails
-// the test saying so, with its log, instead of hanging it; what is left of
-// its process group is killed either way.
+// it to exit. A SIGTERM is sent once more after 10 s, with a note: a
+// launcher re-executing itself in place as the first arrived can miss it
+// (the signal reaches the old image's handler milliseconds before its stop
+// is seen, and the new image never knew). A host still there 30 s on
+// fails the test saying so, with its process group, instead of hanging
+// it; a host that exited but left a process holding its output fails it
+// too. What is left of its process group is noted and killed.
 func (h *hostProc) signal(sig syscall.Signal) {
 	if h.cmd == nil {
 		return
@@ -302,16 +305,32 @@ func (h *hostProc) signal(sig syscall.Signal) {
 	_ = h.cmd.Process.Signal(sig)
 	done := make(chan error, 1)
 	go func() { done <- h.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if errors.Is(err, exec.ErrWaitDelay) {
-			h.t.Errorf("host %s (pid %d) exited on %s, but a process it started still holds its output:\n%s",
-				h.Name, pid, sig, groupOf(pid))
+	again := time.After(10 * time.Second)
+	if sig != syscall.SIGTERM {
+		again = nil
+	}
+	giveUp := time.After(30 * time.Second)
+wait:
+	for {
+		select {
+		case err := <-done:
+			if errors.Is(err, exec.ErrWaitDelay) {
+				h.t.Errorf("host %s (pid %d) exited on %s, but a process it started still holds its output:\n%s",
+					h.Name, pid, sig, groupOf(pid))
+			}
+			break wait
+		case <-again:
+			h.t.Logf("host %s (pid %d) still runs 10s after %s; sending it again:\n%s", h.Name, pid, sig, groupOf(pid))
+			_ = h.cmd.Process.Signal(sig)
+		case <-giveUp:
+			h.t.Errorf("host %s (pid %d) did not exit within 30s of %s; its process group:\n%s", h.Name, pid, sig, groupOf(pid))
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-done
+			break wait
 		}
-	case <-time.After(30 * time.Second):
-		h.t.Errorf("host %s (pid %d) did not exit within 30s of %s; its process group:\n%s", h.Name, pid, sig, groupOf(pid))
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-done
+	}
+	if left := groupOf(pid); left != "" {
+		h.t.Logf("host %s (pid %d) exited on %s, leaving in its process group (killed now):\n%s", h.Name, pid, sig, left)
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	h.cmd = nil
