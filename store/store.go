@@ -22,9 +22,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/glebarez/sqlite"
 	"github.com/gofrs/flock"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/libtnb/sqlite"
 	"github.com/pressly/goose/v3"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -465,9 +465,9 @@ func inChunks[T any](ids []T, n int, fn func([]T) error) error {
 }
 
 // batchRows is how many rows of cols columns one multi-row INSERT carries.
-// The SQLite driver binds each parameter by searching the argument list,
-// so a statement's cost grows with the square of its parameters: keep them
-// to a few hundred there.
+// On SQLite ~700 parameters a statement: measured against 64–128 (more
+// statements to parse: the driver prepares the text at every execution)
+// and 2,400 (no difference beyond noise).
 func (s *Store) batchRows(cols int) int {
 	if s.dialect == SQLite {
 		return max(1, 700/cols)
