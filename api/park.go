@@ -155,15 +155,13 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		return
 	}
 	ctx := s.runCtx
-	// The change channel before the look: if the store fails, a change
-	// made meanwhile still wakes the poll.
-	before := s.Hub.View(pp.machine).Changed
 	st, err := pp.next(ctx)
 	if err != nil {
 		// The store failed this time; the poll waits on and is answered
-		// by the next change or its deadline.
+		// by the next change (the step's channel is from before the
+		// store was asked) or its deadline.
 		s.Log.Error("parked poll", "machine", pp.name, "err", err)
-		st = step{verdict: pollWait, changed: before}
+		st.verdict = pollWait
 		if !time.Now().Before(pp.deadline) {
 			st.verdict = pollNotModified
 		}
@@ -182,12 +180,11 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
 			return
 		}
-		if pp.revoked() {
-			// Revoked while its declaration was composed.
-			s.finishParked(pp, goneResponse())
+		sendID, err := pp.recordSend(ctx, st.comp)
+		if errors.Is(err, models.ErrUnauthorized) {
+			s.finishParked(pp, goneResponse()) // revoked meanwhile
 			return
 		}
-		sendID, err := pp.recordSend(ctx, st.comp)
 		if err != nil {
 			s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
 			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))

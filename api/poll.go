@@ -126,10 +126,6 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			if err != nil {
 				return err
 			}
-			if ps.revoked() {
-				// Revoked while its declaration was composed.
-				return fmt.Errorf("%w: machine %s was revoked", models.ErrUnauthorized, p.Machine)
-			}
 			sendID, err := ps.recordSend(ctx, st.comp)
 			if err != nil {
 				return err

@@ -87,7 +87,9 @@ type step struct {
 
 // next decides what the poll does now. It touches the store only to
 // compose a newer generation, or once per poll to judge a host that knows
-// a generation this instance's memory has not seen.
+// a generation this instance's memory has not seen. When the store fails,
+// the step still carries the change channel read before it was asked, for a
+// poll that waits on.
 func (ps *pollSession) next(ctx context.Context) (step, error) {
 	s := ps.srv
 	if s.Draining() {
@@ -107,7 +109,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		ps.checked, judged = true, true
 		conflict, gen, err := s.Store.CheckConflict(ctx, ps.machine, ps.known)
 		if err != nil {
-			return step{}, err
+			return step{changed: v.Changed}, err
 		}
 		s.Hub.SetHead(ps.machine, gen, conflict)
 		v = s.Hub.View(ps.machine)
@@ -117,7 +119,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	if !v.Conflict && !v.Pending && v.Gen > ps.known {
 		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v, ps.batch)
 		if err != nil {
-			return step{}, err
+			return step{changed: v.Changed}, err
 		}
 		if comp != nil {
 			return step{verdict: pollSend, comp: comp}, nil
@@ -148,6 +150,10 @@ func (ps *pollSession) envelope(ctx context.Context, comp *models.Composed) ([]b
 // the bytes leave (held and parked polls alike).
 func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (string, error) {
 	s := ps.srv
+	if ps.revoked() {
+		// Revoked while its declaration was composed: nothing is sent.
+		return "", fmt.Errorf("%w: machine %s was revoked", models.ErrUnauthorized, ps.name)
+	}
 	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: ps.machine, Generation: comp.Generation,
 		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC(), Schema: comp.Schema}
 	return send.ID, s.Sends.Write(ctx, send)
