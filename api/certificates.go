@@ -192,7 +192,7 @@ func (s *Server) CloseRevoked(rs []models.Revocation) {
 
 // goneResponse is a parked poll's answer when its machine was revoked or
 // deleted while it waited.
-func goneResponse() []byte {
+func goneResponse() *answer {
 	body, _ := json.Marshal(problemOf(fmt.Errorf("%w: this machine was revoked (or deleted)", models.ErrUnauthorized)))
-	return rawResponse(http.StatusUnauthorized, [][2]string{{"Content-Type", "application/problem+json"}}, body)
+	return &answer{status: http.StatusUnauthorized, headers: [][2]string{{"Content-Type", "application/problem+json"}}, body: body}
 }

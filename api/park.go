@@ -1,14 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"mesh/conns"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -177,7 +176,7 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		body, err := pp.envelope(ctx, st.comp)
 		if err != nil {
 			s.Log.Error("parked poll: envelope", "machine", pp.name, "err", err)
-			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
+			s.finishParked(pp, &answer{status: http.StatusInternalServerError})
 			return
 		}
 		sendID, err := pp.recordSend(ctx, st.comp)
@@ -187,10 +186,10 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		}
 		if err != nil {
 			s.Log.Error("parked poll: send row", "machine", pp.name, "err", err)
-			s.finishParked(pp, rawResponse(http.StatusInternalServerError, nil, nil))
+			s.finishParked(pp, &answer{status: http.StatusInternalServerError})
 			return
 		}
-		s.finishParked(pp, rawResponse(http.StatusOK, sendHeaders(st.comp, sendID), body))
+		s.finishParked(pp, sendAnswer(st.comp, sendID, body))
 	case pollWait:
 		pp.state.Store(parkedWaiting)
 		if s.repark(pp, st.changed) {
@@ -204,24 +203,26 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 	return false
 }
 
-// finishParked writes the answer, gives the connection back to the server
-// or closes it, and ends the poll.
-func (s *Server) finishParked(pp *parkedPoll, resp []byte) {
+// finishParked writes the answer (nil: no bytes), gives the connection
+// back to the server or closes it, and ends the poll.
+func (s *Server) finishParked(pp *parkedPoll, a *answer) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	s.watch.forget(pp)
-	keep := pp.keep && keepable(resp) && !s.Draining()
-	if resp != nil && pp.tlsHint != "" {
-		resp = withHeader(resp, HeaderTLS, pp.tlsHint)
-	}
-	if resp != nil && !keep {
-		resp = withHeader(resp, "Connection", "close")
-	}
-	if resp != nil {
+	keep := pp.keep && a.keepable() && !s.Draining()
+	if a != nil {
+		var extra [2][2]string
+		conn := extra[:0]
+		if pp.tlsHint != "" {
+			conn = append(conn, [2]string{HeaderTLS, pp.tlsHint})
+		}
+		if !keep {
+			conn = append(conn, [2]string{"Connection", "close"})
+		}
 		// A few hundred bytes to a socket with nothing else queued: the
 		// kernel takes them at once; a host that stopped reading gets cut
 		// off when the connection closes.
-		if _, err := pp.conn.Write(resp); err != nil {
+		if _, err := pp.conn.Write(a.bytes(conn)); err != nil {
 			keep = false
 		}
 	}
@@ -260,25 +261,68 @@ func peerOpen(c net.Conn) bool {
 	return open
 }
 
-// rawResponse is an HTTP/1.1 response for a hijacked connection.
-func rawResponse(status int, headers [][2]string, body []byte) []byte {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
-	for _, h := range headers {
-		fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
+// answer is a parked poll's response before it is bytes: finishParked
+// adds the headers its connection needs and writes it in one piece. A
+// fan-out builds one per machine, so it is appended into one buffer, with
+// the Date header formatted once a second (fmt and a copy per added
+// header were ~7 µs of an answer).
+type answer struct {
+	status  int
+	headers [][2]string
+	body    []byte
+}
+
+// bytes is the answer as HTTP/1.1, with the connection's headers.
+func (a *answer) bytes(conn [][2]string) []byte {
+	size := 96 + len(a.body)
+	for _, hs := range [][][2]string{a.headers, conn} {
+		for _, h := range hs {
+			size += len(h[0]) + len(h[1]) + 4
+		}
 	}
-	fmt.Fprintf(&b, "Date: %s\r\n", time.Now().UTC().Format(http.TimeFormat))
-	if status != http.StatusNotModified {
-		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
+	b := make([]byte, 0, size)
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(a.status), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(a.status)...)
+	b = append(b, "\r\n"...)
+	for _, hs := range [][][2]string{a.headers, conn} {
+		for _, h := range hs {
+			b = append(append(append(append(b, h[0]...), ": "...), h[1]...), "\r\n"...)
+		}
 	}
-	b.WriteString("\r\n")
-	b.Write(body)
-	return b.Bytes()
+	b = append(append(append(b, "Date: "...), httpDate()...), "\r\n"...)
+	if a.status != http.StatusNotModified {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(a.body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	return append(b, a.body...)
 }
 
 // keepable: the answers after which a connection serves the next poll.
-func keepable(resp []byte) bool {
-	return bytes.HasPrefix(resp, []byte("HTTP/1.1 200 ")) || bytes.HasPrefix(resp, []byte("HTTP/1.1 304 "))
+func (a *answer) keepable() bool {
+	return a != nil && (a.status == http.StatusOK || a.status == http.StatusNotModified)
+}
+
+// date is the Date header of the second it was made.
+type date struct {
+	unix int64
+	text string
+}
+
+var lastDate atomic.Pointer[date]
+
+// httpDate is now in HTTP's date format, formatted once a second.
+func httpDate() string {
+	now := time.Now()
+	if d := lastDate.Load(); d != nil && d.unix == now.Unix() {
+		return d.text
+	}
+	d := &date{unix: now.Unix(), text: now.UTC().Format(http.TimeFormat)}
+	lastDate.Store(d)
+	return d.text
 }
 
 // renewalDue reports whether the machine certificate a connection
@@ -293,10 +337,10 @@ func renewalDue(cs *tls.ConnectionState, now time.Time) bool {
 	return now.After(c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3))
 }
 
-func notModified() []byte { return rawResponse(http.StatusNotModified, nil, nil) }
+func notModified() *answer { return &answer{status: http.StatusNotModified} }
 
-func draining() []byte {
-	p := problemOf(models.ErrDraining)
-	body, _ := json.Marshal(p)
-	return rawResponse(http.StatusServiceUnavailable, [][2]string{{"Content-Type", "application/problem+json"}, {"Retry-After", "0"}}, body)
+func draining() *answer {
+	body, _ := json.Marshal(problemOf(models.ErrDraining))
+	return &answer{status: http.StatusServiceUnavailable, body: body,
+		headers: [][2]string{{"Content-Type", "application/problem+json"}, {"Retry-After", "0"}}}
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strings"
@@ -100,16 +99,4 @@ func (s *Server) getCA(c echo.Context) error {
 	pemCA := ca.PEM()
 	return c.JSON(http.StatusOK, CAView{Certificate: string(pemCA), Pin: ca.Pin(), KeyID: s.Signer.KeyID(),
 		Signature: s.Signer.Sign(meshca.CAStatement(pemCA))})
-}
-
-// withHeader adds a header to a raw HTTP/1.1 response (a parked poll's).
-func withHeader(resp []byte, name, value string) []byte {
-	i := bytes.Index(resp, []byte("\r\n"))
-	if i < 0 {
-		return resp
-	}
-	out := make([]byte, 0, len(resp)+len(name)+len(value)+4)
-	out = append(out, resp[:i+2]...)
-	out = append(out, name+": "+value+"\r\n"...)
-	return append(out, resp[i+2:]...)
 }

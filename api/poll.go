@@ -130,7 +130,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 			if err != nil {
 				return err
 			}
-			for _, kv := range sendHeaders(st.comp, sendID) {
+			for _, kv := range sendAnswer(st.comp, sendID, nil).headers {
 				c.Response().Header().Set(kv[0], kv[1])
 			}
 			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,8 +161,8 @@ func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (s
 	return send.ID, s.Sends.Write(ctx, send)
 }
 
-// sendHeaders are the headers of a 200 carrying comp.
-func sendHeaders(comp *models.Composed, sendID string) [][2]string {
-	return [][2]string{{"Content-Type", "application/json"}, {"ETag", fmt.Sprintf(`"%d"`, comp.Generation)},
-		{HeaderSend, sendID}, {"Cache-Control", "no-store"}}
+// sendAnswer is a parked poll's 200 carrying comp's envelope.
+func sendAnswer(comp *models.Composed, sendID string, envelope []byte) *answer {
+	return &answer{status: http.StatusOK, body: envelope, headers: [][2]string{{"Content-Type", "application/json"},
+		{"ETag", `"` + strconv.FormatInt(comp.Generation, 10) + `"`}, {HeaderSend, sendID}, {"Cache-Control", "no-store"}}}
 }
