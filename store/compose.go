@@ -276,6 +276,10 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 	return rows, names
 }
 
+// declColumns are the columns a declaration is inserted with on SQLite.
+var declColumns = []string{"machine_id", "generation", "digest", "envelope", "batch", "artifacts", "trigger", "composed_by",
+	"composed_at", "schema", "held_back"}
+
 // composedRow is a declaration row and the payload its envelope signs.
 type composedRow struct {
 	models.Declaration
@@ -296,7 +300,7 @@ type composedRow struct {
 // found and used.
 func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int64, out map[int64]*models.Composed) error {
 	decls := make([]models.Declaration, len(rows))
-	var res *gorm.DB
+	var inserted int64
 	if tx.s.dialect == Postgres {
 		if err := lockRetention(tx, false); err != nil {
 			return err
@@ -315,23 +319,32 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		for i, r := range rows {
 			ds[i] = declRow{Declaration: r.Declaration, Epoch: epoch}
 		}
-		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(12))
+		res := tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&ds, tx.s.batchRows(12))
 		for i := range ds {
 			decls[i] = ds[i].Declaration
 		}
+		if res.Error != nil {
+			return res.Error
+		}
+		inserted = res.RowsAffected
 	} else {
 		for i, r := range rows {
 			decls[i] = r.Declaration
 		}
-		res = tx.Clauses(clause.OnConflict{DoNothing: true}).CreateInBatches(&decls, tx.s.batchRows(11))
-	}
-	if res.Error != nil {
-		return res.Error
+		var err error
+		inserted, err = tx.insertPrepared(tx.Statement.Context, "declarations", declColumns, " ON CONFLICT DO NOTHING", len(decls), func(i int, args []any) []any {
+			d := &decls[i]
+			return append(args, d.MachineID, d.Generation, d.Digest, d.Envelope, d.Batch, d.Artifacts, d.Trigger, d.ComposedBy, d.ComposedAt,
+				schemaOf(d.Schema), d.HeldBack)
+		})
+		if err != nil {
+			return err
+		}
 	}
 	if err := recordHeldBack(tx, rows); err != nil {
 		return err
 	}
-	if res.RowsAffected == int64(len(decls)) {
+	if inserted == int64(len(decls)) {
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,

@@ -23,10 +23,25 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	}
 	return s.write(ctx, func(tx *Tx) error {
 		if s.dialect != Postgres {
-			return tx.CreateInBatches(&sends, s.batchRows(8)).Error
+			_, err := tx.insertPrepared(ctx, "sends", sendColumns, "", len(sends), func(i int, args []any) []any {
+				snd := &sends[i]
+				return append(args, snd.ID, snd.MachineID, snd.Generation, snd.Digest, snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema))
+			})
+			return err
 		}
 		return insertSendsPostgres(ctx, tx, sends)
 	})
+}
+
+// sendColumns are the columns a send row is inserted with on SQLite.
+var sendColumns = []string{"id", "machine_id", "generation", "digest", "instance_id", "trigger", "created_at", "schema"}
+
+// schemaOf is a row's schema, the column's default (1) when unset.
+func schemaOf(schema int) int64 {
+	if schema == 0 {
+		return models.SchemaV1
+	}
+	return int64(schema)
 }
 
 // insertSendsPostgres writes the group with one statement of nine
@@ -43,10 +58,7 @@ func insertSendsPostgres(ctx context.Context, tx *Tx, sends []models.Send) error
 	ats := make([]time.Time, n)
 	for i, snd := range sends {
 		ids[i], machines[i], generations[i], digests[i] = snd.ID, snd.MachineID, snd.Generation, snd.Digest
-		instances[i], triggers[i], ats[i], schemas[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt, int64(snd.Schema)
-		if schemas[i] == 0 {
-			schemas[i] = models.SchemaV1 // the column's default, as gorm gives it on SQLite
-		}
+		instances[i], triggers[i], ats[i], schemas[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema)
 	}
 	// Through the transaction's connection, not gorm's Exec: gorm would
 	// spell each slice out as a list of parameters.
