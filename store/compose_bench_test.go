@@ -128,12 +128,22 @@ func batchFleet(b *testing.B, s *store.Store, n int, manifest string) []int64 {
 	for i := range ms {
 		ms[i] = models.Machine{Name: fmt.Sprintf("m%03d", i), Generation: 1, GenerationAt: now, Running: "{}", CreatedAt: now}
 	}
-	s.DB().Create(&ms)
+	if err := s.DB().CreateInBatches(&ms, 50).Error; err != nil {
+		b.Fatal(err)
+	}
 	ids := make([]int64, len(ms))
+	as := make([]models.Assignment, len(ms))
+	vs := make([]models.MachineVariable, len(ms))
 	for i, m := range ms {
 		ids[i] = m.ID
-		s.DB().Create(&models.Assignment{MachineID: m.ID, ModuleID: mod.ID, CreatedAt: now})
-		s.DB().Create(&models.MachineVariable{MachineID: m.ID, Key: "port", Value: "9000"})
+		as[i] = models.Assignment{MachineID: m.ID, ModuleID: mod.ID, CreatedAt: now}
+		vs[i] = models.MachineVariable{MachineID: m.ID, Key: "port", Value: "9000"}
+	}
+	if err := s.DB().CreateInBatches(&as, 50).Error; err != nil {
+		b.Fatal(err)
+	}
+	if err := s.DB().CreateInBatches(&vs, 50).Error; err != nil {
+		b.Fatal(err)
 	}
 	return ids
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -46,9 +47,20 @@ func checkIfMatch(m *models.Machine, ifMatch *int64) error {
 func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 	now := tx.s.Now()
 	return inChunks(ids, 1000, func(chunk []int64) error {
-		var rows []models.Bump
-		err := tx.Raw(`UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ?
-			WHERE id IN ? RETURNING id AS machine_id, name, generation`, trigger, now, chunk).Scan(&rows).Error
+		// The ids as one parameter and the rows scanned directly: a change
+		// to a module bumps every machine it runs on before any of them
+		// is composed, so this is on the path of every fan-out.
+		rows := make([]models.Bump, 0, len(chunk))
+		in, arg := inID(tx, "id", chunk)
+		err := each(tx.DB, func(r *sql.Rows) error {
+			var b models.Bump
+			if err := r.Scan(&b.MachineID, &b.Name, &b.Generation); err != nil {
+				return err
+			}
+			rows = append(rows, b)
+			return nil
+		}, `UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ?
+			WHERE `+in+` RETURNING id, name, generation`, trigger, now, arg)
 		if err != nil {
 			return err
 		}
