@@ -65,10 +65,11 @@ func (s *Store) RunRetention(ctx context.Context, r Retention) (RetentionResult,
 }
 
 // RecordSince is when the oldest send on record was made (nil: none):
-// how far back the record goes.
+// how far back the record goes. A send's id is a UUIDv7, made with its
+// row: the lowest id is the oldest send.
 func (s *Store) RecordSince(ctx context.Context) (*time.Time, error) {
 	var at []time.Time
-	err := s.db.WithContext(ctx).Table("sends").Order("created_at").Limit(1).Pluck("created_at", &at).Error
+	err := s.db.WithContext(ctx).Table("sends").Order("id").Limit(1).Pluck("created_at", &at).Error
 	if err != nil || len(at) == 0 {
 		return nil, mapErr(err)
 	}
@@ -267,7 +268,9 @@ func (s *Store) retainBatches(ctx context.Context, r Retention) (RetentionResult
 			q := s.db.WithContext(ctx).Table(t.name).Select(keyColumn(t.name)+", machine_id, generation").
 				Where(t.at+" < ?", cutoff).Order("id").Limit(r.Batch)
 			if t.name == "sends" {
-				q = q.Where("id > ?", after)
+				// Bounded by the ids' time too: sends have no index on
+				// created_at, and the scan in id order stops past it.
+				q = q.Where("id > ? AND id < ?", after, sendIDBefore(cutoff.Add(time.Minute)))
 			} else {
 				q = q.Where("id > ?", afterNum)
 			}
@@ -296,6 +299,14 @@ func (s *Store) retainBatches(ctx context.Context, r Retention) (RetentionResult
 		}
 	}
 	return res, nil
+}
+
+// sendIDBefore is the lowest send id (a UUIDv7, whose text begins with
+// its milliseconds since 1970 in hex, "tttttttt-tttt-7…") of a send made
+// at t or later: every id made before t sorts below it.
+func sendIDBefore(t time.Time) string {
+	h := fmt.Sprintf("%012x", t.UnixMilli())
+	return h[:8] + "-" + h[8:]
 }
 
 // retentionLock is the PostgreSQL advisory lock (one per store) that
