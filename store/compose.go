@@ -57,6 +57,9 @@ func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer m
 		if s.beforeStore != nil {
 			s.beforeStore()
 		}
+		if err := s.prepareInserts(ctx, declInsert); err != nil {
+			return err
+		}
 		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, in.epoch, out) })
 	})
 	return out, fails, err
@@ -276,9 +279,10 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 	return rows, names
 }
 
-// declColumns are the columns a declaration is inserted with on SQLite.
-var declColumns = []string{"machine_id", "generation", "digest", "envelope", "batch", "artifacts", "trigger", "composed_by",
-	"composed_at", "schema", "held_back"}
+// declInsert is how declarations are inserted on SQLite.
+var declInsert = &preparedInsert{table: "declarations", tail: " ON CONFLICT DO NOTHING",
+	columns: []string{"machine_id", "generation", "digest", "envelope", "batch", "artifacts", "trigger", "composed_by",
+		"composed_at", "schema", "held_back"}}
 
 // composedRow is a declaration row and the payload its envelope signs.
 type composedRow struct {
@@ -332,7 +336,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 			decls[i] = r.Declaration
 		}
 		var err error
-		inserted, err = tx.insertPrepared(tx.Statement.Context, "declarations", declColumns, " ON CONFLICT DO NOTHING", len(decls), func(i int, args []any) []any {
+		inserted, err = tx.insertPrepared(tx.Statement.Context, declInsert, len(decls), func(i int, args []any) []any {
 			d := &decls[i]
 			return append(args, d.MachineID, d.Generation, d.Digest, d.Envelope, d.Batch, d.Artifacts, d.Trigger, d.ComposedBy, d.ComposedAt,
 				schemaOf(d.Schema), d.HeldBack)

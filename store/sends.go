@@ -21,9 +21,12 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	if len(sends) == 0 {
 		return nil
 	}
+	if err := s.prepareInserts(ctx, sendInsert); err != nil {
+		return mapErr(err)
+	}
 	return s.write(ctx, func(tx *Tx) error {
 		if s.dialect != Postgres {
-			_, err := tx.insertPrepared(ctx, "sends", sendColumns, "", len(sends), func(i int, args []any) []any {
+			_, err := tx.insertPrepared(ctx, sendInsert, len(sends), func(i int, args []any) []any {
 				snd := &sends[i]
 				return append(args, snd.ID, snd.MachineID, snd.Generation, snd.Digest, snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema))
 			})
@@ -33,8 +36,9 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	})
 }
 
-// sendColumns are the columns a send row is inserted with on SQLite.
-var sendColumns = []string{"id", "machine_id", "generation", "digest", "instance_id", "trigger", "created_at", "schema"}
+// sendInsert is how send rows are inserted on SQLite.
+var sendInsert = &preparedInsert{table: "sends",
+	columns: []string{"id", "machine_id", "generation", "digest", "instance_id", "trigger", "created_at", "schema"}}
 
 // schemaOf is a row's schema, the column's default (1) when unset.
 func schemaOf(schema int) int64 {
