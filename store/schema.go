@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -92,12 +94,12 @@ func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (b
 // everything are not read (they are never held back).
 func readApplied(tx *Tx, ms []models.Machine) (map[int64][]*models.DeclarationPayload, error) {
 	out := map[int64][]*models.DeclarationPayload{}
-	var ids, gens []int64
+	var ids []int64
 	want := map[int64]int64{}
 	host := map[int64]models.Schemas{}
 	for _, m := range ms {
 		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest && m.AppliedGeneration > 0 {
-			ids, gens = append(ids, m.ID), append(gens, m.AppliedGeneration)
+			ids = append(ids, m.ID)
 			want[m.ID], host[m.ID] = m.AppliedGeneration, models.SchemasOf(m.Schema)
 		}
 	}
@@ -105,7 +107,8 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64][]*models.DeclarationPa
 		return out, nil
 	}
 	var ds []models.Declaration
-	if err := tx.Select("machine_id", "generation", "envelope", "batch").Where("machine_id IN ? AND generation IN ?", ids, gens).
+	in, arg := inID(tx, "machine_id", ids)
+	if err := tx.Select("machine_id", "generation", "envelope", "batch").Where(in, arg).Where("generation IN ?", generationsOf(want)).
 		Find(&ds).Error; err != nil {
 		return nil, err
 	}
@@ -177,10 +180,13 @@ func payloadOf(d *models.Declaration) (*models.DeclarationPayload, error) {
 // never held back and read nothing.
 func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, error) {
 	out := map[string][]models.Release{}
-	var oses, arches []string
+	// Each platform once: a chunk of a fan-out is hundreds of machines on
+	// a few platforms, and a list of one parameter a machine cost a
+	// statement of a thousand parameters to parse and bind.
+	oses, arches := map[string]bool{}, map[string]bool{}
 	for _, m := range ms {
 		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest {
-			oses, arches = append(oses, m.OS), append(arches, m.Arch)
+			oses[m.OS], arches[m.Arch] = true, true
 		}
 	}
 	if len(oses) == 0 {
@@ -188,7 +194,7 @@ func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, err
 	}
 	var rs []models.Release
 	if err := tx.Select("id", "version", "os", "arch", "schemas").
-		Where("state = ? AND schemas <> ? AND os IN ? AND arch IN ?", models.ReleaseReady, "1", oses, arches).
+		Where("state = ? AND schemas <> ? AND os IN ? AND arch IN ?", models.ReleaseReady, "1", slices.Collect(maps.Keys(oses)), slices.Collect(maps.Keys(arches))).
 		Order("id DESC").Find(&rs).Error; err != nil {
 		return nil, err
 	}
