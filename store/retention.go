@@ -400,14 +400,6 @@ func currentEpoch(tx *Tx) (int64, error) {
 	return e, tx.Raw("SELECT mesh_epoch()").Scan(&e).Error
 }
 
-// declRow is a declaration as PostgreSQL stores it: in its epoch's partition.
-type declRow struct {
-	models.Declaration
-	Epoch int64
-}
-
-func (declRow) TableName() string { return "declarations" }
-
 func readEpochs(tx *gorm.DB) ([]epochRow, error) {
 	var epochs []epochRow
 	if err := tx.Raw("SELECT epoch, started_at FROM retention_epochs ORDER BY epoch").Scan(&epochs).Error; err != nil {
