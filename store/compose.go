@@ -57,7 +57,7 @@ func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer m
 			s.beforeStore()
 		}
 		if err := s.prepareInserts(ctx, declInsert); err != nil {
-			return err
+			return mapErr(err)
 		}
 		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, in.epoch, out) })
 	})
@@ -345,7 +345,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
 			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: int(schemaOf(d.Schema)), HeldBack: d.HeldBack}
 		}
 		return nil
 	}

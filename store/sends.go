@@ -21,6 +21,11 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	if len(sends) == 0 {
 		return nil
 	}
+	for i := range sends {
+		if sends[i].CreatedAt.IsZero() {
+			sends[i].CreatedAt = s.Now() // as gorm's insert did
+		}
+	}
 	if err := s.prepareInserts(ctx, sendInsert); err != nil {
 		return mapErr(err)
 	}

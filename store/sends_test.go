@@ -49,5 +49,15 @@ func TestInsertSends_RoundTrip(t *testing.T) {
 		if at, err := s.RecordSince(ctx); err != nil || at == nil || !at.Equal(base) {
 			t.Fatalf("record since %v (%v), want %s", at, err, base)
 		}
+		// A send given without a time is stamped with the store's clock,
+		// as gorm's insert stamped it, not the year 1.
+		before := time.Now().Add(-time.Minute)
+		bare := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: m.ID, Generation: 5000, Digest: "sha256:bare", InstanceID: "ctl"}
+		if err := s.InsertSends(ctx, []models.Send{bare}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Send(ctx, bare.ID); err != nil || got.CreatedAt.Before(before) {
+			t.Fatalf("a send given without a time reads back as %+v (%v)", got, err)
+		}
 	})
 }
