@@ -302,41 +302,39 @@ type composedRow struct {
 // so a declaration another instance stored before the epoch moved is
 // found and used.
 func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int64, out map[int64]*models.Composed) error {
-	decls := make([]models.Declaration, len(rows))
-	var inserted int64
+	var epoch int64
 	if tx.s.dialect == Postgres {
 		if err := lockRetention(tx, false); err != nil {
 			return err
 		}
-		epoch, err := currentEpoch(tx)
-		if err != nil {
+		var err error
+		if epoch, err = currentEpoch(tx); err != nil {
 			return err
 		}
 		if epoch != seen {
 			if rows, err = withoutStored(tx, rows, names, out); err != nil || len(rows) == 0 {
 				return err
 			}
-			decls = decls[:len(rows)]
 		}
-		for i, r := range rows {
-			decls[i] = r.Declaration
-		}
-		if inserted, err = insertDeclarationsPostgres(tx, decls, epoch); err != nil {
-			return err
-		}
+	}
+	decls := make([]models.Declaration, len(rows))
+	for i, r := range rows {
+		decls[i] = r.Declaration
+		decls[i].Schema = int(schemaOf(r.Schema)) // the column's default when unset
+	}
+	var inserted int64
+	var err error
+	if tx.s.dialect == Postgres {
+		inserted, err = insertDeclarationsPostgres(tx, decls, epoch)
 	} else {
-		for i, r := range rows {
-			decls[i] = r.Declaration
-		}
-		var err error
 		inserted, err = tx.insertPrepared(tx.Statement.Context, declInsert, len(decls), func(i int, args []any) []any {
 			d := &decls[i]
 			return append(args, d.MachineID, d.Generation, d.Digest, d.Envelope, d.Batch, d.Artifacts, d.Trigger, d.ComposedBy, d.ComposedAt,
-				schemaOf(d.Schema), d.HeldBack)
+				d.Schema, d.HeldBack)
 		})
-		if err != nil {
-			return err
-		}
+	}
+	if err != nil {
+		return err
 	}
 	if err := recordHeldBack(tx, rows); err != nil {
 		return err
@@ -344,8 +342,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	if inserted == int64(len(decls)) {
 		// Every row is ours: no other instance composed these generations.
 		for _, d := range decls {
-			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: int(schemaOf(d.Schema)), HeldBack: d.HeldBack}
+			out[d.MachineID] = composedOf(d, names[d.MachineID])
 		}
 		return nil
 	}
@@ -363,8 +360,7 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	}
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
-			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+			out[d.MachineID] = composedOf(d, names[d.MachineID])
 		}
 	}
 	return nil
@@ -406,6 +402,13 @@ func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (i
 	return res.RowsAffected()
 }
 
+// composedOf is a stored declaration of the machine named, as composing
+// hands it on.
+func composedOf(d models.Declaration, name string) *models.Composed {
+	return &models.Composed{MachineID: d.MachineID, Machine: name, Generation: d.Generation, Digest: d.Digest,
+		Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+}
+
 // withoutStored puts into out the declarations already stored for rows'
 // (machine, generation) and returns the rows still to insert.
 func withoutStored(tx *Tx, rows []composedRow, names map[int64]string, out map[int64]*models.Composed) ([]composedRow, error) {
@@ -423,8 +426,7 @@ func withoutStored(tx *Tx, rows []composedRow, names map[int64]string, out map[i
 	for _, d := range stored {
 		if want[d.MachineID] == d.Generation {
 			have[d.MachineID] = true
-			out[d.MachineID] = &models.Composed{MachineID: d.MachineID, Machine: names[d.MachineID], Generation: d.Generation,
-				Digest: d.Digest, Envelope: d.Envelope, Batch: d.Batch, Trigger: d.Trigger, Schema: d.Schema, HeldBack: d.HeldBack}
+			out[d.MachineID] = composedOf(d, names[d.MachineID])
 		}
 	}
 	left := rows[:0:0]
@@ -458,8 +460,7 @@ func readComposed(tx *Tx, ids []int64, out map[int64]*models.Composed) error {
 		return err
 	}
 	for _, r := range rows {
-		out[r.MachineID] = &models.Composed{MachineID: r.MachineID, Machine: r.Name, Generation: r.Generation,
-			Digest: r.Digest, Envelope: r.Envelope, Batch: r.Batch, Trigger: r.Trigger, Schema: r.Schema, HeldBack: r.HeldBack}
+		out[r.MachineID] = composedOf(r.Declaration, r.Name)
 	}
 	return nil
 }
