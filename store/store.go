@@ -472,18 +472,6 @@ func inChunks[T any](ids []T, n int, fn func([]T) error) error {
 	return nil
 }
 
-// batchRows is how many rows of cols columns one multi-row INSERT through
-// gorm carries. On SQLite ~700 parameters a statement: measured against
-// 64–128 (more statements to compile: the driver compiles an unprepared
-// text at every execution) and 2,400 (no difference beyond noise). The
-// fan-out's inserts are prepared and kept instead (insertPrepared).
-func (s *Store) batchRows(cols int) int {
-	if s.dialect == SQLite {
-		return max(1, 700/cols)
-	}
-	return 500
-}
-
 // capped hides migrations newer than max (a build that knows fewer).
 type capped struct {
 	fs.FS
