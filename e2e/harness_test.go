@@ -156,6 +156,10 @@ func (c *controllerProc) start() {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
+	// The banner's last line follows the first start's password on stdout;
+	// /readyz can answer before the pipe's copy has delivered either, so
+	// the password is read only once the banner is whole.
+	waitFor(c.t, 30*time.Second, "the controller's banner", func() bool { return strings.Contains(out.String(), "  log in: POST ") })
 	attach := func(admin string) *ctltest.Env {
 		if c.unvalidated {
 			return &ctltest.Env{T: c.t, URL: c.URL, Admin: admin, HTTP: &http.Client{Transport: c.transport, Timeout: time.Minute}}
