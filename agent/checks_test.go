@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mesh/models"
+	"mesh/testwait"
 )
 
 // checkedService is a declaration of a script (a tree, with more entries
@@ -53,15 +54,12 @@ func TestExecCheck_RunsLikeItsService(t *testing.T) {
 		"exec sleep 1000\n"
 	d := checkedService(t, a, script, []string{"/opt/x/bin/run", "--check"})
 	checks := applyChecked(t, a, d, 5*time.Second)
-	deadline := time.Now().Add(10 * time.Second)
 	var saw []byte
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(probe); err == nil {
-			saw = b
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(10*time.Second, func() bool {
+		b, err := os.ReadFile(probe)
+		saw = b
+		return err == nil
+	})
 	if want := a.root.dir + "\n9000 " + a.root.dir + "\n"; string(saw) != want {
 		t.Fatalf("the service ran with %q, want %q", saw, want)
 	}

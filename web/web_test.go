@@ -12,6 +12,7 @@ import (
 
 	"mesh/controller/ctltest"
 	"mesh/store"
+	"mesh/testwait"
 	"mesh/web"
 )
 
@@ -241,10 +242,7 @@ func TestOverview_SaysWhyBehind(t *testing.T) {
 			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m-b/assignments", Token: e.Admin,
 				Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "needs-port"}}}}, 200, nil)
 			// Recorded when the change is composed, before the host asks.
-			deadline := time.Now().Add(10 * time.Second)
-			for !strings.Contains(rowOf("m-b"), "cannot be composed") && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testwait.Until(10*time.Second, func() bool { return strings.Contains(rowOf("m-b"), "cannot be composed") })
 			if r := rowOf("m-b"); !strings.Contains(r, "behind: generation 2 cannot be composed: ") || !strings.Contains(r, "port") ||
 				!strings.Contains(r, "nothing is sent until that is fixed") {
 				t.Fatalf("cannot compose:\n%.600s", r)
