@@ -119,12 +119,18 @@ func finishUpload(tx *Tx, key, digest string, size, chunks int64) (*models.Blob,
 		return nil, ins.Error
 	}
 	if ins.RowsAffected == 1 {
-		mv := tx.Exec("UPDATE blob_chunks SET digest = ? WHERE digest = ?", digest, key)
-		if mv.Error != nil {
-			return nil, mv.Error
-		}
-		if mv.RowsAffected != chunks {
-			return nil, fmt.Errorf("upload of %s: %d of its %d chunks are stored", digest, mv.RowsAffected, chunks)
+		// A chunk a statement: a statement that may fail partway keeps a
+		// journal of the pages it changed until it ends (SQLite's, in
+		// memory), so one statement moving every chunk held the whole
+		// artifact's pages there.
+		for seq := range chunks {
+			mv := tx.Exec("UPDATE blob_chunks SET digest = ? WHERE digest = ? AND seq = ?", digest, key, seq)
+			if mv.Error != nil {
+				return nil, mv.Error
+			}
+			if mv.RowsAffected != 1 {
+				return nil, fmt.Errorf("upload of %s: chunk %d of its %d is not stored", digest, seq, chunks)
+			}
 		}
 	} else {
 		if err := tx.Exec("DELETE FROM blob_chunks WHERE digest = ?", key).Error; err != nil {
