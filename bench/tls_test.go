@@ -89,6 +89,7 @@ type holdRun struct {
 	lines     *bufio.Scanner
 	load      *exec.Cmd
 	tls       bool
+	pprofURL  string // the controller's CPU profile, seconds to add (MESH_BENCH_PPROF)
 }
 
 func startHold(b *testing.B, bin string, tls, resume, keep bool, n int, wait string) *holdRun {
@@ -98,6 +99,13 @@ func startHold(b *testing.B, bin string, tls, resume, keep bool, n int, wait str
 	r.args = []string{"serve", "--listen", "127.0.0.1:" + r.port, "--data", cfg.DataDir, "--log-level", "warn"}
 	if tls {
 		r.args = append(r.args, "--tls")
+	}
+	// MESH_BENCH_PPROF=DIR: the controller serves --pprof, and an idle
+	// window is profiled into DIR (see idle).
+	if os.Getenv("MESH_BENCH_PPROF") != "" {
+		pp := freePort(b)
+		r.args = append(r.args, "--pprof", "127.0.0.1:"+pp)
+		r.pprofURL = "http://127.0.0.1:" + pp + "/debug/pprof/profile?seconds="
 	}
 	r.startController(n)
 	r.load = exec.Command(filepath.Join(bin, "loadgen"), "-mode", "hold", "-url", r.url, "-tokens", tokens,
@@ -219,7 +227,14 @@ func idle(b *testing.B, bin string, tls, resume, keep bool, n int, window time.D
 	time.Sleep(6 * time.Second) // a measurement window, not a wait for a state
 	r.say("mark", "marked")
 	cpu0 := cpuTime(b, pid)
-	time.Sleep(window) // the measurement window
+	if dir := os.Getenv("MESH_BENCH_PPROF"); dir != "" {
+		// The profile covers the measurement window (the request returns
+		// when it ends).
+		profile(b, fmt.Sprintf("%s%d", r.pprofURL, int(window.Seconds())),
+			filepath.Join(dir, fmt.Sprintf("idle-%s-%d.pprof", b.Name()[strings.LastIndexByte(b.Name(), '/')+1:], time.Now().UnixNano())))
+	} else {
+		time.Sleep(window) // the measurement window
+	}
 	cpu := cpuTime(b, pid) - cpu0
 	res := r.report()
 	pct := 100 * cpu.Seconds() / res.Seconds
