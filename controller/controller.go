@@ -413,6 +413,16 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pruning revocations", "err", err)
 			}
+			// A short command beside a SQLite controller (user add) revokes
+			// in the store, where no notification reaches this process: the
+			// refused set is read again (PostgreSQL's instances are told).
+			if c.Store.Dialect() == store.SQLite {
+				if rs, err := c.Store.Revocations(ctx); err == nil {
+					c.Server.Auth.Revoked.Add(rs)
+				} else if ctx.Err() == nil {
+					c.cfg.Log.Warn("reading revocations", "err", err)
+				}
+			}
 			// API tokens' last use, noted in memory at most once a minute each.
 			if uses := c.Server.Auth.Used.Take(); len(uses) > 0 {
 				if err := c.Store.TouchAPITokens(ctx, uses); err != nil && ctx.Err() == nil {

@@ -159,8 +159,12 @@ func (s *Store) CreateUser(ctx context.Context, actor string, u *models.User) er
 	})
 }
 
-// SetPassword replaces a user's password hash and role.
-func (s *Store) UpdateUser(ctx context.Context, actor, name, role, hash string) error {
+// UpdateUser gives an existing user a role and a new password (the
+// shell's user add), audited, and revokes every token the user held,
+// sessions and API tokens, through the one RevokedUser revocation a
+// disable makes: a password is replaced most often because the old one
+// may be known, and a token outlives the password it was logged in with.
+func (s *Store) UpdateUser(ctx context.Context, actor, name, role, hash string, sessionTTL time.Duration) error {
 	return s.write(ctx, func(tx *Tx) error {
 		res := tx.Model(&models.User{}).Where("name = ?", name).Updates(map[string]any{"role": role, "password_hash": hash})
 		if res.Error != nil {
@@ -169,7 +173,10 @@ func (s *Store) UpdateUser(ctx context.Context, actor, name, role, hash string) 
 		if res.RowsAffected == 0 {
 			return fmt.Errorf("user %s: %w", name, models.ErrNotFound)
 		}
-		return audit(tx, actor, "update-user", "user/"+name, "role "+role)
+		if err := revokeUser(tx, actor, name, s.Now(), sessionTTL, "new password, role "+role); err != nil {
+			return err
+		}
+		return audit(tx, actor, "update-user", "user/"+name, "role "+role+", new password, every token revoked")
 	})
 }
 

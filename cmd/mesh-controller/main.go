@@ -417,10 +417,10 @@ func userAdd(ctx context.Context, cfg controller.Config, name, role string, from
 	u := &models.User{Name: name, Role: role, PasswordHash: hash}
 	err = st.CreateUser(ctx, "shell", u)
 	if errors.Is(err, models.ErrConflict) {
-		if err := st.UpdateUser(ctx, "shell", name, role, hash); err != nil {
+		if err := st.UpdateUser(ctx, "shell", name, role, hash, auth.PersonTokenTTL); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "user %s updated (role %s)\n", name, role)
+		fmt.Fprintf(stdout, "user %s updated (role %s, new password); every session and API token %s held is revoked\n", name, role, name)
 		return nil
 	}
 	if err != nil {
