@@ -101,7 +101,7 @@ func (s *Server) createAPIToken(c echo.Context) error {
 
 // listAPITokens lists the caller's API tokens; an admin sees everyone's.
 func (s *Server) listAPITokens(c echo.Context) error {
-	limit, _, err := page(c)
+	limit, cur, err := page(c)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (s *Server) listAPITokens(c echo.Context) error {
 	if p.Role == models.RoleAdmin {
 		user = ""
 	}
-	ts, err := s.Store.APITokens(c.Request().Context(), user, limit)
+	ts, err := s.Store.APITokens(c.Request().Context(), user, limit, cur)
 	if err != nil {
 		return err
 	}
@@ -118,8 +118,7 @@ func (s *Server) listAPITokens(c echo.Context) error {
 	for i := range ts {
 		views[i] = s.apiTokenView(&ts[i])
 	}
-	// One page: a person holds few tokens; the limit bounds it.
-	return c.JSON(http.StatusOK, List[APITokenView]{Items: views})
+	return c.JSON(http.StatusOK, listOf(views, limit, func(v APITokenView) string { return v.ID }))
 }
 
 func (s *Server) revokeAPIToken(c echo.Context) error {

@@ -72,7 +72,7 @@ type AccessStore interface {
 	CreateUser(ctx context.Context, actor string, u *models.User) error
 	Users(ctx context.Context, limit int, cursor int64) ([]models.User, error)
 	Keys(ctx context.Context, purpose string) ([]models.Key, error)
-	APITokens(ctx context.Context, user string, limit int) ([]models.APIToken, error)
+	APITokens(ctx context.Context, user string, limit int, after string) ([]models.APIToken, error)
 }
 
 // RecordStore is the record: audit, sends, reports, instances, the schema.

@@ -2135,6 +2135,9 @@ type YankRequest struct {
 	Reason string `json:"reason"`
 }
 
+// ApiTokenCursor defines model for apiTokenCursor.
+type ApiTokenCursor = string
+
 // ApiTokenID defines model for apiTokenID.
 type ApiTokenID = string
 
@@ -2214,6 +2217,9 @@ type Unauthorized = Problem
 type ListAPITokensParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the `next_cursor` of the previous page (a token's id); older tokens follow; an id of no token is 400
+	Cursor *ApiTokenCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListAuditEventsParams defines parameters for ListAuditEvents.
@@ -5656,6 +5662,18 @@ func NewListAPITokensRequest(server string, params *ListAPITokensParams) (*http.
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -307,7 +308,7 @@ func TestPeople_DisableRevokesAndAPITokens(t *testing.T) {
 			if !slices.ContainsFunc(heard, func(r models.Revocation) bool { return r.TokenID == "at-3" && r.Kind == models.RevokedAPIToken }) {
 				t.Fatal("the revocation was not announced")
 			}
-			ts, err := s.APITokens(ctx, "root", 10)
+			ts, err := s.APITokens(ctx, "root", 10, "")
 			if err != nil || len(ts) != 1 {
 				t.Fatalf("%d tokens, %v", len(ts), err)
 			}
@@ -411,6 +412,51 @@ func TestLabels_PlansTierSelectedMachines(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, []string{"m1", "m2"}) {
 			t.Fatalf("plan steps on %v, want m1 (assigned) and m2 (selected)", got)
+		}
+	})
+}
+
+// TestAPITokens_Pages: the token list pages by its order's key (newest
+// first, then by id), so tokens made the same instant are neither
+// skipped nor listed twice; a cursor that names no token is refused.
+func TestAPITokens_Pages(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.CreateUser(ctx, "test", &models.User{Name: "ci", Role: "operator", PasswordHash: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		base := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+		var want []string
+		// Seven tokens over three instants: two ties of three.
+		for i, at := range []int{0, 0, 0, 1, 2, 2, 2} {
+			s.Now = func() time.Time { return base.Add(time.Duration(at) * time.Millisecond) }
+			id := fmt.Sprintf("at-%d", i)
+			if err := s.CreateAPIToken(ctx, "user:ci", &models.APIToken{ID: id, Name: "t", UserName: "ci", Role: "operator",
+				TokenHash: "h" + id, ExpiresAt: base.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want = []string{"at-4", "at-5", "at-6", "at-3", "at-0", "at-1", "at-2"}
+		var got []string
+		after := ""
+		for page := 0; page < 10; page++ {
+			ts, err := s.APITokens(ctx, "ci", 3, after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range ts {
+				got = append(got, tk.ID)
+			}
+			if len(ts) < 3 {
+				break
+			}
+			after = ts[len(ts)-1].ID
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("pages listed %v, want %v", got, want)
+		}
+		if _, err := s.APITokens(ctx, "", 3, "no-such-token"); !errors.Is(err, models.ErrInvalid) {
+			t.Fatalf("a cursor of no token: %v, want ErrInvalid", err)
 		}
 	})
 }

@@ -138,12 +138,28 @@ func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIT
 }
 
 // APITokens lists API tokens newest first: a user's, or everyone's when
-// user is empty.
-func (s *Store) APITokens(ctx context.Context, user string, limit int) ([]models.APIToken, error) {
+// user is empty; at most limit, those after the token after (a page's
+// last id; empty: from the newest). A token is never deleted, so the
+// cursor names one; an id that names none is ErrInvalid.
+func (s *Store) APITokens(ctx context.Context, user string, limit int, after string) ([]models.APIToken, error) {
 	var ts []models.APIToken
 	q := s.db.WithContext(ctx).Order("created_at DESC, id").Limit(limit)
 	if user != "" {
 		q = q.Where("user_name = ?", user)
+	}
+	if after != "" {
+		var n int64
+		if err := s.db.WithContext(ctx).Model(&models.APIToken{}).Where("id = ?", after).Count(&n).Error; err != nil {
+			return nil, mapErr(err)
+		}
+		if n == 0 {
+			return nil, models.Invalid("cursor", "not a cursor this list gave")
+		}
+		// The order's key, (created_at, id), past the cursor's own row:
+		// read in the statement, so no time is bound in either dialect's
+		// text form.
+		q = q.Where("(created_at < (SELECT created_at FROM api_tokens WHERE id = ?) OR "+
+			"(created_at = (SELECT created_at FROM api_tokens WHERE id = ?) AND id > ?))", after, after, after)
 	}
 	return ts, mapErr(q.Find(&ts).Error)
 }

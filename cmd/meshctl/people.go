@@ -71,15 +71,18 @@ the tokens nor their hashes are ever shown again. With -o json:
 				JoinTokens []client.JoinTokenInfo `json:"join_tokens"`
 			}{APITokens: []client.APIToken{}, JoinTokens: []client.JoinTokenInfo{}}
 			if !joinOnly {
-				limit := 500
-				r, err := c.ListAPITokensWithResponse(cmd.Context(), &client.ListAPITokensParams{Limit: &limit})
+				ts, _, err := collect[client.APIToken](0, func(cursor *string) (*http.Response, []byte, error) {
+					limit := 500
+					r, err := c.ListAPITokensWithResponse(cmd.Context(), &client.ListAPITokensParams{Limit: &limit, Cursor: cursor})
+					if err != nil {
+						return nil, nil, err
+					}
+					return r.HTTPResponse, r.Body, nil
+				})
 				if err != nil {
-					return reach(err)
-				}
-				if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
 					return err
 				}
-				out.APITokens = r.JSON200.Items
+				out.APITokens = append(out.APITokens, ts...)
 			}
 			if !apiOnly {
 				jts, _, err := collect[client.JoinTokenInfo](0, func(cursor *string) (*http.Response, []byte, error) {
