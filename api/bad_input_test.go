@@ -57,7 +57,7 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 		}
 		priv := ed25519.NewKeyFromSeed(keys[0].PrivateKey)
 		past := &auth.Authority{KeyID: keys[0].ID, Priv: priv, Now: func() time.Time { return time.Now().Add(-13 * time.Hour) }}
-		expired, _, _ := past.IssuePerson("admin", "admin")
+		expired, _, _ := past.IssuePerson("admin", "admin", past.Now())
 		claims := jwt.MapClaims{"iss": auth.Issuer, "aud": auth.AudienceOperator, "sub": "admin", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}
 		none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
 		hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(keys[0].PublicKey))

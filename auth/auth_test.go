@@ -1,14 +1,10 @@
 package auth
 
 import (
-	"crypto/ed25519"
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/crypto/bcrypt"
-
-	"mesh/models"
 )
 
 func TestHashPassword_CountsCharacters(t *testing.T) {
@@ -109,48 +105,4 @@ func TestThrottle(t *testing.T) {
 			t.Fatalf("after a success: wait %v", w)
 		}
 	})
-}
-
-// TestRevokedUser_ToTheMillisecond: a user's revocation refuses the tokens
-// issued up to its millisecond, not one issued the same second after it
-// (a login right after a user is enabled again, or given a new password,
-// was refused until the next second). A token of an earlier release,
-// whose issue time is whole seconds, is judged by that second.
-func TestRevokedUser_ToTheMillisecond(t *testing.T) {
-	_, priv, _ := ed25519.GenerateKey(nil)
-	sec := time.Unix(1_800_000_000, 0)
-	now := sec
-	a := &Authority{KeyID: "k", Priv: priv, Now: func() time.Time { return now }, Revoked: NewRevocations()}
-	a.Revoked.Now = a.Now
-	issue := func(at time.Time) string {
-		now = at
-		tok, _, err := a.IssuePerson("alice", models.RoleOperator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
-	before := issue(sec.Add(300 * time.Millisecond))
-	after := issue(sec.Add(700 * time.Millisecond))
-	// An earlier release's token: iat alone, in whole seconds.
-	now = sec.Add(100 * time.Millisecond)
-	old := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: models.RoleOperator, RegisteredClaims: jwt.RegisteredClaims{
-		Issuer: Issuer, Subject: "alice", Audience: jwt.ClaimStrings{AudienceOperator},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), ID: "old"}})
-	oldTok, err := old.SignedString(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	revokedAt := sec.Add(500 * time.Millisecond)
-	a.Revoked.Add([]models.Revocation{{TokenID: models.UserRevocationID("alice", revokedAt), Kind: models.RevokedUser, ExpiresAt: sec.Add(time.Hour)}})
-	now = sec.Add(800 * time.Millisecond)
-	if _, err := a.ParsePerson(before); err == nil {
-		t.Error("a token issued before the revocation, the same second, is accepted")
-	}
-	if _, err := a.ParsePerson(oldTok); err == nil {
-		t.Error("an earlier release's token of the revocation's second is accepted")
-	}
-	if _, err := a.ParsePerson(after); err != nil {
-		t.Errorf("a token issued after the revocation, the same second, is refused: %v", err)
-	}
 }

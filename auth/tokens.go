@@ -52,22 +52,7 @@ type PersonClaims struct {
 	Role string `json:"role"`
 	// Kind is KindAPIToken for an API token; empty for a login's session.
 	Kind string `json:"kind,omitempty"`
-	// IssuedMs is when the token was issued, in Unix milliseconds: iat
-	// counts whole seconds, and a user's revocation refuses the tokens
-	// issued up to its millisecond (not a login the same second after it).
-	IssuedMs int64 `json:"iat_ms,omitempty"`
 	jwt.RegisteredClaims
-}
-
-// issued is when the token was issued, as precisely as it says.
-func (c *PersonClaims) issued() (time.Time, bool) {
-	if c.IssuedMs > 0 {
-		return time.UnixMilli(c.IssuedMs), true
-	}
-	if c.IssuedAt != nil {
-		return c.IssuedAt.Time, true
-	}
-	return time.Time{}, false
 }
 
 // KindAPIToken marks an API token's claims.
@@ -79,11 +64,14 @@ type HostClaims struct {
 	jwt.RegisteredClaims
 }
 
-// IssuePerson makes a person's token.
-func (a *Authority) IssuePerson(user, role string) (string, time.Time, error) {
-	now := a.Now()
+// IssuePerson makes a person's token, issued at issued: the time the
+// login began, before it read the user, so that a disable or a new
+// password committed while the password was being checked refuses this
+// token too (its revocation is at or after that time).
+func (a *Authority) IssuePerson(user, role string, issued time.Time) (string, time.Time, error) {
+	now := issued
 	exp := now.Add(PersonTokenTTL)
-	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, IssuedMs: now.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), ID: NewSecret()[:22],
 	}})
@@ -113,7 +101,7 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 	_, err := jwt.ParseWithClaims(s, &c, a.keyFunc,
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}),
 		jwt.WithAudience(AudienceOperator), jwt.WithIssuer(Issuer),
-		jwt.WithExpirationRequired(), jwt.WithTimeFunc(a.Now), jwt.WithLeeway(30*time.Second))
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(a.Now), jwt.WithLeeway(models.TokenLeeway))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, err)
 	}
@@ -126,7 +114,7 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 		}
 		return nil, fmt.Errorf("%w: this token was revoked (logged out); log in again", models.ErrUnauthorized)
 	}
-	if at, ok := c.issued(); ok && a.Revoked.RevokedUser(c.Subject, at) {
+	if c.IssuedAt != nil && a.Revoked.RevokedUser(c.Subject, c.IssuedAt.Time) {
 		return nil, fmt.Errorf("%w: user %s was disabled, changed role or was given a new password since this token was issued", models.ErrUnauthorized, c.Subject)
 	}
 	if c.Kind == KindAPIToken {
@@ -139,10 +127,9 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 // id the store keeps it by. It is a JWT like a login's, so checking it
 // costs no store read; revoking it is revoking its id.
 func (a *Authority) IssueAPIToken(user, role, id string, expires time.Time) (string, error) {
-	now := a.Now()
-	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, Kind: KindAPIToken, IssuedMs: now.UnixMilli(), RegisteredClaims: jwt.RegisteredClaims{
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, Kind: KindAPIToken, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(expires), ID: id,
+		IssuedAt: jwt.NewNumericDate(a.Now()), ExpiresAt: jwt.NewNumericDate(expires), ID: id,
 	}})
 	t.Header["kid"] = a.KeyID
 	return t.SignedString(a.Priv)

@@ -314,7 +314,7 @@ func seed(b *testing.B, cfg store.Config, n, hosts int) (admin string, pub ed255
 		b.Fatal(err)
 	}
 	auth := &auth.Authority{KeyID: tk.ID, Priv: ed25519.NewKeyFromSeed(tk.PrivateKey), Now: time.Now}
-	admin, _, err = auth.IssuePerson("admin", models.RoleAdmin)
+	admin, _, err = auth.IssuePerson("admin", models.RoleAdmin, time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}

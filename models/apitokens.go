@@ -65,14 +65,14 @@ const userRevocationPrefix = "user:"
 
 // UserRevocationID is the revocation id that refuses every token of user
 // issued at or before at (a disable, a role change, a new password):
-// "user:NAME@UNIX.MMM", to the millisecond, so a token issued the same
-// second after it (a login right after a user is enabled again) is not
-// refused with the ones before. Each such act has its own id, so a user
-// enabled again and disabled later is revoked again. Ids of whole seconds
-// ("user:NAME@UNIX", written by earlier releases) still read.
+// "user:NAME@UNIX". Whole seconds, as tokens' iat is: a token issued in
+// the revocation's second is refused with it, even one issued just after
+// (a login the same second a user is enabled again), which errs on the
+// side of refusing; and every release reads this form, so replicas of
+// two builds refuse the same tokens. Each such act has its own id, so a
+// user enabled again and disabled later is revoked again.
 func UserRevocationID(user string, at time.Time) string {
-	ms := at.UnixMilli()
-	return fmt.Sprintf("%s%s@%d.%03d", userRevocationPrefix, user, ms/1000, ms%1000)
+	return userRevocationPrefix + user + "@" + strconv.FormatInt(at.Unix(), 10)
 }
 
 // ParseUserRevocationID reads UserRevocationID; ok is false for other ids.
@@ -85,19 +85,9 @@ func ParseUserRevocationID(id string) (user string, at time.Time, ok bool) {
 	if i <= 0 {
 		return "", time.Time{}, false
 	}
-	secs, frac, hasFrac := strings.Cut(rest[i+1:], ".")
-	sec, err := strconv.ParseInt(secs, 10, 64)
+	sec, err := strconv.ParseInt(rest[i+1:], 10, 64)
 	if err != nil {
 		return "", time.Time{}, false
 	}
-	var ms int64
-	if hasFrac {
-		if len(frac) != 3 {
-			return "", time.Time{}, false
-		}
-		if ms, err = strconv.ParseInt(frac, 10, 64); err != nil || ms < 0 {
-			return "", time.Time{}, false
-		}
-	}
-	return rest[:i], time.UnixMilli(sec*1000 + ms).UTC(), true
+	return rest[:i], time.Unix(sec, 0).UTC(), true
 }

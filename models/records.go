@@ -349,6 +349,12 @@ type AuditEvent struct {
 	Detail string    `json:"detail"`
 }
 
+// TokenLeeway is how far past its expiry a person's token is still
+// accepted (clocks of replicas and clients differ). A revocation is kept
+// that much longer than the token it refuses, or the token would be
+// accepted again in that last stretch.
+const TokenLeeway = 30 * time.Second
+
 // Revocation is a token id refused until the token would have expired.
 type Revocation struct {
 	TokenID   string    `gorm:"primaryKey" json:"token_id"`
@@ -365,7 +371,7 @@ const (
 	// RevokedAPIToken is one API token, by its id.
 	RevokedAPIToken = "api-token"
 	// RevokedUser is every token of one user issued up to a time
-	// (UserRevocationID): a disable or a role change.
+	// (UserRevocationID): a disable, a role change or a new password.
 	RevokedUser = "user"
 	// RevokedMachine is an enrolment (a machine's id): its bearer token
 	// and every certificate issued to it.

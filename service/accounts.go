@@ -19,6 +19,10 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}
+	// The token is issued as of now, before the user is read: a disable
+	// or a new password committed during the password check is at or
+	// after this time, so its revocation refuses the token.
+	issued := s.Auth.Now()
 	u, err := s.Store.User(ctx, user)
 	if err != nil && !errors.Is(err, models.ErrNotFound) {
 		// Not "wrong password": the store could not say.
@@ -40,7 +44,7 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 		_ = s.Store.Audit(ctx, "anonymous", "login-refused", "user/"+user, "disabled; from "+addr)
 		return "", time.Time{}, fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, user)
 	}
-	return s.Auth.IssuePerson(u.Name, u.Role)
+	return s.Auth.IssuePerson(u.Name, u.Role, issued)
 }
 
 // Logout revokes a person's token until it would have expired, on every

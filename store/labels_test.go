@@ -460,3 +460,37 @@ func TestAPITokens_Pages(t *testing.T) {
 		}
 	})
 }
+
+// TestRevocation_OutlivesTheTokenByItsLeeway: a revocation is kept (read,
+// not pruned) past its token's expiry for as long as that token is still
+// accepted (models.TokenLeeway); it was dropped at the expiry itself, and
+// the token then worked again for the leeway's 30 s.
+func TestRevocation_OutlivesTheTokenByItsLeeway(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+		s.Now = func() time.Time { return now }
+		exp := now.Add(time.Hour)
+		if err := s.Revoke(ctx, "user:carol", &models.Revocation{TokenID: "sess-1", Kind: models.RevokedSession, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+		kept := func() bool {
+			if err := s.PruneRevocations(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := s.Revocations(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.ContainsFunc(rs, func(r models.Revocation) bool { return r.TokenID == "sess-1" })
+		}
+		now = exp.Add(models.TokenLeeway - time.Second)
+		if !kept() {
+			t.Fatal("the revocation is gone while its token is still accepted (within the leeway past its expiry)")
+		}
+		now = exp.Add(models.TokenLeeway + time.Second)
+		if kept() {
+			t.Fatal("the revocation outlived its token and the leeway")
+		}
+	})
+}

@@ -36,6 +36,9 @@ func (s *Store) Revoke(ctx context.Context, actor string, r *models.Revocation) 
 func revoke(tx *Tx, actor string, r *models.Revocation) (added bool, err error) {
 	s := tx.s
 	r.RevokedBy, r.RevokedAt = actor, s.Now()
+	// Kept past the token's expiry by the leeway a token is accepted
+	// with (and a notification's expiry, in whole seconds, rounds within it).
+	r.ExpiresAt = r.ExpiresAt.Add(models.TokenLeeway)
 	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(r)
 	if res.Error != nil || res.RowsAffected == 0 {
 		return false, res.Error
