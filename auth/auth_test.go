@@ -1,9 +1,11 @@
 package auth
 
 import (
+	"crypto/ed25519"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -105,4 +107,28 @@ func TestThrottle(t *testing.T) {
 			t.Fatalf("after a success: wait %v", w)
 		}
 	})
+}
+
+// TestParsePerson_RefusesATokenWithoutIssueTime: a signed person token
+// without iat could not be judged against its user's revocations (a
+// disable would not reach it), so it is refused.
+func TestParsePerson_RefusesATokenWithoutIssueTime(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(nil)
+	a := &Authority{KeyID: "k", Priv: priv, Now: time.Now, Revoked: NewRevocations()}
+	now := time.Now()
+	for _, iat := range []*jwt.NumericDate{jwt.NewNumericDate(now), nil} {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: "operator", RegisteredClaims: jwt.RegisteredClaims{
+			Issuer: Issuer, Subject: "alice", Audience: jwt.ClaimStrings{AudienceOperator},
+			IssuedAt: iat, ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)), ID: "t"}}).SignedString(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = a.ParsePerson(tok)
+		if iat != nil && err != nil {
+			t.Fatalf("a token with iat: %v", err)
+		}
+		if iat == nil && err == nil {
+			t.Fatal("a token without iat is accepted")
+		}
+	}
 }

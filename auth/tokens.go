@@ -114,7 +114,12 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 		}
 		return nil, fmt.Errorf("%w: this token was revoked (logged out); log in again", models.ErrUnauthorized)
 	}
-	if c.IssuedAt != nil && a.Revoked.RevokedUser(c.Subject, c.IssuedAt.Time) {
+	// Every token this controller issues says when: one that does not
+	// could not be judged against its user's revocations.
+	if c.IssuedAt == nil {
+		return nil, fmt.Errorf("%w: token has no issue time (iat)", models.ErrUnauthorized)
+	}
+	if a.Revoked.RevokedUser(c.Subject, c.IssuedAt.Time) {
 		return nil, fmt.Errorf("%w: user %s was disabled, changed role or was given a new password since this token was issued", models.ErrUnauthorized, c.Subject)
 	}
 	if c.Kind == KindAPIToken {
