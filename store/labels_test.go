@@ -279,8 +279,8 @@ func TestPeople_DisableRevokesAndAPITokens(t *testing.T) {
 			if name, _, ok := models.ParseUserRevocationID(userRev.TokenID); !ok || name != "ci" {
 				t.Fatalf("revocation id %q", userRev.TokenID)
 			}
-			if !userRev.ExpiresAt.Equal(exp) {
-				t.Fatalf("kept until %v, want the API token's expiry %v", userRev.ExpiresAt, exp)
+			if want := exp.Add(models.TokenLeeway); !userRev.ExpiresAt.Equal(want) {
+				t.Fatalf("kept until %v, want the API token's expiry and the leeway, %v", userRev.ExpiresAt, want)
 			}
 			rs, err := s.Revocations(ctx)
 			if err != nil || !slices.ContainsFunc(rs, func(r models.Revocation) bool { return r.TokenID == userRev.TokenID }) {
