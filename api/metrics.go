@@ -23,7 +23,11 @@ func (s *Server) metrics() echo.HandlerFunc {
 // collectors are everything /metrics exports.
 func (s *Server) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// The scheduler's metrics besides the defaults: how long runnable
+		// goroutines wait for a CPU (go_sched_latencies_seconds), which is
+		// what a loaded controller's answers wait on.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "mesh_polls_open", Help: "Host long polls this instance holds now.",
 		}, func() float64 { return float64(s.Hub.OpenPolls()) }),

@@ -180,3 +180,22 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 		}
 	})
 }
+
+// TestMetrics_SchedulerLatency: /metrics carries the Go scheduler's
+// latencies (how long runnable goroutines wait for a CPU), beside the
+// runtime's defaults: what a controller starved of CPU (a flood, a
+// fan-out on too few cores) shows first.
+func TestMetrics_SchedulerLatency(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	resp, err := http.Get(e.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"go_sched_latencies_seconds_bucket{", "go_sched_latencies_seconds_count ", "go_goroutines "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
