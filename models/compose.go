@@ -175,15 +175,25 @@ func afterCycle(rs []ManifestResource) string {
 func checkComposed(r *Resource) error {
 	switch r.Kind {
 	case "file", "tree":
-		if !strings.HasPrefix(r.Path, "/") || path.Clean(r.Path) != r.Path || r.Path == "/" {
+		if !managedPath(r.Path) {
 			return Invalid("path", fmt.Sprintf("%q is not an absolute, clean path once substituted", r.Path))
 		}
 	case "service":
-		if len(r.Command) == 0 || !strings.HasPrefix(r.Command[0], "/") {
-			return Invalid("command", fmt.Sprintf("%q is not an absolute path once substituted", r.Command))
+		// The command's path is checked by the host as a declared path is
+		// (clean, and not / itself), not only for its leading slash.
+		if len(r.Command) == 0 || !managedPath(r.Command[0]) {
+			return Invalid("command", fmt.Sprintf("%q does not start with an absolute, clean path once substituted", r.Command))
+		}
+		if r.Check != nil && len(r.Check.Exec) > 0 && !managedPath(r.Check.Exec[0]) {
+			return Invalid("check.exec", fmt.Sprintf("%q does not start with an absolute, clean path once substituted", r.Check.Exec))
 		}
 	}
 	return checkComposedSchema2(r)
+}
+
+// managedPath is a path a host manages: absolute, clean, not / itself.
+func managedPath(p string) bool {
+	return strings.HasPrefix(p, "/") && path.Clean(p) == p && p != "/"
 }
 
 // ComposeInput is everything one declaration is made of.

@@ -206,7 +206,12 @@ func TestComposePayload(t *testing.T) {
 		{"ErrUnknownPlaceholder", `{"resources": [{"name": "f", "kind": "file", "path": "/f", "content": "${machine.os}"}]}`, nil, "d", "unknown placeholder ${machine.os}"},
 		{"ErrTreeWithoutArtifact", `{"resources": [{"name": "t", "kind": "tree", "path": "/t"}]}`, nil, "", "tree t has no artifact"},
 		{"ErrPathUncleanOnceSubstituted", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/${var.D}"}]}`, map[string]string{"D": "../etc"}, "d", `"/opt/../etc" is not an absolute, clean path`},
-		{"ErrCommandRelativeOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["${var.BIN}"]}]}`, map[string]string{"BIN": "run"}, "d", "not an absolute path once substituted"},
+		{"ErrCommandRelativeOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["${var.BIN}"]}]}`, map[string]string{"BIN": "run"}, "d", "does not start with an absolute, clean path once substituted"},
+		// The host manages a command's path as a declared one: not / itself
+		// (found by FuzzManifestAcceptedByHost), clean, and so its check's.
+		{"ErrCommandRootOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["${var.BIN}"]}]}`, map[string]string{"BIN": "/"}, "d", `["/"] does not start with an absolute, clean path`},
+		{"ErrCommandUncleanOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["/opt/${var.BIN}"]}]}`, map[string]string{"BIN": "../bin/sh"}, "d", `["/opt/../bin/sh"] does not start`},
+		{"ErrCheckExecRootOnceSubstituted", `{"resources": [{"name": "s", "kind": "service", "command": ["/opt/run"], "check": {"exec": ["${var.BIN}"]}}]}`, map[string]string{"BIN": "/"}, "d", `check.exec: ["/"] does not start`},
 		{"ErrBadManifest", `{"resources": [{"name": "t", "kind": "pkg"}]}`, nil, "d", "module node-tools build 17"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
