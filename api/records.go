@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -99,8 +100,10 @@ func dropEmptySuffixRanges(h string) (kept string, ok bool) {
 	}
 	var out []string
 	for _, r := range strings.Split(spec, ",") {
-		r = strings.TrimSpace(r)
-		if n, isSuffix := strings.CutPrefix(r, "-"); isSuffix && strings.Trim(n, "0") == "" && n != "" {
+		r = textproto.TrimString(r)
+		// Split and trimmed as net/http reads a spec: "- 0" is "-0" too.
+		start, n, _ := strings.Cut(r, "-")
+		if n = textproto.TrimString(n); textproto.TrimString(start) == "" && n != "" && strings.Trim(n, "0") == "" {
 			continue
 		}
 		out = append(out, r)
