@@ -69,11 +69,10 @@ type HostClaims struct {
 // password committed while the password was being checked refuses this
 // token too (its revocation is at or after that time).
 func (a *Authority) IssuePerson(user, role string, issued time.Time) (string, time.Time, error) {
-	now := issued
-	exp := now.Add(PersonTokenTTL)
+	exp := issued.Add(PersonTokenTTL)
 	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, PersonClaims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: Issuer, Subject: user, Audience: jwt.ClaimStrings{AudienceOperator},
-		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), ID: NewSecret()[:22],
+		IssuedAt: jwt.NewNumericDate(issued), ExpiresAt: jwt.NewNumericDate(exp), ID: NewSecret()[:22],
 	}})
 	t.Header["kid"] = a.KeyID
 	s, err := t.SignedString(a.Priv)

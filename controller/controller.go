@@ -53,7 +53,8 @@ type Config struct {
 	ResyncEvery time.Duration
 	// RolloutEvery is how often host rollouts are stepped.
 	RolloutEvery time.Duration
-	// HeartbeatEvery is how often the instance row is touched.
+	// HeartbeatEvery is how often the instance row is touched (and, on
+	// SQLite, the refused tokens read again); DefaultHeartbeatEvery if 0.
 	HeartbeatEvery time.Duration
 	// KeepSends is how long sends, reports and declarations are kept
 	// (--keep-sends; 0: models.DefaultKeepSends, below 0: for ever);
@@ -163,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 		cfg.RolloutEvery = time.Second
 	}
 	if cfg.HeartbeatEvery == 0 {
-		cfg.HeartbeatEvery = 15 * time.Second
+		cfg.HeartbeatEvery = DefaultHeartbeatEvery
 	}
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 10 * time.Second
@@ -234,11 +235,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	listening := make(chan struct{})
 	revoked := auth.NewRevocations()
 	st.OnRevoked(revoked.Add)
-	loadRevoked := func(ctx context.Context) error {
-		rs, err := st.Revocations(ctx)
-		revoked.Add(rs)
-		return err
-	}
+	loadRevoked := func(ctx context.Context) error { return loadRevocations(ctx, st, revoked) }
 	// After a reconnect the refused set is read again before the hub: a
 	// poll the reload wakes must find a revocation missed meanwhile.
 	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = loadRevoked(listenCtx); _ = hub.Load(listenCtx) }, listening, cfg.Log)
@@ -396,6 +393,18 @@ func noteOlderInstances(ctx context.Context, st *store.Store, h *hub.Hub, log *s
 	return nil
 }
 
+// DefaultHeartbeatEvery is the heartbeat's period when the config gives
+// none.
+const DefaultHeartbeatEvery = 15 * time.Second
+
+// loadRevocations reads the store's refused tokens into the set checked on
+// every request.
+func loadRevocations(ctx context.Context, st *store.Store, into *auth.Revocations) error {
+	rs, err := st.Revocations(ctx)
+	into.Add(rs)
+	return err
+}
+
 func (c *Controller) heartbeat(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatEvery)
 	defer t.Stop()
@@ -417,9 +426,7 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			// in the store, where no notification reaches this process: the
 			// refused set is read again (PostgreSQL's instances are told).
 			if c.Store.Dialect() == store.SQLite {
-				if rs, err := c.Store.Revocations(ctx); err == nil {
-					c.Server.Auth.Revoked.Add(rs)
-				} else if ctx.Err() == nil {
+				if err := loadRevocations(ctx, c.Store, c.Server.Auth.Revoked); err != nil && ctx.Err() == nil {
 					c.cfg.Log.Warn("reading revocations", "err", err)
 				}
 			}

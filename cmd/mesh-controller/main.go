@@ -420,7 +420,8 @@ func userAdd(ctx context.Context, cfg controller.Config, name, role string, from
 		if err := st.UpdateUser(ctx, "shell", name, role, hash, auth.PersonTokenTTL); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "user %s updated (role %s, new password); every session and API token %s held is revoked (a controller serving this store refuses them within its heartbeat, 15 s by default)\n", name, role, name)
+		fmt.Fprintf(stdout, "user %s updated (role %s, new password); every session and API token %s held is revoked (a controller serving this store refuses them within its heartbeat, %s by default)\n",
+			name, role, name, controller.DefaultHeartbeatEvery)
 		return nil
 	}
 	if err != nil {

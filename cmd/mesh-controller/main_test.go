@@ -69,7 +69,7 @@ func TestUserAdd_FlagsBeforeSubcommand(t *testing.T) {
 	}
 	// The same store, with the flags after the subcommand and the name.
 	code, out, errOut = runCtl(t, "another long password\n", "user", "add", "carol", "--password-stdin", "--role=operator", "--data", data)
-	if code != 0 || out != "user carol updated (role operator, new password); every session and API token carol held is revoked (a controller serving this store refuses them within its heartbeat, 15 s by default)\n" {
+	if code != 0 || out != "user carol updated (role operator, new password); every session and API token carol held is revoked (a controller serving this store refuses them within its heartbeat, 15s by default)\n" {
 		t.Fatalf("again: exit %d, %q\n%s", code, out, errOut)
 	}
 }

@@ -41,7 +41,7 @@ func TestUserAdd_NewPasswordRevokesTokens(t *testing.T) {
 			if err := userAdd(context.Background(), cfg, "alice", "operator", true, strings.NewReader("a new long password\n"), &out); err != nil {
 				t.Fatal(err)
 			}
-			if want := "user alice updated (role operator, new password); every session and API token alice held is revoked (a controller serving this store refuses them within its heartbeat, 15 s by default)\n"; out.String() != want {
+			if want := "user alice updated (role operator, new password); every session and API token alice held is revoked (a controller serving this store refuses them within its heartbeat, 15s by default)\n"; out.String() != want {
 				t.Fatalf("user add said %q, want %q", out.String(), want)
 			}
 			testwait.For(t, 10*time.Second, "alice's session and API token refused", func() bool { return !works(session) && !works(api.Token) })
