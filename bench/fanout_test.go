@@ -225,8 +225,8 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			b.Logf("%s %s fan-out: PostgreSQL backends' CPU %v", dialect, label, pgCPU.Round(time.Millisecond))
 			b.ReportMetric(float64(pgCPU.Microseconds())/float64(fanoutHosts), label+"-pg-cpu-µs/machine")
 		}
-		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms; %d polls made again before the change %s",
-			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, r.Retries, r.FirstError)
+		b.Logf("%s %s fan-out: %d polls, %d ok, %d verified; change answered %.0f ms, first poll %.0f ms, p50 %.0f ms, p99 %.0f ms, max %.0f ms; CPU: controller %v, load process %.0f ms; controller peak RSS %d MiB; %d polls made again before the change %s",
+			dialect, label, r.Polls, r.OK, r.Verified, r.ChangeMs, r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs, ctlCPU.Round(time.Millisecond), r.CPUMs, peakRSS(b, ctl.Process.Pid)>>20, r.Retries, r.FirstError)
 		if large != nil {
 			// Every machine's declaration composed, signed, recorded and
 			// answered: the last host's answer bounds composing them all.
@@ -445,14 +445,20 @@ func metric(url, name string) float64 {
 	return v
 }
 
-func rss(b *testing.B, pid int) int64 {
+func rss(b *testing.B, pid int) int64 { return procStatus(b, pid, "VmRSS") }
+
+// peakRSS is a process's resident set at its largest so far.
+func peakRSS(b *testing.B, pid int) int64 { return procStatus(b, pid, "VmHWM") }
+
+// procStatus is a size field of a process's /proc status, in bytes.
+func procStatus(b *testing.B, pid int, field string) int64 {
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
-	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(s)
+	m := regexp.MustCompile(field + `:\s+(\d+) kB`).FindSubmatch(s)
 	if m == nil {
-		b.Fatal("no VmRSS")
+		b.Fatal("no " + field)
 	}
 	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return kb * 1024
