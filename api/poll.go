@@ -103,6 +103,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}()
 	if changed {
 		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
+			s.Hub.HostInfoNotRecorded(p.hostID, hv, schema)
 			return err
 		}
 	}

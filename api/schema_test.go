@@ -15,6 +15,7 @@ import (
 
 	"mesh/controller/ctltest"
 	"mesh/models"
+	"mesh/store"
 )
 
 const certModule = `{"resources": [
@@ -174,6 +175,66 @@ func TestPoll_BadSchemaHeader(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
 		if m.Schema != "1" {
 			t.Fatalf("schema = %q after a refused poll", m.Schema)
+		}
+	})
+}
+
+// TestSchema_HostInfoWrittenAgainAfterAFailedWrite: when writing what a
+// poll's host said of itself fails (the store refuses it here; in life a
+// lock waited on past the request, a lost connection, a full disk), the
+// poll fails, and the host's next poll, saying the same, writes it: the
+// schema change bumps the generation and the store records the version.
+// (The controller once remembered the values as written and never wrote
+// them: the store composed for the host's old schemas until a restart,
+// and judged a trial by them.)
+func TestSchema_HostInfoWrittenAgainAfterAFailedWrite(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		p := pollSchema(e, en.Token, 0, "1")
+		if p.status != 200 {
+			t.Fatalf("first poll: %d %s", p.status, p.body)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+
+		refuse, allow := []string{
+			`CREATE TRIGGER refuse_host_info BEFORE UPDATE OF host_version ON machines
+			 WHEN NEW.host_version = '2.0.0' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+		}, []string{`DROP TRIGGER refuse_host_info`}
+		if e.Ctl.Store.Dialect() == store.Postgres {
+			refuse = []string{
+				`CREATE FUNCTION refuse_host_info() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+				`CREATE TRIGGER refuse_host_info BEFORE UPDATE OF host_version ON machines FOR EACH ROW
+				 WHEN (NEW.host_version = '2.0.0') EXECUTE FUNCTION refuse_host_info()`,
+			}
+			allow = []string{`DROP TRIGGER refuse_host_info ON machines`, `DROP FUNCTION refuse_host_info()`}
+		}
+		for _, q := range refuse {
+			if err := e.Ctl.Store.DB().Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := map[string]string{"X-Mesh-Host-Version": "2.0.0", "X-Mesh-Schema": "1,2", "If-None-Match": `"1"`}
+		resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: en.Token, Header: h})
+		if resp.StatusCode != 500 {
+			t.Fatalf("poll while the store refuses: %d %s, want 500", resp.StatusCode, b)
+		}
+		for _, q := range allow {
+			if err := e.Ctl.Store.DB().Exec(q).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		resp, b = e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: en.Token, Header: h})
+		if resp.StatusCode != 200 || resp.Header.Get("ETag") != `"2"` {
+			t.Fatalf("the next poll: %d %s %s, want 200 with generation 2 (the schema change's bump)", resp.StatusCode, resp.Header.Get("ETag"), b)
+		}
+		var m struct {
+			HostVersion string `json:"host_version"`
+			Schema      string `json:"schema"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if m.HostVersion != "2.0.0" || m.Schema != "1,2" {
+			t.Errorf("the store says host %q schemas %q, want 2.0.0 and 1,2", m.HostVersion, m.Schema)
 		}
 	})
 }

@@ -554,6 +554,23 @@ func (h *Hub) PollStarted(id int64, hostVersion, schema string, batch bool, p Po
 	return false, replaced
 }
 
+// HostInfoNotRecorded undoes what PollStarted took in of a host's version
+// and schemas when writing them to the store failed, so the host's next
+// poll writes them again: remembered as written, they would never be, and
+// the store would go on composing for (and judging a trial by) the schemas
+// the host had before. Values a newer poll took in meanwhile are kept.
+func (h *Hub) HostInfoNotRecorded(id int64, hostVersion, schema string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil && e.hostVersion == hostVersion && e.schema == schema {
+		e.hostVersion, e.schema = "", notRecorded
+	}
+}
+
+// notRecorded is a machine's schemas when the store may not hold what its
+// host said: no host advertises it, so its next poll writes again.
+const notRecorded = "\x00not recorded"
+
 // PollEnded records that p was answered.
 func (h *Hub) PollEnded(id int64, p Poll) {
 	h.mu.Lock()
