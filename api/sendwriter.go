@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +110,22 @@ func (w *SendWriter) Run(ctx context.Context) {
 			rows[i] = r.send
 		}
 		err := w.Store.InsertSends(context.WithoutCancel(ctx), rows)
+		var gone *models.MachinesGoneError
+		if errors.As(err, &gone) {
+			// Written, but for the rows of machines removed meanwhile:
+			// their polls are answered as removed, the rest as written.
+			written := rows[:0]
+			for _, r := range group {
+				if gone.Machines[r.send.MachineID] {
+					r.done <- fmt.Errorf("%w: machine %d was removed", models.ErrUnauthorized, r.send.MachineID)
+					continue
+				}
+				written = append(written, r.send)
+				r.done <- nil
+			}
+			w.count(written)
+			continue
+		}
 		if err == nil {
 			w.count(rows)
 		}

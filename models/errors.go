@@ -5,6 +5,7 @@ package models
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -28,6 +29,17 @@ var (
 	ErrUnavailable        = errors.New("the store cannot be reached")
 	ErrStorageFull        = errors.New("the store is out of disk space: nothing was stored")
 )
+
+// MachinesGoneError says a group of send rows was written but for the
+// rows of machines removed meanwhile: those polls' hosts are answered as
+// removed, the others as written.
+type MachinesGoneError struct {
+	Machines map[int64]bool
+}
+
+func (e *MachinesGoneError) Error() string {
+	return fmt.Sprintf("%d machine(s) removed while their sends were recorded", len(e.Machines))
+}
 
 // RetryAfterError is a refusal that says when to try again (429, 503).
 type RetryAfterError struct {

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"mesh/models"
@@ -29,17 +31,79 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	if err := s.prepareInserts(ctx, sendInsert); err != nil {
 		return mapErr(err)
 	}
-	return s.write(ctx, func(tx *Tx) error {
+	err := s.write(ctx, func(tx *Tx) error {
 		if s.dialect != Postgres {
-			_, err := tx.insertPrepared(ctx, sendInsert, len(sends), func(i int, args []any) []any {
-				snd := &sends[i]
-				return append(args, snd.ID, snd.MachineID, snd.Generation, snd.Digest, snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema))
-			})
-			return err
+			return insertSendsSQLite(ctx, tx, sends)
 		}
 		return insertSendsPostgres(ctx, tx, sends)
 	})
+	if s.dialect == SQLite && foreignKeyFailed(err) {
+		// On SQLite a send row still refers to its machine: one removed
+		// after its poll was authorised failed the whole group. The group
+		// is written again without it, and the error says whose rows
+		// were not (every poll of a fan-out's group answered 500, before).
+		return s.insertSendsOfMachinesLeft(ctx, sends)
+	}
+	return err
 }
+
+func insertSendsSQLite(ctx context.Context, tx *Tx, sends []models.Send) error {
+	_, err := tx.insertPrepared(ctx, sendInsert, len(sends), func(i int, args []any) []any {
+		snd := &sends[i]
+		return append(args, snd.ID, snd.MachineID, snd.Generation, snd.Digest, snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema))
+	})
+	return err
+}
+
+// insertSendsOfMachinesLeft writes the rows of sends whose machines are
+// still there, in one transaction, and returns *models.MachinesGoneError
+// naming the others (nil when every machine is there).
+func (s *Store) insertSendsOfMachinesLeft(ctx context.Context, sends []models.Send) error {
+	gone := map[int64]bool{}
+	err := s.write(ctx, func(tx *Tx) error {
+		clear(gone)
+		ids := make([]int64, 0, len(sends))
+		for _, snd := range sends {
+			gone[snd.MachineID] = true
+			ids = append(ids, snd.MachineID)
+		}
+		in, arg := inID(tx, "id", ids)
+		if err := each(tx.DB, func(r *sql.Rows) error {
+			var id int64
+			if err := r.Scan(&id); err != nil {
+				return err
+			}
+			delete(gone, id)
+			return nil
+		}, `SELECT id FROM machines WHERE `+in, arg); err != nil {
+			return err
+		}
+		left := make([]models.Send, 0, len(sends))
+		for _, snd := range sends {
+			if !gone[snd.MachineID] {
+				left = append(left, snd)
+			}
+		}
+		return insertSendsSQLite(ctx, tx, left)
+	})
+	if err != nil {
+		return err
+	}
+	if len(gone) > 0 {
+		return &models.MachinesGoneError{Machines: gone}
+	}
+	return nil
+}
+
+// foreignKeyFailed says whether err is SQLite refusing a row whose
+// reference is gone (SQLITE_CONSTRAINT_FOREIGNKEY).
+func foreignKeyFailed(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code() == sqliteConstraintForeignKey
+}
+
+// sqliteConstraintForeignKey is SQLite's extended result code 787.
+const sqliteConstraintForeignKey = 787
 
 // sendInsert is how send rows are inserted on SQLite.
 var sendInsert = &preparedInsert{table: "sends",

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -58,6 +59,43 @@ func TestInsertSends_RoundTrip(t *testing.T) {
 		}
 		if got, err := s.Send(ctx, bare.ID); err != nil || got.CreatedAt.Before(before) {
 			t.Fatalf("a send given without a time reads back as %+v (%v)", got, err)
+		}
+	})
+}
+
+// TestInsertSends_MachineRemovedMeanwhile: a group holding the send row of
+// a machine removed after its poll was authorised writes every other row
+// and names the removed machine, on both dialects (on SQLite a send row
+// refers to its machine, and the whole group once failed: every poll woken
+// with it answered 500).
+func TestInsertSends_MachineRemovedMeanwhile(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		if err := s.DeleteMachine(ctx, "test", "b"); err != nil {
+			t.Fatal(err)
+		}
+		row := func(m *models.Machine) models.Send {
+			return models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: m.ID, Generation: m.Generation, Digest: "sha256:x",
+				InstanceID: "i", Trigger: "push", CreatedAt: time.Now().UTC()}
+		}
+		rows := []models.Send{row(a), row(b), row(a)}
+		err := s.InsertSends(ctx, rows)
+		var gone *models.MachinesGoneError
+		switch {
+		case s.Dialect() == store.SQLite && (!errors.As(err, &gone) || !gone.Machines[b.ID] || len(gone.Machines) != 1):
+			t.Fatalf("group: %v, want machine %d named as removed", err, b.ID)
+		case s.Dialect() == store.Postgres && err != nil:
+			// Send rows do not refer to their machine on PostgreSQL (the
+			// row of a removed machine goes with retention).
+			t.Fatalf("group: %v", err)
+		}
+		var n int64
+		if err := s.DB().Table("sends").Where("machine_id = ?", a.ID).Count(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+		if n != 2 {
+			t.Errorf("machine a has %d send rows, want 2", n)
 		}
 	})
 }
