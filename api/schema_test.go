@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,6 +17,7 @@ import (
 	"mesh/controller/ctltest"
 	"mesh/models"
 	"mesh/store"
+	"mesh/testwait"
 )
 
 const certModule = `{"resources": [
@@ -235,6 +237,63 @@ func TestSchema_HostInfoWrittenAgainAfterAFailedWrite(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
 		if m.HostVersion != "2.0.0" || m.Schema != "1,2" {
 			t.Errorf("the store says host %q schemas %q, want 2.0.0 and 1,2", m.HostVersion, m.Schema)
+		}
+	})
+}
+
+// TestComposeFailure_RecordedAfterAFailedWrite: when recording why a
+// generation cannot be composed fails, the next attempt to compose it
+// records it (the hub once remembered it as recorded before the write,
+// so the overview never showed the reason).
+func TestComposeFailure_RecordedAfterAFailedWrite(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.Enroll("m1") // never polls: nothing is composed ahead of it
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "needs-port"}}, 201, nil)
+		if resp, b := e.Upload(e.Admin, "needs-port", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/p.conf", "content": "port=${var.port}\n"}]}`, nil, ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %s", b)
+		}
+		refuse, allow := []string{
+			`CREATE TRIGGER refuse_compose_error BEFORE UPDATE OF compose_error ON machines
+			 WHEN NEW.compose_error <> '' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+		}, []string{`DROP TRIGGER refuse_compose_error`}
+		if e.Ctl.Store.Dialect() == store.Postgres {
+			refuse = []string{
+				`CREATE FUNCTION refuse_compose_error() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+				`CREATE TRIGGER refuse_compose_error BEFORE UPDATE OF compose_error ON machines FOR EACH ROW
+				 WHEN (NEW.compose_error <> '') EXECUTE FUNCTION refuse_compose_error()`,
+			}
+			allow = []string{`DROP TRIGGER refuse_compose_error ON machines`, `DROP FUNCTION refuse_compose_error()`}
+		}
+		exec := func(qs []string) {
+			for _, q := range qs {
+				if err := e.Ctl.Store.DB().Exec(q).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		exec(refuse)
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "needs-port"}}}}, 200, nil)
+		m, err := e.Ctl.Store.Machine(context.Background(), "m1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The hub has heard of generation 2 (on PostgreSQL by notification).
+		testwait.Until(10*time.Second, func() bool { return e.Ctl.Hub.View(m.ID).Gen == 2 })
+		compose := func() {
+			if c, err := e.Ctl.Hub.ComposeOne(context.Background(), m.ID, "m1", e.Ctl.Hub.View(m.ID), true); c != nil || err != nil {
+				t.Fatalf("composed %v, %v; want nothing (a variable is missing)", c, err)
+			}
+		}
+		compose() // recording the reason fails
+		exec(allow)
+		compose()
+		var got struct {
+			ComposeError string `json:"compose_error"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &got)
+		if !strings.Contains(got.ComposeError, "port") {
+			t.Errorf("compose_error %q, want the missing variable named", got.ComposeError)
 		}
 	})
 }

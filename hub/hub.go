@@ -175,6 +175,17 @@ func (h *Hub) Load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h.loadHeads(heads)
+	return nil
+}
+
+// loadHeads takes in what the store said of every machine. The read came
+// before the hub's lock: a bump composed and woken meanwhile (in process,
+// or heard from another instance) is newer than it, so a generation never
+// goes back — a machine set back below the generation queued for it would
+// hold its polls for a wake that already came, until the next resync —
+// and a read older than what the hub knows says nothing of its conflict.
+func (h *Hub) loadHeads(heads []store.MachineHead) {
 	var ps []Parked
 	h.mu.Lock()
 	for _, m := range heads {
@@ -183,8 +194,13 @@ func (h *Hub) Load(ctx context.Context) error {
 			e = &machineEntry{id: m.ID, name: m.Name, changed: make(chan struct{})}
 			h.byID[m.ID], h.byName[m.Name] = e, e
 		}
-		changed := e.gen != m.Generation || e.conflict != m.Conflict
-		e.gen, e.conflict, e.hostVersion, e.schema, e.tokenID = m.Generation, m.Conflict, m.HostVersion, m.Schema, m.TokenID
+		conflict := e.conflict
+		if m.Generation >= e.gen {
+			conflict = m.Conflict
+		}
+		changed := m.Generation > e.gen || e.conflict != conflict
+		e.gen, e.conflict = max(e.gen, m.Generation), conflict
+		e.hostVersion, e.schema, e.tokenID = m.HostVersion, m.Schema, m.TokenID
 		if m.LastSeen != nil && m.LastSeen.After(e.lastSeen) {
 			e.lastSeen = *m.LastSeen
 		}
@@ -195,7 +211,6 @@ func (h *Hub) Load(ctx context.Context) error {
 	h.ready = true
 	h.mu.Unlock()
 	h.send(ps)
-	return nil
 }
 
 // Ready reports whether the hub has loaded the store.
@@ -505,6 +520,15 @@ func (h *Hub) recordFailures(ctx context.Context, failed []models.ComposeFailure
 	h.Log.Warn("cannot compose declarations", "machines", len(failed), "first", failed[0].Machine, "err", failed[0].Reason)
 	if err := h.Store.RecordComposeErrors(ctx, "controller:"+h.Instance, failed); err != nil {
 		h.Log.Warn("recording compose failures", "err", err, "machines", len(failed))
+		// Not recorded: the next poll or fan-out that fails to compose
+		// these generations records them, rather than none ever doing so.
+		h.mu.Lock()
+		for _, f := range failed {
+			if e := h.byID[f.MachineID]; e != nil && e.composeErr == f.Generation {
+				e.composeErr = 0
+			}
+		}
+		h.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"mesh/models"
+	"mesh/store"
 )
 
 type poll struct{ id int64 }
@@ -41,5 +42,27 @@ func TestPark_ChangedSinceItLooked(t *testing.T) {
 	h.Remove("m1")
 	if h.Park(&poll{1}, v.Changed) {
 		t.Fatal("parked a poll of a removed machine")
+	}
+}
+
+// TestLoad_StaleReadKeepsNewerGeneration: a resync reads every machine's
+// head before it takes the hub's lock. A bump composed and woken in
+// between is newer than that read: the machine stays at the newer
+// generation, not pending, so its polls are answered rather than held
+// for a wake that already came (until the next resync, 30 s).
+func TestLoad_StaleReadKeepsNewerGeneration(t *testing.T) {
+	h := New(nil, nil, "test", slog.New(slog.DiscardHandler))
+	h.Dispatch = func([]Parked) {}
+	h.Add(&models.Machine{ID: 1, Name: "m1", Generation: 4})
+	h.Bumped([]models.Bump{{MachineID: 1, Name: "m1", Generation: 5}})
+	h.SetHead(1, 5, false) // composed and woken
+	h.loadHeads([]store.MachineHead{{ID: 1, Name: "m1", Generation: 4, Conflict: true}})
+	v := h.View(1)
+	if v.Gen != 5 || v.Pending || v.Conflict {
+		t.Fatalf("after a read older than the hub: generation %d, pending %v, conflict %v; want 5, false, false", v.Gen, v.Pending, v.Conflict)
+	}
+	h.loadHeads([]store.MachineHead{{ID: 1, Name: "m1", Generation: 6, Conflict: true}})
+	if v := h.View(1); v.Gen != 6 || !v.Conflict {
+		t.Fatalf("after a newer read: generation %d, conflict %v; want 6, true", v.Gen, v.Conflict)
 	}
 }
