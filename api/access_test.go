@@ -1,11 +1,16 @@
 package api_test
 
 import (
+	"bytes"
 	"fmt"
+	"mime/multipart"
+	"net/http"
 	"strings"
 	"testing"
 
 	"mesh/controller/ctltest"
+	"mesh/models"
+	"mesh/store"
 )
 
 type joinTokenInfo struct {
@@ -151,4 +156,46 @@ func TestUsers_List(t *testing.T) {
 			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/users", Token: op}, 403, nil)
 		})
 	})
+}
+
+// TestAccess_HostModuleBuildsByAdmin: a mesh-host module's builds become
+// host releases, signed and rolled out to the fleet, which only an admin
+// may make: an operator may neither make such a module, nor upload its
+// builds, nor change where they come from (an operator once made a
+// release, and its rollout, this way, past POST /host-releases' rule).
+func TestAccess_HostModuleBuildsByAdmin(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.Enroll("m1") // linux/amd64: a release for it is of use
+	op := e.AddUser("opa", models.RoleOperator)
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: op, Body: map[string]any{"name": "mesh-host", "kind": "host"}}, 403, nil)
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "mesh-host", "kind": "host"}}, 201, nil)
+	hostBuild := func(token string) (*http.Response, []byte) {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		for k, v := range map[string]string{"manifest": `{"resources": []}`, "version": "9.9.9", "os": "linux", "arch": "amd64", "schemas": "1,2"} {
+			_ = mw.WriteField(k, v)
+		}
+		w, _ := mw.CreateFormFile("artifact", "mesh-host")
+		_, _ = w.Write([]byte("a mesh-host binary"))
+		mw.Close()
+		return e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/modules/mesh-host/builds", Token: token, Body: buf.Bytes(),
+			Header: map[string]string{"Content-Type": mw.FormDataContentType()}})
+	}
+	if resp, b := hostBuild(op); resp.StatusCode != 403 {
+		t.Fatalf("an operator's host build: %d %s, want 403", resp.StatusCode, b)
+	}
+	e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/modules/mesh-host", Token: op, Header: map[string]string{"If-Match": `"x"`},
+		Body: map[string]any{"repository": "someone/else"}}, 403, nil)
+	var rels struct {
+		Items []any `json:"items"`
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases", Token: e.Admin}, 200, &rels)
+	if len(rels.Items) != 0 {
+		t.Fatalf("releases %v, want none", rels.Items)
+	}
+	// An operator's own service modules are theirs as before.
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: op, Body: map[string]any{"name": "web"}}, 201, nil)
+	if resp, b := hostBuild(e.Admin); resp.StatusCode != 201 {
+		t.Fatalf("the admin's host build: %d %s, want 201", resp.StatusCode, b)
+	}
 }

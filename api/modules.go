@@ -57,6 +57,11 @@ func (s *Server) createModule(c echo.Context) error {
 	if err := decodeStrict(c, &req); err != nil {
 		return err
 	}
+	if req.Kind == models.KindHost {
+		if err := hostReleasesByAdmin(c); err != nil {
+			return err
+		}
+	}
 	m, err := s.Service.CreateModule(c.Request().Context(), principal(c).Actor(), &service.CreateModule{Name: req.Name, Kind: req.Kind,
 		Repository: req.Repository, SourcePaths: req.SourcePaths, Tiers: req.Tiers, TierDeadline: req.TierDeadline, OnFailure: req.OnFailure})
 	if err != nil {
@@ -156,6 +161,11 @@ func (s *Server) yankBuild(c echo.Context) error {
 // follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
+	if mod, err := s.Store.Module(c.Request().Context(), module); err == nil && mod.Kind == models.KindHost {
+		if err := hostReleasesByAdmin(c); err != nil {
+			return err
+		}
+	}
 	up, err := s.readUpload(c, "manifest, version, commit and artifact", "artifact", "manifest", "version", "commit", "digest", "os", "arch", "schemas")
 	if err != nil {
 		return err
@@ -309,4 +319,16 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		b.err = err
 	}
 	return n, err
+}
+
+// hostReleasesByAdmin refuses a person below admin a mesh-host module's
+// builds: each becomes a host release, signed and rolled out to the fleet
+// (and offered by install.sh), which only an admin may start
+// (POST /host-releases). A builder still fills the queued builds of a
+// host module an admin set up (its forge, its source paths).
+func hostReleasesByAdmin(c echo.Context) error {
+	if p := principal(c); p == nil || models.RoleRank(p.Role) < models.RoleRank(models.RoleAdmin) {
+		return fmt.Errorf("%w: a mesh-host module's builds become host releases, which only an admin may make", models.ErrForbidden)
+	}
+	return nil
 }

@@ -3681,14 +3681,14 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/modules (the `ListModules` operationId).
 	ListModules(ctx context.Context, params *ListModulesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateModuleWithBody a module (operator)
+	// CreateModuleWithBody a module (operator; a `host` module, admin)
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/modules (the `CreateModule` operationId).
 	CreateModuleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateModule a module (operator)
+	// CreateModule a module (operator; a `host` module, admin)
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3707,7 +3707,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/modules/{module} (the `GetModule` operationId).
 	GetModule(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 	//
 	// A selector change gives the module to the machines it now matches and
 	// takes it from those it no longer does (never from one a person
@@ -3720,7 +3720,7 @@ type ClientInterface interface {
 	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
 	UpdateModuleWithBody(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 	//
 	// A selector change gives the module to the machines it now matches and
 	// takes it from those it no longer does (never from one a person
@@ -3756,6 +3756,8 @@ type ClientInterface interface {
 	// - The module's kind is `host`: the build becomes a host release
 	//   (the artifact is the binary; os, arch and schemas required) and a
 	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
+	//   Only an admin uploads a `host` module's builds (a release is an
+	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4968,7 +4970,7 @@ func (c *Client) ListModules(ctx context.Context, params *ListModulesParams, req
 	return c.Client.Do(req)
 }
 
-// CreateModuleWithBody a module (operator)
+// CreateModuleWithBody a module (operator; a `host` module, admin)
 //
 // Takes any type of body and a specified content type.
 //
@@ -4985,7 +4987,7 @@ func (c *Client) CreateModuleWithBody(ctx context.Context, contentType string, b
 	return c.Client.Do(req)
 }
 
-// CreateModule a module (operator)
+// CreateModule a module (operator; a `host` module, admin)
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5034,7 +5036,7 @@ func (c *Client) GetModule(ctx context.Context, module ModuleName, reqEditors ..
 	return c.Client.Do(req)
 }
 
-// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+// UpdateModuleWithBody change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 //
 // A selector change gives the module to the machines it now matches and
 // takes it from those it no longer does (never from one a person
@@ -5057,7 +5059,7 @@ func (c *Client) UpdateModuleWithBody(ctx context.Context, module ModuleName, pa
 	return c.Client.Do(req)
 }
 
-// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+// UpdateModule change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 //
 // A selector change gives the module to the machines it now matches and
 // takes it from those it no longer does (never from one a person
@@ -5113,6 +5115,8 @@ func (c *Client) ListBuilds(ctx context.Context, module ModuleName, params *List
 //   - The module's kind is `host`: the build becomes a host release
 //     (the artifact is the binary; os, arch and schemas required) and a
 //     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
+//     Only an admin uploads a `host` module's builds (a release is an
+//     admin's to make, as POST /api/v1/host-releases): 403 for others.
 //
 // Takes any type of body and a specified content type.
 //
@@ -9597,14 +9601,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/modules (the `ListModules` operationId).
 	ListModulesWithResponse(ctx context.Context, params *ListModulesParams, reqEditors ...RequestEditorFn) (*ListModulesResponse, error)
 
-	// CreateModuleWithBodyWithResponse a module (operator)
+	// CreateModuleWithBodyWithResponse a module (operator; a `host` module, admin)
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/modules (the `CreateModule` operationId).
 	CreateModuleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateModuleResponse, error)
 
-	// CreateModuleWithResponse a module (operator)
+	// CreateModuleWithResponse a module (operator; a `host` module, admin)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9627,7 +9631,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/modules/{module} (the `GetModule` operationId).
 	GetModuleWithResponse(ctx context.Context, module ModuleName, reqEditors ...RequestEditorFn) (*GetModuleResponse, error)
 
-	// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 	//
 	// A selector change gives the module to the machines it now matches and
 	// takes it from those it no longer does (never from one a person
@@ -9640,7 +9644,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /api/v1/modules/{module} (the `UpdateModule` operationId).
 	UpdateModuleWithBodyWithResponse(ctx context.Context, module ModuleName, params *UpdateModuleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateModuleResponse, error)
 
-	// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+	// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 	//
 	// A selector change gives the module to the machines it now matches and
 	// takes it from those it no longer does (never from one a person
@@ -9678,6 +9682,8 @@ type ClientWithResponsesInterface interface {
 	// - The module's kind is `host`: the build becomes a host release
 	//   (the artifact is the binary; os, arch and schemas required) and a
 	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
+	//   Only an admin uploads a `host` module's builds (a release is an
+	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16260,7 +16266,7 @@ func (c *ClientWithResponses) ListModulesWithResponse(ctx context.Context, param
 	return ParseListModulesResponse(rsp)
 }
 
-// CreateModuleWithBodyWithResponse a module (operator)
+// CreateModuleWithBodyWithResponse a module (operator; a `host` module, admin)
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16273,7 +16279,7 @@ func (c *ClientWithResponses) CreateModuleWithBodyWithResponse(ctx context.Conte
 	return ParseCreateModuleResponse(rsp)
 }
 
-// CreateModuleWithResponse a module (operator)
+// CreateModuleWithResponse a module (operator; a `host` module, admin)
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16314,7 +16320,7 @@ func (c *ClientWithResponses) GetModuleWithResponse(ctx context.Context, module 
 	return ParseGetModuleResponse(rsp)
 }
 
-// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+// UpdateModuleWithBodyWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 //
 // A selector change gives the module to the machines it now matches and
 // takes it from those it no longer does (never from one a person
@@ -16333,7 +16339,7 @@ func (c *ClientWithResponses) UpdateModuleWithBodyWithResponse(ctx context.Conte
 	return ParseUpdateModuleResponse(rsp)
 }
 
-// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator, If-Match its ETag)
+// UpdateModuleWithResponse change a module's repository, source paths, tiers, deadline, failure policy or selector (operator; a `host` module's, admin; If-Match its ETag)
 //
 // A selector change gives the module to the machines it now matches and
 // takes it from those it no longer does (never from one a person
@@ -16383,6 +16389,8 @@ func (c *ClientWithResponses) ListBuildsWithResponse(ctx context.Context, module
 //   - The module's kind is `host`: the build becomes a host release
 //     (the artifact is the binary; os, arch and schemas required) and a
 //     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
+//     Only an admin uploads a `host` module's builds (a release is an
+//     admin's to make, as POST /api/v1/host-releases): 403 for others.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
