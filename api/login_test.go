@@ -55,3 +55,37 @@ func TestBody_NullRefused(t *testing.T) {
 		t.Fatalf("a null body: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestLogin_LongNamesCostLittle: a login's body is read before anything
+// is checked, so it is capped small (413 past 64 KiB), and a failed
+// attempt with a long name is audited and throttled under the name's
+// start: an outsider's megabyte names once made megabyte audit rows.
+func TestLogin_LongNamesCostLittle(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",
+		Body: map[string]string{"username": strings.Repeat("u", 100<<10), "password": "x"}})
+	if resp.StatusCode != 413 {
+		t.Fatalf("a 100 KiB login: %d, want 413", resp.StatusCode)
+	}
+	for range 6 { // past the free failures: throttled attempts are audited too
+		resp, _ = e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",
+			Body: map[string]string{"username": strings.Repeat("u", 60<<10), "password": "x"}})
+		if resp.StatusCode != 401 && resp.StatusCode != 429 {
+			t.Fatalf("a 60 KiB name: %d, want 401 or 429", resp.StatusCode)
+		}
+	}
+	var audit struct{ Items []struct{ Action, Target string } }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
+	n := 0
+	for _, a := range audit.Items {
+		if strings.HasPrefix(a.Action, "login-") {
+			n++
+			if len(a.Target) > 80 {
+				t.Errorf("%s audited with a target of %d bytes", a.Action, len(a.Target))
+			}
+		}
+	}
+	if n != 6 {
+		t.Errorf("%d failed logins audited, want 6", n)
+	}
+}

@@ -37,6 +37,7 @@ const DefaultStoreTimeout = 30 * time.Second
 // the rest JSON.
 const (
 	MaxJSONBody      = 1 << 20   // 1 MiB
+	MaxAnonymousBody = 64 << 10  // 64 KiB: a login's or an enrolment's (a name, a secret, a CSR)
 	DefaultMaxUpload = 512 << 20 // 512 MiB
 )
 
@@ -264,6 +265,10 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
+		case c.Path() == "/api/v1/auth/login" || c.Path() == "/api/v1/enroll" || c.Path() == "/login":
+			// Read before any credential is checked: an outsider's slow
+			// bodies held the controller's memory a MiB a connection.
+			limit = MaxAnonymousBody
 		}
 		bodyDeadline(c, upload)
 		r := c.Request()

@@ -132,3 +132,30 @@ func TestParsePerson_RefusesATokenWithoutIssueTime(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottle_AttemptsCountBeforeTheirCheck: guesses sent at once are
+// counted as they begin, not when their password check ends: of ten
+// concurrent attempts the free ones and one more get through (all ten
+// did, when a failure was counted only after its check). A success takes
+// its attempt back, the address's token included.
+func TestThrottle_AttemptsCountBeforeTheirCheck(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	th := NewThrottle()
+	th.Now = func() time.Time { return now }
+	through := 0
+	for range 10 {
+		if w, _ := th.Attempt("vic", "1.2.3.4"); w == 0 {
+			through++
+		}
+	}
+	if through != 4 {
+		t.Fatalf("%d of 10 concurrent attempts checked, want 4", through)
+	}
+	for i := range 30 {
+		w, done := th.Attempt("carol", "5.6.7.8")
+		if w != 0 {
+			t.Fatalf("success %d from one address waits %v", i, w)
+		}
+		done(true)
+	}
+}

@@ -49,7 +49,10 @@ func NewThrottle() *Throttle {
 func (t *Throttle) Wait(user, addr string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.Now()
+	return t.waitLocked(user, addr, t.Now())
+}
+
+func (t *Throttle) waitLocked(user, addr string, now time.Time) time.Duration {
 	var wait time.Duration
 	if f := t.byUser[userAddr{user, addr}]; f != nil && f.until.After(now) {
 		wait = f.until.Sub(now)
@@ -62,11 +65,41 @@ func (t *Throttle) Wait(user, addr string) time.Duration {
 	return wait
 }
 
+// Attempt begins a login of user at addr: a wait above 0 says it may not
+// try yet; else the attempt counts as failed from now, before its
+// password is checked, and done(true) takes that back once it succeeded.
+// Counted only after the check, concurrent guesses all passed the wait
+// (60 at once were all checked, where one at a time would have been held
+// after 3).
+func (t *Throttle) Attempt(user, addr string) (wait time.Duration, done func(ok bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.Now()
+	if wait := t.waitLocked(user, addr, now); wait > 0 {
+		return wait, nil
+	}
+	r := t.failLocked(user, addr, now)
+	return 0, func(ok bool) {
+		if !ok {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if r != nil {
+			r.CancelAt(t.Now()) // the address's token back: a success costs none
+		}
+		delete(t.byUser, userAddr{user, addr})
+	}
+}
+
 // Failed records a failed login.
 func (t *Throttle) Failed(user, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.Now()
+	t.failLocked(user, addr, t.Now())
+}
+
+func (t *Throttle) failLocked(user, addr string, now time.Time) *rate.Reservation {
 	if t.byAddr == nil || len(t.byAddr) >= maxTracked {
 		t.byAddr = map[string]*rate.Limiter{}
 	}
@@ -78,7 +111,12 @@ func (t *Throttle) Failed(user, addr string) {
 		l = rate.NewLimiter(t.PerAddress, t.Burst)
 		t.byAddr[addr] = l
 	}
-	l.AllowN(now, 1)
+	// A token spent, when there is one (no debt: a wait past the cap
+	// would lock the address out); reserved, so a success gives it back.
+	var r *rate.Reservation
+	if l.TokensAt(now) >= 1 {
+		r = l.ReserveN(now, 1)
+	}
 	k := userAddr{user, addr}
 	f := t.byUser[k]
 	if f == nil {
@@ -93,6 +131,7 @@ func (t *Throttle) Failed(user, addr string) {
 		}
 		f.until = now.Add(wait)
 	}
+	return r
 }
 
 // Succeeded forgets a user's failures from addr.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"mesh/auth"
@@ -14,7 +15,11 @@ import (
 // failure is audited with the address it came from; both ways in (the API
 // and the dashboard) answer through here.
 func (s *Service) Login(ctx context.Context, user, password, addr string) (string, time.Time, error) {
-	if wait := s.Throttle.Wait(user, addr); wait > 0 {
+	// No account has a longer name: what is audited and throttled of one
+	// is its start (a megabyte name a failed attempt was a megabyte row).
+	user = clipName(user)
+	wait, done := s.Throttle.Attempt(user, addr)
+	if wait > 0 {
 		_ = s.Store.Audit(ctx, "anonymous", "login-throttled", "user/"+user, addr)
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
@@ -25,7 +30,8 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	issued := s.Auth.Now()
 	u, err := s.Store.User(ctx, user)
 	if err != nil && !errors.Is(err, models.ErrNotFound) {
-		// Not "wrong password": the store could not say.
+		// Not "wrong password": the store could not say. The attempt
+		// stays counted: an outage is no time to guess more freely.
 		return "", time.Time{}, &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %v", models.ErrUnavailable, err)}
 	}
 	ok := false
@@ -34,12 +40,11 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	} else {
 		auth.CheckNoUser(password) // an unknown user costs what a known one does
 	}
+	done(ok)
 	if !ok {
-		s.Throttle.Failed(user, addr)
 		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, addr)
 		return "", time.Time{}, fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)
 	}
-	s.Throttle.Succeeded(user, addr)
 	if u.DisabledAt != nil {
 		_ = s.Store.Audit(ctx, "anonymous", "login-refused", "user/"+user, "disabled; from "+addr)
 		return "", time.Time{}, fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, user)
@@ -54,4 +59,16 @@ func (s *Service) Logout(ctx context.Context, actor, tokenID string, expires tim
 		return nil // a token of an older build: it expires on its own
 	}
 	return s.Store.Revoke(ctx, actor, &models.Revocation{TokenID: tokenID, Kind: models.RevokedSession, Reason: "logged out", ExpiresAt: expires})
+}
+
+// maxLoginName is more than any user name (models.ValidName: 63).
+const maxLoginName = 64
+
+// clipName is a login's user name, cut after maxLoginName bytes with an
+// ellipsis: still no account's name, and short.
+func clipName(user string) string {
+	if len(user) <= maxLoginName {
+		return user
+	}
+	return strings.ToValidUTF8(user[:maxLoginName], "") + "…"
 }
