@@ -79,17 +79,28 @@ func (s *Server) serveBlob(c echo.Context, d string) error {
 	// request left with none is answered 416.
 	if rh := c.Request().Header.Get("Range"); rh != "" {
 		kept, ok := dropEmptySuffixRanges(rh)
-		if !ok {
+		switch {
+		case !ok:
 			h.Set("Content-Range", fmt.Sprintf("bytes */%d", b.Size))
 			return c.NoContent(http.StatusRequestedRangeNotSatisfiable)
+		case strings.Count(kept, ",") >= maxRanges:
+			// Served whole, as if no range were asked (nginx's
+			// max_ranges): each range re-reads its chunk, and a header of
+			// 30,000 one-byte ranges kept a core busy for 30 s.
+			c.Request().Header.Del("Range")
+		default:
+			c.Request().Header.Set("Range", kept)
 		}
-		c.Request().Header.Set("Range", kept)
 	}
 	// content reads only the chunks the request's range touches, one at a
 	// time; If-None-Match and If-Range are judged against the ETag.
 	http.ServeContent(c.Response(), c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
 	return nil
 }
+
+// maxRanges is the most ranges one request is answered by; a resuming
+// download asks for one.
+const maxRanges = 16
 
 // dropEmptySuffixRanges removes zero-length suffix ranges ("-0") from a
 // Range header; ok is false when it held nothing else.
