@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/auth"
 	"mesh/meshca"
 	"mesh/models"
 )
@@ -27,7 +28,9 @@ type Principal struct {
 	User    string // a person or builder
 	Role    string
 	Machine string // a host
-	hostID  int64
+	// APIToken: a person came with an API token rather than a login's.
+	APIToken bool
+	hostID   int64
 	// enrolment is the host's enrolment id; cert its verified client
 	// certificate, nil when it came with its bearer token.
 	enrolment string
@@ -75,7 +78,7 @@ func (s *Server) requirePerson(allowed func(role string) error) echo.MiddlewareF
 			if err := allowed(claims.Role); err != nil {
 				return err
 			}
-			c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role})
+			c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role, APIToken: claims.Kind == auth.KindAPIToken})
 			return next(c)
 		}
 	}

@@ -100,6 +100,9 @@ func TestAPITokens_UseRevokeAndDisable(t *testing.T) {
 			t.Fatalf("made %+v", made)
 		}
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: made.Token, Body: map[string]any{"name": "app"}}, 201, nil)
+		// An API token makes no successor that would outlive its revocation.
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/api-tokens", Token: made.Token,
+			Body: map[string]any{"name": "successor", "expires_in": "8760h"}}, 403, nil)
 
 		var list struct {
 			Items []struct{ ID, State string }

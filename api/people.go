@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -91,6 +92,11 @@ func (s *Server) createAPIToken(c echo.Context) error {
 		return err
 	}
 	p := principal(c)
+	if p.APIToken {
+		// A token that made its successor would outlive its own
+		// revocation through it: tokens are made from a login.
+		return fmt.Errorf("%w: an API token may not make API tokens; log in (meshctl login) and make it from there", models.ErrForbidden)
+	}
 	tok, t, err := s.Service.CreateAPIToken(c.Request().Context(), p.Actor(), p.User, p.Role,
 		service.CreateAPIToken{Name: req.Name, Role: req.Role, ExpiresIn: req.ExpiresIn})
 	if err != nil {

@@ -3247,7 +3247,9 @@ type ClientInterface interface {
 	//
 	// Used as `Authorization: Bearer` like a login's token. Its role is never
 	// more than yours; only its hash is kept; revoking it (or disabling its
-	// user) refuses it on every instance at once.
+	// user) refuses it on every instance at once. It is made with a login's
+	// token: an API token may not make one (403), since a successor would
+	// outlive its maker's revocation.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3258,7 +3260,9 @@ type ClientInterface interface {
 	//
 	// Used as `Authorization: Bearer` like a login's token. Its role is never
 	// more than yours; only its hash is kept; revoking it (or disabling its
-	// user) refuses it on every instance at once.
+	// user) refuses it on every instance at once. It is made with a login's
+	// token: an API token may not make one (403), since a successor would
+	// outlive its maker's revocation.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3986,7 +3990,9 @@ func (c *Client) ListAPITokens(ctx context.Context, params *ListAPITokensParams,
 //
 // Used as `Authorization: Bearer` like a login's token. Its role is never
 // more than yours; only its hash is kept; revoking it (or disabling its
-// user) refuses it on every instance at once.
+// user) refuses it on every instance at once. It is made with a login's
+// token: an API token may not make one (403), since a successor would
+// outlive its maker's revocation.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4007,7 +4013,9 @@ func (c *Client) CreateAPITokenWithBody(ctx context.Context, contentType string,
 //
 // Used as `Authorization: Bearer` like a login's token. Its role is never
 // more than yours; only its hash is kept; revoking it (or disabling its
-// user) refuses it on every instance at once.
+// user) refuses it on every instance at once. It is made with a login's
+// token: an API token may not make one (403), since a successor would
+// outlive its maker's revocation.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9113,7 +9121,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Used as `Authorization: Bearer` like a login's token. Its role is never
 	// more than yours; only its hash is kept; revoking it (or disabling its
-	// user) refuses it on every instance at once.
+	// user) refuses it on every instance at once. It is made with a login's
+	// token: an API token may not make one (403), since a successor would
+	// outlive its maker's revocation.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9124,7 +9134,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Used as `Authorization: Bearer` like a login's token. Its role is never
 	// more than yours; only its hash is kept; revoking it (or disabling its
-	// user) refuses it on every instance at once.
+	// user) refuses it on every instance at once. It is made with a login's
+	// token: an API token may not make one (403), since a successor would
+	// outlive its maker's revocation.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15448,7 +15460,9 @@ func (c *ClientWithResponses) ListAPITokensWithResponse(ctx context.Context, par
 //
 // Used as `Authorization: Bearer` like a login's token. Its role is never
 // more than yours; only its hash is kept; revoking it (or disabling its
-// user) refuses it on every instance at once.
+// user) refuses it on every instance at once. It is made with a login's
+// token: an API token may not make one (403), since a successor would
+// outlive its maker's revocation.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15465,7 +15479,9 @@ func (c *ClientWithResponses) CreateAPITokenWithBodyWithResponse(ctx context.Con
 //
 // Used as `Authorization: Bearer` like a login's token. Its role is never
 // more than yours; only its hash is kept; revoking it (or disabling its
-// user) refuses it on every instance at once.
+// user) refuses it on every instance at once. It is made with a login's
+// token: an API token may not make one (403), since a successor would
+// outlive its maker's revocation.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
