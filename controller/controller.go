@@ -256,7 +256,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	sends := api.NewSendWriter(st)
 	authority := &auth.Authority{KeyID: tokSigner.ID, Priv: tokSigner.Priv, Now: time.Now, Revoked: revoked, Used: auth.NewLastUse()}
 	svc := &service.Service{Store: st, Signer: signer, Auth: authority, Throttle: auth.NewThrottle(), ControllerBuild: version.BuildNumber(),
-		Certs: service.MachineCerts{CA: ca, Lifetime: cfg.MachineCertLifetime, Grace: cfg.MachineCertGrace}}
+		Certs: service.MachineCerts{CA: ca, Lifetime: cfg.MachineCertLifetime, Grace: cfg.MachineCertGrace, ControllerNames: cfg.Advertise}}
 	srv := api.NewServer(st, hub, sends, authority, signer, inst, cfg.Log, mesh.OpenAPI)
 	srv.ManifestSchema = mesh.ManifestSchema
 	srv.HostUnit = mesh.HostUnit

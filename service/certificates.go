@@ -20,6 +20,10 @@ type MachineCerts struct {
 	// Grace is how long past expiry one may still be renewed, once
 	// (0: meshca.MachineGrace).
 	Lifetime, Grace time.Duration
+	// ControllerNames are the names the controller serves under (its
+	// --advertise; meshca.LocalNames are added): no service certificate
+	// names one.
+	ControllerNames []string
 }
 
 // CertLifetime is the lifetime of an issued certificate.

@@ -53,6 +53,9 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 	if err != nil {
 		return refuse(err)
 	}
+	if err := s.Certs.notTheControllers(csr.DNSNames); err != nil {
+		return refuse(err)
+	}
 	chain, leaf, err := ca.IssueService(csr, csr.DNSNames, s.Store.Now(), lifetime)
 	if err != nil {
 		return nil, err
@@ -63,4 +66,22 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 		return nil, err
 	}
 	return out, nil
+}
+
+// notTheControllers refuses a service certificate any of whose names (a
+// wildcard included) is one the controller serves under: signed by the
+// same mesh CA, with server auth, it would let whoever wrote the manifest
+// pose as the controller to the hosts and to meshctl, which trust that CA
+// (an operator's module could capture the admin's password at login).
+func (c MachineCerts) notTheControllers(names []string) error {
+	for _, n := range names {
+		n = strings.TrimSuffix(strings.ToLower(n), ".")
+		for _, r := range append(append([]string{}, c.ControllerNames...), meshca.LocalNames...) {
+			r = strings.TrimSuffix(strings.ToLower(r), ".")
+			if n == r || strings.HasPrefix(n, "*.") && strings.Count(r, ".") > 0 && r[strings.Index(r, ".")+1:] == n[2:] {
+				return fmt.Errorf("%w: %s is a name the controller serves under (--advertise); a service certificate may not name it", models.ErrForbidden, n)
+			}
+		}
+	}
+	return nil
 }
