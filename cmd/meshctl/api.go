@@ -11,9 +11,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"mesh/client"
 	"mesh/meshca"
@@ -125,9 +128,26 @@ func (a *app) encodeJSON(v any) error {
 func (a *app) table(rows [][]string) error {
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = shown(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
+}
+
+// shown is a cell as a terminal may print it: what a host reported (a
+// reason, its version, a check's detail) reaches the operator's terminal
+// here, and escape sequences in it could rewrite the screen, set the
+// clipboard or hide text, so control characters (tabs and newlines too,
+// which would break the table) are written as Go escapes.
+func shown(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) && utf8.ValidString(s) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 // ago says how long ago t was, for tables; "-" when never.

@@ -82,3 +82,26 @@ func TestMeshctl_Logs(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshctl_EscapesReachNoTerminal: what a host reports (a refusal's
+// reason) is printed with its control characters escaped: a reason holding
+// terminal escapes could set the clipboard or hide text on the operator's
+// terminal.
+func TestMeshctl_EscapesReachNoTerminal(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: map[string]any{
+		"generation": 0, "outcome": "refused", "reason": "ok\x1b[2K\x1b]52;c;ZWNobyBwd25lZA==\x07 done"}}, 201, nil)
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", e.Admin)
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"machines", "show", "m1"}, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if strings.ContainsAny(out.String(), "\x1b\x07") || !strings.Contains(out.String(), `ok\x1b[2K\x1b]52;c;ZWNobyBwd25lZA==\a done`) {
+		t.Fatalf("printed %q, want the reason with its escapes written out", out.String())
+	}
+}
