@@ -90,14 +90,17 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		if c.OK {
 			continue
 		}
+		// A host's clock ahead of ours (or a host lying) does not put
+		// "failing since" in the future, where it would never have
+		// failed long enough to be unhealthy.
 		since = now
-		if !c.At.IsZero() {
+		if !c.At.IsZero() && c.At.Before(now) {
 			since = c.At
 		}
 		if m.Health == HealthFailing && m.HealthCheck == c.Resource && m.HealthSince != nil {
 			since = *m.HealthSince
 		}
-		return HealthFailing, c.Resource, c.Detail, since
+		return HealthFailing, EscapeLogLine(c.Resource, MaxReasonBytes), EscapeLogLine(c.Detail, MaxReasonBytes), since
 	}
 	since = now
 	if m.Health == HealthPassing && m.HealthSince != nil {

@@ -3,7 +3,9 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // CheckReportSend says whether a report may name send: the send must be
@@ -36,7 +38,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	}
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
-			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+			up["last_outcome"], up["last_reason"] = r.Outcome, EscapeLogLine(r.Reason, MaxReasonBytes)
 		}
 		return up
 	}
@@ -57,7 +59,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	// stale replay is kept as a report row, but the machine is still what
 	// its latest generation made it.
 	if r.Generation >= m.FinishedGen && r.Generation > 0 {
-		up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+		up["last_outcome"], up["last_reason"] = r.Outcome, EscapeLogLine(r.Reason, MaxReasonBytes)
 	}
 	if FinalOutcome(r.Outcome) && r.Generation >= m.FinishedGen {
 		up["finished_generation"] = r.Generation
@@ -94,11 +96,23 @@ func DecodeReport(body []byte) (*Report, error) {
 	case r.Generation < 0:
 		return nil, Invalid("generation", "must not be negative")
 	}
+	for _, v := range []struct{ field, value string }{{"host_version", r.HostVersion}, {"launcher_version", r.LauncherVersion}} {
+		if len(v.value) > MaxVersionLen || strings.ContainsFunc(v.value, notShown) || !utf8.ValidString(v.value) {
+			return nil, Invalid(v.field, fmt.Sprintf("a version: at most %d characters, none of them a control character", MaxVersionLen))
+		}
+	}
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
+
+// MaxReasonBytes bounds what of a host's words (a reason, a failing
+// check's name and detail) its machine's summary keeps, control
+// characters escaped: the overview shows it for every machine, every
+// refresh (a host's megabyte reason was a megabyte on every row's page).
+// The report's row keeps what it said.
+const MaxReasonBytes = 4 << 10
 
 // health sets the health columns from checks.
 func health(up map[string]any, m *Machine, checks []CheckResult, now time.Time) {

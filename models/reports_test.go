@@ -1,7 +1,9 @@
 package models
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,5 +115,34 @@ func TestInstance_Observed(t *testing.T) {
 				t.Fatalf("%s silent %v: %s, want %s", tc.state, tc.silent, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestReport_HostWordsBounded: what a host says of itself reaches every
+// page and terminal that shows its machine: a version with a control
+// character (or longer than a version) is refused, and a reason or a
+// failing check's detail is kept on the machine clipped with control
+// characters escaped; a failing check dated in the future fails from now
+// (else it never failed long enough to be unhealthy).
+func TestReport_HostWordsBounded(t *testing.T) {
+	for _, v := range []string{"1.4.2\x1b[8m", strings.Repeat("9", MaxVersionLen+1)} {
+		body, _ := json.Marshal(map[string]any{"generation": 1, "outcome": "applied", "host_version": v})
+		if _, err := DecodeReport(body); !errors.Is(err, ErrInvalid) {
+			t.Errorf("host_version %q: %v, want invalid", v, err)
+		}
+	}
+	now := time.Now()
+	m := &Machine{FinishedGen: 1, AppliedGeneration: 1}
+	r := &Report{Generation: 2, Outcome: OutcomeApplied, Reason: "ok\x1b]52;c;eA==\x07" + strings.Repeat("r", 1<<20),
+		Checks: []CheckResult{{Resource: "web.check", At: now.Add(time.Hour), Detail: strings.Repeat("d", 1<<20)}}}
+	up := ReportUpdates(m, r, true, now)
+	for _, k := range []string{"last_reason", "health_detail"} {
+		s := up[k].(string)
+		if len(s) > MaxReasonBytes+4 || strings.ContainsAny(s, "\x1b\x07") {
+			t.Errorf("%s kept as %d bytes (%q…)", k, len(s), s[:20])
+		}
+	}
+	if since := up["health_since"].(time.Time); since.After(now) {
+		t.Errorf("failing since %v, after now %v", since, now)
 	}
 }

@@ -182,26 +182,48 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	return d, m, nil
 }
 
-// reportLine says a report in the journal's words.
+// reportLine says a report in the journal's words, at most
+// journalItems of its actions and of its checks, each at most
+// journalWords bytes: a host's report may hold a megabyte, and the
+// machine's page shows 200 reports, refreshed every 2 s (a host's 200
+// reports of 30,000 actions each made a 96 MB page).
 func reportLine(r models.ReportRow) ReportLine {
-	l := ReportLine{Time: stamp(r.CreatedAt), Outcome: r.Outcome, Reason: r.Reason}
+	l := ReportLine{Time: stamp(r.CreatedAt), Outcome: r.Outcome, Reason: models.EscapeLogLine(r.Reason, journalWords)}
 	var body models.Report
 	if json.Unmarshal([]byte(r.Body), &body) == nil {
+		more := 0
 		for _, a := range body.Actions {
-			if a.Action != "unchanged" {
-				l.Actions = append(l.Actions, a.Words())
+			switch {
+			case a.Action == "unchanged":
+			case len(l.Actions) == journalItems:
+				more++
+			default:
+				l.Actions = append(l.Actions, models.EscapeLogLine(a.Words(), journalWords))
 			}
 		}
-		for _, c := range body.Checks {
+		if more > 0 {
+			l.Actions = append(l.Actions, fmt.Sprintf("… and %d more (the report, GET /api/v1/machines/{name}/reports, has them all)", more))
+		}
+		for i, c := range body.Checks {
+			if i == journalItems {
+				l.Checks = append(l.Checks, fmt.Sprintf("… and %d more checks", len(body.Checks)-i))
+				break
+			}
 			word := "healthy"
 			if !c.OK {
 				word = "unhealthy"
 			}
-			l.Checks = append(l.Checks, fmt.Sprintf("check %s: %s (%s) at %s", c.Resource, word, c.Detail, stamp(c.At)))
+			l.Checks = append(l.Checks, models.EscapeLogLine(fmt.Sprintf("check %s: %s (%s) at %s", c.Resource, word, c.Detail, stamp(c.At)), journalWords))
 		}
 	}
 	return l
 }
+
+// What of one report the machine's journal shows (reportLine).
+const (
+	journalItems = 50
+	journalWords = 512
+)
 
 func (s *Server) machinePage(c echo.Context) error {
 	ctx := c.Request().Context()
