@@ -74,7 +74,9 @@ func TestLogin_LongNamesCostLittle(t *testing.T) {
 			t.Fatalf("a 60 KiB name: %d, want 401 or 429", resp.StatusCode)
 		}
 	}
-	var audit struct{ Items []struct{ Action, Target string } }
+	var audit struct {
+		Items []struct{ Action, Target string }
+	}
 	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
 	n := 0
 	for _, a := range audit.Items {
