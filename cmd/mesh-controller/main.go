@@ -28,6 +28,7 @@ import (
 	"mesh/conns"
 	"mesh/controller"
 	"mesh/models"
+	"mesh/store"
 	"mesh/version"
 	"mesh/web"
 )
@@ -134,13 +135,25 @@ func rootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	}
 	demoCmd.Flags().StringVar(&demoListen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on")
 
+	backupCmd := &cobra.Command{
+		Use:   "backup FILE",
+		Short: "Write a consistent copy of the SQLite store to FILE, while the controller serves (PostgreSQL: pg_dump)",
+		Long: `Write a consistent copy of the SQLite store to FILE (a new file, mode 0600), while
+controllers serve it. To restore: stop the controller, put FILE in the data dir as
+mesh.db, remove mesh.db-wal and mesh.db-shm beside it, and start it. The copy holds
+the signing keys as the store does (encrypted only under --key-file): keep it as
+you keep them. A PostgreSQL store is backed up with pg_dump.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return backup(cmd.Context(), st.config(), args[0], stdout) },
+	}
+
 	versionCmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "mesh-controller", version.String()) },
 	}
-	root.AddCommand(serveCmd, migrateCmd, userCmd, demoCmd, versionCmd)
+	root.AddCommand(serveCmd, migrateCmd, userCmd, backupCmd, demoCmd, versionCmd)
 	return root
 }
 
@@ -388,6 +401,26 @@ func migrate(ctx context.Context, cfg controller.Config, stdout io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "store schema at %d (this build knows %d)\n", v, known)
+	return nil
+}
+
+// backup copies the store without migrating it: the copy is the store as
+// it is, for whichever build serves it.
+func backup(ctx context.Context, cfg controller.Config, path string, stdout io.Writer) error {
+	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	start := time.Now()
+	if err := st.Backup(ctx, path); err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backed up the store to %s (%d bytes, %s)\n", path, fi.Size(), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
