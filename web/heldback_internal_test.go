@@ -20,3 +20,16 @@ func TestRow_HeldBackSaysWhy(t *testing.T) {
 		t.Fatalf("row = %+v", r)
 	}
 }
+
+// TestRow_UpgradingSaysItCannotBeComposed: a machine whose host is being
+// upgraded is "upgrading", and when its generation cannot be composed the
+// row says so beside it (it was only in the machine's JSON).
+func TestRow_UpgradingSaysItCannotBeComposed(t *testing.T) {
+	now := time.Now()
+	m := &models.Machine{Name: "m2", Generation: 4, AppliedGeneration: 3, FinishedGen: 3, HostVersion: "1.4.0", TargetHostVersion: "1.5.0",
+		ComposeError: "variables: ${var.port} is not set on machine m2", ComposeErrorGen: 4, GenerationAt: now, CreatedAt: now, Health: models.HealthNone}
+	r := row(models.DefaultStateRules, m, &now, nil, now)
+	if r.State != models.StateUpgrading || !strings.Contains(r.Badge, "generation 4 cannot be composed: variables: ${var.port}") {
+		t.Fatalf("row = %+v", r)
+	}
+}

@@ -156,6 +156,11 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 		}
 	case models.StateUpgrading:
 		r.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)
+		if m.ComposeErrorGen == m.Generation && m.ComposeError != "" {
+			// Its upgrade is the headline; that nothing can be sent to it
+			// meanwhile is not left to its JSON.
+			r.Badge += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
+		}
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"
 	case models.StateRolledBack:
 		r.Badge = "rolled back: " + m.LastReason

@@ -165,6 +165,9 @@ func why(m *client.Machine) string {
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
 		return fmt.Sprintf("%s generation %d: %s", m.LastOutcome, m.FinishedGeneration, m.LastReason)
 	case client.MachineStateUpgrading:
+		if m.ComposeError != "" {
+			return fmt.Sprintf("upgrading its host to %s; generation %d cannot be composed: %s", m.TargetHostVersion, m.Generation, m.ComposeError)
+		}
 		return "upgrading its host to " + m.TargetHostVersion
 	case client.MachineStateBehind:
 		if m.ComposeError != "" {
