@@ -221,3 +221,25 @@ func TestHostStartedReports_NameTheLastAppliedSend(t *testing.T) {
 		t.Fatal("a send named for a generation that is not the last applied")
 	}
 }
+
+// TestUpgrade_WithoutLauncherIsRefusedOnTheRecord: a host not run under
+// `mesh-host launch` cannot upgrade (nothing would roll a bad release
+// back); it says so in a refused report naming the release, not only in
+// its own log, so its machine does not look as if it were upgrading.
+func TestUpgrade_WithoutLauncherIsRefusedOnTheRecord(t *testing.T) {
+	t.Setenv(EnvLauncher, "")
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend, a.state.Finished = 7, "sha256:d7", "send-7", 7
+	a.id = &Identity{}
+	if err := a.maybeUpgrade(context.Background(), &models.HostRelease{Version: "9.9.9", OS: runtime.GOOS, Arch: runtime.GOARCH, Digest: "sha256:r"}, 7); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	got := append([]models.Report(nil), srv.got...)
+	srv.mu.Unlock()
+	if len(got) != 1 || got[0].Outcome != models.OutcomeRefused || !strings.Contains(got[0].Reason, "host release 9.9.9 refused") ||
+		!strings.Contains(got[0].Reason, "mesh-host launch") {
+		t.Fatalf("reports %+v, want one refusal of 9.9.9 naming mesh-host launch", got)
+	}
+}

@@ -70,8 +70,10 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 		return nil
 	}
 	if os.Getenv(EnvLauncher) == "" {
-		a.once("no-launcher-"+h.Digest, "host release %s is targeted, but this host does not run under `mesh-host launch`, which keeps known-good; not upgrading", h.Version)
-		return nil
+		// Said to the controller, not only to this host's log: else its
+		// machine showed "upgrading" while its rollout waited out its
+		// deadline for an upgrade that was never going to happen.
+		return a.refuseRelease(ctx, h, gen, "this host does not run under `mesh-host launch`, which keeps known-good and rolls back a failed release; run it so (the host's unit does) to upgrade")
 	}
 	ok := false
 	for _, k := range a.id.Keys {

@@ -1,6 +1,9 @@
 package models
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Bump is one machine's generation after a committed change.
 type Bump struct {
@@ -71,6 +74,14 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 		return StateUnhealthy
 	}
 	return StateCurrent
+}
+
+// RefusedTarget reports whether m's host refused the host release it is
+// being upgraded to (its last report says so): the machine is still
+// "upgrading", and why it will not is shown beside the word.
+func RefusedTarget(m *Machine) bool {
+	return m.TargetHostVersion != "" && m.LastOutcome == OutcomeRefused &&
+		strings.HasPrefix(m.LastReason, "host release "+m.TargetHostVersion+" refused")
 }
 
 // Unhealthy reports whether a declared check of m has failed for longer

@@ -33,3 +33,17 @@ func TestRow_UpgradingSaysItCannotBeComposed(t *testing.T) {
 		t.Fatalf("row = %+v", r)
 	}
 }
+
+// TestRow_UpgradingSaysItsHostRefused: a host that will not upgrade (not
+// run under `mesh-host launch`) reports the release refused; its machine
+// is still upgrading, and the row says why it will not.
+func TestRow_UpgradingSaysItsHostRefused(t *testing.T) {
+	now := time.Now()
+	reason := "host release 1.5.0 refused: this host does not run under `mesh-host launch`"
+	m := &models.Machine{Name: "m2", Generation: 4, AppliedGeneration: 4, FinishedGen: 4, HostVersion: "1.4.0", TargetHostVersion: "1.5.0",
+		LastOutcome: models.OutcomeRefused, LastReason: reason, GenerationAt: now, CreatedAt: now, Health: models.HealthNone}
+	r := row(models.DefaultStateRules, m, &now, nil, now)
+	if r.State != models.StateUpgrading || !strings.HasSuffix(r.Badge, "; its host refused it: "+reason) {
+		t.Fatalf("row = %+v", r)
+	}
+}

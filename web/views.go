@@ -161,6 +161,9 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 			// meanwhile is not left to its JSON.
 			r.Badge += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 		}
+		if models.RefusedTarget(m) {
+			r.Badge += "; its host refused it: " + m.LastReason
+		}
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"
 	case models.StateRolledBack:
 		r.Badge = "rolled back: " + m.LastReason

@@ -165,10 +165,14 @@ func why(m *client.Machine) string {
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
 		return fmt.Sprintf("%s generation %d: %s", m.LastOutcome, m.FinishedGeneration, m.LastReason)
 	case client.MachineStateUpgrading:
+		w := "upgrading its host to " + m.TargetHostVersion
 		if m.ComposeError != "" {
-			return fmt.Sprintf("upgrading its host to %s; generation %d cannot be composed: %s", m.TargetHostVersion, m.Generation, m.ComposeError)
+			w += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 		}
-		return "upgrading its host to " + m.TargetHostVersion
+		if m.LastOutcome == string(client.ReportOutcomeRefused) && strings.HasPrefix(m.LastReason, "host release "+m.TargetHostVersion+" refused") {
+			w += "; its host refused it: " + m.LastReason
+		}
+		return w
 	case client.MachineStateBehind:
 		if m.ComposeError != "" {
 			return fmt.Sprintf("generation %d cannot be composed: %s", m.Generation, m.ComposeError)
