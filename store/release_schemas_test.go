@@ -336,3 +336,27 @@ func TestPlan_OlderHeldBackReasonDoesNotHalt(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_TheOneThatReachedMachines: a version's rollout, as read, is
+// the newest that reached a machine: a plan's host step for a release its
+// machines already run makes an empty rollout, which hid the one that did
+// the work (its machines no longer to be seen).
+func TestRollout_TheOneThatReachedMachines(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		first, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil || len(first.Machines) != 1 {
+			t.Fatalf("start: %+v %v", first, err)
+		}
+		empty := &models.Rollout{Version: "1.5.0", State: models.RolloutDone, CreatedBy: "plan", CreatedAt: time.Now(), PlanID: 7}
+		if err := s.DB().Create(empty).Error; err != nil {
+			t.Fatal(err)
+		}
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil || ro.ID != first.ID || len(ro.Machines) != 1 {
+			t.Fatalf("rollout of 1.5.0: %+v %v; want rollout %d with its machine", ro, err, first.ID)
+		}
+	})
+}

@@ -207,8 +207,13 @@ func rolloutView(tx *Tx, ro *models.Rollout) (*models.RolloutView, error) {
 func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutView, error) {
 	var out *models.RolloutView
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		// The newest rollout that reached a machine: a plan's host step
+		// for a release its machines already run makes an empty one,
+		// which hid the rollout that did the work.
 		var ro models.Rollout
-		if err := db.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {
+		if err := db.Where("version = ?", version).
+			Order(clause.Expr{SQL: "EXISTS (SELECT 1 FROM rollout_machines rm WHERE rm.rollout_id = rollouts.id) DESC, id DESC"}).
+			First(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		var err error
