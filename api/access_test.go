@@ -199,3 +199,48 @@ func TestAccess_HostModuleBuildsByAdmin(t *testing.T) {
 		t.Fatalf("the admin's host build: %d %s, want 201", resp.StatusCode, b)
 	}
 }
+
+// TestMachines_ListByState: ?state= lists only the machines in that state
+// as judged now, newest first, page by page; an unknown state is 400
+// (it was ignored, and every machine listed).
+func TestMachines_ListByState(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		cur := e.Enroll("m-current")
+		p := doPoll(e, cur.Token, 0, "5s")
+		report(e, cur.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+		for _, n := range []string{"m-a", "m-b", "m-c"} {
+			e.Enroll(n) // enrolled, never polled: behind
+		}
+		type list struct {
+			Items []struct {
+				Name, State string
+			}
+			NextCursor string `json:"next_cursor"`
+		}
+		var l list
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=current", Token: e.Admin}, 200, &l)
+		if len(l.Items) != 1 || l.Items[0].Name != "m-current" {
+			t.Fatalf("current: %+v", l.Items)
+		}
+		var names []string
+		path := "/api/v1/machines?state=behind&limit=2"
+		for path != "" {
+			l = list{}
+			e.JSON(ctltest.Request{Method: "GET", Path: path, Token: e.Admin}, 200, &l)
+			for _, m := range l.Items {
+				if m.State != "behind" {
+					t.Fatalf("%s listed as behind is %s", m.Name, m.State)
+				}
+				names = append(names, m.Name)
+			}
+			path = ""
+			if l.NextCursor != "" {
+				path = "/api/v1/machines?state=behind&limit=2&cursor=" + l.NextCursor
+			}
+		}
+		if strings.Join(names, ",") != "m-c,m-b,m-a" {
+			t.Fatalf("behind, newest first over pages: %v", names)
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=lagging", Token: e.Admin}, 400, nil)
+	})
+}

@@ -854,6 +854,51 @@ func (e UserUpdateRole) Valid() bool {
 	}
 }
 
+// Defines values for ListMachinesParamsState.
+const (
+	ListMachinesParamsStateBehind     ListMachinesParamsState = "behind"
+	ListMachinesParamsStateConflict   ListMachinesParamsState = "conflict"
+	ListMachinesParamsStateCurrent    ListMachinesParamsState = "current"
+	ListMachinesParamsStateFailed     ListMachinesParamsState = "failed"
+	ListMachinesParamsStateOffline    ListMachinesParamsState = "offline"
+	ListMachinesParamsStateRefused    ListMachinesParamsState = "refused"
+	ListMachinesParamsStateRejected   ListMachinesParamsState = "rejected"
+	ListMachinesParamsStateRevoked    ListMachinesParamsState = "revoked"
+	ListMachinesParamsStateRolledBack ListMachinesParamsState = "rolled_back"
+	ListMachinesParamsStateUnhealthy  ListMachinesParamsState = "unhealthy"
+	ListMachinesParamsStateUpgrading  ListMachinesParamsState = "upgrading"
+)
+
+// Valid indicates whether the value is a known member of the ListMachinesParamsState enum.
+func (e ListMachinesParamsState) Valid() bool {
+	switch e {
+	case ListMachinesParamsStateBehind:
+		return true
+	case ListMachinesParamsStateConflict:
+		return true
+	case ListMachinesParamsStateCurrent:
+		return true
+	case ListMachinesParamsStateFailed:
+		return true
+	case ListMachinesParamsStateOffline:
+		return true
+	case ListMachinesParamsStateRefused:
+		return true
+	case ListMachinesParamsStateRejected:
+		return true
+	case ListMachinesParamsStateRevoked:
+		return true
+	case ListMachinesParamsStateRolledBack:
+		return true
+	case ListMachinesParamsStateUnhealthy:
+		return true
+	case ListMachinesParamsStateUpgrading:
+		return true
+	default:
+		return false
+	}
+}
+
 // APIToken an API token as listed; neither the token nor its hash is shown
 type APIToken struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -2315,7 +2360,13 @@ type ListMachinesParams struct {
 
 	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// State only the machines in this state, as judged now (an unknown word is 400)
+	State *ListMachinesParamsState `form:"state,omitempty" json:"state,omitempty"`
 }
+
+// ListMachinesParamsState defines parameters for ListMachines.
+type ListMachinesParamsState string
 
 // SetAssignmentsParams defines parameters for SetAssignments.
 type SetAssignmentsParams struct {
@@ -3536,7 +3587,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
 	RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListMachines machines, newest first (viewer)
+	// ListMachines machines, newest first (viewer); with state, only those in that state
 	//
 	// Corresponds with GET /api/v1/machines (the `ListMachines` operationId).
 	ListMachines(ctx context.Context, params *ListMachinesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4619,7 +4670,7 @@ func (c *Client) RevokeJoinToken(ctx context.Context, id JoinTokenID, reqEditors
 	return c.Client.Do(req)
 }
 
-// ListMachines machines, newest first (viewer)
+// ListMachines machines, newest first (viewer); with state, only those in that state
 //
 // Corresponds with GET /api/v1/machines (the `ListMachines` operationId).
 func (c *Client) ListMachines(ctx context.Context, params *ListMachinesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6966,6 +7017,18 @@ func NewListMachinesRequest(server string, params *ListMachinesParams) (*http.Re
 		if params.Cursor != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9438,7 +9501,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/join-tokens/{id}/revoke (the `RevokeJoinToken` operationId).
 	RevokeJoinTokenWithResponse(ctx context.Context, id JoinTokenID, reqEditors ...RequestEditorFn) (*RevokeJoinTokenResponse, error)
 
-	// ListMachinesWithResponse machines, newest first (viewer)
+	// ListMachinesWithResponse machines, newest first (viewer); with state, only those in that state
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15981,7 +16044,7 @@ func (c *ClientWithResponses) RevokeJoinTokenWithResponse(ctx context.Context, i
 	return ParseRevokeJoinTokenResponse(rsp)
 }
 
-// ListMachinesWithResponse machines, newest first (viewer)
+// ListMachinesWithResponse machines, newest first (viewer); with state, only those in that state
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -112,3 +112,28 @@ func TestMeshctl_EscapesReachNoTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshctl_MachinesInAState: `machines ls --state behind` lists the
+// machines behind, each with why, and no other.
+func TestMeshctl_MachinesInAState(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.Enroll("m1") // never polled: behind
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", e.Admin)
+	ls := func(state string) string {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"machines", "ls", "--state", state}, strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("ls --state %s: exit %d: %s", state, code, errOut.String())
+		}
+		return out.String()
+	}
+	if out := ls("behind"); !strings.Contains(out, "WHY") || !strings.Contains(out, "m1") || !strings.Contains(out, "generation 1 (enrol) not applied yet") {
+		t.Fatalf("behind:\n%s", out)
+	}
+	if out := ls("current"); strings.Contains(out, "m1") {
+		t.Fatalf("current lists m1:\n%s", out)
+	}
+}

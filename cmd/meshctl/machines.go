@@ -17,19 +17,27 @@ import (
 
 func (a *app) machinesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "machines", Aliases: []string{"machine"}, Short: "Machines and their state"}
+	var state string
 	ls := &cobra.Command{
-		Use:     "ls",
+		Use:     "ls [--state STATE]",
 		Aliases: []string{"list"},
-		Short:   "List every machine with its state",
-		Args:    cobra.NoArgs,
+		Short:   "List every machine (or those in one state) with its state and why",
+		Example: `  meshctl machines ls
+  meshctl machines ls --state behind      # which machines are behind, and why`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.apiClient()
 			if err != nil {
 				return err
 			}
+			var only *client.ListMachinesParamsState
+			if state != "" {
+				s := client.ListMachinesParamsState(state)
+				only = &s
+			}
 			ms, raw, err := collect[client.Machine](0, func(cursor *string) (*http.Response, []byte, error) {
 				limit := 500
-				r, err := c.ListMachinesWithResponse(cmd.Context(), &client.ListMachinesParams{Limit: &limit, Cursor: cursor})
+				r, err := c.ListMachinesWithResponse(cmd.Context(), &client.ListMachinesParams{Limit: &limit, Cursor: cursor, State: only})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -42,14 +50,15 @@ func (a *app) machinesCommand() *cobra.Command {
 				return a.encodeJSON(raw)
 			}
 			sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
-			rows := [][]string{{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN"}}
+			rows := [][]string{{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN", "WHY"}}
 			for _, m := range ms {
 				rows = append(rows, []string{m.Name, string(m.State), strconv.Itoa(m.Generation), strconv.Itoa(m.AppliedGeneration),
-					string(m.Health.State), m.HostVersion, ago(m.LastSeen)})
+					string(m.Health.State), m.HostVersion, ago(m.LastSeen), clip(why(&m), 120)})
 			}
 			return a.table(rows)
 		},
 	}
+	ls.Flags().StringVar(&state, "state", "", "only the machines in this state: current, behind, refused, failed, rejected, conflict, revoked, offline, upgrading, rolled_back or unhealthy")
 	show := &cobra.Command{
 		Use:   "show NAME",
 		Short: "A machine's state, health, why, and its assignments",
@@ -350,3 +359,4 @@ func deref(p *string) string {
 	}
 	return *p
 }
+
