@@ -144,7 +144,9 @@ mesh.db, remove mesh.db-wal and mesh.db-shm beside it, and start it. The copy ho
 the signing keys as the store does (encrypted only under --key-file): keep it as
 you keep them. A PostgreSQL store is backed up with pg_dump.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return backup(cmd.Context(), st.config(), args[0], stdout) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return backup(cmd.Context(), st.config(), args[0], stdout)
+		},
 	}
 
 	versionCmd := &cobra.Command{

@@ -359,4 +359,3 @@ func deref(p *string) string {
 	}
 	return *p
 }
-
