@@ -88,7 +88,8 @@ func (a *app) machinesCommand() *cobra.Command {
 			return a.showMachine(r.JSON200, as.JSON200.Assignments)
 		},
 	}
-	cmd.AddCommand(ls, show, a.labelCommand())
+	cmd.AddCommand(ls, show, a.labelCommand(), a.varsCommand())
+	cmd.AddCommand(a.machineAdminCommands()...)
 	return cmd
 }
 

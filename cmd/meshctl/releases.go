@@ -102,7 +102,7 @@ cancelled, printing the reason.`,
 		},
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the rollout")
-	cmd.AddCommand(upload, rollout, watch)
+	cmd.AddCommand(a.releasesList(), upload, rollout, watch)
 	return cmd
 }
 

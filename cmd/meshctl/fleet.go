@@ -1,0 +1,276 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"mesh/client"
+)
+
+// machineAdminCommands are what an admin does to a machine as a whole:
+// revoke its identity, delete it, resolve its conflict.
+func (a *app) machineAdminCommands() []*cobra.Command {
+	var reason string
+	revoke := &cobra.Command{
+		Use:   "revoke MACHINE [--reason R]",
+		Short: "Revoke a machine's identity: its token and certificates are refused from now (admin)",
+		Long: `Revoke a machine's identity: its host token and every certificate of its
+enrolment are refused on every instance from now, and its machine shows
+revoked with the reason. To bring it back, delete it and enrol the machine
+again.`,
+		Example: `  meshctl machines revoke m1 --reason "disk sold"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			body := client.RevokeRequest{}
+			if reason != "" {
+				body.Reason = &reason
+			}
+			r, err := c.RevokeMachineWithResponse(cmd.Context(), args[0], body)
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			fmt.Fprintf(a.out, "%s: revoked; its token and certificates are refused\n", args[0])
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&reason, "reason", "", `why, shown with its state (default "revoked by <you>")`)
+
+	del := &cobra.Command{
+		Use:   "delete MACHINE",
+		Short: "Remove a machine and its records; its host token stops working (admin)",
+		Long: `Remove a machine and its records; its host token stops working, and its
+host is refused from then on. What the host runs stays as it is (nothing is
+sent to tear it down). Enrol the machine again (a new join token) to bring
+it back.`,
+		Example: `  meshctl machines delete m1`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.DeleteMachineWithResponse(cmd.Context(), args[0])
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusNoContent); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.out, "%s: deleted\n", args[0])
+			return nil
+		},
+	}
+
+	resolve := &cobra.Command{
+		Use:   "resolve MACHINE",
+		Short: "Resolve a machine in conflict: the store's generation moves past what its host reports (admin)",
+		Long: `Resolve a machine in conflict (its host reports a generation newer than the
+store holds, as after a store restored from an old backup): its generation
+moves past the host's, composed afresh from the store, and sending resumes.`,
+		Example: `  meshctl machines resolve m1`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.ResolveMachineWithResponse(cmd.Context(), args[0])
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			fmt.Fprintf(a.out, "%s: resolved at generation %d\n", args[0], r.JSON200.Generation)
+			return nil
+		},
+	}
+	return []*cobra.Command{revoke, del, resolve}
+}
+
+// varsCommand shows or changes a machine's variables, one KEY=VALUE (or
+// KEY= to remove it) at a time over what was read, written with If-Match
+// and re-read on a 412 like assign.
+func (a *app) varsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "vars MACHINE [KEY=VALUE | KEY=]...",
+		Short: "Show a machine's variables, or set (KEY=VALUE) and remove (KEY=) some (operator to change)",
+		Long: `Show a machine's variables (${var.KEY} in manifests), or change some: each
+KEY=VALUE sets one, each KEY= removes one; the others are kept. meshctl
+reads the variables and the machine's generation, applies these changes,
+and writes them with If-Match; when the machine changed in between (412) it
+reads them again and applies only these changes to the fresh ones.`,
+		Example: `  meshctl machines vars m1
+  meshctl machines vars m1 port=9000 region=eu
+  meshctl machines vars m1 region=`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			machine, edits := args[0], map[string]*string{}
+			for _, kv := range args[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("%q: want KEY=VALUE, or KEY= to remove KEY", kv)
+				}
+				if v == "" {
+					edits[k] = nil
+				} else {
+					edits[k] = &v
+				}
+			}
+			for attempt := 1; ; attempt++ {
+				m, err := c.GetMachineWithResponse(cmd.Context(), machine)
+				if err != nil {
+					return reach(err)
+				}
+				if err := expect(m.HTTPResponse, m.Body, http.StatusOK); err != nil {
+					return err
+				}
+				got, err := c.GetVariablesWithResponse(cmd.Context(), machine)
+				if err != nil {
+					return reach(err)
+				}
+				if err := expect(got.HTTPResponse, got.Body, http.StatusOK); err != nil {
+					return err
+				}
+				vars := got.JSON200.Variables
+				if vars == nil {
+					vars = map[string]string{}
+				}
+				if len(edits) == 0 {
+					if a.jsonOut() {
+						return a.printJSON(got.Body)
+					}
+					keys := make([]string, 0, len(vars))
+					for k := range vars {
+						keys = append(keys, k)
+					}
+					sort.Strings(keys)
+					rows := [][]string{{"KEY", "VALUE"}}
+					for _, k := range keys {
+						rows = append(rows, []string{k, vars[k]})
+					}
+					return a.table(rows)
+				}
+				for k, v := range edits {
+					if v == nil {
+						delete(vars, k)
+					} else {
+						vars[k] = *v
+					}
+				}
+				etag := `"` + strconv.Itoa(m.JSON200.Generation) + `"`
+				r, err := c.SetVariablesWithResponse(cmd.Context(), machine, &client.SetVariablesParams{IfMatch: etag}, client.Variables{Variables: vars})
+				if err != nil {
+					return reach(err)
+				}
+				if r.StatusCode() == http.StatusPreconditionFailed && attempt < maxAttempts {
+					fmt.Fprintf(a.errOut, "%s changed since it was read at generation %d; reading it again\n", machine, m.JSON200.Generation)
+					continue
+				}
+				if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+					return err
+				}
+				if a.jsonOut() {
+					return a.printJSON(r.Body)
+				}
+				fmt.Fprintf(a.out, "%s: variables written\n", machine)
+				return nil
+			}
+		},
+	}
+}
+
+// releasesList lists the host releases with their state.
+func (a *app) releasesList() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List the host releases, newest first, with their state and the schemas they decode",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			rs, raw, err := collect[client.Release](0, func(cursor *string) (*http.Response, []byte, error) {
+				limit := 500
+				r, err := c.ListHostReleasesWithResponse(cmd.Context(), &client.ListHostReleasesParams{Limit: &limit, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(raw)
+			}
+			rows := [][]string{{"VERSION", "PLATFORM", "STATE", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}}
+			for _, r := range rs {
+				rows = append(rows, []string{r.Version, r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size),
+					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)})
+			}
+			return a.table(rows)
+		},
+	}
+}
+
+// auditCommand lists the audit log, newest first.
+func (a *app) auditCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "audit [--limit N]",
+		Short: "The audit log, newest first: who did what to what, refusals included (viewer)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			es, raw, err := collect[client.AuditEvent](limit, func(cursor *string) (*http.Response, []byte, error) {
+				n := min(limit, 500)
+				r, err := c.ListAuditEventsWithResponse(cmd.Context(), &client.ListAuditEventsParams{Limit: &n, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.encodeJSON(raw)
+			}
+			rows := [][]string{{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}}
+			for _, e := range es {
+				rows = append(rows, []string{e.At.Local().Format("2006-01-02 15:04:05"), e.Actor, e.Action, e.Target, clip(e.Detail, 100)})
+			}
+			return a.table(rows)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 50, "how many events at most")
+	return cmd
+}

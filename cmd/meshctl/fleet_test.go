@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestMeshctl_FleetAdmin: an admin's day without curl — a machine's
+// variables shown, set and removed (written with If-Match), the host
+// releases listed, the audit log read, a machine revoked with a reason
+// and deleted.
+func TestMeshctl_FleetAdmin(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.Enroll("m1")
+	e.Enroll("m2")
+	if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", e.Admin)
+	meshctl := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("meshctl %v: exit %d: %s", args, code, errOut.String())
+		}
+		return out.String()
+	}
+
+	meshctl("machines", "vars", "m1", "port=9000", "region=eu")
+	meshctl("machines", "vars", "m1", "region=")
+	if out := meshctl("machines", "vars", "m1"); !strings.Contains(out, "port") || !strings.Contains(out, "9000") || strings.Contains(out, "region") {
+		t.Fatalf("variables:\n%s", out)
+	}
+	var vars struct{ Variables map[string]string }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/variables", Token: e.Admin}, 200, &vars)
+	if len(vars.Variables) != 1 || vars.Variables["port"] != "9000" {
+		t.Fatalf("the store's variables: %v", vars.Variables)
+	}
+	if out := meshctl("releases", "ls"); !strings.Contains(out, "1.5.0") || !strings.Contains(out, "1,2") {
+		t.Fatalf("releases:\n%s", out)
+	}
+	meshctl("machines", "revoke", "m2", "--reason", "disk sold")
+	if out := meshctl("machines", "show", "m2"); !strings.Contains(out, "revoked: disk sold") {
+		t.Fatalf("m2 after revoke:\n%s", out)
+	}
+	meshctl("machines", "delete", "m2")
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m2", Token: e.Admin}, 404, nil)
+	if out := meshctl("audit", "--limit", "10"); !strings.Contains(out, "machine/m2") || !strings.Contains(out, "ACTION") {
+		t.Fatalf("audit:\n%s", out)
+	}
+	var errOut bytes.Buffer
+	if code := run(context.Background(), []string{"machines", "vars", "m1", "nokey"}, strings.NewReader(""), &bytes.Buffer{}, &errOut); code == 0 ||
+		!strings.Contains(errOut.String(), "KEY=VALUE") {
+		t.Fatalf("a bad variable: exit %d, %s", code, errOut.String())
+	}
+}
