@@ -244,3 +244,32 @@ func TestMachines_ListByState(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=lagging", Token: e.Admin}, 400, nil)
 	})
 }
+
+// TestReports_RateLimitedPerMachine: one host's reports are bounded (60 at
+// once, then one a second) with 429 and Retry-After, which its outbox
+// honours; another machine's host is not slowed (a host once stored 20 MB
+// of reports a second, read back by every refresh of its page).
+func TestReports_RateLimitedPerMachine(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	flood, other := e.Enroll("m1"), e.Enroll("m2")
+	post := func(token string) *http.Response {
+		resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: token,
+			Body: map[string]any{"generation": 0, "outcome": "refused", "reason": "x"}})
+		return resp
+	}
+	refused := 0
+	for range 80 {
+		if resp := post(flood.Token); resp.StatusCode == 429 {
+			refused++
+			if resp.Header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		}
+	}
+	if refused < 10 {
+		t.Fatalf("%d of 80 reports at once refused, want the ones past 60", refused)
+	}
+	if resp := post(other.Token); resp.StatusCode != 201 {
+		t.Fatalf("another machine's report: %d", resp.StatusCode)
+	}
+}

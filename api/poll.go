@@ -160,6 +160,9 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 // leniently: unknown fields from a newer host are kept in the row's body.
 func (s *Server) postReport(c echo.Context) error {
 	p := principal(c)
+	if err := s.reportLimit.take("machine " + p.Machine); err != nil {
+		return err
+	}
 	body, err := readBody(c)
 	if err != nil {
 		return err

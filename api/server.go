@@ -88,6 +88,12 @@ type Server struct {
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter
 	hookLimit  *addressLimiter
+	// reportLimit bounds how fast one machine's host may report: a report
+	// is a stored row (up to 1 MiB, kept for --keep-sends) that pages of
+	// the dashboard read back, and a host's reports are few (each apply,
+	// each change of its checks). A refused one stays in the host's
+	// outbox and is sent again.
+	reportLimit *addressLimiter
 	// MaxUpload caps an upload's body (a build's artifact, a host
 	// release); 0 is DefaultMaxUpload. An upload is streamed into the
 	// store, so this bounds the store's growth, not memory.
@@ -114,8 +120,9 @@ type Server struct {
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
-		enrolLimit: newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
-		hookLimit:  newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		enrolLimit:  newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
+		hookLimit:   newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
+		reportLimit: newAddressLimiter("reports", rate.Every(time.Second), 60), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	return s
 }
