@@ -81,10 +81,15 @@ func (p *problemError) Error() string {
 		}
 	}
 	if p.Status == http.StatusUnauthorized {
-		s += " (log in again: meshctl login URL --user NAME)"
+		s += " (" + loginHint + ")"
 	}
 	return s
 }
+
+// loginHint is what a 401 suggests; target says which controller (and
+// whether the saved login is another's).
+var loginHint = "log in again: meshctl login URL --user NAME"
+
 
 // reach wraps an error of the request itself: the controller was not
 // reached, or its answer could not be read.

@@ -117,6 +117,11 @@ func (a *app) target() (url, token string, ca []byte, err error) {
 	if same {
 		ca = []byte(c.CA)
 	}
+	loginHint = "log in again: meshctl login " + url + " --user NAME"
+	if !same && c.Controller != "" && os.Getenv("MESH_TOKEN") == "" {
+		// The saved token is for another controller, and is not sent here.
+		loginHint = "the saved login is for " + c.Controller + ", not " + url + ": meshctl login " + url + " --user NAME, or set MESH_TOKEN"
+	}
 	return url, token, ca, nil
 }
 

@@ -63,3 +63,19 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 		t.Fatalf("a bad variable: exit %d, %s", code, errOut.String())
 	}
 }
+
+// TestMeshctl_SavedLoginIsAnotherControllers: the saved token is never
+// sent to another controller, and the refusal there says whose login is
+// saved and how to log in where it was asked.
+func TestMeshctl_SavedLoginIsAnotherControllers(t *testing.T) {
+	one, other := ctltest.Start(t, store.SQLite), ctltest.Start(t, store.SQLite)
+	one.AddUser("ops", "operator")
+	mc := buildMeshctl(t)
+	if r := mc.run("password-of-ops\n", "login", one.URL, "--user", "ops", "--password-stdin"); r.code != 0 {
+		t.Fatalf("login: %s", r)
+	}
+	r := mc.run("", "machines", "ls", "--controller", other.URL)
+	if r.code != 1 || !strings.Contains(r.stderr, "the saved login is for "+one.URL+", not "+other.URL) {
+		t.Fatalf("another controller: %s", r)
+	}
+}
