@@ -90,7 +90,6 @@ func (p *problemError) Error() string {
 // whether the saved login is another's).
 var loginHint = "log in again: meshctl login URL --user NAME"
 
-
 // reach wraps an error of the request itself: the controller was not
 // reached, or its answer could not be read.
 func reach(err error) error {
