@@ -74,7 +74,9 @@ func (p *problemError) Error() string {
 	if p.Detail != nil && *p.Detail != "" {
 		// A detail that begins with the title's word says it once
 		// ("Conflict: conflict: …" reads as a stutter).
-		if strings.HasPrefix(strings.ToLower(*p.Detail), strings.ToLower(p.Title)+": ") {
+		// and so does one that ends with it ("Not found: machine m1: not found").
+		lower, title := strings.ToLower(*p.Detail), strings.ToLower(p.Title)
+		if strings.HasPrefix(lower, title+": ") || strings.HasSuffix(lower, ": "+title) {
 			s = *p.Detail
 		} else {
 			s += ": " + *p.Detail

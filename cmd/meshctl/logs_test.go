@@ -75,7 +75,7 @@ func TestMeshctl_Logs(t *testing.T) {
 	}{
 		{[]string{"logs", "m1", "web.nothing"}, "machine m1 has shipped no lines of web.nothing"},
 		{[]string{"logs", "m1", "web.service", "--tail", "0"}, "tail: a number of lines from 1 to 100"},
-		{[]string{"logs", "nobody", "web.service"}, "Not found"},
+		{[]string{"logs", "nobody", "web.service"}, "meshctl: machine nobody: not found\n"},
 	} {
 		if _, errOut, code := meshctl(tc.args...); code != 1 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("meshctl %v: exit %d, %s", tc.args, code, errOut)
