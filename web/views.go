@@ -99,7 +99,9 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 			r.Badge += " — check " + m.HealthCheck + " failing, within the grace"
 		case models.HealthPassing:
 			if m.HealthAt != nil {
-				r.Since += "; checks passing, checked " + ago(*m.HealthAt, now)
+				// The host checks every --check-every and reports a change at
+				// once: this is when it last said, not when it last looked.
+				r.Since += "; checks passing as of its report " + ago(*m.HealthAt, now) + " (a change is reported at once)"
 			}
 		default:
 			r.Badge += " — no checks declared"

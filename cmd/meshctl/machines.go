@@ -135,6 +135,17 @@ func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
 	for _, s := range mods[1:] {
 		rows = append(rows, []string{"", s})
 	}
+	// What its host last reported running: a module a selector gives it
+	// is not an assignment, and "Assigned: none" read as nothing running.
+	running := make([]string, 0, len(m.Running))
+	for mod, rb := range m.Running {
+		running = append(running, fmt.Sprintf("%s@%d", mod, rb.Build))
+	}
+	sort.Strings(running)
+	if len(running) == 0 {
+		running = []string{"nothing reported"}
+	}
+	rows = append(rows, []string{"Running:", strings.Join(running, ", ")})
 	if m.Yanked != nil {
 		for i, y := range *m.Yanked {
 			label := ""
