@@ -191,11 +191,18 @@ func (s *Server) requireBuilder(next echo.HandlerFunc) echo.HandlerFunc {
 	})(next)
 }
 
+// mayRelease says whether p may finish a mesh-host module's build, which
+// becomes a host release: a builder (CI, set up by an admin for that
+// module's forge) or an admin; not an operator, who may not make one.
+func mayRelease(p *Principal) bool {
+	return p != nil && (p.Role == models.RoleBuilder || p.Role == models.RoleAdmin)
+}
+
 // BuildLease is how long a builder holds a claimed build.
 const BuildLease = 30 * time.Minute
 
 func (s *Server) claimBuild(c echo.Context) error {
-	b, err := s.Store.ClaimBuild(c.Request().Context(), principal(c).Actor(), BuildLease)
+	b, err := s.Store.ClaimBuild(c.Request().Context(), principal(c).Actor(), BuildLease, mayRelease(principal(c)))
 	if err != nil {
 		return err
 	}
@@ -211,6 +218,13 @@ func (s *Server) finishBuild(c echo.Context) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil {
 		return models.Invalid("id", "a build id")
+	}
+	mod, err := s.Store.BuildModule(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if mod.Kind == models.KindHost && !mayRelease(principal(c)) {
+		return fmt.Errorf("%w: build %d is of mesh-host module %s, and becomes a host release: a builder's or an admin's to finish", models.ErrForbidden, id, mod.Name)
 	}
 	up, err := s.readUpload(c, "artifact and manifest", "artifact", "manifest", "digest", "version", "os", "arch", "schemas")
 	if err != nil {

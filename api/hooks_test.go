@@ -172,10 +172,31 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		if st != 200 || len(r.Builds) != 2 {
 			t.Fatalf("push with a host module: %d %s", st, raw)
 		}
+		// An operator may build, but not make a host release: a claim
+		// skips the mesh-host build for the next, and finishing it is 403.
+		op := e.AddUser("opa", "operator")
+		var opClaimed struct {
+			ID     int64  `json:"id"`
+			Module string `json:"module"`
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: op}, 200, &opClaimed)
+		if opClaimed.Module != "webhooks" {
+			t.Fatalf("an operator claimed %+v, want webhooks' build (not mesh-host's)", opClaimed)
+		}
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/builds/claim", Token: builder}, 200, &claimed)
 		if claimed.Number != 1 { // mesh-host's first; queued in the same merge before webhooks' third
 			t.Fatalf("claimed %+v", claimed)
 		}
+		var opb bytes.Buffer
+		ow := multipart.NewWriter(&opb)
+		for k, v := range map[string]string{"manifest": `{"resources": []}`, "os": "linux", "arch": "amd64", "version": "6.6.6", "schemas": "1,2"} {
+			_ = ow.WriteField(k, v)
+		}
+		ofw, _ := ow.CreateFormFile("artifact", "mesh-host")
+		_, _ = ofw.Write([]byte("an operator's binary"))
+		ow.Close()
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/builds/" + itoa(claimed.ID) + "/artifact", Token: op, Body: opb.Bytes(),
+			Header: map[string]string{"Content-Type": ow.FormDataContentType()}}, 403, nil)
 		// Sent without its platform: refused, nothing committed, the build
 		// still the builder's to send again corrected (it used to be left
 		// ready with no release, and the retry got 409).

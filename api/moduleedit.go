@@ -56,7 +56,9 @@ func (s *Server) updateModule(c echo.Context) error {
 		return err
 	}
 	// Where a mesh-host module's builds come from is an admin's to say.
-	if mod, err := s.Store.Module(c.Request().Context(), c.Param("module")); err == nil && mod.Kind == models.KindHost {
+	if mod, err := s.Store.Module(c.Request().Context(), c.Param("module")); err != nil {
+		return err
+	} else if mod.Kind == models.KindHost {
 		if err := hostReleasesByAdmin(c); err != nil {
 			return err
 		}

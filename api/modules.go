@@ -161,7 +161,9 @@ func (s *Server) yankBuild(c echo.Context) error {
 // follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
-	if mod, err := s.Store.Module(c.Request().Context(), module); err == nil && mod.Kind == models.KindHost {
+	if mod, err := s.Store.Module(c.Request().Context(), module); err != nil {
+		return err
+	} else if mod.Kind == models.KindHost {
 		if err := hostReleasesByAdmin(c); err != nil {
 			return err
 		}

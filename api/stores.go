@@ -64,7 +64,8 @@ type ForgeStore interface {
 	Sources(ctx context.Context) ([]models.Source, error)
 	CreateSource(ctx context.Context, actor string, src *models.Source) error
 	Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *models.Push, status string) (*models.DeliveryOutcome, error)
-	ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*models.Claimed, error)
+	ClaimBuild(ctx context.Context, builder string, lease time.Duration, hostModules bool) (*models.Claimed, error)
+	BuildModule(ctx context.Context, id int64) (*models.Module, error)
 }
 
 // AccessStore is join tokens, users and keys.

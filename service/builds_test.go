@@ -39,7 +39,7 @@ func claimedBuild(t *testing.T, s *store.Store, kind string) *models.Claimed {
 	if _, err := s.Deliver(ctx, src, "d1", "push", &models.Push{Ref: "refs/heads/main", Commit: "c1", Repository: "o/r", Paths: []string{"x"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.ClaimBuild(ctx, "user:ci", time.Hour)
+	c, err := s.ClaimBuild(ctx, "user:ci", time.Hour, true)
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v %v", c, err)
 	}
@@ -143,7 +143,7 @@ func TestFinishBuild_ManifestRefusedFailsBuild(t *testing.T) {
 		if d := auditActions(t, s)["fail-build"]; !strings.Contains(d, "manifest refused") {
 			t.Fatalf("the failure's reason is not on the record: %q", d)
 		}
-		if again, err := s.ClaimBuild(ctx, "user:ci", time.Hour); err != nil || again != nil {
+		if again, err := s.ClaimBuild(ctx, "user:ci", time.Hour, true); err != nil || again != nil {
 			t.Fatalf("a failed build was claimed again: %+v %v", again, err)
 		}
 		if _, err := svc.FinishBuild(ctx, "user:ci", &service.FinishBuild{ID: c.ID, Manifest: `{"resources": []}`}); !errors.Is(err, models.ErrConflict) {

@@ -192,7 +192,7 @@ func queueBuild(tx *Tx, mod *models.Module, m *models.Merge) (*models.Build, err
 
 // ClaimBuild gives a builder the oldest queued build (or one whose lease
 // ran out) with a lease; nil when none waits.
-func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Duration) (*models.Claimed, error) {
+func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Duration, hostModules bool) (*models.Claimed, error) {
 	var out *models.Claimed
 	err := s.write(ctx, func(tx *Tx) error {
 		now := s.Now()
@@ -201,8 +201,13 @@ func (s *Store) ClaimBuild(ctx context.Context, builder string, lease time.Durat
 		if s.dialect == Postgres {
 			q = q.Clauses(clause.Locking{Strength: "UPDATE", Options: "SKIP LOCKED"})
 		}
-		err := q.Where("state = ? OR (state = ? AND lease_until < ?)", models.BuildQueued, models.BuildBuilding, now).
-			Order("id").First(&b).Error
+		q = q.Where("(state = ? OR (state = ? AND lease_until < ?))", models.BuildQueued, models.BuildBuilding, now)
+		if !hostModules {
+			// A mesh-host module's build becomes a host release: not
+			// handed to a claimer who may not make one.
+			q = q.Where("module_id NOT IN (SELECT id FROM modules WHERE kind = ?)", models.KindHost)
+		}
+		err := q.Order("id").First(&b).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil
 		}
@@ -285,4 +290,14 @@ func (tx *Tx) leasedBuild(builder string, id int64) (*models.Build, *models.Modu
 		return nil, nil, err
 	}
 	return &b, &mod, nil
+}
+
+// BuildModule is the module of the build with this id.
+func (s *Store) BuildModule(ctx context.Context, id int64) (*models.Module, error) {
+	var mod models.Module
+	err := s.db.WithContext(ctx).Where("id = (SELECT module_id FROM builds WHERE id = ?)", id).First(&mod).Error
+	if err != nil {
+		return nil, fmt.Errorf("build %d: %w", id, mapErr(err))
+	}
+	return &mod, nil
 }
