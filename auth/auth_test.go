@@ -156,6 +156,21 @@ func TestThrottle_AttemptsCountBeforeTheirCheck(t *testing.T) {
 		if w != 0 {
 			t.Fatalf("success %d from one address waits %v", i, w)
 		}
+		now = now.Add(100 * time.Millisecond) // the password check's time
 		done(true)
+	}
+	// Ended, the held guesses count as the failures they were.
+	th2 := NewThrottle()
+	th2.Now = func() time.Time { return now }
+	var dones []func(bool)
+	for range 4 {
+		_, done := th2.Attempt("vic", "1.2.3.4")
+		dones = append(dones, done)
+	}
+	for _, done := range dones {
+		done(false)
+	}
+	if w := th2.Wait("vic", "1.2.3.4"); w != time.Second {
+		t.Fatalf("after 4 failed at once: wait %v, want 1s", w)
 	}
 }

@@ -24,6 +24,10 @@ type Throttle struct {
 	mu     sync.Mutex
 	byAddr map[string]*rate.Limiter
 	byUser map[userAddr]*failures
+	// Attempts begun and not yet ended, counted as failures until they end
+	// (Attempt): guesses sent at once are judged as if each had failed.
+	pendingAddr map[string]int
+	pendingUser map[userAddr]int
 }
 
 type userAddr struct{ user, addr string }
@@ -53,42 +57,65 @@ func (t *Throttle) Wait(user, addr string) time.Duration {
 }
 
 func (t *Throttle) waitLocked(user, addr string, now time.Time) time.Duration {
+	k := userAddr{user, addr}
 	var wait time.Duration
-	if f := t.byUser[userAddr{user, addr}]; f != nil && f.until.After(now) {
+	if f := t.byUser[k]; f != nil && f.until.After(now) {
 		wait = f.until.Sub(now)
 	}
+	// Attempts still being checked count as failed: past the free ones,
+	// the next waits until they end (a second, or the check's own time).
+	n := t.pendingUser[k]
+	if f := t.byUser[k]; f != nil {
+		n += f.n
+	}
+	if t.pendingUser[k] > 0 && n >= t.FreeFailures+1 {
+		wait = max(wait, time.Second)
+	}
+	tokens := float64(t.Burst)
 	if l := t.byAddr[addr]; l != nil {
-		if d := l.TokensAt(now); d < 1 {
-			wait = max(wait, time.Duration((1-d)/float64(t.PerAddress)*float64(time.Second)))
-		}
+		tokens = l.TokensAt(now)
+	}
+	if d := tokens - float64(t.pendingAddr[addr]); d < 1 {
+		wait = max(wait, time.Duration((1-d)/float64(t.PerAddress)*float64(time.Second)))
 	}
 	return wait
 }
 
 // Attempt begins a login of user at addr: a wait above 0 says it may not
-// try yet; else the attempt counts as failed from now, before its
-// password is checked, and done(true) takes that back once it succeeded.
-// Counted only after the check, concurrent guesses all passed the wait
-// (60 at once were all checked, where one at a time would have been held
-// after 3).
+// try yet; else done must be called with its result. Until then the
+// attempt counts as failed, so guesses sent at once are held as if each
+// had already failed (counted only after their checks, 60 at once were
+// all checked, where one at a time would have been held after 3). A
+// success costs nothing; a failure is recorded as Failed records it.
 func (t *Throttle) Attempt(user, addr string) (wait time.Duration, done func(ok bool)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.Now()
-	if wait := t.waitLocked(user, addr, now); wait > 0 {
+	if wait := t.waitLocked(user, addr, t.Now()); wait > 0 {
 		return wait, nil
 	}
-	r := t.failLocked(user, addr, now)
+	k := userAddr{user, addr}
+	if t.pendingUser == nil || len(t.pendingUser) >= maxTracked {
+		t.pendingUser, t.pendingAddr = map[userAddr]int{}, map[string]int{}
+	}
+	t.pendingUser[k]++
+	t.pendingAddr[addr]++
+	var once sync.Once
 	return 0, func(ok bool) {
-		if !ok {
-			return
-		}
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if r != nil {
-			r.CancelAt(t.Now()) // the address's token back: a success costs none
-		}
-		delete(t.byUser, userAddr{user, addr})
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if t.pendingUser[k]--; t.pendingUser[k] <= 0 {
+				delete(t.pendingUser, k)
+			}
+			if t.pendingAddr[addr]--; t.pendingAddr[addr] <= 0 {
+				delete(t.pendingAddr, addr)
+			}
+			if ok {
+				delete(t.byUser, k)
+			} else {
+				t.failLocked(user, addr, t.Now())
+			}
+		})
 	}
 }
 
@@ -99,7 +126,7 @@ func (t *Throttle) Failed(user, addr string) {
 	t.failLocked(user, addr, t.Now())
 }
 
-func (t *Throttle) failLocked(user, addr string, now time.Time) *rate.Reservation {
+func (t *Throttle) failLocked(user, addr string, now time.Time) {
 	if t.byAddr == nil || len(t.byAddr) >= maxTracked {
 		t.byAddr = map[string]*rate.Limiter{}
 	}
@@ -111,12 +138,7 @@ func (t *Throttle) failLocked(user, addr string, now time.Time) *rate.Reservatio
 		l = rate.NewLimiter(t.PerAddress, t.Burst)
 		t.byAddr[addr] = l
 	}
-	// A token spent, when there is one (no debt: a wait past the cap
-	// would lock the address out); reserved, so a success gives it back.
-	var r *rate.Reservation
-	if l.TokensAt(now) >= 1 {
-		r = l.ReserveN(now, 1)
-	}
+	l.AllowN(now, 1)
 	k := userAddr{user, addr}
 	f := t.byUser[k]
 	if f == nil {
@@ -131,7 +153,6 @@ func (t *Throttle) failLocked(user, addr string, now time.Time) *rate.Reservatio
 		}
 		f.until = now.Add(wait)
 	}
-	return r
 }
 
 // Succeeded forgets a user's failures from addr.

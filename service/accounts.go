@@ -30,8 +30,9 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	issued := s.Auth.Now()
 	u, err := s.Store.User(ctx, user)
 	if err != nil && !errors.Is(err, models.ErrNotFound) {
-		// Not "wrong password": the store could not say. The attempt
-		// stays counted: an outage is no time to guess more freely.
+		// Not "wrong password": the store could not say. Counted as a
+		// failure: an outage is no time to guess more freely.
+		done(false)
 		return "", time.Time{}, &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %v", models.ErrUnavailable, err)}
 	}
 	ok := false
