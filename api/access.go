@@ -240,6 +240,12 @@ func (s *Server) enroll(c echo.Context) error {
 	if req.OS == "" || req.Arch == "" {
 		return models.Invalid("os", "os and arch are required (e.g. linux, amd64)")
 	}
+	if err := models.ValidPlatform(req.OS, req.Arch); err != nil {
+		return err
+	}
+	if err := models.ValidHostVersion("host_version", req.HostVersion); err != nil {
+		return err
+	}
 	ctx := c.Request().Context()
 	var csr *x509.CertificateRequest
 	if req.CSR != "" {

@@ -273,3 +273,24 @@ func TestReports_RateLimitedPerMachine(t *testing.T) {
 		t.Fatalf("another machine's report: %d", resp.StatusCode)
 	}
 }
+
+// TestHostWords_RefusedWhereTheyEnter: a host's version with a control
+// character (or longer than a version) is refused on the poll as in a
+// report, and an enrolment's os and arch must be platform words: each is
+// kept on the machine and shown wherever it is (a 200 KB version header
+// once sat on every overview row).
+func TestHostWords_RefusedWhereTheyEnter(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	// (Go's client sends no control character in a header; the length is
+	// what a header can carry here.)
+	for _, v := range []string{strings.Repeat("9", 200), "1.0.0 " + strings.Repeat("x", 100)} {
+		resp, _ := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=0s", Token: en.Token,
+			Header: map[string]string{"X-Mesh-Host-Version": v, "X-Mesh-Schema": "1"}})
+		if resp.StatusCode != 400 {
+			t.Errorf("a poll as host %q: %d, want 400", v[:10], resp.StatusCode)
+		}
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
+		"join_token": e.JoinToken(), "name": "m2", "os": "linux\x1b[2K", "arch": "amd64", "host_version": "1.0.0", "schema": "1"}}, 400, nil)
+}

@@ -81,6 +81,9 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}
 	ps := newPollSession(s, p.hostID, p.Machine, p.enrolment, known, time.Now().Add(wait))
 	hv := c.Request().Header.Get(HeaderHostVersion)
+	if err := models.ValidHostVersion(HeaderHostVersion, hv); err != nil {
+		return err
+	}
 	// The schemas the host decodes, in canonical form: a change of the set
 	// bumps the machine's generation (store.RecordHostInfo).
 	schemas, err := models.ParseSchemas(c.Request().Header.Get(HeaderSchema))

@@ -97,14 +97,24 @@ func DecodeReport(body []byte) (*Report, error) {
 		return nil, Invalid("generation", "must not be negative")
 	}
 	for _, v := range []struct{ field, value string }{{"host_version", r.HostVersion}, {"launcher_version", r.LauncherVersion}} {
-		if len(v.value) > MaxVersionLen || strings.ContainsFunc(v.value, notShown) || !utf8.ValidString(v.value) {
-			return nil, Invalid(v.field, fmt.Sprintf("a version: at most %d characters, none of them a control character", MaxVersionLen))
+		if err := ValidHostVersion(v.field, v.value); err != nil {
+			return nil, err
 		}
 	}
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// ValidHostVersion says why v cannot be what a host says its version is
+// (a report, a poll's X-Mesh-Host-Version, an enrolment): it is kept on
+// the machine and shown on every page and terminal that shows it.
+func ValidHostVersion(field, v string) error {
+	if len(v) > MaxVersionLen || strings.ContainsFunc(v, notShown) || !utf8.ValidString(v) {
+		return Invalid(field, fmt.Sprintf("a version: at most %d characters, none of them a control character", MaxVersionLen))
+	}
+	return nil
 }
 
 // MaxReasonBytes bounds what of a host's words (a reason, a failing

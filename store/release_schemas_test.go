@@ -360,3 +360,30 @@ func TestRollout_TheOneThatReachedMachines(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_RolledBackReasonKeptShowable: a host's rollback reason is
+// kept on the rollout and the release clipped, its control characters
+// escaped: it is shown on pages and printed by meshctl releases watch (a
+// terminal escape in it once reached the operator's terminal whole).
+func TestRollout_RolledBackReasonKeptShowable(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: "exited\x1b]52;c;eA==\x07" + strings.Repeat("r", 100<<10)})
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{ro.Reason, ro.Machines[0].Reason} {
+			if len(w) > models.MaxReasonBytes+200 || strings.ContainsAny(w, "\x1b\x07") || !strings.Contains(w, `exited\x1b]52`) {
+				t.Fatalf("kept %d bytes: %q…", len(w), w[:min(len(w), 60)])
+			}
+		}
+	})
+}

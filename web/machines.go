@@ -174,7 +174,7 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	}
 	for _, sd := range sends {
 		d.Sends = append(d.Sends, SendRow{ID: sd.ID, Time: stamp(sd.CreatedAt), Generation: sd.Generation, Instance: sd.InstanceID,
-			Trigger: sd.Trigger, Outcome: sd.Outcome, Reason: sd.Reason, Reports: bySend[sd.ID]})
+			Trigger: sd.Trigger, Outcome: sd.Outcome, Reason: models.EscapeLogLine(sd.Reason, journalWords), Reports: bySend[sd.ID]})
 	}
 	if d.Logs, err = s.logBlocks(ctx, m, time.Now()); err != nil {
 		return d, m, err

@@ -42,7 +42,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "meshctl: "+err.Error())
+	// Lines kept; any other control character (a host's words in a
+	// rollout's reason, say) written as a Go escape, as tables write them.
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = shown(l)
+	}
+	fmt.Fprintln(stderr, "meshctl: "+strings.Join(lines, "\n"))
 	if strings.HasPrefix(err.Error(), "unknown command ") {
 		fmt.Fprintln(stderr, "Run 'meshctl --help' (or the group's --help) for the commands.")
 	}
