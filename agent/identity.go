@@ -172,7 +172,7 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		return nil, err
 	}
 	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
-		return nil, fmt.Errorf("%s is already enrolled (host.json exists); to enrol this machine again (its machine was revoked or deleted), remove %s, run this again, then restart the host", e.StateDir, identityPath(e.StateDir))
+		return nil, fmt.Errorf("%s is already enrolled (host.json exists); to enrol this machine again (its machine was revoked or deleted), stop the host, remove %s, run this again, then start the host", e.StateDir, identityPath(e.StateDir))
 	}
 	fields := map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
 		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader}
@@ -243,15 +243,6 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		}
 		for _, c := range urls {
 			id.Controllers = append(id.Controllers, c.String())
-		}
-		// Generations are a machine's: a new enrolment starts at 1. What
-		// the state says was finished under an earlier one would be the
-		// poll's If-None-Match, and the new machine's first generations
-		// never sent (or, further along, a conflict). What the host
-		// manages stays, so the first declaration applies in full
-		// against it.
-		if err := forgetGenerations(e.StateDir); err != nil {
-			return nil, err
 		}
 		if err := writeJSONAtomic(identityPath(e.StateDir), id, 0o600); err != nil {
 			return nil, err

@@ -52,20 +52,6 @@ func LoadState(dir string) (*State, error) {
 	return s, err
 }
 
-// forgetGenerations clears the generations of dir's state (an earlier
-// enrolment's), keeping the resources the host manages.
-func forgetGenerations(dir string) error {
-	s, err := LoadState(dir)
-	if err != nil {
-		return err
-	}
-	if s.Finished == 0 && s.Applied == 0 {
-		return nil
-	}
-	s.Finished, s.Applied, s.AppliedDigest, s.AppliedSend = 0, 0, "", ""
-	return s.Save(dir)
-}
-
 // Save writes state.json atomically.
 func (s *State) Save(dir string) error { return writeJSONAtomic(statePath(dir), s, 0o600) }
 

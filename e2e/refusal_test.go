@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"mesh/controller/ctltest"
 	"mesh/store"
 )
 
@@ -193,4 +197,63 @@ func TestRefusals_ForgedOtherMachineAndEscapes(t *testing.T) {
 		t.Fatal("refusals disturbed the running service")
 	}
 	_ = base64.StdEncoding
+}
+
+// TestReenrol_PastTheEarlierMachine: a machine deleted and enrolled again
+// under its name starts past the earlier machine's last generation, so its
+// host — whose state keeps what it finished, the poll's If-None-Match — is
+// sent the new machine's declarations at once (a new machine at generation
+// 1 once stayed behind for good, its host saying it had 1), and every
+// declaration of the earlier machine, replayed, is older than what the host
+// finished: refused, nothing torn down.
+func TestReenrol_PastTheEarlierMachine(t *testing.T) {
+	c := startController(t, store.SQLite)
+	nodeTools(t, c)
+	h, px, port := deployed(t, c, "m1")
+	for i := range 3 {
+		c.setVars("m1", map[string]string{"port": port, "round": strconv.Itoa(i)})
+		c.waitApplied("m1", 30*time.Second)
+	}
+	n := c.machine("m1").Generation
+	earlier := px.byETag(fmt.Sprintf(`"%d"`, n))
+	if earlier == nil {
+		t.Fatal("the proxy captured no declaration of the earlier machine's last generation")
+	}
+
+	// As the refusal to enrol over host.json says: stop the host, delete
+	// the machine, remove host.json, enrol again, start the host.
+	h.signal(syscall.SIGTERM)
+	c.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m1", Token: c.Admin}, 204, nil)
+	if err := os.Remove(filepath.Join(h.State, "host.json")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(bin, "mesh-host"), "enroll", "--controller", px.URL, "--join-token", c.JoinToken(),
+		"--name", "m1", "--state", h.State).CombinedOutput(); err != nil {
+		t.Fatalf("enrol again: %v\n%s", err, out)
+	}
+	if g := c.machine("m1").Generation; g != n+1 {
+		t.Fatalf("the new machine starts at generation %d, want %d (past the earlier one's %d)", g, n+1, n)
+	}
+	h.start()
+	c.setVars("m1", map[string]string{"port": port})
+	c.assign("m1", "node-tools")
+	m := c.waitApplied("m1", 30*time.Second)
+
+	px.replay(*earlier)
+	// Its send was the earlier machine's, gone with it: the controller
+	// refuses the report, and the host's journal keeps the refusal.
+	waitFor(t, 30*time.Second, "the host's refusal of the earlier machine's generation", func() bool {
+		for _, e := range h.journal() {
+			if e.Outcome == "refused" && e.Generation == n && strings.Contains(e.Reason, "older") {
+				return true
+			}
+		}
+		return false
+	})
+	if !px.injected() {
+		t.Fatal("the earlier machine's declaration was never delivered")
+	}
+	if got := c.machine("m1"); got.AppliedGeneration != m.Generation || !listening(port) {
+		t.Fatalf("after the replay: applied %d (want %d), listening %v", got.AppliedGeneration, m.Generation, listening(port))
+	}
 }

@@ -153,8 +153,14 @@ func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersi
 		if err := tx.Model(&jt).Updates(map[string]any{"used_at": now, "used_by": name}).Error; err != nil {
 			return err
 		}
+		// A name enrolled before starts past its earlier machine's last
+		// generation (machine_generations).
+		var start int64
+		if err := tx.Raw("SELECT COALESCE(MAX(generation), 0) FROM machine_generations WHERE name = ?", name).Scan(&start).Error; err != nil {
+			return err
+		}
 		m = models.Machine{Name: name, OS: os, Arch: arch, HostVersion: hostVersion, Schema: schema,
-			Generation: 0, GenerationAt: now, Running: "{}", TokenID: tokenID, LastSeen: &now, CreatedAt: now}
+			Generation: start, GenerationAt: now, Running: "{}", TokenID: tokenID, LastSeen: &now, CreatedAt: now}
 		if err := tx.Create(&m).Error; err != nil {
 			return err
 		}
@@ -167,7 +173,7 @@ func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersi
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerEnrol); err != nil {
 			return err
 		}
-		m.Generation = 1
+		m.Generation = start + 1
 		return nil
 	})
 	if err != nil {
@@ -369,6 +375,18 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 			}
 		}
 		if err := tx.Delete(m).Error; err != nil {
+			return err
+		}
+		// The name's last generation outlives the machine: one enrolled
+		// again under it starts past what its host finished (a host ahead
+		// of the store in a conflict included).
+		greatest := "GREATEST"
+		if s.dialect == SQLite {
+			greatest = "MAX"
+		}
+		if err := tx.Exec(`INSERT INTO machine_generations (name, generation) VALUES (?, ?)
+			ON CONFLICT (name) DO UPDATE SET generation = `+greatest+`(machine_generations.generation, excluded.generation)`,
+			name, max(m.Generation, m.ConflictHostGen)).Error; err != nil {
 			return err
 		}
 		// Its token and certificates are refused on every instance at once,

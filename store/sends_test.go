@@ -99,3 +99,39 @@ func TestInsertSends_MachineRemovedMeanwhile(t *testing.T) {
 		}
 	})
 }
+
+// TestEnroll_AgainStartsPastTheEarlierMachine: a name enrolled again after
+// its machine was deleted starts past the earlier machine's last
+// generation (its host finished up to it), and past what a host in
+// conflict said it finished, on both dialects.
+func TestEnroll_AgainStartsPastTheEarlierMachine(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		if err := s.DB().Exec("UPDATE machines SET generation = 7, conflict_host_generation = 9 WHERE id = ?", m.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteMachine(ctx, "test", "m1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateJoinToken(ctx, "test", "hash-again", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		again, err := s.Enroll(ctx, "hash-again", "m1", "linux", "amd64", "1.0.0", "1", "tok2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Generation != 10 {
+			t.Fatalf("enrolled again at generation %d, want 10 (past the host's 9)", again.Generation)
+		}
+		if got, _ := s.Machine(ctx, "m1"); got.Generation != 10 {
+			t.Fatalf("the store says generation %d", got.Generation)
+		}
+		if err := s.CreateJoinToken(ctx, "test", "hash-new", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if other, err := s.Enroll(ctx, "hash-new", "m2", "linux", "amd64", "1.0.0", "1", "tok3"); err != nil || other.Generation != 1 {
+			t.Fatalf("a new name starts at %+v (%v), want generation 1", other, err)
+		}
+	})
+}
