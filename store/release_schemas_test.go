@@ -387,3 +387,25 @@ func TestRollout_RolledBackReasonKeptShowable(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_ActedOnAsShown: pause, resume and cancel act on the rollout
+// a version's view shows, not on a newer empty one a plan's host step
+// made (its running rollout could be seen but not stopped).
+func TestRollout_ActedOnAsShown(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		empty := &models.Rollout{Version: "1.5.0", State: models.RolloutDone, CreatedBy: "plan", CreatedAt: time.Now(), PlanID: 7}
+		if err := s.DB().Create(empty).Error; err != nil {
+			t.Fatal(err)
+		}
+		ro, err := s.SetRolloutState(ctx, "test", "1.5.0", "cancel")
+		if err != nil || ro.State != models.RolloutCancelled || len(ro.Machines) != 1 {
+			t.Fatalf("cancel: %+v %v; want the running rollout cancelled", ro, err)
+		}
+	})
+}

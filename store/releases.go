@@ -211,9 +211,7 @@ func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutVie
 		// for a release its machines already run makes an empty one,
 		// which hid the rollout that did the work.
 		var ro models.Rollout
-		if err := db.Where("version = ?", version).
-			Order(clause.Expr{SQL: "EXISTS (SELECT 1 FROM rollout_machines rm WHERE rm.rollout_id = rollouts.id) DESC, id DESC"}).
-			First(&ro).Error; err != nil {
+		if err := db.Where("version = ?", version).Order(newestReaching).First(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		var err error
@@ -223,12 +221,18 @@ func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutVie
 	return out, err
 }
 
+// newestReaching orders a version's rollouts newest first, those that
+// reached a machine before those that did not.
+var newestReaching = clause.Expr{SQL: "EXISTS (SELECT 1 FROM rollout_machines rm WHERE rm.rollout_id = rollouts.id) DESC, id DESC"}
+
 // SetRolloutState pauses, resumes or cancels the latest rollout of a version.
 func (s *Store) SetRolloutState(ctx context.Context, actor, version, action string) (*models.RolloutView, error) {
 	var out *models.RolloutView
 	err := s.write(ctx, func(tx *Tx) error {
+		// The rollout the version's view shows (Rollout): the newest that
+		// reached a machine.
 		var ro models.Rollout
-		if err := tx.Where("version = ?", version).Order("id DESC").First(&ro).Error; err != nil {
+		if err := tx.Where("version = ?", version).Order(newestReaching).First(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		from := map[string]string{"pause": models.RolloutRunning, "resume": models.RolloutPaused, "cancel": ""}[action]

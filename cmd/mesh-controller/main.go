@@ -409,6 +409,13 @@ func migrate(ctx context.Context, cfg controller.Config, stdout io.Writer) error
 // backup copies the store without migrating it: the copy is the store as
 // it is, for whichever build serves it.
 func backup(ctx context.Context, cfg controller.Config, path string, stdout io.Writer) error {
+	if cfg.DatabaseURL == "" {
+		// Opening makes a store where there is none: a data dir mistyped
+		// would be backed up, empty, without a word.
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "mesh.db")); err != nil {
+			return fmt.Errorf("no store to back up in %s (--data, MESH_DATA_DIR): %w", cfg.DataDir, err)
+		}
+	}
 	st, err := store.Open(ctx, store.Config{DataDir: cfg.DataDir, DatabaseURL: cfg.DatabaseURL})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/cmd/internal/cli"
+	"mesh/controller"
 	"mesh/meshca"
 	"mesh/testwait"
 	"mesh/version"
@@ -204,5 +206,20 @@ func TestServeTLS_KeepsTheCAForCurl(t *testing.T) {
 	}
 	if pin := meshca.Pin(ca); !strings.Contains(out.String(), "mesh CA pin "+pin) {
 		t.Fatalf("the CA file's pin %s is not the banner's:\n%s", pin, out.String())
+	}
+}
+
+// TestBackup_RefusesAMissingStore: a backup of a data dir with no store
+// fails, saying so, and makes none (opening it would have made an empty
+// store, backed up without a word).
+func TestBackup_RefusesAMissingStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "typo")
+	var out bytes.Buffer
+	err := backup(context.Background(), controller.Config{DataDir: dir}, filepath.Join(t.TempDir(), "b.db"), &out)
+	if err == nil || !strings.Contains(err.Error(), "no store to back up") {
+		t.Fatalf("backup of %s: %v", dir, err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the data dir was made: %v", err)
 	}
 }
