@@ -87,8 +87,9 @@ func (s *Server) listMachines(c echo.Context) error {
 		return err
 	}
 	var ms []models.Machine
+	next := "" // the state's page says its own next cursor
 	if state := c.QueryParam("state"); state != "" {
-		ms, err = s.machinesInState(c.Request().Context(), state, limit, cur)
+		ms, next, err = s.machinesInState(c.Request().Context(), state, limit, cur)
 	} else {
 		ms, err = s.Store.Machines(c.Request().Context(), limit, cur)
 	}
@@ -104,20 +105,24 @@ func (s *Server) listMachines(c echo.Context) error {
 		views[i] = s.machineView(&ms[i])
 		views[i].Yanked = models.YankedRunning(views[i].Running, yanked)
 	}
-	return c.JSON(http.StatusOK, listOf(views, limit, func(MachineView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) }))
+	l := listOf(views, limit, func(MachineView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) })
+	if c.QueryParam("state") != "" {
+		l.NextCursor = next
+	}
+	return c.JSON(http.StatusOK, l)
 }
 
 // machinesInState is a page of the machines in one state, newest first.
 // A state is judged, not stored: every machine is judged from the few
 // columns a state is read from (as the overview counts them), and only
 // the page's machines are read whole.
-func (s *Server) machinesInState(ctx context.Context, state string, limit int, cur int64) ([]models.Machine, error) {
+func (s *Server) machinesInState(ctx context.Context, state string, limit int, cur int64) ([]models.Machine, string, error) {
 	if !slices.Contains(models.MachineStates(), state) {
-		return nil, models.Invalid("state", "one of "+strings.Join(models.MachineStates(), ", "))
+		return nil, "", models.Invalid("state", "one of "+strings.Join(models.MachineStates(), ", "))
 	}
 	all, err := s.Store.MachineStates(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	now := time.Now()
 	var ids []int64
@@ -135,10 +140,16 @@ func (s *Server) machinesInState(ctx context.Context, state string, limit int, c
 		}
 	}
 	slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(b, a) })
-	ids = ids[:min(len(ids), limit)]
+	next := ""
+	if len(ids) > limit {
+		ids = ids[:limit]
+		// From the ids chosen, not the machines read: one deleted in
+		// between would otherwise end the listing early.
+		next = strconv.FormatInt(ids[limit-1], 10)
+	}
 	ms, err := s.Store.MachinesByID(ctx, ids)
 	slices.SortFunc(ms, func(a, b models.Machine) int { return cmp.Compare(b.ID, a.ID) })
-	return ms, err
+	return ms, next, err
 }
 
 func (s *Server) getMachine(c echo.Context) error {
