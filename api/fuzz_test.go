@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/models"
@@ -264,6 +265,9 @@ func FuzzReport(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	e := fuzzEnv(f)
+	// Thousands of reports a second from one host: the per-machine limit
+	// (TestReports_RateLimitedPerMachine) would answer most of them 429.
+	e.Ctl.Server.SetReportLimit(time.Nanosecond, 1<<30)
 	host := e.Enroll("m1")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := http.NewRequest("POST", e.URL+"/api/v1/host/reports", bytes.NewReader(body))
@@ -275,7 +279,8 @@ func FuzzReport(f *testing.F) {
 		resp, out := fuzzDo(t, e, req)
 		var r models.Report
 		decErr := json.Unmarshal(body, &r)
-		valid := decErr == nil && models.ValidOutcome(r.Outcome) && r.Generation >= 0 && models.ValidateLogs(r.Logs) == nil
+		valid := decErr == nil && models.ValidOutcome(r.Outcome) && r.Generation >= 0 && models.ValidateLogs(r.Logs) == nil &&
+			models.ValidHostVersion("host_version", r.HostVersion) == nil && models.ValidHostVersion("launcher_version", r.LauncherVersion) == nil
 		switch resp.StatusCode {
 		case 201:
 			if !valid {

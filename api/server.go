@@ -127,6 +127,12 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 	return s
 }
 
+// SetReportLimit sets how fast one machine's host may report: burst at
+// once, then one every every (60 and 1 s by default).
+func (s *Server) SetReportLimit(every time.Duration, burst int) {
+	s.reportLimit = newAddressLimiter("reports", rate.Every(every), burst)
+}
+
 // Start runs the workers that answer parked polls, until ctx ends.
 func (s *Server) Start(ctx context.Context) {
 	s.runCtx = ctx
