@@ -156,6 +156,14 @@ func newAgent(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Machine == "" {
+		// A state from before the name was kept: named now, so enrolling
+		// again under another name knows its generations were another's.
+		st.Machine = id.Machine
+		if err := st.Save(cfg.StateDir); err != nil {
+			return nil, err
+		}
+	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
 		outbox:     outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
 		checkedOut: outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},

@@ -244,6 +244,9 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 		for _, c := range urls {
 			id.Controllers = append(id.Controllers, c.String())
 		}
+		if err := enrolled(e.StateDir, out.Machine); err != nil {
+			return nil, err
+		}
 		if err := writeJSONAtomic(identityPath(e.StateDir), id, 0o600); err != nil {
 			return nil, err
 		}

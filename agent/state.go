@@ -23,6 +23,9 @@ type State struct {
 	Resources map[string]*Managed `json:"resources"`
 	// RefusedReleases are host release digests that were rolled back.
 	RefusedReleases []string `json:"refused_releases,omitempty"`
+	// Machine is the name the host was enrolled under when this state
+	// began (empty in a state from before it was kept).
+	Machine string `json:"machine,omitempty"`
 }
 
 // Managed is one resource the host manages.
@@ -50,6 +53,27 @@ func LoadState(dir string) (*State, error) {
 		s.Resources = map[string]*Managed{}
 	}
 	return s, err
+}
+
+// enrolled readies dir's state for the machine just enrolled as name.
+// Under the same name the generations are kept: the store starts a name
+// enrolled again past its earlier machine's last generation, and keeping
+// what was finished keeps every declaration of the earlier machine older
+// than what may be applied. Under another name they are forgotten: they
+// were another machine's (its declarations, for another name, are refused
+// whatever their generation), and the new machine's start at 1. A send
+// was always the earlier machine's. What the host manages is kept, so the
+// first declaration applies in full against it.
+func enrolled(dir, name string) error {
+	s, err := LoadState(dir)
+	if err != nil {
+		return err
+	}
+	if s.Machine != "" && s.Machine != name {
+		s.Finished, s.Applied, s.AppliedDigest = 0, 0, ""
+	}
+	s.AppliedSend, s.Machine = "", name
+	return s.Save(dir)
 }
 
 // Save writes state.json atomically.

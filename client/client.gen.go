@@ -1199,7 +1199,9 @@ type EnrollRequest struct {
 	// that never leaves the machine: ECDSA P-256, naming the machine only (common name
 	// and/or the URI `mesh://machine/<name>`), asking for no extension but that name.
 	// Checked before the join token is spent; a refused one is 400 and audited.
-	Csr         *string `json:"csr,omitempty"`
+	Csr *string `json:"csr,omitempty"`
+
+	// HostVersion at most 100 characters, none a control character
 	HostVersion *string `json:"host_version,omitempty"`
 	JoinToken   string  `json:"join_token"`
 	Name        string  `json:"name"`
@@ -2316,7 +2318,7 @@ type PollDeclarationParams struct {
 	// IfNoneMatch the last generation the host finished with (applied, refused or rejected), quoted; absent means 0
 	IfNoneMatch *string `json:"If-None-Match,omitempty"`
 
-	// XMeshHostVersion the host's version, recorded when it changes
+	// XMeshHostVersion the host's version, recorded when it changes; at most 100 characters, none a control character, else 400
 	XMeshHostVersion *string `json:"X-Mesh-Host-Version,omitempty"`
 
 	// XMeshSchema declaration schema versions the host decodes, comma-separated (1,2); absent means 1. At most 8, each 1..999, none twice, else 400. A change of the set bumps the generation of the machine (trigger schema).
@@ -3349,12 +3351,12 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/blobs/{digest} (the `GetBlob` operationId).
 	GetBlob(ctx context.Context, digest string, params *GetBlobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ClaimBuild a builder takes the oldest queued build with a 30-minute lease (builder or operator)
+	// ClaimBuild a builder takes the oldest queued build with a 30-minute lease (builder or operator; an operator is never handed a mesh-host module's build, which becomes a host release)
 	//
 	// Corresponds with POST /api/v1/builds/claim (the `ClaimBuild` operationId).
 	ClaimBuild(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// FinishBuildWithBody fill a claimed build with its artifact and manifest (builder or operator)
+	// FinishBuildWithBody fill a claimed build with its artifact and manifest (builder or operator; a mesh-host module's build, builder or admin only, else 403)
 	//
 	// What follows:
 	//
@@ -4162,7 +4164,7 @@ func (c *Client) GetBlob(ctx context.Context, digest string, params *GetBlobPara
 	return c.Client.Do(req)
 }
 
-// ClaimBuild a builder takes the oldest queued build with a 30-minute lease (builder or operator)
+// ClaimBuild a builder takes the oldest queued build with a 30-minute lease (builder or operator; an operator is never handed a mesh-host module's build, which becomes a host release)
 //
 // Corresponds with POST /api/v1/builds/claim (the `ClaimBuild` operationId).
 func (c *Client) ClaimBuild(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4177,7 +4179,7 @@ func (c *Client) ClaimBuild(ctx context.Context, reqEditors ...RequestEditorFn) 
 	return c.Client.Do(req)
 }
 
-// FinishBuildWithBody fill a claimed build with its artifact and manifest (builder or operator)
+// FinishBuildWithBody fill a claimed build with its artifact and manifest (builder or operator; a mesh-host module's build, builder or admin only, else 403)
 //
 // What follows:
 //
@@ -9241,14 +9243,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/blobs/{digest} (the `GetBlob` operationId).
 	GetBlobWithResponse(ctx context.Context, digest string, params *GetBlobParams, reqEditors ...RequestEditorFn) (*GetBlobResponse, error)
 
-	// ClaimBuildWithResponse a builder takes the oldest queued build with a 30-minute lease (builder or operator)
+	// ClaimBuildWithResponse a builder takes the oldest queued build with a 30-minute lease (builder or operator; an operator is never handed a mesh-host module's build, which becomes a host release)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/builds/claim (the `ClaimBuild` operationId).
 	ClaimBuildWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ClaimBuildResponse, error)
 
-	// FinishBuildWithBodyWithResponse fill a claimed build with its artifact and manifest (builder or operator)
+	// FinishBuildWithBodyWithResponse fill a claimed build with its artifact and manifest (builder or operator; a mesh-host module's build, builder or admin only, else 403)
 	//
 	// What follows:
 	//
@@ -15636,7 +15638,7 @@ func (c *ClientWithResponses) GetBlobWithResponse(ctx context.Context, digest st
 	return ParseGetBlobResponse(rsp)
 }
 
-// ClaimBuildWithResponse a builder takes the oldest queued build with a 30-minute lease (builder or operator)
+// ClaimBuildWithResponse a builder takes the oldest queued build with a 30-minute lease (builder or operator; an operator is never handed a mesh-host module's build, which becomes a host release)
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15649,7 +15651,7 @@ func (c *ClientWithResponses) ClaimBuildWithResponse(ctx context.Context, reqEdi
 	return ParseClaimBuildResponse(rsp)
 }
 
-// FinishBuildWithBodyWithResponse fill a claimed build with its artifact and manifest (builder or operator)
+// FinishBuildWithBodyWithResponse fill a claimed build with its artifact and manifest (builder or operator; a mesh-host module's build, builder or admin only, else 403)
 //
 // What follows:
 //

@@ -1,7 +1,9 @@
 package models
 
 import (
+	"fmt"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -49,8 +51,10 @@ func ValidVersion(field, v string, required bool) error {
 	switch {
 	case v == "" && required:
 		return Invalid(field, "required")
-	case !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen:
-		return Invalid(field, "at most 100 characters")
+	case !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, notShown):
+		// A host release's version is what its hosts then say they run
+		// (ValidHostVersion): the same rule, or its hosts were refused.
+		return Invalid(field, fmt.Sprintf("at most %d characters, none of them a control character", MaxVersionLen))
 	}
 	return nil
 }

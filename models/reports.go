@@ -110,8 +110,10 @@ func DecodeReport(body []byte) (*Report, error) {
 // ValidHostVersion says why v cannot be what a host says its version is
 // (a report, a poll's X-Mesh-Host-Version, an enrolment): it is kept on
 // the machine and shown on every page and terminal that shows it.
+// It is the rule a release's version is held to (ValidVersion), so a
+// release that can be uploaded can be run.
 func ValidHostVersion(field, v string) error {
-	if len(v) > MaxVersionLen || strings.ContainsFunc(v, notShown) || !utf8.ValidString(v) {
+	if !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, notShown) {
 		return Invalid(field, fmt.Sprintf("a version: at most %d characters, none of them a control character", MaxVersionLen))
 	}
 	return nil

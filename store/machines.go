@@ -126,8 +126,9 @@ func ParseNotification(payload string) []models.Bump {
 }
 
 // Enroll spends a join token and registers a machine. The machine starts at
-// generation 1 (trigger enrol): an empty declaration it may apply while it
-// runs nothing.
+// generation 1 (trigger enrol), or past the last generation of a machine
+// its name was before (machine_generations): an empty declaration it may
+// apply while it runs nothing.
 func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersion, schema, tokenID string) (*models.Machine, error) {
 	var m models.Machine
 	err := s.write(ctx, func(tx *Tx) error {
