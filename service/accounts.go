@@ -24,24 +24,25 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}
+	// Ended on every way out, a panic's too: a failure unless the
+	// password was right. The store not saying counts as a failure: an
+	// outage is no time to guess more freely.
+	ok := false
+	defer func() { done(ok) }()
 	// The token is issued as of now, before the user is read: a disable
 	// or a new password committed during the password check is at or
 	// after this time, so its revocation refuses the token.
 	issued := s.Auth.Now()
 	u, err := s.Store.User(ctx, user)
 	if err != nil && !errors.Is(err, models.ErrNotFound) {
-		// Not "wrong password": the store could not say. Counted as a
-		// failure: an outage is no time to guess more freely.
-		done(false)
+		// Not "wrong password": the store could not say.
 		return "", time.Time{}, &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %v", models.ErrUnavailable, err)}
 	}
-	ok := false
 	if u != nil {
 		ok = auth.CheckPassword(u.PasswordHash, password)
 	} else {
 		auth.CheckNoUser(password) // an unknown user costs what a known one does
 	}
-	done(ok)
 	if !ok {
 		_ = s.Store.Audit(ctx, "anonymous", "login-failed", "user/"+user, addr)
 		return "", time.Time{}, fmt.Errorf("%w: wrong user name or password", models.ErrUnauthorized)

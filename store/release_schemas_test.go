@@ -409,3 +409,29 @@ func TestRollout_ActedOnAsShown(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_CanaryIsAMachineHeardFrom: the canary is a machine whose
+// host was heard from lately before one gone quiet (an offline canary
+// only waits out the deadline), after those an admin flagged.
+func TestRollout_CanaryIsAMachineHeardFrom(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		quiet, heard := fixture(t, s, "a-quiet"), fixture(t, s, "b-heard")
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now().Add(-time.Hour), quiet.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now(), heard.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		release(t, s, "1.5.0", "amd64", "1,2")
+		ro, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ro.Machines {
+			if (m.Machine == "b-heard") != (m.State == models.UpgradeUpgrading) {
+				t.Fatalf("rollout machines %+v: want b-heard the canary, upgrading", ro.Machines)
+			}
+		}
+	})
+}

@@ -136,7 +136,20 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 	for _, id := range flagged {
 		isCanary[id] = true
 	}
-	sort.SliceStable(eligible, func(i, j int) bool { return isCanary[eligible[i].ID] && !isCanary[eligible[j].ID] })
+	// Canaries first: those an admin flagged, then machines whose host
+	// was heard from lately (by name). A canary that is offline only
+	// waits out the rollout's deadline before the rollout can go on.
+	now := tx.s.Now()
+	live := func(m *models.Machine) bool {
+		return m.LastSeen != nil && now.Sub(*m.LastSeen) <= tx.s.Rules.OfflineAfter
+	}
+	sort.SliceStable(eligible, func(i, j int) bool {
+		a, b := &eligible[i], &eligible[j]
+		if isCanary[a.ID] != isCanary[b.ID] {
+			return isCanary[a.ID]
+		}
+		return live(a) && !live(b)
+	})
 	def, err := hostDefault(tx.DB)
 	if err != nil {
 		return nil, err
