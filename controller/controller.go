@@ -142,9 +142,14 @@ func OpenStore(ctx context.Context, cfg Config, exclusive bool) (*store.Store, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := st.Migrate(ctx); err != nil {
+	applied, err := st.Migrate(ctx)
+	if err != nil {
 		st.Close()
 		return nil, err
+	}
+	if len(applied) > 0 && cfg.Log != nil {
+		// An upgrade's migrations are said where its operator looks.
+		cfg.Log.Info("store migrated", "applied", applied)
 	}
 	return st, nil
 }

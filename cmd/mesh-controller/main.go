@@ -119,10 +119,14 @@ func rootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Short: "Add a user, or set an existing one's role and password",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return userAdd(cmd.Context(), st.config(), args[0], role, fromStdin, stdin, stdout)
+			r := role
+			if !cmd.Flags().Changed("role") {
+				r = "" // an existing user keeps theirs; a new one is a viewer
+			}
+			return userAdd(cmd.Context(), st.config(), args[0], r, fromStdin, stdin, stdout)
 		},
 	}
-	userAddCmd.Flags().StringVar(&role, "role", models.RoleViewer, "viewer, operator, admin or builder")
+	userAddCmd.Flags().StringVar(&role, "role", models.RoleViewer, "viewer, operator, admin or builder (an existing user keeps theirs unless given)")
 	userAddCmd.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the password from the first line of stdin")
 	userCmd.AddCommand(userAddCmd)
 
@@ -433,11 +437,14 @@ func backup(ctx context.Context, cfg controller.Config, path string, stdout io.W
 	return nil
 }
 
+// userAdd adds a user, or sets an existing one's password (and role, when
+// role is not empty: a password reset once demoted the only admin to the
+// flag's default, viewer).
 func userAdd(ctx context.Context, cfg controller.Config, name, role string, fromStdin bool, stdin io.Reader, stdout io.Writer) error {
 	if err := models.ValidName("name", name); err != nil {
 		return err
 	}
-	if !models.ValidRole(role) {
+	if role != "" && !models.ValidRole(role) {
 		return fmt.Errorf("role %q: one of viewer, operator, admin, builder", role)
 	}
 	if !fromStdin {
@@ -456,9 +463,20 @@ func userAdd(ctx context.Context, cfg controller.Config, name, role string, from
 		return err
 	}
 	defer st.Close()
-	u := &models.User{Name: name, Role: role, PasswordHash: hash}
+	newRole := role
+	if newRole == "" {
+		newRole = models.RoleViewer
+	}
+	u := &models.User{Name: name, Role: newRole, PasswordHash: hash}
 	err = st.CreateUser(ctx, "shell", u)
 	if errors.Is(err, models.ErrConflict) {
+		if role == "" {
+			had, err := st.User(ctx, name)
+			if err != nil {
+				return err
+			}
+			role = had.Role
+		}
 		if err := st.UpdateUser(ctx, "shell", name, role, hash, auth.PersonTokenTTL); err != nil {
 			return err
 		}
@@ -469,7 +487,7 @@ func userAdd(ctx context.Context, cfg controller.Config, name, role string, from
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, role)
+	fmt.Fprintf(stdout, "user %s added (role %s)\n", name, newRole)
 	return nil
 }
 

@@ -51,3 +51,31 @@ func TestUserAdd_NewPasswordRevokesTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestUserAdd_ResetKeepsTheRole: a password reset without --role keeps the
+// user's role (it set the flag's default, viewer: the only admin, reset so,
+// was demoted); with --role it sets it; a new user without one is a viewer.
+func TestUserAdd_ResetKeepsTheRole(t *testing.T) {
+	sc := storetest.Config(t, store.SQLite)
+	cfg := controller.Config{DataDir: sc.DataDir}
+	add := func(name, role string) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := userAdd(context.Background(), cfg, name, role, true, strings.NewReader("a long enough password\n"), &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if out := add("root", "admin"); !strings.Contains(out, "added (role admin)") {
+		t.Fatal(out)
+	}
+	if out := add("root", ""); !strings.Contains(out, "updated (role admin, new password)") {
+		t.Fatalf("a reset without --role: %s", out)
+	}
+	if out := add("root", "operator"); !strings.Contains(out, "updated (role operator, new password)") {
+		t.Fatalf("a reset with --role: %s", out)
+	}
+	if out := add("newbie", ""); !strings.Contains(out, "added (role viewer)") {
+		t.Fatalf("a new user without --role: %s", out)
+	}
+}
