@@ -113,17 +113,22 @@ func (w *SendWriter) Run(ctx context.Context) {
 		var gone *models.MachinesGoneError
 		if errors.As(err, &gone) {
 			// Written, but for the rows of machines removed meanwhile:
-			// their polls are answered as removed, the rest as written.
+			// their polls are answered as removed, the rest as written
+			// (counted first, as a whole group is).
 			written := rows[:0]
+			for _, r := range group {
+				if !gone.Machines[r.send.MachineID] {
+					written = append(written, r.send)
+				}
+			}
+			w.count(written)
 			for _, r := range group {
 				if gone.Machines[r.send.MachineID] {
 					r.done <- fmt.Errorf("%w: machine %d was removed", models.ErrUnauthorized, r.send.MachineID)
-					continue
+				} else {
+					r.done <- nil
 				}
-				written = append(written, r.send)
-				r.done <- nil
 			}
-			w.count(written)
 			continue
 		}
 		if err == nil {
