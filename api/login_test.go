@@ -4,9 +4,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/store"
+	"mesh/testwait"
 )
 
 // TestLogin_GuessingIsThrottled: 40 wrong passwords then the right one
@@ -90,4 +92,50 @@ func TestLogin_LongNamesCostLittle(t *testing.T) {
 	if n != 6 {
 		t.Errorf("%d failed logins audited, want 6", n)
 	}
+}
+
+// TestPassword_ChangeOwn: a person sets their own password given the
+// current one; every token of theirs (this session and their API tokens)
+// is refused from then on, the old password no longer logs in and the new
+// one does; a wrong current password is 403, audited, and counts as a
+// failed login (throttled past the free ones).
+func TestPassword_ChangeOwn(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		session := e.AddUser("carol", "operator")
+		var api struct{ Token string }
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/api-tokens", Token: session, Body: map[string]string{"name": "ci"}}, 201, &api)
+		change := func(tok, current, next string) int {
+			resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/password", Token: tok,
+				Body: map[string]string{"current_password": current, "new_password": next}})
+			return resp.StatusCode
+		}
+		if st := change(session, "not-carols-password", "a brand new password"); st != 403 {
+			t.Fatalf("a wrong current password: %d, want 403", st)
+		}
+		if st := change(session, "password-of-carol", "short"); st != 400 {
+			t.Fatalf("a too short new password: %d, want 400", st)
+		}
+		if st := change(session, "password-of-carol", "a brand new password"); st != 204 {
+			t.Fatalf("the change: %d, want 204", st)
+		}
+		works := func(tok string) bool {
+			resp, _ := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: tok})
+			return resp.StatusCode == 200
+		}
+		testwait.For(t, 10*time.Second, "carol's session and API token refused", func() bool { return !works(session) && !works(api.Token) })
+		resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login", Body: map[string]string{"username": "carol", "password": "password-of-carol"}})
+		if resp.StatusCode != 401 {
+			t.Fatalf("the old password: %d, want 401", resp.StatusCode)
+		}
+		testwait.For(t, 5*time.Second, "a login with the new password working", func() bool { return works(e.Login("carol", "a brand new password")) })
+		var audit struct{ Items []struct{ Action string } }
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
+		seen := map[string]bool{}
+		for _, a := range audit.Items {
+			seen[a.Action] = true
+		}
+		if !seen["password-change-refused"] || !seen["update-user"] {
+			t.Fatalf("audit: %v", seen)
+		}
+	})
 }

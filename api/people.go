@@ -15,6 +15,7 @@ import (
 func (s *Server) registerPeople(v1 *echo.Group) {
 	anyone := s.requirePerson(func(string) error { return nil })
 	v1.PATCH("/users/:name", s.updateUser, s.requireRole(models.RoleAdmin))
+	v1.POST("/auth/password", s.changePassword, anyone)
 	v1.POST("/api-tokens", s.createAPIToken, anyone)
 	v1.GET("/api-tokens", s.listAPITokens, anyone)
 	v1.DELETE("/api-tokens/:id", s.revokeAPIToken, anyone)
@@ -52,6 +53,25 @@ func (s *Server) updateUser(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, userView(u))
+}
+
+type passwordRequest struct {
+	CurrentPassword string `json:"current_password"`
+	NewPassword     string `json:"new_password"`
+}
+
+// changePassword sets the caller's own password; every token of theirs,
+// this one included, is revoked (204: log in again).
+func (s *Server) changePassword(c echo.Context) error {
+	var req passwordRequest
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	p := principal(c)
+	if err := s.Service.ChangePassword(c.Request().Context(), p.User, req.CurrentPassword, req.NewPassword, c.RealIP()); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }
 
 type apiTokenRequest struct {

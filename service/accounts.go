@@ -74,3 +74,31 @@ func clipName(user string) string {
 	}
 	return strings.ToValidUTF8(user[:maxLoginName], "") + "…"
 }
+
+// ChangePassword sets a person's own password, given the current one: a
+// wrong current password counts as a failed login (throttled and audited
+// alike, so this is no way around the login's throttle). Every session
+// and API token of theirs is revoked, this one too: they log in again.
+func (s *Service) ChangePassword(ctx context.Context, user, current, next, addr string) error {
+	wait, done := s.Throttle.Attempt(user, addr)
+	if wait > 0 {
+		_ = s.Store.Audit(ctx, "user:"+user, "password-change-throttled", "user/"+user, addr)
+		return &models.RetryAfterError{After: wait,
+			Err: fmt.Errorf("%w: too many failed attempts; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
+	}
+	ok := false
+	defer func() { done(ok) }()
+	u, err := s.Store.User(ctx, user)
+	if err != nil {
+		return err
+	}
+	if ok = auth.CheckPassword(u.PasswordHash, current); !ok {
+		_ = s.Store.Audit(ctx, "user:"+user, "password-change-refused", "user/"+user, "wrong current password; from "+addr)
+		return fmt.Errorf("%w: the current password is wrong", models.ErrForbidden)
+	}
+	hash, err := auth.HashPassword(next)
+	if err != nil {
+		return err
+	}
+	return s.Store.UpdateUser(ctx, "user:"+user, user, u.Role, hash, auth.PersonTokenTTL)
+}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -272,5 +275,59 @@ func (a *app) auditCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many events at most")
+	return cmd
+}
+
+// passwdCommand sets the caller's own password.
+func (a *app) passwdCommand() *cobra.Command {
+	var fromStdin bool
+	cmd := &cobra.Command{
+		Use:   "passwd",
+		Short: "Set your own password, given the current one; every token of yours is revoked (log in again)",
+		Long: `Set your own password (12 characters to 72 bytes), given the current one,
+each from a prompt without echo, or from stdin with --password-stdin (its
+first line the current password, its second the new one). Every session
+and API token of yours is revoked, this login's too: log in again.`,
+		Example: `  meshctl users passwd
+  printf '%s\n%s\n' "$OLD" "$NEW" | meshctl users passwd --password-stdin`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			var current, next string
+			if fromStdin {
+				in := bufio.NewReader(a.in)
+				for _, p := range []*string{&current, &next} {
+					line, err := in.ReadString('\n')
+					if err != nil && !errors.Is(err, io.EOF) {
+						return err
+					}
+					if *p = strings.TrimRight(line, "\r\n"); *p == "" {
+						return errors.New("--password-stdin: want the current password on the first line, the new one on the second")
+					}
+				}
+			} else {
+				if current, err = a.password(false, "Current password: ", false); err != nil {
+					return err
+				}
+				if next, err = a.password(false, "New password: ", true); err != nil {
+					return err
+				}
+			}
+			r, err := c.ChangePasswordWithResponse(cmd.Context(), client.ChangePasswordJSONRequestBody{CurrentPassword: current, NewPassword: next})
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusNoContent); err != nil {
+				return err
+			}
+			url, _, _, _ := a.target()
+			fmt.Fprintf(a.out, "password changed; every session and API token of yours is revoked: meshctl login %s --user NAME\n", url)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&fromStdin, "password-stdin", false, "read the current password and the new one from stdin (two lines)")
 	return cmd
 }

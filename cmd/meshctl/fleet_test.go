@@ -79,3 +79,26 @@ func TestMeshctl_SavedLoginIsAnotherControllers(t *testing.T) {
 		t.Fatalf("another controller: %s", r)
 	}
 }
+
+// TestMeshctl_Passwd: a person sets their own password from stdin (the
+// current, then the new), and is told to log in again; a wrong current
+// password is the controller's 403, printed.
+func TestMeshctl_Passwd(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	session := e.AddUser("carol", "operator")
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", session)
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"users", "passwd", "--password-stdin"}, strings.NewReader("wrong\na brand new password\n"), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "the current password is wrong") {
+		t.Fatalf("a wrong current password: exit %d: %s", code, errOut.String())
+	}
+	out.Reset()
+	code = run(context.Background(), []string{"users", "passwd", "--password-stdin"}, strings.NewReader("password-of-carol\na brand new password\n"), &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), "password changed") || !strings.Contains(out.String(), "meshctl login "+e.URL) {
+		t.Fatalf("passwd: exit %d: %s %s", code, out.String(), errOut.String())
+	}
+}

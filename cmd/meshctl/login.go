@@ -200,7 +200,7 @@ func (a *app) tokensCommand() *cobra.Command {
 }
 
 func (a *app) usersCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "users", Short: "People who log in (admin)"}
+	cmd := &cobra.Command{Use: "users", Short: "People who log in (admin; passwd, anyone's own)"}
 	var role string
 	var stdin bool
 	add := &cobra.Command{
@@ -239,7 +239,7 @@ or from stdin with --password-stdin.`,
 	add.Flags().BoolVar(&stdin, "password-stdin", false, "read the password from stdin (its first line)")
 	_ = add.MarkFlagRequired("role")
 	_ = add.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"viewer", "operator", "admin", "builder"}, cobra.ShellCompDirectiveNoFileComp))
-	cmd.AddCommand(add)
+	cmd.AddCommand(add, a.passwdCommand())
 	a.addUserCommands(cmd)
 	return cmd
 }
