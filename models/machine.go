@@ -76,12 +76,17 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 	return StateCurrent
 }
 
-// RefusedTarget reports whether m's host refused the host release it is
-// being upgraded to (its last report says so): the machine is still
-// "upgrading", and why it will not is shown beside the word.
-func RefusedTarget(m *Machine) bool {
-	return m.TargetHostVersion != "" && m.LastOutcome == OutcomeRefused &&
-		strings.HasPrefix(m.LastReason, "host release "+m.TargetHostVersion+" refused")
+// ReleaseRefused is the reason a host gives for refusing a host release:
+// the words RefusedTarget recognises.
+func ReleaseRefused(version, why string) string {
+	return "host release " + version + " refused: " + why
+}
+
+// RefusedTarget reports whether a machine being upgraded to target has a
+// last report (outcome, reason) of its host refusing that release: it is
+// still "upgrading", and why it will not is shown beside the word.
+func RefusedTarget(target, outcome, reason string) bool {
+	return target != "" && outcome == OutcomeRefused && strings.HasPrefix(reason, ReleaseRefused(target, ""))
 }
 
 // Unhealthy reports whether a declared check of m has failed for longer
@@ -111,7 +116,7 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		if m.Health == HealthFailing && m.HealthCheck == c.Resource && m.HealthSince != nil {
 			since = *m.HealthSince
 		}
-		return HealthFailing, EscapeLogLine(c.Resource, MaxReasonBytes), EscapeLogLine(c.Detail, MaxReasonBytes), since
+		return HealthFailing, c.Resource, c.Detail, since
 	}
 	since = now
 	if m.Health == HealthPassing && m.HealthSince != nil {

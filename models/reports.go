@@ -3,9 +3,7 @@ package models
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // CheckReportSend says whether a report may name send: the send must be
@@ -38,7 +36,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	}
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
-			up["last_outcome"], up["last_reason"] = r.Outcome, EscapeLogLine(r.Reason, MaxReasonBytes)
+			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
 		}
 		return up
 	}
@@ -59,7 +57,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	// stale replay is kept as a report row, but the machine is still what
 	// its latest generation made it.
 	if r.Generation >= m.FinishedGen && r.Generation > 0 {
-		up["last_outcome"], up["last_reason"] = r.Outcome, EscapeLogLine(r.Reason, MaxReasonBytes)
+		up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
 	}
 	if FinalOutcome(r.Outcome) && r.Generation >= m.FinishedGen {
 		up["finished_generation"] = r.Generation
@@ -96,34 +94,33 @@ func DecodeReport(body []byte) (*Report, error) {
 	case r.Generation < 0:
 		return nil, Invalid("generation", "must not be negative")
 	}
+	// What a host says it runs is what a release may be called: kept on
+	// the machine and shown on every page and terminal that shows it.
 	for _, v := range []struct{ field, value string }{{"host_version", r.HostVersion}, {"launcher_version", r.LauncherVersion}} {
-		if err := ValidHostVersion(v.field, v.value); err != nil {
+		if err := ValidVersion(v.field, v.value, false); err != nil {
 			return nil, err
 		}
 	}
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
 	}
+	// A host's words, clipped and with control characters escaped once,
+	// here, before anything keeps them: the report's row (its body aside),
+	// its machine's summary, a rollout's and a release's failure, all
+	// shown on every page and terminal that shows them.
+	r.Reason = EscapeLogLine(r.Reason, MaxReasonBytes)
+	for i := range r.Checks {
+		r.Checks[i].Resource = EscapeLogLine(r.Checks[i].Resource, MaxReasonBytes)
+		r.Checks[i].Detail = EscapeLogLine(r.Checks[i].Detail, MaxReasonBytes)
+	}
 	return &r, nil
 }
 
-// ValidHostVersion says why v cannot be what a host says its version is
-// (a report, a poll's X-Mesh-Host-Version, an enrolment): it is kept on
-// the machine and shown on every page and terminal that shows it.
-// It is the rule a release's version is held to (ValidVersion), so a
-// release that can be uploaded can be run.
-func ValidHostVersion(field, v string) error {
-	if !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, notShown) {
-		return Invalid(field, fmt.Sprintf("a version: at most %d characters, none of them a control character", MaxVersionLen))
-	}
-	return nil
-}
-
-// MaxReasonBytes bounds what of a host's words (a reason, a failing
-// check's name and detail) its machine's summary keeps, control
-// characters escaped: the overview shows it for every machine, every
-// refresh (a host's megabyte reason was a megabyte on every row's page).
-// The report's row keeps what it said.
+// MaxReasonBytes bounds what is kept of a host's words (a reason, a
+// check's name and detail), control characters escaped (DecodeReport):
+// the overview shows them for every machine, every refresh (a host's
+// megabyte reason was a megabyte on every row's page). The report's body
+// keeps what it said.
 const MaxReasonBytes = 4 << 10
 
 // health sets the health columns from checks.

@@ -133,8 +133,12 @@ func TestReport_HostWordsBounded(t *testing.T) {
 	}
 	now := time.Now()
 	m := &Machine{FinishedGen: 1, AppliedGeneration: 1}
-	r := &Report{Generation: 2, Outcome: OutcomeApplied, Reason: "ok\x1b]52;c;eA==\x07" + strings.Repeat("r", 1<<20),
-		Checks: []CheckResult{{Resource: "web.check", At: now.Add(time.Hour), Detail: strings.Repeat("d", 1<<20)}}}
+	body, _ := json.Marshal(&Report{Generation: 2, Outcome: OutcomeApplied, Reason: "ok\x1b]52;c;eA==\x07" + strings.Repeat("r", 1<<20),
+		Checks: []CheckResult{{Resource: "web.check", At: now.Add(time.Hour), Detail: strings.Repeat("d", 1<<20)}}})
+	r, err := DecodeReport(body) // the way every report comes in
+	if err != nil {
+		t.Fatal(err)
+	}
 	up := ReportUpdates(m, r, true, now)
 	for _, k := range []string{"last_reason", "health_detail"} {
 		s := up[k].(string)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -374,8 +375,13 @@ func TestRollout_RolledBackReasonKeptShowable(t *testing.T) {
 			t.Fatal(err)
 		}
 		cur, _ := s.Machine(ctx, "m1")
-		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+		body, _ := json.Marshal(&models.Report{Generation: cur.Generation, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
 			Reason: "exited\x1b]52;c;eA==\x07" + strings.Repeat("r", 100<<10)})
+		r, err := models.DecodeReport(body) // the way every report comes in
+		if err != nil {
+			t.Fatal(err)
+		}
+		sentReport(t, s, m1.ID, r)
 		ro, err := s.Rollout(ctx, "1.5.0")
 		if err != nil {
 			t.Fatal(err)

@@ -453,9 +453,7 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		}
 		return stepRollout(tx, &ro)
 	case models.OutcomeRolledBack:
-		// The host's words, kept on the rollout and the release and shown
-		// wherever they are: clipped, control characters escaped.
-		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, models.EscapeLogLine(r.Reason, models.MaxReasonBytes))
+		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason) // clipped and escaped (DecodeReport)
 	}
 	return nil
 }
