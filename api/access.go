@@ -243,7 +243,7 @@ func (s *Server) enroll(c echo.Context) error {
 	if err := models.ValidPlatform(req.OS, req.Arch); err != nil {
 		return err
 	}
-	if err := models.ValidHostVersion("host_version", req.HostVersion); err != nil {
+	if err := models.ValidVersion("host_version", req.HostVersion, false); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()

@@ -280,7 +280,7 @@ func FuzzReport(f *testing.F) {
 		var r models.Report
 		decErr := json.Unmarshal(body, &r)
 		valid := decErr == nil && models.ValidOutcome(r.Outcome) && r.Generation >= 0 && models.ValidateLogs(r.Logs) == nil &&
-			models.ValidHostVersion("host_version", r.HostVersion) == nil && models.ValidHostVersion("launcher_version", r.LauncherVersion) == nil
+			models.ValidVersion("host_version", r.HostVersion, false) == nil && models.ValidVersion("launcher_version", r.LauncherVersion, false) == nil
 		switch resp.StatusCode {
 		case 201:
 			if !valid {

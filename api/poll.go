@@ -81,7 +81,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}
 	ps := newPollSession(s, p.hostID, p.Machine, p.enrolment, known, time.Now().Add(wait))
 	hv := c.Request().Header.Get(HeaderHostVersion)
-	if err := models.ValidHostVersion(HeaderHostVersion, hv); err != nil {
+	if err := models.ValidVersion(HeaderHostVersion, hv, false); err != nil {
 		return err
 	}
 	// The schemas the host decodes, in canonical form: a change of the set

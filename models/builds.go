@@ -53,7 +53,8 @@ func ValidVersion(field, v string, required bool) error {
 		return Invalid(field, "required")
 	case !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, notShown):
 		// A host release's version is what its hosts then say they run
-		// (ValidHostVersion): the same rule, or its hosts were refused.
+		// (a report, a poll's X-Mesh-Host-Version, an enrolment), checked
+		// by this same rule: one that uploads can run.
 		return Invalid(field, fmt.Sprintf("at most %d characters, none of them a control character", MaxVersionLen))
 	}
 	return nil
