@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"mesh/auth"
@@ -17,7 +16,7 @@ import (
 func (s *Service) Login(ctx context.Context, user, password, addr string) (string, time.Time, error) {
 	// No account has a longer name: what is audited and throttled of one
 	// is its start (a megabyte name a failed attempt was a megabyte row).
-	user = clipName(user)
+	user = models.EscapeLogLine(user, maxLoginName)
 	wait, done := s.Throttle.Attempt(user, addr)
 	if wait > 0 {
 		_ = s.Store.Audit(ctx, "anonymous", "login-throttled", "user/"+user, addr)
@@ -63,17 +62,9 @@ func (s *Service) Logout(ctx context.Context, actor, tokenID string, expires tim
 	return s.Store.Revoke(ctx, actor, &models.Revocation{TokenID: tokenID, Kind: models.RevokedSession, Reason: "logged out", ExpiresAt: expires})
 }
 
-// maxLoginName is more than any user name (models.ValidName: 63).
+// maxLoginName is more than any user name (models.ValidName: 63): a
+// longer one is cut there, marked with "…", still no account's name.
 const maxLoginName = 64
-
-// clipName is a login's user name, cut after maxLoginName bytes with an
-// ellipsis: still no account's name, and short.
-func clipName(user string) string {
-	if len(user) <= maxLoginName {
-		return user
-	}
-	return strings.ToValidUTF8(user[:maxLoginName], "") + "…"
-}
 
 // ChangePassword sets a person's own password, given the current one: a
 // wrong current password counts as a failed login (throttled and audited
