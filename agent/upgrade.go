@@ -115,7 +115,7 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 // bytes may have been the transport's doing); a release that was rolled
 // back is never fetched again.
 func (a *Agent) refuseRelease(ctx context.Context, h *models.HostRelease, gen int64, why string) error {
-	a.refused(ctx, a.sendOf(gen), gen, h.Digest, fmt.Sprintf("host release %s refused: %s", h.Version, why), false)
+	a.refused(ctx, a.sendOf(gen), gen, h.Digest, models.ReleaseRefused(h.Version, why), false)
 	return nil
 }
 

@@ -163,7 +163,7 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 			// meanwhile is not left to its JSON.
 			r.Badge += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 		}
-		if models.RefusedTarget(m) {
+		if models.RefusedTarget(m.TargetHostVersion, m.LastOutcome, m.LastReason) {
 			r.Badge += "; its host refused it: " + m.LastReason
 		}
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/client"
+	"mesh/models"
 )
 
 func (a *app) machinesCommand() *cobra.Command {
@@ -190,7 +191,7 @@ func why(m *client.Machine) string {
 		if m.ComposeError != "" {
 			w += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 		}
-		if m.LastOutcome == string(client.ReportOutcomeRefused) && strings.HasPrefix(m.LastReason, "host release "+m.TargetHostVersion+" refused") {
+		if models.RefusedTarget(m.TargetHostVersion, m.LastOutcome, m.LastReason) {
 			w += "; its host refused it: " + m.LastReason
 		}
 		return w
