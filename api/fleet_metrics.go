@@ -177,11 +177,7 @@ func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric
 	var failing, composeErrs int64
 	for i := range ms {
 		m := &ms[i]
-		seen := c.srv.Hub.LastSeen(m.ID)
-		if seen == nil {
-			seen = m.LastSeen
-		}
-		states[c.srv.Rules.State(m, seen, now)]++
+		states[c.srv.Rules.State(m, c.srv.lastSeen(m), now)]++
 		h := m.Health
 		if h == "" {
 			h = models.HealthNone

@@ -55,11 +55,17 @@ type HealthView struct {
 	CheckedAt *time.Time `json:"checked_at"`
 }
 
-func (s *Server) machineView(m *models.Machine) MachineView {
-	seen := s.Hub.LastSeen(m.ID)
-	if seen == nil {
-		seen = m.LastSeen
+// lastSeen is when m's host was last heard from: the hub's word (a poll
+// held now, or one since the last flush), else the store's.
+func (s *Server) lastSeen(m *models.Machine) *time.Time {
+	if t := s.Hub.LastSeen(m.ID); t != nil {
+		return t
 	}
+	return m.LastSeen
+}
+
+func (s *Server) machineView(m *models.Machine) MachineView {
+	seen := s.lastSeen(m)
 	running, err := m.RunningBuilds()
 	if err != nil {
 		s.Log.Error("machine view", "err", err) // shown without its running builds, said in the log
@@ -131,11 +137,7 @@ func (s *Server) machinesInState(ctx context.Context, state string, limit int, c
 		if cur > 0 && m.ID >= cur {
 			continue
 		}
-		seen := s.Hub.LastSeen(m.ID)
-		if seen == nil {
-			seen = m.LastSeen
-		}
-		if s.Rules.State(m, seen, now) == state {
+		if s.Rules.State(m, s.lastSeen(m), now) == state {
 			ids = append(ids, m.ID)
 		}
 	}

@@ -56,12 +56,8 @@ func (s *Server) updateModule(c echo.Context) error {
 		return err
 	}
 	// Where a mesh-host module's builds come from is an admin's to say.
-	if mod, err := s.Store.Module(c.Request().Context(), c.Param("module")); err != nil {
+	if err := s.hostModuleByAdmin(c, c.Param("module")); err != nil {
 		return err
-	} else if mod.Kind == models.KindHost {
-		if err := hostReleasesByAdmin(c); err != nil {
-			return err
-		}
 	}
 	ch, err := s.Service.UpdateModule(c.Request().Context(), principal(c).Actor(), service.UpdateModule{
 		Name: c.Param("module"), Repository: req.Repository, SourcePaths: req.SourcePaths, Tiers: req.Tiers,

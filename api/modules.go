@@ -161,12 +161,8 @@ func (s *Server) yankBuild(c echo.Context) error {
 // follows the build (a plan, a host release) is the service's rule.
 func (s *Server) createBuild(c echo.Context) error {
 	module := c.Param("module")
-	if mod, err := s.Store.Module(c.Request().Context(), module); err != nil {
+	if err := s.hostModuleByAdmin(c, module); err != nil {
 		return err
-	} else if mod.Kind == models.KindHost {
-		if err := hostReleasesByAdmin(c); err != nil {
-			return err
-		}
 	}
 	up, err := s.readUpload(c, "manifest, version, commit and artifact", "artifact", "manifest", "version", "commit", "digest", "os", "arch", "schemas")
 	if err != nil {
@@ -333,4 +329,18 @@ func hostReleasesByAdmin(c echo.Context) error {
 		return fmt.Errorf("%w: a mesh-host module's builds become host releases, which only an admin may make", models.ErrForbidden)
 	}
 	return nil
+}
+
+// hostModuleByAdmin is hostReleasesByAdmin for a change to the module
+// named (its builds, where they come from), when it is a mesh-host one;
+// a module that cannot be read is refused, not let through.
+func (s *Server) hostModuleByAdmin(c echo.Context, module string) error {
+	mod, err := s.Store.Module(c.Request().Context(), module)
+	if err != nil {
+		return err
+	}
+	if mod.Kind != models.KindHost {
+		return nil
+	}
+	return hostReleasesByAdmin(c)
 }
