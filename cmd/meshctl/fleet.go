@@ -118,7 +118,7 @@ func (a *app) varsCommand() *cobra.Command {
 		Short: "Show a machine's variables, or set (KEY=VALUE) and remove (KEY=) some (operator to change)",
 		Long: `Show a machine's variables (${var.KEY} in manifests), or change some: each
 KEY=VALUE sets one, each KEY= removes one; the others are kept. meshctl
-reads the variables and the machine's generation, applies these changes,
+reads the variables at the machine's generation, applies these changes,
 and writes them with If-Match; when the machine changed in between (412) it
 reads them again and applies only these changes to the fresh ones.`,
 		Example: `  meshctl machines vars m1
@@ -143,13 +143,8 @@ reads them again and applies only these changes to the fresh ones.`,
 				}
 			}
 			for attempt := 1; ; attempt++ {
-				m, err := c.GetMachineWithResponse(cmd.Context(), machine)
-				if err != nil {
-					return reach(err)
-				}
-				if err := expect(m.HTTPResponse, m.Body, http.StatusOK); err != nil {
-					return err
-				}
+				// The variables and the generation they were read at (the
+				// ETag), from one read of the store.
 				got, err := c.GetVariablesWithResponse(cmd.Context(), machine)
 				if err != nil {
 					return reach(err)
@@ -157,6 +152,7 @@ reads them again and applies only these changes to the fresh ones.`,
 				if err := expect(got.HTTPResponse, got.Body, http.StatusOK); err != nil {
 					return err
 				}
+				etag := got.HTTPResponse.Header.Get("ETag")
 				vars := got.JSON200.Variables
 				if vars == nil {
 					vars = map[string]string{}
@@ -183,13 +179,12 @@ reads them again and applies only these changes to the fresh ones.`,
 						vars[k] = *v
 					}
 				}
-				etag := `"` + strconv.Itoa(m.JSON200.Generation) + `"`
 				r, err := c.SetVariablesWithResponse(cmd.Context(), machine, &client.SetVariablesParams{IfMatch: etag}, client.Variables{Variables: vars})
 				if err != nil {
 					return reach(err)
 				}
 				if r.StatusCode() == http.StatusPreconditionFailed && attempt < maxAttempts {
-					fmt.Fprintf(a.errOut, "%s changed since it was read at generation %d; reading it again\n", machine, m.JSON200.Generation)
+					fmt.Fprintf(a.errOut, "%s changed since it was read at generation %s; reading it again\n", machine, strings.Trim(etag, `"`))
 					continue
 				}
 				if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
