@@ -22,6 +22,8 @@ type keptPoll struct {
 	local  string
 	closed bool // the answer said Connection: close
 	body   string
+	etag   string
+	send   string // X-Mesh-Send
 }
 
 func pollOn(t *testing.T, hc *http.Client, e *ctltest.Env, token string, known int64, wait string, closeAfter bool) keptPoll {
@@ -47,6 +49,7 @@ func pollOn(t *testing.T, hc *http.Client, e *ctltest.Env, token string, known i
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	kp.status, kp.closed, kp.body = resp.StatusCode, resp.Close, string(b)
+	kp.etag, kp.send = resp.Header.Get("ETag"), resp.Header.Get("X-Mesh-Send")
 	return kp
 }
 

@@ -44,6 +44,9 @@ func (s *Server) collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "mesh_composed_ahead_total", Help: "Machines composed ahead of their polls and woken after a bump.",
 		}, func() float64 { return float64(s.Hub.ComposedAhead()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_sent_with_declaration_total", Help: "Sends whose row was written with their declaration, their parked polls answered by the goroutine that composed it.",
+		}, func() float64 { return float64(s.Hub.SentWithDeclaration()) }),
 		newSendsCollector(s.Sends), newFleetCollector(s),
 	}
 }

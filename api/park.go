@@ -127,6 +127,58 @@ func (s *Server) dispatch(ps []hub.Parked) {
 	}
 }
 
+// claim takes the parked polls of a fan-out's chunk that its composing
+// goroutine may answer (hub.Claim): waiting, watched (the watch's event,
+// not a system call, says their host left), and with nothing else to
+// answer first — draining, superseded, revoked or left is answered by a
+// worker as before. A claimed poll is the claimer's as a woken one is a
+// worker's: its timer and the watch leave it alone.
+func (s *Server) claim(ps []hub.Parked) []hub.Claim {
+	if s.Draining() {
+		return nil
+	}
+	claims := make([]hub.Claim, 0, len(ps))
+	for _, p := range ps {
+		pp := p.(*parkedPoll)
+		if !pp.watched.Load() || pp.left.Load() || pp.isSuperseded() || pp.revoked() {
+			continue
+		}
+		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
+			claims = append(claims, hub.Claim{Poll: pp, Known: pp.known, Batch: pp.batch})
+		}
+	}
+	return claims
+}
+
+// answerClaims answers claimed polls once composing has committed: those
+// with a send row (written in the declarations' transaction) get their
+// 200 here, on the composing goroutine, with no second transaction and no
+// hand-off; the rest go to a worker, as woken polls do.
+func (s *Server) answerClaims(claims []hub.Claim) {
+	var rows []models.Send
+	for _, cl := range claims {
+		if cl.Send != nil {
+			rows = append(rows, *cl.Send)
+		}
+	}
+	s.Sends.count(rows)
+	for _, cl := range claims {
+		pp := cl.Poll.(*parkedPoll)
+		switch {
+		case cl.Send == nil:
+			s.parkedCh <- pp
+		case pp.left.Load():
+			// The host went away meanwhile: a send on the record whose
+			// bytes never left, which is harmless (the reverse is not).
+			s.finishParked(pp, nil)
+		case pp.revoked():
+			s.finishParked(pp, goneResponse()) // revoked meanwhile: nothing is sent
+		default:
+			s.finishParked(pp, sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch)))
+		}
+	}
+}
+
 // parkedWorker answers woken parked polls: the same rules as a poll that
 // waits in place.
 func (s *Server) parkedWorker() {

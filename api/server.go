@@ -124,6 +124,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		hookLimit:   newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
 		reportLimit: newAddressLimiter("reports", rate.Every(time.Second), 60), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
+	hub.Claim, hub.Answer = s.claim, s.answerClaims
 	return s
 }
 

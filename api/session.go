@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"mesh/hub"
 	"mesh/models"
 )
@@ -156,8 +154,8 @@ func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (s
 		// Revoked while its declaration was composed: nothing is sent.
 		return "", fmt.Errorf("%w: machine %s was revoked", models.ErrUnauthorized, ps.name)
 	}
-	send := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: ps.machine, Generation: comp.Generation,
-		Digest: comp.Digest, InstanceID: s.Instance, Trigger: comp.Trigger, CreatedAt: time.Now().UTC(), Schema: comp.Schema}
+	send := models.SendOf(comp, s.Instance)
+	send.MachineID = ps.machine
 	return send.ID, s.Sends.Write(ctx, send)
 }
 

@@ -25,6 +25,20 @@ type Parked interface {
 	Machine() int64
 }
 
+// A Claim is a parked poll that the goroutine composing its machine's
+// declaration answers: its send row is written in the transaction that
+// stores the declaration, and its bytes leave once that has committed.
+type Claim struct {
+	Poll  Parked
+	Known int64 // the generation its host finished with
+	Batch bool  // its host verifies batch envelopes
+	// Send is its send row, committed with the declaration; nil when
+	// it was not sent so (its answer is decided as any woken poll's).
+	Send *models.Send
+	// Composed is the declaration sent.
+	Composed *models.Composed
+}
+
 // Poll is a poll waiting on a machine; a newer poll from the same machine
 // supersedes it (a host holds one poll at a time: more are an attacker's,
 // or a host that lost track of its own).
@@ -51,6 +65,9 @@ type Hub struct {
 	heard  atomic.Int64 // bumps heard, in process and from the store's notifications
 	ahead  atomic.Int64 // machines composed ahead of their polls and woken
 	onPoll atomic.Int64 // single-signature envelopes signed on a poll's first need
+	// withDecl: sends whose rows were written with their declarations,
+	// their polls answered by the goroutine that composed them.
+	withDecl atomic.Int64
 	// singleForAll: an instance of a build that knows no batch envelopes
 	// serves from this store (a rolling upgrade), and sends the stored
 	// single-signature envelope as it is — so every declaration composed
@@ -61,6 +78,15 @@ type Hub struct {
 
 	// Dispatch answers woken parked polls (set by the API server).
 	Dispatch func([]Parked)
+	// Claim and Answer let the goroutine that composes a fan-out's chunk
+	// answer its parked polls itself (set by the API server; without them
+	// every woken poll goes to Dispatch). Claim takes the polls that may
+	// be answered so (no other goroutine will touch them); composing
+	// writes their send rows in the declarations' transaction; Answer
+	// then writes each claim's answer — those without a send row are
+	// answered as Dispatch would.
+	Claim  func([]Parked) []Claim
+	Answer func([]Claim)
 
 	pending   map[int64]int64 // bumps not yet composed and woken
 	pendingCh chan struct{}
@@ -418,17 +444,29 @@ const composers = 4
 func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int64]int64) {
 	single := map[int64]bool{}
 	all := h.singleForAll.Load()
+	var parked []Parked
 	h.mu.Lock()
 	for _, id := range chunk {
-		if e := h.byID[id]; all || e != nil && e.single {
+		e := h.byID[id]
+		if all || e != nil && e.single {
 			single[id] = true
+		}
+		if e != nil && !e.conflict {
+			parked = append(parked, e.parked...)
 		}
 	}
 	h.mu.Unlock()
-	composed, fails, err := h.Store.ComposeFor(ctx, chunk, h.Instance, h.Signer, single)
+	var claims []Claim
+	if h.Claim != nil && len(parked) > 0 {
+		claims = h.Claim(parked)
+	}
+	composed, fails, err := h.Store.ComposeAndSend(ctx, chunk, h.Instance, h.Signer, single, h.sendsFor(claims, bumped))
 	h.ahead.Add(int64(len(chunk)))
 	if err != nil {
 		h.Log.Warn("composing woken machines", "err", err, "machines", len(chunk))
+		for i := range claims {
+			claims[i].Send = nil // not committed: answered as any woken poll
+		}
 	}
 	var ps []Parked
 	var failed []models.ComposeFailure
@@ -456,8 +494,56 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 		ps = append(ps, e.wake()...)
 	}
 	h.mu.Unlock()
+	// The claimed polls are among those woken; Dispatch passes them by,
+	// as a worker's own, and Answer answers them.
 	h.send(ps)
+	if len(claims) > 0 {
+		for _, cl := range claims {
+			if cl.Send != nil {
+				h.withDecl.Add(1)
+			}
+		}
+		h.Answer(claims)
+	}
 	h.recordFailures(ctx, failed)
+}
+
+// sendsFor makes the send rows of claims whose declaration a chunk
+// composed, in its write transaction (store.SendsFor): the rule of a poll
+// answered one by one (pollSession.next) — the declaration newer than the
+// host finished with, no newer one queued (its wake will come, and sending
+// this one would only make the host apply twice), the envelope its host
+// verifies already signed — and nothing else.
+func (h *Hub) sendsFor(claims []Claim, bumped map[int64]int64) store.SendsFor {
+	if len(claims) == 0 {
+		return nil
+	}
+	return func(chunk []int64, out map[int64]*models.Composed) []models.Send {
+		in := make(map[int64]bool, len(chunk))
+		for _, id := range chunk {
+			in[id] = true
+		}
+		var rows []models.Send
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for i := range claims {
+			cl := &claims[i]
+			id := cl.Poll.Machine()
+			if !in[id] {
+				continue
+			}
+			cl.Send, cl.Composed = nil, nil
+			c, e := out[id], h.byID[id]
+			if c == nil || e == nil || c.Generation <= cl.Known || max(e.queued, bumped[id]) > c.Generation ||
+				c.EnvelopeFor(cl.Batch) == nil {
+				continue
+			}
+			snd := models.SendOf(c, h.Instance)
+			cl.Send, cl.Composed = &snd, c
+			rows = append(rows, snd)
+		}
+		return rows
+	}
 }
 
 // ComposeOne is the declaration of one machine's generation for a poll:
@@ -697,6 +783,11 @@ func (h *Hub) Heard() int64 { return h.heard.Load() }
 // ComposedAhead is how many machines the hub has composed ahead of their
 // polls and woken: once per bump, however often it was heard.
 func (h *Hub) ComposedAhead() int64 { return h.ahead.Load() }
+
+// SentWithDeclaration is how many sends this instance wrote in the
+// transaction that stored their declarations, answering their parked
+// polls from the composing goroutine.
+func (h *Hub) SentWithDeclaration() int64 { return h.withDecl.Load() }
 
 // SetSingleForAll says whether an instance of a build that knows no batch
 // envelopes serves from this store (see singleForAll); it reports whether

@@ -1,6 +1,10 @@
 package models
 
-import "time"
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
 
 // Trigger words: what made a generation (DESIGN.md, "send").
 const (
@@ -306,6 +310,15 @@ type Send struct {
 	Trigger    string    `json:"trigger"`
 	CreatedAt  time.Time `json:"time"`
 	Schema     int       `gorm:"default:1" json:"schema"` // the declaration schema the bytes were in
+}
+
+// SendOf is the send row of c's declaration to its machine by instance,
+// with a new time-ordered id: the one shape of a send row, whether a poll
+// writes it through the send writer or composing writes it with the
+// declaration.
+func SendOf(c *Composed, instance string) Send {
+	return Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: c.MachineID, Generation: c.Generation,
+		Digest: c.Digest, InstanceID: instance, Trigger: c.Trigger, CreatedAt: time.Now().UTC(), Schema: c.Schema}
 }
 
 // ReportRow is a host's report as stored: its own row, never an overwrite.

@@ -39,27 +39,62 @@ func (s *Store) Compose(ctx context.Context, ids []int64, by string, signer mode
 // the machines in single (those whose hosts do not verify batch
 // envelopes) as it composes them, rather than on their first poll.
 func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer models.Signer, single map[int64]bool) (map[int64]*models.Composed, map[int64]error, error) {
+	return s.ComposeAndSend(ctx, ids, by, signer, single, nil)
+}
+
+// SendsFor makes the send rows of polls answered with a chunk's
+// declarations, inside the transaction that stores them: it is given the
+// chunk's machines and every declaration composed so far (stored now or
+// before, by this instance or another), and is run again if the
+// transaction is retried, so it keeps no state of its own between runs.
+type SendsFor func(chunk []int64, out map[int64]*models.Composed) []models.Send
+
+// ComposeAndSend is ComposeFor that also writes, in each chunk's write
+// transaction, the send rows sends makes: the polls woken by a fan-out are
+// answered once that one commit is done, rather than after a second
+// transaction of their own (a commit and two hand-offs fewer a machine).
+// A chunk whose declarations were all stored before still writes its send
+// rows. When it fails, nothing of the chunk is written, its send rows
+// included. With sends, ids are one chunk whatever their number, so an
+// error means no send row of theirs was written.
+func (s *Store) ComposeAndSend(ctx context.Context, ids []int64, by string, signer models.Signer, single map[int64]bool, sends SendsFor) (map[int64]*models.Composed, map[int64]error, error) {
 	out := make(map[int64]*models.Composed, len(ids))
 	fails := map[int64]error{}
-	err := inChunks(ids, composeChunk, func(chunk []int64) error {
+	size := composeChunk
+	if sends != nil {
+		size = max(len(ids), 1)
+	}
+	err := inChunks(ids, size, func(chunk []int64) error {
 		var in composeInput
 		if err := s.snapshot(ctx, func(tx *Tx) error { return readCompose(tx, chunk, out, fails, &in) }); err != nil {
 			return err
 		}
 		rows, names := in.compose(s.Now(), by, fails)
-		if len(rows) == 0 {
+		if len(rows) == 0 && (sends == nil || len(sends(chunk, out)) == 0) {
 			return nil
 		}
-		if err := seal(rows, signer, single); err != nil {
-			return err
+		if len(rows) > 0 {
+			if err := seal(rows, signer, single); err != nil {
+				return err
+			}
 		}
 		if s.beforeStore != nil {
 			s.beforeStore()
 		}
-		if err := s.prepareInserts(ctx, declInsert); err != nil {
+		if err := s.prepareInserts(ctx, declInsert, sendInsert); err != nil {
 			return mapErr(err)
 		}
-		return s.write(ctx, func(tx *Tx) error { return storeComposed(tx, rows, names, in.epoch, out) })
+		return s.write(ctx, func(tx *Tx) error {
+			if len(rows) > 0 {
+				if err := storeComposed(tx, rows, names, in.epoch, out); err != nil {
+					return err
+				}
+			}
+			if sends == nil {
+				return nil
+			}
+			return insertSendsIn(tx, sends(chunk, out))
+		})
 	})
 	return out, fails, err
 }

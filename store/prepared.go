@@ -91,20 +91,22 @@ func (pi *preparedInsert) query(k int) string {
 	return pi.queries[k]
 }
 
-// prepareInserts keeps the statements of pi, for every row count it uses;
+// prepareInserts keeps the statements of each pi, for every row count it uses;
 // call it outside any write transaction (the one-row statement is kept
 // last: once it is there, all are).
-func (s *Store) prepareInserts(ctx context.Context, pi *preparedInsert) error {
-	if s.dialect != SQLite || s.prepared.lookup(pi.query(1)) != nil {
-		return nil
-	}
-	sqlDB, err := s.db.DB()
-	if err != nil {
-		return err
-	}
-	for k := insertRowsPer; k >= 1; k /= 2 {
-		if err := s.prepared.prepare(ctx, sqlDB, pi.query(k)); err != nil {
+func (s *Store) prepareInserts(ctx context.Context, pis ...*preparedInsert) error {
+	for _, pi := range pis {
+		if s.dialect != SQLite || s.prepared.lookup(pi.query(1)) != nil {
+			continue
+		}
+		sqlDB, err := s.db.DB()
+		if err != nil {
 			return err
+		}
+		for k := insertRowsPer; k >= 1; k /= 2 {
+			if err := s.prepared.prepare(ctx, sqlDB, pi.query(k)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

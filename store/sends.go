@@ -31,12 +31,7 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 	if err := s.prepareInserts(ctx, sendInsert); err != nil {
 		return mapErr(err)
 	}
-	err := s.write(ctx, func(tx *Tx) error {
-		if s.dialect != Postgres {
-			return insertSendsSQLite(ctx, tx, sends)
-		}
-		return insertSendsPostgres(ctx, tx, sends)
-	})
+	err := s.write(ctx, func(tx *Tx) error { return insertSendsIn(tx, sends) })
 	if s.dialect == SQLite && foreignKeyFailed(err) {
 		// On SQLite a send row still refers to its machine: one removed
 		// after its poll was authorised failed the whole group. The group
@@ -45,6 +40,17 @@ func (s *Store) InsertSends(ctx context.Context, sends []models.Send) error {
 		return s.insertSendsOfMachinesLeft(ctx, sends)
 	}
 	return err
+}
+
+// insertSendsIn writes send rows in tx, in the dialect's way.
+func insertSendsIn(tx *Tx, sends []models.Send) error {
+	if len(sends) == 0 {
+		return nil
+	}
+	if tx.s.dialect != Postgres {
+		return insertSendsSQLite(tx.Statement.Context, tx, sends)
+	}
+	return insertSendsPostgres(tx.Statement.Context, tx, sends)
 }
 
 func insertSendsSQLite(ctx context.Context, tx *Tx, sends []models.Send) error {
