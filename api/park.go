@@ -174,7 +174,12 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 		case pp.revoked():
 			s.finishParked(pp, goneResponse()) // revoked meanwhile: nothing is sent
 		default:
-			s.finishParked(pp, sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch)))
+			a := sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch))
+			if len(a.body) > claimAnswerMax {
+				go s.finishParked(pp, a)
+				continue
+			}
+			s.finishParkedWithin(pp, a, claimWriteTimeout)
 		}
 	}
 }
@@ -255,9 +260,42 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 	return false
 }
 
+// Writing an answer is bounded: a host that does not take it in time is
+// cut off (its connection closed) rather than holding the goroutine that
+// writes it. A host that read its last answer before asking again has an
+// empty socket buffer, which takes a small answer at once; one that stopped
+// reading (or pipelined requests it never read the answers of) fills it.
+const (
+	answerWriteTimeout = 30 * time.Second
+	// claimWriteTimeout bounds an answer written by the goroutine that
+	// composed a fan-out's chunk, which the rest of the chunk waits on.
+	claimWriteTimeout = 50 * time.Millisecond
+	// claimAnswerMax is the largest answer that goroutine writes itself
+	// (a socket's send buffer starts at 16 KiB on Linux): a larger one
+	// may wait for the network, and gets a goroutine of its own.
+	claimAnswerMax = 8 << 10
+)
+
+// writeAnswer writes b to c within d, then lifts the deadline for the
+// connection's next request.
+func writeAnswer(c net.Conn, b []byte, d time.Duration) error {
+	if err := c.SetWriteDeadline(time.Now().Add(d)); err != nil {
+		return err
+	}
+	if _, err := c.Write(b); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(time.Time{})
+}
+
 // finishParked writes the answer (nil: no bytes), gives the connection
 // back to the server or closes it, and ends the poll.
 func (s *Server) finishParked(pp *parkedPoll, a *answer) {
+	s.finishParkedWithin(pp, a, answerWriteTimeout)
+}
+
+// finishParkedWithin is finishParked with the answer written within d.
+func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Duration) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	s.watch.forget(pp)
@@ -271,10 +309,7 @@ func (s *Server) finishParked(pp *parkedPoll, a *answer) {
 		if !keep {
 			conn = append(conn, [2]string{"Connection", "close"})
 		}
-		// A few hundred bytes to a socket with nothing else queued: the
-		// kernel takes them at once; a host that stopped reading gets cut
-		// off when the connection closes.
-		if _, err := pp.conn.Write(a.bytes(conn)); err != nil {
+		if err := writeAnswer(pp.conn, a.bytes(conn), within); err != nil {
 			keep = false
 		}
 	}

@@ -3,9 +3,53 @@ package api
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"os"
 	"testing"
 	"time"
 )
+
+// TestWriteAnswer_BoundedWhenTheHostDoesNotRead: an answer to a host that
+// does not take it fails within its bound (and its connection is closed by
+// the caller) instead of holding the goroutine that writes it — for a
+// fan-out's claimed polls, the goroutine the rest of its chunk waits on.
+// One that is read is written whole, and the connection's next write is
+// not cut by the bound.
+func TestWriteAnswer_BoundedWhenTheHostDoesNotRead(t *testing.T) {
+	server, host := net.Pipe() // unbuffered: a write waits for its reader
+	defer server.Close()
+	defer host.Close()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- writeAnswer(server, []byte("HTTP/1.1 200 OK\r\n\r\n"), 50*time.Millisecond) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an answer nobody reads: %v, want a deadline exceeded", err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("an answer nobody reads held its writer %v", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an answer nobody reads held its writer past 10 s")
+	}
+
+	server2, host2 := net.Pipe()
+	defer server2.Close()
+	defer host2.Close()
+	go func() { done <- writeAnswer(server2, []byte("first"), 50*time.Millisecond) }()
+	b := make([]byte, 5)
+	if _, err := io.ReadFull(host2, b); err != nil || <-done != nil {
+		t.Fatalf("an answer that is read: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // past the first answer's bound: it must not cut the next write
+	go func() { _, err := server2.Write([]byte("next")); done <- err }()
+	if _, err := io.ReadFull(host2, b[:4]); err != nil || <-done != nil {
+		t.Fatalf("the connection's next write after an answer: %v", err)
+	}
+}
 
 // TestRenewalDue: a connection is kept only while the certificate it
 // presented is not yet due for renewal (two thirds of its lifetime): a
