@@ -66,13 +66,12 @@ func MerkleLeaf(payload []byte) [32]byte {
 }
 
 func merkleNode(l, r []byte) [32]byte {
-	h := sha256.New()
-	h.Write([]byte{1})
-	h.Write(l)
-	h.Write(r)
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	// On the stack: a hash.Hash per node was an allocation per node.
+	var in [1 + 2*sha256.Size]byte
+	in[0] = 1
+	copy(in[1:], l)
+	copy(in[1+sha256.Size:], r)
+	return sha256.Sum256(in[:])
 }
 
 // MerkleTree is the root of leaves (RFC 6962's MTH) and every leaf's
@@ -81,6 +80,13 @@ func MerkleTree(leaves [][32]byte) (root [32]byte, paths [][][]byte) {
 	paths = make([][][]byte, len(leaves))
 	if len(leaves) == 0 {
 		return sha256.Sum256(nil), paths
+	}
+	// Every path in one backing array, each with room for the deepest
+	// path: appended hash by hash, each grew four or five times.
+	depth := bits.Len(uint(len(leaves) - 1))
+	backing := make([][]byte, len(leaves)*depth)
+	for i := range paths {
+		paths[i] = backing[i*depth : i*depth : (i+1)*depth]
 	}
 	var build func(lo, hi int) [32]byte
 	build = func(lo, hi int) [32]byte {
