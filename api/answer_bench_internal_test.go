@@ -15,8 +15,11 @@ func BenchmarkParkedAnswer_200(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		a := sendAnswer(comp, "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", body)
-		if len(a.bytes([][2]string{{HeaderTLS, "https://127.0.0.1:8443"}, {"Connection", "close"}})) < len(body) {
+		buf := answerBufs.Get().(*[]byte)
+		*buf = a.appendTo((*buf)[:0], [][2]string{{HeaderTLS, "https://127.0.0.1:8443"}, {"Connection", "close"}})
+		if len(*buf) < len(body) {
 			b.Fatal("short")
 		}
+		answerBufs.Put(buf)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"mesh/conns"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -309,8 +311,13 @@ func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Durat
 		if !keep {
 			conn = append(conn, [2]string{"Connection", "close"})
 		}
-		if err := writeAnswer(pp.conn, a.bytes(conn), within); err != nil {
+		buf := answerBufs.Get().(*[]byte)
+		*buf = a.appendTo((*buf)[:0], conn)
+		if err := writeAnswer(pp.conn, *buf, within); err != nil {
 			keep = false
+		}
+		if cap(*buf) <= maxPooledAnswer {
+			answerBufs.Put(buf)
 		}
 	}
 	if keep && s.Kept.Give(pp.conn) {
@@ -359,15 +366,22 @@ type answer struct {
 	body    []byte
 }
 
-// bytes is the answer as HTTP/1.1, with the connection's headers.
-func (a *answer) bytes(conn [][2]string) []byte {
+// answerBufs holds the buffers answers are written from: the socket has
+// the bytes once Write returns, and a fan-out writes one answer a machine.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxPooledAnswer is the largest buffer kept for the next answer.
+const maxPooledAnswer = 64 << 10
+
+// appendTo appends the answer as HTTP/1.1, with the connection's headers, to b.
+func (a *answer) appendTo(b []byte, conn [][2]string) []byte {
 	size := 96 + len(a.body)
 	for _, hs := range [][][2]string{a.headers, conn} {
 		for _, h := range hs {
 			size += len(h[0]) + len(h[1]) + 4
 		}
 	}
-	b := make([]byte, 0, size)
+	b = slices.Grow(b, size)
 	b = append(b, "HTTP/1.1 "...)
 	b = strconv.AppendInt(b, int64(a.status), 10)
 	b = append(b, ' ')
