@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"mesh/controller/ctltest"
+	"mesh/hub"
 	"mesh/models"
 	"mesh/store"
 	"mesh/testwait"
@@ -88,6 +90,86 @@ func TestFanout_ParkedPollsSentWithTheirDeclarations(t *testing.T) {
 			}
 			if n := e.Ctl.Server.Sends.Written() - written; n != hosts {
 				t.Fatalf("mesh_sends_total counted %d sends of %d", n, hosts)
+			}
+		})
+	}
+}
+
+// TestFanout_ClaimedPollOvertaken: a parked poll claimed by the goroutine
+// composing its declaration is answered as any woken poll would be when,
+// before its send row is written or after, a newer poll of its machine
+// supersedes it (304: one 200 a change, on the host's newest poll) or the
+// instance begins to drain (503: its host moves on).
+func TestFanout_ClaimedPollOvertaken(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		when string // "claim": before the send row; "answer": after it
+		do   func(e *ctltest.Env, cl hub.Claim)
+		want int
+	}{
+		{"superseded before its send row", "claim", func(e *ctltest.Env, cl hub.Claim) { cl.Poll.(hub.Poll).Supersede() }, 304},
+		{"superseded after its send row", "answer", func(e *ctltest.Env, cl hub.Claim) { cl.Poll.(hub.Poll).Supersede() }, 304},
+		{"draining before its send row", "claim", func(e *ctltest.Env, cl hub.Claim) { e.Ctl.Server.Drain() }, 503},
+		{"draining after its send row", "answer", func(e *ctltest.Env, cl hub.Claim) { e.Ctl.Server.Drain() }, 503},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := ctltest.Start(t, store.SQLite)
+			en := e.Enroll("m1")
+			if p := doPoll(e, en.Token, 0, "0s"); p.status != 200 {
+				t.Fatalf("first poll: %d", p.status)
+			}
+			testwait.For(t, 10*time.Second, "the enrolment composed", e.Ctl.Hub.Settled)
+			hc := &http.Client{Transport: &http.Transport{}}
+			t.Cleanup(hc.CloseIdleConnections)
+			done := make(chan keptPoll, 1)
+			go func() { done <- pollOn(t, hc, e, en.Token, 1, "30s", false) }()
+			testwait.For(t, 10*time.Second, "the poll parked", func() bool { return e.Ctl.Hub.ParkedOn("m1") })
+			var claimed atomic.Int64
+			if c.when == "claim" {
+				claim := e.Ctl.Hub.Claim
+				e.Ctl.Hub.Claim = func(ps []hub.Parked) []hub.Claim {
+					cls := claim(ps)
+					for _, cl := range cls {
+						claimed.Add(1)
+						c.do(e, cl)
+					}
+					return cls
+				}
+			} else {
+				answer := e.Ctl.Hub.Answer
+				e.Ctl.Hub.Answer = func(cls []hub.Claim) {
+					for _, cl := range cls {
+						if cl.Send != nil {
+							claimed.Add(1)
+							c.do(e, cl)
+						}
+					}
+					answer(cls)
+				}
+			}
+			sends, err := e.Ctl.Store.CountSends(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
+				Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+			var p keptPoll
+			select {
+			case p = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the claimed poll was not answered")
+			}
+			if n := claimed.Load(); n != 1 || p.status != c.want || p.send != "" {
+				t.Fatalf("claimed %d; the poll answered %d (send %q), want %d with no send", n, p.status, p.send, c.want)
+			}
+			after, err := e.Ctl.Store.CountSends(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Before its row: none written. After: the row stays on the
+			// record, its bytes never sent (harmless; the reverse is not).
+			if want := map[string]int64{"claim": 0, "answer": 1}[c.when]; after-sends != want {
+				t.Fatalf("%d send rows written, want %d", after-sends, want)
 			}
 		})
 	}

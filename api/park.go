@@ -142,7 +142,7 @@ func (s *Server) claim(ps []hub.Parked) []hub.Claim {
 	claims := make([]hub.Claim, 0, len(ps))
 	for _, p := range ps {
 		pp := p.(*parkedPoll)
-		if !pp.watched.Load() || pp.left.Load() || pp.isSuperseded() || pp.revoked() {
+		if !pp.watched.Load() || !pp.Sendable() {
 			continue
 		}
 		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
@@ -150,6 +150,12 @@ func (s *Server) claim(ps []hub.Parked) []hub.Claim {
 		}
 	}
 	return claims
+}
+
+// Sendable reports whether a claimed poll may still be sent a
+// declaration (hub.Sendable).
+func (pp *parkedPoll) Sendable() bool {
+	return !pp.left.Load() && !pp.isSuperseded() && !pp.revoked() && !pp.srv.Draining()
 }
 
 // answerClaims answers claimed polls once composing has committed: those
@@ -166,15 +172,20 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 	s.Sends.count(rows)
 	for _, cl := range claims {
 		pp := cl.Poll.(*parkedPoll)
+		// Whatever happened between the commit and now is answered as a
+		// worker would; the send row stays on the record, its bytes never
+		// sent, which is harmless (the reverse would not be).
 		switch {
 		case cl.Send == nil:
 			s.parkedCh <- pp
 		case pp.left.Load():
-			// The host went away meanwhile: a send on the record whose
-			// bytes never left, which is harmless (the reverse is not).
-			s.finishParked(pp, nil)
+			s.finishParked(pp, nil) // the host went away
 		case pp.revoked():
-			s.finishParked(pp, goneResponse()) // revoked meanwhile: nothing is sent
+			s.finishParked(pp, goneResponse())
+		case s.Draining():
+			s.finishParked(pp, draining())
+		case pp.isSuperseded():
+			s.finishParked(pp, notModified()) // a newer poll of its machine is answered instead
 		default:
 			a := sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch))
 			if len(a.body) > claimAnswerMax {

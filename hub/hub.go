@@ -39,6 +39,14 @@ type Claim struct {
 	Composed *models.Composed
 }
 
+// Sendable is a claimed poll that says whether it may still be sent a
+// declaration (its host still there, no newer poll of its machine, its
+// enrolment not revoked, the instance not draining): composing asks it in
+// the transaction that would write its send row.
+type Sendable interface {
+	Sendable() bool
+}
+
 // Poll is a poll waiting on a machine; a newer poll from the same machine
 // supersedes it (a host holds one poll at a time: more are an attacker's,
 // or a host that lost track of its own).
@@ -518,7 +526,7 @@ func (h *Hub) sendsFor(claims []Claim, bumped map[int64]int64) store.SendsFor {
 	if len(claims) == 0 {
 		return nil
 	}
-	return func(chunk []int64, out map[int64]*models.Composed) []models.Send {
+	return func(chunk []int64, composed func(int64) *models.Composed) []models.Send {
 		in := make(map[int64]bool, len(chunk))
 		for _, id := range chunk {
 			in[id] = true
@@ -533,10 +541,13 @@ func (h *Hub) sendsFor(claims []Claim, bumped map[int64]int64) store.SendsFor {
 				continue
 			}
 			cl.Send, cl.Composed = nil, nil
-			c, e := out[id], h.byID[id]
-			if c == nil || e == nil || c.Generation <= cl.Known || max(e.queued, bumped[id]) > c.Generation ||
+			c, e := composed(id), h.byID[id]
+			if c == nil || e == nil || e.conflict || c.Generation <= cl.Known || max(e.queued, bumped[id]) > c.Generation ||
 				c.EnvelopeFor(cl.Batch) == nil {
 				continue
+			}
+			if p, ok := cl.Poll.(Sendable); ok && !p.Sendable() {
+				continue // superseded, revoked or gone meanwhile: answered as any woken poll
 			}
 			snd := models.SendOf(c, h.Instance)
 			cl.Send, cl.Composed = &snd, c

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,19 +46,20 @@ func (s *Store) ComposeFor(ctx context.Context, ids []int64, by string, signer m
 
 // SendsFor makes the send rows of polls answered with a chunk's
 // declarations, inside the transaction that stores them: it is given the
-// chunk's machines and every declaration composed so far (stored now or
-// before, by this instance or another), and is run again if the
-// transaction is retried, so it keeps no state of its own between runs.
-type SendsFor func(chunk []int64, out map[int64]*models.Composed) []models.Send
+// chunk's machines and their declarations as that transaction will commit
+// them (composed now, or stored before by this instance or another; nil
+// for a machine with none, or one removed meanwhile). It may be run again
+// (a retried transaction), so it keeps no state of its own between runs.
+type SendsFor func(chunk []int64, composed func(id int64) *models.Composed) []models.Send
 
 // ComposeAndSend is ComposeFor that also writes, in each chunk's write
 // transaction, the send rows sends makes: the polls woken by a fan-out are
 // answered once that one commit is done, rather than after a second
 // transaction of their own (a commit and two hand-offs fewer a machine).
 // A chunk whose declarations were all stored before still writes its send
-// rows. When it fails, nothing of the chunk is written, its send rows
-// included. With sends, ids are one chunk whatever their number, so an
-// error means no send row of theirs was written.
+// rows. With sends, ids are one chunk whatever their number, so an error
+// means nothing of theirs was written; either way the declarations it
+// returns are only ever ones the store holds.
 func (s *Store) ComposeAndSend(ctx context.Context, ids []int64, by string, signer models.Signer, single map[int64]bool, sends SendsFor) (map[int64]*models.Composed, map[int64]error, error) {
 	out := make(map[int64]*models.Composed, len(ids))
 	fails := map[int64]error{}
@@ -70,7 +73,8 @@ func (s *Store) ComposeAndSend(ctx context.Context, ids []int64, by string, sign
 			return err
 		}
 		rows, names := in.compose(s.Now(), by, fails)
-		if len(rows) == 0 && (sends == nil || len(sends(chunk, out)) == 0) {
+		stored := func(id int64) *models.Composed { return out[id] }
+		if len(rows) == 0 && (sends == nil || len(sends(chunk, stored)) == 0) {
 			return nil
 		}
 		if len(rows) > 0 {
@@ -84,17 +88,61 @@ func (s *Store) ComposeAndSend(ctx context.Context, ids []int64, by string, sign
 		if err := s.prepareInserts(ctx, declInsert, sendInsert); err != nil {
 			return mapErr(err)
 		}
-		return s.write(ctx, func(tx *Tx) error {
-			if len(rows) > 0 {
-				if err := storeComposed(tx, rows, names, in.epoch, out); err != nil {
-					return err
+		// What an attempt composed joins out only once it has committed:
+		// a declaration of a transaction rolled back was never stored, and
+		// a poll sent it would carry bytes no other send of its generation
+		// has.
+		var got map[int64]*models.Composed
+		var present map[int64]bool // nil: not looked at
+		attempt := func(look bool) func(tx *Tx) error {
+			return func(tx *Tx) error {
+				got = make(map[int64]*models.Composed, len(chunk))
+				if look {
+					var err error
+					if present, err = machinesPresent(tx, chunk); err != nil {
+						return err
+					}
 				}
+				rows := rows
+				if present != nil {
+					rows = slices.DeleteFunc(slices.Clone(rows), func(r composedRow) bool { return !present[r.MachineID] })
+				}
+				if len(rows) > 0 {
+					if err := storeComposed(tx, rows, names, in.epoch, got); err != nil {
+						return err
+					}
+				}
+				if sends == nil {
+					return nil
+				}
+				return insertSendsIn(tx, sends(chunk, func(id int64) *models.Composed {
+					if present != nil && !present[id] {
+						return nil
+					}
+					if c := got[id]; c != nil {
+						return c
+					}
+					return out[id]
+				}))
 			}
-			if sends == nil {
-				return nil
+		}
+		err := s.write(ctx, attempt(false))
+		if s.dialect == SQLite && foreignKeyFailed(err) {
+			// A machine removed since the snapshot (SQLite keeps the keys
+			// of declarations and sends): the chunk is written again
+			// without it, rather than failing every machine of it.
+			err = s.write(ctx, attempt(true))
+		}
+		if err != nil {
+			return err
+		}
+		maps.Copy(out, got)
+		for _, id := range chunk {
+			if present != nil && !present[id] {
+				delete(out, id) // what the snapshot said of a machine since removed
 			}
-			return insertSendsIn(tx, sends(chunk, out))
-		})
+		}
+		return nil
 	})
 	return out, fails, err
 }

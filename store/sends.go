@@ -70,24 +70,18 @@ func (s *Store) insertSendsOfMachinesLeft(ctx context.Context, sends []models.Se
 		clear(gone)
 		ids := make([]int64, 0, len(sends))
 		for _, snd := range sends {
-			gone[snd.MachineID] = true
 			ids = append(ids, snd.MachineID)
 		}
-		in, arg := inID(tx, "id", ids)
-		if err := each(tx.DB, func(r *sql.Rows) error {
-			var id int64
-			if err := r.Scan(&id); err != nil {
-				return err
-			}
-			delete(gone, id)
-			return nil
-		}, `SELECT id FROM machines WHERE `+in, arg); err != nil {
+		present, err := machinesPresent(tx, ids)
+		if err != nil {
 			return err
 		}
 		left := make([]models.Send, 0, len(sends))
 		for _, snd := range sends {
-			if !gone[snd.MachineID] {
+			if present[snd.MachineID] {
 				left = append(left, snd)
+			} else {
+				gone[snd.MachineID] = true
 			}
 		}
 		return insertSendsSQLite(ctx, tx, left)
@@ -99,6 +93,21 @@ func (s *Store) insertSendsOfMachinesLeft(ctx context.Context, sends []models.Se
 		return &models.MachinesGoneError{Machines: gone}
 	}
 	return nil
+}
+
+// machinesPresent says which of the machines ids are there.
+func machinesPresent(tx *Tx, ids []int64) (map[int64]bool, error) {
+	present := make(map[int64]bool, len(ids))
+	in, arg := inID(tx, "id", ids)
+	err := each(tx.DB, func(r *sql.Rows) error {
+		var id int64
+		if err := r.Scan(&id); err != nil {
+			return err
+		}
+		present[id] = true
+		return nil
+	}, `SELECT id FROM machines WHERE `+in, arg)
+	return present, err
 }
 
 // foreignKeyFailed says whether err is SQLite refusing a row whose
