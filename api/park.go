@@ -324,11 +324,17 @@ func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Durat
 		}
 		buf := answerBufs.Get().(*[]byte)
 		*buf = a.appendTo((*buf)[:0], conn)
-		if err := writeAnswer(pp.conn, *buf, within); err != nil {
-			keep = false
-		}
+		err := writeAnswer(pp.conn, *buf, within)
 		if cap(*buf) <= maxPooledAnswer {
 			answerBufs.Put(buf)
+		}
+		if err != nil {
+			// A host that does not take its answer: its socket is closed
+			// now, without TLS's close_notify — a write it would not take
+			// either, which Go's TLS gives 5 s.
+			_ = transportOf(pp.conn).Close()
+			s.Hub.PollEnded(pp.machine, pp.pollSession)
+			return
 		}
 	}
 	if keep && s.Kept.Give(pp.conn) {
@@ -342,9 +348,20 @@ func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Durat
 	select {
 	case s.closeCh <- pp.conn:
 	default:
-		_ = pp.conn.Close()
+		// The closer is behind (a TLS close can wait 5 s on a host that
+		// stopped reading): not on this goroutine, which a fan-out's
+		// other answers may wait on.
+		go pp.conn.Close()
 	}
 	s.Hub.PollEnded(pp.machine, pp.pollSession)
+}
+
+// transportOf is the connection under c's TLS, if any.
+func transportOf(c net.Conn) net.Conn {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return nc.NetConn()
+	}
+	return c
 }
 
 // peerOpen reports whether the host still holds its end: a parked
