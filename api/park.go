@@ -188,11 +188,11 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 			s.finishParked(pp, notModified()) // a newer poll of its machine is answered instead
 		default:
 			a := sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch))
-			if len(a.body) > claimAnswerMax {
-				go s.finishParked(pp, a)
+			if len(a.body) > smallAnswer {
+				go s.finishParked(pp, a) // its write may wait for the network
 				continue
 			}
-			s.finishParkedWithin(pp, a, claimWriteTimeout)
+			s.finishParked(pp, a)
 		}
 	}
 }
@@ -275,18 +275,16 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 
 // Writing an answer is bounded: a host that does not take it in time is
 // cut off (its connection closed) rather than holding the goroutine that
-// writes it. A host that read its last answer before asking again has an
-// empty socket buffer, which takes a small answer at once; one that stopped
-// reading (or pipelined requests it never read the answers of) fills it.
+// writes it — a worker, or the goroutine composing a fan-out's chunk,
+// which the rest of the chunk waits on. A host that read its last answer
+// before asking again has an empty socket send buffer (16 KiB to start on
+// Linux), which takes a small answer at once: a 304, a 503, a 401 and
+// most 200s. One that stopped reading (or pipelined requests it never read
+// the answers of) has filled it. A larger answer may wait for the network.
 const (
-	answerWriteTimeout = 30 * time.Second
-	// claimWriteTimeout bounds an answer written by the goroutine that
-	// composed a fan-out's chunk, which the rest of the chunk waits on.
-	claimWriteTimeout = 50 * time.Millisecond
-	// claimAnswerMax is the largest answer that goroutine writes itself
-	// (a socket's send buffer starts at 16 KiB on Linux): a larger one
-	// may wait for the network, and gets a goroutine of its own.
-	claimAnswerMax = 8 << 10
+	smallAnswer      = 8 << 10
+	smallAnswerWrite = 50 * time.Millisecond
+	largeAnswerWrite = 30 * time.Second
 )
 
 // writeAnswer writes b to c within d, then lifts the deadline for the
@@ -304,11 +302,6 @@ func writeAnswer(c net.Conn, b []byte, d time.Duration) error {
 // finishParked writes the answer (nil: no bytes), gives the connection
 // back to the server or closes it, and ends the poll.
 func (s *Server) finishParked(pp *parkedPoll, a *answer) {
-	s.finishParkedWithin(pp, a, answerWriteTimeout)
-}
-
-// finishParkedWithin is finishParked with the answer written within d.
-func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Duration) {
 	pp.state.Store(parkedDone)
 	pp.timer.Stop()
 	s.watch.forget(pp)
@@ -324,6 +317,10 @@ func (s *Server) finishParkedWithin(pp *parkedPoll, a *answer, within time.Durat
 		}
 		buf := answerBufs.Get().(*[]byte)
 		*buf = a.appendTo((*buf)[:0], conn)
+		within := smallAnswerWrite
+		if len(*buf) > smallAnswer {
+			within = largeAnswerWrite
+		}
 		err := writeAnswer(pp.conn, *buf, within)
 		if cap(*buf) <= maxPooledAnswer {
 			answerBufs.Put(buf)

@@ -9,6 +9,9 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"mesh/hub"
+	"mesh/models"
 )
 
 // TestWriteAnswer_BoundedWhenTheHostDoesNotRead: an answer to a host that
@@ -73,6 +76,40 @@ func TestRenewalDue(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := renewalDue(c.cs, c.at); got != c.want {
 				t.Fatalf("renewalDue = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestAnswerClaims_HostNotReadingHoldsNothing: the goroutine that composed
+// a fan-out's chunk answers its claimed polls, and the rest of the chunk
+// waits on it: a host that does not read costs it a small answer's bound,
+// whatever the answer — its 200, or the 304 or 503 of a poll overtaken
+// after its send row (before, those two were written with a worker's 30 s).
+func TestAnswerClaims_HostNotReadingHoldsNothing(t *testing.T) {
+	for _, overtaken := range []string{"", "superseded", "draining"} {
+		t.Run("overtaken="+overtaken, func(t *testing.T) {
+			s := &Server{Hub: &hub.Hub{}, Sends: &SendWriter{}, drainCh: make(chan struct{}), closeCh: make(chan net.Conn, 16)}
+			server, host := net.Pipe() // unbuffered, and the host never reads
+			defer server.Close()
+			defer host.Close()
+			ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
+			pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
+			pp.state.Store(parkedHandling)
+			comp := &models.Composed{MachineID: 1, Machine: "m1", Generation: 2, Envelope: []byte(`{"payload":"e30="}`)}
+			snd := models.SendOf(comp, "ctl")
+			switch overtaken {
+			case "superseded":
+				ps.Supersede() // the host's next poll, after the commit
+			case "draining":
+				close(s.drainCh)
+			}
+			done := make(chan struct{})
+			go func() { s.answerClaims([]hub.Claim{{Poll: pp, Send: &snd, Composed: comp}}); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the composing goroutine still writing to a host that does not read after 10 s")
 			}
 		})
 	}
