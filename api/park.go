@@ -124,7 +124,7 @@ func (s *Server) dispatch(ps []hub.Parked) {
 	for _, p := range ps {
 		pp := p.(*parkedPoll)
 		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
-			s.parkedCh <- pp
+			s.toWorker(pp)
 		}
 	}
 }
@@ -177,7 +177,7 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 		// sent, which is harmless (the reverse would not be).
 		switch {
 		case cl.Send == nil:
-			s.parkedCh <- pp
+			s.toWorker(pp)
 		case pp.left.Load():
 			s.finishParked(pp, nil) // the host went away
 		case pp.revoked():
@@ -194,6 +194,18 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 			}
 			s.finishParked(pp, a)
 		}
+	}
+}
+
+// toWorker hands a parked poll to the workers. When they are behind (each
+// answer's write is bounded, but hosts that do not read can take a worker
+// for that bound each), the poll gets a goroutine of its own rather than
+// holding the caller — the hub's composing goroutine, or a handler.
+func (s *Server) toWorker(pp *parkedPoll) {
+	select {
+	case s.parkedCh <- pp:
+	default:
+		go s.answerParked(pp)
 	}
 }
 

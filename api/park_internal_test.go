@@ -114,3 +114,31 @@ func TestAnswerClaims_HostNotReadingHoldsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestToWorker_NeverHoldsTheCaller: a woken parked poll handed to the
+// workers while they are all busy (here: none reads the queue) is answered
+// on a goroutine of its own; the caller — the hub's composing goroutine,
+// or a handler superseding a poll — goes on.
+func TestToWorker_NeverHoldsTheCaller(t *testing.T) {
+	s := &Server{Hub: &hub.Hub{}, Sends: &SendWriter{}, drainCh: make(chan struct{}), closeCh: make(chan net.Conn, 16),
+		parkedCh: make(chan *parkedPoll)}
+	close(s.drainCh) // the poll's answer: 503
+	server, host := net.Pipe()
+	defer server.Close()
+	defer host.Close()
+	ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
+	pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
+	pp.watched.Store(true)
+	pp.state.Store(parkedHandling)
+	returned := make(chan struct{})
+	go func() { s.toWorker(pp); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handing a poll to busy workers held the caller")
+	}
+	b := make([]byte, 12)
+	if _, err := io.ReadFull(host, b); err != nil || string(b) != "HTTP/1.1 503" {
+		t.Fatalf("the poll handed on was answered %q (%v), want a 503", b, err)
+	}
+}
