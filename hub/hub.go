@@ -518,10 +518,11 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 
 // sendsFor makes the send rows of claims whose declaration a chunk
 // composed, in its write transaction (store.SendsFor): the rule of a poll
-// answered one by one (pollSession.next) — the declaration newer than the
-// host finished with, no newer one queued (its wake will come, and sending
-// this one would only make the host apply twice), the envelope its host
-// verifies already signed — and nothing else.
+// answered one by one (pollSession.next) — the machine there and not in
+// conflict, the declaration newer than the host finished with, no newer
+// one queued (its wake will come, and sending this one would only make the
+// host apply twice), the envelope its host verifies already signed, the
+// poll not overtaken (Sendable) — and nothing else.
 func (h *Hub) sendsFor(claims []Claim, bumped map[int64]int64) store.SendsFor {
 	if len(claims) == 0 {
 		return nil
