@@ -59,8 +59,7 @@ func TestFanout_ParkedPollsSentWithTheirDeclarations(t *testing.T) {
 			})
 			withDecl, written := e.Ctl.Hub.SentWithDeclaration(), e.Ctl.Server.Sends.Written()
 			for _, n := range names {
-				e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/" + n + "/variables", Token: e.Admin,
-					Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+				firstVariables(e, n)
 			}
 			for range hosts {
 				var p answered
@@ -151,8 +150,7 @@ func TestFanout_ClaimedPollOvertaken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
-				Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+			firstVariables(e, "m1")
 			var p keptPoll
 			select {
 			case p = <-done:

@@ -67,6 +67,14 @@ func verify(t *testing.T, en ctltest.Enrolled, body []byte) models.DeclarationPa
 	return p
 }
 
+// firstVariables writes a machine's variables for the first time (port
+// 9000, at its first generation): the simplest change that bumps it.
+func firstVariables(e *ctltest.Env, machine string) {
+	e.T.Helper()
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/" + machine + "/variables", Token: e.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+}
+
 func report(e *ctltest.Env, token string, r map[string]any) {
 	e.T.Helper()
 	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: token, Body: r}, 201, nil)

@@ -76,8 +76,7 @@ func TestBumps_ComposedOnce(t *testing.T) {
 			waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.Settled() })
 			heard, composed := e.Ctl.Hub.Heard(), e.Ctl.Hub.ComposedAhead()
 			for i := range machines {
-				e.JSON(ctltest.Request{Method: "PUT", Path: fmt.Sprintf("/api/v1/machines/m%d/variables", i), Token: e.Admin,
-					Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+				firstVariables(e, fmt.Sprintf("m%d", i))
 			}
 			times := int64(1)
 			if d == store.Postgres {

@@ -81,8 +81,7 @@ func TestParkedPoll_KeepsItsConnection(t *testing.T) {
 	done := make(chan keptPoll, 1)
 	go func() { done <- pollOn(t, hc, e, en.Token, 1, "30s", false) }()
 	testwait.For(t, 10*time.Second, "the poll parked", func() bool { return e.Ctl.Hub.ParkedOn("m1") })
-	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
-		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+	firstVariables(e, "m1")
 	var woken keptPoll
 	select {
 	case woken = <-done:

@@ -101,8 +101,7 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 		behind := e.Enroll("m-behind")
 		send, gen = sendPoll(t, e, behind.Token, 0)
 		report(e, behind.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied", "checks": checks(false)})
-		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m-behind/variables", Token: e.Admin,
-			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+		firstVariables(e, "m-behind")
 
 		// m-broken is assigned a module needing a variable it lacks.
 		broken := e.Enroll("m-broken")

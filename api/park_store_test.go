@@ -93,8 +93,7 @@ func TestParkedPoll_RevokedWhileHeld(t *testing.T) {
 	// Refused from now on, as a revocation does first; the parked polls
 	// are not closed here, as they would not be for one a worker held.
 	e.Ctl.Server.Auth.Revoked.Add([]models.Revocation{{TokenID: m.TokenID, ExpiresAt: time.Now().Add(time.Hour)}})
-	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
-		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"variables": map[string]string{"port": "9000"}}}, 200, nil)
+	firstVariables(e, "m1")
 	var p keptPoll
 	select {
 	case p = <-done:
