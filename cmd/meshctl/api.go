@@ -179,6 +179,19 @@ type page struct {
 	NextCursor string            `json:"next_cursor"`
 }
 
+// list prints what collect read: the pages as read with -o json, else a
+// table of header and a row per item.
+func list[T any](a *app, items []T, raw page, header []string, row func(T) []string) error {
+	if a.jsonOut() {
+		return a.encodeJSON(raw)
+	}
+	rows := [][]string{header}
+	for _, it := range items {
+		rows = append(rows, row(it))
+	}
+	return a.table(rows)
+}
+
 // collect follows a list's cursor until max items (0: all) and returns
 // them decoded and as they came.
 func collect[T any](max int, fetch func(cursor *string) (*http.Response, []byte, error)) ([]T, page, error) {

@@ -223,15 +223,10 @@ func (a *app) releasesList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
-			rows := [][]string{{"VERSION", "PLATFORM", "STATE", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}}
-			for _, r := range rs {
-				rows = append(rows, []string{r.Version, r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size),
-					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)})
-			}
-			return a.table(rows)
+			return list(a, rs, raw, []string{"VERSION", "PLATFORM", "STATE", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}, func(r client.Release) []string {
+				return []string{r.Version, r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size),
+					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)}
+			})
 		},
 	}
 }
@@ -259,14 +254,9 @@ func (a *app) auditCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
-			rows := [][]string{{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}}
-			for _, e := range es {
-				rows = append(rows, []string{e.At.Local().Format("2006-01-02 15:04:05"), e.Actor, e.Action, e.Target, clip(e.Detail, 100)})
-			}
-			return a.table(rows)
+			return list(a, es, raw, []string{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}, func(e client.AuditEvent) []string {
+				return []string{e.At.Local().Format("2006-01-02 15:04:05"), e.Actor, e.Action, e.Target, clip(e.Detail, 100)}
+			})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many events at most")

@@ -47,16 +47,11 @@ func (a *app) machinesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
 			sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
-			rows := [][]string{{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN", "WHY"}}
-			for _, m := range ms {
-				rows = append(rows, []string{m.Name, string(m.State), strconv.Itoa(m.Generation), strconv.Itoa(m.AppliedGeneration),
-					string(m.Health.State), m.HostVersion, ago(m.LastSeen), clip(why(&m), 120)})
-			}
-			return a.table(rows)
+			return list(a, ms, raw, []string{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN", "WHY"}, func(m client.Machine) []string {
+				return []string{m.Name, string(m.State), strconv.Itoa(m.Generation), strconv.Itoa(m.AppliedGeneration),
+					string(m.Health.State), m.HostVersion, ago(m.LastSeen), clip(why(&m), 120)}
+			})
 		},
 	}
 	ls.Flags().StringVar(&state, "state", "", "only the machines in this state: current, behind, refused, failed, rejected, conflict, revoked, offline, upgrading, rolled_back or unhealthy")

@@ -34,11 +34,7 @@ func (a *app) modulesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
-			rows := [][]string{{"NAME", "KIND", "CURRENT", "SELECTOR"}}
-			for _, m := range ms {
+			return list(a, ms, raw, []string{"NAME", "KIND", "CURRENT", "SELECTOR"}, func(m client.Module) []string {
 				cur, sel := "-", m.Selector
 				if m.CurrentBuild != nil {
 					cur = fmt.Sprint(*m.CurrentBuild)
@@ -46,9 +42,8 @@ func (a *app) modulesCommand() *cobra.Command {
 				if sel == "" {
 					sel = "-"
 				}
-				rows = append(rows, []string{m.Name, m.Kind, cur, sel})
-			}
-			return a.table(rows)
+				return []string{m.Name, m.Kind, cur, sel}
+			})
 		},
 	}
 

@@ -240,14 +240,9 @@ func (a *app) addUserCommands(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
-			rows := [][]string{{"NAME", "ROLE", "STATE", "CREATED"}}
-			for _, u := range us {
-				rows = append(rows, []string{u.Name, u.Role, userState(u), ago(&u.CreatedAt)})
-			}
-			return a.table(rows)
+			return list(a, us, raw, []string{"NAME", "ROLE", "STATE", "CREATED"}, func(u client.User) []string {
+				return []string{u.Name, u.Role, userState(u), ago(&u.CreatedAt)}
+			})
 		},
 	}
 	var role string

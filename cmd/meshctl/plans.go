@@ -41,15 +41,10 @@ func (a *app) plansCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.encodeJSON(raw)
-			}
-			rows := [][]string{{"ID", "MODULE", "BUILD", "STATE", "TIER", "BY", "CREATED", "REASON"}}
-			for _, p := range ps {
-				rows = append(rows, []string{strconv.Itoa(p.Id), p.Module, strconv.Itoa(p.Build), string(p.State),
-					tierOf(p), p.CreatedBy, ago(&p.CreatedAt), clip(p.Reason, 60)})
-			}
-			return a.table(rows)
+			return list(a, ps, raw, []string{"ID", "MODULE", "BUILD", "STATE", "TIER", "BY", "CREATED", "REASON"}, func(p client.Plan) []string {
+				return []string{strconv.Itoa(p.Id), p.Module, strconv.Itoa(p.Build), string(p.State),
+					tierOf(p), p.CreatedBy, ago(&p.CreatedAt), clip(p.Reason, 60)}
+			})
 		},
 	}
 	ls.Flags().IntVar(&limit, "limit", 20, "how many plans (0: all)")
