@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -408,6 +409,11 @@ func (h *Hub) drain(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	h.mu.Unlock()
+	// Chunks of neighbouring ids: a chunk's declarations and send rows
+	// then land in a few pages of each (machine, …) index rather than one
+	// page a row all over it, and every page a write dirties is written
+	// again at its commit.
+	slices.Sort(ids)
 	defer func() {
 		h.mu.Lock()
 		h.draining = false
