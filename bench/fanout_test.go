@@ -199,6 +199,14 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		if large != nil {
 			composed = large.composeAll(b, url, fanoutHosts)
 		}
+		// Beside the CPU profile, the heap allocated before and after the
+		// fan-out (pprof -base before after: what it allocated).
+		allocs := func(when string) {
+			if pprofURL != "" {
+				profile(b, strings.Replace(pprofURL, "profile?seconds=", "allocs", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
+			}
+		}
+		allocs("before")
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
 		fmt.Fprintf(stdin, "fire %d\n", build)
@@ -217,6 +225,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			b.Fatal(err)
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
+		allocs("after")
 		pgCPU := time.Duration(0)
 		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
 			pgCPU += c - pg0[pid]
