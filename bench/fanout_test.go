@@ -200,10 +200,11 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			composed = large.composeAll(b, url, fanoutHosts)
 		}
 		// Beside the CPU profile, the heap allocated before and after the
-		// fan-out (pprof -base before after: what it allocated).
+		// fan-out (pprof -base before after: what it allocated), each after
+		// a collection: a heap profile is as of the last one.
 		allocs := func(when string) {
 			if pprofURL != "" {
-				profile(b, strings.Replace(pprofURL, "profile?seconds=", "allocs", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
+				profile(b, strings.Replace(pprofURL, "profile?seconds=", "allocs?gc=1", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
 			}
 		}
 		allocs("before")
