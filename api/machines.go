@@ -119,29 +119,35 @@ func (s *Server) listMachines(c echo.Context) error {
 }
 
 // machinesInState is a page of the machines in one state, newest first.
-// A state is judged, not stored: every machine is judged from the few
-// columns a state is read from (as the overview counts them), and only
-// the page's machines are read whole.
+// A state is judged, not stored: the store narrows the fleet to the
+// machines that may be in it, newest first, a batch at a time; each is
+// judged from the few columns a state is read from (as the overview counts
+// them) until the page is full, and only the page's machines are read
+// whole.
 func (s *Server) machinesInState(ctx context.Context, state string, limit int, cur int64) ([]models.Machine, string, error) {
 	if !slices.Contains(models.MachineStates(), state) {
 		return nil, "", models.Invalid("state", "one of "+strings.Join(models.MachineStates(), ", "))
 	}
-	all, err := s.Store.MachineStates(ctx)
-	if err != nil {
-		return nil, "", err
-	}
 	now := time.Now()
-	var ids []int64
-	for i := range all {
-		m := &all[i]
-		if cur > 0 && m.ID >= cur {
-			continue
+	var ids []int64 // newest first, one more than the page when there is a next
+	for before := cur; len(ids) <= limit; {
+		batch, err := s.Store.MachineStatesBefore(ctx, state, before, stateBatch)
+		if err != nil {
+			return nil, "", err
 		}
-		if s.Rules.State(m, s.lastSeen(m), now) == state {
-			ids = append(ids, m.ID)
+		for i := range batch {
+			m := &batch[i]
+			if s.Rules.State(m, s.lastSeen(m), now) == state {
+				if ids = append(ids, m.ID); len(ids) > limit {
+					break
+				}
+			}
 		}
+		if len(batch) < stateBatch {
+			break
+		}
+		before = batch[len(batch)-1].ID
 	}
-	slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(b, a) })
 	next := ""
 	if len(ids) > limit {
 		ids = ids[:limit]
@@ -153,6 +159,9 @@ func (s *Server) machinesInState(ctx context.Context, state string, limit int, c
 	slices.SortFunc(ms, func(a, b models.Machine) int { return cmp.Compare(b.ID, a.ID) })
 	return ms, next, err
 }
+
+// stateBatch is how many machines a page of one state judges at a time.
+const stateBatch = 2000
 
 func (s *Server) getMachine(c echo.Context) error {
 	m, err := s.Store.Machine(c.Request().Context(), c.Param("name"))

@@ -100,6 +100,7 @@ var large = []column{
 	{"2nd all answered ms", "second-all-ms", "%.0f"},
 	{"list page p50 ms", "list-p50-ms", "%.1f"},
 	{"list page p99 ms", "list-p99-ms", "%.1f"},
+	{"state page max ms", "state-page-max-ms", "%.1f"},
 	{"overview ms", "overview-ms", "%.0f"},
 }
 
