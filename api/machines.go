@@ -55,13 +55,9 @@ type HealthView struct {
 	CheckedAt *time.Time `json:"checked_at"`
 }
 
-// lastSeen is when m's host was last heard from: the hub's word (a poll
-// held now, or one since the last flush), else the store's.
+// lastSeen is when m's host was last heard from (models.LastSeen).
 func (s *Server) lastSeen(m *models.Machine) *time.Time {
-	if t := s.Hub.LastSeen(m.ID); t != nil {
-		return t
-	}
-	return m.LastSeen
+	return models.LastSeen(s.Hub.LastSeen(m.ID), m)
 }
 
 func (s *Server) machineView(m *models.Machine) MachineView {
@@ -131,7 +127,7 @@ func (s *Server) machinesInState(ctx context.Context, state string, limit int, c
 	now := time.Now()
 	var ids []int64 // newest first, one more than the page when there is a next
 	for before := cur; len(ids) <= limit; {
-		batch, err := s.Store.MachineStatesBefore(ctx, state, before, stateBatch)
+		batch, err := s.Store.MachineStatesBefore(ctx, state, s.Rules, now, before, stateBatch)
 		if err != nil {
 			return nil, "", err
 		}

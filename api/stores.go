@@ -18,7 +18,7 @@ type MachineStore interface {
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
 	MachineStates(ctx context.Context) ([]models.Machine, error)
-	MachineStatesBefore(ctx context.Context, state string, before int64, n int) ([]models.Machine, error)
+	MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error)
 	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
 	DeleteMachine(ctx context.Context, actor, name string) error
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)

@@ -76,6 +76,17 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 	return StateCurrent
 }
 
+// LastSeen is when a machine's host was last heard from: the later of
+// what this instance heard (a poll held now, or one since its last flush
+// to the store; nil if none) and what the store says. A host that moved
+// to another instance is heard there, and the store has it from there.
+func LastSeen(heard *time.Time, m *Machine) *time.Time {
+	if heard == nil || m.LastSeen != nil && m.LastSeen.After(*heard) {
+		return m.LastSeen
+	}
+	return heard
+}
+
 // ReleaseRefused is the reason a host gives for refusing a host release:
 // the words RefusedTarget recognises.
 func ReleaseRefused(version, why string) string {

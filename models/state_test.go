@@ -226,3 +226,24 @@ func TestBuild_Usable(t *testing.T) {
 		})
 	}
 }
+
+// TestLastSeen_TheLaterWord: a host that polls another instance now is
+// not offline on this one because this one heard from it long ago.
+func TestLastSeen_TheLaterWord(t *testing.T) {
+	now := time.Now()
+	long, recent := now.Add(-time.Hour), now.Add(-time.Minute)
+	rules := DefaultStateRules
+	m := Machine{Generation: 3, FinishedGen: 3, CreatedAt: long, LastSeen: &recent}
+	if got := rules.State(&m, LastSeen(&long, &m), now); got != StateCurrent {
+		t.Errorf("heard here an hour ago, by another instance a minute ago: %s, want %s", got, StateCurrent)
+	}
+	if got := LastSeen(&recent, &Machine{LastSeen: &long}); got == nil || !got.Equal(recent) {
+		t.Errorf("heard here a minute ago, the store an hour ago: %v, want %v", got, recent)
+	}
+	if got := LastSeen(nil, &m); got == nil || !got.Equal(recent) {
+		t.Errorf("not heard here: %v, want the store's %v", got, recent)
+	}
+	if got := LastSeen(nil, &Machine{}); got != nil {
+		t.Errorf("never heard: %v, want nil", got)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"math"
 	"strconv"
+	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -137,21 +139,25 @@ func (s *Store) MachineStates(ctx context.Context) ([]models.Machine, error) {
 }
 
 // MachineStatesBefore reads, newest first, at most n machines with ids
-// below before (0: from the newest) that may be in state, with the columns
-// MachineStates reads. It narrows, the caller judges: every machine in
-// state is among them (stateCandidates), not every one of them is in it.
-// A page of one state is then read a batch at a time until it is full,
-// rather than judging the whole fleet for every page (at 100,000 machines,
-// half a second a page).
-func (s *Store) MachineStatesBefore(ctx context.Context, state string, before int64, n int) ([]models.Machine, error) {
-	where, args := "", []any{}
-	if c := stateCandidates[state]; c != "" {
-		where = " AND " + c
-	}
+// below before (0: from the newest) that may be in state at now by rules,
+// with the columns MachineStates reads. It narrows, the caller judges:
+// every machine in state is among them (stateCandidates), not every one
+// of them is in it. A page of one state is then read a batch at a time
+// until it is full, rather than judging the whole fleet for every page
+// (at 100,000 machines, half a second a page).
+func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
-	args = append(args, before, n)
+	args := []any{before}
+	where := ""
+	if c, ok := stateCandidates[state]; ok {
+		where = " AND " + c
+		for range strings.Count(c, "?") {
+			args = append(args, now.UTC().Add(-rules.OfflineAfter))
+		}
+	}
+	args = append(args, n)
 	ms := make([]models.Machine, 0, n)
 	err := each(s.db.WithContext(ctx), func(r *sql.Rows) error {
 		return scanState(r, &ms)
@@ -160,13 +166,18 @@ func (s *Store) MachineStatesBefore(ctx context.Context, state string, before in
 }
 
 // stateCandidates is, for a state, a condition every machine the rules
-// put in it meets: that state's own test in models.StateRules.State,
-// without the tests before it (which only take machines away). Offline has none: it is judged from when the host was
-// last heard, which the instance it polls knows before the store does.
-// Current has none: most machines are.
+// put in it meets: that state's own test in models.StateRules.State and,
+// for current, the negation of the tests before it but two — offline's
+// (the instance a host polls may have heard it since the store did) and
+// unhealthy's (it reads the clock). Offline's own takes the time before
+// which a host last heard from, or a machine never heard from enrolled, is
+// offline: the store's word is never later than the one a state is judged
+// by (models.LastSeen), and no host is heard from before its enrolment, so
+// it keeps every offline machine.
 var stateCandidates = map[string]string{
 	models.StateConflict:   "conflict",
 	models.StateRevoked:    "revoked_at IS NOT NULL",
+	models.StateOffline:    "(last_seen < ? OR last_seen IS NULL AND created_at < ?)",
 	models.StateRolledBack: "last_outcome = '" + models.OutcomeRolledBack + "'",
 	models.StateUpgrading:  "target_host_version <> '' AND host_version <> target_host_version",
 	models.StateFailed:     "generation > finished_generation AND last_outcome = '" + models.OutcomeFailed + "'",
@@ -174,6 +185,10 @@ var stateCandidates = map[string]string{
 	models.StateRefused:    "last_outcome = '" + models.OutcomeRefused + "'",
 	models.StateRejected:   "last_outcome = '" + models.OutcomeRejected + "'",
 	models.StateUnhealthy:  "health = '" + models.HealthFailing + "'",
+	models.StateCurrent: "NOT conflict AND revoked_at IS NULL" +
+		" AND last_outcome NOT IN ('" + models.OutcomeRolledBack + "', '" + models.OutcomeRefused + "', '" + models.OutcomeRejected + "')" +
+		" AND (target_host_version = '' OR host_version = target_host_version)" +
+		" AND generation <= finished_generation AND held_back = ''",
 }
 
 // stateColumns are the columns a machine's state is judged from, with its

@@ -28,6 +28,8 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 			`conflict = ?`,
 			`revoked_at = ?`,
 			`last_seen = ?`,
+			`last_seen = NULL, created_at = ?`,
+			`last_seen = NULL, generation = 3, finished_generation = 3`,
 			`last_outcome = 'rolled_back'`,
 			`target_host_version = '1.1', host_version = '1.0'`,
 			`target_host_version = '1.1', host_version = '1.1'`,
@@ -40,7 +42,7 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 			`generation = 3, finished_generation = 3, health = 'failing', health_check = 'http', health_since = ?`,
 			`generation = 3, finished_generation = 3, health = 'failing', health_check = 'http', health_since = ?`,
 		}
-		args := [][]any{nil, {true}, {recent}, {long}, nil, nil, nil, nil, nil, nil, nil, nil, nil, {long}, {recent}}
+		args := [][]any{nil, {true}, {recent}, {long}, {long}, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, {long}, {recent}}
 		const n = 60
 		for i := range n {
 			m := enrolAs(t, s, fmt.Sprintf("m%02d", i), fmt.Sprintf("tok%d", i))
@@ -72,7 +74,7 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 			var got []int64
 			var before int64
 			for {
-				batch, err := s.MachineStatesBefore(ctx, state, before, 7)
+				batch, err := s.MachineStatesBefore(ctx, state, rules, now, before, 7)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -104,11 +104,9 @@ func span(d time.Duration) string {
 	return d.String()
 }
 
+// lastSeen is when m's host was last heard from (models.LastSeen).
 func (s *Server) lastSeen(m *models.Machine) *time.Time {
-	if t := s.Seen.LastSeen(m.ID); t != nil {
-		return t
-	}
-	return m.LastSeen
+	return models.LastSeen(s.Seen.LastSeen(m.ID), m)
 }
 
 func (s *Server) overview(c echo.Context) error {
