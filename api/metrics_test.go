@@ -121,6 +121,21 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// m-revoked was revoked and its host went quiet an hour ago:
+		// revoked, which comes before offline.
+		e.Enroll("m-revoked")
+		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET created_at = ?, last_seen = ?, revoked_at = ? WHERE name = ?",
+			now.Add(-time.Hour), now.Add(-time.Hour), now.Add(-time.Hour), "m-revoked").Error; err != nil {
+			t.Fatal(err)
+		}
+		// m-held finished its generation, but what it applied was held
+		// back: behind.
+		e.Enroll("m-held")
+		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET finished_generation = generation, last_outcome = ?, held_back = ? WHERE name = ?",
+			models.OutcomeApplied, "held back: needs host schema 2", "m-held").Error; err != nil {
+			t.Fatal(err)
+		}
+
 		// What the API says, the metrics count.
 		var list struct {
 			Items []struct {
@@ -130,9 +145,10 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 			} `json:"items"`
 		}
 		want := map[string]float64{
-			`mesh_machines{state="current"}`: 1, `mesh_machines{state="behind"}`: 2, `mesh_machines{state="offline"}`: 1,
-			`mesh_machines_health{health="passing"}`: 1, `mesh_machines_health{health="failing"}`: 1, `mesh_machines_health{health="none"}`: 2,
-			`mesh_checks_failing`: 1, `mesh_compose_errors`: 1, `mesh_fleet_up`: 1, `mesh_hub_machines`: 4,
+			`mesh_machines{state="current"}`: 1, `mesh_machines{state="behind"}`: 3, `mesh_machines{state="offline"}`: 1,
+			`mesh_machines{state="revoked"}`:         1,
+			`mesh_machines_health{health="passing"}`: 1, `mesh_machines_health{health="failing"}`: 1, `mesh_machines_health{health="none"}`: 4,
+			`mesh_checks_failing`: 1, `mesh_compose_errors`: 1, `mesh_fleet_up`: 1, `mesh_hub_machines`: 6,
 			`mesh_plans{state="done"}`: 1, `mesh_plans{state="running"}`: 0, `mesh_rollouts{state="running"}`: 0,
 			`mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`: 1,
 			`mesh_sends_total{trigger="enrol"}`:                                       3, `mesh_sends_total{trigger="assignment"}`: 1, `mesh_sends_total{trigger="plan"}`: 1,

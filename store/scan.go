@@ -173,11 +173,12 @@ func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules mod
 // which a host last heard from, or a machine never heard from enrolled, is
 // offline: the store's word is never later than the one a state is judged
 // by (models.LastSeen), and no host is heard from before its enrolment, so
-// it keeps every offline machine.
+// it keeps every offline machine (at or before: PostgreSQL's driver
+// sends the cutoff cut to the microsecond, the rules compare it whole).
 var stateCandidates = map[string]string{
 	models.StateConflict:   "conflict",
 	models.StateRevoked:    "revoked_at IS NOT NULL",
-	models.StateOffline:    "(last_seen < ? OR last_seen IS NULL AND created_at < ?)",
+	models.StateOffline:    "(last_seen <= ? OR last_seen IS NULL AND created_at <= ?)",
 	models.StateRolledBack: "last_outcome = '" + models.OutcomeRolledBack + "'",
 	models.StateUpgrading:  "target_host_version <> '' AND host_version <> target_host_version",
 	models.StateFailed:     "generation > finished_generation AND last_outcome = '" + models.OutcomeFailed + "'",

@@ -23,10 +23,18 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 		// misses beside them, is in the fleet more than once.
 		long := time.Now().Add(-48 * time.Hour).UTC()
 		recent := time.Now().Add(-time.Minute).UTC()
+		// Judged at a time with a fraction of a microsecond, a host last
+		// heard exactly the offline threshold before it, to the
+		// microsecond the store keeps, is offline by a few hundred
+		// nanoseconds.
+		rules := models.DefaultStateRules
+		now := time.Now().UTC().Truncate(time.Microsecond).Add(500 * time.Nanosecond)
+		edge := now.Add(-rules.OfflineAfter).Truncate(time.Microsecond)
 		shapes := []string{
 			`generation = 3, finished_generation = 3, last_outcome = 'applied'`,
 			`conflict = ?`,
 			`revoked_at = ?`,
+			`last_seen = ?`,
 			`last_seen = ?`,
 			`last_seen = NULL, created_at = ?`,
 			`last_seen = NULL, generation = 3, finished_generation = 3`,
@@ -42,7 +50,7 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 			`generation = 3, finished_generation = 3, health = 'failing', health_check = 'http', health_since = ?`,
 			`generation = 3, finished_generation = 3, health = 'failing', health_check = 'http', health_since = ?`,
 		}
-		args := [][]any{nil, {true}, {recent}, {long}, {long}, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, {long}, {recent}}
+		args := [][]any{nil, {true}, {recent}, {long}, {edge}, {long}, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, {long}, {recent}}
 		const n = 60
 		for i := range n {
 			m := enrolAs(t, s, fmt.Sprintf("m%02d", i), fmt.Sprintf("tok%d", i))
@@ -59,7 +67,6 @@ func TestMachineStatesBefore_EveryMachineOfAState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rules, now := models.DefaultStateRules, time.Now()
 		seen := map[string]int{}
 		for _, state := range models.MachineStates() {
 			var want []int64
