@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -144,7 +143,7 @@ func (s *Store) MachineStates(ctx context.Context) ([]models.Machine, error) {
 // every machine in state is among them (stateCandidates), not every one
 // of them is in it. A page of one state is then read a batch at a time
 // until it is full, rather than judging the whole fleet for every page
-// (at 100,000 machines, half a second a page).
+// (at 100,000 machines, 0.6–0.9 s a page).
 func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error) {
 	if before <= 0 {
 		before = math.MaxInt64
@@ -153,7 +152,7 @@ func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules mod
 	where := ""
 	if c, ok := stateCandidates[state]; ok {
 		where = " AND " + c
-		for range strings.Count(c, "?") {
+		if state == models.StateOffline { // its condition's one parameter
 			args = append(args, now.UTC().Add(-rules.OfflineAfter))
 		}
 	}
@@ -169,16 +168,17 @@ func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules mod
 // put in it meets: that state's own test in models.StateRules.State and,
 // for current, the negation of the tests before it but two — offline's
 // (the instance a host polls may have heard it since the store did) and
-// unhealthy's (it reads the clock). Offline's own takes the time before
-// which a host last heard from, or a machine never heard from enrolled, is
-// offline: the store's word is never later than the one a state is judged
-// by (models.LastSeen), and no host is heard from before its enrolment, so
-// it keeps every offline machine (at or before: PostgreSQL's driver
-// sends the cutoff cut to the microsecond, the rules compare it whole).
+// unhealthy's (it reads the clock). Offline's own takes the time at or
+// before which a host last heard from, or a machine never heard from
+// enrolled, is offline: the store's word is never later than the one a
+// state is judged by (models.LastSeen), and no host is heard from before
+// its enrolment, so it keeps every offline machine ("at or": PostgreSQL's
+// driver sends the cutoff cut to the microsecond, the rules compare it
+// whole).
 var stateCandidates = map[string]string{
 	models.StateConflict:   "conflict",
 	models.StateRevoked:    "revoked_at IS NOT NULL",
-	models.StateOffline:    "(last_seen <= ? OR last_seen IS NULL AND created_at <= ?)",
+	models.StateOffline:    "COALESCE(last_seen, created_at) <= ?",
 	models.StateRolledBack: "last_outcome = '" + models.OutcomeRolledBack + "'",
 	models.StateUpgrading:  "target_host_version <> '' AND host_version <> target_host_version",
 	models.StateFailed:     "generation > finished_generation AND last_outcome = '" + models.OutcomeFailed + "'",
