@@ -201,10 +201,13 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		}
 		// Beside the CPU profile, the heap allocated before and after the
 		// fan-out (pprof -base before after: what it allocated), each after
-		// a collection: a heap profile is as of the last one.
+		// a collection: a heap profile is as of the last one. It is asked
+		// for as heap, the same profile: net/http/pprof collects first
+		// (gc=1) for that name only, and an allocs profile taken without
+		// one counted the polls' arrival as the fan-out's.
 		allocs := func(when string) {
 			if pprofURL != "" {
-				profile(b, strings.Replace(pprofURL, "profile?seconds=", "allocs?gc=1", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
+				profile(b, strings.Replace(pprofURL, "profile?seconds=", "heap?gc=1", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
 			}
 		}
 		allocs("before")
