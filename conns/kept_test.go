@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -141,5 +142,67 @@ func TestKept_WaitsForTheNextRequest(t *testing.T) {
 	_ = waitingCl.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := waitingCl.Read(buf); !errors.Is(err, io.EOF) {
 		t.Fatalf("a waiting connection after Close: read %v, want it closed", err)
+	}
+}
+
+// TestKept_GivenBackAgain: a connection served and given back again waits
+// for its next request again, and many waiting at once (more than one
+// epoll wait returns) each reach the server on their own request, holding
+// no goroutine each while they wait.
+func TestKept_GivenBackAgain(t *testing.T) {
+	k := NewKept(&net.TCPAddr{}, 512)
+	defer k.Close()
+	got := acceptor(k)
+	srv, cl := tcpPair(t)
+	buf := make([]byte, 64)
+	for round := range 3 {
+		if !k.Give(srv) {
+			t.Fatalf("round %d: Give refused a connection", round)
+		}
+		if c := accepted(got, 100*time.Millisecond); c != nil {
+			t.Fatalf("round %d: a connection reached the server before its next request", round)
+		}
+		if _, err := cl.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if c := accepted(got, 5*time.Second); c != srv {
+			t.Fatalf("round %d: after the request: accepted %v", round, c)
+		}
+		if n, err := srv.Read(buf); err != nil || n != 18 {
+			t.Fatalf("round %d: the server read %d bytes, %v", round, n, err)
+		}
+	}
+
+	const many = 300
+	servers, clients := make([]net.Conn, many), make([]net.Conn, many)
+	for i := range many {
+		servers[i], clients[i] = tcpPair(t)
+	}
+	before := runtime.NumGoroutine()
+	for i := range many {
+		if !k.Give(servers[i]) {
+			t.Fatalf("Give refused connection %d", i)
+		}
+	}
+	if after := runtime.NumGoroutine(); after-before > 10 {
+		t.Fatalf("%d goroutines more with %d connections waiting", after-before, many)
+	}
+	for i := range many {
+		if _, err := clients[i].Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[net.Conn]bool{}
+	for len(seen) < many {
+		c := accepted(got, 5*time.Second)
+		if c == nil {
+			t.Fatalf("%d of %d connections reached the server", len(seen), many)
+		}
+		seen[c] = true
+	}
+	for i := range many {
+		if !seen[servers[i]] {
+			t.Fatalf("connection %d did not reach the server", i)
+		}
 	}
 }
