@@ -136,11 +136,15 @@ func (k *Kept) queue(c net.Conn) bool {
 // stayed idle past its deadline, is closed.
 func (k *Kept) run() {
 	events := make([]unix.EpollEvent, 256)
+	var closing []net.Conn
 	for {
 		// The wait's timeout is the idle deadlines' tick.
 		n, err := unix.EpollWait(k.epfd, events, 500)
 		if err != nil && !errors.Is(err, unix.EINTR) {
+			// Not expected (only run closes the set); not a busy loop
+			// if it comes: the next tick tries again.
 			n = 0
+			time.Sleep(500 * time.Millisecond)
 		}
 		k.mu.Lock()
 		if k.done {
@@ -153,46 +157,88 @@ func (k *Kept) run() {
 			if w == nil || w.seq != ev.Pad {
 				continue // an earlier registration of the descriptor
 			}
+			switch k.peek(w) {
+			case peekNothing:
+				continue // armed again; it waits on
+			case peekData:
+				if ClearDeadlines(w.c) == nil && k.queue(w.c) {
+					delete(k.waiting, w.fd)
+					w.taken = true
+					continue
+				}
+			}
 			delete(k.waiting, w.fd)
 			w.taken = true
-			if !hasData(w.fd) || ClearDeadlines(w.c) != nil || !k.queue(w.c) {
-				_ = w.c.Close()
-			}
+			closing = append(closing, w.c)
 		}
-		k.expire(time.Now())
+		closing = k.expire(time.Now(), closing)
 		k.mu.Unlock()
+		// Closed outside mu: Give, on a fan-out's path, never waits on
+		// them.
+		for i, c := range closing {
+			closeQuietly(c)
+			closing[i] = nil
+		}
+		closing = closing[:0]
 	}
 }
 
-// hasData reports whether fd has something to read, without reading it:
-// false when its peer closed (or the socket failed). The connection is
-// only closed under mu, which the caller holds.
-func hasData(fd int32) bool {
+// What a waiting connection's socket holds (peek).
+const (
+	peekData    = iota // its next request: it goes to the server
+	peekEnded          // its host closed, or the socket failed
+	peekNothing        // nothing after all: it was armed again
+)
+
+// peek looks at w's socket without reading from it. The caller holds mu,
+// under which alone a waiting connection is taken (closed or queued), so
+// its descriptor is w's.
+func (k *Kept) peek(w *waiter) int {
 	var b [1]byte
-	n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-	if errors.Is(err, unix.EAGAIN) {
-		return true // the event came and went: the connection still lives (the server reads it)
+	n, _, err := unix.Recvfrom(int(w.fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	switch {
+	case errors.Is(err, unix.EAGAIN):
+		// An event with nothing to read: wait on, or the connection
+		// would reach the server idle and be cut by its header timeout.
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: w.fd, Pad: w.seq}
+		if unix.EpollCtl(k.epfd, unix.EPOLL_CTL_MOD, int(w.fd), &ev) == nil {
+			return peekNothing
+		}
+		return peekEnded
+	case n > 0:
+		return peekData
 	}
-	return n > 0
+	return peekEnded
 }
 
-// expire closes the connections whose idle deadline passed. The caller
-// holds mu.
-func (k *Kept) expire(now time.Time) {
+// closeQuietly closes c beneath its TLS, if any: a host that closed, or
+// that sent nothing for the idle time, is not sent TLS's close_notify,
+// a write that waits up to 5 s on a host that stopped reading.
+func closeQuietly(c net.Conn) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	_ = c.Close()
+}
+
+// expire takes the connections whose idle deadline passed, appending
+// them to closing for the caller to close. The caller holds mu.
+func (k *Kept) expire(now time.Time, closing []net.Conn) []net.Conn {
 	i := 0
 	for ; i < len(k.order); i++ {
 		w := k.order[i]
-		if w.taken {
-			continue
+		if !w.taken {
+			if now.Before(w.until) {
+				break
+			}
+			delete(k.waiting, w.fd)
+			w.taken = true
+			closing = append(closing, w.c)
 		}
-		if now.Before(w.until) {
-			break
-		}
-		delete(k.waiting, w.fd)
-		w.taken = true
-		_ = w.c.Close()
+		k.order[i] = nil // not kept alive by the queue's array
 	}
 	k.order = k.order[i:]
+	return closing
 }
 
 // RawConn is c's socket, through TLS and the listener's wrapper.
@@ -228,14 +274,14 @@ func (k *Kept) Close() error {
 	k.done = true
 	close(k.closed)
 	for _, w := range k.waiting {
-		_ = w.c.Close()
+		closeQuietly(w.c)
 	}
 	clear(k.waiting)
 	k.order = nil
 	for {
 		select {
 		case c := <-k.ch:
-			_ = c.Close()
+			closeQuietly(c)
 		default:
 			return nil
 		}

@@ -1,12 +1,20 @@
 package conns
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"runtime"
 	"testing"
 	"time"
+
+	"mesh/testwait"
 )
 
 // TestKept: a connection given back is accepted; after Close nothing is
@@ -113,8 +121,8 @@ func TestKept_WaitsForTheNextRequest(t *testing.T) {
 	if c != srv {
 		t.Fatalf("after the request: accepted %v", c)
 	}
-	// The idle deadline was cleared: a read after it would have passed
-	// still works.
+	// Nothing of the wait is left on it: a read after the idle time
+	// would have passed still works.
 	time.Sleep(k.idle + 100*time.Millisecond)
 	buf := make([]byte, 64)
 	n, err := c.Read(buf)
@@ -129,10 +137,18 @@ func TestKept_WaitsForTheNextRequest(t *testing.T) {
 		t.Fatalf("an idle connection past the idle time: read %v, want it closed", err)
 	}
 
+	// A connection whose host closes is closed at once, long before its
+	// idle time, without reaching the server: its own reads then fail as
+	// reads of a closed connection, not with the host's end of file.
+	k.idle = time.Minute
 	gone, goneCl := tcpPair(t)
 	k.Give(gone)
 	goneCl.Close()
-	if c := accepted(got, 500*time.Millisecond); c != nil {
+	testwait.For(t, 5*time.Second, "the connection its host closed closed", func() bool {
+		_, err := gone.Read(buf)
+		return errors.Is(err, net.ErrClosed)
+	})
+	if c := accepted(got, 100*time.Millisecond); c != nil {
 		t.Fatal("a connection its peer closed reached the server")
 	}
 
@@ -204,5 +220,85 @@ func TestKept_GivenBackAgain(t *testing.T) {
 		if !seen[servers[i]] {
 			t.Fatalf("connection %d did not reach the server", i)
 		}
+	}
+}
+
+// tlsPair is a connected pair of TLS connections over loopback TCP, the
+// handshake done.
+func tlsPair(t *testing.T) (server, client *tls.Conn) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"kept.test"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	rawSrv, rawCl := tcpPair(t)
+	server = tls.Server(rawSrv, &tls.Config{Certificates: []tls.Certificate{cert}})
+	client = tls.Client(rawCl, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own pair
+	errs := make(chan error, 1)
+	go func() { errs <- server.Handshake() }()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	return server, client
+}
+
+// TestKept_AStuckHostHoldsNoOneUp: closing a connection whose host
+// stopped reading, with its socket's buffers full, does not hold up the
+// others: over TLS a plain Close first writes close_notify, which waits
+// up to 5 s for room, and done while the waiting connections' lock was
+// held, every Give and every other host's request waited with it.
+func TestKept_AStuckHostHoldsNoOneUp(t *testing.T) {
+	k := NewKept(&net.TCPAddr{}, 8)
+	defer k.Close()
+	got := acceptor(k)
+
+	stuck, _ := tlsPair(t)
+	// Fill the buffers between the two (the host reads nothing).
+	raw := stuck.NetConn()
+	for _, size := range []int{64 << 10, 1 << 10, 8} {
+		junk := make([]byte, size)
+		for {
+			_ = raw.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			if _, err := raw.Write(junk); err != nil {
+				break
+			}
+		}
+	}
+	_ = raw.SetWriteDeadline(time.Time{})
+	k.idle = 100 * time.Millisecond
+	if !k.Give(stuck) {
+		t.Fatal("Give refused the stuck connection")
+	}
+	k.idle = time.Minute
+	// Past its idle time the stuck one is closed on the next tick (0.5 s),
+	// not after close_notify's 5 s: a read of its socket here ends then,
+	// as a read of a closed connection.
+	_ = raw.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := raw.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the stuck connection 3 s after it was given back with 0.1 s to wait: read %v, want it closed", err)
+	}
+	srv, cl := tcpPair(t)
+	start := time.Now()
+	if !k.Give(srv) {
+		t.Fatal("Give refused a connection")
+	}
+	if _, err := cl.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if c := accepted(got, 10*time.Second); c != srv {
+		t.Fatalf("the other host's request: accepted %v", c)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("the other host's request reached the server %v after it was sent, behind the stuck host's close", took)
 	}
 }
