@@ -89,7 +89,7 @@ var main1 = []column{
 	{"2nd CPU µs/machine", "second-cpu-µs/machine", "%.0f"},
 	{"1st PG µs/machine", "first-pg-cpu-µs/machine", "%.0f"},
 	{"2nd PG µs/machine", "second-pg-cpu-µs/machine", "%.0f"},
-	{"RSS KiB/poll", "KiB/poll", "%.1f"},
+	{"live KiB/poll", "KiB/poll", "%.1f"},
 }
 
 var large = []column{
