@@ -341,7 +341,7 @@ func (s *Server) finishParked(pp *parkedPoll, a *answer) {
 			// A host that does not take its answer: its socket is closed
 			// now, without TLS's close_notify — a write it would not take
 			// either, which Go's TLS gives 5 s.
-			_ = transportOf(pp.conn).Close()
+			_ = conns.Transport(pp.conn).Close()
 			s.Hub.PollEnded(pp.machine, pp.pollSession)
 			return
 		}
@@ -363,14 +363,6 @@ func (s *Server) finishParked(pp *parkedPoll, a *answer) {
 		go pp.conn.Close()
 	}
 	s.Hub.PollEnded(pp.machine, pp.pollSession)
-}
-
-// transportOf is the connection under c's TLS, if any.
-func transportOf(c net.Conn) net.Conn {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		return nc.NetConn()
-	}
-	return c
 }
 
 // peerOpen reports whether the host still holds its end: a parked

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"mesh/conns"
-	"net"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -38,25 +37,13 @@ func newPeerWatch(gone func(*parkedPoll)) (*peerWatch, error) {
 	return &peerWatch{epfd: fd, gone: gone, byFD: map[int32]watched{}}, nil
 }
 
-// connFD is the descriptor of a parked connection (through TLS to the TCP
-// connection beneath).
-func connFD(c net.Conn) (int32, bool) {
-	rc, ok := conns.RawConn(c)
-	if !ok {
-		return 0, false
-	}
-	fd := int32(-1)
-	_ = rc.Control(func(f uintptr) { fd = int32(f) })
-	return fd, fd >= 0
-}
-
 // arm watches pp's connection for one event (a parked poll is armed each
 // time it is parked; an event disarms it). It reports whether it did.
 func (w *peerWatch) arm(pp *parkedPoll) bool {
 	if w == nil {
 		return false
 	}
-	fd, ok := connFD(pp.conn)
+	fd, ok := conns.FD(pp.conn)
 	if !ok {
 		return false
 	}
@@ -68,12 +55,7 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 		cur = watched{seq: w.seq, pp: pp}
 		w.byFD[fd] = cur
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: cur.seq}
-	err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
-	if errors.Is(err, unix.ENOENT) {
-		err = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
-	}
-	return err == nil
+	return conns.ArmOnce(w.epfd, fd, cur.seq) == nil
 }
 
 // forget stops watching pp's connection: its events are no longer
@@ -87,7 +69,7 @@ func (w *peerWatch) forget(pp *parkedPoll) {
 	if w == nil {
 		return
 	}
-	fd, ok := connFD(pp.conn)
+	fd, ok := conns.FD(pp.conn)
 	if !ok {
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,7 +44,7 @@ type Kept struct {
 	done    bool
 	seq     int32
 	waiting map[int32]*waiter // by descriptor: given back, their next request not yet come
-	order   []*waiter         // in the order given, so by idle deadline (some already taken)
+	order   []*waiter         // in the order given, so by idle deadline; an entry no longer in waiting was taken
 }
 
 // waiter is a connection given back and watched for its next request.
@@ -54,7 +53,6 @@ type waiter struct {
 	fd    int32
 	seq   int32     // tells this registration from a later one of a reused descriptor
 	until time.Time // closed if nothing comes by then
-	taken bool      // its request came, it was closed, or it was given back again
 }
 
 // NewKept is a Kept listener reporting addr (the real listener's) that
@@ -83,40 +81,19 @@ func (k *Kept) Give(c net.Conn) bool {
 	if k.done {
 		return false
 	}
-	fd, ok := connFD(c)
+	fd, ok := FD(c)
 	if !ok || k.epfd < 0 {
 		return k.queue(c)
 	}
 	k.seq++
 	w := &waiter{c: c, fd: fd, seq: k.seq, until: time.Now().Add(k.idle)}
-	// One event: the next request, or the host's close. The descriptor
-	// stays in the set after it (a closed connection leaves it with its
-	// file), so a connection given back again is armed with MOD.
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: fd, Pad: w.seq}
-	err := unix.EpollCtl(k.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
-	if errors.Is(err, unix.ENOENT) {
-		err = unix.EpollCtl(k.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
-	}
-	if err != nil {
+	// One event: the next request, or the host's close.
+	if ArmOnce(k.epfd, fd, w.seq) != nil {
 		return k.queue(c)
-	}
-	if old := k.waiting[fd]; old != nil {
-		old.taken = true
 	}
 	k.waiting[fd] = w
 	k.order = append(k.order, w)
 	return true
-}
-
-// connFD is c's descriptor, through TLS and the listener's wrapper.
-func connFD(c net.Conn) (int32, bool) {
-	rc, ok := RawConn(c)
-	if !ok {
-		return 0, false
-	}
-	fd := int32(-1)
-	_ = rc.Control(func(f uintptr) { fd = int32(f) })
-	return fd, fd >= 0
 }
 
 // queue puts c on the server's queue, or reports false when it is full.
@@ -163,20 +140,20 @@ func (k *Kept) run() {
 			case peekData:
 				if ClearDeadlines(w.c) == nil && k.queue(w.c) {
 					delete(k.waiting, w.fd)
-					w.taken = true
 					continue
 				}
 			}
 			delete(k.waiting, w.fd)
-			w.taken = true
 			closing = append(closing, w.c)
 		}
 		closing = k.expire(time.Now(), closing)
 		k.mu.Unlock()
-		// Closed outside mu: Give, on a fan-out's path, never waits on
-		// them.
+		// Closed outside mu, so Give, on a fan-out's path, never waits
+		// on them, and beneath TLS: a host that closed, or that sent
+		// nothing for the idle time, is not sent close_notify, a write
+		// that waits up to 5 s on a host that stopped reading.
 		for i, c := range closing {
-			closeQuietly(c)
+			_ = Transport(c).Close()
 			closing[i] = nil
 		}
 		closing = closing[:0]
@@ -200,8 +177,7 @@ func (k *Kept) peek(w *waiter) int {
 	case errors.Is(err, unix.EAGAIN):
 		// An event with nothing to read: wait on, or the connection
 		// would reach the server idle and be cut by its header timeout.
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: w.fd, Pad: w.seq}
-		if unix.EpollCtl(k.epfd, unix.EPOLL_CTL_MOD, int(w.fd), &ev) == nil {
+		if ArmOnce(k.epfd, w.fd, w.seq) == nil {
 			return peekNothing
 		}
 		return peekEnded
@@ -211,47 +187,23 @@ func (k *Kept) peek(w *waiter) int {
 	return peekEnded
 }
 
-// closeQuietly closes c beneath its TLS, if any: a host that closed, or
-// that sent nothing for the idle time, is not sent TLS's close_notify,
-// a write that waits up to 5 s on a host that stopped reading.
-func closeQuietly(c net.Conn) {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	_ = c.Close()
-}
-
 // expire takes the connections whose idle deadline passed, appending
 // them to closing for the caller to close. The caller holds mu.
 func (k *Kept) expire(now time.Time, closing []net.Conn) []net.Conn {
 	i := 0
 	for ; i < len(k.order); i++ {
 		w := k.order[i]
-		if !w.taken {
+		if k.waiting[w.fd] == w { // not taken since: its request came, or it was given back again
 			if now.Before(w.until) {
 				break
 			}
 			delete(k.waiting, w.fd)
-			w.taken = true
 			closing = append(closing, w.c)
 		}
 		k.order[i] = nil // not kept alive by the queue's array
 	}
 	k.order = k.order[i:]
 	return closing
-}
-
-// RawConn is c's socket, through TLS and the listener's wrapper.
-func RawConn(c net.Conn) (syscall.RawConn, bool) {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil, false
-	}
-	rc, err := sc.SyscallConn()
-	return rc, err == nil
 }
 
 // Accept returns the next connection given back.
@@ -274,14 +226,14 @@ func (k *Kept) Close() error {
 	k.done = true
 	close(k.closed)
 	for _, w := range k.waiting {
-		closeQuietly(w.c)
+		_ = Transport(w.c).Close()
 	}
 	clear(k.waiting)
 	k.order = nil
 	for {
 		select {
 		case c := <-k.ch:
-			closeQuietly(c)
+			_ = Transport(c).Close()
 		default:
 			return nil
 		}
