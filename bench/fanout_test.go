@@ -482,6 +482,9 @@ func liveMemory(b *testing.B, url, collectURL string) float64 {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %s (no collection, so no measure of live memory)", collectURL, resp.Status)
+	}
 	heap, stacks := metric(url, "go_memstats_heap_inuse_bytes"), metric(url, "go_memstats_stack_inuse_bytes")
 	if heap < 0 || stacks < 0 {
 		b.Fatal("no go_memstats_heap_inuse_bytes or go_memstats_stack_inuse_bytes in /metrics")

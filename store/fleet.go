@@ -11,12 +11,11 @@ import (
 
 // Fleet reads, in one snapshot, what the fleet's metrics are computed
 // from: every machine's state columns (stateColumns, the overview's and
-// the state pages' own: a column left out here judged every machine as if
-// it were empty, and the metrics counted a revoked machine offline), plans
-// and rollouts counted by state, and the tiers of the plans with an id above afterPlan (the
-// caller keeps what it has folded from older plans that can change no
-// more, so this read does not grow with the history of plans). Three
-// statements, none of them per machine.
+// the state pages' own, so a column the rules come to read reaches the
+// metrics too), plans and rollouts counted by state, and the tiers of the
+// plans with an id above afterPlan (the caller keeps what it has folded
+// from older plans that can change no more, so this read does not grow
+// with the history of plans). Three statements, none of them per machine.
 func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, error) {
 	f := &models.Fleet{Plans: map[string]int64{}, Rollouts: map[string]int64{}}
 	err := s.snapshot(ctx, func(tx *Tx) error {
