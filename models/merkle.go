@@ -3,11 +3,13 @@ package models
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 )
 
@@ -165,7 +167,12 @@ func AcceptsBatch(header string) bool {
 }
 
 // SealBatch signs a batch of payloads once: it returns each payload's
-// batch envelope, in order.
+// batch envelope, in order. The envelopes are the bytes json.Marshal
+// makes of a BatchEnvelope (TestSealBatch_AsMarshalled holds them to it),
+// written directly: the part after the audit path — root and signatures —
+// is the same for the whole batch, so it is encoded once, and each
+// envelope is one allocation of its exact size. Marshalling each whole was
+// ~5 µs a machine of a fan-out and a tenth of its garbage.
 func SealBatch(payloads [][]byte, signer Signer) ([][]byte, error) {
 	leaves := make([][32]byte, len(payloads))
 	for i, p := range payloads {
@@ -173,19 +180,45 @@ func SealBatch(payloads [][]byte, signer Signer) ([][]byte, error) {
 	}
 	root, paths := MerkleTree(leaves)
 	size := int64(len(payloads))
-	sigs := []Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(BatchStatement(size, root[:]))}}
+	sigs, err := json.Marshal([]Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(BatchStatement(size, root[:]))}})
+	if err != nil {
+		return nil, err
+	}
+	rootB64 := base64.StdEncoding.EncodeToString(root[:])
+	tail := make([]byte, 0, len(rootB64)+len(sigs)+32)
+	tail = append(tail, `],"root":"`...)
+	tail = append(tail, rootB64...)
+	tail = append(tail, `","signatures":`...)
+	tail = append(tail, sigs...)
+	tail = append(tail, "}}"...)
+	head := strconv.AppendInt([]byte(`","batch":{"size":`), size, 10)
+	head = append(head, `,"index":`...)
+	hashLen := base64.StdEncoding.EncodedLen(sha256.Size)
 	out := make([][]byte, len(payloads))
 	for i, p := range payloads {
 		path := paths[i]
-		if path == nil {
-			path = [][]byte{} // a tree of one: an empty path, never null
+		n := len(`{"payload":"`) + base64.StdEncoding.EncodedLen(len(p)) + len(head) + 20 +
+			len(`,"path":[`) + len(path)*(hashLen+3) + len(tail)
+		b := make([]byte, 0, n)
+		if p == nil {
+			b = append(b, `{"payload":null`...)
+			b = append(b, head[1:]...)
+		} else {
+			b = append(b, `{"payload":"`...)
+			b = base64.StdEncoding.AppendEncode(b, p)
+			b = append(b, head...)
 		}
-		b, err := json.Marshal(BatchEnvelope{Payload: p, Batch: BatchProof{Size: size, Index: int64(i),
-			Path: path, Root: root[:], Signatures: sigs}})
-		if err != nil {
-			return nil, err
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, `,"path":[`...)
+		for j, h := range path {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = base64.StdEncoding.AppendEncode(b, h)
+			b = append(b, '"')
 		}
-		out[i] = b
+		out[i] = append(b, tail...)
 	}
 	return out, nil
 }

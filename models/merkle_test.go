@@ -372,3 +372,50 @@ func TestSealOne_TodaysBytes(t *testing.T) {
 		t.Fatalf("single-signature envelope\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestSealBatch_AsMarshalled: the envelopes SealBatch writes directly are
+// byte for byte what json.Marshal makes of the same BatchEnvelope, for
+// trees of every shape up to 33 leaves, payloads empty, absent and
+// binary, and a key id JSON must escape.
+func TestSealBatch_AsMarshalled(t *testing.T) {
+	signer := testSigner{`k<&>"1`, ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))}
+	for size := 1; size <= 33; size++ {
+		payloads := make([][]byte, size)
+		for i := range payloads {
+			switch i % 4 {
+			case 0:
+				payloads[i] = []byte(fmt.Sprintf(`{"schema":1,"machine":"m%d","note":"é<&>"}`, i))
+			case 1:
+				payloads[i] = []byte{}
+			case 2:
+				payloads[i] = nil
+			case 3:
+				payloads[i] = []byte{0, 0xff, byte(i), '"', '\\'}
+			}
+		}
+		envs, err := SealBatch(payloads, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaves := make([][32]byte, size)
+		for i, p := range payloads {
+			leaves[i] = MerkleLeaf(p)
+		}
+		root, paths := MerkleTree(leaves)
+		sigs := []Signature{{KeyID: signer.KeyID(), Sig: signer.Sign(BatchStatement(int64(size), root[:]))}}
+		for i, p := range payloads {
+			path := paths[i]
+			if path == nil {
+				path = [][]byte{}
+			}
+			want, err := json.Marshal(BatchEnvelope{Payload: p, Batch: BatchProof{Size: int64(size), Index: int64(i),
+				Path: path, Root: root[:], Signatures: sigs}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(envs[i]) != string(want) {
+				t.Fatalf("size %d envelope %d:\n got %s\nwant %s", size, i, envs[i], want)
+			}
+		}
+	}
+}
