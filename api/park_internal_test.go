@@ -54,6 +54,69 @@ func TestWriteAnswer_BoundedWhenTheHostDoesNotRead(t *testing.T) {
 	}
 }
 
+// TestWriteAnswer_OverTCP: over a real socket, an answer larger than the
+// socket takes at once is written in part straight to it and the rest
+// under the bound: a host that reads gets every byte in order, and the
+// connection's next write is not cut; a host that does not read holds
+// the writer no longer than the bound.
+func TestWriteAnswer_OverTCP(t *testing.T) {
+	pair := func() (server, host net.Conn) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		host, err = net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if server, err = ln.Accept(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { server.Close(); host.Close() })
+		return server, host
+	}
+	answer := make([]byte, 8<<20) // far past both ends' socket buffers
+	for i := range answer {
+		answer[i] = byte(i % 251)
+	}
+
+	server, host := pair()
+	done := make(chan error, 1)
+	go func() { done <- writeAnswer(server, answer, 30*time.Second) }()
+	got := make([]byte, len(answer))
+	if _, err := io.ReadFull(host, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("an answer that is read: %v", err)
+	}
+	for i := range got {
+		if got[i] != answer[i] {
+			t.Fatalf("byte %d of the answer: %d, want %d", i, got[i], answer[i])
+		}
+	}
+	go func() { done <- writeAnswer(server, []byte("next"), 10*time.Millisecond) }()
+	if _, err := io.ReadFull(host, got[:4]); err != nil || string(got[:4]) != "next" || <-done != nil {
+		t.Fatalf("the connection's next answer: %q, %v", got[:4], err)
+	}
+
+	server, _ = pair()
+	start := time.Now()
+	go func() { done <- writeAnswer(server, answer, 50*time.Millisecond) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("an answer nobody reads: %v, want a deadline exceeded", err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("an answer nobody reads held its writer %v", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an answer nobody reads held its writer past 10 s")
+	}
+}
+
 // TestRenewalDue: a connection is kept only while the certificate it
 // presented is not yet due for renewal (two thirds of its lifetime): a
 // renewed one is presented only on a new handshake.
@@ -94,7 +157,7 @@ func TestAnswerClaims_HostNotReadingHoldsNothing(t *testing.T) {
 			defer server.Close()
 			defer host.Close()
 			ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
-			pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
+			pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour), fd: -1}
 			pp.state.Store(parkedHandling)
 			comp := &models.Composed{MachineID: 1, Machine: "m1", Generation: 2, Envelope: []byte(`{"payload":"e30="}`)}
 			snd := models.SendOf(comp, "ctl")
@@ -127,7 +190,7 @@ func TestToWorker_NeverHoldsTheCaller(t *testing.T) {
 	defer server.Close()
 	defer host.Close()
 	ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
-	pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
+	pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour), fd: -1}
 	pp.watched.Store(true)
 	pp.state.Store(parkedHandling)
 	returned := make(chan struct{})

@@ -43,8 +43,8 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 	if w == nil {
 		return false
 	}
-	fd, ok := conns.FD(pp.conn)
-	if !ok {
+	fd := pp.fd
+	if fd < 0 {
 		return false
 	}
 	w.mu.Lock()
@@ -69,8 +69,8 @@ func (w *peerWatch) forget(pp *parkedPoll) {
 	if w == nil {
 		return
 	}
-	fd, ok := conns.FD(pp.conn)
-	if !ok {
+	fd := pp.fd
+	if fd < 0 {
 		return
 	}
 	w.mu.Lock()
