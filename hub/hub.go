@@ -414,6 +414,9 @@ func (h *Hub) drain(ctx context.Context) {
 	// page a row all over it, and every page a write dirties is written
 	// again at its commit.
 	slices.Sort(ids)
+	if len(ids) >= wakeChunk {
+		defer gc.begin()() // see collector
+	}
 	defer func() {
 		h.mu.Lock()
 		h.draining = false
