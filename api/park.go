@@ -61,9 +61,11 @@ type parkedPoll struct {
 	watched atomic.Bool
 	// left: the watch saw the host leave while a worker held the poll.
 	left atomic.Bool
-	// fd is the connection's descriptor (-1: none), found once at park
-	// for the peer watch and the kept listener.
-	fd int32
+	// fd is the connection's descriptor, found once at park for the
+	// peer watch and the kept listener; hasFD false: it has none (the
+	// zero value, so a parkedPoll made without one never names fd 0).
+	fd    int32
+	hasFD bool
 }
 
 // park hijacks the connection and leaves the poll's session in the hub.
@@ -73,10 +75,8 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request, ps *pollSession, c
 		return err
 	}
 	keep := s.Kept != nil && !r.Close && r.ProtoAtLeast(1, 1) && brw.Reader.Buffered() == 0 && !renewalDue(r.TLS, s.Now())
-	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS), keep: keep, fd: -1}
-	if fd, ok := conns.FD(conn); ok {
-		pp.fd = fd
-	}
+	pp := &parkedPoll{pollSession: ps, conn: conn, tlsHint: w.Header().Get(HeaderTLS), keep: keep}
+	pp.fd, pp.hasFD = conns.FD(conn)
 	pp.timer = time.AfterFunc(time.Until(ps.deadline), func() { s.expire(pp) })
 	ps.parked.Store(pp)
 	if s.repark(pp, changed) {
@@ -393,7 +393,11 @@ func (s *Server) finishParked(pp *parkedPoll, a *answer) {
 			return
 		}
 	}
-	if keep && s.Kept.GiveFD(pp.conn, pp.fd) {
+	fd := int32(-1)
+	if pp.hasFD {
+		fd = pp.fd
+	}
+	if keep && s.Kept.GiveFD(pp.conn, fd) {
 		s.Hub.PollEnded(pp.machine, pp.pollSession)
 		return
 	}

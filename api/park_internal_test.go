@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"mesh/conns"
 	"mesh/hub"
 	"mesh/models"
 )
@@ -44,37 +47,81 @@ func TestWriteAnswer_BoundedWhenTheHostDoesNotRead(t *testing.T) {
 	}
 }
 
-// TestWriteAnswer_OverTCP: over a real socket, an answer larger than the
+// tcpPair is a connected pair of loopback TCP connections, closed when
+// the test ends.
+func tcpPair(t *testing.T) (server, host net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	host, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); host.Close() })
+	return server, host
+}
+
+// TestPeerWatch_ADonePollIsNotArmed: a poll answered before its park
+// armed the watch is not armed after: its connection is closed once it is
+// done, and its descriptor may by then name another host's connection,
+// whose registration it would take over (that host's leaving would then
+// end no poll).
+func TestPeerWatch_ADonePollIsNotArmed(t *testing.T) {
+	w, err := newPeerWatch(func(*parkedPoll) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(w.epfd)
+	server, _ := tcpPair(t)
+	pp := &parkedPoll{conn: server}
+	if pp.fd, pp.hasFD = conns.FD(server); !pp.hasFD {
+		t.Fatal("a TCP connection has no descriptor")
+	}
+	pp.state.Store(parkedDone)
+	if w.arm(pp) {
+		t.Fatal("a poll already done was armed")
+	}
+	if _, ok := w.byFD[pp.fd]; ok {
+		t.Fatal("a poll already done holds its descriptor's registration")
+	}
+	pp.state.Store(parkedWaiting)
+	if !w.arm(pp) || w.byFD[pp.fd].pp != pp {
+		t.Fatal("a waiting poll was not armed")
+	}
+}
+
+// TestWriteAnswer_OverTCP: over a real socket, a small answer goes
+// straight to it whole (writeNow, no deadline); one larger than the
 // socket takes at once is written in part straight to it and the rest
 // under the bound: a host that reads gets every byte in order, and the
-// connection's next write is not cut; a host that does not read holds
+// connection's next answer goes through; a host that does not read holds
 // the writer no longer than the bound.
 func TestWriteAnswer_OverTCP(t *testing.T) {
-	pair := func() (server, host net.Conn) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		host, err = net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if server, err = ln.Accept(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { server.Close(); host.Close() })
-		return server, host
-	}
 	answer := make([]byte, 8<<20) // far past both ends' socket buffers
 	for i := range answer {
 		answer[i] = byte(i % 251)
 	}
 
-	server, host := pair()
+	server, host := tcpPair(t)
+	rc, ok := conns.RawConn(server)
+	if !ok {
+		t.Fatal("a TCP connection has no raw connection")
+	}
+	if n, err := writeNow(rc, []byte("small")); n != 5 || err != nil {
+		t.Fatalf("a small answer straight to the socket: %d bytes, %v", n, err)
+	}
+	got := make([]byte, len(answer))
+	if _, err := io.ReadFull(host, got[:5]); err != nil || string(got[:5]) != "small" {
+		t.Fatalf("the small answer read: %q, %v", got[:5], err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- writeAnswer(server, answer, 30*time.Second) }()
-	got := make([]byte, len(answer))
 	if _, err := io.ReadFull(host, got); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +138,11 @@ func TestWriteAnswer_OverTCP(t *testing.T) {
 		t.Fatalf("the connection's next answer: %q, %v", got[:4], err)
 	}
 
-	server, _ = pair()
+	server, _ = tcpPair(t)
+	rc, _ = conns.RawConn(server)
+	if n, err := writeNow(rc, answer); n <= 0 || n >= len(answer) || err != nil {
+		t.Fatalf("an answer larger than the socket takes, to a host not reading: %d of %d bytes at once, %v; want a part", n, len(answer), err)
+	}
 	start := time.Now()
 	go func() { done <- writeAnswer(server, answer, 50*time.Millisecond) }()
 	cutWithinBound(t, done, start)
@@ -154,7 +205,7 @@ func TestAnswerClaims_HostNotReadingHoldsNothing(t *testing.T) {
 			defer server.Close()
 			defer host.Close()
 			ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
-			pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour), fd: -1}
+			pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
 			pp.state.Store(parkedHandling)
 			comp := &models.Composed{MachineID: 1, Machine: "m1", Generation: 2, Envelope: []byte(`{"payload":"e30="}`)}
 			snd := models.SendOf(comp, "ctl")
@@ -187,7 +238,7 @@ func TestToWorker_NeverHoldsTheCaller(t *testing.T) {
 	defer server.Close()
 	defer host.Close()
 	ps := newPollSession(s, 1, "m1", "e1", 0, time.Now().Add(time.Minute))
-	pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour), fd: -1}
+	pp := &parkedPoll{pollSession: ps, conn: server, timer: time.NewTimer(time.Hour)}
 	pp.watched.Store(true)
 	pp.state.Store(parkedHandling)
 	returned := make(chan struct{})

@@ -43,12 +43,19 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 	if w == nil {
 		return false
 	}
-	fd := pp.fd
-	if fd < 0 {
+	if !pp.hasFD {
 		return false
 	}
+	fd := pp.fd
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if pp.state.Load() == parkedDone {
+		// Answered (or its host gone) meanwhile: finishParked marks it
+		// done before forget takes mu and closes the connection only
+		// after, so its descriptor may since name another connection,
+		// whose registration this must not take over.
+		return false
+	}
 	cur, known := w.byFD[fd]
 	if !known || cur.pp != pp {
 		w.seq++
@@ -69,10 +76,10 @@ func (w *peerWatch) forget(pp *parkedPoll) {
 	if w == nil {
 		return
 	}
-	fd := pp.fd
-	if fd < 0 {
+	if !pp.hasFD {
 		return
 	}
+	fd := pp.fd
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cur, known := w.byFD[fd]; known && cur.pp == pp {
