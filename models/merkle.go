@@ -172,7 +172,7 @@ func AcceptsBatch(header string) bool {
 // written directly: the part after the audit path — root and signatures —
 // is the same for the whole batch, so it is encoded once, and each
 // envelope is one allocation of its exact size. Marshalling each whole was
-// ~5 µs a machine of a fan-out and a tenth of its garbage.
+// ~2 µs of the ~11 a machine sealing took (BenchmarkSeal_Batch500).
 func SealBatch(payloads [][]byte, signer Signer) ([][]byte, error) {
 	leaves := make([][32]byte, len(payloads))
 	for i, p := range payloads {
