@@ -48,11 +48,16 @@ func inID(tx *Tx, column string, ids []int64) (string, any) {
 	if idsAsList {
 		return column + " IN ?", ids
 	}
-	b := make([]byte, 0, len(ids)*8+2)
-	open, shut := byte('['), byte(']')
 	if tx.s.dialect == Postgres {
-		open, shut = '{', '}'
+		return column + " = ANY(CAST(? AS bigint[]))", int64Array(ids, '{', '}')
 	}
+	return column + " IN (SELECT value FROM json_each(?))", int64Array(ids, '[', ']')
+}
+
+// int64Array spells ids out between open and shut, comma-separated: a
+// JSON array ('[', ']') or a PostgreSQL array literal ('{', '}').
+func int64Array(ids []int64, open, shut byte) string {
+	b := make([]byte, 0, len(ids)*8+2)
 	b = append(b, open)
 	for i, id := range ids {
 		if i > 0 {
@@ -60,11 +65,7 @@ func inID(tx *Tx, column string, ids []int64) (string, any) {
 		}
 		b = strconv.AppendInt(b, id, 10)
 	}
-	b = append(b, shut)
-	if tx.s.dialect == Postgres {
-		return column + " = ANY(CAST(? AS bigint[]))", string(b)
-	}
-	return column + " IN (SELECT value FROM json_each(?))", string(b)
+	return string(append(b, shut))
 }
 
 // composeMachines reads the machines ids names, in id order, with the

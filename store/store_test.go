@@ -138,6 +138,73 @@ func TestCompose_BatchesRaceOnce(t *testing.T) {
 	})
 }
 
+// TestCompose_AnotherInstanceStoredFirst: when another instance stores
+// some of a chunk's generations between its snapshot and its insert, the
+// chunk keeps theirs for those machines (the bytes every instance sends)
+// and stores its own for the rest, one declaration a generation (on
+// PostgreSQL the plain insert meets their rows and is made again keeping
+// them).
+func TestCompose_AnotherInstanceStoredFirst(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var ids []int64
+		for i := range 4 {
+			ids = append(ids, fixture(t, s, fmt.Sprintf("m%d", i)).ID)
+		}
+		// An earlier generation of each is stored too: the chunk finds
+		// only what is stored for the generation it composes.
+		got0, _, err := s.Compose(ctx, ids, "ctl-a", newSigner())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, name := range []string{"m0", "m1", "m2", "m3"} {
+			gen := got0[ids[i]].Generation
+			if _, err := s.Push(ctx, "test", name, &gen); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.SetBeforeStore(func() {
+			s.SetBeforeStore(nil)
+			if _, fails, err := s.Compose(ctx, ids[1:3], "ctl-b", newSigner()); err != nil || len(fails) > 0 {
+				t.Errorf("the other instance: %v %v", err, fails)
+			}
+		})
+		got, fails, err := s.Compose(ctx, ids, "ctl-a", newSigner())
+		if err != nil || len(fails) > 0 {
+			t.Fatalf("a chunk whose generations another instance stored meanwhile: %v %v", err, fails)
+		}
+		for i, id := range ids {
+			var stored []models.Declaration
+			if err := s.DB().Where("machine_id = ? AND generation = ?", id, got[id].Generation).Find(&stored).Error; err != nil || len(stored) != 1 {
+				t.Fatalf("m%d: %d declarations of generation %d stored (%v), want 1", i, len(stored), got[id].Generation, err)
+			}
+			want := "ctl-a"
+			if i == 1 || i == 2 {
+				want = "ctl-b"
+			}
+			if stored[0].ComposedBy != want || !bytes.Equal(got[id].Batch, stored[0].Batch) {
+				t.Fatalf("m%d: stored by %s (want %s); the chunk returned the stored bytes: %v", i, stored[0].ComposedBy, want, bytes.Equal(got[id].Batch, stored[0].Batch))
+			}
+		}
+		// Composed again, every generation is found stored (one probe a
+		// machine at the generation it is at, among the earlier ones it
+		// keeps): nothing is signed, the same bytes come back.
+		counted := &countingSigner{signer: newSigner()}
+		again, fails, err := s.Compose(ctx, ids, "ctl-c", counted)
+		if err != nil || len(fails) > 0 {
+			t.Fatal(err, fails)
+		}
+		for i, id := range ids {
+			if again[id] == nil || !bytes.Equal(again[id].Batch, got[id].Batch) {
+				t.Fatalf("m%d composed again: not the stored bytes", i)
+			}
+		}
+		if n := counted.n.Load(); n != 0 {
+			t.Fatalf("composing stored generations again signed %d times, want 0", n)
+		}
+	})
+}
+
 // TestCompose_MissingVariableRefused: a declaration with a hole never leaves.
 func TestCompose_MissingVariableRefused(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
