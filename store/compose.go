@@ -453,19 +453,20 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 	return nil
 }
 
-// insertDeclarationsPostgres inserts a chunk's declarations in epoch
-// with one statement of twelve parameters, an array per column, and
+// insertDeclarationsPostgres inserts a chunk's declarations in epoch and
 // returns how many were new: another instance's of the same generation
-// is kept. gorm's multi-row INSERT of the same rows had 6,000 parameters
-// for the driver to encode one by one, a sixth of the controller's CPU in
-// a PostgreSQL fan-out.
+// is kept.
 //
-// The rows are first inserted plainly, after a savepoint: a generation is
-// nearly always composed by one instance only, and ON CONFLICT DO NOTHING
-// makes every row a speculative insertion, confirmed after its index
-// entry (a quarter more of PostgreSQL's time for 10,000 rows). Only a
-// unique violation — another instance stored one first — rolls back to
-// the savepoint and inserts again, keeping theirs.
+// The rows are first copied in (COPY, see copyRows), after a savepoint:
+// a generation is nearly always composed by one instance only, and
+// INSERT … ON CONFLICT DO NOTHING makes every row a speculative
+// insertion, confirmed after its index entry (a quarter more of
+// PostgreSQL's time for 10,000 rows than a plain insert). Only a unique
+// violation — another instance stored one first — rolls back to the
+// savepoint and inserts the chunk again with ON CONFLICT DO NOTHING,
+// keeping theirs: one statement of twelve parameters, an array per
+// column (gorm's multi-row INSERT of the same rows had 6,000 parameters
+// for the driver to encode one by one).
 func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (int64, error) {
 	n := len(ds)
 	machines, generations, schemas := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -499,7 +500,10 @@ func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (i
 	if _, err := db.ExecContext(ctx, "SAVEPOINT declarations_new"); err != nil {
 		return 0, err
 	}
-	inserted, err := insert("")
+	inserted, err := tx.copyRows("declarations", declColumns, n, func(i int) []any {
+		return []any{machines[i], generations[i], digests[i], envelopes[i], batches[i], artifacts[i], triggers[i], bys[i], ats[i],
+			schemas[i], held[i], epoch}
+	})
 	if err == nil || !uniqueViolation(err) {
 		return inserted, err
 	}
@@ -508,6 +512,10 @@ func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (i
 	}
 	return insert(" ON CONFLICT DO NOTHING")
 }
+
+// declColumns are the columns a declaration is copied in with (PostgreSQL).
+var declColumns = []string{"machine_id", "generation", "digest", "envelope", "batch", "artifacts", "trigger", "composed_by",
+	"composed_at", "schema", "held_back", "epoch"}
 
 // uniqueViolation reports PostgreSQL refusing a row whose key another
 // row holds (23505).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"time"
 
 	"mesh/models"
 )
@@ -132,32 +131,24 @@ func schemaOf(schema int) int64 {
 	return int64(schema)
 }
 
-// insertSendsPostgres writes the group with one statement of nine
-// parameters, the epoch read once for the group (the column's default
-// reads it for every row: ~15 µs a row).
+// insertSendsPostgres copies the group in (COPY, see copyRows), the
+// epoch read once for the group (the column's default reads it for every
+// row: ~15 µs a row).
 func insertSendsPostgres(ctx context.Context, tx *Tx, sends []models.Send) error {
 	epoch, err := currentEpoch(tx)
 	if err != nil {
 		return err
 	}
-	n := len(sends)
-	ids, digests, instances, triggers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	machines, generations, schemas := make([]int64, n), make([]int64, n), make([]int64, n)
-	ats := make([]time.Time, n)
-	for i, snd := range sends {
-		ids[i], machines[i], generations[i], digests[i] = snd.ID, snd.MachineID, snd.Generation, snd.Digest
-		instances[i], triggers[i], ats[i], schemas[i] = snd.InstanceID, snd.Trigger, snd.CreatedAt, schemaOf(snd.Schema)
-	}
-	// Through the transaction's connection, not gorm's Exec: gorm would
-	// spell each slice out as a list of parameters.
-	_, err = tx.Statement.ConnPool.ExecContext(ctx, `INSERT INTO sends (id, machine_id, generation, digest, instance_id, trigger, created_at, schema, epoch)
-		SELECT u.id, u.machine_id, u.generation, u.digest, u.instance_id, u.trigger, u.created_at, u.schema, $9
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bigint[])
-			AS u (id, machine_id, generation, digest, instance_id, trigger, created_at, schema)`,
-		ids, machines, generations, digests, instances, triggers, ats, schemas, epoch)
-	tx.s.statements.Add(1)
+	_, err = tx.copyRows("sends", sendColumns, len(sends), func(i int) []any {
+		snd := &sends[i]
+		return []any{snd.ID, snd.MachineID, snd.Generation, snd.Digest, snd.InstanceID, snd.Trigger, snd.CreatedAt,
+			schemaOf(snd.Schema), epoch}
+	})
 	return err
 }
+
+// sendColumns are the columns a send row is copied in with (PostgreSQL).
+var sendColumns = []string{"id", "machine_id", "generation", "digest", "instance_id", "trigger", "created_at", "schema", "epoch"}
 
 // Sends lists sends newest first (ids are time-ordered UUIDv7), of one
 // machine when machineID > 0, after cursor (a send id).

@@ -301,6 +301,9 @@ type Tx struct {
 	s       *Store
 	bumps   []models.Bump
 	revoked []models.Revocation
+	// conn is the connection the transaction runs on (PostgreSQL): rows
+	// are copied in through it (copyRows).
+	conn *sql.Conn
 }
 
 // writeAttempts bounds how often a transaction PostgreSQL aborted as a
@@ -321,10 +324,23 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-			t = &Tx{DB: db, s: s}
-			return fn(t)
-		})
+		if s.dialect == Postgres {
+			// On a connection of its own, held for the transaction, so
+			// that COPY can reach it (database/sql gives no way from a
+			// transaction to its connection).
+			err = s.db.WithContext(ctx).Connection(func(cdb *gorm.DB) error {
+				conn, _ := cdb.Statement.ConnPool.(*sql.Conn)
+				return cdb.Transaction(func(db *gorm.DB) error {
+					t = &Tx{DB: db, s: s, conn: conn}
+					return fn(t)
+				})
+			})
+		} else {
+			err = s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+				t = &Tx{DB: db, s: s}
+				return fn(t)
+			})
+		}
 		if attempt < writeAttempts && s.dialect == Postgres && retryable(err) && retryPause(ctx, attempt) {
 			continue
 		}
