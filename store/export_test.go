@@ -76,3 +76,20 @@ func (s *Store) ReadForCompose(ctx context.Context, ids []int64, byGorm bool) (i
 // value (true) or as one parameter (false, the default), for the
 // benchmark that compares them.
 func SetIDsAsList(v bool) { idsAsList = v }
+
+// CancelThenCopy runs a write that ends its own context, then reaches the
+// transaction's connection n times (as copyRows does) and copies a send
+// row in.
+func (s *Store) CancelThenCopy(ctx context.Context, n int, snd models.Send) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	return s.write(ctx, func(tx *Tx) error {
+		cancel()
+		for range n {
+			if err := tx.conn.Raw(func(any) error { return nil }); err != nil {
+				return err
+			}
+		}
+		return insertSendsIn(tx, []models.Send{snd})
+	})
+}

@@ -168,6 +168,9 @@ func (tx *Tx) insertPrepared(ctx context.Context, pi *preparedInsert, n int, row
 // and copy again into its message (an array parameter a column, grown
 // from 128 bytes to ~700 KiB for a chunk's batch envelopes, was half the
 // controller's cost of inserting them). Any error fails the whole COPY.
+// The callback given to Raw returns only CopyFrom's errors, never
+// driver.ErrBadConn: with it Raw would close the connection under the
+// transaction still open on it, and wait for that forever.
 func (tx *Tx) copyRows(table string, columns []string, n int, row func(i int) []any) (int64, error) {
 	if tx.conn == nil {
 		return 0, errors.New("store: COPY runs in a write transaction on PostgreSQL")

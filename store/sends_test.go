@@ -135,3 +135,25 @@ func TestEnroll_AgainStartsPastTheEarlierMachine(t *testing.T) {
 		}
 	})
 }
+
+// TestWrite_EndedContextWhileCopying: a write whose context ends while it
+// runs (a fan-out at shutdown, a request whose client went away) reaches
+// its connection for COPY without a panic — database/sql rolled such a
+// transaction back from a goroutine of its own, closing the connection
+// under a Conn.Raw that had just found it open — and the copy after it
+// fails with the context's error, committing nothing.
+func TestWrite_EndedContextWhileCopying(t *testing.T) {
+	s := storetest.MustOpen(t, store.Postgres)
+	ctx := context.Background()
+	m := fixture(t, s, "m1")
+	for i := range 20 {
+		snd := models.Send{ID: fmt.Sprintf("00000000-0000-7000-8000-%012d", i), MachineID: m.ID, Generation: m.Generation,
+			Digest: "d", InstanceID: "ctl", CreatedAt: time.Now()}
+		if err := s.CancelThenCopy(ctx, 2000, snd); !errors.Is(err, context.Canceled) {
+			t.Fatalf("a write whose context ended: %v, want context.Canceled", err)
+		}
+		if _, err := s.Send(ctx, snd.ID); !errors.Is(err, models.ErrNotFound) {
+			t.Fatalf("the send row of a write whose context ended: %v, want none", err)
+		}
+	}
+}

@@ -327,11 +327,17 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 		if s.dialect == Postgres {
 			// On a connection of its own, held for the transaction, so
 			// that COPY can reach it (database/sql gives no way from a
-			// transaction to its connection).
+			// transaction to its connection). The transaction is begun
+			// without ctx's end: database/sql rolls back a transaction
+			// whose context ends from a goroutine of its own and closes
+			// its connection, and a Conn.Raw that had just found the
+			// connection open then takes it as nil. Its statements run
+			// under ctx, so an ended context still ends the transaction,
+			// here, by its statement's error.
 			err = s.db.WithContext(ctx).Connection(func(cdb *gorm.DB) error {
 				conn, _ := cdb.Statement.ConnPool.(*sql.Conn)
-				return cdb.Transaction(func(db *gorm.DB) error {
-					t = &Tx{DB: db, s: s, conn: conn}
+				return cdb.WithContext(context.WithoutCancel(ctx)).Transaction(func(db *gorm.DB) error {
+					t = &Tx{DB: db.WithContext(ctx), s: s, conn: conn}
 					return fn(t)
 				})
 			})
