@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,10 +35,7 @@ func trustedBy(sg signer) func(string, []byte, []byte) bool {
 func TestCompose_OneSignaturePerBatch(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		var ids []int64
-		for i := range 5 {
-			ids = append(ids, fixture(t, s, fmt.Sprintf("m%d", i)).ID)
-		}
+		ids := fixtures(t, s, 5)
 		sg := &countingSigner{signer: newSigner()}
 		got, fails, err := s.Compose(ctx, ids, "ctl-a", sg)
 		if err != nil || len(fails) > 0 || len(got) != 5 {

@@ -468,41 +468,22 @@ func storeComposed(tx *Tx, rows []composedRow, names map[int64]string, seen int6
 // column (gorm's multi-row INSERT of the same rows had 6,000 parameters
 // for the driver to encode one by one).
 func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (int64, error) {
-	n := len(ds)
-	machines, generations, schemas := make([]int64, n), make([]int64, n), make([]int64, n)
-	digests, artifacts, triggers, bys, held := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	envelopes, batches := make([][]byte, n), make([][]byte, n)
-	ats := make([]time.Time, n)
-	for i, d := range ds {
-		machines[i], generations[i], schemas[i] = d.MachineID, d.Generation, schemaOf(d.Schema)
-		digests[i], artifacts[i], triggers[i], bys[i], held[i] = d.Digest, d.Artifacts, d.Trigger, d.ComposedBy, d.HeldBack
-		envelopes[i], batches[i], ats[i] = d.Envelope, d.Batch, d.ComposedAt
-		if envelopes[i] == nil {
-			envelopes[i] = []byte{} // the column is NOT NULL; empty until first needed
+	// The column is NOT NULL; a declaration's single envelope is empty
+	// until first needed.
+	envelope := func(d *models.Declaration) []byte {
+		if d.Envelope == nil {
+			return []byte{}
 		}
+		return d.Envelope
 	}
 	ctx, db := tx.Statement.Context, tx.Statement.ConnPool
-	insert := func(tail string) (int64, error) {
-		res, err := db.ExecContext(ctx, `INSERT INTO declarations
-			(machine_id, generation, digest, envelope, batch, artifacts, trigger, composed_by, composed_at, schema, held_back, epoch)
-			SELECT u.machine_id, u.generation, u.digest, u.envelope, u.batch, u.artifacts, u.trigger, u.composed_by, u.composed_at,
-				u.schema, u.held_back, $12
-			FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::text[],
-				$9::timestamptz[], $10::bigint[], $11::text[])
-				AS u (machine_id, generation, digest, envelope, batch, artifacts, trigger, composed_by, composed_at, schema, held_back)`+tail,
-			machines, generations, digests, envelopes, batches, artifacts, triggers, bys, ats, schemas, held, epoch)
-		tx.s.statements.Add(1)
-		if err != nil {
-			return 0, err
-		}
-		return res.RowsAffected()
-	}
 	if _, err := db.ExecContext(ctx, "SAVEPOINT declarations_new"); err != nil {
 		return 0, err
 	}
-	inserted, err := tx.copyRows("declarations", declColumns, n, func(i int) []any {
-		return []any{machines[i], generations[i], digests[i], envelopes[i], batches[i], artifacts[i], triggers[i], bys[i], ats[i],
-			schemas[i], held[i], epoch}
+	inserted, err := tx.copyRows("declarations", declColumns, len(ds), func(i int) []any {
+		d := &ds[i]
+		return []any{d.MachineID, d.Generation, d.Digest, envelope(d), d.Batch, d.Artifacts, d.Trigger, d.ComposedBy, d.ComposedAt,
+			schemaOf(d.Schema), d.HeldBack, epoch}
 	})
 	if err == nil || !uniqueViolation(err) {
 		return inserted, err
@@ -510,7 +491,31 @@ func insertDeclarationsPostgres(tx *Tx, ds []models.Declaration, epoch int64) (i
 	if _, err := db.ExecContext(ctx, "ROLLBACK TO SAVEPOINT declarations_new"); err != nil {
 		return 0, err
 	}
-	return insert(" ON CONFLICT DO NOTHING")
+	n := len(ds)
+	machines, generations, schemas := make([]int64, n), make([]int64, n), make([]int64, n)
+	digests, artifacts, triggers, bys, held := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	envelopes, batches := make([][]byte, n), make([][]byte, n)
+	ats := make([]time.Time, n)
+	for i := range ds {
+		d := &ds[i]
+		machines[i], generations[i], schemas[i] = d.MachineID, d.Generation, schemaOf(d.Schema)
+		digests[i], artifacts[i], triggers[i], bys[i], held[i] = d.Digest, d.Artifacts, d.Trigger, d.ComposedBy, d.HeldBack
+		envelopes[i], batches[i], ats[i] = envelope(d), d.Batch, d.ComposedAt
+	}
+	res, err := db.ExecContext(ctx, `INSERT INTO declarations
+		(machine_id, generation, digest, envelope, batch, artifacts, trigger, composed_by, composed_at, schema, held_back, epoch)
+		SELECT u.machine_id, u.generation, u.digest, u.envelope, u.batch, u.artifacts, u.trigger, u.composed_by, u.composed_at,
+			u.schema, u.held_back, $12
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::text[], $8::text[],
+			$9::timestamptz[], $10::bigint[], $11::text[])
+			AS u (machine_id, generation, digest, envelope, batch, artifacts, trigger, composed_by, composed_at, schema, held_back)
+		ON CONFLICT DO NOTHING`,
+		machines, generations, digests, envelopes, batches, artifacts, triggers, bys, ats, schemas, held, epoch)
+	tx.s.statements.Add(1)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // declColumns are the columns a declaration is copied in with (PostgreSQL).

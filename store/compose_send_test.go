@@ -113,10 +113,7 @@ func TestComposeAndSend_OneTransaction(t *testing.T) {
 func TestComposeAndSend_MachineRemovedMeanwhile(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		var ids []int64
-		for i := range 4 {
-			ids = append(ids, fixture(t, s, fmt.Sprintf("m%d", i)).ID)
-		}
+		ids := fixtures(t, s, 4)
 		// m0's declaration is stored before (only its send row is new);
 		// m1's is composed in the chunk. Both are removed meanwhile.
 		if _, _, err := s.Compose(ctx, ids[:1], "ctl-b", newSigner()); err != nil {

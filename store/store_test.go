@@ -30,6 +30,17 @@ func newSigner() signer {
 
 const manifest = `{"resources": [{"name": "config", "kind": "file", "path": "/etc/x.conf", "content": "port=${var.port}\n"}]}`
 
+// fixtures enrols n machines, m0 … m<n-1>, as fixture does, and returns
+// their ids.
+func fixtures(t testing.TB, s *store.Store, n int) []int64 {
+	t.Helper()
+	ids := make([]int64, 0, n)
+	for i := range n {
+		ids = append(ids, fixture(t, s, fmt.Sprintf("m%d", i)).ID)
+	}
+	return ids
+}
+
 // fixture enrols a machine and assigns it a module with one build.
 func fixture(t testing.TB, s *store.Store, name string) *models.Machine {
 	t.Helper()
@@ -147,10 +158,7 @@ func TestCompose_BatchesRaceOnce(t *testing.T) {
 func TestCompose_AnotherInstanceStoredFirst(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		var ids []int64
-		for i := range 4 {
-			ids = append(ids, fixture(t, s, fmt.Sprintf("m%d", i)).ID)
-		}
+		ids := fixtures(t, s, 4)
 		// An earlier generation of each is stored too: the chunk finds
 		// only what is stored for the generation it composes.
 		got0, _, err := s.Compose(ctx, ids, "ctl-a", newSigner())
