@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"mesh/models"
 )
@@ -93,3 +94,14 @@ func (s *Store) CancelThenCopy(ctx context.Context, n int, snd models.Send) erro
 		return insertSendsIn(tx, []models.Send{snd})
 	})
 }
+
+// RestartCheckpointer runs the SQLite checkpointer again with these
+// pauses (checkpoint.go); no write may run meanwhile.
+func (s *Store) RestartCheckpointer(quiet, most time.Duration) {
+	s.ckpt.stop()
+	s.startCheckpointer(quiet, most)
+}
+
+// Checkpoints is how many of the checkpointer's checkpoints reached the
+// end of the log.
+func (s *Store) Checkpoints() int64 { return s.ckpt.runs.Load() }

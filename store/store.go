@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,9 @@ type Store struct {
 
 	// channel is the NOTIFY channel of this store (PostgreSQL).
 	channel string
+
+	// ckpt checkpoints SQLite's log off the write path (checkpoint.go).
+	ckpt *checkpointer
 
 	// beforeStore, set only by tests, runs between a compose chunk's
 	// snapshot and its insert: where another instance's insert and an
@@ -160,10 +164,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// memory: a multi-row insert inside a transaction journals the
 		// pages it changes, and past 64 KiB SQLite spilled that journal to
 		// a temporary file, a write system call a page — a fifth of a send
-		// row's insert (BenchmarkInsertSends_1000).
+		// row's insert (BenchmarkInsertSends_1000). wal_autocheckpoint is
+		// a backstop: the checkpointer copies the log back (checkpoint.go).
 		dsn := "file:" + filepath.Join(cfg.DataDir, "mesh.db") +
 			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)" +
-			"&_pragma=temp_store(MEMORY)&_txlock=immediate"
+			"&_pragma=temp_store(MEMORY)&_txlock=immediate&_pragma=wal_autocheckpoint(" + strconv.Itoa(walBackstop) + ")"
 		s.db, err = gorm.Open(sqlite.Open(dsn), gcfg)
 		if err != nil {
 			s.unlock()
@@ -189,6 +194,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := sqlDB.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("connect %s store: %w", s.dialect, err)
+	}
+	if s.dialect == SQLite {
+		s.startCheckpointer(checkpointQuiet, checkpointMax)
 	}
 	return s, nil
 }
@@ -223,6 +231,7 @@ func (s *Store) unlock() {
 
 // Close releases the connection and the data dir lock.
 func (s *Store) Close() error {
+	s.ckpt.stop()
 	err := s.prepared.close()
 	if s.db != nil {
 		if sqlDB, e := s.db.DB(); e == nil {
@@ -355,6 +364,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return mapErr(err)
 	}
+	s.ckpt.wroteNow()
 	if len(t.bumps) > 0 {
 		s.mu.RLock()
 		fs := s.onBumped
