@@ -39,6 +39,9 @@ func (m *Module) SourcePathList() ([]string, error) {
 // RunningBuilds is what the machine's host last reported running, by module.
 func (m *Machine) RunningBuilds() (map[string]RunningBuild, error) {
 	r := map[string]RunningBuild{}
+	if m.Running == "{}" {
+		return r, nil // a machine that reports nothing yet: no decoder for it
+	}
 	return r, decodeColumn("running builds of machine "+m.Name, m.Running, &r)
 }
 

@@ -185,6 +185,15 @@ type composeInput struct {
 	// that decode more than schema 1, newest first: the release a
 	// held-back reason names.
 	decoders map[string][]models.Release
+	// running is what each machine reports running, decoded once for
+	// both the builds to read and composing (in todo's order).
+	running []runningOf
+}
+
+// runningOf is a machine's running builds, or why they do not decode.
+type runningOf struct {
+	builds map[string]models.RunningBuild
+	err    error
 }
 
 // readCompose reads, in one snapshot, the declarations already stored for
@@ -263,10 +272,9 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 				nums[*m.CurrentBuild] = true
 			}
 		}
-		for _, m := range todo {
-			running, _ := m.RunningBuilds() // undecodable: composing the machine says so below
-			for _, r := range running {
-				nums[r.Build] = true
+		for _, r := range in.runningOf() {
+			for _, b := range r.builds { // undecodable: composing the machine says so below
+				nums[b.Build] = true
 			}
 		}
 		var targets []models.MachineTarget
@@ -305,12 +313,24 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	return err
 }
 
+// runningOf decodes what each machine to compose reports running, once.
+func (in *composeInput) runningOf() []runningOf {
+	if in.running == nil {
+		in.running = make([]runningOf, len(in.todo))
+		for i := range in.todo {
+			in.running[i].builds, in.running[i].err = in.todo[i].RunningBuilds()
+		}
+	}
+	return in.running
+}
+
 // compose builds the payload of every machine read; it returns the rows
 // to store (payload not yet signed) and the machines' names.
 func (in *composeInput) compose(now time.Time, by string, fails map[int64]error) ([]composedRow, map[int64]string) {
 	rows := make([]composedRow, 0, len(in.todo))
 	names := make(map[int64]string, len(in.todo))
-	for _, m := range in.todo {
+	runs := in.runningOf()
+	for i, m := range in.todo {
 		ci := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
 			ComposedAt: now, ComposedBy: by, Variables: in.varsOf[m.ID]}
 		target := m.TargetHostVersion
@@ -321,7 +341,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if targetRel != nil {
 			ci.Host = targetRel.Wire()
 		}
-		running, err := m.RunningBuilds()
+		running, err := runs[i].builds, runs[i].err
 		for _, a := range in.asOf[m.ID] {
 			mod := in.mods[a.ModuleID]
 			var target *int64

@@ -52,15 +52,24 @@ func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 		// is composed, so this is on the path of every fan-out.
 		rows := make([]models.Bump, 0, len(chunk))
 		in, arg := inID(tx, "id", chunk)
-		err := each(tx.DB, func(r *sql.Rows) error {
+		scan := func(r *sql.Rows) error {
 			var b models.Bump
 			if err := r.Scan(&b.MachineID, &b.Name, &b.Generation); err != nil {
 				return err
 			}
 			rows = append(rows, b)
 			return nil
-		}, `UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ?
-			WHERE `+in+` RETURNING id, name, generation`, trigger, now, arg)
+		}
+		bump := `UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ? WHERE ` + in
+		var err error
+		if tx.s.dialect == Postgres {
+			err = each(tx.DB, scan, bump+` RETURNING id, name, generation`, trigger, now, arg)
+		} else if err = tx.Exec(bump, trigger, now, arg).Error; err == nil {
+			// SQLite's RETURNING cost the bump more than reading the rows
+			// again in the same transaction (which holds the write lock):
+			// 10,000 machines 85–96 against 70–76 ms.
+			err = each(tx.DB, scan, `SELECT id, name, generation FROM machines WHERE `+in, arg)
+		}
 		if err != nil {
 			return err
 		}
