@@ -338,6 +338,14 @@ func seed(b *testing.B, cfg store.Config, n, hosts int) (admin string, pub ed255
 	if err := db.CreateInBatches(&as, 500).Error; err != nil {
 		b.Fatal(err)
 	}
+	if cfg.DatabaseURL != "" {
+		// Statistics, as autovacuum gathers them within a minute of a
+		// fleet's growth: planned without any (the rows written straight
+		// in an instant ago), the first fan-out's reads took ~80 ms more.
+		if err := db.Exec("ANALYZE").Error; err != nil {
+			b.Fatal(err)
+		}
+	}
 	auth := &auth.Authority{KeyID: tk.ID, Priv: ed25519.NewKeyFromSeed(tk.PrivateKey), Now: time.Now}
 	admin, _, err = auth.IssuePerson("admin", models.RoleAdmin, time.Now())
 	if err != nil {
