@@ -20,18 +20,12 @@ import (
 // only: on PostgreSQL the server keeps its own log.
 func TestCheckpoint_OffTheWritePath(t *testing.T) {
 	ctx := context.Background()
-	cfg := storetest.Config(t, store.SQLite)
-	s, err := store.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, cfg := openSQLite(t)
 	// No checkpoint of the checkpointer's while the writes run, however
 	// slowly they come: what the log holds after them is the commits' doing.
-	s.RestartCheckpointer(time.Hour, time.Hour)
+	if err := s.RestartCheckpointer(time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	value := strings.Repeat("x", 256<<10)
 	const writes = 40 // ~10 MiB: ~2,500 pages of 4 KiB
 	for i := range writes {
@@ -51,7 +45,9 @@ func TestCheckpoint_OffTheWritePath(t *testing.T) {
 		t.Fatalf("the log holds %d bytes after %d writes of 256 KiB: a commit checkpointed it", wal.Size(), writes)
 	}
 
-	s.RestartCheckpointer(20*time.Millisecond, time.Hour)
+	if err := s.RestartCheckpointer(20*time.Millisecond, time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Write(ctx, func(tx *store.Tx) error {
 		return tx.Exec("UPDATE settings SET value = ? WHERE key = ?", "y", "k00").Error
 	}); err != nil {
@@ -74,8 +70,8 @@ func TestCheckpoint_OffTheWritePath(t *testing.T) {
 	if err := s.DB().Raw("PRAGMA wal_checkpoint(PASSIVE)").Row().Scan(&busy, &log, &copied); err != nil {
 		t.Fatal(err)
 	}
-	if log > 100 {
-		t.Fatalf("after the checkpointer's checkpoint and one small write the log holds %d pages", log)
+	if busy != 0 || log > 100 {
+		t.Fatalf("after the checkpointer's checkpoint and one small write: busy %d, the log holds %d pages", busy, log)
 	}
 	for i := range writes {
 		var n int64
@@ -83,4 +79,53 @@ func TestCheckpoint_OffTheWritePath(t *testing.T) {
 			t.Fatalf("setting k%02d: %d rows, %v", i, n, err)
 		}
 	}
+}
+
+// TestCheckpoint_WhileWritesGoOn: under writes that never pause, the
+// checkpointer still copies the log to its end (the last of it with the
+// writers held off), so it begins again from its start rather than
+// growing until SQLite's backstop copies thousands of pages inside a
+// commit while every writer waits.
+func TestCheckpoint_WhileWritesGoOn(t *testing.T) {
+	ctx := context.Background()
+	s, cfg := openSQLite(t)
+	if err := s.RestartCheckpointer(time.Hour, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("x", 256<<10)
+	const writes = 60 // ~15 MiB: ~3,800 pages, under the backstop
+	for i := range writes {
+		if err := s.Write(ctx, func(tx *store.Tx) error {
+			return tx.Exec("INSERT INTO settings (key, value) VALUES (?, ?)", fmt.Sprintf("k%02d", i), value).Error
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Checkpoints() == 0 {
+		t.Fatal("no checkpoint copied the log to its end while the writes went on")
+	}
+	wal, err := os.Stat(filepath.Join(cfg.DataDir, "mesh.db-wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file is as long as the log ever was.
+	if wal.Size() > 2000*4096 {
+		t.Fatalf("the log reached %d bytes over %d writes of 256 KiB: it never began again", wal.Size(), writes)
+	}
+}
+
+// openSQLite opens and migrates a SQLite store, and says where it is.
+func openSQLite(t *testing.T) (*store.Store, store.Config) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := storetest.Config(t, store.SQLite)
+	s, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, cfg
 }

@@ -97,9 +97,9 @@ func (s *Store) CancelThenCopy(ctx context.Context, n int, snd models.Send) erro
 
 // RestartCheckpointer runs the SQLite checkpointer again with these
 // pauses (checkpoint.go); no write may run meanwhile.
-func (s *Store) RestartCheckpointer(quiet, most time.Duration) {
+func (s *Store) RestartCheckpointer(quiet, most time.Duration) error {
 	s.ckpt.stop()
-	s.startCheckpointer(quiet, most)
+	return s.startCheckpointer(s.dsn, quiet, most)
 }
 
 // Checkpoints is how many of the checkpointer's checkpoints reached the

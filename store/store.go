@@ -85,8 +85,10 @@ type Store struct {
 	// channel is the NOTIFY channel of this store (PostgreSQL).
 	channel string
 
-	// ckpt checkpoints SQLite's log off the write path (checkpoint.go).
+	// ckpt checkpoints SQLite's log off the write path (checkpoint.go),
+	// on a connection of its own to dsn.
 	ckpt *checkpointer
+	dsn  string
 
 	// beforeStore, set only by tests, runs between a compose chunk's
 	// snapshot and its insert: where another instance's insert and an
@@ -168,7 +170,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// a backstop: the checkpointer copies the log back (checkpoint.go).
 		dsn := "file:" + filepath.Join(cfg.DataDir, "mesh.db") +
 			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)" +
-			"&_pragma=temp_store(MEMORY)&_txlock=immediate&_pragma=wal_autocheckpoint(" + strconv.Itoa(walBackstop) + ")"
+			"&_pragma=temp_store(MEMORY)&_txlock=immediate&_pragma=wal_autocheckpoint(" + strconv.Itoa(walBackstop) + ")" +
+			"&_pragma=journal_size_limit(" + strconv.Itoa(walKeep) + ")"
+		s.dsn = dsn
 		s.db, err = gorm.Open(sqlite.Open(dsn), gcfg)
 		if err != nil {
 			s.unlock()
@@ -196,7 +200,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("connect %s store: %w", s.dialect, err)
 	}
 	if s.dialect == SQLite {
-		s.startCheckpointer(checkpointQuiet, checkpointMax)
+		if err := s.startCheckpointer(s.dsn, checkpointQuiet, checkpointMax); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
 	}
 	return s, nil
 }
