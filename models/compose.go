@@ -309,13 +309,12 @@ func substitute(r *Resource, in ComposeInput) error {
 			// machine's declaration in a fan-out.
 			return s
 		}
-		return placeholderRE.ReplaceAllStringFunc(s, func(ph string) string {
-			m := placeholderRE.FindStringSubmatch(ph)
+		return expandPlaceholders(s, func(ph, scope, name string) string {
 			switch {
-			case m[1] == "machine" && m[2] == "name":
+			case scope == "machine" && name == "name":
 				return in.Machine
-			case m[1] == "var":
-				v, ok := in.Variables[m[2]]
+			case scope == "var":
+				v, ok := in.Variables[name]
 				if !ok && err == nil {
 					err = Invalid("variables", fmt.Sprintf("%s is not set on machine %s", ph, in.Machine))
 				}
@@ -362,6 +361,53 @@ func substitute(r *Resource, in ComposeInput) error {
 }
 
 // envHasPlaceholder reports whether a value of env holds "${".
+// expandPlaceholders replaces each placeholderRE match in s, leftmost
+// first, by f(the placeholder, its scope, its name), as the expression's
+// ReplaceAllStringFunc would: a scan by hand, since every machine's
+// declaration substitutes each string of its manifest that holds one,
+// and the expression's matching and submatching were ~2 µs of a machine
+// in a fan-out (FuzzExpandPlaceholders holds the two to the same result).
+func expandPlaceholders(s string, f func(ph, scope, name string) string) string {
+	var b strings.Builder
+	done := 0 // s[:done] is written to b, or is all of s's head without a match
+	for from := 0; ; {
+		i := strings.Index(s[from:], "${")
+		if i < 0 {
+			break
+		}
+		start := from + i
+		from = start + 1 // where the next try begins when this is no placeholder
+		dot := start + 2
+		for dot < len(s) && 'a' <= s[dot] && s[dot] <= 'z' {
+			dot++
+		}
+		if dot == start+2 || dot == len(s) || s[dot] != '.' {
+			continue
+		}
+		end := dot + 1
+		for end < len(s) && placeholderNameByte(s[end]) {
+			end++
+		}
+		if end == dot+1 || end == len(s) || s[end] != '}' {
+			continue
+		}
+		b.WriteString(s[done:start])
+		b.WriteString(f(s[start:end+1], s[start+2:dot], s[dot+1:end]))
+		done, from = end+1, end+1
+	}
+	if done == 0 {
+		return s
+	}
+	b.WriteString(s[done:])
+	return b.String()
+}
+
+// placeholderNameByte is whether c may be in a placeholder's name
+// ([A-Za-z0-9_.-] in placeholderRE).
+func placeholderNameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
 func envHasPlaceholder(env map[string]string) bool {
 	for _, v := range env {
 		if strings.Contains(v, "${") {

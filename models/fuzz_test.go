@@ -228,3 +228,28 @@ func FuzzParseSelector(f *testing.F) {
 		_ = sel.Matches(map[string]string{"role": "web"})
 	})
 }
+
+// FuzzExpandPlaceholders holds the hand-written scan that substitutes a
+// manifest's placeholders to placeholderRE's own replacement: the same
+// result, and the same placeholder, scope and name given for each match.
+func FuzzExpandPlaceholders(f *testing.F) {
+	for _, s := range []string{"", "plain", "${machine.name}", "a${var.PORT}b${var.x-y.z}c", "$${var.a}}", "${var.}", "${.a}",
+		"${Var.a}", "${var.a", "${var.a${var.b}}", "${x.y}${", "\u00e9${var.\u00e9}${var.a_b}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var got, want []string
+		out := expandPlaceholders(s, func(ph, scope, name string) string {
+			got = append(got, ph, scope, name)
+			return "<" + name + ">"
+		})
+		ref := placeholderRE.ReplaceAllStringFunc(s, func(ph string) string {
+			m := placeholderRE.FindStringSubmatch(ph)
+			want = append(want, m...)
+			return "<" + m[2] + ">"
+		})
+		if out != ref || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: the scan gives %q (matches %q), the expression %q (matches %q)", s, out, got, ref, want)
+		}
+	})
+}
