@@ -360,7 +360,6 @@ func substitute(r *Resource, in ComposeInput) error {
 	return err
 }
 
-// envHasPlaceholder reports whether a value of env holds "${".
 // expandPlaceholders replaces each placeholderRE match in s, leftmost
 // first, by f(the placeholder, its scope, its name), as the expression's
 // ReplaceAllStringFunc would: a scan by hand, since every machine's
@@ -408,6 +407,7 @@ func placeholderNameByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
+// envHasPlaceholder reports whether a value of env holds "${".
 func envHasPlaceholder(env map[string]string) bool {
 	for _, v := range env {
 		if strings.Contains(v, "${") {

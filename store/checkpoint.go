@@ -90,34 +90,32 @@ func (c *checkpointer) stop() {
 	_ = c.db.Close()
 }
 
+// checkpoints waits for writes and checkpoints once they pause (quiet,
+// set again by each write) or the first of them is max old (most, set by
+// the first write after a checkpoint). A stopped timer delivers nothing.
 func (s *Store) checkpoints(ctx context.Context, c *checkpointer) {
 	defer close(c.done)
 	quiet, most := time.NewTimer(c.quiet), time.NewTimer(c.max)
 	quiet.Stop()
 	most.Stop()
+	waiting := false // a write not yet checkpointed
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.wrote:
-		}
-		quiet.Reset(c.quiet)
-		most.Reset(c.max)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-c.wrote:
-				quiet.Reset(c.quiet)
-			case <-quiet.C:
-				break wait
-			case <-most.C:
-				break wait
+			quiet.Reset(c.quiet)
+			if !waiting {
+				most.Reset(c.max)
+				waiting = true
 			}
+			continue
+		case <-quiet.C:
+		case <-most.C:
 		}
 		quiet.Stop()
 		most.Stop()
+		waiting = false
 		s.checkpoint(ctx, c)
 	}
 }

@@ -26,15 +26,8 @@ func TestCheckpoint_OffTheWritePath(t *testing.T) {
 	if err := s.RestartCheckpointer(time.Hour, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	value := strings.Repeat("x", 256<<10)
 	const writes = 40 // ~10 MiB: ~2,500 pages of 4 KiB
-	for i := range writes {
-		if err := s.Write(ctx, func(tx *store.Tx) error {
-			return tx.Exec("INSERT INTO settings (key, value) VALUES (?, ?)", fmt.Sprintf("k%02d", i), value).Error
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeSettings(t, s, writes)
 	wal, err := os.Stat(filepath.Join(cfg.DataDir, "mesh.db-wal"))
 	if err != nil {
 		t.Fatal(err)
@@ -87,20 +80,12 @@ func TestCheckpoint_OffTheWritePath(t *testing.T) {
 // growing until SQLite's backstop copies thousands of pages inside a
 // commit while every writer waits.
 func TestCheckpoint_WhileWritesGoOn(t *testing.T) {
-	ctx := context.Background()
 	s, cfg := openSQLite(t)
 	if err := s.RestartCheckpointer(time.Hour, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	value := strings.Repeat("x", 256<<10)
 	const writes = 60 // ~15 MiB: ~3,800 pages, under the backstop
-	for i := range writes {
-		if err := s.Write(ctx, func(tx *store.Tx) error {
-			return tx.Exec("INSERT INTO settings (key, value) VALUES (?, ?)", fmt.Sprintf("k%02d", i), value).Error
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeSettings(t, s, writes)
 	if s.Checkpoints() == 0 {
 		t.Fatal("no checkpoint copied the log to its end while the writes went on")
 	}
@@ -117,15 +102,20 @@ func TestCheckpoint_WhileWritesGoOn(t *testing.T) {
 // openSQLite opens and migrates a SQLite store, and says where it is.
 func openSQLite(t *testing.T) (*store.Store, store.Config) {
 	t.Helper()
-	ctx := context.Background()
 	cfg := storetest.Config(t, store.SQLite)
-	s, err := store.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
+	return storetest.MustOpenConfig(t, cfg), cfg
+}
+
+// writeSettings writes n settings k00, k01, … of 256 KiB, each in a write
+// of its own, back to back.
+func writeSettings(t *testing.T, s *store.Store, n int) {
+	t.Helper()
+	value := strings.Repeat("x", 256<<10)
+	for i := range n {
+		if err := s.Write(context.Background(), func(tx *store.Tx) error {
+			return tx.Exec("INSERT INTO settings (key, value) VALUES (?, ?)", fmt.Sprintf("k%02d", i), value).Error
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s, cfg
 }

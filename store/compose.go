@@ -226,6 +226,10 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	if len(todo) == 0 {
 		return nil
 	}
+	in.running = make([]runningOf, len(todo))
+	for i := range todo {
+		in.running[i].builds, in.running[i].err = todo[i].RunningBuilds()
+	}
 	if tx.s.dialect == Postgres {
 		var err error
 		if in.epoch, err = currentEpoch(tx); err != nil {
@@ -272,7 +276,7 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 				nums[*m.CurrentBuild] = true
 			}
 		}
-		for _, r := range in.runningOf() {
+		for _, r := range in.running {
 			for _, b := range r.builds { // undecodable: composing the machine says so below
 				nums[b.Build] = true
 			}
@@ -313,23 +317,11 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	return err
 }
 
-// runningOf decodes what each machine to compose reports running, once.
-func (in *composeInput) runningOf() []runningOf {
-	if in.running == nil {
-		in.running = make([]runningOf, len(in.todo))
-		for i := range in.todo {
-			in.running[i].builds, in.running[i].err = in.todo[i].RunningBuilds()
-		}
-	}
-	return in.running
-}
-
 // compose builds the payload of every machine read; it returns the rows
 // to store (payload not yet signed) and the machines' names.
 func (in *composeInput) compose(now time.Time, by string, fails map[int64]error) ([]composedRow, map[int64]string) {
 	rows := make([]composedRow, 0, len(in.todo))
 	names := make(map[int64]string, len(in.todo))
-	runs := in.runningOf()
 	for i, m := range in.todo {
 		ci := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
 			ComposedAt: now, ComposedBy: by, Variables: in.varsOf[m.ID]}
@@ -341,7 +333,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if targetRel != nil {
 			ci.Host = targetRel.Wire()
 		}
-		running, err := runs[i].builds, runs[i].err
+		running, err := in.running[i].builds, in.running[i].err
 		for _, a := range in.asOf[m.ID] {
 			mod := in.mods[a.ModuleID]
 			var target *int64

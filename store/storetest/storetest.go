@@ -81,7 +81,14 @@ func Config(tb testing.TB, dialect string) store.Config {
 // MustOpen opens and migrates a store of the dialect.
 func MustOpen(tb testing.TB, dialect string) *store.Store {
 	tb.Helper()
-	s, err := store.Open(context.Background(), Config(tb, dialect))
+	return MustOpenConfig(tb, Config(tb, dialect))
+}
+
+// MustOpenConfig opens and migrates the store cfg describes (Config's),
+// for tests that look at its files too.
+func MustOpenConfig(tb testing.TB, cfg store.Config) *store.Store {
+	tb.Helper()
+	s, err := store.Open(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
