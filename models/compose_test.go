@@ -1,8 +1,10 @@
 package models
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -317,4 +319,78 @@ func TestChooseBuild(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMarshal_AsJSON: a batch's declarations, composed with the build's
+// shared parts (encoded once, spliced in), are byte for byte what
+// json.Marshal makes of each composed alone — the digest and signature of
+// a declaration never depend on how it was encoded.
+func TestMarshal_AsJSON(t *testing.T) {
+	man := `{"resources": [
+		{"name": "runtime", "kind": "tree", "path": "/opt/node-tools"},
+		{"name": "static", "kind": "file", "path": "/etc/static.conf", "content": "a <b> & \"c\" \u2028 é\n", "mode": "0600"},
+		{"name": "config", "kind": "file", "path": "/etc/${machine.name}.conf", "content": "port=${var.PORT}\n"},
+		{"name": "unit", "kind": "service", "command": ["/opt/node-tools/bin/run", "--x"], "env": {"B": "2", "A": "1"},
+		 "after": ["runtime", "static"], "check": {"http": "http://127.0.0.1/<h>?a&b", "status": 200}},
+		{"name": "agent", "kind": "service", "command": ["/opt/node-tools/bin/agent", "${machine.name}"], "env": {"P": "${var.PORT}"}}
+	]}`
+	parsed, err := ParseManifest([]byte(man))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := NewSharedParts()
+	for i, machine := range []string{"m1", "m2", "m3"} {
+		in := composeOne(man, map[string]string{"PORT": fmt.Sprint(9000 + i)})
+		in.Machine = machine
+		alone, err := ComposePayload(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Modules[0].Parsed, in.Modules[0].Shared = parsed, shared
+		p, err := ComposePayload(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("machine %s: spliced\n%s\nwant\n%s", machine, got, want)
+		}
+		if n := spliced(p); n != 3 {
+			t.Fatalf("machine %s: %d resources spliced, want the 3 without a placeholder", machine, n)
+		}
+	}
+	// A resource changed after composing is encoded again, not spliced:
+	// a payload held back takes an older declaration's decoded resources.
+	in := composeOne(man, map[string]string{"PORT": "1"})
+	in.Modules[0].Parsed, in.Modules[0].Shared = parsed, shared
+	p, err := ComposePayload(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back DeclarationPayload
+	b, _ := p.Marshal()
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if spliced(&back) != 0 {
+		t.Fatal("a decoded resource carries encoded bytes")
+	}
+}
+
+// spliced counts p's resources that carry their encoding.
+func spliced(p *DeclarationPayload) int {
+	n := 0
+	for _, r := range p.Resources {
+		if r.raw != nil {
+			n++
+		}
+	}
+	return n
 }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -94,6 +95,30 @@ func FuzzParseManifest(f *testing.F) {
 		for i, r := range p.Resources {
 			if r.ID != "mod."+m.Resources[i].Name || (r.Kind == "tree" && r.Artifact == nil) {
 				t.Fatalf("composed %+v", r)
+			}
+		}
+		// Composed for two machines with the build's shared parts, each
+		// declaration is the bytes json.Marshal makes of it composed alone.
+		shared := NewSharedParts()
+		for _, machine := range []string{"m1", "m2"} {
+			in := ComposeInput{Machine: machine, Generation: 1, Variables: vars,
+				Modules: []ComposeModule{{Name: "mod", Build: 1, Digest: DigestOf(b), Manifest: string(b)}}}
+			alone, err := ComposePayload(in)
+			if err != nil {
+				t.Fatalf("composed once, then refused: %v", err)
+			}
+			want, err := json.Marshal(alone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in.Modules[0].Parsed, in.Modules[0].Shared = m, shared
+			sp, err := ComposePayload(in)
+			if err != nil {
+				t.Fatalf("composed alone, refused with shared parts: %v", err)
+			}
+			got, err := sp.Marshal()
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("machine %s: shared parts gave (%v)\n%s\nalone\n%s", machine, err, got, want)
 			}
 		}
 	})

@@ -72,6 +72,11 @@ type Resource struct {
 	Owner    string    `json:"owner,omitempty"`
 	Lifetime string    `json:"lifetime,omitempty"`
 	OnRenew  []OnRenew `json:"on_renew,omitempty"`
+
+	// raw is this resource's JSON when composing encoded it once for
+	// every machine of a batch (SharedParts); DeclarationPayload.Marshal
+	// splices it in. Never set on a resource decoded or changed since.
+	raw []byte
 }
 
 // ResourceCertificate is the schema-2 resource kind: a certificate from the

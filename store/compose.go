@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -172,6 +171,7 @@ type composeInput struct {
 	mods        map[int64]models.Module
 	builds      map[[2]int64]models.Build
 	parsed      map[int64]*models.Manifest
+	shared      map[int64]*models.SharedParts // by build, beside parsed
 	planTargets map[[2]int64]int64
 	releases    map[string]*models.Release
 	hostDef     string
@@ -302,9 +302,10 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 		in.asOf[a.MachineID] = append(in.asOf[a.MachineID], a)
 	}
 	in.parsed = map[int64]*models.Manifest{}
+	in.shared = map[int64]*models.SharedParts{}
 	for _, b := range in.builds {
 		if m, err := models.ParseManifest([]byte(b.Manifest)); err == nil {
-			in.parsed[b.ID] = m
+			in.parsed[b.ID], in.shared[b.ID] = m, models.NewSharedParts()
 		}
 	}
 	if in.releases, in.hostDef, err = releasesFor(tx, todo); err != nil {
@@ -350,7 +351,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 				break
 			}
 			ci.Modules = append(ci.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest,
-				Size: b.Size, Manifest: b.Manifest, Parsed: in.parsed[b.ID]})
+				Size: b.Size, Manifest: b.Manifest, Parsed: in.parsed[b.ID], Shared: in.shared[b.ID]})
 		}
 		var p *models.DeclarationPayload
 		if err == nil {
@@ -362,7 +363,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		}
 		var payload []byte
 		if err == nil {
-			payload, err = json.Marshal(p)
+			payload, err = p.Marshal()
 		}
 		if err != nil {
 			fails[m.ID] = &models.ComposeError{Generation: m.Generation, Err: err}

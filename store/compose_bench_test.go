@@ -14,8 +14,14 @@ import (
 )
 
 // BenchmarkCompose_Batch500: composing 500 machines in one batch, the unit
-// of a fan-out.
-func BenchmarkCompose_Batch500(b *testing.B) {
+// of a fan-out, with the fan-out benchmark's manifest of one resource.
+func BenchmarkCompose_Batch500(b *testing.B) { composeBatch500(b, manifest) }
+
+// BenchmarkCompose_Batch500_40Resources: the same with a service's
+// manifest of 40 resources, most of them the same on every machine.
+func BenchmarkCompose_Batch500_40Resources(b *testing.B) { composeBatch500(b, manifest40) }
+
+func composeBatch500(b *testing.B, manifest string) {
 	for _, d := range []string{store.SQLite, store.Postgres} {
 		b.Run(d, func(b *testing.B) {
 			s := storetest.MustOpen(b, d)
@@ -147,3 +153,25 @@ func batchFleet(b *testing.B, s *store.Store, n int, manifest string) []int64 {
 	}
 	return ids
 }
+
+// manifest40 is a service's manifest of 40 resources: 30 configuration
+// files and 4 services the same on every machine, 4 files and 2 services
+// that name the machine or its port.
+var manifest40 = func() string {
+	var res []string
+	for i := range 30 {
+		res = append(res, fmt.Sprintf(`{"name": "conf%02d", "kind": "file", "path": "/etc/svc/conf%02d.toml", "mode": "0644", "content": %q}`,
+			i, i, strings.Repeat(fmt.Sprintf("key_%02d = \"a value of some length\" # <default>\n", i), 6)))
+	}
+	for i := range 4 {
+		res = append(res, fmt.Sprintf(`{"name": "unit%d", "kind": "service", "command": ["/usr/bin/svc%d", "--config", "/etc/svc/conf%02d.toml", "--log-level", "info"], "env": {"LANG": "C.UTF-8", "SVC_HOME": "/var/lib/svc%d"}, "check": {"tcp": "127.0.0.1:80%02d"}, "after": ["conf%02d"]}`,
+			i, i, i, i, i, i))
+	}
+	for i := range 4 {
+		res = append(res, fmt.Sprintf(`{"name": "host%d", "kind": "file", "path": "/etc/svc/host%d.conf", "content": "name = ${machine.name}\nport = ${var.port}\n"}`, i, i))
+	}
+	for i := range 2 {
+		res = append(res, fmt.Sprintf(`{"name": "agent%d", "kind": "service", "command": ["/usr/bin/agent%d", "--name", "${machine.name}", "--port", "${var.port}"], "env": {"AGENT_NAME": "${machine.name}"}, "check": {"tcp": "127.0.0.1:${var.port}"}}`, i, i))
+	}
+	return `{"resources": [` + strings.Join(res, ",") + `]}`
+}()
