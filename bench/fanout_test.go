@@ -35,6 +35,22 @@ import (
 // (MESH_BENCH_MACHINES overrides it, e.g. for a quick smoke).
 var fanoutHosts = envInt("MESH_BENCH_MACHINES", 10000)
 
+// benchManifest is the build every host is sent: one file naming the
+// machine, then (MESH_BENCH_RESOURCES, for a service's manifest of more)
+// configuration files the same on every machine, every eighth of them
+// naming the machine too.
+func benchManifest(n int) string {
+	res := []string{`{"name": "config", "kind": "file", "path": "/etc/mod.conf", "content": "machine=${machine.name}\n"}`}
+	for i := 1; i < n; i++ {
+		line := fmt.Sprintf("key_%03d = \"a value of some length\"\n", i)
+		if i%8 == 0 {
+			line = "name = ${machine.name}\n"
+		}
+		res = append(res, fmt.Sprintf(`{"name": "conf%03d", "kind": "file", "path": "/etc/mod/conf%03d.toml", "content": %q}`, i, i, strings.Repeat(line, 6)))
+	}
+	return `{"resources": [` + strings.Join(res, ", ") + `]}`
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -314,7 +330,7 @@ func seed(b *testing.B, cfg store.Config, n, hosts int) (admin string, pub ed255
 	if err := st.CreateModule(ctx, "bench", &models.Module{Name: "mod", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
 		b.Fatal(err)
 	}
-	man := `{"resources": [{"name": "config", "kind": "file", "path": "/etc/mod.conf", "content": "machine=${machine.name}\n"}]}`
+	man := benchManifest(envInt("MESH_BENCH_RESOURCES", 1))
 	for range 2 {
 		if err := st.CreateBuild(ctx, "bench", "mod", &models.Build{Manifest: man}, nil); err != nil {
 			b.Fatal(err)
