@@ -30,6 +30,7 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	msqlite "modernc.org/sqlite"
 
 	"mesh/keyring"
 	"mesh/migrations"
@@ -171,9 +172,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		dsn := "file:" + filepath.Join(cfg.DataDir, "mesh.db") +
 			"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)" +
 			"&_pragma=temp_store(MEMORY)&_txlock=immediate&_pragma=wal_autocheckpoint(" + strconv.Itoa(walBackstop) + ")" +
-			"&_pragma=journal_size_limit(" + strconv.Itoa(walKeep) + ")"
+			"&_pragma=journal_size_limit(" + strconv.Itoa(walKeep) + ")" +
+			// What the gorm dialect adds to a DSN it opens itself; it is
+			// given connections that keep their statements (stmtcache.go).
+			"&_texttotime=1&_inttotime=1&_time_format=sqlite"
 		s.dsn = dsn
-		s.db, err = gorm.Open(sqlite.Open(dsn), gcfg)
+		s.db, err = gorm.Open(sqlite.New(sqlite.Config{Conn: sql.OpenDB(keepingConnector{dsn: dsn, drv: &msqlite.Driver{}})}), gcfg)
 		if err != nil {
 			s.unlock()
 			return nil, fmt.Errorf("open sqlite: %w", err)
