@@ -69,7 +69,7 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			if r.Content == nil {
 				return nil, Invalid(f+".content", "a file needs content")
 			}
-			if r.Mode != "" && !regexp.MustCompile(`^0[0-7]{3}$`).MatchString(r.Mode) {
+			if r.Mode != "" && !modeRE.MatchString(r.Mode) {
 				return nil, Invalid(f+".mode", "mode is octal like 0644")
 			}
 			fallthrough
