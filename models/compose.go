@@ -273,6 +273,8 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 		}
 		if m.Shared != nil && m.Shared.parts == nil {
 			m.Shared.parts = make([]sharedPart, len(man.Resources))
+		} else if m.Shared != nil && len(m.Shared.parts) != len(man.Resources) {
+			m.Shared = nil // given with another manifest than its own: not used
 		}
 		for i := range man.Resources {
 			var res Resource

@@ -366,8 +366,8 @@ func TestMarshal_AsJSON(t *testing.T) {
 			t.Fatalf("machine %s: %d resources spliced, want the 3 without a placeholder", machine, n)
 		}
 	}
-	// A resource changed after composing is encoded again, not spliced:
-	// a payload held back takes an older declaration's decoded resources.
+	// A payload held back takes an older declaration's resources, decoded:
+	// they carry no encoding, so they are encoded again, not spliced.
 	in := composeOne(man, map[string]string{"PORT": "1"})
 	in.Modules[0].Parsed, in.Modules[0].Shared = parsed, shared
 	p, err := ComposePayload(in)

@@ -21,15 +21,22 @@ import (
 // used longest ago is let go.
 const keptPerConn = 256
 
-// keepingConnector opens the embedded engine's connections wrapped so
-// that they keep their statements.
-type keepingConnector struct {
-	dsn string
-	drv *msqlite.Driver
+// keepingConnector opens the embedded engine's connections, through the
+// driver it registers (with whatever is registered on it), wrapped so that
+// they keep their statements: the way the engine's NewConnector documents.
+type keepingConnector struct{ driver.Connector }
+
+// newKeepingConnector is a connector to the SQLite database dsn names.
+func newKeepingConnector(dsn string) (driver.Connector, error) {
+	base, err := msqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return keepingConnector{base}, nil
 }
 
-func (k keepingConnector) Connect(context.Context) (driver.Conn, error) {
-	dc, err := k.drv.Open(k.dsn)
+func (k keepingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := k.Connector.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -40,8 +47,6 @@ func (k keepingConnector) Connect(context.Context) (driver.Conn, error) {
 	}
 	return &keepingConn{sqliteConn: c, kept: map[string]*keptStmt{}}, nil
 }
-
-func (k keepingConnector) Driver() driver.Driver { return k.drv }
 
 // sqliteConn is what database/sql uses of the engine's connection.
 type sqliteConn interface {
@@ -134,6 +139,9 @@ func (c *keepingConn) QueryContext(ctx context.Context, query string, args []dri
 	}
 	return c.sqliteConn.QueryContext(ctx, query, args)
 }
+
+// Unwrap is the engine's own connection (the engine's Limit looks for it).
+func (c *keepingConn) Unwrap() driver.Conn { return c.sqliteConn }
 
 // Close lets every kept statement go before the connection.
 func (c *keepingConn) Close() error {

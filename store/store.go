@@ -30,7 +30,6 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
-	msqlite "modernc.org/sqlite"
 
 	"mesh/keyring"
 	"mesh/migrations"
@@ -177,7 +176,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			// given connections that keep their statements (stmtcache.go).
 			"&_texttotime=1&_inttotime=1&_time_format=sqlite"
 		s.dsn = dsn
-		s.db, err = gorm.Open(sqlite.New(sqlite.Config{Conn: sql.OpenDB(keepingConnector{dsn: dsn, drv: &msqlite.Driver{}})}), gcfg)
+		connector, err := newKeepingConnector(dsn)
+		if err != nil {
+			s.unlock()
+			return nil, fmt.Errorf("open sqlite: %w", err)
+		}
+		s.db, err = gorm.Open(sqlite.New(sqlite.Config{Conn: sql.OpenDB(connector)}), gcfg)
 		if err != nil {
 			s.unlock()
 			return nil, fmt.Errorf("open sqlite: %w", err)
