@@ -105,3 +105,23 @@ func (s *Store) RestartCheckpointer(quiet, most time.Duration) error {
 // Checkpoints is how many of the checkpointer's checkpoints reached the
 // end of the log.
 func (s *Store) Checkpoints() int64 { return s.ckpt.runs.Load() }
+
+// HoldWrites takes SQLite's write turn until release is called, so that
+// grouped writes queue behind it.
+func (s *Store) HoldWrites() (release func()) {
+	s.wmu.Lock()
+	return s.wmu.Unlock
+}
+
+// Queued is how many grouped writes wait for a turn.
+func (s *Store) Queued() int {
+	s.gmu.Lock()
+	defer s.gmu.Unlock()
+	return len(s.queued)
+}
+
+// WriteGrouped is writeGrouped, for tests of what grouping does with a
+// write of any kind.
+func (s *Store) WriteGrouped(ctx context.Context, fn func(tx *Tx) error) error {
+	return s.writeGrouped(ctx, fn)
+}

@@ -18,7 +18,7 @@ import (
 func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error) {
 	var row models.ReportRow
 	var refusal error
-	err := s.write(ctx, func(tx *Tx) error {
+	err := s.writeGrouped(ctx, func(tx *Tx) error {
 		refusal = nil
 		var m models.Machine
 		if err := tx.Where("id = ?", machineID).First(&m).Error; err != nil {

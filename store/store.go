@@ -81,6 +81,10 @@ type Store struct {
 	// (a fan-out composing batch after batch) starves the others (the
 	// send writer); Go's mutex hands over in arrival order under contention.
 	wmu sync.Mutex
+	// gmu guards queued: writes waiting to share a transaction
+	// (writeGrouped).
+	gmu    sync.Mutex
+	queued []*groupedWrite
 
 	// channel is the NOTIFY channel of this store (PostgreSQL).
 	channel string
@@ -341,11 +345,16 @@ const writeAttempts = 4
 // rows in different orders (a plan being made and one being stepped) both
 // succeed.
 func (s *Store) write(ctx context.Context, fn func(tx *Tx) error) error {
-	var t *Tx
 	if s.dialect == SQLite {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
 	}
+	return s.writeLocked(ctx, fn)
+}
+
+// writeLocked is write with SQLite's turn (wmu) already taken.
+func (s *Store) writeLocked(ctx context.Context, fn func(tx *Tx) error) error {
+	var t *Tx
 	var err error
 	for attempt := 1; ; attempt++ {
 		if s.dialect == Postgres {

@@ -1,0 +1,170 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+	"mesh/testwait"
+)
+
+// Reports that arrive while another write holds SQLite's turn are
+// committed together in one transaction, and one refused among them
+// (naming a send that does not exist) is refused alone: the others are
+// stored, move what their machines applied, and say so to their callers.
+// On PostgreSQL, where reports are not grouped, the same reports arrive
+// together and end the same.
+func TestWriteGrouped_OneRefusedAmongMany(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) { oneRefusedAmongMany(t, storetest.MustOpen(t, d), d == store.SQLite) })
+	}
+}
+
+func oneRefusedAmongMany(t *testing.T, s *store.Store, grouped bool) {
+	ctx := context.Background()
+	ids := fixtures(t, s, 6)
+	sends := make([]models.Send, len(ids))
+	for i, id := range ids {
+		m, err := s.Machine(ctx, fmt.Sprintf("m%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sends[i] = models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: m.Generation, InstanceID: "test", CreatedAt: time.Now().UTC()}
+	}
+	if err := s.InsertSends(ctx, sends); err != nil {
+		t.Fatal(err)
+	}
+	const refused = 2
+	release := func() {}
+	if grouped {
+		release = s.HoldWrites()
+	}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		r := &models.Report{Send: sends[i].ID, Generation: sends[i].Generation, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"}
+		if i == refused {
+			r.Send = uuid.Must(uuid.NewV7()).String()
+		}
+		wg.Go(func() {
+			_, errs[i] = s.InsertReport(ctx, id, r, []byte(`{}`))
+		})
+	}
+	if grouped {
+		testwait.For(t, 10*time.Second, "every report queued behind the held turn", func() bool { return s.Queued() == len(ids) })
+	}
+	release()
+	wg.Wait()
+	for i, id := range ids {
+		m, err := s.Machine(ctx, fmt.Sprintf("m%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == refused {
+			if !errors.Is(errs[i], models.ErrInvalid) {
+				t.Fatalf("the report naming no send: %v, want invalid", errs[i])
+			}
+			if m.AppliedGeneration != 0 {
+				t.Fatalf("the refused report moved machine %d to applied %d", id, m.AppliedGeneration)
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("report %d: %v", i, errs[i])
+		}
+		if m.AppliedGeneration != sends[i].Generation {
+			t.Fatalf("machine %d applied %d, want %d", id, m.AppliedGeneration, sends[i].Generation)
+		}
+	}
+	var n int64
+	s.DB().Table("reports").Count(&n)
+	if n != int64(len(ids)-1) {
+		t.Fatalf("%d reports stored, want %d", n, len(ids)-1)
+	}
+}
+
+// A grouped write that panics takes its group's writes with it (each
+// told so, none left waiting), and the next write still gets a turn.
+func TestWriteGrouped_Panic(t *testing.T) {
+	s := storetest.MustOpen(t, store.SQLite)
+	ctx := context.Background()
+	release := s.HoldWrites()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = errors.New("panicked")
+				}
+			}()
+			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
+				if i == 1 {
+					panic("a write's bug")
+				}
+				return tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)", "t", "a", "x", "", time.Now().UTC()).Error
+			})
+		})
+	}
+	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 3 })
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("write %d succeeded in a group that rolled back", i)
+		}
+	}
+	var n int64
+	s.DB().Table("audit_events").Where("actor = ?", "t").Count(&n)
+	if n != 0 {
+		t.Fatalf("%d rows of a rolled-back group stored", n)
+	}
+	if err := s.WriteGrouped(ctx, func(tx *store.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A grouped write that fails after writing rolls back what it wrote, and
+// only that: the writes before and after it in its group are stored.
+func TestWriteGrouped_ErrorRollsBackItsOwn(t *testing.T) {
+	s := storetest.MustOpen(t, store.SQLite)
+	ctx := context.Background()
+	release := s.HoldWrites()
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
+				if err := tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)",
+					"t", "a", fmt.Sprint(i), "", time.Now().UTC()).Error; err != nil {
+					return err
+				}
+				if i == 2 {
+					return models.Invalid("x", "refused after writing")
+				}
+				return nil
+			})
+		})
+	}
+	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 5 })
+	release()
+	wg.Wait()
+	var targets []string
+	s.DB().Table("audit_events").Where("actor = ?", "t").Order("target").Pluck("target", &targets)
+	if fmt.Sprint(targets) != "[0 1 3 4]" {
+		t.Fatalf("stored %v, want [0 1 3 4]", targets)
+	}
+	for i, err := range errs {
+		if (i == 2) != errors.Is(err, models.ErrInvalid) || i != 2 && err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+}
