@@ -11,6 +11,7 @@ const groupMost = 64
 
 // groupedWrite is a write waiting for a turn that commits it (writeGrouped).
 type groupedWrite struct {
+	ctx  context.Context // its caller's: a write whose caller gave up is not run
 	fn   func(tx *Tx) error
 	err  error
 	done chan struct{}
@@ -24,22 +25,24 @@ type groupedWrite struct {
 // report was a transaction of four statements whose begin and commit cost
 // a third of it (BenchmarkInsertReport_500), and the reports of a fleet
 // arrive together after every change. A write whose turn finds no other
-// waiting runs as write runs it. The shared transaction is not ended by
-// one caller's context (a host that stopped waiting for its answer). On
+// waiting runs as write runs it. A write whose caller's context ended
+// while it waited is not run (the host sends its report again); once
+// shared, the transaction is not ended by one caller's context. On
 // PostgreSQL, where writers run side by side and a deadlock's victim runs
 // again from the start, it is write.
 func (s *Store) writeGrouped(ctx context.Context, fn func(tx *Tx) error) error {
 	if s.dialect != SQLite {
 		return s.write(ctx, fn)
 	}
-	w := &groupedWrite{fn: fn, done: make(chan struct{})}
+	w := &groupedWrite{ctx: ctx, fn: fn, done: make(chan struct{})}
 	s.gmu.Lock()
 	s.queued = append(s.queued, w)
 	s.gmu.Unlock()
 	s.wmu.Lock()
 	s.gmu.Lock()
 	n := min(len(s.queued), groupMost)
-	batch := s.queued[:n:n]
+	batch := append([]*groupedWrite(nil), s.queued[:n]...)
+	clear(s.queued[:n]) // the backing array holds no finished write
 	s.queued = s.queued[n:]
 	s.gmu.Unlock()
 	if n == 0 {
@@ -72,24 +75,36 @@ func (s *Store) commitGroup(ctx context.Context, batch []*groupedWrite) {
 			}
 		}
 	}()
+	var live []*groupedWrite
+	for _, w := range batch {
+		if err := w.ctx.Err(); err != nil {
+			w.err = mapErr(err)
+			continue
+		}
+		live = append(live, w)
+	}
 	var err error
-	if len(batch) == 1 {
-		err = s.writeLocked(ctx, batch[0].fn)
-		batch[0].err = err
-	} else {
+	switch len(live) {
+	case 0:
+	case 1:
+		err = s.writeLocked(live[0].ctx, live[0].fn)
+		live[0].err = err
+	default:
 		err = s.writeLocked(ctx, func(tx *Tx) error {
-			for _, w := range batch {
+			for _, w := range live {
 				w.err = nil
 				bumps, revoked := len(tx.bumps), len(tx.revoked)
 				if err := tx.Exec("SAVEPOINT grouped").Error; err != nil {
 					return err
 				}
 				if w.err = w.fn(tx); w.err != nil {
-					if err := tx.Exec("ROLLBACK TO grouped").Error; err != nil {
-						return err
-					}
-					tx.bumps, tx.revoked = tx.bumps[:bumps], tx.revoked[:revoked]
 					w.err = mapErr(w.err)
+					if err := tx.Exec("ROLLBACK TO grouped").Error; err != nil {
+						// SQLite ended the whole transaction itself (a
+						// full disk, say): the write's own error says why.
+						return w.err
+					}
+					tx.bumps, tx.revoked = tx.bumps[:min(bumps, len(tx.bumps))], tx.revoked[:min(revoked, len(tx.revoked))]
 				}
 				if err := tx.Exec("RELEASE grouped").Error; err != nil {
 					return err
@@ -98,10 +113,12 @@ func (s *Store) commitGroup(ctx context.Context, batch []*groupedWrite) {
 			return nil
 		})
 	}
-	for _, w := range batch {
+	for _, w := range live {
 		if err != nil && w.err == nil {
 			w.err = err // the transaction itself failed: none was stored
 		}
+	}
+	for _, w := range batch {
 		close(w.done)
 	}
 	finished = true

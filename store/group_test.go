@@ -168,3 +168,37 @@ func TestWriteGrouped_ErrorRollsBackItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// A write whose caller gave up while it waited for a turn is not run: its
+// caller hears why, and the others of its group are stored.
+func TestWriteGrouped_CallerGaveUp(t *testing.T) {
+	s := storetest.MustOpen(t, store.SQLite)
+	release := s.HoldWrites()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	gone, giveUp := context.WithCancel(context.Background())
+	for i := range errs {
+		ctx := context.Background()
+		if i == 1 {
+			ctx = gone
+		}
+		wg.Go(func() {
+			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
+				return tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)",
+					"t", "a", fmt.Sprint(i), "", time.Now().UTC()).Error
+			})
+		})
+	}
+	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 3 })
+	giveUp()
+	release()
+	wg.Wait()
+	var targets []string
+	s.DB().Table("audit_events").Where("actor = ?", "t").Order("target").Pluck("target", &targets)
+	if fmt.Sprint(targets) != "[0 2]" {
+		t.Fatalf("stored %v, want [0 2]", targets)
+	}
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], context.Canceled) {
+		t.Fatalf("errors %v, want the second canceled alone", errs)
+	}
+}
