@@ -180,8 +180,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			// given connections that keep their statements (stmtcache.go).
 			"&_texttotime=1&_inttotime=1&_time_format=sqlite"
 		s.dsn = dsn
-		connector, err := newKeepingConnector(dsn)
-		if err != nil {
+		var connector driver.Connector
+		if connector, err = newKeepingConnector(dsn); err != nil {
 			s.unlock()
 			return nil, fmt.Errorf("open sqlite: %w", err)
 		}
