@@ -232,7 +232,8 @@ type ComposeModule struct {
 // machine's composing encoding them than anything else). Not safe for
 // use by two goroutines at once; a batch composes in one.
 type SharedParts struct {
-	parts []sharedPart // by the resource's index in the manifest
+	man   *Manifest    // the build's manifest, parsed: what the parts are of
+	parts []sharedPart // by the resource's index in man
 }
 
 type sharedPart struct {
@@ -241,8 +242,11 @@ type sharedPart struct {
 	err  error
 }
 
-// NewSharedParts is an empty SharedParts for one module's build.
-func NewSharedParts() *SharedParts { return &SharedParts{} }
+// NewSharedParts is an empty SharedParts for the module build whose
+// manifest parsed is man; it serves a ComposeModule whose Parsed is man.
+func NewSharedParts(man *Manifest) *SharedParts {
+	return &SharedParts{man: man, parts: make([]sharedPart, len(man.Resources))}
+}
 
 var placeholderRE = regexp.MustCompile(`\$\{([a-z]+)\.([A-Za-z0-9_.-]+)\}`)
 
@@ -271,9 +275,7 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 				return nil, fmt.Errorf("module %s build %d: %w", m.Name, m.Build, err)
 			}
 		}
-		if m.Shared != nil && m.Shared.parts == nil {
-			m.Shared.parts = make([]sharedPart, len(man.Resources))
-		} else if m.Shared != nil && len(m.Shared.parts) != len(man.Resources) {
+		if m.Shared != nil && m.Shared.man != man {
 			m.Shared = nil // given with another manifest than its own: not used
 		}
 		for i := range man.Resources {
@@ -309,9 +311,17 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 	return p, nil
 }
 
+// Manifest is the parsed manifest sp is of (nil for no sp).
+func (sp *SharedParts) Manifest() *Manifest {
+	if sp == nil {
+		return nil
+	}
+	return sp.man
+}
+
 // part is resource i composed and encoded before, or nil.
 func (sp *SharedParts) part(i int) *sharedPart {
-	if sp == nil || i >= len(sp.parts) || !sp.parts[i].done {
+	if sp == nil || !sp.parts[i].done {
 		return nil
 	}
 	return &sp.parts[i]
@@ -372,7 +382,7 @@ func (r *ManifestResource) namesPlaceholder() bool {
 // Marshal is json.Marshal(p): the same bytes, with each resource composed
 // once for many machines (SharedParts) spliced in as it was encoded then.
 // An element of a slice is encoded as it is alone, so the splice changes
-// no byte (TestMarshal_AsJSON, FuzzCompose hold it to json.Marshal).
+// no byte (TestMarshal_AsJSON and FuzzParseManifest hold it to json.Marshal).
 func (p *DeclarationPayload) Marshal() ([]byte, error) {
 	spliced := 0
 	for i := range p.Resources {

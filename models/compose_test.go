@@ -338,7 +338,7 @@ func TestMarshal_AsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared := NewSharedParts()
+	shared := NewSharedParts(parsed)
 	for i, machine := range []string{"m1", "m2", "m3"} {
 		in := composeOne(man, map[string]string{"PORT": fmt.Sprint(9000 + i)})
 		in.Machine = machine
@@ -393,4 +393,37 @@ func spliced(p *DeclarationPayload) int {
 		}
 	}
 	return n
+}
+
+// SharedParts given beside another manifest than the one it was made for
+// (the same number of resources, other content) is not used: the machine
+// gets its own manifest's resources.
+func TestComposePayload_SharedPartsOfAnotherManifest(t *testing.T) {
+	a, err := ParseManifest([]byte(`{"resources": [{"name": "f", "kind": "file", "path": "/etc/a", "content": "a"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := `{"resources": [{"name": "f", "kind": "file", "path": "/etc/b", "content": "b"}]}`
+	parsedB, err := ParseManifest([]byte(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := NewSharedParts(a)
+	in := composeOne(`{"resources": [{"name": "f", "kind": "file", "path": "/etc/a", "content": "a"}]}`, nil)
+	in.Modules[0].Parsed, in.Modules[0].Shared = a, shared
+	if _, err := ComposePayload(in); err != nil { // fills shared with a's resource
+		t.Fatal(err)
+	}
+	in.Modules[0].Manifest, in.Modules[0].Parsed = b, parsedB
+	p, err := ComposePayload(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Resources[0].Path != "/etc/b" || !bytes.Contains(got, []byte(`"/etc/b"`)) || bytes.Contains(got, []byte(`"/etc/a"`)) {
+		t.Fatalf("composed from the other manifest's parts: %s", got)
+	}
 }

@@ -99,7 +99,7 @@ func FuzzParseManifest(f *testing.F) {
 		}
 		// Composed for two machines with the build's shared parts, each
 		// declaration is the bytes json.Marshal makes of it composed alone.
-		shared := NewSharedParts()
+		shared := NewSharedParts(m)
 		for _, machine := range []string{"m1", "m2"} {
 			in := ComposeInput{Machine: machine, Generation: 1, Variables: vars,
 				Modules: []ComposeModule{{Name: "mod", Build: 1, Digest: DigestOf(b), Manifest: string(b)}}}

@@ -165,13 +165,15 @@ func (s *Store) snapshot(ctx context.Context, fn func(tx *Tx) error) error {
 
 // composeInput is what one snapshot says of the machines to compose.
 type composeInput struct {
-	todo        []models.Machine
-	varsOf      map[int64]map[string]string
-	asOf        map[int64][]models.Assignment
-	mods        map[int64]models.Module
-	builds      map[[2]int64]models.Build
-	parsed      map[int64]*models.Manifest
-	shared      map[int64]*models.SharedParts // by build, beside parsed
+	todo   []models.Machine
+	varsOf map[int64]map[string]string
+	asOf   map[int64][]models.Assignment
+	mods   map[int64]models.Module
+	builds map[[2]int64]models.Build
+	// parts are each build's manifest, parsed once, with the resources
+	// every machine of the batch shares (by build; none when a manifest
+	// does not parse: composing a machine of it says why).
+	parts       map[int64]*models.SharedParts
 	planTargets map[[2]int64]int64
 	releases    map[string]*models.Release
 	hostDef     string
@@ -301,11 +303,10 @@ func readCompose(tx *Tx, ids []int64, out map[int64]*models.Composed, fails map[
 	for _, a := range as {
 		in.asOf[a.MachineID] = append(in.asOf[a.MachineID], a)
 	}
-	in.parsed = map[int64]*models.Manifest{}
-	in.shared = map[int64]*models.SharedParts{}
+	in.parts = map[int64]*models.SharedParts{}
 	for _, b := range in.builds {
 		if m, err := models.ParseManifest([]byte(b.Manifest)); err == nil {
-			in.parsed[b.ID], in.shared[b.ID] = m, models.NewSharedParts()
+			in.parts[b.ID] = models.NewSharedParts(m)
 		}
 	}
 	if in.releases, in.hostDef, err = releasesFor(tx, todo); err != nil {
@@ -351,7 +352,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 				break
 			}
 			ci.Modules = append(ci.Modules, models.ComposeModule{Name: mod.Name, Build: b.Number, Digest: b.Digest,
-				Size: b.Size, Manifest: b.Manifest, Parsed: in.parsed[b.ID], Shared: in.shared[b.ID]})
+				Size: b.Size, Manifest: b.Manifest, Parsed: in.parts[b.ID].Manifest(), Shared: in.parts[b.ID]})
 		}
 		var p *models.DeclarationPayload
 		if err == nil {
