@@ -95,39 +95,21 @@ func oneRefusedAmongMany(t *testing.T, s *store.Store, grouped bool) {
 // told so, none left waiting), and the next write still gets a turn.
 func TestWriteGrouped_Panic(t *testing.T) {
 	s := storetest.MustOpen(t, store.SQLite)
-	ctx := context.Background()
-	release := s.HoldWrites()
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	for i := range errs {
-		wg.Go(func() {
-			defer func() {
-				if p := recover(); p != nil {
-					errs[i] = errors.New("panicked")
-				}
-			}()
-			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
-				if i == 1 {
-					panic("a write's bug")
-				}
-				return tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)", "t", "a", "x", "", time.Now().UTC()).Error
-			})
-		})
-	}
-	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 3 })
-	release()
-	wg.Wait()
+	errs := grouped(t, s, 3, nil, func(i int, tx *store.Tx) error {
+		if i == 1 {
+			panic("a write's bug")
+		}
+		return note(i, tx)
+	}, nil)
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("write %d succeeded in a group that rolled back", i)
 		}
 	}
-	var n int64
-	s.DB().Table("audit_events").Where("actor = ?", "t").Count(&n)
-	if n != 0 {
-		t.Fatalf("%d rows of a rolled-back group stored", n)
+	if got := noted(s); got != "[]" {
+		t.Fatalf("rows of a rolled-back group stored: %s", got)
 	}
-	if err := s.WriteGrouped(ctx, func(tx *store.Tx) error { return nil }); err != nil {
+	if err := s.WriteGrouped(context.Background(), func(tx *store.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,31 +118,17 @@ func TestWriteGrouped_Panic(t *testing.T) {
 // only that: the writes before and after it in its group are stored.
 func TestWriteGrouped_ErrorRollsBackItsOwn(t *testing.T) {
 	s := storetest.MustOpen(t, store.SQLite)
-	ctx := context.Background()
-	release := s.HoldWrites()
-	var wg sync.WaitGroup
-	errs := make([]error, 5)
-	for i := range errs {
-		wg.Go(func() {
-			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
-				if err := tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)",
-					"t", "a", fmt.Sprint(i), "", time.Now().UTC()).Error; err != nil {
-					return err
-				}
-				if i == 2 {
-					return models.Invalid("x", "refused after writing")
-				}
-				return nil
-			})
-		})
-	}
-	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 5 })
-	release()
-	wg.Wait()
-	var targets []string
-	s.DB().Table("audit_events").Where("actor = ?", "t").Order("target").Pluck("target", &targets)
-	if fmt.Sprint(targets) != "[0 1 3 4]" {
-		t.Fatalf("stored %v, want [0 1 3 4]", targets)
+	errs := grouped(t, s, 5, nil, func(i int, tx *store.Tx) error {
+		if err := note(i, tx); err != nil {
+			return err
+		}
+		if i == 2 {
+			return models.Invalid("x", "refused after writing")
+		}
+		return nil
+	}, nil)
+	if got := noted(s); got != "[0 1 3 4]" {
+		t.Fatalf("stored %s, want [0 1 3 4]", got)
 	}
 	for i, err := range errs {
 		if (i == 2) != errors.Is(err, models.ErrInvalid) || i != 2 && err != nil {
@@ -173,32 +141,62 @@ func TestWriteGrouped_ErrorRollsBackItsOwn(t *testing.T) {
 // caller hears why, and the others of its group are stored.
 func TestWriteGrouped_CallerGaveUp(t *testing.T) {
 	s := storetest.MustOpen(t, store.SQLite)
-	release := s.HoldWrites()
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
 	gone, giveUp := context.WithCancel(context.Background())
-	for i := range errs {
-		ctx := context.Background()
+	ctxOf := func(i int) context.Context {
 		if i == 1 {
-			ctx = gone
+			return gone
 		}
-		wg.Go(func() {
-			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error {
-				return tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)",
-					"t", "a", fmt.Sprint(i), "", time.Now().UTC()).Error
-			})
-		})
+		return context.Background()
 	}
-	testwait.For(t, 10*time.Second, "the writes queued", func() bool { return s.Queued() == 3 })
-	giveUp()
-	release()
-	wg.Wait()
-	var targets []string
-	s.DB().Table("audit_events").Where("actor = ?", "t").Order("target").Pluck("target", &targets)
-	if fmt.Sprint(targets) != "[0 2]" {
-		t.Fatalf("stored %v, want [0 2]", targets)
+	errs := grouped(t, s, 3, ctxOf, note, giveUp)
+	if got := noted(s); got != "[0 2]" {
+		t.Fatalf("stored %s, want [0 2]", got)
 	}
 	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], context.Canceled) {
 		t.Fatalf("errors %v, want the second canceled alone", errs)
 	}
+}
+
+// grouped runs n grouped writes, write i as fn(i, tx) under ctxOf(i) (nil:
+// the background), queued behind a held turn so that one turn takes them
+// all; then runs meanwhile, releases the turn and returns each write's
+// error (a panic an error too).
+func grouped(t *testing.T, s *store.Store, n int, ctxOf func(int) context.Context, fn func(int, *store.Tx) error, meanwhile func()) []error {
+	t.Helper()
+	release := s.HoldWrites()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		ctx := context.Background()
+		if ctxOf != nil {
+			ctx = ctxOf(i)
+		}
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = fmt.Errorf("panicked: %v", p)
+				}
+			}()
+			errs[i] = s.WriteGrouped(ctx, func(tx *store.Tx) error { return fn(i, tx) })
+		})
+	}
+	testwait.For(t, 10*time.Second, "the writes queued behind the held turn", func() bool { return s.Queued() == n })
+	if meanwhile != nil {
+		meanwhile()
+	}
+	release()
+	wg.Wait()
+	return errs
+}
+
+// note writes a row telling write i was stored; noted lists them.
+func note(i int, tx *store.Tx) error {
+	return tx.Exec("INSERT INTO audit_events (actor, action, target, detail, at) VALUES (?, ?, ?, ?, ?)",
+		"t", "a", fmt.Sprint(i), "", time.Now().UTC()).Error
+}
+
+func noted(s *store.Store) string {
+	var targets []string
+	s.DB().Table("audit_events").Where("actor = ?", "t").Order("target").Pluck("target", &targets)
+	return fmt.Sprint(targets)
 }
