@@ -351,14 +351,7 @@ func TestMarshal_AsJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		in.Modules[0].Parsed, in.Modules[0].Shared = parsed, shared
-		p, err := ComposePayload(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := p.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, got := marshalled(t, in)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("machine %s: spliced\n%s\nwant\n%s", machine, got, want)
 		}
@@ -370,12 +363,8 @@ func TestMarshal_AsJSON(t *testing.T) {
 	// they carry no encoding, so they are encoded again, not spliced.
 	in := composeOne(man, map[string]string{"PORT": "1"})
 	in.Modules[0].Parsed, in.Modules[0].Shared = parsed, shared
-	p, err := ComposePayload(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := marshalled(t, in)
 	var back DeclarationPayload
-	b, _ := p.Marshal()
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +388,8 @@ func spliced(p *DeclarationPayload) int {
 // (the same number of resources, other content) is not used: the machine
 // gets its own manifest's resources.
 func TestComposePayload_SharedPartsOfAnotherManifest(t *testing.T) {
-	a, err := ParseManifest([]byte(`{"resources": [{"name": "f", "kind": "file", "path": "/etc/a", "content": "a"}]}`))
+	manA := `{"resources": [{"name": "f", "kind": "file", "path": "/etc/a", "content": "a"}]}`
+	a, err := ParseManifest([]byte(manA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,21 +399,28 @@ func TestComposePayload_SharedPartsOfAnotherManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	shared := NewSharedParts(a)
-	in := composeOne(`{"resources": [{"name": "f", "kind": "file", "path": "/etc/a", "content": "a"}]}`, nil)
+	in := composeOne(manA, nil)
 	in.Modules[0].Parsed, in.Modules[0].Shared = a, shared
 	if _, err := ComposePayload(in); err != nil { // fills shared with a's resource
 		t.Fatal(err)
 	}
 	in.Modules[0].Manifest, in.Modules[0].Parsed = b, parsedB
+	p, got := marshalled(t, in)
+	if p.Resources[0].Path != "/etc/b" || !bytes.Contains(got, []byte(`"/etc/b"`)) || bytes.Contains(got, []byte(`"/etc/a"`)) {
+		t.Fatalf("composed from the other manifest's parts: %s", got)
+	}
+}
+
+// marshalled composes in and encodes it as composing does (Marshal).
+func marshalled(t *testing.T, in ComposeInput) (*DeclarationPayload, []byte) {
+	t.Helper()
 	p, err := ComposePayload(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.Marshal()
+	b, err := p.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Resources[0].Path != "/etc/b" || !bytes.Contains(got, []byte(`"/etc/b"`)) || bytes.Contains(got, []byte(`"/etc/a"`)) {
-		t.Fatalf("composed from the other manifest's parts: %s", got)
-	}
+	return p, b
 }
