@@ -51,6 +51,13 @@ func TestReports_MustNameTheirSend(t *testing.T) {
 				t.Fatalf("%d", resp.StatusCode)
 			}
 		})
+		t.Run("UnknownSendIsInvalid", func(t *testing.T) {
+			resp, body := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+				Body: map[string]any{"send": "no-such-send", "generation": 1, "outcome": "applied"}})
+			if resp.StatusCode != 400 || !strings.Contains(string(body), "no send no-such-send") {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+		})
 		t.Run("GenerationRequired", func(t *testing.T) {
 			resp, body := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
 				Body: map[string]any{"send": p.send, "outcome": "applied"}})
