@@ -184,6 +184,43 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		return strings.TrimPrefix(lines.Text(), prefix)
 	}
 
+	// reports has every answered host report that it applied, all at
+	// once: what storing the wave of reports that follows a change costs.
+	reports := func(label string) {
+		cpu0 := cpuTime(b, ctl.Process.Pid)
+		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
+		fmt.Fprintln(stdin, "report")
+		var r struct {
+			Reports, Stored int
+			P50Ms           float64 `json:"p50_ms"`
+			P99Ms           float64 `json:"p99_ms"`
+			AllMs           float64 `json:"all_ms"`
+			CPUMs           float64 `json:"cpu_ms"`
+			FirstError      string  `json:"first_error"`
+		}
+		if err := json.Unmarshal([]byte(expect("reported ")), &r); err != nil {
+			b.Fatal(err)
+		}
+		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
+		pgCPU := time.Duration(0)
+		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
+			pgCPU += c - pg0[pid]
+		}
+		pg := ""
+		if cfg.DatabaseURL != "" {
+			pg = fmt.Sprintf(", PostgreSQL's backends %v", pgCPU.Round(time.Millisecond))
+		}
+		b.Logf("%s %s reports: %d of %d stored; p50 %.0f ms, p99 %.0f ms, the last %.0f ms; CPU: controller %v%s, load process %.0f ms %s",
+			dialect, label, r.Stored, r.Reports, r.P50Ms, r.P99Ms, r.AllMs, ctlCPU.Round(time.Millisecond), pg, r.CPUMs, r.FirstError)
+		if r.Reports != fanoutHosts || r.Stored != r.Reports {
+			b.Fatalf("%d of %d hosts reported, %d stored", r.Reports, fanoutHosts, r.Stored)
+		}
+		b.ReportMetric(r.AllMs, label+"-reports-ms")
+		b.ReportMetric(float64(ctlCPU.Microseconds())/float64(r.Reports), label+"-cpu-µs/report")
+		if cfg.DatabaseURL != "" {
+			b.ReportMetric(float64(pgCPU.Microseconds())/float64(r.Reports), label+"-pg-cpu-µs/report")
+		}
+	}
 	round := func(label string, gen, build int) {
 		fmt.Fprintf(stdin, "open %d\n", gen)
 		expect("opened")
@@ -285,6 +322,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		if profiled != nil {
 			<-profiled
 		}
+		reports(label)
 	}
 	round("first", 1, 2)
 	round("second", 2, 1)

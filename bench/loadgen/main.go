@@ -9,6 +9,10 @@
 //	open GEN     open a poll per host with If-None-Match GEN
 //	fire BUILD   make BUILD current (bumping every host), wait for every
 //	             poll, verify, print "result {json}"
+//	report       every host answered by the last fire reports it applied
+//	             (all at once, on the connection its answer left open, as
+//	             each host's next request after its apply), print
+//	             "reported {json}"
 //
 // With -mode hold every host polls again as soon as answered (hold.go).
 //
@@ -81,6 +85,7 @@ type outcome struct {
 	done   time.Time
 	status int
 	etag   string
+	send   string // the answer's X-Mesh-Send
 	body   []byte
 	err    error
 }
@@ -219,6 +224,9 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 			r.Retries = int(retries.Load())
 			j, _ := json.Marshal(r)
 			fmt.Println("result " + string(j))
+		case "report":
+			j, _ := json.Marshal(reportAll(addr, hosts, results, conns, gen+1, keep))
+			fmt.Println("reported " + string(j))
 		default:
 			fail(fmt.Errorf("unknown command %q", cmd))
 		}
@@ -260,7 +268,7 @@ func pollOnce(addr string, h host, gen int64, source int, keep bool, hc *holdCon
 	if resp == nil {
 		return outcome{done: time.Now(), err: err}
 	}
-	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), body: b, err: err}
+	return outcome{done: time.Now(), status: resp.StatusCode, etag: resp.Header.Get("ETag"), send: resp.Header.Get(headerSend), body: b, err: err}
 }
 
 // envelopeHeader is the X-Mesh-Envelope the polls send: today's host
@@ -312,6 +320,76 @@ func measure(hosts []host, rs []outcome, start time.Time, key ed25519.PublicKey,
 		r.FirstMs, r.MaxMs = lat[0], lat[len(lat)-1]
 		r.P50Ms = lat[len(lat)*50/100]
 		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return r
+}
+
+// headerSend names the send an answer is, which its host's report names.
+const headerSend = "X-Mesh-Send"
+
+// Reported is what one wave of reports measured.
+type Reported struct {
+	Reports    int     `json:"reports"`
+	Stored     int     `json:"stored"` // answered 201
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	AllMs      float64 `json:"all_ms"` // until the last was answered
+	CPUMs      float64 `json:"cpu_ms"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+// reportAll has every host that was answered 200 report that it applied
+// generation gen, all at once: the wave of reports that follows a change
+// at its steepest (a real fleet's spreads over its hosts' applies).
+func reportAll(addr string, hosts []host, rs []outcome, conns []holdConn, gen int64, keep bool) Reported {
+	start, cpu0 := time.Now(), cpuTime()
+	type got struct {
+		done   time.Time
+		status int
+		body   []byte
+		err    error
+	}
+	gots := make([]got, len(rs))
+	var wg sync.WaitGroup
+	n := 0
+	for i, o := range rs {
+		if o.status != 200 || o.send == "" {
+			continue
+		}
+		n++
+		wg.Go(func() {
+			body := `{"send":"` + o.send + `","generation":` + strconv.FormatInt(gen, 10) +
+				`,"outcome":"applied","host_version":"1.0.0","running":{"mod":{"build":1}}}`
+			req := "POST /api/v1/host/reports HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + hosts[i].token +
+				"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+			resp, b, err := exchange(&conns[i], addr, i%sources, tlsConfig, req, keep, nil)
+			gots[i] = got{done: time.Now(), body: b, err: err}
+			if resp != nil {
+				gots[i].status = resp.StatusCode
+			}
+		})
+	}
+	wg.Wait()
+	r := Reported{Reports: n, CPUMs: float64((cpuTime() - cpu0).Microseconds()) / 1000}
+	var lat []float64
+	for i, g := range gots {
+		if rs[i].status != 200 || rs[i].send == "" {
+			continue
+		}
+		if g.err != nil || g.status != 201 {
+			if r.FirstError == "" {
+				r.FirstError = fmt.Sprintf("%s: status %d %v %.200s", hosts[i].name, g.status, g.err, g.body)
+			}
+			continue
+		}
+		r.Stored++
+		lat = append(lat, float64(g.done.Sub(start).Microseconds())/1000)
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		r.P50Ms = lat[len(lat)*50/100]
+		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
+		r.AllMs = lat[len(lat)-1]
 	}
 	return r
 }

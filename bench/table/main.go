@@ -1,7 +1,8 @@
 // Command table reads `go test -bench` output on stdin and prints the
 // fan-out benchmarks' figures as one table (`go tool task bench`): first
 // and second fan-out p50/p99, CPU per machine, memory per waiting poll,
-// one row per dialect and size, and what the large run adds below it;
+// one row per dialect and size; the reports that follow each fan-out;
+// what the large run adds below them;
 // then the TLS reconnect and the idle hosts' CPU, a table each.
 // Lines that are not such results pass by unprinted.
 package main
@@ -92,6 +93,17 @@ var main1 = []column{
 	{"live KiB/poll", "KiB/poll", "%.1f"},
 }
 
+// reportCols: every answered host reporting it applied, all at once,
+// after each fan-out.
+var reportCols = []column{
+	{"1st reports ms", "first-reports-ms", "%.0f"},
+	{"1st CPU µs/report", "first-cpu-µs/report", "%.0f"},
+	{"1st PG µs/report", "first-pg-cpu-µs/report", "%.0f"},
+	{"2nd reports ms", "second-reports-ms", "%.0f"},
+	{"2nd CPU µs/report", "second-cpu-µs/report", "%.0f"},
+	{"2nd PG µs/report", "second-pg-cpu-µs/report", "%.0f"},
+}
+
 var large = []column{
 	{"start ms", "start-ms", "%.0f"},
 	{"1st compose-all ms", "first-compose-all-ms", "%.0f"},
@@ -168,6 +180,7 @@ func main() {
 		os.Exit(1)
 	}
 	write(os.Stdout, rows, main1)
+	write(os.Stdout, rows, reportCols)
 	write(os.Stdout, rows, large)
 	write(os.Stdout, rows, reconnectCols)
 	write(os.Stdout, rows, idleCols)
