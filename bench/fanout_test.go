@@ -123,7 +123,8 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		args = append(args, "--database", cfg.DatabaseURL+"&application_name="+appName)
 	}
 	// MESH_BENCH_PPROF=DIR profiles the controller's CPU during each
-	// fan-out (through --pprof) into DIR/<dialect>-<first|second>-<n>.pprof.
+	// fan-out (through --pprof) into DIR/<dialect>-<first|second>-<n>.pprof,
+	// and during the reports after it into …-reports-<n>.pprof.
 	// --pprof is served always: its heap profile with gc=1 is how the
 	// memory of the waiting polls is measured after a collection.
 	profDir := os.Getenv("MESH_BENCH_PPROF")
@@ -187,6 +188,15 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 	// reports has every answered host report that it applied, all at
 	// once: what storing the wave of reports that follows a change costs.
 	reports := func(label string) {
+		if pprofURL != "" {
+			profiled := make(chan struct{})
+			go func() {
+				defer close(profiled)
+				profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-%s-reports-%d.pprof", dialect, label, time.Now().UnixNano())))
+			}()
+			defer func() { <-profiled }()
+			time.Sleep(200 * time.Millisecond) // the profile starts before the reports (a measurement, not a wait for a state)
+		}
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
 		fmt.Fprintln(stdin, "report")

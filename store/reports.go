@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"mesh/models"
-
-	"gorm.io/gorm"
 )
 
 // InsertReport stores a host's report as a row of its own and updates the
@@ -33,6 +31,14 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 			return err
 		}
 		m := &subj.Machine
+		if r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack {
+			// Judging a host's upgrade reads more of its machine (its
+			// platform's release, its schemas): the whole row, as the
+			// rare report it is.
+			if err := tx.Where("id = ?", machineID).First(m).Error; err != nil {
+				return err
+			}
+		}
 		tied := false
 		if r.Send != "" {
 			if !subj.SendMachineID.Valid {
@@ -90,62 +96,70 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 	return &row, nil
 }
 
-// reportSubject is a report's machine and what a report checks of the send
-// it names (null when there is no such send).
+// reportSubject is a report's machine, with the columns every report
+// reads (its id and name, and what models.ReportUpdates compares), and
+// what a report checks of the send it names (null when there is no such
+// send).
 type reportSubject struct {
 	models.Machine
-	SendMachineID  sql.NullInt64 `gorm:"column:send_machine_id"`
-	SendGeneration sql.NullInt64 `gorm:"column:send_generation"`
+	SendMachineID  sql.NullInt64
+	SendGeneration sql.NullInt64
 }
 
 // readReportSubject reads the machine and the send a report names in one
-// statement (send "" names none: no send has an empty id).
+// statement (send "" names none: no send has an empty id), scanned
+// straight into the fields rather than by gorm's reflection over every
+// column of both.
 func readReportSubject(tx *Tx, machineID int64, send string) (*reportSubject, error) {
 	var subj reportSubject
-	res := tx.Raw(`SELECT machines.*, sends.machine_id AS send_machine_id, sends.generation AS send_generation
-		FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`, send, machineID).Scan(&subj)
-	if res.Error != nil {
-		return nil, res.Error
-	}
-	if res.RowsAffected == 0 {
-		return nil, gorm.ErrRecordNotFound
+	m := &subj.Machine
+	err := tx.Raw(`SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
+			machines.finished_generation, machines.health, machines.health_check, machines.health_since,
+			sends.machine_id, sends.generation
+		FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`, send, machineID).Row().
+		Scan(&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
+			&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
+	if err != nil {
+		return nil, err
 	}
 	return &subj, nil
 }
 
 // insertReportRow stores row and sets up (column → value) on its machine,
 // giving row its id. On PostgreSQL it is one statement (a data-modifying
-// WITH); SQLite, in the controller's own process, has no round trip to
-// save and no such WITH.
+// WITH), one round trip; SQLite has no such WITH, and in the controller's
+// own process no round trip to save.
 func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
-	if tx.s.dialect != Postgres {
-		if err := tx.Create(row).Error; err != nil {
-			return err
-		}
-		return tx.Model(&models.Machine{ID: row.MachineID}).Updates(up).Error
-	}
 	args := []any{row.SendID, row.MachineID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
 		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt}
+	const insert = `INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
+			host_version, started_at, finished_at, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
 	cols := make([]string, 0, len(up))
 	for c := range up {
 		cols = append(cols, c)
 	}
 	// The columns are the store's own names (models.ReportUpdates), never
-	// a host's; sorted, the statement's text is the same for the same set.
+	// a host's; sorted, the statement's text is the same for the same set
+	// (a statement kept by its text, on both engines).
 	slices.Sort(cols)
 	var set strings.Builder
+	vals := make([]any, 0, len(cols)+1)
 	for i, c := range cols {
 		if i > 0 {
 			set.WriteString(", ")
 		}
 		set.WriteString(c + " = ?")
-		args = append(args, up[c])
+		vals = append(vals, up[c])
 	}
-	args = append(args, row.MachineID)
-	return tx.Raw(`WITH r AS (INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
-			host_version, started_at, finished_at, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id),
-		m AS (UPDATE machines SET `+set.String()+` WHERE id = ?)
-		SELECT id FROM r`, args...).Row().Scan(&row.ID)
+	vals = append(vals, row.MachineID)
+	update := `UPDATE machines SET ` + set.String() + ` WHERE id = ?`
+	if tx.s.dialect == Postgres {
+		return tx.Raw(`WITH r AS (`+insert+`), m AS (`+update+`) SELECT id FROM r`, append(args, vals...)...).Row().Scan(&row.ID)
+	}
+	if err := tx.Raw(insert, args...).Row().Scan(&row.ID); err != nil {
+		return err
+	}
+	return tx.Exec(update, vals...).Error
 }
 
 // Reports lists a machine's reports newest first.
