@@ -10,9 +10,9 @@
 //	fire BUILD   make BUILD current (bumping every host), wait for every
 //	             poll, verify, print "result {json}"
 //	report       every host answered by the last fire reports it applied
-//	             (all at once, on the connection its answer left open, as
-//	             each host's next request after its apply), print
-//	             "reported {json}"
+//	             (all at once, at most reportsInFlight at a time, on the
+//	             connection its answer left open, as each host's next
+//	             request after its apply), print "reported {json}"
 //
 // With -mode hold every host polls again as soon as answered (hold.go).
 //
@@ -338,9 +338,15 @@ type Reported struct {
 	FirstError string  `json:"first_error,omitempty"`
 }
 
+// reportsInFlight bounds the wave: at 100,000 hosts all at once would
+// measure this machine's memory more than the controller.
+const reportsInFlight = 10000
+
 // reportAll has every host that was answered 200 report that it applied
 // generation gen, all at once: the wave of reports that follows a change
-// at its steepest (a real fleet's spreads over its hosts' applies).
+// at its steepest (a real fleet's spreads over its hosts' applies). A
+// kept connection the controller closed meanwhile is dialled again once,
+// as a host's HTTP client would.
 func reportAll(addr string, hosts []host, rs []outcome, conns []holdConn, gen int64, keep bool) Reported {
 	start, cpu0 := time.Now(), cpuTime()
 	type got struct {
@@ -351,18 +357,25 @@ func reportAll(addr string, hosts []host, rs []outcome, conns []holdConn, gen in
 	}
 	gots := make([]got, len(rs))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, reportsInFlight)
 	n := 0
 	for i, o := range rs {
 		if o.status != 200 || o.send == "" {
 			continue
 		}
 		n++
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			body := `{"send":"` + o.send + `","generation":` + strconv.FormatInt(gen, 10) +
 				`,"outcome":"applied","host_version":"1.0.0","running":{"mod":{"build":1}}}`
 			req := "POST /api/v1/host/reports HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + hosts[i].token +
 				"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+			kept := conns[i].c != nil
 			resp, b, err := exchange(&conns[i], addr, i%sources, tlsConfig, req, keep, nil)
+			if err != nil && kept {
+				resp, b, err = exchange(&conns[i], addr, i%sources, tlsConfig, req, keep, nil)
+			}
 			gots[i] = got{done: time.Now(), body: b, err: err}
 			if resp != nil {
 				gots[i].status = resp.StatusCode

@@ -1,7 +1,7 @@
 // Command table reads `go test -bench` output on stdin and prints the
 // fan-out benchmarks' figures as one table (`go tool task bench`): first
 // and second fan-out p50/p99, CPU per machine, memory per waiting poll,
-// one row per dialect and size; the reports that follow each fan-out;
+// one row per dialect and size; the reports that follow the second;
 // what the large run adds below them;
 // then the TLS reconnect and the idle hosts' CPU, a table each.
 // Lines that are not such results pass by unprinted.
@@ -93,15 +93,12 @@ var main1 = []column{
 	{"live KiB/poll", "KiB/poll", "%.1f"},
 }
 
-// reportCols: every answered host reporting it applied, all at once,
-// after each fan-out.
+// reportCols: every host the second fan-out answered reporting it
+// applied, all at once.
 var reportCols = []column{
-	{"1st reports ms", "first-reports-ms", "%.0f"},
-	{"1st CPU µs/report", "first-cpu-µs/report", "%.0f"},
-	{"1st PG µs/report", "first-pg-cpu-µs/report", "%.0f"},
-	{"2nd reports ms", "second-reports-ms", "%.0f"},
-	{"2nd CPU µs/report", "second-cpu-µs/report", "%.0f"},
-	{"2nd PG µs/report", "second-pg-cpu-µs/report", "%.0f"},
+	{"reports ms", "reports-ms", "%.0f"},
+	{"CPU µs/report", "cpu-µs/report", "%.0f"},
+	{"PG µs/report", "pg-cpu-µs/report", "%.0f"},
 }
 
 var large = []column{
