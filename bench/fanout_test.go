@@ -185,19 +185,35 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		return strings.TrimPrefix(lines.Text(), prefix)
 	}
 
+	// profileCPU, with MESH_BENCH_PPROF, profiles the controller's CPU for
+	// 6 s from now into DIR/<dialect>-<what>-<n>.pprof, starting 200 ms
+	// ahead of what it measures; wait waits for the profile's end.
+	profileCPU := func(what string) (wait func()) {
+		if pprofURL == "" {
+			return func() {}
+		}
+		profiled := make(chan struct{})
+		go func() {
+			defer close(profiled)
+			profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-%s-%d.pprof", dialect, what, time.Now().UnixNano())))
+		}()
+		time.Sleep(200 * time.Millisecond) // the profile starts before what it measures (a measurement, not a wait for a state)
+		return func() { <-profiled }
+	}
+	// pgCPUSince is the CPU the controller's PostgreSQL backends used
+	// since they used pg0 (backendsCPU).
+	pgCPUSince := func(pg0 map[int]time.Duration) time.Duration {
+		d := time.Duration(0)
+		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
+			d += c - pg0[pid]
+		}
+		return d
+	}
 	// reports has every host the last fan-out answered report that it
 	// applied, all at once: what storing the wave of reports that follows
 	// a change costs.
 	reports := func() {
-		if pprofURL != "" {
-			profiled := make(chan struct{})
-			go func() {
-				defer close(profiled)
-				profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-reports-%d.pprof", dialect, time.Now().UnixNano())))
-			}()
-			defer func() { <-profiled }()
-			time.Sleep(200 * time.Millisecond) // the profile starts before the reports (a measurement, not a wait for a state)
-		}
+		defer profileCPU("reports")()
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
 		fmt.Fprintln(stdin, "report")
@@ -213,10 +229,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			b.Fatal(err)
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
-		pgCPU := time.Duration(0)
-		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
-			pgCPU += c - pg0[pid]
-		}
+		pgCPU := pgCPUSince(pg0)
 		pg := ""
 		if cfg.DatabaseURL != "" {
 			pg = fmt.Sprintf(", PostgreSQL's backends %v", pgCPU.Round(time.Millisecond))
@@ -262,15 +275,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 				dialect, perPoll/1024, metric(url, "go_memstats_heap_inuse_bytes")/(1<<20),
 				metric(url, "go_memstats_stack_inuse_bytes")/(1<<20), metric(url, "go_goroutines"), baseRSS>>20, rssPerPoll/1024)
 		}
-		var profiled chan struct{}
-		if pprofURL != "" {
-			profiled = make(chan struct{})
-			go func() {
-				defer close(profiled)
-				profile(b, pprofURL+"6", filepath.Join(profDir, fmt.Sprintf("%s-%s-%d.pprof", dialect, label, time.Now().UnixNano())))
-			}()
-			time.Sleep(200 * time.Millisecond) // the profile starts before the change (a measurement, not a wait for a state)
-		}
+		profiled := profileCPU(label)
 		var composed chan float64
 		if large != nil {
 			composed = large.composeAll(b, url, fanoutHosts)
@@ -306,10 +311,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
 		allocs("after")
-		pgCPU := time.Duration(0)
-		for pid, c := range backendsCPU(b, cfg.DatabaseURL, appName) {
-			pgCPU += c - pg0[pid]
-		}
+		pgCPU := pgCPUSince(pg0)
 		if cfg.DatabaseURL != "" {
 			b.Logf("%s %s fan-out: PostgreSQL backends' CPU %v", dialect, label, pgCPU.Round(time.Millisecond))
 			b.ReportMetric(float64(pgCPU.Microseconds())/float64(fanoutHosts), label+"-pg-cpu-µs/machine")
@@ -330,9 +332,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		b.ReportMetric(r.P50Ms, label+"-p50-ms")
 		b.ReportMetric(r.P99Ms, label+"-p99-ms")
 		b.ReportMetric(float64(ctlCPU.Microseconds())/float64(fanoutHosts), label+"-cpu-µs/machine")
-		if profiled != nil {
-			<-profiled
-		}
+		profiled()
 	}
 	round("first", 1, 2)
 	round("second", 2, 1)

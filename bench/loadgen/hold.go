@@ -23,7 +23,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -95,11 +94,7 @@ func hold(c holdConfig) {
 				}
 			}
 			r.Reconnected = len(lat)
-			if len(lat) > 0 {
-				slices.Sort(lat)
-				r.P50Ms, r.MaxMs = lat[len(lat)*50/100], lat[len(lat)-1]
-				r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
-			}
+			_, r.P50Ms, r.P99Ms, r.MaxMs = spread(lat)
 			j, _ := json.Marshal(r)
 			fmt.Println("result " + string(j))
 		default:

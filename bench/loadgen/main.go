@@ -315,13 +315,18 @@ func measure(hosts []host, rs []outcome, start time.Time, key ed25519.PublicKey,
 		}
 		r.Verified++
 	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		r.FirstMs, r.MaxMs = lat[0], lat[len(lat)-1]
-		r.P50Ms = lat[len(lat)*50/100]
-		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
-	}
+	r.FirstMs, r.P50Ms, r.P99Ms, r.MaxMs = spread(lat)
 	return r
+}
+
+// spread sorts latencies and gives the first, the median, the 99th
+// percentile and the last (all 0 when there are none).
+func spread(lat []float64) (first, p50, p99, last float64) {
+	if len(lat) == 0 {
+		return 0, 0, 0, 0
+	}
+	slices.Sort(lat)
+	return lat[0], lat[len(lat)*50/100], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
 }
 
 // headerSend names the send an answer is, which its host's report names.
@@ -349,25 +354,26 @@ const reportsInFlight = 10000
 // as a host's HTTP client would.
 func reportAll(addr string, hosts []host, rs []outcome, conns []holdConn, gen int64, keep bool) Reported {
 	start, cpu0 := time.Now(), cpuTime()
+	var who []int // the hosts answered 200, which report
+	for i, o := range rs {
+		if o.status == 200 && o.send != "" {
+			who = append(who, i)
+		}
+	}
 	type got struct {
 		done   time.Time
 		status int
 		body   []byte
 		err    error
 	}
-	gots := make([]got, len(rs))
+	gots := make([]got, len(who))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, reportsInFlight)
-	n := 0
-	for i, o := range rs {
-		if o.status != 200 || o.send == "" {
-			continue
-		}
-		n++
+	for k, i := range who {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			body := `{"send":"` + o.send + `","generation":` + strconv.FormatInt(gen, 10) +
+			body := `{"send":"` + rs[i].send + `","generation":` + strconv.FormatInt(gen, 10) +
 				`,"outcome":"applied","host_version":"1.0.0","running":{"mod":{"build":1}}}`
 			req := "POST /api/v1/host/reports HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + hosts[i].token +
 				"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
@@ -376,34 +382,26 @@ func reportAll(addr string, hosts []host, rs []outcome, conns []holdConn, gen in
 			if err != nil && kept {
 				resp, b, err = exchange(&conns[i], addr, i%sources, tlsConfig, req, keep, nil)
 			}
-			gots[i] = got{done: time.Now(), body: b, err: err}
+			gots[k] = got{done: time.Now(), body: b, err: err}
 			if resp != nil {
-				gots[i].status = resp.StatusCode
+				gots[k].status = resp.StatusCode
 			}
 		})
 	}
 	wg.Wait()
-	r := Reported{Reports: n, CPUMs: float64((cpuTime() - cpu0).Microseconds()) / 1000}
+	r := Reported{Reports: len(who), CPUMs: float64((cpuTime() - cpu0).Microseconds()) / 1000}
 	var lat []float64
-	for i, g := range gots {
-		if rs[i].status != 200 || rs[i].send == "" {
-			continue
-		}
+	for k, g := range gots {
 		if g.err != nil || g.status != 201 {
 			if r.FirstError == "" {
-				r.FirstError = fmt.Sprintf("%s: status %d %v %.200s", hosts[i].name, g.status, g.err, g.body)
+				r.FirstError = fmt.Sprintf("%s: status %d %v %.200s", hosts[who[k]].name, g.status, g.err, g.body)
 			}
 			continue
 		}
 		r.Stored++
 		lat = append(lat, float64(g.done.Sub(start).Microseconds())/1000)
 	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		r.P50Ms = lat[len(lat)*50/100]
-		r.P99Ms = lat[min(len(lat)-1, len(lat)*99/100)]
-		r.AllMs = lat[len(lat)-1]
-	}
+	_, r.P50Ms, r.P99Ms, r.AllMs = spread(lat)
 	return r
 }
 
