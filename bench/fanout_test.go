@@ -200,6 +200,18 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		time.Sleep(200 * time.Millisecond) // the profile starts before what it measures (a measurement, not a wait for a state)
 		return func() { <-profiled }
 	}
+	// allocs, with MESH_BENCH_PPROF, saves the heap's allocations so far
+	// into DIR/<dialect>-<what>-allocs-<when>.pprof, after a collection:
+	// taken before and after what is measured, pprof -base before after
+	// gives what it allocated. It is asked for as heap, the same profile:
+	// net/http/pprof collects first (gc=1) for that name only, and an
+	// allocs profile taken without one counted the polls' arrival as the
+	// fan-out's.
+	allocs := func(what, when string) {
+		if pprofURL != "" {
+			profile(b, strings.Replace(pprofURL, "profile?seconds=", "heap?gc=1", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, what, when)))
+		}
+	}
 	// pgCPUSince is the CPU the controller's PostgreSQL backends used
 	// since they used pg0 (backendsCPU).
 	pgCPUSince := func(pg0 map[int]time.Duration) time.Duration {
@@ -213,6 +225,8 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 	// applied, all at once: what storing the wave of reports that follows
 	// a change costs.
 	reports := func() {
+		allocs("reports", "before")
+		defer allocs("reports", "after")
 		defer profileCPU("reports")()
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
@@ -280,18 +294,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 		if large != nil {
 			composed = large.composeAll(b, url, fanoutHosts)
 		}
-		// Beside the CPU profile, the heap allocated before and after the
-		// fan-out (pprof -base before after: what it allocated), each after
-		// a collection: a heap profile is as of the last one. It is asked
-		// for as heap, the same profile: net/http/pprof collects first
-		// (gc=1) for that name only, and an allocs profile taken without
-		// one counted the polls' arrival as the fan-out's.
-		allocs := func(when string) {
-			if pprofURL != "" {
-				profile(b, strings.Replace(pprofURL, "profile?seconds=", "heap?gc=1", 1), filepath.Join(profDir, fmt.Sprintf("%s-%s-allocs-%s.pprof", dialect, label, when)))
-			}
-		}
-		allocs("before")
+		allocs(label, "before")
 		cpu0 := cpuTime(b, ctl.Process.Pid)
 		pg0 := backendsCPU(b, cfg.DatabaseURL, appName)
 		fmt.Fprintf(stdin, "fire %d\n", build)
@@ -310,7 +313,7 @@ func fanout(b *testing.B, bin, dialect string, tls bool, machines, fanoutHosts i
 			b.Fatal(err)
 		}
 		ctlCPU := cpuTime(b, ctl.Process.Pid) - cpu0
-		allocs("after")
+		allocs(label, "after")
 		pgCPU := pgCPUSince(pg0)
 		if cfg.DatabaseURL != "" {
 			b.Logf("%s %s fan-out: PostgreSQL backends' CPU %v", dialect, label, pgCPU.Round(time.Millisecond))
