@@ -113,12 +113,12 @@ type reportSubject struct {
 func readReportSubject(tx *Tx, machineID int64, send string) (*reportSubject, error) {
 	var subj reportSubject
 	m := &subj.Machine
-	err := tx.Raw(`SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
+	err := tx.scanRow(`SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
 			machines.finished_generation, machines.health, machines.health_check, machines.health_since,
 			sends.machine_id, sends.generation
-		FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`, send, machineID).Row().
-		Scan(&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
-			&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
+		FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`, []any{send, machineID},
+		&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
+		&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
 	if err != nil {
 		return nil, err
 	}
@@ -154,12 +154,12 @@ func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
 	vals = append(vals, row.MachineID)
 	update := `UPDATE machines SET ` + set.String() + ` WHERE id = ?`
 	if tx.s.dialect == Postgres {
-		return tx.Raw(`WITH r AS (`+insert+`), m AS (`+update+`) SELECT id FROM r`, append(args, vals...)...).Row().Scan(&row.ID)
+		return tx.scanRow(`WITH r AS (`+insert+`), m AS (`+update+`) SELECT id FROM r`, append(args, vals...), &row.ID)
 	}
-	if err := tx.Raw(insert, args...).Row().Scan(&row.ID); err != nil {
+	if err := tx.scanRow(insert, args, &row.ID); err != nil {
 		return err
 	}
-	return tx.Exec(update, vals...).Error
+	return tx.execDirect(update, vals...)
 }
 
 // Reports lists a machine's reports newest first.

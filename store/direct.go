@@ -1,0 +1,78 @@
+package store
+
+import (
+	"database/sql"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Statements run on the transaction's database/sql handle directly, not
+// through gorm: gorm builds each statement's text and arguments anew
+// (its Statement cloned, the text rewritten through a builder) on every
+// call, and a report's few statements run thousands of times in the
+// wave of reports after a change. The text is written with ?
+// placeholders on both engines; PostgreSQL's $1, $2, … are made once per
+// text. Each engine keeps the compiled statement by its text (SQLite
+// through keepingConn, PostgreSQL's driver itself).
+
+// errNotInTx: a direct statement runs only inside a transaction.
+var errNotInTx = errors.New("store: a direct statement runs in a transaction")
+
+// numbered holds each text's PostgreSQL spelling, by its ? spelling.
+var numbered sync.Map
+
+// numberPlaceholders spells query's ? placeholders as $1, $2, …: the
+// texts given are the store's own and have no ? anywhere else.
+func numberPlaceholders(query string) string {
+	if q, ok := numbered.Load(query); ok {
+		return q.(string)
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	numbered.Store(query, b.String())
+	return b.String()
+}
+
+// direct gives the transaction's handle and query in its engine's
+// spelling, and counts the statement.
+func (tx *Tx) direct(query string) (*sql.Tx, string, error) {
+	stx, ok := tx.Statement.ConnPool.(*sql.Tx)
+	if !ok {
+		return nil, "", errNotInTx
+	}
+	tx.s.statements.Add(1)
+	if tx.s.dialect == Postgres {
+		query = numberPlaceholders(query)
+	}
+	return stx, query, nil
+}
+
+// scanRow runs query, which yields one row, and scans it into dest.
+func (tx *Tx) scanRow(query string, args []any, dest ...any) error {
+	stx, q, err := tx.direct(query)
+	if err != nil {
+		return err
+	}
+	return stx.QueryRowContext(tx.Statement.Context, q, args...).Scan(dest...)
+}
+
+// execDirect runs query, which yields no rows.
+func (tx *Tx) execDirect(query string, args ...any) error {
+	stx, q, err := tx.direct(query)
+	if err != nil {
+		return err
+	}
+	_, err = stx.ExecContext(tx.Statement.Context, q, args...)
+	return err
+}
