@@ -94,19 +94,19 @@ func (s *Store) commitGroup(ctx context.Context, batch []*groupedWrite) {
 			for _, w := range live {
 				w.err = nil
 				bumps, revoked := len(tx.bumps), len(tx.revoked)
-				if err := tx.Exec("SAVEPOINT grouped").Error; err != nil {
+				if err := tx.execDirect("SAVEPOINT grouped"); err != nil {
 					return err
 				}
 				if w.err = w.fn(tx); w.err != nil {
 					w.err = mapErr(w.err)
-					if err := tx.Exec("ROLLBACK TO grouped").Error; err != nil {
+					if err := tx.execDirect("ROLLBACK TO grouped"); err != nil {
 						// SQLite ended the whole transaction itself (a
 						// full disk, say): the write's own error says why.
 						return w.err
 					}
 					tx.bumps, tx.revoked = tx.bumps[:min(bumps, len(tx.bumps))], tx.revoked[:min(revoked, len(tx.revoked))]
 				}
-				if err := tx.Exec("RELEASE grouped").Error; err != nil {
+				if err := tx.execDirect("RELEASE grouped"); err != nil {
 					return err
 				}
 			}
