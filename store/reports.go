@@ -22,6 +22,11 @@ import (
 // between begin and commit: one reading the machine with its send, one
 // storing the row with the machine's summary.
 func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error) {
+	if s.dialect == Postgres && atOnce(r) {
+		if row, err, done := s.insertReportAtOnce(ctx, machineID, r, body); done {
+			return row, err
+		}
+	}
 	var row models.ReportRow
 	var refusal error
 	err := s.writeGrouped(ctx, func(tx *Tx) error {
@@ -106,6 +111,79 @@ type reportSubject struct {
 	SendGeneration sql.NullInt64
 }
 
+// atOnce says whether r is the common report, the one stored without a
+// transaction of its own on PostgreSQL (insertReportAtOnce): it names its
+// send, carries no service output and is no host upgrade's.
+func atOnce(r *models.Report) bool {
+	return r.Send != "" && len(r.Logs) == 0 && r.Outcome != models.OutcomeUpgraded && r.Outcome != models.OutcomeRolledBack
+}
+
+// reportSubjectQuery reads what readReportSubject reads.
+const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
+		machines.finished_generation, machines.health, machines.health_check, machines.health_since,
+		sends.machine_id, sends.generation
+	FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`
+
+// insertReportAtOnce stores the common report on PostgreSQL in two
+// statements and no transaction of their own: the machine and its send
+// read, then the row inserted and the machine's summary updated in one
+// statement, which updates only if what the read saw of the machine is
+// still so (and inserts only if it updated). Two round trips where a
+// transaction takes four (begin, read, write, commit), for the report
+// every host sends after every change. done is false when the report must
+// go the transaction's way instead: the machine changed in between, or a
+// statement failed (the transaction's way then says why, and runs again
+// a deadlock's victim); nothing of it was stored then.
+func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *models.Report, body []byte) (row *models.ReportRow, err error, done bool) {
+	sqldb, err := s.db.DB()
+	if err != nil {
+		return nil, nil, false
+	}
+	var subj reportSubject
+	m := &subj.Machine
+	s.statements.Add(1)
+	if err := sqldb.QueryRowContext(ctx, numberPlaceholders(reportSubjectQuery), r.Send, machineID).Scan(&m.ID, &m.Name,
+		&m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck, &m.HealthSince,
+		&subj.SendMachineID, &subj.SendGeneration); err != nil || !subj.SendMachineID.Valid {
+		return nil, nil, false
+	}
+	snd := models.Send{ID: r.Send, MachineID: subj.SendMachineID.Int64, Generation: subj.SendGeneration.Int64}
+	if err := models.CheckReportSend(machineID, r, &snd); err != nil {
+		return nil, err, true // refused, as the transaction's way refuses it: nothing stored
+	}
+	if s.beforeReportWrite != nil {
+		s.beforeReportWrite()
+	}
+	now := s.Now()
+	row = &models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
+		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, HostVersion: r.HostVersion,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Body: string(body), CreatedAt: now}
+	up := models.ReportUpdates(m, r, true, now)
+	up["last_report_at"] = now
+	set, vals := setColumns(up)
+	// The guard names every column ReportUpdates compared.
+	vals = append(vals, machineID, m.Schema, m.AppliedGeneration, m.FinishedGen, m.Health, m.HealthCheck, m.HealthSince)
+	// The row's values are cast: in a SELECT's list PostgreSQL does not
+	// take a parameter's type from the column it is inserted into.
+	q := `WITH m AS (UPDATE machines SET ` + set + ` WHERE id = ? AND schema = ? AND applied_generation = ?
+			AND finished_generation = ? AND health = ? AND health_check = ? AND health_since IS NOT DISTINCT FROM CAST(? AS timestamptz)
+			RETURNING id),
+		r AS (INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
+			host_version, started_at, finished_at, body, created_at)
+			SELECT CAST(? AS text), m.id, CAST(? AS bigint), CAST(? AS text), CAST(? AS text), CAST(? AS text),
+				CAST(? AS bigint), CAST(? AS text), CAST(? AS timestamptz), CAST(? AS timestamptz), CAST(? AS text),
+				CAST(? AS timestamptz) FROM m RETURNING id)
+		SELECT id FROM r`
+	args := append(vals, row.SendID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
+		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt)
+	s.statements.Add(1)
+	if err := sqldb.QueryRowContext(ctx, numberPlaceholders(q), args...).Scan(&row.ID); err != nil {
+		return nil, nil, false
+	}
+	s.ckpt.wroteNow()
+	return row, nil, true
+}
+
 // readReportSubject reads the machine and the send a report names in one
 // statement (send "" names none: no send has an empty id), scanned
 // straight into the fields rather than by gorm's reflection over every
@@ -113,10 +191,7 @@ type reportSubject struct {
 func readReportSubject(tx *Tx, machineID int64, send string) (*reportSubject, error) {
 	var subj reportSubject
 	m := &subj.Machine
-	err := tx.scanRow(`SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
-			machines.finished_generation, machines.health, machines.health_check, machines.health_since,
-			sends.machine_id, sends.generation
-		FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`, []any{send, machineID},
+	err := tx.scanRow(reportSubjectQuery, []any{send, machineID},
 		&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
 		&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
 	if err != nil {
@@ -134,25 +209,9 @@ func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
 		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt}
 	const insert = `INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
 			host_version, started_at, finished_at, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
-	cols := make([]string, 0, len(up))
-	for c := range up {
-		cols = append(cols, c)
-	}
-	// The columns are the store's own names (models.ReportUpdates), never
-	// a host's; sorted, the statement's text is the same for the same set
-	// (a statement kept by its text, on both engines).
-	slices.Sort(cols)
-	var set strings.Builder
-	vals := make([]any, 0, len(cols)+1)
-	for i, c := range cols {
-		if i > 0 {
-			set.WriteString(", ")
-		}
-		set.WriteString(c + " = ?")
-		vals = append(vals, up[c])
-	}
+	set, vals := setColumns(up)
 	vals = append(vals, row.MachineID)
-	update := `UPDATE machines SET ` + set.String() + ` WHERE id = ?`
+	update := `UPDATE machines SET ` + set + ` WHERE id = ?`
 	if tx.s.dialect == Postgres {
 		return tx.scanRow(`WITH r AS (`+insert+`), m AS (`+update+`) SELECT id FROM r`, append(args, vals...), &row.ID)
 	}
@@ -160,6 +219,29 @@ func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
 		return err
 	}
 	return tx.execDirect(update, vals...)
+}
+
+// setColumns spells up (column → value) as an UPDATE's SET list with its
+// values in order. The columns are the store's own names
+// (models.ReportUpdates), never a host's; sorted, the statement's text is
+// the same for the same set (a statement kept by its text, on both
+// engines).
+func setColumns(up map[string]any) (string, []any) {
+	cols := make([]string, 0, len(up))
+	for c := range up {
+		cols = append(cols, c)
+	}
+	slices.Sort(cols)
+	var set strings.Builder
+	vals := make([]any, 0, len(cols)+8)
+	for i, c := range cols {
+		if i > 0 {
+			set.WriteString(", ")
+		}
+		set.WriteString(c + " = ?")
+		vals = append(vals, up[c])
+	}
+	return set.String(), vals
 }
 
 // Reports lists a machine's reports newest first.

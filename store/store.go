@@ -98,6 +98,9 @@ type Store struct {
 	// snapshot and its insert: where another instance's insert and an
 	// epoch's change can fall.
 	beforeStore func()
+	// beforeReportWrite, set only by tests, runs between the read and the
+	// write of a report stored at once (insertReportAtOnce).
+	beforeReportWrite func()
 }
 
 // countStatements counts every statement gorm issues, so tests and metrics

@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestReports_AtOnceGuardsWhatItRead: on PostgreSQL the common report is
+// stored without a transaction of its own (its machine read, then its row
+// and the machine's summary written by one statement). A report whose
+// machine moved on between that read and that write (another report of a
+// newer generation stored meanwhile) must not move the machine back, and
+// is stored once, not twice; one on an unchanged machine is stored in
+// those two statements.
+func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			s := storetest.MustOpen(t, d)
+			ctx := context.Background()
+			id := fixtures(t, s, 1)[0]
+			sendOf := func(gen int64) string {
+				snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: gen, InstanceID: "test", CreatedAt: time.Now().UTC()}
+				if err := s.InsertSends(ctx, []models.Send{snd}); err != nil {
+					t.Fatal(err)
+				}
+				return snd.ID
+			}
+			between := 0
+			s.SetBeforeReportWrite(func() {
+				if between++; between == 1 {
+					// What a report of generation 2 stored meanwhile leaves.
+					if err := s.DB().Exec("UPDATE machines SET applied_generation = 2, finished_generation = 2 WHERE id = ?", id).Error; err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			r := &models.Report{Send: sendOf(1), Generation: 1, Outcome: models.OutcomeApplied}
+			if _, err := s.InsertReport(ctx, id, r, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			if d == store.Postgres && between != 1 {
+				t.Fatalf("the report was not stored at once (the hook ran %d times)", between)
+			}
+			m, err := s.Machine(ctx, "m0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d == store.Postgres && (m.AppliedGeneration != 2 || m.FinishedGen != 2) {
+				t.Fatalf("a report of generation 1 moved the machine back to applied %d, finished %d", m.AppliedGeneration, m.FinishedGen)
+			}
+			rows, err := s.Reports(ctx, id, 10, 0)
+			if err != nil || len(rows) != 1 || rows[0].Generation != 1 {
+				t.Fatalf("the report stored %d times (%v): %+v", len(rows), err, rows)
+			}
+
+			r = &models.Report{Send: sendOf(3), Generation: 3, Outcome: models.OutcomeApplied}
+			before := s.Statements()
+			if _, err := s.InsertReport(ctx, id, r, []byte(`{}`)); err != nil {
+				t.Fatal(err)
+			}
+			if n := s.Statements() - before; d == store.Postgres && n != 2 {
+				t.Fatalf("a report on an unchanged machine took %d statements, want 2", n)
+			}
+			if m, err := s.Machine(ctx, "m0"); err != nil || m.AppliedGeneration != 3 || m.FinishedGen != 3 {
+				t.Fatalf("after a report of generation 3: applied %d, finished %d (%v)", m.AppliedGeneration, m.FinishedGen, err)
+			}
+		})
+	}
+}
