@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,12 +32,12 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 	var refusal error
 	err := s.writeGrouped(ctx, func(tx *Tx) error {
 		refusal = nil
-		subj, err := readReportSubject(tx, machineID, r.Send)
+		subj, err := readReportSubject(tx, machineID, r.Send, !upgrade(r))
 		if err != nil {
 			return err
 		}
 		m := &subj.Machine
-		if r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack {
+		if upgrade(r) {
 			// Judging a host's upgrade reads more of its machine (its
 			// platform's release, its schemas): the whole row, as the
 			// rare report it is.
@@ -87,7 +88,7 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				return err
 			}
 		}
-		if r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack {
+		if upgrade(r) {
 			return upgradeReported(tx, m, r)
 		}
 		return nil
@@ -115,7 +116,12 @@ type reportSubject struct {
 // transaction of its own on PostgreSQL (insertReportAtOnce): it names its
 // send, carries no service output and is no host upgrade's.
 func atOnce(r *models.Report) bool {
-	return r.Send != "" && len(r.Logs) == 0 && r.Outcome != models.OutcomeUpgraded && r.Outcome != models.OutcomeRolledBack
+	return r.Send != "" && len(r.Logs) == 0 && !upgrade(r)
+}
+
+// upgrade says whether r is a host upgrade's report.
+func upgrade(r *models.Report) bool {
+	return r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack
 }
 
 // reportSubjectQuery reads what readReportSubject reads.
@@ -131,21 +137,29 @@ const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, 
 // still so (and inserts only if it updated). Two round trips where a
 // transaction takes four (begin, read, write, commit), for the report
 // every host sends after every change. done is false when the report must
-// go the transaction's way instead: the machine changed in between, or a
-// statement failed (the transaction's way then says why, and runs again
-// a deadlock's victim); nothing of it was stored then.
+// go the transaction's way instead, nothing of it stored: its machine or
+// its send is not there (the transaction's way says which), or the
+// machine changed in between. Any other error is the report's answer,
+// not a reason to run it again: the write is one statement that locks
+// one row, which READ COMMITTED never makes a deadlock's victim, and
+// whose reply, when lost, may have followed its commit (run again, the
+// report would be stored twice).
 func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *models.Report, body []byte) (row *models.ReportRow, err error, done bool) {
 	sqldb, err := s.db.DB()
 	if err != nil {
-		return nil, nil, false
+		return nil, mapErr(err), true
 	}
 	var subj reportSubject
 	m := &subj.Machine
 	s.statements.Add(1)
-	if err := sqldb.QueryRowContext(ctx, numberPlaceholders(reportSubjectQuery), r.Send, machineID).Scan(&m.ID, &m.Name,
+	err = sqldb.QueryRowContext(ctx, numberPlaceholders(reportSubjectQuery), r.Send, machineID).Scan(&m.ID, &m.Name,
 		&m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck, &m.HealthSince,
-		&subj.SendMachineID, &subj.SendGeneration); err != nil || !subj.SendMachineID.Valid {
+		&subj.SendMachineID, &subj.SendGeneration)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !subj.SendMachineID.Valid) {
 		return nil, nil, false
+	}
+	if err != nil {
+		return nil, mapErr(err), true
 	}
 	snd := models.Send{ID: r.Send, MachineID: subj.SendMachineID.Int64, Generation: subj.SendGeneration.Int64}
 	if err := models.CheckReportSend(machineID, r, &snd); err != nil {
@@ -177,8 +191,12 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	args := append(vals, row.SendID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
 		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt)
 	s.statements.Add(1)
-	if err := sqldb.QueryRowContext(ctx, numberPlaceholders(q), args...).Scan(&row.ID); err != nil {
-		return nil, nil, false
+	err = sqldb.QueryRowContext(ctx, numberPlaceholders(q), args...).Scan(&row.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil, false // the machine moved on (or is gone): nothing was stored
+	}
+	if err != nil {
+		return nil, mapErr(err), true
 	}
 	s.ckpt.wroteNow()
 	return row, nil, true
@@ -188,10 +206,24 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 // statement (send "" names none: no send has an empty id), scanned
 // straight into the fields rather than by gorm's reflection over every
 // column of both.
-func readReportSubject(tx *Tx, machineID int64, send string) (*reportSubject, error) {
+//
+// With lock, on PostgreSQL, the machine's row is locked by the read for
+// the rest of the transaction: two reports of one machine at once (one of
+// them with service output, say) are then stored one after the other, the
+// second reading what the first wrote, so neither moves the machine back.
+// The report's own update took that lock a few statements later, with
+// nothing locked in between, so the order of locks is unchanged. An
+// upgrade's report is read without it: judging it may fail its trial
+// (rollout rows) before the machine's update, and takes its locks in that
+// order, as before.
+func readReportSubject(tx *Tx, machineID int64, send string, lock bool) (*reportSubject, error) {
 	var subj reportSubject
 	m := &subj.Machine
-	err := tx.scanRow(reportSubjectQuery, []any{send, machineID},
+	q := reportSubjectQuery
+	if lock && tx.s.dialect == Postgres {
+		q += ` FOR UPDATE OF machines`
+	}
+	err := tx.scanRow(q, []any{send, machineID},
 		&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
 		&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
 	if err != nil {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,24 @@ func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
 			}
 			if m, err := s.Machine(ctx, "m0"); err != nil || m.AppliedGeneration != 3 || m.FinishedGen != 3 {
 				t.Fatalf("after a report of generation 3: applied %d, finished %d (%v)", m.AppliedGeneration, m.FinishedGen, err)
+			}
+			if d != store.Postgres {
+				return
+			}
+
+			// A write the engine refuses is the report's answer, not run
+			// again the transaction's way: a write whose reply was lost
+			// after its commit would be stored twice.
+			if err := s.DB().Exec("ALTER TABLE reports ADD CONSTRAINT no_poison CHECK (reason <> 'poison')").Error; err != nil {
+				t.Fatal(err)
+			}
+			r = &models.Report{Send: sendOf(4), Generation: 4, Outcome: models.OutcomeFailed, Reason: "poison"}
+			before = s.Statements()
+			if _, err := s.InsertReport(ctx, id, r, []byte(`{}`)); err == nil || !strings.Contains(err.Error(), "no_poison") {
+				t.Fatalf("a report the engine refused: %v", err)
+			}
+			if n := s.Statements() - before; n != 2 {
+				t.Fatalf("a refused write took %d statements, want 2: it was run again", n)
 			}
 		})
 	}
