@@ -18,14 +18,21 @@ func decode(t *testing.T, b []byte, v any) {
 	}
 }
 
-// trySentReport is sentReport that returns the store's answer.
-func trySentReport(t *testing.T, s *store.Store, id int64, r *models.Report) error {
+// recordSend records a send of generation gen to machine id and returns
+// its id.
+func recordSend(t *testing.T, s *store.Store, id, gen int64) string {
 	t.Helper()
-	snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: r.Generation, InstanceID: "test", CreatedAt: time.Now().UTC()}
+	snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: gen, InstanceID: "test", CreatedAt: time.Now().UTC()}
 	if err := s.InsertSends(context.Background(), []models.Send{snd}); err != nil {
 		t.Fatal(err)
 	}
-	r.Send = snd.ID
+	return snd.ID
+}
+
+// trySentReport is sentReport that returns the store's answer.
+func trySentReport(t *testing.T, s *store.Store, id int64, r *models.Report) error {
+	t.Helper()
+	r.Send = recordSend(t, s, id, r.Generation)
 	_, err := s.InsertReport(context.Background(), id, r, []byte(`{}`))
 	return err
 }
@@ -34,13 +41,7 @@ func trySentReport(t *testing.T, s *store.Store, id int64, r *models.Report) err
 // naming it: only a report tied to a send moves what a machine applied.
 func sentReport(t *testing.T, s *store.Store, id int64, r *models.Report) {
 	t.Helper()
-	ctx := context.Background()
-	snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: r.Generation, InstanceID: "test", CreatedAt: time.Now().UTC()}
-	if err := s.InsertSends(ctx, []models.Send{snd}); err != nil {
-		t.Fatal(err)
-	}
-	r.Send = snd.ID
-	if _, err := s.InsertReport(ctx, id, r, []byte(`{}`)); err != nil {
+	if err := trySentReport(t, s, id, r); err != nil {
 		t.Fatal(err)
 	}
 }

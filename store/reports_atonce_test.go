@@ -4,9 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/uuid"
 
 	"mesh/models"
 	"mesh/store"
@@ -26,13 +23,7 @@ func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
 			s := storetest.MustOpen(t, d)
 			ctx := context.Background()
 			id := fixtures(t, s, 1)[0]
-			sendOf := func(gen int64) string {
-				snd := models.Send{ID: uuid.Must(uuid.NewV7()).String(), MachineID: id, Generation: gen, InstanceID: "test", CreatedAt: time.Now().UTC()}
-				if err := s.InsertSends(ctx, []models.Send{snd}); err != nil {
-					t.Fatal(err)
-				}
-				return snd.ID
-			}
+			sendOf := func(gen int64) string { return recordSend(t, s, id, gen) }
 			between := 0
 			s.SetBeforeReportWrite(func() {
 				if between++; between == 1 {
