@@ -28,9 +28,9 @@ var MapErr = mapErr
 // and its insert (nil: none).
 func (s *Store) SetBeforeStore(f func()) { s.beforeStore = f }
 
-// SetBeforeReportWrite sets a function run between the read and the write
-// of a report PostgreSQL stores at once (nil: none).
-func (s *Store) SetBeforeReportWrite(f func()) { s.beforeReportWrite = f }
+// SetBeforeReportWrite sets a function run between a report's read and
+// its write, told whether the report is stored at once (nil: none).
+func (s *Store) SetBeforeReportWrite(f func(atOnce bool)) { s.beforeReportWrite = f }
 
 // ReadForCompose runs the machine, variable and assignment reads of a
 // compose batch in one snapshot, by gorm's Find (byGorm) or by the direct

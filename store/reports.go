@@ -19,9 +19,10 @@ import (
 //
 // Every host reports after every change it applies, so a fleet's reports
 // cost more than the fan-out that caused them; on PostgreSQL each
-// statement is a round trip, so the common report is two statements
-// between begin and commit: one reading the machine with its send, one
-// storing the row with the machine's summary.
+// statement is a round trip, so a report is two statements, one reading
+// the machine with its send, one storing the row with the machine's
+// summary, and the common report has no begin and commit around them
+// (insertReportAtOnce).
 func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error) {
 	if s.dialect == Postgres && atOnce(r) {
 		if row, err, done := s.insertReportAtOnce(ctx, machineID, r, body); done {
@@ -35,6 +36,9 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 		subj, err := readReportSubject(tx, machineID, r.Send, !upgrade(r))
 		if err != nil {
 			return err
+		}
+		if s.beforeReportWrite != nil {
+			s.beforeReportWrite(false)
 		}
 		m := &subj.Machine
 		if upgrade(r) {
@@ -166,7 +170,7 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 		return nil, err, true // refused, as the transaction's way refuses it: nothing stored
 	}
 	if s.beforeReportWrite != nil {
-		s.beforeReportWrite()
+		s.beforeReportWrite(true)
 	}
 	now := s.Now()
 	row = &models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/models"
 	"mesh/store"
@@ -25,7 +26,10 @@ func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
 			id := fixtures(t, s, 1)[0]
 			sendOf := func(gen int64) string { return recordSend(t, s, id, gen) }
 			between := 0
-			s.SetBeforeReportWrite(func() {
+			s.SetBeforeReportWrite(func(atOnce bool) {
+				if !atOnce {
+					return
+				}
 				if between++; between == 1 {
 					// What a report of generation 2 stored meanwhile leaves.
 					if err := s.DB().Exec("UPDATE machines SET applied_generation = 2, finished_generation = 2 WHERE id = ?", id).Error; err != nil {
@@ -82,5 +86,65 @@ func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
 				t.Fatalf("a refused write took %d statements, want 2: it was run again", n)
 			}
 		})
+	}
+}
+
+// TestReports_OneMachineOneAfterTheOther: two reports of one machine
+// stored the transaction's way at once (each with service output) are
+// stored one after the other: the second reads what the first wrote. A
+// report of generation 1 paused between its read and its write, while
+// one of generation 2 comes in, must not move the machine back to 1.
+func TestReports_OneMachineOneAfterTheOther(t *testing.T) {
+	s := storetest.MustOpen(t, store.Postgres)
+	ctx := context.Background()
+	id := fixtures(t, s, 1)[0]
+	send1, send2 := recordSend(t, s, id, 1), recordSend(t, s, id, 2)
+	logs := []models.ServiceLog{{Resource: "web", Lines: []string{"started"}}}
+	done := make(chan error, 1)
+	paused := false
+	s.SetBeforeReportWrite(func(atOnce bool) {
+		if atOnce || paused {
+			return
+		}
+		paused = true
+		go func() {
+			_, err := s.InsertReport(ctx, id, &models.Report{Send: send2, Generation: 2, Outcome: models.OutcomeApplied, Logs: logs}, []byte(`{}`))
+			done <- err
+		}()
+		// Until the report of generation 2 is stored, or waits for this
+		// one's lock on the machine.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			select {
+			case err := <-done:
+				done <- err
+				return
+			default:
+			}
+			var waiting int
+			if err := s.DB().Raw(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+				AND query LIKE '%FOR UPDATE OF machines%'`).Row().Scan(&waiting); err != nil {
+				t.Error(err)
+				return
+			}
+			if waiting > 0 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // polling the condition above, under its deadline
+		}
+		t.Error("the report of generation 2 neither finished nor waited")
+	})
+	if _, err := s.InsertReport(ctx, id, &models.Report{Send: send1, Generation: 1, Outcome: models.OutcomeApplied, Logs: logs}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Machine(ctx, "m0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.AppliedGeneration != 2 {
+		t.Fatalf("two reports of one machine at once left it at applied generation %d, want 2", m.AppliedGeneration)
 	}
 }

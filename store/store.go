@@ -98,9 +98,10 @@ type Store struct {
 	// snapshot and its insert: where another instance's insert and an
 	// epoch's change can fall.
 	beforeStore func()
-	// beforeReportWrite, set only by tests, runs between the read and the
-	// write of a report stored at once (insertReportAtOnce).
-	beforeReportWrite func()
+	// beforeReportWrite, set only by tests, runs between a report's read
+	// and its write, told whether the report is being stored at once
+	// (insertReportAtOnce) or in a transaction.
+	beforeReportWrite func(atOnce bool)
 }
 
 // countStatements counts every statement gorm issues, so tests and metrics
