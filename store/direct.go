@@ -8,8 +8,8 @@ import (
 	"sync"
 )
 
-// Statements run on the transaction's database/sql handle directly, not
-// through gorm: gorm builds each statement's text and arguments anew
+// Statements run on database/sql directly (the transaction's handle, or
+// the pool's for a statement of its own), not through gorm: gorm builds each statement's text and arguments anew
 // (its Statement cloned, the text rewritten through a builder) on every
 // call, and a report's few statements run thousands of times in the
 // wave of reports after a change. The text is written with ?
@@ -51,11 +51,17 @@ func (tx *Tx) direct(query string) (*sql.Tx, string, error) {
 	if !ok {
 		return nil, "", errNotInTx
 	}
-	tx.s.statements.Add(1)
-	if tx.s.dialect == Postgres {
-		query = numberPlaceholders(query)
+	return stx, tx.s.directText(query), nil
+}
+
+// directText counts a statement run directly and spells its text for
+// the store's engine.
+func (s *Store) directText(query string) string {
+	s.statements.Add(1)
+	if s.dialect == Postgres {
+		return numberPlaceholders(query)
 	}
-	return stx, query, nil
+	return query
 }
 
 // scanRow runs query, which yields one row, and scans it into dest.

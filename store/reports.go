@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"mesh/models"
 )
@@ -71,9 +72,7 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 			}
 		}
 		now := s.Now()
-		row = models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
-			Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, HostVersion: r.HostVersion,
-			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Body: string(body), CreatedAt: now}
+		row = newReportRow(machineID, r, body, now)
 		up := models.ReportUpdates(m, r, tied, now)
 		up["last_report_at"] = now
 		if err := insertReportRow(tx, &row, up); err != nil {
@@ -128,7 +127,14 @@ func upgrade(r *models.Report) bool {
 	return r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack
 }
 
-// reportSubjectQuery reads what readReportSubject reads.
+// fields are where reportSubjectQuery's columns are scanned, in its order.
+func (subj *reportSubject) fields() []any {
+	m := &subj.Machine
+	return []any{&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
+		&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration}
+}
+
+// reportSubjectQuery reads a report's machine and its send (fields).
 const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
 		machines.finished_generation, machines.health, machines.health_check, machines.health_since,
 		sends.machine_id, sends.generation
@@ -155,10 +161,7 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	}
 	var subj reportSubject
 	m := &subj.Machine
-	s.statements.Add(1)
-	err = sqldb.QueryRowContext(ctx, numberPlaceholders(reportSubjectQuery), r.Send, machineID).Scan(&m.ID, &m.Name,
-		&m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck, &m.HealthSince,
-		&subj.SendMachineID, &subj.SendGeneration)
+	err = sqldb.QueryRowContext(ctx, s.directText(reportSubjectQuery), r.Send, machineID).Scan(subj.fields()...)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && !subj.SendMachineID.Valid) {
 		return nil, nil, false
 	}
@@ -173,29 +176,18 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 		s.beforeReportWrite(true)
 	}
 	now := s.Now()
-	row = &models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
-		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, HostVersion: r.HostVersion,
-		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Body: string(body), CreatedAt: now}
+	stored := newReportRow(machineID, r, body, now)
 	up := models.ReportUpdates(m, r, true, now)
 	up["last_report_at"] = now
 	set, vals := setColumns(up)
 	// The guard names every column ReportUpdates compared.
 	vals = append(vals, machineID, m.Schema, m.AppliedGeneration, m.FinishedGen, m.Health, m.HealthCheck, m.HealthSince)
-	// The row's values are cast: in a SELECT's list PostgreSQL does not
-	// take a parameter's type from the column it is inserted into.
 	q := `WITH m AS (UPDATE machines SET ` + set + ` WHERE id = ? AND schema = ? AND applied_generation = ?
 			AND finished_generation = ? AND health = ? AND health_check = ? AND health_since IS NOT DISTINCT FROM CAST(? AS timestamptz)
 			RETURNING id),
-		r AS (INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
-			host_version, started_at, finished_at, body, created_at)
-			SELECT CAST(? AS text), m.id, CAST(? AS bigint), CAST(? AS text), CAST(? AS text), CAST(? AS text),
-				CAST(? AS bigint), CAST(? AS text), CAST(? AS timestamptz), CAST(? AS timestamptz), CAST(? AS text),
-				CAST(? AS timestamptz) FROM m RETURNING id)
+		r AS (INSERT INTO reports (` + reportColumns + `) SELECT ` + reportCasts + ` FROM m RETURNING id)
 		SELECT id FROM r`
-	args := append(vals, row.SendID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
-		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt)
-	s.statements.Add(1)
-	err = sqldb.QueryRowContext(ctx, numberPlaceholders(q), args...).Scan(&row.ID)
+	err = sqldb.QueryRowContext(ctx, s.directText(q), append(vals, reportRowValues(&stored)...)...).Scan(&stored.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, false // the machine moved on (or is gone): nothing was stored
 	}
@@ -203,7 +195,7 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 		return nil, mapErr(err), true
 	}
 	s.ckpt.wroteNow()
-	return row, nil, true
+	return &stored, nil, true
 }
 
 // readReportSubject reads the machine and the send a report names in one
@@ -222,15 +214,11 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 // order, as before.
 func readReportSubject(tx *Tx, machineID int64, send string, lock bool) (*reportSubject, error) {
 	var subj reportSubject
-	m := &subj.Machine
 	q := reportSubjectQuery
 	if lock && tx.s.dialect == Postgres {
 		q += ` FOR UPDATE OF machines`
 	}
-	err := tx.scanRow(q, []any{send, machineID},
-		&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
-		&m.HealthSince, &subj.SendMachineID, &subj.SendGeneration)
-	if err != nil {
+	if err := tx.scanRow(q, []any{send, machineID}, subj.fields()...); err != nil {
 		return nil, err
 	}
 	return &subj, nil
@@ -241,10 +229,8 @@ func readReportSubject(tx *Tx, machineID int64, send string, lock bool) (*report
 // WITH), one round trip; SQLite has no such WITH, and in the controller's
 // own process no round trip to save.
 func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
-	args := []any{row.SendID, row.MachineID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
-		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt}
-	const insert = `INSERT INTO reports (send_id, machine_id, generation, digest, outcome, reason, attempt,
-			host_version, started_at, finished_at, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
+	args := reportRowValues(row)
+	const insert = `INSERT INTO reports (` + reportColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`
 	set, vals := setColumns(up)
 	vals = append(vals, row.MachineID)
 	update := `UPDATE machines SET ` + set + ` WHERE id = ?`
@@ -255,6 +241,31 @@ func insertReportRow(tx *Tx, row *models.ReportRow, up map[string]any) error {
 		return err
 	}
 	return tx.execDirect(update, vals...)
+}
+
+// newReportRow is the row a report is stored as, received at now.
+func newReportRow(machineID int64, r *models.Report, body []byte, now time.Time) models.ReportRow {
+	return models.ReportRow{SendID: r.Send, MachineID: machineID, Generation: r.Generation, Digest: r.Digest,
+		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, HostVersion: r.HostVersion,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Body: string(body), CreatedAt: now}
+}
+
+// reportColumns are the columns a report's row is inserted with, in the
+// order of reportRowValues; reportCasts are as many placeholders, each
+// cast to its column's type on PostgreSQL (in an INSERT's SELECT list a
+// parameter does not take its type from the column it goes into).
+const (
+	reportColumns = `send_id, machine_id, generation, digest, outcome, reason, attempt, host_version,
+		started_at, finished_at, body, created_at`
+	reportCasts = `CAST(? AS text), CAST(? AS bigint), CAST(? AS bigint), CAST(? AS text), CAST(? AS text),
+		CAST(? AS text), CAST(? AS bigint), CAST(? AS text), CAST(? AS timestamptz), CAST(? AS timestamptz),
+		CAST(? AS text), CAST(? AS timestamptz)`
+)
+
+// reportRowValues are row's values in the order of reportColumns.
+func reportRowValues(row *models.ReportRow) []any {
+	return []any{row.SendID, row.MachineID, row.Generation, row.Digest, row.Outcome, row.Reason, row.Attempt,
+		row.HostVersion, row.StartedAt, row.FinishedAt, row.Body, row.CreatedAt}
 }
 
 // setColumns spells up (column → value) as an UPDATE's SET list with its
