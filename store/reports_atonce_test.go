@@ -122,8 +122,8 @@ func TestReports_OneMachineOneAfterTheOther(t *testing.T) {
 			default:
 			}
 			var waiting int
-			if err := s.DB().Raw(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-				AND query LIKE '%FOR UPDATE OF machines%'`).Row().Scan(&waiting); err != nil {
+			if err := s.DB().Raw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+				AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF machines%'`).Row().Scan(&waiting); err != nil {
 				t.Error(err)
 				return
 			}
