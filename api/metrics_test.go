@@ -129,8 +129,11 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		// m-held finished its generation, but what it applied was held
-		// back: behind.
+		// back: behind. Its enrolment's generation is composed first: a
+		// compose that read the machine after the update below would put
+		// back what it composed (nothing held back) in its place.
 		e.Enroll("m-held")
+		testwait.Until(10*time.Second, e.Ctl.Hub.Settled)
 		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET finished_generation = generation, last_outcome = ?, held_back = ? WHERE name = ?",
 			models.OutcomeApplied, "held back: needs host schema 2", "m-held").Error; err != nil {
 			t.Fatal(err)
