@@ -73,7 +73,7 @@ func tcpPair(t *testing.T) (server, host net.Conn) {
 // whose registration it would take over (that host's leaving would then
 // end no poll).
 func TestPeerWatch_ADonePollIsNotArmed(t *testing.T) {
-	w, err := newPeerWatch(func(*parkedPoll) {})
+	w, err := newPeerWatch(func(*parkedPoll) {}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,11 +146,13 @@ func (s *Server) Start(ctx context.Context) {
 	for range parkWorkers {
 		go s.parkedWorker()
 	}
-	if w, err := newPeerWatch(s.peerGone); err != nil {
+	if w, err := newPeerWatch(s.peerGone, s.Kept); err != nil {
 		s.Log.Warn("no watcher of parked connections: a host that leaves is noticed only at its next wake", "err", err)
 	} else {
 		s.watch = w
-		go w.run(ctx)
+		if w.own {
+			go w.run(ctx)
+		}
 	}
 }
 

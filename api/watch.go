@@ -15,12 +15,18 @@ import (
 // not after its wait runs out, and without a goroutine per parked poll. A
 // flood of polls whose clients left used to hold their descriptors for
 // minutes after the clients closed.
+//
+// It shares the epoll set and goroutine of the listener that takes
+// answered connections back (conns.Kept.Share) when there is one: a
+// connection then moves from the watch to the listener by one
+// registration replacing the other, and its host's next request wakes
+// one goroutine, not two.
 type peerWatch struct {
 	epfd int
+	own  bool              // the set is the watch's own, waited on by run
 	gone func(*parkedPoll) // called once per event, from the watcher's goroutine
 
 	mu   sync.Mutex
-	seq  int32
 	byFD map[int32]watched
 }
 
@@ -29,12 +35,22 @@ type watched struct {
 	pp  *parkedPoll
 }
 
-func newPeerWatch(gone func(*parkedPoll)) (*peerWatch, error) {
+// newPeerWatch is a watch in kept's epoll set, or in one of its own
+// (own: run waits on it) when kept is nil or has none.
+func newPeerWatch(gone func(*parkedPoll), kept *conns.Kept) (*peerWatch, error) {
+	w := &peerWatch{gone: gone, byFD: map[int32]watched{}}
+	if kept != nil {
+		if fd, ok := kept.Share(w.event); ok {
+			w.epfd = fd
+			return w, nil
+		}
+	}
 	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	return &peerWatch{epfd: fd, gone: gone, byFD: map[int32]watched{}}, nil
+	w.epfd, w.own = fd, true
+	return w, nil
 }
 
 // arm watches pp's connection for one event (a parked poll is armed each
@@ -58,8 +74,7 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 	}
 	cur, known := w.byFD[fd]
 	if !known || cur.pp != pp {
-		w.seq++
-		cur = watched{seq: w.seq, pp: pp}
+		cur = watched{seq: conns.NextSeq(), pp: pp}
 		w.byFD[fd] = cur
 	}
 	return conns.ArmOnce(w.epfd, fd, cur.seq) == nil
@@ -67,11 +82,12 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 
 // forget stops watching pp's connection: its events are no longer
 // pp's. The descriptor stays in the epoll set, which costs nothing: a
-// closed connection leaves the set with its file, and a kept one reports
-// at most one event (its host's next request), which no entry claims,
-// before its next park arms it again with EPOLL_CTL_MOD. Removing it
-// here was a system call on every answer of a fan-out (~7 µs of ~150 a
-// machine).
+// closed connection leaves the set with its file, and a kept one is armed
+// again by the listener it is given back to (the same set: Share), or in
+// a set of its own reports at most one event (its host's next request),
+// which no entry claims, before its next park arms it again with
+// EPOLL_CTL_MOD. Removing it here was a system call on every answer of a
+// fan-out (~7 µs of ~150 a machine).
 func (w *peerWatch) forget(pp *parkedPoll) {
 	if w == nil {
 		return
@@ -96,13 +112,19 @@ func (w *peerWatch) run(ctx context.Context) {
 			return
 		}
 		for _, ev := range events[:max(n, 0)] {
-			w.mu.Lock()
-			cur, known := w.byFD[ev.Fd]
-			w.mu.Unlock()
-			if known && cur.seq == ev.Pad {
-				w.gone(cur.pp)
-			}
+			w.event(ev.Fd, ev.Pad)
 		}
 	}
 	_ = unix.Close(w.epfd)
+}
+
+// event is an event of registration seq of descriptor fd: the parked
+// poll it was armed for, if it still is, has a host that left.
+func (w *peerWatch) event(fd, seq int32) {
+	w.mu.Lock()
+	cur, known := w.byFD[fd]
+	w.mu.Unlock()
+	if known && cur.seq == seq {
+		w.gone(cur.pp)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"net"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -301,5 +302,76 @@ func TestKept_AStuckHostHoldsNoOneUp(t *testing.T) {
 	}
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("the other host's request reached the server %v after it was sent, behind the stuck host's close", took)
+	}
+}
+
+// TestKept_SharesItsSet: a watcher sharing the listener's epoll set
+// (Share) is told of its own registrations' events — a watched
+// connection whose host closed — and of nothing else. A connection it
+// watched, then given back, is armed again in place of its registration:
+// the host's next request reaches the server and wakes nothing for the
+// watcher (in a set of the watcher's own, that request woke its goroutine
+// too, for an event nothing claimed).
+func TestKept_SharesItsSet(t *testing.T) {
+	k := NewKept(&net.TCPAddr{}, 4)
+	defer k.Close()
+	var mu sync.Mutex
+	heard := map[int32]int32{} // by descriptor: the last event's registration
+	n := 0
+	epfd, ok := k.Share(func(fd, seq int32) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard[fd] = seq
+		n++
+	})
+	if !ok {
+		t.Fatal("no epoll set to share")
+	}
+	got := acceptor(k)
+	watch := func(c net.Conn) (fd, seq int32) {
+		fd, ok := FD(c)
+		if !ok {
+			t.Fatal("a TCP connection has no descriptor")
+		}
+		seq = NextSeq()
+		if err := ArmOnce(epfd, fd, seq); err != nil {
+			t.Fatal(err)
+		}
+		return fd, seq
+	}
+	hears := func(what string, fd, seq int32) {
+		testwait.For(t, 5*time.Second, what, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return heard[fd] == seq
+		})
+	}
+
+	left, leftHost := tcpPair(t)
+	fd, seq := watch(left)
+	leftHost.Close()
+	hears("the watcher told its host left", fd, seq)
+
+	srv, host := tcpPair(t)
+	fd, _ = watch(srv)
+	if !k.GiveFD(srv, fd) {
+		t.Fatal("GiveFD refused a connection")
+	}
+	if _, err := host.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if c := accepted(got, 5*time.Second); c != srv {
+		t.Fatalf("after the request: accepted %v", c)
+	}
+	// A marker after it: once the watcher hears the marker, it has heard
+	// whatever the request woke for it.
+	marker, markerHost := tcpPair(t)
+	mfd, mseq := watch(marker)
+	markerHost.Close()
+	hears("the watcher told the marker's host left", mfd, mseq)
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 2 {
+		t.Fatalf("the watcher heard %d events, want 2 (the two hosts that left): the request woke it too", n)
 	}
 }
