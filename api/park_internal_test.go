@@ -96,6 +96,34 @@ func TestPeerWatch_ADonePollIsNotArmed(t *testing.T) {
 	}
 }
 
+// TestPeerWatch_NotArmedOnceTheKeptListenerCloses: a watch sharing the
+// kept listener's epoll set arms nothing there once the listener is
+// closed (its set is closed with it, and the set's number may soon name
+// another file): the poll is reported unwatched, so it is looked at
+// before its answer instead.
+func TestPeerWatch_NotArmedOnceTheKeptListenerCloses(t *testing.T) {
+	k := conns.NewKept(&net.TCPAddr{}, 1)
+	w, err := newPeerWatch(func(*parkedPoll) {}, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.own() {
+		t.Fatal("the watch did not share the kept listener's set")
+	}
+	server, _ := tcpPair(t)
+	pp := &parkedPoll{conn: server}
+	if pp.fd, pp.hasFD = conns.FD(server); !pp.hasFD {
+		t.Fatal("a TCP connection has no descriptor")
+	}
+	if !w.arm(pp) {
+		t.Fatal("a waiting poll was not armed")
+	}
+	_ = k.Close()
+	if w.arm(pp) {
+		t.Fatal("a poll was armed in the set of a closed listener")
+	}
+}
+
 // TestWriteAnswer_OverTCP: over a real socket, a small answer goes
 // straight to it whole (writeNow, no deadline); one larger than the
 // socket takes at once is written in part straight to it and the rest

@@ -150,7 +150,7 @@ func (s *Server) Start(ctx context.Context) {
 		s.Log.Warn("no watcher of parked connections: a host that leaves is noticed only at its next wake", "err", err)
 	} else {
 		s.watch = w
-		if w.own {
+		if w.own() {
 			go w.run(ctx)
 		}
 	}

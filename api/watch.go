@@ -22,8 +22,8 @@ import (
 // registration replacing the other, and its host's next request wakes
 // one goroutine, not two.
 type peerWatch struct {
-	epfd int
-	own  bool              // the set is the watch's own, waited on by run
+	epfd int               // the watch's own set (kept nil), waited on by run
+	kept *conns.Kept       // the listener whose set the watch shares (Share), if any
 	gone func(*parkedPoll) // called once per event, from the watcher's goroutine
 
 	mu   sync.Mutex
@@ -36,22 +36,23 @@ type watched struct {
 }
 
 // newPeerWatch is a watch in kept's epoll set, or in one of its own
-// (own: run waits on it) when kept is nil or has none.
+// (own: run waits on it) when kept is nil, has none or is closed.
 func newPeerWatch(gone func(*parkedPoll), kept *conns.Kept) (*peerWatch, error) {
-	w := &peerWatch{gone: gone, byFD: map[int32]watched{}}
-	if kept != nil {
-		if fd, ok := kept.Share(w.event); ok {
-			w.epfd = fd
-			return w, nil
-		}
+	w := &peerWatch{epfd: -1, gone: gone, byFD: map[int32]watched{}}
+	if kept != nil && kept.Share(w.event) {
+		w.kept = kept
+		return w, nil
 	}
 	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	w.epfd, w.own = fd, true
+	w.epfd = fd
 	return w, nil
 }
+
+// own says whether the watch has a set of its own, for run to wait on.
+func (w *peerWatch) own() bool { return w.kept == nil }
 
 // arm watches pp's connection for one event (a parked poll is armed each
 // time it is parked; an event disarms it). It reports whether it did.
@@ -76,6 +77,10 @@ func (w *peerWatch) arm(pp *parkedPoll) bool {
 	if !known || cur.pp != pp {
 		cur = watched{seq: conns.NextSeq(), pp: pp}
 		w.byFD[fd] = cur
+	}
+	if w.kept != nil {
+		// Not once the listener is closed (its set with it).
+		return w.kept.Arm(fd, cur.seq) == nil
 	}
 	return conns.ArmOnce(w.epfd, fd, cur.seq) == nil
 }

@@ -318,13 +318,12 @@ func TestKept_SharesItsSet(t *testing.T) {
 	var mu sync.Mutex
 	heard := map[int32]int32{} // by descriptor: the last event's registration
 	n := 0
-	epfd, ok := k.Share(func(fd, seq int32) {
+	if !k.Share(func(fd, seq int32) {
 		mu.Lock()
 		defer mu.Unlock()
 		heard[fd] = seq
 		n++
-	})
-	if !ok {
+	}) {
 		t.Fatal("no epoll set to share")
 	}
 	got := acceptor(k)
@@ -334,7 +333,7 @@ func TestKept_SharesItsSet(t *testing.T) {
 			t.Fatal("a TCP connection has no descriptor")
 		}
 		seq = NextSeq()
-		if err := ArmOnce(epfd, fd, seq); err != nil {
+		if err := k.Arm(fd, seq); err != nil {
 			t.Fatal(err)
 		}
 		return fd, seq
@@ -374,4 +373,15 @@ func TestKept_SharesItsSet(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("the watcher heard %d events, want 2 (the two hosts that left): the request woke it too", n)
 	}
+	mu.Unlock()
+
+	// Once the listener is closed its set is too (its number soon another
+	// file's): nothing more is armed there.
+	_ = k.Close()
+	later, _ := tcpPair(t)
+	lfd, _ := FD(later)
+	if err := k.Arm(lfd, NextSeq()); err == nil {
+		t.Fatal("armed in the set of a closed listener")
+	}
+	mu.Lock()
 }
