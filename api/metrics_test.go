@@ -133,7 +133,7 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 		// compose that read the machine after the update below would put
 		// back what it composed (nothing held back) in its place.
 		e.Enroll("m-held")
-		testwait.Until(10*time.Second, e.Ctl.Hub.Settled)
+		testwait.For(t, 10*time.Second, "m-held's enrolment composed", e.Ctl.Hub.Settled)
 		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET finished_generation = generation, last_outcome = ?, held_back = ? WHERE name = ?",
 			models.OutcomeApplied, "held back: needs host schema 2", "m-held").Error; err != nil {
 			t.Fatal(err)

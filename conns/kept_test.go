@@ -369,11 +369,11 @@ func TestKept_SharesItsSet(t *testing.T) {
 	markerHost.Close()
 	hears("the watcher told the marker's host left", mfd, mseq)
 	mu.Lock()
-	defer mu.Unlock()
-	if n != 2 {
-		t.Fatalf("the watcher heard %d events, want 2 (the two hosts that left): the request woke it too", n)
-	}
+	heardAll := n
 	mu.Unlock()
+	if heardAll != 2 {
+		t.Fatalf("the watcher heard %d events, want 2 (the two hosts that left): the request woke it too", heardAll)
+	}
 
 	// Once the listener is closed its set is too (its number soon another
 	// file's): nothing more is armed there.
@@ -383,5 +383,4 @@ func TestKept_SharesItsSet(t *testing.T) {
 	if err := k.Arm(lfd, NextSeq()); err == nil {
 		t.Fatal("armed in the set of a closed listener")
 	}
-	mu.Lock()
 }

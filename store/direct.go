@@ -9,12 +9,12 @@ import (
 )
 
 // Statements run on database/sql directly (the transaction's handle, or
-// the pool's for a statement of its own), not through gorm: gorm builds each statement's text and arguments anew
-// (its Statement cloned, the text rewritten through a builder) on every
-// call, and a report's few statements run thousands of times in the
-// wave of reports after a change. The text is written with ?
-// placeholders on both engines; PostgreSQL's $1, $2, … are made once per
-// text. Each engine keeps the compiled statement by its text (SQLite
+// the pool's for a statement of its own), not through gorm: gorm builds
+// each statement's text and arguments anew (its Statement cloned, the
+// text rewritten through a builder) on every call, and a report's few
+// statements run thousands of times in the wave of reports after a
+// change. The text is written with ? placeholders on both engines;
+// PostgreSQL's $1, $2, … are made once per text. Each engine keeps the compiled statement by its text (SQLite
 // through keepingConn, PostgreSQL's driver itself).
 
 // errNotInTx: a direct statement runs only inside a transaction.

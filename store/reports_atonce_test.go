@@ -9,6 +9,7 @@ import (
 	"mesh/models"
 	"mesh/store"
 	"mesh/store/storetest"
+	"mesh/testwait"
 )
 
 // TestReports_AtOnceGuardsWhatItRead: on PostgreSQL the common report is
@@ -113,26 +114,23 @@ func TestReports_OneMachineOneAfterTheOther(t *testing.T) {
 		}()
 		// Until the report of generation 2 is stored, or waits for this
 		// one's lock on the machine.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		if !testwait.Until(10*time.Second, func() bool {
 			select {
 			case err := <-done:
 				done <- err
-				return
+				return true
 			default:
 			}
 			var waiting int
 			if err := s.DB().Raw(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 				AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF machines%'`).Row().Scan(&waiting); err != nil {
 				t.Error(err)
-				return
+				return true
 			}
-			if waiting > 0 {
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // polling the condition above, under its deadline
+			return waiting > 0
+		}) {
+			t.Error("the report of generation 2 neither finished nor waited")
 		}
-		t.Error("the report of generation 2 neither finished nor waited")
 	})
 	if _, err := s.InsertReport(ctx, id, &models.Report{Send: send1, Generation: 1, Outcome: models.OutcomeApplied, Logs: logs}, []byte(`{}`)); err != nil {
 		t.Fatal(err)
