@@ -81,6 +81,53 @@ func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 	})
 }
 
+// bumpAssigned advances the generation of every machine assigned the
+// module (10,000 or 100,000 of them, on the path of the fan-out before any
+// is composed), as bumpGenerations does, their ids scanned directly rather
+// than by gorm's Pluck, which reflects over each. On SQLite, whose
+// transaction holds the only write turn, each machine's name and
+// generation are read with its id, so the update is not followed by
+// reading them back: a read of every machine fewer on the change's path
+// (BenchmarkSetCurrent_10000 on SQLite 52 → 43 ms).
+func bumpAssigned(tx *Tx, moduleID int64, trigger string) error {
+	if tx.s.dialect != SQLite {
+		var ids []int64
+		if err := each(tx.DB, func(r *sql.Rows) error {
+			var id int64
+			err := r.Scan(&id)
+			ids = append(ids, id)
+			return err
+		}, `SELECT machine_id FROM assignments WHERE module_id = ? ORDER BY machine_id`, moduleID); err != nil {
+			return err
+		}
+		return bumpGenerations(tx, ids, trigger)
+	}
+	var bs []models.Bump
+	if err := each(tx.DB, func(r *sql.Rows) error {
+		var b models.Bump
+		err := r.Scan(&b.MachineID, &b.Name, &b.Generation)
+		b.Generation++
+		bs = append(bs, b)
+		return err
+	}, `SELECT m.id, m.name, m.generation FROM assignments a JOIN machines m ON m.id = a.machine_id
+		WHERE a.module_id = ? ORDER BY m.id`, moduleID); err != nil {
+		return err
+	}
+	now := tx.s.Now()
+	ids := make([]int64, len(bs))
+	for i, b := range bs {
+		ids[i] = b.MachineID
+	}
+	if err := inChunks(ids, 1000, func(chunk []int64) error {
+		in, arg := inID(tx, "id", chunk)
+		return tx.Exec(`UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ? WHERE `+in, trigger, now, arg).Error
+	}); err != nil {
+		return err
+	}
+	tx.bumps = append(tx.bumps, bs...)
+	return nil
+}
+
 // notifyChannel names the channel that carries bumped generations between
 // instances on PostgreSQL. NOTIFY is database-wide, so the name is made
 // from the database and schema: two meshes in one database never hear

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -171,19 +170,7 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 	if err := tx.Model(mod).Update("current_build", number).Error; err != nil {
 		return err
 	}
-	// The machines' ids scanned directly, not by gorm's Pluck (which
-	// reflects over each of them): every machine of the module, 10,000
-	// or 100,000, on the path of the fan-out.
-	var ids []int64
-	if err := each(tx.DB, func(r *sql.Rows) error {
-		var id int64
-		err := r.Scan(&id)
-		ids = append(ids, id)
-		return err
-	}, `SELECT machine_id FROM assignments WHERE module_id = ? ORDER BY machine_id`, mod.ID); err != nil {
-		return err
-	}
-	return bumpGenerations(tx, ids, models.TriggerCurrent)
+	return bumpAssigned(tx, mod.ID, models.TriggerCurrent)
 }
 
 // Assignments reads a machine's assignments, by module name.
