@@ -275,6 +275,81 @@ func TestGenerations_BumpInTheSameTransaction(t *testing.T) {
 	})
 }
 
+// TestSetCurrent_AnnouncesWhatItStores: the generations a change announces
+// (which the hub composes and wakes by) are the ones it stored, for every
+// machine of the module, over more than one chunk of the bump, from
+// generations that differ machine to machine. The hub takes a bump it
+// announced lower than it has seen as old news: its machine would not be
+// composed or woken until the next.
+func TestSetCurrent_AnnouncesWhatItStores(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for _, name := range []string{"a", "b"} {
+			if err := s.CreateModule(ctx, "test", &models.Module{Name: name, Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, _ := s.Module(ctx, "a")
+		b, _ := s.Module(ctx, "b")
+		now := time.Now().UTC()
+		ms := make([]models.Machine, 2500)
+		for i := range ms {
+			ms[i] = models.Machine{Name: fmt.Sprintf("m%04d", i), Generation: int64(i*7 + 3), GenerationAt: now, Running: "{}", CreatedAt: now}
+		}
+		if err := s.DB().CreateInBatches(&ms, 100).Error; err != nil {
+			t.Fatal(err)
+		}
+		var as []models.Assignment
+		for i, m := range ms {
+			as = append(as, models.Assignment{MachineID: m.ID, ModuleID: a.ID, CreatedAt: now})
+			if i%3 == 0 {
+				as = append(as, models.Assignment{MachineID: m.ID, ModuleID: b.ID, CreatedAt: now})
+			}
+		}
+		if err := s.DB().CreateInBatches(&as, 100).Error; err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		heard := map[int64]models.Bump{}
+		s.OnBumped(func(bs []models.Bump) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, b := range bs {
+				if b.Generation > heard[b.MachineID].Generation {
+					heard[b.MachineID] = b
+				}
+			}
+		})
+		for _, mod := range []string{"b", "a"} {
+			for range 2 { // the first build becomes current as it arrives; the second by the change
+				if err := s.CreateBuild(ctx, "test", mod, &models.Build{Manifest: manifest}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.SetCurrent(ctx, "test", mod, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var stored []models.Machine
+		if err := s.DB().Select("id", "name", "generation").Find(&stored).Error; err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		wrong := 0
+		for _, m := range stored {
+			if h := heard[m.ID]; h.Generation != m.Generation || h.Name != m.Name {
+				if wrong++; wrong <= 3 {
+					t.Errorf("%s: stored generation %d, announced %s at %d", m.Name, m.Generation, h.Name, h.Generation)
+				}
+			}
+		}
+		if wrong > 0 || len(stored) != len(ms) {
+			t.Fatalf("%d of %d machines announced otherwise than stored", wrong, len(stored))
+		}
+	})
+}
+
 // TestCompose_NeverOlderThanRunning: a machine that reports running build 2
 // is not given build 1 when build 1 is made current again, unless pinned
 // with a reason.
