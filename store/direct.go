@@ -14,8 +14,9 @@ import (
 // text rewritten through a builder) on every call, and a report's few
 // statements run thousands of times in the wave of reports after a
 // change. The text is written with ? placeholders on both engines;
-// PostgreSQL's $1, $2, … are made once per text. Each engine keeps the compiled statement by its text (SQLite
-// through keepingConn, PostgreSQL's driver itself).
+// PostgreSQL's $1, $2, … are made once per text. Each engine keeps the
+// compiled statement by its text (SQLite through keepingConn,
+// PostgreSQL's driver itself).
 
 // errNotInTx: a direct statement runs only inside a transaction.
 var errNotInTx = errors.New("store: a direct statement runs in a transaction")

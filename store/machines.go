@@ -41,6 +41,10 @@ func checkIfMatch(m *models.Machine, ifMatch *int64) error {
 	return nil
 }
 
+// bumpWhere moves machines on by a generation, with its trigger and time;
+// the machines' condition follows.
+const bumpWhere = `UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ? WHERE `
+
 // bumpGenerations advances the generation of every machine in ids, in the
 // transaction that changed what they should be, and remembers the bumps so
 // waiting polls are woken once it commits.
@@ -60,7 +64,7 @@ func bumpGenerations(tx *Tx, ids []int64, trigger string) error {
 			rows = append(rows, b)
 			return nil
 		}
-		bump := `UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ? WHERE ` + in
+		bump := bumpWhere + in
 		var err error
 		if tx.s.dialect == Postgres {
 			err = each(tx.DB, scan, bump+` RETURNING id, name, generation`, trigger, now, arg)
@@ -120,7 +124,7 @@ func bumpAssigned(tx *Tx, moduleID int64, trigger string) error {
 	}
 	if err := inChunks(ids, 1000, func(chunk []int64) error {
 		in, arg := inID(tx, "id", chunk)
-		return tx.Exec(`UPDATE machines SET generation = generation + 1, generation_trigger = ?, generation_at = ? WHERE `+in, trigger, now, arg).Error
+		return tx.Exec(bumpWhere+in, trigger, now, arg).Error
 	}); err != nil {
 		return err
 	}
