@@ -246,6 +246,15 @@ func (s *Server) enroll(c echo.Context) error {
 	if err := models.ValidVersion("host_version", req.HostVersion, false); err != nil {
 		return err
 	}
+	// Stored on the machine, as its polls' header is: checked as that is,
+	// and kept in the same canonical form.
+	if req.Schema != "" {
+		schemas, err := models.ParseEnrolSchemas(req.Schema)
+		if err != nil {
+			return err
+		}
+		req.Schema = schemas.String()
+	}
 	ctx := c.Request().Context()
 	var csr *x509.CertificateRequest
 	if req.CSR != "" {

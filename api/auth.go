@@ -126,14 +126,14 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		}
 		name, enrolment = claims.Subject, claims.ID
 		if err := s.bearerPast(name); err != nil {
-			s.refusals.record(c, s, name, "bearer", err.Error())
+			s.recordRefusal(c, name, "bearer", err.Error())
 			return nil, err
 		}
 	}
 	if s.Auth.Revoked.Revoked(enrolment) {
 		err := fmt.Errorf("%w: machine %s was revoked (or deleted): its token and certificates are refused; "+
 			"delete it and enrol the machine again to bring it back", models.ErrUnauthorized, name)
-		s.refusals.record(c, s, name, "revoked", err.Error())
+		s.recordRefusal(c, name, "revoked", err.Error())
 		return nil, err
 	}
 	id, ok := s.Hub.Authorize(name, enrolment)
@@ -144,7 +144,7 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		if err != nil || m.TokenID != enrolment {
 			err := fmt.Errorf("%w: host token or certificate of machine %s is not known here", models.ErrUnauthorized, name)
 			if cert != nil {
-				s.refusals.record(c, s, name, "unknown", err.Error())
+				s.recordRefusal(c, name, "unknown", err.Error())
 			}
 			return nil, err
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -37,8 +36,15 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 	id, err := certs.CA.VerifyMachine(chain, s.Now(), certs.CertGrace())
 	var ce *meshca.ClientError
 	if errors.As(err, &ce) {
-		if s.refusals.due(ce.Machine, "verify") {
-			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP())
+		// A certificate of another CA claims whatever name it likes: its
+		// refusals are kept sparse by the address they come from, so
+		// inventing a name for each is not a row for each.
+		key := ce.Machine + "\x00verify"
+		if ce.Forged {
+			key = c.RealIP() + "\x00forged"
+		}
+		if due, since := s.refusals.Due(key); due {
+			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP()+refusedSince(since))
 		}
 		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, ce)
 	}
@@ -48,7 +54,7 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 	if s.Auth.Revoked.Revoked(models.CertRevocationID(id.Serial)) {
 		err := fmt.Errorf("%w: machine %s's client certificate %s was renewed once in its grace already; enrol the machine again",
 			models.ErrUnauthorized, id.Machine, id.Serial)
-		s.refusals.record(c, s, id.Machine, "spent", err.Error())
+		s.recordRefusal(c, id.Machine, "spent", err.Error())
 		return nil, err
 	}
 	if id.Expired && !renewal {
@@ -58,34 +64,22 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 	return id, nil
 }
 
-// refusalLog keeps the audit of refused host credentials to one row per
-// machine and reason a minute: a refused host retries, and an attacker
-// with a refused certificate must not turn each request into a write.
-type refusalLog struct {
-	mu   sync.Mutex
-	last map[string]time.Time
+// recordRefusal audits a refused host credential, at most once a minute
+// per machine and reason (auth.Refusals).
+func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
+	if due, since := s.refusals.Due(machine + "\x00" + reason); due {
+		_ = s.Store.Audit(c.Request().Context(), "anonymous", "host-refused", "machine/"+machine,
+			fmt.Sprintf("%s (from %s)%s", detail, c.RealIP(), refusedSince(since)))
+	}
 }
 
-func (l *refusalLog) due(machine, reason string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil || len(l.last) > 100_000 {
-		l.last = map[string]time.Time{}
+// refusedSince is what an audit row adds for the refusals of its key
+// that were not audited since the one before.
+func refusedSince(n int) string {
+	if n == 0 {
+		return ""
 	}
-	k := machine + "\x00" + reason
-	if t, ok := l.last[k]; ok && time.Since(t) < time.Minute {
-		return false
-	}
-	l.last[k] = time.Now()
-	return true
-}
-
-// record audits a refused host credential (at most once a minute per
-// machine and reason).
-func (l *refusalLog) record(c echo.Context, s *Server, machine, reason, detail string) {
-	if l.due(machine, reason) {
-		_ = s.Store.Audit(c.Request().Context(), "anonymous", "host-refused", "machine/"+machine, fmt.Sprintf("%s (from %s)", detail, c.RealIP()))
-	}
+	return fmt.Sprintf("; %d more refused since the last record of it", n)
 }
 
 type certificateRequest struct {

@@ -103,6 +103,10 @@ type pushPayload struct {
 	} `json:"commits"`
 }
 
+// maxHookHeader is the most of a refused webhook's event and delivery
+// headers its audit row keeps.
+const maxHookHeader = 128
+
 // hook takes a forge's webhook: HMAC-SHA256 over the raw body with the
 // source's secret (constant-time comparison), deduplicated by delivery id.
 func (s *Server) hook(c echo.Context) error {
@@ -128,8 +132,11 @@ func (s *Server) hook(c echo.Context) error {
 	got, decErr := hex.DecodeString(sig)
 	if sig == "" || decErr != nil || !hmac.Equal(got, want) {
 		_ = s.hookLimit.take(c.RealIP())
+		// The headers are the sender's, unchecked: a line of each (a
+		// forge's event name and delivery id are short).
 		_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
-			fmt.Sprintf("event %q delivery %q from %s: signature missing or wrong", event, delivery, c.RealIP()))
+			fmt.Sprintf("event %q delivery %q from %s: signature missing or wrong",
+				models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP()))
 		return fmt.Errorf("%w: the webhook's signature does not match the source's secret", models.ErrUnauthorized)
 	}
 	if event == "" || delivery == "" {

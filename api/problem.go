@@ -64,7 +64,11 @@ func problemOf(err error) Problem {
 	case errors.Is(err, models.ErrTooManyRequests):
 		return p(http.StatusTooManyRequests, "too-many-requests", "Too many requests")
 	case errors.Is(err, models.ErrUnavailable):
-		return p(http.StatusServiceUnavailable, "unavailable", "Store unavailable")
+		// Why, without the driver's words: they name the database, its
+		// user and its address, to anyone who asks (those go to the log,
+		// with the request's id).
+		return Problem{Type: ProblemType("unavailable"), Title: "Store unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the store is unavailable: " + storeWhy(err) + "; try again shortly (the controller's log has the error under this request's id)"}
 	case errors.Is(err, models.ErrDraining):
 		return p(http.StatusServiceUnavailable, "draining", "Instance is draining")
 	case errors.Is(err, models.ErrStarting):

@@ -109,7 +109,7 @@ type Server struct {
 	TLS   bool
 
 	// refusals keeps the audit of refused host credentials sparse.
-	refusals refusalLog
+	refusals auth.Refusals
 
 	// Behind is set when the store's schema is newer than this build knows:
 	// it serves what it can and says why it cannot serve the rest.

@@ -1209,7 +1209,7 @@ type EnrollRequest struct {
 	// Os Example: linux
 	Os string `json:"os"`
 
-	// Schema declaration schema versions the host decodes, comma-separated
+	// Schema declaration schema versions the host decodes, comma-separated, as a poll's X-Mesh-Schema (absent: 1); anything else is refused (400)
 	Schema *string `json:"schema,omitempty"`
 }
 

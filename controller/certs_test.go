@@ -9,6 +9,7 @@ import (
 	"encoding/asn1"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -203,6 +204,25 @@ func TestMachineCerts_BadInputs(t *testing.T) {
 		}
 		if m := machineOf(t, e, "m1b"); m.State == "revoked" {
 			t.Fatal("a forged certificate changed the machine's state")
+		}
+		// A new name on each forged certificate, 30,000 characters long:
+		// each was an audit row of its own with the name in it, and the
+		// name came back in the refusal. The address's refusals are one
+		// row a minute, and a name no machine can have is not repeated.
+		for i := range 3 {
+			name := fmt.Sprintf("x%d-%s", i, strings.Repeat("a", 30_000))
+			forged, err := other.IssueMachine(csr, name, "e", time.Now(), time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fc := machineCert{key: k, pem: string(meshca.EncodePEM(forged))}.tls(t)
+			resp, b := poll(as(t, e, &fc), "", "0s")
+			if resp.StatusCode != 401 || len(b) > 2_000 || !strings.Contains(string(b), "not issued by this mesh's CA") {
+				t.Fatalf("a forged certificate with a long name: %d, %d bytes: %.300s", resp.StatusCode, len(b), b)
+			}
+		}
+		if rs := audits(t, e, "certificate-refused"); len(rs) != 5 {
+			t.Fatalf("three more forged certificates from one address made %d more audit rows, want none", len(rs)-5)
 		}
 	})
 

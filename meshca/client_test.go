@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
@@ -27,6 +28,13 @@ func csrPEM(t *testing.T, key any, tmpl *x509.CertificateRequest) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
+// spoiled is a PEM request with its signature's last byte changed.
+func spoiled(p []byte) []byte {
+	block, _ := pem.Decode(p)
+	block.Bytes[len(block.Bytes)-1] ^= 0xff
+	return pem.EncodeToMemory(block)
+}
+
 // TestCheckCSR: a request names its machine and nothing else; every other
 // ask is refused with what it asked for.
 func TestCheckCSR(t *testing.T) {
@@ -37,6 +45,7 @@ func TestCheckCSR(t *testing.T) {
 		IsCA bool `asn1:"optional"`
 	}{true})
 	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
 	good, err := meshca.NewCSR(key, "m1")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +64,9 @@ func TestCheckCSR(t *testing.T) {
 		{"ErrIP", csrPEM(t, key, &x509.CertificateRequest{IPAddresses: []net.IP{net.IPv4(10, 0, 0, 1)}}), "asks for other names"},
 		{"ErrCAFlag", csrPEM(t, key, &x509.CertificateRequest{ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: bc}}}), "asks for extension 2.5.29.19"},
 		{"ErrKeyNotP256", csrPEM(t, p384, &x509.CertificateRequest{}), "ECDSA P-256"},
+		// The key's kind is refused before its signature is checked: a
+		// signature over a huge RSA key costs a second to check.
+		{"ErrKeyNotP256_SignatureUnchecked", spoiled(csrPEM(t, rsaKey, &x509.CertificateRequest{})), "ECDSA P-256"},
 		{"ErrNotPEM", []byte("hello"), "want one PEM CERTIFICATE REQUEST"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

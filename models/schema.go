@@ -33,6 +33,12 @@ func ParseSchemas(s string) (Schemas, error) {
 	return parseSchemas("X-Mesh-Schema", s)
 }
 
+// ParseEnrolSchemas reads the list a host gives with its enrolment, as
+// a poll's header: absent is schema 1.
+func ParseEnrolSchemas(s string) (Schemas, error) {
+	return parseSchemas("schema", s)
+}
+
 // ParseReleaseSchemas reads the schemas a host release decodes, given with
 // its upload or its builder's host build. Required, unlike a poll's
 // header: a release that does not say is not assumed to decode anything,

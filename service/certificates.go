@@ -91,6 +91,10 @@ func (s *Service) RevokeMachine(ctx context.Context, actor, name, reason string)
 	return s.Store.RevokeMachine(ctx, actor, name, reason)
 }
 
+// maxRefusalReason is the most of a refused certificate's reason the
+// audit keeps.
+const maxRefusalReason = 1 << 10
+
 // CertificateRefused records a client certificate refused in the request
 // path: in the audit log always; on its machine (state revoked) only when
 // the certificate is this CA's own for the machine's current enrolment and
@@ -101,7 +105,9 @@ func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError
 	if ce.Machine == "" {
 		target = "machine/?"
 	}
-	_ = s.Store.Audit(ctx, "anonymous", "certificate-refused", target, fmt.Sprintf("%s (from %s)", ce.Reason, from))
+	// Its reason quotes what the certificate said: kept to a line.
+	_ = s.Store.Audit(ctx, "anonymous", "certificate-refused", target,
+		fmt.Sprintf("%s (from %s)", models.EscapeLogLine(ce.Reason, maxRefusalReason), from))
 	if !ce.PastGrace || ce.Machine == "" {
 		return
 	}

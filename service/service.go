@@ -32,6 +32,8 @@ type Service struct {
 	ControllerBuild int64
 	// Certs issue machine certificates.
 	Certs MachineCerts
+	// refusals keeps the audit of repeated refusals sparse.
+	refusals auth.Refusals
 }
 
 // DefaultRolloutDeadline is how long a machine has to report upgraded.

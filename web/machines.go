@@ -239,9 +239,7 @@ func (s *Server) machinePage(c echo.Context) error {
 	if err := s.fillRunning(ctx, &d, m); err != nil {
 		return err
 	}
-	if c.QueryParam("saved") != "" {
-		d.Saved = c.QueryParam("saved")
-	}
+	d.Saved = s.takeSaved(c)
 	return s.render(c, http.StatusOK, MachinePage(s.page(c, m.Name), d))
 }
 
@@ -482,7 +480,7 @@ func (s *Server) saveAssignments(c echo.Context) error {
 	if err != nil {
 		return s.refused(c, name, err, typed, nil, "assignments")
 	}
-	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Assignments+saved+as+generation+%d", name, m.Generation))
+	return s.redirectSaved(c, "/machines/"+name, fmt.Sprintf("Assignments saved as generation %d", m.Generation))
 }
 
 func (s *Server) saveVariables(c echo.Context) error {
@@ -508,7 +506,7 @@ func (s *Server) saveVariables(c echo.Context) error {
 	if err != nil {
 		return s.refused(c, name, err, nil, &text, "variables")
 	}
-	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Variables+saved+as+generation+%d", name, m.Generation))
+	return s.redirectSaved(c, "/machines/"+name, fmt.Sprintf("Variables saved as generation %d", m.Generation))
 }
 
 func (s *Server) push(c echo.Context) error {
@@ -521,5 +519,5 @@ func (s *Server) push(c echo.Context) error {
 	if err != nil {
 		return s.refused(c, name, err, nil, nil, "push")
 	}
-	return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/machines/%s?saved=Pushed+as+generation+%d", name, m.Generation))
+	return s.redirectSaved(c, "/machines/"+name, fmt.Sprintf("Pushed as generation %d", m.Generation))
 }

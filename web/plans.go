@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -202,7 +201,7 @@ func (s *Server) planPage(c echo.Context) error {
 	if c.Request().Header.Get(HeaderHXRequest) != "" {
 		return s.render(c, http.StatusOK, PlanProgress(p, d))
 	}
-	return s.render(c, http.StatusOK, PlanPage(p, d, c.QueryParam("saved")))
+	return s.render(c, http.StatusOK, PlanPage(p, d, s.takeSaved(c)))
 }
 
 // planAction pauses, resumes, cancels or rolls back a plan through the
@@ -224,7 +223,7 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 			return err
 		}
 		saved := fmt.Sprintf("%s: the plan is now %s", planActionLabels[action].Label, stateWords(v.State))
-		return c.Redirect(http.StatusSeeOther, fmt.Sprintf("/plans/%d?saved=%s", id, url.QueryEscape(saved)))
+		return s.redirectSaved(c, fmt.Sprintf("/plans/%d", id), saved)
 	}
 }
 

@@ -290,8 +290,11 @@ func problemText(err error) string {
 	case errors.As(err, &inv):
 		return inv.Error()
 	case errors.Is(err, models.ErrNotFound), errors.Is(err, models.ErrConflict), errors.Is(err, models.ErrDowngrade),
-		errors.Is(err, models.ErrStaleGeneration), errors.Is(err, models.ErrMachineConflict):
+		errors.Is(err, models.ErrStaleGeneration), errors.Is(err, models.ErrMachineConflict), errors.Is(err, models.ErrTooManyRequests):
 		return err.Error()
+	case errors.Is(err, models.ErrUnavailable):
+		// Not the driver's words: they name the database and its address.
+		return "The store is unavailable; try again shortly."
 	}
 	return "internal error"
 }

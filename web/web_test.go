@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -148,12 +149,36 @@ func TestChanges_RoleAndCSRFChecked(t *testing.T) {
 	if len(as.Assignments) != 0 {
 		t.Fatal("a refused change was stored")
 	}
-	if st, loc := op.post("/machines/m1/assignments", form, true); st != 303 || !strings.Contains(loc, "generation+2") {
+	if st, loc := op.post("/machines/m1/assignments", form, true); st != 303 || loc != "/machines/m1" {
 		t.Fatalf("the operator's change: %d %s", st, loc)
 	}
 	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
 	if len(as.Assignments) != 1 {
 		t.Fatal("the operator's change was not stored")
+	}
+	// The page it lands on says so, once.
+	if _, body := op.get("/machines/m1"); !strings.Contains(body, "Assignments saved as generation 2") {
+		t.Errorf("the page after the save does not say it was saved:\n%.300s", body)
+	}
+	if _, body := op.get("/machines/m1"); strings.Contains(body, "Assignments saved") {
+		t.Error("the saved notice is shown again on the next visit")
+	}
+}
+
+// TestSaved_NotFromALink: the "saved" notice is only what this server
+// saved; words in a link are not shown as one.
+func TestSaved_NotFromALink(t *testing.T) {
+	e, op, _ := fixture(t)
+	const lie = "Host m1 applied generation 9 and all checks pass"
+	for _, path := range []string{"/machines/m1?saved=" + url.QueryEscape(lie)} {
+		if st, body := op.get(path); st != 200 || strings.Contains(body, lie) {
+			t.Errorf("GET %s: %d, the page shows the link's words", path, st)
+		}
+	}
+	id := haltedPlan(t, e)
+	path := fmt.Sprintf("/plans/%d", id)
+	if st, body := op.get(path + "?saved=" + url.QueryEscape(lie)); st != 200 || strings.Contains(body, lie) {
+		t.Errorf("GET %s: %d, the page shows the link's words", path, st)
 	}
 }
 
@@ -318,4 +343,22 @@ func TestLogout_RevokesTheSession(t *testing.T) {
 	if st, loc := again.get("/"); st != 303 || loc != "/login" {
 		t.Fatalf("the old cookie after logout: %d %s", st, loc)
 	}
+}
+
+// TestLogin_ThrottledSaysSo: a person whose logins are throttled is told
+// so and when to try again (the page said "internal error").
+func TestLogin_ThrottledSaysSo(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	anon := newBrowser(t, e.URL)
+	anon.get("/login")
+	for range 40 {
+		st, body := anon.post("/login", url.Values{"username": {"admin"}, "password": {"wrong-password"}}, true)
+		if st == http.StatusTooManyRequests {
+			if !strings.Contains(body, "too many failed logins; try again in") || strings.Contains(body, "internal error") {
+				t.Fatalf("a throttled login's page: %.2000s", body)
+			}
+			return
+		}
+	}
+	t.Fatal("40 wrong passwords were never throttled")
 }
