@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -87,6 +88,44 @@ func TestBumps_ComposedOnce(t *testing.T) {
 			})
 			if n := e.Ctl.Hub.ComposedAhead() - composed; n != machines {
 				t.Fatalf("%d bumps heard %d times each: %d machines composed ahead, want %d", machines, times, n, machines)
+			}
+		})
+	}
+}
+
+// TestLastSeen_TheHostsOwnTime: the flush writes each machine's own
+// last-seen time. It wrote the time of the flush for all, so a host that
+// died just after one was shown as seen until the next, up to 30 s after
+// it was gone (and the hub took the store's later time over its own).
+// A time older than the stored one never moves it back.
+func TestLastSeen_TheHostsOwnTime(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			e := ctltest.Start(t, d, ctltest.Options{FlushEvery: time.Hour})
+			en := e.Enroll("m1")
+			if p := doPoll(e, en.Token, 0, "0s"); p.status != 200 {
+				t.Fatalf("first poll: %d", p.status)
+			}
+			ctx := context.Background()
+			m, err := e.Ctl.Store.Machine(ctx, "m1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := e.Ctl.Hub.LastSeen(m.ID)
+			if seen == nil {
+				t.Fatal("the hub has no last-seen time after a poll")
+			}
+			e.Ctl.Hub.FlushSeen()
+			m, _ = e.Ctl.Store.Machine(ctx, "m1")
+			// PostgreSQL keeps microseconds.
+			if m.LastSeen == nil || m.LastSeen.Sub(*seen).Abs() >= time.Microsecond {
+				t.Fatalf("stored last seen %v, the host was last seen at %v", m.LastSeen, seen)
+			}
+			if err := e.Ctl.Store.FlushLastSeen(ctx, []store.Seen{{ID: m.ID, At: seen.Add(-time.Minute)}}); err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := e.Ctl.Store.Machine(ctx, "m1"); !again.LastSeen.Equal(*m.LastSeen) {
+				t.Fatalf("an older time moved last seen back: %v, was %v", again.LastSeen, m.LastSeen)
 			}
 		})
 	}

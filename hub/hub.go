@@ -767,24 +767,25 @@ func (e *machineEntry) newComposeFailure(gen int64) bool {
 func (h *Hub) FlushSeen() { h.flushSeen(context.Background()) }
 
 // flushSeen writes last-seen for every machine seen since the last flush,
-// and every machine that holds a poll now, in one statement.
+// and every machine that holds a poll now, in one statement: each the
+// time its host was last seen (now, for one holding a poll).
 func (h *Hub) flushSeen(ctx context.Context) {
 	h.mu.Lock()
-	ids := make([]int64, 0, len(h.seen))
-	for id := range h.seen {
-		ids = append(ids, id)
-	}
+	now := time.Now()
+	seen := make([]store.Seen, 0, len(h.seen))
 	for id, e := range h.byID {
-		if e.polls > 0 && !h.seen[id] {
-			ids = append(ids, id)
+		if e.polls > 0 {
+			seen = append(seen, store.Seen{ID: id, At: now})
+		} else if h.seen[id] {
+			seen = append(seen, store.Seen{ID: id, At: e.lastSeen})
 		}
 	}
 	h.seen = map[int64]bool{}
 	h.mu.Unlock()
-	if len(ids) == 0 {
+	if len(seen) == 0 {
 		return
 	}
-	if err := h.Store.FlushLastSeen(ctx, time.Now().UTC(), ids); err != nil {
+	if err := h.Store.FlushLastSeen(ctx, seen); err != nil {
 		h.Log.Warn("flushing last-seen", "err", err)
 	}
 }

@@ -282,14 +282,59 @@ func (s *Store) MachineHeads(ctx context.Context) ([]MachineHead, error) {
 	return hs, mapErr(err)
 }
 
-// FlushLastSeen sets last_seen for the machines seen since the last flush:
-// one statement per interval however many polls there were.
-func (s *Store) FlushLastSeen(ctx context.Context, at time.Time, ids []int64) error {
-	return inChunks(ids, 20000, func(chunk []int64) error {
-		return mapErr(s.db.WithContext(ctx).Model(&models.Machine{}).Where("id IN ?", chunk).
-			Update("last_seen", at).Error)
+// Seen is when a machine's host was last seen by this instance.
+type Seen struct {
+	ID int64
+	At time.Time
+}
+
+// FlushLastSeen sets last_seen for the machines seen since the last flush,
+// each to its own time (never back: another instance may have seen the
+// host since): one statement per interval however many polls there were.
+// The time a flush runs is no machine's: written for all, a host that
+// died just after a flush was shown as seen until the next, up to an
+// interval after it was gone.
+func (s *Store) FlushLastSeen(ctx context.Context, seen []Seen) error {
+	return inChunks(seen, 20000, func(chunk []Seen) error {
+		ids := make([]int64, len(chunk))
+		for i, e := range chunk {
+			ids[i] = e.ID
+		}
+		if s.dialect == Postgres {
+			b := make([]byte, 0, len(chunk)*36+2)
+			b = append(b, '{')
+			for i, e := range chunk {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = e.At.UTC().AppendFormat(b, time.RFC3339Nano)
+			}
+			return mapErr(s.db.WithContext(ctx).Exec(`UPDATE machines AS m SET last_seen = GREATEST(m.last_seen, u.at)
+				FROM unnest(CAST(? AS bigint[]), CAST(? AS timestamptz[])) AS u (id, at) WHERE m.id = u.id`,
+				int64Array(ids, '{', '}'), string(append(b, '}'))).Error)
+		}
+		// {"id": "time", …}, the time as the driver writes one
+		// (_time_format=sqlite), so it compares as every other does.
+		b := make([]byte, 0, len(chunk)*48+2)
+		b = append(b, '{')
+		for i, e := range chunk {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = strconv.AppendInt(b, e.ID, 10)
+			b = append(b, '"', ':', '"')
+			b = e.At.UTC().AppendFormat(b, sqliteTime)
+			b = append(b, '"')
+		}
+		return mapErr(s.db.WithContext(ctx).Exec(`UPDATE machines SET last_seen = CASE
+				WHEN last_seen IS NULL OR last_seen < j.value THEN j.value ELSE last_seen END
+			FROM json_each(?) AS j WHERE machines.id = CAST(j.key AS INTEGER)`, string(append(b, '}'))).Error)
 	})
 }
+
+// sqliteTime is how the SQLite driver writes a time (_time_format=sqlite).
+const sqliteTime = "2006-01-02 15:04:05.999999999-07:00"
 
 // CheckConflict judges, against the store and never a cache, whether a host
 // that finished hostGen is ahead of its machine; if so it puts the machine
