@@ -678,6 +678,7 @@ func (e RolloutState) Valid() bool {
 const (
 	RolloutMachineStateFailed     RolloutMachineState = "failed"
 	RolloutMachineStatePending    RolloutMachineState = "pending"
+	RolloutMachineStateRefused    RolloutMachineState = "refused"
 	RolloutMachineStateRolledBack RolloutMachineState = "rolled_back"
 	RolloutMachineStateUpgraded   RolloutMachineState = "upgraded"
 	RolloutMachineStateUpgrading  RolloutMachineState = "upgrading"
@@ -689,6 +690,8 @@ func (e RolloutMachineState) Valid() bool {
 	case RolloutMachineStateFailed:
 		return true
 	case RolloutMachineStatePending:
+		return true
+	case RolloutMachineStateRefused:
 		return true
 	case RolloutMachineStateRolledBack:
 		return true
@@ -1962,16 +1965,18 @@ type RolloutMachine struct {
 	Machine    string     `json:"machine"`
 
 	// Previous the target the machine had before, put back if it fails
-	Previous  string              `json:"previous"`
-	Reason    string              `json:"reason"`
-	StartedAt *time.Time          `json:"started_at"`
-	State     RolloutMachineState `json:"state"`
+	Previous  string     `json:"previous"`
+	Reason    string     `json:"reason"`
+	StartedAt *time.Time `json:"started_at"`
+
+	// State refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed
+	State RolloutMachineState `json:"state"`
 
 	// Wave 0 for the canaries
 	Wave int `json:"wave"`
 }
 
-// RolloutMachineState defines model for RolloutMachine.State.
+// RolloutMachineState refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed
 type RolloutMachineState string
 
 // RolloutRequest defines model for RolloutRequest.

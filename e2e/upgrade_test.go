@@ -222,7 +222,16 @@ func TestHostRelease_BadDigestOrSignatureRefused(t *testing.T) {
 	if c.hostVersion("m1") != "1.0.0" || exists(filepath.Join(h.State, "launch.json")) {
 		t.Fatal("a release with bad bytes was staged")
 	}
-	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/2.0.0/rollout/cancel", Token: c.Admin}, 200, nil)
+	// The refusal halted the rollout with its words, at once (not at the
+	// deadline); the release is not marked failed by it.
+	var ro struct {
+		State, Reason string
+		Machines      []struct{ State string }
+	}
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases/2.0.0/rollout", Token: c.Admin}, 200, &ro)
+	if ro.State != "halted" || !strings.Contains(ro.Reason, "machine m1 refused: host release 2.0.0 refused") || len(ro.Machines) != 1 || ro.Machines[0].State != "refused" {
+		t.Fatalf("the rollout after m1 refused the release: %+v", ro)
+	}
 	px.mu.Lock()
 	px.corruptBlobs = false
 	px.mu.Unlock()

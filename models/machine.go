@@ -93,6 +93,13 @@ func ReleaseRefused(version, why string) string {
 	return "host release " + version + " refused: " + why
 }
 
+// RefusesRelease reports whether a report is its host refusing a host
+// release (any): the words ReleaseRefused makes.
+func RefusesRelease(outcome, reason string) bool {
+	v, ok := strings.CutPrefix(reason, "host release ")
+	return outcome == OutcomeRefused && ok && strings.Contains(v, " refused: ")
+}
+
 // RefusedTarget reports whether a machine being upgraded to target has a
 // last report (outcome, reason) of its host refusing that release: it is
 // still "upgrading", and why it will not is shown beside the word.

@@ -61,6 +61,10 @@ const (
 	UpgradeUpgraded   = "upgraded"
 	UpgradeRolledBack = "rolled_back"
 	UpgradeFailed     = "failed"
+	// UpgradeRefused: its host refused the release (it does not run under
+	// the launcher, or could not verify it) — nothing is known of the
+	// release itself.
+	UpgradeRefused = "refused"
 )
 
 // Rollout moves the fleet to a host release, wave by wave.

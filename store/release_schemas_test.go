@@ -394,6 +394,46 @@ func TestRollout_RolledBackReasonKeptShowable(t *testing.T) {
 	})
 }
 
+// TestRollout_RefusedByItsHostHalts: a host that will not take the
+// release (it does not run under the launcher) says so; the rollout halts
+// at once with its words, the machine's target goes back, and the release
+// is not marked failed — nothing was learnt of it. The rollout waited out
+// its deadline (ten minutes by default) saying "upgrading" with no reason.
+func TestRollout_RefusedByItsHostHalts(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		cur, _ := s.Machine(ctx, "m1")
+		why := models.ReleaseRefused("1.5.0", "this host does not run under `mesh-host launch`")
+		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeRefused, HostVersion: "1.0.0", Reason: why})
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ro.State != models.RolloutHalted || !strings.Contains(ro.Reason, "machine m1 refused: "+why) ||
+			ro.Machines[0].State != models.UpgradeRefused || ro.Machines[0].Reason != why {
+			t.Fatalf("after the host refused the release: rollout %s %q, machine %+v", ro.State, ro.Reason, ro.Machines[0])
+		}
+		after, _ := s.Machine(ctx, "m1")
+		if after.TargetHostVersion != "" || after.Generation <= cur.Generation {
+			t.Fatalf("the machine's target is %q at generation %d (was %d): not put back", after.TargetHostVersion, after.Generation, cur.Generation)
+		}
+		rels, err := s.Releases(ctx, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rels {
+			if r.Version == "1.5.0" && r.State == models.ReleaseFailed {
+				t.Fatalf("a host's refusal marked the release failed: %q", r.Failure)
+			}
+		}
+	})
+}
+
 // TestRollout_ActedOnAsShown: pause, resume and cancel act on the rollout
 // a version's view shows, not on a newer empty one a plan's host step
 // made (its running rollout could be seen but not stopped).

@@ -392,7 +392,8 @@ func startUpgrade(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine) error {
 }
 
 // failMachine ends a machine's upgrade in failure: the rollout halts with
-// the cause, the release is marked failed, and the machine's target goes
+// the cause, the release is marked failed (unless its host refused it:
+// then nothing is known of the release), and the machine's target goes
 // back (a new generation), so no declaration names the release again.
 func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, reason string) error {
 	now := tx.s.Now()
@@ -409,9 +410,11 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 		return err
 	}
 	ro.State = models.RolloutHalted
-	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
-		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
-		return err
+	if state != models.UpgradeRefused {
+		if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
+			Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+			return err
+		}
 	}
 	if err := tx.Model(&m).Update("target_host_version", rm.Previous).Error; err != nil {
 		return err
@@ -422,8 +425,8 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 	return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
 }
 
-// upgradeReported applies an upgraded or rolled_back report to the
-// machine's running rollout.
+// upgradeReported applies an upgraded or rolled_back report, or the
+// host's refusal of the release, to the machine's running rollout.
 func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 	var rm models.RolloutMachine
 	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
@@ -454,6 +457,14 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		return stepRollout(tx, &ro)
 	case models.OutcomeRolledBack:
 		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason) // clipped and escaped (DecodeReport)
+	case models.OutcomeRefused:
+		// The host will not take the release (it does not run under the
+		// launcher, say): halted now, with its words, rather than at the
+		// deadline with none. The release is not marked failed: nothing
+		// was learnt of it.
+		if models.RefusedTarget(ro.Version, r.Outcome, r.Reason) {
+			return failMachine(tx, &ro, &rm, models.UpgradeRefused, r.Reason)
+		}
 	}
 	return nil
 }

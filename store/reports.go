@@ -124,7 +124,7 @@ func atOnce(r *models.Report) bool {
 
 // upgrade says whether r is a host upgrade's report.
 func upgrade(r *models.Report) bool {
-	return r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack
+	return r.Outcome == models.OutcomeUpgraded || r.Outcome == models.OutcomeRolledBack || models.RefusesRelease(r.Outcome, r.Reason)
 }
 
 // fields are where reportSubjectQuery's columns are scanned, in its order.

@@ -156,7 +156,7 @@ func hostStepDetail(ro *models.RolloutView) *HostStepDetail {
 		if m.State == models.UpgradeUpgraded {
 			h.Upgraded++
 		}
-		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: orNone(m.Previous), Reason: m.Reason}
+		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason}
 		if m.StartedAt != nil {
 			r.Started = stamp(*m.StartedAt)
 		}
@@ -292,7 +292,7 @@ func rolloutDetail(v *models.RolloutView) RolloutDetail {
 		if m.State == models.UpgradeUpgraded {
 			w.Upgraded++
 		}
-		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: orNone(m.Previous), Reason: m.Reason}
+		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason}
 		if m.StartedAt != nil {
 			r.Started = stamp(*m.StartedAt)
 		}

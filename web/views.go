@@ -270,6 +270,16 @@ func releaseBadge(state string) string {
 	return "current"
 }
 
+// targetBefore is the host release a machine of a rollout was to run
+// before it, which it gets back if the rollout fails: with none (no
+// target, no fleet default) its host ran the build it was installed with.
+func targetBefore(prev string) string {
+	if prev == "" {
+		return "none (its installed build)"
+	}
+	return prev
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "none yet"

@@ -259,8 +259,8 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 			keys = "encrypted at rest (key file " + cfg.KeyFile + ")"
 		}
 	}
-	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  TLS:   %s\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
-		version.String(), c.URL(), where, keys, tlsBanner(c, cfg), c.URL(), c.URL(), c.URL())
+	fmt.Fprintf(stdout, "mesh-controller %s serving on %s\n  store: %s\n  keys:  %s\n  TLS:   %s\n  dashboard: %s/\n  API:   %s/api/v1  (spec: %s/openapi.yaml)\n  log in: POST %s/api/v1/auth/login {\"username\", \"password\"}\n",
+		version.String(), c.URL(), where, keys, tlsBanner(c, cfg), c.URL(), c.URL(), c.URL(), c.URL())
 	if c.TLS {
 		// The CA's certificate is public (its pin is what is trusted): kept
 		// beside the data for curl --cacert and a browser's trust store.

@@ -173,6 +173,8 @@ func enroll(ctx context.Context, en agent.Enrolment, controllers string, stdout 
 	if id.CAPin != "" {
 		fmt.Fprintf(stdout, "the controller's certificate verified against the mesh CA %s, kept for every later request\n", id.CAPin)
 	}
+	// What to run next, with the state dir it was given.
+	fmt.Fprintf(stdout, "next: mesh-host launch --state %s   (or run it bare: mesh-host run --state %s; no upgrades)\n", en.StateDir, en.StateDir)
 	return nil
 }
 

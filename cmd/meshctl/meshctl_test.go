@@ -484,6 +484,19 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if rel.Version != "1.5.0" || rel.Schemas != "1,2" {
 			t.Fatalf("the release: %+v", rel)
 		}
+		// Its rollout paused, resumed and cancelled from the command line
+		// (it took the raw API).
+		var ro client.Rollout
+		mc.ok(&ro, "releases", "rollout", "1.5.0", "--canary", "1", "-o", "json")
+		for _, step := range []struct{ action, want string }{{"pause", "paused"}, {"resume", "running"}, {"cancel", "cancelled"}} {
+			mc.ok(&ro, "releases", step.action, "1.5.0", "-o", "json")
+			if string(ro.State) != step.want {
+				t.Fatalf("releases %s: the rollout is %s, want %s", step.action, ro.State, step.want)
+			}
+		}
+		if r := mc.run("", "releases", "resume", "1.5.0"); r.code != 1 || !strings.Contains(r.stderr, "cancelled; cannot resume it") {
+			t.Fatalf("resuming a cancelled rollout: %s", r)
+		}
 	})
 
 	t.Run("BuildsLsAndYank", func(t *testing.T) {

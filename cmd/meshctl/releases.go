@@ -103,7 +103,62 @@ cancelled, printing the reason.`,
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the rollout")
 	cmd.AddCommand(a.releasesList(), upload, rollout, watch)
+	for _, action := range []struct{ name, short string }{
+		{"pause", "Pause a release's running rollout: no more machines start"},
+		{"resume", "Resume a release's paused rollout"},
+		{"cancel", "Cancel a release's running or paused rollout; machines already upgraded keep it"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   action.name + " VERSION",
+			Short: action.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return a.rolloutAction(cmd.Context(), args[0], action.name)
+			},
+		})
+	}
 	return cmd
+}
+
+// rolloutAction pauses, resumes or cancels a release's rollout and shows
+// what it became.
+func (a *app) rolloutAction(ctx context.Context, version, action string) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	var hr *http.Response
+	var body []byte
+	var ro *client.Rollout
+	switch action {
+	case "pause":
+		var r *client.PauseRolloutResponse
+		if r, err = c.PauseRolloutWithResponse(ctx, version); err == nil {
+			hr, body, ro = r.HTTPResponse, r.Body, r.JSON200
+		}
+	case "resume":
+		var r *client.ResumeRolloutResponse
+		if r, err = c.ResumeRolloutWithResponse(ctx, version); err == nil {
+			hr, body, ro = r.HTTPResponse, r.Body, r.JSON200
+		}
+	case "cancel":
+		var r *client.CancelRolloutResponse
+		if r, err = c.CancelRolloutWithResponse(ctx, version); err == nil {
+			hr, body, ro = r.HTTPResponse, r.Body, r.JSON200
+		}
+	default:
+		return fmt.Errorf("no rollout action %q", action)
+	}
+	if err != nil {
+		return reach(err)
+	}
+	if err := expect(hr, body, http.StatusOK); err != nil {
+		return err
+	}
+	if a.jsonOut() {
+		return a.printJSON(body)
+	}
+	return a.showRollout(ro)
 }
 
 func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch, schemas string) error {
