@@ -106,7 +106,12 @@ func (e Entry) String() string {
 	if send == "" {
 		send = "-"
 	}
-	fmt.Fprintf(&b, "%s  generation %d  %s  (send %s, %s)", e.Time.Local().Format("2006-01-02 15:04:05"), e.Generation, e.Outcome, send, short(e.Digest))
+	// A check's or a renewal's entry names no declaration of its own.
+	digest := ""
+	if e.Digest != "" {
+		digest = ", " + short(e.Digest)
+	}
+	fmt.Fprintf(&b, "%s  generation %d  %s  (send %s%s)", e.Time.Local().Format("2006-01-02 15:04:05 MST"), e.Generation, e.Outcome, send, digest)
 	if e.Reason != "" {
 		fmt.Fprintf(&b, ": %s", e.Reason)
 	}

@@ -222,6 +222,10 @@ func TestOverview_CountsUnhealthyAndSaysThresholds(t *testing.T) {
 	if !strings.Contains(body, `href="/?state=unhealthy"`) || !strings.Contains(body, "unhealthy 1") {
 		t.Fatalf("the counts leave out unhealthy:\n%.600s", body)
 	}
+	// When the host last said so, beside since when it fails.
+	if !strings.Contains(body, "failing since") || !strings.Contains(body, "; as of its report ") {
+		t.Fatalf("the unhealthy row does not say when its host last reported its checks:\n%s", body)
+	}
 	_, body = op.get("/")
 	if !strings.Contains(body, "has not polled for 3 minutes") || !strings.Contains(body, "has failed for 90 seconds") {
 		t.Fatalf("the legend does not say the thresholds")

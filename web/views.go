@@ -111,6 +111,11 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 		if m.HealthSince != nil {
 			r.Since = "failing since " + stamp(*m.HealthSince) + " (" + ago(*m.HealthSince, now) + ")"
 		}
+		if m.HealthAt != nil {
+			// When the host last said so: it reports a change at once, so
+			// an older report means it has said nothing different since.
+			r.Since += "; as of its report " + ago(*m.HealthAt, now) + " (a change is reported at once)"
+		}
 	case models.StateBehind:
 		r.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
 		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + "); "

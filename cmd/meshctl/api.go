@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,6 +97,13 @@ var loginHint = "log in again: meshctl login URL --user NAME"
 // reach wraps an error of the request itself: the controller was not
 // reached, or its answer could not be read.
 func reach(err error) error {
+	var unknown x509.UnknownAuthorityError
+	if errors.As(err, &unknown) {
+		// A controller serving TLS under the mesh's own CA, which nothing
+		// here trusts yet: say how to trust it.
+		return fmt.Errorf("talking to the controller: %w; if it serves TLS under the mesh's own CA, log in with "+
+			"--ca-pin sha256:… (its start message and every join token's answer give the pin)", err)
+	}
 	return fmt.Errorf("talking to the controller: %w", err)
 }
 
@@ -239,3 +248,7 @@ func isTerminal(w io.Writer) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// localTime is how a time is printed: the local zone, named (the dashboard
+// and the API say UTC; a time without its zone reads as either).
+const localTime = "2006-01-02 15:04:05 MST"

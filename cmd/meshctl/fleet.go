@@ -255,7 +255,7 @@ func (a *app) auditCommand() *cobra.Command {
 				return err
 			}
 			return list(a, es, raw, []string{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}, func(e client.AuditEvent) []string {
-				return []string{e.At.Local().Format("2006-01-02 15:04:05"), e.Actor, e.Action, e.Target, clip(e.Detail, 100)}
+				return []string{e.At.Local().Format(localTime), e.Actor, e.Action, e.Target, clip(e.Detail, 100)}
 			})
 		},
 	}

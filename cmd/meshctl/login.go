@@ -11,7 +11,6 @@ import (
 	neturl "net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -78,7 +77,7 @@ it, the system's roots judge the controller (an operator's certificate).`,
 				return a.encodeJSON(map[string]any{"controller": url, "user": user, "expires_at": r.JSON200.ExpiresAt, "config": p})
 			}
 			fmt.Fprintf(a.out, "Logged in to %s as %s until %s.\nToken saved in %s.\n", url, user,
-				r.JSON200.ExpiresAt.Local().Format(time.DateTime), p)
+				r.JSON200.ExpiresAt.Local().Format(localTime), p)
 			return nil
 		},
 	}
@@ -181,9 +180,9 @@ func (a *app) tokensCommand() *cobra.Command {
 				return a.printJSON(r.Body)
 			}
 			if r.JSON201.Command == "" { // an API token: no enrolment lines
-				return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime)}})
+				return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime)}})
 			}
-			if err := a.table([][]string{{"TOKEN", "EXPIRES", "CA PIN"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(time.DateTime), r.JSON201.CaPin}}); err != nil {
+			if err := a.table([][]string{{"TOKEN", "EXPIRES", "CA PIN"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime), r.JSON201.CaPin}}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "\nEnrol a machine that has mesh-host:\n  %s\n", r.JSON201.Command)

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -172,9 +171,13 @@ func why(m *client.Machine) string {
 		if m.LastSeen == nil {
 			return "its host has never polled"
 		}
-		return "no poll since " + m.LastSeen.Local().Format(time.DateTime)
+		return "no poll since " + m.LastSeen.Local().Format(localTime)
 	case client.MachineStateUnhealthy:
-		return fmt.Sprintf("check %s failing since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
+		w := fmt.Sprintf("check %s failing since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
+		if m.Health.CheckedAt != nil {
+			w += fmt.Sprintf(" (as of its report %s)", ago(m.Health.CheckedAt))
+		}
+		return w
 	case client.MachineStateFailed:
 		// A failed attempt finishes nothing: its generation is past the
 		// finished one, which applied fine.

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -107,7 +106,7 @@ the tokens nor their hashes are ever shown again. With -o json:
 			rows := [][]string{{"KIND", "ID", "NAME/USED BY", "ROLE/LABELS", "STATE", "EXPIRES", "LAST USED"}}
 			for _, t := range out.APITokens {
 				rows = append(rows, []string{"api", t.Id, t.Name + " (" + t.User + ")", string(t.Role), string(t.State),
-					t.ExpiresAt.Local().Format(time.DateTime), ago(t.LastUsedAt)})
+					t.ExpiresAt.Local().Format(localTime), ago(t.LastUsedAt)})
 			}
 			for _, t := range out.JoinTokens {
 				used := "-"
@@ -119,7 +118,7 @@ the tokens nor their hashes are ever shown again. With -o json:
 					labels = formatLabels(*t.Labels)
 				}
 				rows = append(rows, []string{"join", strconv.FormatInt(t.Id, 10), used, labels, string(t.State),
-					t.ExpiresAt.Local().Format(time.DateTime), "-"})
+					t.ExpiresAt.Local().Format(localTime), "-"})
 			}
 			return a.table(rows)
 		},
@@ -214,7 +213,7 @@ func (a *app) createAPIToken(cmd *cobra.Command, f apiTokenFlags, expiresIn stri
 	}
 	t := r.JSON201
 	fmt.Fprintln(a.errOut, "The token is shown only now; use it as MESH_TOKEN or an Authorization: Bearer header.")
-	return a.table([][]string{{"ID", "ROLE", "EXPIRES", "TOKEN"}, {t.Id, string(t.Role), t.ExpiresAt.Local().Format(time.DateTime), t.Token}})
+	return a.table([][]string{{"ID", "ROLE", "EXPIRES", "TOKEN"}, {t.Id, string(t.Role), t.ExpiresAt.Local().Format(localTime), t.Token}})
 }
 
 // addUserCommands adds ls, update, disable and enable to 'users'.

@@ -44,7 +44,7 @@ func TestMeshctl_LoginPinsTheMeshCA(t *testing.T) {
 
 	t.Run("ErrNoPin", func(t *testing.T) {
 		r := mc.run(pw, "login", url, "--user", "admin", "--password-stdin")
-		if r.code == 0 || !strings.Contains(r.stderr, "certificate signed by unknown authority") {
+		if r.code == 0 || !strings.Contains(r.stderr, "certificate signed by unknown authority") || !strings.Contains(r.stderr, "log in with --ca-pin") {
 			t.Fatalf("want a refusal of the unknown CA: %s", r)
 		}
 	})
