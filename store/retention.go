@@ -206,7 +206,9 @@ func kept(table string, row oldRow, keeps map[int64]*models.Keeps) bool {
 }
 
 // judge splits rows into those a machine still needs and the rest.
-func judge(tx *Tx, table string, rows []oldRow) (keep, drop []oldRow, err error) {
+// dropping is the epoch whose partitions are about to go (PostgreSQL; -1
+// on SQLite): its sends are not on record any more unless carried.
+func judge(tx *Tx, table string, rows []oldRow, dropping int64) (keep, drop []oldRow, err error) {
 	seen := map[int64]bool{}
 	var machines []int64
 	for _, r := range rows {
@@ -219,14 +221,53 @@ func judge(tx *Tx, table string, rows []oldRow) (keep, drop []oldRow, err error)
 	if err != nil {
 		return nil, nil, err
 	}
+	var sent map[[2]int64]bool
+	if table == "declarations" {
+		if sent, err = sentGenerations(tx, rows, dropping); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, r := range rows {
-		if kept(table, r, keeps) {
+		if kept(table, r, keeps) || sent[[2]int64{r.MachineID, r.Generation}] {
 			keep = append(keep, r)
 		} else {
 			drop = append(drop, r)
 		}
 	}
 	return keep, drop, nil
+}
+
+// sentGenerations is which of the (machine, generation) pairs of rows
+// have a send on record: its declaration is what that send carried, kept
+// as long as the send is, however long ago it was composed (a declaration
+// composed before the keep period and sent within it was removed from
+// under its send). Sends are judged before declarations, so every send
+// still here stays — but those of the epoch being dropped.
+func sentGenerations(tx *Tx, rows []oldRow, dropping int64) (map[[2]int64]bool, error) {
+	want := map[[2]int64]bool{}
+	var ids, gens []int64
+	for _, r := range rows {
+		k := [2]int64{r.MachineID, r.Generation}
+		if !want[k] {
+			want[k] = true
+			ids, gens = append(ids, r.MachineID), append(gens, r.Generation)
+		}
+	}
+	out := map[[2]int64]bool{}
+	err := inChunks(ids, 500, func(chunk []int64) error {
+		var pairs []struct{ MachineID, Generation int64 }
+		if err := tx.Table("sends").Distinct("machine_id", "generation").
+			Where("machine_id IN ? AND generation IN ? AND epoch <> ?", chunk, gens, dropping).Scan(&pairs).Error; err != nil {
+			return err
+		}
+		for _, p := range pairs {
+			if k := [2]int64{p.MachineID, p.Generation}; want[k] {
+				out[k] = true
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // keyColumn selects a table's key as oldRow's ID or Num.
@@ -282,7 +323,7 @@ func (s *Store) retainBatches(ctx context.Context, r Retention) (RetentionResult
 			}
 			after, afterNum = rows[len(rows)-1].ID, rows[len(rows)-1].Num
 			n, err := Write(ctx, s, func(tx *Tx) (int64, error) {
-				_, drop, err := judge(tx, t.name, rows)
+				_, drop, err := judge(tx, t.name, rows, -1)
 				if err != nil || len(drop) == 0 {
 					return 0, err
 				}
@@ -458,7 +499,7 @@ func (s *Store) dropEpoch(ctx context.Context, old, cur int64, page int, res *Re
 			}
 			after, afterNum = rows[len(rows)-1].ID, rows[len(rows)-1].Num
 			err := s.write(ctx, func(tx *Tx) error {
-				keep, drop, err := judge(tx, t.name, rows)
+				keep, drop, err := judge(tx, t.name, rows, old)
 				if err != nil {
 					return err
 				}

@@ -355,3 +355,46 @@ func payloadResources(t *testing.T, d *models.Declaration) []byte {
 	b, _ := json.Marshal(p.Resources)
 	return b
 }
+
+// TestRetention_KeepsWhatAKeptSendCarried: a declaration composed long
+// ago (ahead of a poll, its host away) and sent within the keep period is
+// kept as long as that send is, whatever its own age: it was removed from
+// under its send once the machine moved on (on SQLite at once; on
+// PostgreSQL had its epoch gone before the send's).
+func TestRetention_KeepsWhatAKeptSendCarried(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
+		s.Now = func() time.Time { return w.clock }
+		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
+		w.run(r)
+		a := fixture(t, s, "a")
+		got, _, err := s.Compose(ctx, []int64{a.ID}, "ctl-test", w.sg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := got[a.ID].Generation
+		// Its host is away for longer than the keep period.
+		for range 14 {
+			w.advance(10 * time.Minute)
+			w.run(r)
+		}
+		s1 := w.deliver(a) // the 200 of generation g, now
+		w.report(s1, models.OutcomeApplied)
+		a = w.push(a)
+		s2 := w.deliver(a)
+		w.report(s2, models.OutcomeApplied)
+		sentAt := w.clock
+		for range 14 {
+			w.advance(5 * time.Minute)
+			w.run(r)
+			var nSend, nDecl int64
+			s.DB().Raw("SELECT count(*) FROM sends WHERE id = ?", s1.ID).Scan(&nSend)
+			s.DB().Raw("SELECT count(*) FROM declarations WHERE machine_id = ? AND generation = ?", a.ID, g).Scan(&nDecl)
+			if nSend == 1 && nDecl == 0 {
+				t.Fatalf("send %s of generation %d, made %s ago (keep %s), is on record without the declaration it carried",
+					s1.ID, g, w.clock.Sub(sentAt), r.Keep)
+			}
+		}
+	})
+}
