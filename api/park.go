@@ -283,6 +283,13 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 		if s.repark(pp, st.changed) {
 			return true
 		}
+		if pp.state.Load() == parkedDone {
+			// Its timer answered it between the two lines above (the
+			// watch refuses a finished poll, so the connection stays the
+			// kept listener's): not left in the hub's list either.
+			s.Hub.Unpark(pp)
+			return false
+		}
 		// The timer may have fired while this worker held the poll.
 		if !time.Now().Before(pp.deadline) {
 			s.expire(pp)
