@@ -153,7 +153,7 @@ func hostPort(u *url.URL) string {
 // pinned CA is found in its chain and its certificate verified against it
 // before the token is sent (meshca.Discover); a chain of another CA is
 // refused, saying which pin was expected and which was seen.
-func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
+func Enroll(ctx context.Context, e Enrolment) (_ *Identity, err error) {
 	if len(e.Controllers) == 0 {
 		return nil, errors.New("no controller URL given")
 	}
@@ -168,8 +168,18 @@ func Enroll(ctx context.Context, e Enrolment) (*Identity, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(e.StateDir)
 	if err := os.MkdirAll(e.StateDir, 0o700); err != nil {
 		return nil, err
+	}
+	if os.IsNotExist(statErr) {
+		// Made here: a refused enrolment leaves nothing behind (Remove
+		// takes only an empty directory, so nothing written is lost).
+		defer func() {
+			if err != nil {
+				_ = os.Remove(e.StateDir)
+			}
+		}()
 	}
 	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
 		return nil, fmt.Errorf("%s is already enrolled (host.json exists); to enrol this machine again (its machine was revoked or deleted), stop the host, remove %s, run this again, then start the host", e.StateDir, identityPath(e.StateDir))

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,5 +37,31 @@ func TestEnroll_RefusesBeforeSending(t *testing.T) {
 				t.Fatalf("the state dir was made: %v", err)
 			}
 		})
+	}
+}
+
+// TestEnroll_RefusedLeavesNoStateDir: an enrolment the controller
+// refuses (or cannot be reached for) leaves no empty state directory
+// behind; a directory that was there before stays.
+func TestEnroll_RefusedLeavesNoStateDir(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"type":"urn:mesh:problem:join-token-refused","title":"Join token refused","status":403,"detail":"join token is used, revoked, expired or unknown"}`))
+	}))
+	defer srv.Close()
+	state := filepath.Join(t.TempDir(), "state")
+	if _, err := Enroll(context.Background(), Enrolment{Controllers: []string{srv.URL}, JoinToken: "tok", Name: "m1", StateDir: state}); err == nil {
+		t.Fatal("a refused enrolment succeeded")
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Fatalf("a refused enrolment left its state dir: %v", err)
+	}
+	kept := t.TempDir()
+	if _, err := Enroll(context.Background(), Enrolment{Controllers: []string{srv.URL}, JoinToken: "tok", Name: "m1", StateDir: kept}); err == nil {
+		t.Fatal("a refused enrolment succeeded")
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("a refused enrolment removed a directory it did not make: %v", err)
 	}
 }

@@ -207,7 +207,14 @@ func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Wri
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.Log.Info("mesh-host running", "version", version.String(), "state", cfg.StateDir, "root", cfg.Root, "services", cfg.Services)
-	return agent.Run(ctx, cfg)
+	err := agent.Run(ctx, cfg)
+	if ctx.Err() != nil {
+		// Stopped by a signal: said, so a host that is gone is not taken
+		// for one that died. Its services run on, by design (each in a
+		// session of its own), and are adopted by the next start.
+		cfg.Log.Info("mesh-host stopped by a signal; its services keep running and the next start adopts them")
+	}
+	return err
 }
 
 // launch is what a service manager runs: it takes run's flags, runs the
