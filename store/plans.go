@@ -520,7 +520,15 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		}
 		to, ok := models.PlanMove(action, p.State)
 		if !ok {
-			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, p.State, action)
+			verb := strings.ReplaceAll(action, "rollback", "roll back")
+			if action == "rollback" && p.State == models.PlanDone {
+				// Done is done: going back is a choice of build, made as
+				// any other (the plan's machines keep what it gave them).
+				return fmt.Errorf("%w: plan %d is done; a finished plan is not rolled back: make the build before it current again "+
+					"(POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
+					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
+			}
+			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, strings.ReplaceAll(p.State, "_", " "), verb)
 		}
 		up := map[string]any{"state": to}
 		switch {

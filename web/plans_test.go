@@ -171,7 +171,7 @@ func TestPlanActions_RollBackFromThePage(t *testing.T) {
 	}
 
 	st, body = op.post(path+"/pause", url.Values{}, true)
-	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "rolled_back; cannot pause") {
+	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "rolled back; cannot pause") {
 		t.Fatalf("pausing a rolled back plan: %d\n%.300s", st, body)
 	}
 }
