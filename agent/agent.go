@@ -451,7 +451,11 @@ func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, rea
 // again, and a crash between the state file and the report must not lose
 // the report (a crash before the state file only repeats it: reports are
 // rows, a second one harms nothing).
-func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) {
+//
+// It reports whether the report and the state were both written (the
+// journal aside): what depends on them (a rollback's record) is removed
+// only then.
+func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) (kept bool) {
 	now := time.Now().UTC()
 	r.FinishedAt = &now
 	r.HostVersion = version.Version
@@ -468,20 +472,21 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 		a.cfg.Log.Error("outbox", "err", err)
 		queued = false
 	}
-	a.saveState()
+	saved := a.saveState() == nil
 	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
 		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
 	}
 	if !queued {
-		return
+		return false
 	}
 	if err := a.outbox.flush(ctx, a.client); err != nil {
 		a.cfg.Log.Warn("report waits in the outbox", "err", err)
 	}
+	return saved
 }
 
-func (a *Agent) saveState() {
+func (a *Agent) saveState() error {
 	var targets []models.Resource
 	var services []string
 	for _, id := range sortedIDs(a.state.Resources) {
@@ -499,7 +504,9 @@ func (a *Agent) saveState() {
 	a.checksMu.Unlock()
 	if err := a.state.Save(a.cfg.StateDir); err != nil {
 		a.cfg.Log.Error("saving state", "err", err)
+		return err
 	}
+	return nil
 }
 
 func (a *Agent) setChecks(c []models.CheckResult) {

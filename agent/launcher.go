@@ -275,6 +275,19 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			stop(p, exited)
 			return nil
 		case ws := <-exited:
+			if _, err := os.Stat(marker); err == nil {
+				// It completed its reconcile (the controller accepted its
+				// upgraded report, then it wrote the marker) and exited
+				// before this looked: known-good, and started again as
+				// such by the loop. Rolled back, the host would refuse a
+				// release its controller has recorded it as running.
+				_ = os.Remove(marker)
+				if err := l.keep(pd); err != nil {
+					return err
+				}
+				l.cfg.Log.Warn("release is known-good; it exited after its reconcile, starting it again", "version", pd.Version, "status", ws)
+				return nil
+			}
 			return l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
 		case <-deadline.C:
 			stop(p, exited)
@@ -284,11 +297,7 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				continue
 			}
 			_ = os.Remove(marker)
-			l.stMu.Lock()
-			l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = pd.Version, pd.Path, pd.Digest
-			err := l.save()
-			l.stMu.Unlock()
-			if err != nil {
+			if err := l.keep(pd); err != nil {
 				return err
 			}
 			l.cfg.Log.Info("release is known-good", "version", pd.Version)
@@ -310,6 +319,14 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// keep makes a release that completed its reconcile known-good.
+func (l *launcher) keep(pd pending) error {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = pd.Version, pd.Path, pd.Digest
+	return l.save()
 }
 
 // rollBack puts known-good back and records why, for the restored host to

@@ -176,10 +176,14 @@ func (a *Agent) reportRollback(ctx context.Context) {
 	}
 	if rb.Digest != "" && !slices.Contains(a.state.RefusedReleases, rb.Digest) {
 		a.state.RefusedReleases = append(a.state.RefusedReleases, rb.Digest)
-		a.saveState()
 	}
-	a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest, Outcome: models.OutcomeRolledBack,
-		Reason: fmt.Sprintf("rolled back from %s to %s: %s", rb.From, rb.To, rb.Reason)}, nil, nil)
+	kept := a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
+		Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason)}, nil, nil)
+	if !kept {
+		// Neither the report nor the refusal of the release may be lost
+		// (a full disk): the record stays, and the next start tries again.
+		return
+	}
 	_ = os.Remove(rollbackPath(a.cfg.StateDir))
 }
 

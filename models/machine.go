@@ -93,6 +93,23 @@ func ReleaseRefused(version, why string) string {
 	return "host release " + version + " refused: " + why
 }
 
+// RolledBackReason is the reason of a host's rolled_back report: the
+// release it left, the one it went back to, and why.
+func RolledBackReason(from, to, why string) string {
+	return "rolled back from " + from + " to " + to + ": " + why
+}
+
+// RolledBackFrom is the release a rolled_back report's reason says it
+// left (false: the reason does not say, as RolledBackReason writes it).
+func RolledBackFrom(reason string) (string, bool) {
+	rest, ok := strings.CutPrefix(reason, "rolled back from ")
+	if !ok {
+		return "", false
+	}
+	from, _, ok := strings.Cut(rest, " to ")
+	return from, ok && from != ""
+}
+
 // RefusesRelease reports whether a report is its host refusing a host
 // release (any): the words ReleaseRefused makes.
 func RefusesRelease(outcome, reason string) bool {

@@ -481,3 +481,45 @@ func TestRollout_CanaryIsAMachineHeardFrom(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_LateRollbackOfAnotherRelease: a rolled_back report of
+// release 1.5.0 that reaches the controller late (it waited in the host's
+// outbox while the host was cut off, and 1.5.0's rollout meanwhile ended)
+// says nothing of the rollout of 1.6.0 running on that machine now: it
+// failed it, and marked 1.6.0 — never tried — failed.
+func TestRollout_LateRollbackOfAnotherRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1")
+		release(t, s, "1.6.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		// The controller fails 1.5.0's trial on m1 (by its schemas here;
+		// a deadline ends the same way).
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1,2"); err != nil {
+			t.Fatal(err)
+		}
+		if ro, _ := s.Rollout(ctx, "1.5.0"); ro.State != models.RolloutHalted {
+			t.Fatalf("1.5.0's rollout: %s", ro.State)
+		}
+		ro, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600)
+		if err != nil || ro.Machines[0].State != models.UpgradeUpgrading {
+			t.Fatalf("1.6.0's rollout: %+v %v", ro, err)
+		}
+		if _, err := s.InsertReport(ctx, m1.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it did not complete a reconcile within 2m0s")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if ro, _ = s.Rollout(ctx, "1.6.0"); ro.State != models.RolloutRunning {
+			t.Fatalf("1.6.0's rollout is %s after a late rollback of 1.5.0: %q", ro.State, ro.Reason)
+		}
+		rs, _ := s.Releases(ctx, 10, 0)
+		for _, r := range rs {
+			if r.Version == "1.6.0" && r.State == models.ReleaseFailed {
+				t.Fatalf("1.6.0 marked failed by a rollback of 1.5.0: %q", r.Failure)
+			}
+		}
+	})
+}

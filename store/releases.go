@@ -456,6 +456,12 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		}
 		return stepRollout(tx, &ro)
 	case models.OutcomeRolledBack:
+		if from, ok := models.RolledBackFrom(r.Reason); ok && from != ro.Version {
+			// A rollback of another release, reported late (it waited in
+			// the host's outbox): it says nothing of this rollout's, which
+			// it would have failed untried.
+			return nil
+		}
 		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason) // clipped and escaped (DecodeReport)
 	case models.OutcomeRefused:
 		// The host will not take the release (it does not run under the

@@ -1,0 +1,68 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLauncher_ExitAfterReconcileKept: a trial host that completed its
+// reconcile (its upgraded report accepted, the marker written) and exits
+// before the launcher looks is kept, not rolled back: rolled back, the host
+// refused for good a release its controller had recorded it as running.
+func TestLauncher_ExitAfterReconcileKept(t *testing.T) {
+	dir := t.TempDir()
+	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dg := script(t, rel, "echo 9.9.9 > "+markerPath(dir, "9.9.9")+"; exit 1\n")
+	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)},
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}}
+	l.probe = func(string) error { return os.ErrPermission }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.reap(ctx)
+	if err := l.tryRelease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rb rollback
+	if readJSON(rollbackPath(dir), &rb) == nil {
+		t.Fatalf("rolled back although the trial reconciled: %+v", rb)
+	}
+	if l.st.KnownGood != "9.9.9" || l.st.KnownGoodPath != rel {
+		t.Fatalf("known-good is %s (%s), want the reconciled 9.9.9", l.st.KnownGood, l.st.KnownGoodPath)
+	}
+}
+
+// TestRollback_RecordKeptUntilWritten: the launcher's record of a rollback
+// is removed only once the rolled_back report is queued and the refusal of
+// the release saved; on a full disk both were lost, and the failed release
+// could be fetched again after a restart.
+func TestRollback_RecordKeptUntilWritten(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeJSONAtomic(rollbackPath(dir), rollback{From: "9.9.9", To: "1.0.0", Digest: "sha256:aa", Reason: "x"}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The outbox's directory a file, and the state file a directory: both
+	// writes fail, as on a full disk.
+	if err := os.WriteFile(filepath.Join(dir, "outbox"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(statePath(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: Config{StateDir: dir, Log: slog.New(slog.DiscardHandler)}, state: &State{Resources: map[string]*Managed{}},
+		outbox: outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, log: slog.New(slog.DiscardHandler)}, logs: &logShipper{}}
+	a.reportRollback(context.Background())
+	if _, err := os.Stat(rollbackPath(dir)); err != nil {
+		t.Fatalf("the rollback's record was removed though neither the report nor the refusal was written: %v", err)
+	}
+}
