@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -264,6 +265,10 @@ func (a *Agent) loop(ctx context.Context) error {
 		a.confirmLauncher()
 		a.renewDue(ctx)
 		if res.notModified {
+			a.resumeUpgrade(ctx)
+			if a.upgradeStaged {
+				return ErrUpgradeStaged
+			}
 			continue
 		}
 		handled := a.handle(ctx, res)
@@ -337,13 +342,45 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	}
 	a.applyWithRetries(ctx, res.send, v)
 	if a.state.Applied == d.Generation && a.state.AppliedDigest == v.digest {
-		if err := a.maybeUpgrade(ctx, d.Host, d.Generation); errors.Is(err, ErrUpgradeStaged) {
-			a.upgradeStaged = true
-		} else if err != nil {
-			a.cfg.Log.Error("host upgrade", "err", err)
+		// Kept before anything is fetched: a host cut short resumes it.
+		a.state.HostRelease, a.state.HostReleaseGen = d.Host, d.Generation
+		if d.Host != nil && d.Host.Version == version.Version {
+			a.state.HostRelease = nil
 		}
+		_ = a.saveState()
+		a.upgrade(ctx, d.Host, d.Generation)
 	}
 	return true
+}
+
+// upgrade moves to the host release h names, if it is another (see
+// maybeUpgrade); a release staged sets upgradeStaged for the loop.
+func (a *Agent) upgrade(ctx context.Context, h *models.HostRelease, gen int64) {
+	if err := a.maybeUpgrade(ctx, h, gen); errors.Is(err, ErrUpgradeStaged) {
+		a.upgradeStaged = true
+	} else if err != nil {
+		a.cfg.Log.Error("host upgrade", "err", err)
+	}
+}
+
+// resumeUpgrade tries again the upgrade the applied generation names when
+// it was cut short (State.HostRelease): once the host runs it, or refused
+// it, there is none to resume.
+func (a *Agent) resumeUpgrade(ctx context.Context) {
+	h, gen := a.state.HostRelease, a.state.HostReleaseGen
+	if h == nil || gen != a.state.Applied {
+		return
+	}
+	if h.Version == version.Version {
+		a.state.HostRelease = nil
+		_ = a.saveState()
+		return
+	}
+	if slices.Contains(a.state.RefusedReleases, h.Digest) {
+		return
+	}
+	a.once("resume-"+h.Digest, "resuming the upgrade to host release %s that generation %d names, cut short before", h.Version, gen)
+	a.upgrade(ctx, h, gen)
 }
 
 // applyWithRetries applies a generation, retrying with backoff; after

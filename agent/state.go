@@ -26,6 +26,14 @@ type State struct {
 	// Machine is the name the host was enrolled under when this state
 	// began (empty in a state from before it was kept).
 	Machine string `json:"machine,omitempty"`
+	// HostRelease is the host release the applied generation
+	// (HostReleaseGen) names, kept until this host runs it or has refused
+	// it: an upgrade cut short — the host killed while it downloads or
+	// stages, a restart, a power loss during the trial — is tried again on
+	// the next poll that brings nothing new, where it was left to the
+	// rollout's deadline (and a good release marked failed).
+	HostRelease    *models.HostRelease `json:"host_release,omitempty"`
+	HostReleaseGen int64               `json:"host_release_generation,omitempty"`
 }
 
 // Managed is one resource the host manages.

@@ -92,19 +92,22 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 		}
 		return a.refuseRelease(ctx, h, gen, err.Error())
 	}
+	// Staging that fails (a full disk) is said to the controller as any
+	// refusal: logged only, the rollout waited out its deadline and then
+	// failed a release nothing was known against.
 	dir := filepath.Join(a.cfg.StateDir, "versions", h.Version)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+		return a.refuseRelease(ctx, h, gen, "staging it: "+err.Error())
 	}
 	staged := filepath.Join(dir, "mesh-host")
 	if err := copyFile(blob, staged, 0o755); err != nil {
-		return err
+		return a.refuseRelease(ctx, h, gen, "staging it: "+err.Error())
 	}
 	if ok, err := fileHasDigest(staged, h.Digest); err != nil || !ok {
 		return a.refuseRelease(ctx, h, gen, "the staged copy does not match the digest")
 	}
 	if err := writeJSONAtomic(pendingPath(a.cfg.StateDir), pending{Version: h.Version, Digest: h.Digest, Path: staged, Generation: gen}, 0o600); err != nil {
-		return err
+		return a.refuseRelease(ctx, h, gen, "staging it: "+err.Error())
 	}
 	a.cfg.Log.Info("host release staged; handing over", "from", version.Version, "to", h.Version, "digest", h.Digest)
 	return ErrUpgradeStaged
@@ -115,6 +118,9 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 // bytes may have been the transport's doing); a release that was rolled
 // back is never fetched again.
 func (a *Agent) refuseRelease(ctx context.Context, h *models.HostRelease, gen int64, why string) error {
+	if a.state.HostRelease != nil && a.state.HostRelease.Digest == h.Digest {
+		a.state.HostRelease = nil // refused: nothing to resume (saved with the refusal)
+	}
 	a.refused(ctx, a.sendOf(gen), gen, h.Digest, models.ReleaseRefused(h.Version, why), false)
 	return nil
 }

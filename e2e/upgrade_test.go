@@ -3,9 +3,15 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,5 +261,69 @@ func TestHostRelease_BadDigestOrSignatureRefused(t *testing.T) {
 	}
 	if !strings.Contains(h.journalText(), "signature does not verify") {
 		t.Fatal("the refusal is not in the journal")
+	}
+}
+
+// TestHostUpgrade_ResumedAfterAKill: a host killed while it downloads a
+// rolled-out release (kill -9: an OOM, a power loss) is started again by
+// its launcher and, its generation long applied, is told nothing new. It
+// never tried the release again: the rollout waited out its deadline and
+// a good release was marked failed for the fleet. Now the host resumes
+// the upgrade its applied generation names, and the rollout completes.
+func TestHostUpgrade_ResumedAfterAKill(t *testing.T) {
+	c := startController(t, store.SQLite)
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A relay that holds the first download of a blob until it is let go.
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var mu sync.Mutex
+	stall, blobAsked := true, make(chan struct{}, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/v1/blobs/") {
+			mu.Lock()
+			s := stall
+			mu.Unlock()
+			if s {
+				blobAsked <- struct{}{}
+				<-r.Context().Done()
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	h := enroll(t, c, "m1", srv.URL)
+	h.launch = true
+	h.start("--trial-deadline", "8s")
+	c.waitApplied("m1", 30*time.Second)
+
+	c.release("mesh-host-2", "2.0.0")
+	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/2.0.0/rollout", Token: c.Admin,
+		Body: map[string]any{"canary": 1, "max_in_flight": 1, "deadline": "60s"}}, 201, nil)
+	select {
+	case <-blobAsked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host never asked for the release's blob")
+	}
+	var ls struct {
+		HostPID int `json:"host_pid"`
+	}
+	b, _ := os.ReadFile(filepath.Join(h.State, "launcher.json"))
+	if err := json.Unmarshal(b, &ls); err != nil || ls.HostPID == 0 {
+		t.Fatalf("launcher.json names no host: %v %s", err, b)
+	}
+	if err := syscall.Kill(ls.HostPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	stall = false
+	mu.Unlock()
+	if v := c.waitRollout("2.0.0", 90*time.Second, "halted", "done"); v.State != "done" {
+		t.Fatalf("the rollout after its host was killed mid-download: %s %q", v.State, v.Reason)
+	}
+	if v := c.hostVersion("m1"); v != "2.0.0" {
+		t.Fatalf("m1 runs %s, want 2.0.0", v)
 	}
 }
