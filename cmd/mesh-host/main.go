@@ -126,6 +126,12 @@ func rootCommand(stdout, stderr io.Writer) *cobra.Command {
 	deadline := launchCmd.Flags().Duration("trial-deadline", 2*time.Minute, "how long a new release has to complete a reconcile before known-good is put back")
 	launchCmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		launchCfg.StateDir = state
+		if *deadline <= launchCfg.Wait {
+			// A trial completes when a poll returns; one held as long as
+			// the trial may last fails every trial (a launcher's move too).
+			return cli.Usagef("--trial-deadline (%s) must be longer than --wait (%s): a release on trial completes its reconcile when a poll returns",
+				*deadline, launchCfg.Wait)
+		}
 		return launch(cmd.Context(), cmd.Flags(), launchCfg, *launchLevel, *deadline, stderr)
 	}
 

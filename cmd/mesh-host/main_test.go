@@ -116,3 +116,13 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunch_TrialLongerThanAPoll: a trial completes when a poll returns,
+// so a trial deadline no longer than --wait failed every trial (a
+// launcher's move too); launch refuses it at once, saying why.
+func TestLaunch_TrialLongerThanAPoll(t *testing.T) {
+	code, _, errOut := runHost(t, "--state", t.TempDir(), "launch", "--wait", "3m")
+	if code != cli.ExitUsage || !strings.Contains(errOut, "--trial-deadline (2m0s) must be longer than --wait (3m0s)") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+}
