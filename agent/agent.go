@@ -343,11 +343,14 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	a.applyWithRetries(ctx, res.send, v)
 	if a.state.Applied == d.Generation && a.state.AppliedDigest == v.digest {
 		// Kept before anything is fetched: a host cut short resumes it.
-		a.state.HostRelease, a.state.HostReleaseGen = d.Host, d.Generation
-		if d.Host != nil && d.Host.Version == version.Version {
-			a.state.HostRelease = nil
+		target := d.Host
+		if target != nil && target.Version == version.Version {
+			target = nil
 		}
-		_ = a.saveState()
+		if target != nil || a.state.HostRelease != nil {
+			a.state.HostRelease, a.state.HostReleaseGen = target, d.Generation
+			_ = a.saveState()
+		}
 		a.upgrade(ctx, d.Host, d.Generation)
 	}
 	return true
