@@ -426,6 +426,10 @@ func (s *supervisor) noteExit(id string, pid int, err error) {
 		return
 	}
 	defer f.Close()
+	if _, ok := s.stopping.LoadAndDelete(pid); ok {
+		fmt.Fprintf(f, "--- mesh-host: %s (pid %d) stopped by mesh-host (%s)\n", id, pid, why)
+		return
+	}
 	fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited: %s\n", id, pid, why)
 }
 

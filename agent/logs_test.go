@@ -390,3 +390,41 @@ type tailFunc func(id string) []string
 func (f tailFunc) Tail(_ context.Context, id string, _, _ int) ([]string, bool, error) {
 	return f(id), false, nil
 }
+
+// TestSupervisor_StopSaidAsAStop: a service this host stops on purpose (a
+// new build replacing it, its resource removed) ends its log with a stop,
+// not with "exited: signal: terminated", which read as a crash.
+func TestSupervisor_StopSaidAsAStop(t *testing.T) {
+	rootDir, state := t.TempDir(), t.TempDir()
+	root, err := openMachineRoot(rootDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sup.Close)
+	p := filepath.Join(rootDir, "opt", "sleeper")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/sleeper"}}
+	if _, err := sup.Ensure(ctx, r, "sha256:x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.Stop(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the stop in the service's log", func() bool {
+		b, _ := os.ReadFile(sup.LogPath(r.ID))
+		return strings.Contains(string(b), "stopped by mesh-host")
+	})
+	if b, _ := os.ReadFile(sup.LogPath(r.ID)); strings.Contains(string(b), ") exited: ") {
+		t.Fatalf("a stop on purpose is said as an exit:\n%s", b)
+	}
+}

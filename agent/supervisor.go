@@ -58,6 +58,9 @@ type supervisor struct {
 	// service started again after it exited (set before any is watched).
 	limits    LogLimits
 	onRestart func(id string)
+	// stopping holds the pids this host is stopping on purpose: their
+	// exit (a SIGTERM's 143) is said as a stop, not as a crash.
+	stopping sync.Map
 }
 
 type supervised struct {
@@ -248,6 +251,9 @@ func (s *supervisor) Stop(ctx context.Context, id string) error {
 		p = sv.pid
 	} else if rec, ok := s.readPid(id); ok {
 		p = rec
+	}
+	if p.PID > 0 {
+		s.stopping.Store(p.PID, true)
 	}
 	if err := s.kill(p); err != nil {
 		return err
