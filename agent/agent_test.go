@@ -225,10 +225,10 @@ func TestSystemd_UnitsVerifyAndCalls(t *testing.T) {
 
 func TestJournal_WordsAPersonReads(t *testing.T) {
 	e := Entry{Generation: 42, Outcome: "applied", Send: "s1", Digest: "sha256:abcdef0123456789abcdef",
-		Actions: []models.Action{{Resource: "node-tools.runtime", Action: "created", Detail: "239 file(s) at /opt/node-tools, running as node-tools.service"},
+		Actions: []models.Action{{Resource: "node-tools.runtime", Action: "created", Detail: "239 file(s) at /opt/node-tools, run by node-tools.service"},
 			{Resource: "node-tools.config", Action: "unchanged"}}}
 	s := e.String()
-	for _, want := range []string{"generation 42  applied", "created node-tools.runtime (node-tools): 239 file(s) at /opt/node-tools, running as node-tools.service", "1 resource(s) unchanged"} {
+	for _, want := range []string{"generation 42  applied", "created node-tools.runtime (node-tools): 239 file(s) at /opt/node-tools, run by node-tools.service", "1 resource(s) unchanged"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("journal line lacks %q:\n%s", want, s)
 		}

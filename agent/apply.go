@@ -188,7 +188,7 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 		st.Resources[r.ID] = m
 		detail := fmt.Sprintf("%d file(s) at %s", n, r.Path)
 		if users := a.usersOf(r.ID); users != "" {
-			detail += ", running as " + users
+			detail += ", run by " + users
 		}
 		return models.Action{Resource: r.ID, Action: verb, Digest: m.Digest, Detail: detail}, nil
 	case models.ResourceCertificate:

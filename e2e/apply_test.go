@@ -46,7 +46,7 @@ func TestHost_AppliesInFullThenRemoves(t *testing.T) {
 		if len(ss) == 0 || ss[0].Generation != m.Generation || ss[0].Outcome != "applied" || ss[0].Trigger != "assignment" {
 			t.Fatalf("%s: latest send %+v", name, ss)
 		}
-		if j := h.journalText(); !strings.Contains(j, "created node-tools.runtime (node-tools): 3 file(s) at /opt/node-tools, running as node-tools.service") {
+		if j := h.journalText(); !strings.Contains(j, "created node-tools.runtime (node-tools): 3 file(s) at /opt/node-tools, run by node-tools.service") {
 			t.Fatalf("%s journal:\n%s", name, j)
 		}
 	}

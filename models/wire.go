@@ -196,7 +196,7 @@ type Action struct {
 }
 
 // Words says an action as a sentence: "created node-tools.runtime
-// (node-tools): 239 file(s), running as node-tools.service". The journal
+// (node-tools): 239 file(s), run by node-tools.service". The journal
 // and the dashboard say it the same way.
 func (a Action) Words() string {
 	mod, _, _ := strings.Cut(a.Resource, ".")
