@@ -237,7 +237,7 @@ func MachineTable(o Overview) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, " machine(s)</li></ul><div class=\"scroll\"><table class=\"stack\"><caption class=\"sr\">Machines, their state and why</caption> <thead><tr><th scope=\"col\">Machine</th><th scope=\"col\">State</th><th scope=\"col\">Since</th><th scope=\"col\">Generation (applied)</th><th scope=\"col\">Host version / target</th><th scope=\"col\">Last seen</th></tr></thead> <tbody>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, " machine(s)</li></ul><div class=\"scroll\"><table class=\"stack\"><caption class=\"sr\">Machines, their state and why</caption> <thead><tr><th scope=\"col\">Machine</th><th scope=\"col\">State</th><th scope=\"col\">Since when, and why</th><th scope=\"col\">Generation (applied)</th><th scope=\"col\">Host version / target</th><th scope=\"col\">Last seen</th></tr></thead> <tbody>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -289,14 +289,14 @@ func MachineTable(o Overview) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "</td><td data-label=\"Since\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "</td><td data-label=\"Since when, and why\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var15 string
 			templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(r.Since)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `overview.templ`, Line: 48, Col: 39}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `overview.templ`, Line: 48, Col: 53}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 			if templ_7745c5c3_Err != nil {
