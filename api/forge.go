@@ -75,9 +75,18 @@ func hookHeaders(kind string, h http.Header) (event, delivery, sig string) {
 	case models.ForgeGitHub:
 		return h.Get("X-GitHub-Event"), h.Get("X-GitHub-Delivery"), strings.TrimPrefix(h.Get("X-Hub-Signature-256"), "sha256=")
 	case models.ForgeForgejo:
-		if h.Get("X-Forgejo-Event") != "" {
-			return h.Get("X-Forgejo-Event"), h.Get("X-Forgejo-Delivery"), h.Get("X-Forgejo-Signature")
+		// Forgejo sends its own headers and Gitea's; each is taken on its
+		// own. Chosen together by the event's alone, a signed delivery
+		// with no event was read for Gitea's signature, absent, and
+		// refused as unsigned (401) rather than as incomplete (400).
+		first := func(forgejo, gitea string) string {
+			if v := h.Get(forgejo); v != "" {
+				return v
+			}
+			return h.Get(gitea)
 		}
+		return first("X-Forgejo-Event", "X-Gitea-Event"), first("X-Forgejo-Delivery", "X-Gitea-Delivery"),
+			first("X-Forgejo-Signature", "X-Gitea-Signature")
 	}
 	return h.Get("X-Gitea-Event"), h.Get("X-Gitea-Delivery"), h.Get("X-Gitea-Signature")
 }
