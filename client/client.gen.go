@@ -3435,8 +3435,8 @@ type ClientInterface interface {
 	// secret, is the authentication (send the bytes you signed). Which
 	// headers are read depends on the source's kind: `github` reads
 	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-	// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-	// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id, or a push event
 	// whose body is not a push, is 400.
@@ -3452,8 +3452,8 @@ type ClientInterface interface {
 	// secret, is the authentication (send the bytes you signed). Which
 	// headers are read depends on the source's kind: `github` reads
 	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-	// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-	// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id, or a push event
 	// whose body is not a push, is 400.
@@ -4332,8 +4332,8 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // secret, is the authentication (send the bytes you signed). Which
 // headers are read depends on the source's kind: `github` reads
 // X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id, or a push event
 // whose body is not a push, is 400.
@@ -4359,8 +4359,8 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // secret, is the authentication (send the bytes you signed). Which
 // headers are read depends on the source's kind: `github` reads
 // X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id, or a push event
 // whose body is not a push, is 400.
@@ -9437,8 +9437,8 @@ type ClientWithResponsesInterface interface {
 	// secret, is the authentication (send the bytes you signed). Which
 	// headers are read depends on the source's kind: `github` reads
 	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-	// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-	// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id, or a push event
 	// whose body is not a push, is 400.
@@ -9454,8 +9454,8 @@ type ClientWithResponsesInterface interface {
 	// secret, is the authentication (send the bytes you signed). Which
 	// headers are read depends on the source's kind: `github` reads
 	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-	// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-	// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id, or a push event
 	// whose body is not a push, is 400.
@@ -15961,8 +15961,8 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // secret, is the authentication (send the bytes you signed). Which
 // headers are read depends on the source's kind: `github` reads
 // X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id, or a push event
 // whose body is not a push, is 400.
@@ -15984,8 +15984,8 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // secret, is the authentication (send the bytes you signed). Which
 // headers are read depends on the source's kind: `github` reads
 // X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
-// (`sha256=<hex>`); `forgejo` reads X-Forgejo-* when X-Forgejo-Event
-// is present, else X-Gitea-*; `gitea` reads X-Gitea-Event,
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id, or a push event
 // whose body is not a push, is 400.
