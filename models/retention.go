@@ -1,6 +1,9 @@
 package models
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // DefaultKeepSends is how long sends, reports and declarations are kept
 // (--keep-sends) when nothing else is said; what a machine still needs is
@@ -32,6 +35,11 @@ type Keeps struct {
 	ReportGenerations []int64
 	// LatestDeclared is the newest generation declared for it.
 	LatestDeclared int64
+	// SentGenerations are the generations of it that have a send on
+	// record (read only when its declarations are judged): a send shows
+	// what it carried as long as it is kept, however long ago that was
+	// composed.
+	SentGenerations []int64
 }
 
 // KeepSend says whether a send must stay: the machine's latest, one of a
@@ -58,17 +66,12 @@ func (k *Keeps) KeepReport(id int64) bool {
 }
 
 // KeepDeclaration says whether the declaration of a generation must stay:
-// the latest, the current and the applied one, and that of every kept
-// send, so a kept send still shows what it carried.
+// the latest, the current and the applied one, and that of every send on
+// record, so a send still shows what it carried.
 func (k *Keeps) KeepDeclaration(generation int64) bool {
 	switch generation {
 	case k.LatestDeclared, k.Generation, k.AppliedGeneration, k.LatestSendGeneration:
 		return true
 	}
-	for _, g := range k.ReportGenerations {
-		if g == generation {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(k.ReportGenerations, generation) || slices.Contains(k.SentGenerations, generation)
 }

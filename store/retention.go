@@ -221,14 +221,13 @@ func judge(tx *Tx, table string, rows []oldRow, dropping int64) (keep, drop []ol
 	if err != nil {
 		return nil, nil, err
 	}
-	var sent map[[2]int64]bool
 	if table == "declarations" {
-		if sent, err = sentGenerations(tx, rows, dropping); err != nil {
+		if err := sentGenerations(tx, machines, rows, dropping, keeps); err != nil {
 			return nil, nil, err
 		}
 	}
 	for _, r := range rows {
-		if kept(table, r, keeps) || sent[[2]int64{r.MachineID, r.Generation}] {
+		if kept(table, r, keeps) {
 			keep = append(keep, r)
 		} else {
 			drop = append(drop, r)
@@ -237,37 +236,31 @@ func judge(tx *Tx, table string, rows []oldRow, dropping int64) (keep, drop []ol
 	return keep, drop, nil
 }
 
-// sentGenerations is which of the (machine, generation) pairs of rows
-// have a send on record: its declaration is what that send carried, kept
-// as long as the send is, however long ago it was composed (a declaration
-// composed before the keep period and sent within it was removed from
-// under its send). Sends are judged before declarations, so every send
-// still here stays — but those of the epoch being dropped.
-func sentGenerations(tx *Tx, rows []oldRow, dropping int64) (map[[2]int64]bool, error) {
-	want := map[[2]int64]bool{}
-	var ids, gens []int64
+// sentGenerations fills each machine's Keeps.SentGenerations with those
+// of rows' generations that have a send on record: its declaration is
+// what that send carried, kept as long as the send is, however long ago
+// it was composed (a declaration composed before the keep period and sent
+// within it was removed from under its send). Sends are judged before
+// declarations, so every send still here stays — but those of the epoch
+// being dropped.
+func sentGenerations(tx *Tx, machines []int64, rows []oldRow, dropping int64, keeps map[int64]*models.Keeps) error {
+	gens := map[int64]bool{}
 	for _, r := range rows {
-		k := [2]int64{r.MachineID, r.Generation}
-		if !want[k] {
-			want[k] = true
-			ids, gens = append(ids, r.MachineID), append(gens, r.Generation)
-		}
+		gens[r.Generation] = true
 	}
-	out := map[[2]int64]bool{}
-	err := inChunks(ids, 500, func(chunk []int64) error {
+	return inChunks(machines, 500, func(chunk []int64) error {
 		var pairs []struct{ MachineID, Generation int64 }
 		if err := tx.Table("sends").Distinct("machine_id", "generation").
-			Where("machine_id IN ? AND generation IN ? AND epoch <> ?", chunk, gens, dropping).Scan(&pairs).Error; err != nil {
+			Where("machine_id IN ? AND generation IN ? AND epoch <> ?", chunk, keysOf(gens), dropping).Scan(&pairs).Error; err != nil {
 			return err
 		}
 		for _, p := range pairs {
-			if k := [2]int64{p.MachineID, p.Generation}; want[k] {
-				out[k] = true
+			if k := keeps[p.MachineID]; k != nil {
+				k.SentGenerations = append(k.SentGenerations, p.Generation)
 			}
 		}
 		return nil
 	})
-	return out, err
 }
 
 // keyColumn selects a table's key as oldRow's ID or Num.
