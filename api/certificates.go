@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/auth"
 	"mesh/meshca"
 	"mesh/models"
 )
@@ -44,7 +45,7 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 			key = c.RealIP() + "\x00forged"
 		}
 		if due, since := s.refusals.Due(key); due {
-			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP()+refusedSince(since))
+			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP()+auth.Since(since))
 		}
 		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, ce)
 	}
@@ -69,17 +70,8 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
 	if due, since := s.refusals.Due(machine + "\x00" + reason); due {
 		_ = s.Store.Audit(c.Request().Context(), "anonymous", "host-refused", "machine/"+machine,
-			fmt.Sprintf("%s (from %s)%s", detail, c.RealIP(), refusedSince(since)))
+			fmt.Sprintf("%s (from %s)%s", detail, c.RealIP(), auth.Since(since)))
 	}
-}
-
-// refusedSince is what an audit row adds for the refusals of its key
-// that were not audited since the one before.
-func refusedSince(n int) string {
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %d more refused since the last record of it", n)
 }
 
 type certificateRequest struct {

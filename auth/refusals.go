@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -48,4 +49,13 @@ func (r *Refusals) Due(key string) (due bool, since int) {
 	}
 	r.last[key] = &refused{at: now}
 	return true, since
+}
+
+// Since is what an audit row adds for the refusals of its key that were
+// not audited since the one before (Due's since).
+func Since(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d more refused since the last record of it", n)
 }

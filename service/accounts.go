@@ -22,11 +22,7 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 		// One row a minute for a name and address: each attempt refused
 		// while throttled is not a write of its own.
 		if due, since := s.refusals.Due(user + "\x00" + addr); due {
-			detail := addr
-			if since > 0 {
-				detail = fmt.Sprintf("%s; %d more refused since the last record of it", addr, since)
-			}
-			_ = s.Store.Audit(ctx, "anonymous", "login-throttled", "user/"+user, detail)
+			_ = s.Store.Audit(ctx, "anonymous", "login-throttled", "user/"+user, addr+auth.Since(since))
 		}
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
