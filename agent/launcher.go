@@ -126,6 +126,8 @@ type launcher struct {
 	// probe says whether a release's launcher can adopt a running host
 	// (probeHandover; a test may stand in).
 	probe func(path string) error
+	// look is how often a trial's marker is looked for (0: every 100 ms).
+	look time.Duration
 }
 
 // save writes launcher.json; the caller holds stMu.
@@ -267,7 +269,11 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 	l.cfg.Log.Info("release on trial", "version", pd.Version, "pid", p.Pid, "deadline", l.cfg.TrialDeadline)
 	deadline := time.NewTimer(l.cfg.TrialDeadline)
 	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
+	look := l.look
+	if look == 0 {
+		look = 100 * time.Millisecond
+	}
+	tick := time.NewTicker(look)
 	defer tick.Stop()
 	for {
 		select {
@@ -290,8 +296,14 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			}
 			return l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
 		case <-deadline.C:
-			stop(p, exited)
-			return l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
+			// The marker is looked for once more: written since the last
+			// tick, the trial completed its reconcile (its upgraded report
+			// accepted) and is kept; rolled back, it would run the release
+			// the controller has recorded it as leaving.
+			if _, err := os.Stat(marker); err != nil {
+				stop(p, exited)
+				return l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
+			}
 		case <-tick.C:
 			if _, err := os.Stat(marker); err != nil {
 				continue

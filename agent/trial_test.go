@@ -42,6 +42,40 @@ func TestLauncher_ExitAfterReconcileKept(t *testing.T) {
 	}
 }
 
+// TestLauncher_MarkerAtTheDeadlineKept: the trial completed its reconcile
+// (its upgraded report accepted, the marker written) after the launcher's
+// last look and before its deadline. Rolled back at the deadline without
+// a look, the host would run the release the controller recorded it as
+// leaving; it is kept.
+func TestLauncher_MarkerAtTheDeadlineKept(t *testing.T) {
+	dir := t.TempDir()
+	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dg := script(t, rel, "echo 9.9.9 > "+markerPath(dir, "9.9.9")+"; sleep 1.5\n")
+	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// No look before the deadline: only the deadline can see the marker.
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: time.Second, Log: slog.New(slog.DiscardHandler)},
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}, look: time.Hour}
+	l.probe = func(string) error { return os.ErrPermission }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.reap(ctx)
+	if err := l.tryRelease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rb rollback
+	if readJSON(rollbackPath(dir), &rb) == nil {
+		t.Fatalf("rolled back although the trial's marker was there at the deadline: %+v", rb)
+	}
+	if l.st.KnownGood != "9.9.9" {
+		t.Fatalf("known-good is %s, want the reconciled 9.9.9", l.st.KnownGood)
+	}
+}
+
 // TestRollback_RecordKeptUntilWritten: the launcher's record of a rollback
 // is removed only once the rolled_back report is queued and the refusal of
 // the release saved; on a full disk both were lost, and the failed release

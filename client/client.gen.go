@@ -680,6 +680,7 @@ const (
 	RolloutMachineStatePending    RolloutMachineState = "pending"
 	RolloutMachineStateRefused    RolloutMachineState = "refused"
 	RolloutMachineStateRolledBack RolloutMachineState = "rolled_back"
+	RolloutMachineStateStopped    RolloutMachineState = "stopped"
 	RolloutMachineStateUpgraded   RolloutMachineState = "upgraded"
 	RolloutMachineStateUpgrading  RolloutMachineState = "upgrading"
 )
@@ -694,6 +695,8 @@ func (e RolloutMachineState) Valid() bool {
 	case RolloutMachineStateRefused:
 		return true
 	case RolloutMachineStateRolledBack:
+		return true
+	case RolloutMachineStateStopped:
 		return true
 	case RolloutMachineStateUpgraded:
 		return true
@@ -1969,14 +1972,14 @@ type RolloutMachine struct {
 	Reason    string     `json:"reason"`
 	StartedAt *time.Time `json:"started_at"`
 
-	// State refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed
+	// State refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back
 	State RolloutMachineState `json:"state"`
 
 	// Wave 0 for the canaries
 	Wave int `json:"wave"`
 }
 
-// RolloutMachineState refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed
+// RolloutMachineState refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back
 type RolloutMachineState string
 
 // RolloutRequest defines model for RolloutRequest.

@@ -65,6 +65,9 @@ const (
 	// the launcher, or could not verify it) — nothing is known of the
 	// release itself.
 	UpgradeRefused = "refused"
+	// UpgradeStopped: the rollout halted while its host was upgrading
+	// (another machine failed the release); its target was put back.
+	UpgradeStopped = "stopped"
 )
 
 // Rollout moves the fleet to a host release, wave by wave.
@@ -129,10 +132,11 @@ func (e *TrialFailedError) Unwrap() error { return ErrConflict }
 
 // JudgeUpgraded says whether an upgraded report of host release version
 // from machine is accepted, given the machine's newest rollout row for that
-// version (nil: none). A trial the controller failed is refused; any other
-// (in flight, already upgraded, or not part of a rollout) is accepted.
+// version (nil: none). A trial the controller failed, or stopped when
+// another machine failed the release, is refused; any other (in flight,
+// already upgraded, or not part of a rollout) is accepted.
 func JudgeUpgraded(machine, version string, rm *RolloutMachine) error {
-	if rm == nil || rm.State != UpgradeFailed {
+	if rm == nil || rm.State != UpgradeFailed && rm.State != UpgradeStopped {
 		return nil
 	}
 	return &TrialFailedError{Machine: machine, Version: version, Reason: rm.Reason}

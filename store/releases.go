@@ -422,6 +422,27 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 	if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
 		return err
 	}
+	// The other machines still upgrading to it (canaries go together) are
+	// stopped: their target goes back too, else it would name a release
+	// no declaration carries any more (only ready ones are composed) and
+	// they would show upgrading for good.
+	var others []models.RolloutMachine
+	if err := tx.Where("rollout_id = ? AND machine_id <> ? AND state = ?", ro.ID, m.ID, models.UpgradeUpgrading).Find(&others).Error; err != nil {
+		return err
+	}
+	for _, o := range others {
+		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", o.RolloutID, o.MachineID).
+			Updates(map[string]any{"state": models.UpgradeStopped, "reason": "the rollout halted: " + why, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		if err := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", o.MachineID, ro.Version).
+			Update("target_host_version", o.Previous).Error; err != nil {
+			return err
+		}
+		if err := bumpGenerations(tx, []int64{o.MachineID}, models.TriggerRollout); err != nil {
+			return err
+		}
+	}
 	return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
 }
 
@@ -433,7 +454,7 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ?", m.ID, models.RolloutRunning, models.UpgradeUpgrading).
 		Order("rollout_machines.rollout_id DESC").First(&rm).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return nil
+		return rolledBackAfterUpgraded(tx, m, r)
 	}
 	if err != nil {
 		return err
@@ -473,6 +494,63 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		}
 	}
 	return nil
+}
+
+// rolledBackAfterUpgraded fails a release whose trial host rolled back
+// after its upgraded report was accepted: the trial was killed between
+// that report's commit and its marker, or its launcher's deadline came
+// first. The machine runs the release it left, whatever the rollout
+// counted, so its row, the rollout (halted, even if it was done) and the
+// release (failed) say so, its target goes back, and a fleet default the
+// rollout set goes back to the one before.
+func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error {
+	from, ok := models.RolledBackFrom(r.Reason)
+	if r.Outcome != models.OutcomeRolledBack || !ok {
+		return nil
+	}
+	var rms []models.RolloutMachine
+	if err := tx.Select("rollout_machines.*").Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollouts.version = ? AND rollout_machines.state = ? AND rollouts.state IN ?",
+			m.ID, from, models.UpgradeUpgraded, []string{models.RolloutRunning, models.RolloutPaused, models.RolloutDone}).
+		Order("rollout_machines.rollout_id DESC").Limit(1).Find(&rms).Error; err != nil {
+		return err
+	}
+	if len(rms) == 0 {
+		return nil
+	}
+	var ro models.Rollout
+	if err := tx.Where("id = ?", rms[0].RolloutID).First(&ro).Error; err != nil {
+		return err
+	}
+	wasDone := ro.State == models.RolloutDone
+	if err := failMachine(tx, &ro, &rms[0], models.UpgradeRolledBack, r.Reason); err != nil {
+		return err
+	}
+	if !wasDone || ro.PlanID > 0 {
+		return nil
+	}
+	def, err := hostDefault(tx.DB)
+	if err != nil || def != ro.Version {
+		return err
+	}
+	// The default before this rollout: the version of the fleet rollout
+	// done before it, none if there was none.
+	var before []string
+	if err := tx.Model(&models.Rollout{}).Where("state = ? AND plan_id = 0 AND id < ? AND version <> ?", models.RolloutDone, ro.ID, ro.Version).
+		Order("id DESC").Limit(1).Pluck("version", &before).Error; err != nil {
+		return err
+	}
+	why := "no fleet default"
+	if len(before) == 1 {
+		why = "the fleet default is " + before[0] + " again"
+		err = tx.Clauses(clause.OnConflict{UpdateAll: true}).Create(&models.Setting{Key: models.SettingHostDefault, Value: before[0]}).Error
+	} else {
+		err = tx.Where("key = ?", models.SettingHostDefault).Delete(&models.Setting{}).Error
+	}
+	if err != nil {
+		return err
+	}
+	return audit(tx, "controller", "host-default", "host-release/"+ro.Version, why+": "+ro.Version+" failed after its rollout was done")
 }
 
 // judgeUpgraded judges an upgraded report before anything of it is

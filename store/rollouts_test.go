@@ -1,0 +1,102 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestRollout_RolledBackAfterUpgraded: the trial host's upgraded report
+// is accepted (the rollout of its one machine done, the fleet default
+// moved), then its launcher rolls it back anyway (killed before the marker
+// was written, or the launcher's own deadline first). The rolled_back
+// report that follows fails the machine's upgrade and the release, and
+// the fleet default goes back.
+func TestRollout_RolledBackAfterUpgraded(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 1) // the old host applies the generation naming 1.5.0
+		// The trial host (1.5.0) polls and reports upgraded; the controller accepts it.
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
+			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		// Its launcher rolls it back all the same; the restored host reports so.
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.0.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ = s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")})
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		rs, _ := s.Releases(ctx, 10, 0)
+		def, _ := s.HostDefault(ctx)
+		t.Logf("after the rollback: rollout %s (%q), m1 %s; release %s; fleet default %q", ro.State, ro.Reason, ro.Machines[0].State, rs[0].State, def)
+		// The host now refuses 1.5.0's digest for good and never says so again;
+		// it applies its next generation.
+		applied(t, s, "m1", 1)
+		m, _ = s.Machine(ctx, "m1")
+		now := time.Now()
+		st := s.Rules.State(m, &now, now)
+		t.Logf("m1 after its next apply: state %s (host %s, target %s, last %s %q)", st, m.HostVersion, m.TargetHostVersion, m.LastOutcome, m.LastReason)
+		if ro.Machines[0].State == models.UpgradeUpgraded || rs[0].State != models.ReleaseFailed || def == "1.5.0" || st == models.StateUpgrading {
+			t.Fatalf("a host that rolled back 1.5.0 is counted upgraded (rollout %s, machine %s), the release is %s, the fleet default %q, and m1 shows %q with no why",
+				ro.State, ro.Machines[0].State, rs[0].State, def, st)
+		}
+	})
+}
+
+// TestRollout_HaltStopsTheOtherCanaries: two canaries go at once; one
+// rolls back, which halts the rollout and fails the release. The other's
+// target goes back too (stopped): kept, it would name a release no
+// declaration carries any more (only ready ones are composed), and the
+// machine would show upgrading for good.
+func TestRollout_HaltStopsTheOtherCanaries(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "2", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		mb, _ := s.Machine(ctx, "b")
+		got, fails, err := s.Compose(ctx, []int64{b.ID}, "ctl", newSigner())
+		if err != nil || fails[b.ID] != nil {
+			t.Fatalf("compose: %v %v", err, fails[b.ID])
+		}
+		var env models.Envelope
+		var p models.DeclarationPayload
+		decode(t, got[b.ID].Sealed(), &env)
+		decode(t, env.Payload, &p)
+		applied(t, s, "b", 1)
+		mb, _ = s.Machine(ctx, "b")
+		now := time.Now()
+		st := s.Rules.State(mb, &now, now)
+		var rmB string
+		for _, rm := range ro.Machines {
+			if rm.Machine == "b" {
+				rmB = rm.State
+			}
+		}
+		t.Logf("rollout %s (%q); b: rollout row %s, target %q, declaration's host %+v, state %s", ro.State, ro.Reason, rmB, mb.TargetHostVersion, p.Host, st)
+		if st == models.StateUpgrading && p.Host == nil {
+			t.Fatalf("b is %q to %s, which no declaration names any more (halted rollout, failed release): it never moves", st, mb.TargetHostVersion)
+		}
+	})
+}
