@@ -1459,13 +1459,16 @@ type Machine struct {
 	} `json:"health"`
 
 	// HeldBack why the current generation carries held-back content (its host decodes no schema that expresses what is declared; the machine is behind), like "held back: needs host schema 2; host 1.4.0 decodes 1; release 1.5.0 decodes 1,2" (the release named is the machine's target when that decodes the schema, else the newest ready one for its platform that does; "no host release known to decode it" when none); empty when it does not
-	HeldBack    string     `json:"held_back"`
-	HostVersion string     `json:"host_version"`
-	LastOutcome string     `json:"last_outcome"`
-	LastReason  string     `json:"last_reason"`
-	LastSeen    *time.Time `json:"last_seen"`
-	Name        string     `json:"name"`
-	Os          string     `json:"os"`
+	HeldBack    string `json:"held_back"`
+	HostVersion string `json:"host_version"`
+	LastOutcome string `json:"last_outcome"`
+
+	// LastOutcomeAt when the last outcome was reported (null: none yet); a later check or renewal does not move it
+	LastOutcomeAt *time.Time `json:"last_outcome_at"`
+	LastReason    string     `json:"last_reason"`
+	LastSeen      *time.Time `json:"last_seen"`
+	Name          string     `json:"name"`
+	Os            string     `json:"os"`
 
 	// RevokedReason why the machine is revoked (state revoked): a person revoked it, or it presented its certificate past the renewal grace
 	RevokedReason string                  `json:"revoked_reason"`

@@ -104,15 +104,17 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 	case m.AppliedGeneration >= st.Generation && running >= build:
 		switch {
 		case r.Unhealthy(m, now):
-			return fail("check %s unhealthy since %s: %s", m.HealthCheck, m.HealthSince.UTC().Format("15:04:05"), m.HealthDetail)
+			return StepVerdict{State: StepFailed, Reason: UnhealthyWords(m)}
 		case m.Health == HealthFailing:
 			return StepVerdict{} // within the grace: a service may still be starting
 		}
 		return StepVerdict{State: StepApplied}
 	case m.HeldBack != "":
 		return fail("%s", m.HeldBack)
-	case m.LastOutcome == OutcomeFailed && m.AppliedGeneration < st.Generation && m.LastReportAt != nil && st.StartedAt != nil && !m.LastReportAt.Before(*st.StartedAt):
-		return fail("failed to apply generation %d: %s", st.Generation, m.LastReason)
+	case m.LastOutcome == OutcomeFailed && m.AppliedGeneration < st.Generation && m.LastOutcomeGen >= st.Generation:
+		// A failure of the step's generation or a later one: a retry of
+		// an older one's failure says nothing of the step's.
+		return fail("failed to apply generation %d: %s", m.LastOutcomeGen, m.LastReason)
 	case st.StartedAt != nil && now.Sub(*st.StartedAt) > deadline:
 		if m.LastSeen == nil || now.Sub(*m.LastSeen) > r.OfflineAfter {
 			if m.LastSeen == nil {
@@ -123,6 +125,11 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return fail("did not report generation %d within %s", st.Generation, deadline)
 	}
 	return StepVerdict{}
+}
+
+// UnhealthyWords is why a step of an unhealthy machine failed.
+func UnhealthyWords(m *Machine) string {
+	return fmt.Sprintf("%s check %s unhealthy since %s: %s", m.Name, m.HealthCheck, m.HealthSince.UTC().Format("15:04:05"), m.HealthDetail)
 }
 
 // TierWords names a tier for a person: "tier 1 of 2 (canary)", "tier 2 of

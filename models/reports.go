@@ -36,7 +36,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	}
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
-			up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+			outcome(up, r, now)
 		}
 		return up
 	}
@@ -57,7 +57,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	// stale replay is kept as a report row, but the machine is still what
 	// its latest generation made it.
 	if r.Generation >= m.FinishedGen && r.Generation > 0 {
-		up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+		outcome(up, r, now)
 	}
 	if FinalOutcome(r.Outcome) && r.Generation >= m.FinishedGen {
 		up["finished_generation"] = r.Generation
@@ -71,6 +71,13 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 		}
 	}
 	return up
+}
+
+// outcome sets the machine's last outcome to r's, with when and of which
+// generation: what the states that speak of it say since when from.
+func outcome(up map[string]any, r *Report, now time.Time) {
+	up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
+	up["last_outcome_at"], up["last_outcome_generation"] = now, r.Generation
 }
 
 // DecodeReport reads a host's report. It is read leniently (unknown

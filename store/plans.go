@@ -285,6 +285,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	}
 	done := 0
 	var failed []string
+	var applied []int64 // machines whose step applied before this look
 	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
 	if deadline <= 0 {
 		deadline = DefaultTierDeadline
@@ -322,7 +323,30 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			}
 			done++
 		case models.StepApplied:
+			applied = append(applied, st.MachineID)
 			done++
+		}
+	}
+	// A machine of the tier that applied the build healthy and turned
+	// unhealthy since (its check failing past the grace) fails its step as
+	// if judged so now: the plan halts rather than finish on it.
+	if len(applied) > 0 {
+		var ms []models.Machine
+		if err := tx.Where("id IN ?", applied).Find(&ms).Error; err != nil {
+			return err
+		}
+		for i := range ms {
+			m := &ms[i]
+			if !tx.s.Rules.Unhealthy(m, now) {
+				continue
+			}
+			why := models.UnhealthyWords(m)
+			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, m.ID).
+				Updates(map[string]any{"state": models.StepFailed, "finished_at": now, "reason": why}).Error; err != nil {
+				return err
+			}
+			failed = append(failed, why)
+			done--
 		}
 	}
 	if len(failed) > 0 {

@@ -86,8 +86,13 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 		r.LastSeen = "never (enrolled " + ago(m.CreatedAt, now) + ")"
 	}
 	r.State = rules.State(m, seen, now)
+	// When its last outcome was reported: the states below speak of that
+	// outcome, and a later report of another kind (a check, a renewal)
+	// does not move it.
 	reported := "no report yet"
-	if m.LastReportAt != nil {
+	if at := m.LastOutcomeAt; at != nil {
+		reported = stamp(*at) + " (" + ago(*at, now) + ")"
+	} else if m.LastReportAt != nil {
 		reported = stamp(*m.LastReportAt)
 	}
 	switch r.State {

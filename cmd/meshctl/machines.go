@@ -106,7 +106,11 @@ func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
 		{"Last seen:", ago(m.LastSeen)},
 	}
 	if m.LastOutcome != "" {
-		rows = append(rows, []string{"Last report:", strings.TrimSuffix(m.LastOutcome+": "+m.LastReason, ": ")})
+		last := strings.TrimSuffix(m.LastOutcome+": "+m.LastReason, ": ")
+		if m.LastOutcomeAt != nil {
+			last += " (" + ago(m.LastOutcomeAt) + ")"
+		}
+		rows = append(rows, []string{"Last outcome:", last})
 	}
 	var mods []string
 	for _, x := range as {

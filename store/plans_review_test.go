@@ -1,0 +1,102 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestPlan_StepNotFailedByAnOlderGeneration: a machine whose generation g
+// failed (its host retrying it) is reached by a plan at g+1; one more
+// failed attempt of g, reported after the step started, failed the step
+// as "failed to apply generation g+1", never attempted, and halted the
+// plan. A step fails only for a failure of its generation or a later one.
+func TestPlan_StepNotFailedByAnOlderGeneration(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		// m1's next generation (a variable change) fails to apply.
+		m1, _ := s.Machine(ctx, "m1")
+		g := m1.Generation
+		m1, err := s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "9001"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		failing := m1.Generation
+		sentReport(t, s, m1.ID, &models.Report{Generation: failing, Outcome: models.OutcomeFailed, Attempt: 1, Reason: "port 9001 in use"})
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil || v.Steps[0].Machine != "m1" {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		stepGen := v.Steps[0].Generation
+		time.Sleep(10 * time.Millisecond)
+		// The host's next attempt of the failing generation, before it polls for the plan's.
+		sentReport(t, s, m1.ID, &models.Report{Generation: failing, Outcome: models.OutcomeFailed, Attempt: 2, Reason: "port 9001 in use"})
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		t.Logf("generation %d failing, the step's is %d: plan %s %q; step %s %q", failing, stepGen, v.State, v.Reason, v.Steps[0].State, v.Steps[0].Reason)
+		if v.State == models.PlanHalted && strings.Contains(v.Steps[0].Reason, "failed to apply generation") {
+			t.Fatalf("the plan halted on generation %d's failure, blamed on generation %d, which no host has attempted", failing, stepGen)
+		}
+	})
+}
+
+// TestPlan_TierNotDoneWhileItsMachineIsUnhealthy: a machine of a tier
+// applied the plan's build healthy, then turned unhealthy (its checked
+// report, past the grace) while the tier waited for another machine. The
+// plan halts, rather than finish and make the build current.
+func TestPlan_TierNotDoneWhileItsMachineIsUnhealthy(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := []models.CheckResult{{Resource: "mod.svc", OK: true, Detail: "tcp"}}
+		healthy := func(name string) string {
+			m, _ := s.Machine(ctx, name)
+			id := ""
+			r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied,
+				Running: map[string]models.RunningBuild{"mod": {Build: 2}}, Checks: ok}
+			sentReport(t, s, m.ID, r)
+			id = r.Send
+			if err := s.StepPlans(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		healthy("m1") // the canary
+		send2 := healthy("m2")
+		// m2's service then fails its check, for longer than the grace.
+		m2, _ := s.Machine(ctx, "m2")
+		if _, err := s.InsertReport(ctx, m2.ID, &models.Report{Send: send2, Generation: m2.AppliedGeneration, Outcome: models.OutcomeChecked,
+			Checks: []models.CheckResult{{Resource: "mod.svc", OK: false, At: time.Now().Add(-5 * time.Minute).UTC(), Detail: "connection refused"}}}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		m2, _ = s.Machine(ctx, "m2")
+		now := time.Now()
+		t.Logf("before m3 applies: m2 is %s: %s", s.Rules.State(m2, &now, now), m2.HealthDetail)
+		healthy("m3")
+		v, _ = s.Plan(ctx, v.ID)
+		m2, _ = s.Machine(ctx, "m2")
+		mod, _ := s.Module(ctx, "mod")
+		t.Logf("plan %s (%q), build %d current; m2 is %s: %s", v.State, v.Reason, *mod.CurrentBuild, s.Rules.State(m2, &now, now), m2.HealthDetail)
+		if v.State == models.PlanDone && s.Rules.Unhealthy(m2, now) {
+			t.Fatalf("plan done, build %d current, while m2 of its last tier is unhealthy on it", *mod.CurrentBuild)
+		}
+	})
+}
