@@ -193,25 +193,22 @@ func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time
 	claimed := machineOf(leaf)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
-	at := now
+	// The chain first, as it stood when the certificate was last valid:
+	// only a certificate of this CA says anything about the machine it
+	// names, so one that does not chain to it is forged whatever its
+	// dates (keyed by its sender's address, never by the name it claims).
 	expired := now.After(leaf.NotAfter)
+	at := now
 	if expired {
-		if now.Sub(leaf.NotAfter) > grace {
-			e := &ClientError{Machine: claimed, Reason: fmt.Sprintf("expired at %s, past the renewal grace of %s; enrol the machine again",
-				leaf.NotAfter.UTC().Format(time.RFC3339), grace)}
-			// Only a certificate of this CA says anything about the
-			// machine: a forged one must not mark it.
-			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: leaf.NotAfter,
-				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
-				e.PastGrace, e.Enrolment = true, leaf.Subject.SerialNumber
-			}
-			return nil, e
-		}
-		at = leaf.NotAfter // verify the chain as it stood, the grace decides the rest
+		at = leaf.NotAfter
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: at,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil, &ClientError{Machine: claimed, Forged: true, Reason: "not issued by this mesh's CA (" + ca.Pin() + "): " + err.Error()}
+	}
+	if expired && now.Sub(leaf.NotAfter) > grace {
+		return nil, &ClientError{Machine: claimed, PastGrace: true, Enrolment: leaf.Subject.SerialNumber,
+			Reason: fmt.Sprintf("expired at %s, past the renewal grace of %s; enrol the machine again", leaf.NotAfter.UTC().Format(time.RFC3339), grace)}
 	}
 	if claimed == "" || leaf.Subject.SerialNumber == "" {
 		return nil, &ClientError{Reason: "names no machine"}
