@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/auth"
 	"mesh/models"
 )
 
@@ -105,6 +106,15 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		}
 	}()
 	if changed {
+		if err := s.hostInfoLimit.take("machine " + p.Machine); err != nil {
+			s.Hub.HostInfoNotRecorded(p.hostID, hv, schema)
+			if due, since := s.refusals.Due(p.Machine + "\x00host-info"); due {
+				_ = s.Store.Audit(ctx, "host:"+p.Machine, "host-refused", "machine/"+p.Machine,
+					fmt.Sprintf("poll refused: its host version or schemas changed more than 10 times within minutes (now %s, %s) (from %s)%s",
+						hv, schema, c.RealIP(), auth.Since(since)))
+			}
+			return err
+		}
 		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {
 			s.Hub.HostInfoNotRecorded(p.hostID, hv, schema)
 			return err

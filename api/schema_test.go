@@ -297,3 +297,53 @@ func TestComposeFailure_RecordedAfterAFailedWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestPoll_HostInfoChangesLimited: a host credential whose polls flip the
+// schemas they advertise made each poll a new generation, a declaration
+// and an audit row (13,000 in ten seconds from one client). Past ten
+// changes within minutes a poll is refused (429, Retry-After), nothing of
+// it recorded, and the refusal is audited.
+func TestPoll_HostInfoChangesLimited(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		refused := 0
+		for i := range 30 {
+			schema := []string{"1", "1,2"}[i%2]
+			resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=0s", Token: en.Token,
+				Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": schema}})
+			switch resp.StatusCode {
+			case 200, 304:
+			case 429:
+				refused++
+				if resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "changes of host version or schemas") {
+					t.Fatalf("refusal: %s %s", resp.Header, b)
+				}
+			default:
+				t.Fatalf("poll %d: %d %s", i, resp.StatusCode, b)
+			}
+		}
+		var m struct {
+			Generation int64 `json:"generation"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if refused < 15 || m.Generation > 12 {
+			t.Fatalf("%d of 30 flipping polls refused, generation %d: the flips are not bounded", refused, m.Generation)
+		}
+		var audit struct {
+			Items []struct {
+				Action string `json:"action"`
+				Detail string `json:"detail"`
+			} `json:"items"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=50", Token: e.Admin}, 200, &audit)
+		found := 0
+		for _, a := range audit.Items {
+			if a.Action == "host-refused" && strings.Contains(a.Detail, "host version or schemas changed") {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Fatalf("%d audit rows of the refusals, want 1 (once a minute)", found)
+		}
+	})
+}

@@ -94,6 +94,13 @@ type Server struct {
 	// each change of its checks). A refused one stays in the host's
 	// outbox and is sent again.
 	reportLimit *addressLimiter
+	// hostInfoLimit bounds how often one machine's host may change the
+	// host version or schemas its polls carry: each change is a write,
+	// and a change of schemas a new generation, a declaration and an
+	// audit row. A host changes them when it upgrades or rolls back, a
+	// few times a rollout; a poll past the limit is refused, nothing of it
+	// recorded, and the host polls again.
+	hostInfoLimit *addressLimiter
 	// MaxUpload caps an upload's body (a build's artifact, a host
 	// release); 0 is DefaultMaxUpload. An upload is streamed into the
 	// store, so this bounds the store's growth, not memory.
@@ -120,9 +127,10 @@ type Server struct {
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
-		enrolLimit:  newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
-		hookLimit:   newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
-		reportLimit: newAddressLimiter("reports", rate.Every(time.Second), 60), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		enrolLimit:    newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
+		hookLimit:     newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
+		reportLimit:   newAddressLimiter("reports", rate.Every(time.Second), 60),
+		hostInfoLimit: newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	hub.Claim, hub.Answer = s.claim, s.answerClaims
 	return s
