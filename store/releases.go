@@ -224,7 +224,7 @@ func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutVie
 		// for a release its machines already run makes an empty one,
 		// which hid the rollout that did the work.
 		var ro models.Rollout
-		if err := db.Where("version = ?", version).Order(newestReaching).First(&ro).Error; err != nil {
+		if err := db.Where("version = ?", version).Order(newestReaching).Take(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		var err error
@@ -235,8 +235,9 @@ func (s *Store) Rollout(ctx context.Context, version string) (*models.RolloutVie
 }
 
 // newestReaching orders a version's rollouts newest first, those that
-// reached a machine before those that did not.
-var newestReaching = clause.Expr{SQL: "EXISTS (SELECT 1 FROM rollout_machines rm WHERE rm.rollout_id = rollouts.id) DESC, id DESC"}
+// reached a machine before those that did not. A string: gorm's Order
+// ignores a clause.Expr, and First orders by id on its own.
+const newestReaching = "EXISTS (SELECT 1 FROM rollout_machines rm WHERE rm.rollout_id = rollouts.id) DESC, rollouts.id DESC"
 
 // SetRolloutState pauses, resumes or cancels the latest rollout of a version.
 func (s *Store) SetRolloutState(ctx context.Context, actor, version, action string) (*models.RolloutView, error) {
@@ -245,7 +246,7 @@ func (s *Store) SetRolloutState(ctx context.Context, actor, version, action stri
 		// The rollout the version's view shows (Rollout): the newest that
 		// reached a machine.
 		var ro models.Rollout
-		if err := tx.Where("version = ?", version).Order(newestReaching).First(&ro).Error; err != nil {
+		if err := tx.Where("version = ?", version).Order(newestReaching).Take(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		from := map[string]string{"pause": models.RolloutRunning, "resume": models.RolloutPaused, "cancel": ""}[action]

@@ -100,3 +100,40 @@ func TestRollout_HaltStopsTheOtherCanaries(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_TheNewestIsShown: a version rolled out again after a halt
+// shows, watches, pauses and cancels its newest rollout. gorm's Order
+// ignored the newest-first order (a clause.Expr) and First ordered by id,
+// so the view and the actions took the oldest: a retry that went on was
+// shown halted and could not be cancelled.
+func TestRollout_TheNewestIsShown(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := fixture(t, s, "a")
+		release(t, s, "1.5.0", "amd64", "1")
+		first, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The release is ready again (as if uploaded anew) for a second rollout.
+		if err := s.DB().Exec("UPDATE host_releases SET state = ?, failure = '' WHERE version = '1.5.0'", models.ReleaseReady).Error; err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil || ro.ID != second.ID || ro.ID == first.ID {
+			t.Fatalf("shown rollout %d (%v), want the newest %d (the first was %d)", ro.ID, err, second.ID, first.ID)
+		}
+		ro, err = s.SetRolloutState(ctx, "test", "1.5.0", "cancel")
+		if err != nil || ro.ID != second.ID || ro.State != models.RolloutCancelled {
+			t.Fatalf("cancel: %+v %v", ro, err)
+		}
+	})
+}
