@@ -204,7 +204,8 @@ func list[T any](a *app, items []T, raw page, header []string, row func(T) []str
 // collect follows a list's cursor until max items (0: all) and returns
 // them decoded and as they came.
 func collect[T any](max int, fetch func(cursor *string) (*http.Response, []byte, error)) ([]T, page, error) {
-	var all page
+	// An empty list prints as the API sends it, "items": [], never null.
+	all := page{Items: []json.RawMessage{}}
 	var items []T
 	var cursor *string
 	for {

@@ -25,6 +25,14 @@ func TestMeshctl_LabelsSelectorsTokensUsers(t *testing.T) {
 	}
 	mc.ok(nil, "modules", "create", "web")
 
+	t.Run("EmptyListIsAList", func(t *testing.T) {
+		// A script's jq '.items[]' fails on null: an empty list is [].
+		r := mc.run("", "machines", "ls", "--state", "unhealthy", "-o", "json")
+		if r.code != 0 || !strings.Contains(strings.ReplaceAll(r.stdout, " ", ""), `"items":[]`) {
+			t.Fatalf("no unhealthy machine, -o json: %s", r)
+		}
+	})
+
 	t.Run("LabelAndSelector", func(t *testing.T) {
 		var lu client.LabelsUpdate
 		mc.ok(&lu, "machines", "label", "m1", "role=web", "zone=a", "-o", "json")
