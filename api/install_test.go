@@ -2,15 +2,22 @@ package api_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"mesh/api"
 	"mesh/controller/ctltest"
 	"mesh/store"
 )
@@ -75,5 +82,40 @@ func TestInstall_Binary(t *testing.T) {
 	resp, _ = e.Do(ctltest.Request{Method: http.MethodGet, Path: "/install/mesh-host/sha256:xyz"})
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a malformed digest: %d", resp.StatusCode)
+	}
+}
+
+// TestInstall_StalledDownloadCut: a client that asks for a release's
+// binary (its digest is public) and stops reading is cut off once a write
+// has waited BlobWriteIdle; it held the connection and a chunk's buffer
+// for good (300 of them took 380 MB), there being no write timeout.
+func TestInstall_StalledDownloadCut(t *testing.T) {
+	was := api.BlobWriteIdle
+	api.BlobWriteIdle = 300 * time.Millisecond
+	t.Cleanup(func() { api.BlobWriteIdle = was })
+	e := ctltest.Start(t, store.SQLite)
+	binary := make([]byte, 16<<20)
+	_, _ = rand.Read(binary)
+	if resp, b := e.UploadRelease(e.Admin, "1.0.0", binary); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	sum := sha256.Sum256(binary)
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /install/mesh-host/sha256:%s HTTP/1.1\r\nHost: x\r\n\r\n", hex.EncodeToString(sum[:]))
+	// The stall itself, the attack: nothing read for ten times the idle
+	// allowed. (What the controller has already handed its socket, some
+	// MiB, still arrives; the rest never does.)
+	time.Sleep(10 * api.BlobWriteIdle)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _ := io.Copy(io.Discard, conn)
+	if n >= int64(len(binary)) {
+		t.Fatalf("read %d bytes of a %d-byte binary after stalling: the stalled download was never cut", n, len(binary))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -93,10 +94,35 @@ func (s *Server) serveBlob(c echo.Context, d string) error {
 		}
 	}
 	// content reads only the chunks the request's range touches, one at a
-	// time; If-None-Match and If-Range are judged against the ETag.
-	http.ServeContent(c.Response(), c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
+	// time; If-None-Match and If-Range are judged against the ETag. Each
+	// write must make progress within BlobWriteIdle: the server has no
+	// write timeout (a long poll waits longer than any), so a client that
+	// stops reading would hold the connection and its chunk's buffer for
+	// good, and a binary's digest is public (install.sh).
+	w := &progressWriter{ResponseWriter: c.Response(), rc: http.NewResponseController(c.Response())}
+	http.ServeContent(w, c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
+	_ = w.rc.SetWriteDeadline(time.Time{}) // a kept connection's next request is not cut
 	return nil
 }
+
+// BlobWriteIdle is how long a blob's download may go without taking any of
+// its bytes before its connection is cut (tests shorten it).
+var BlobWriteIdle = 30 * time.Second
+
+// progressWriter gives each write of a response BlobWriteIdle to finish.
+type progressWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (w *progressWriter) Write(p []byte) (int, error) {
+	if err := w.rc.SetWriteDeadline(time.Now().Add(BlobWriteIdle)); err != nil {
+		return 0, err
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *progressWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // maxRanges is the most ranges one request is answered by; a resuming
 // download asks for one.

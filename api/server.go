@@ -296,7 +296,9 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		bodyDeadline(c, upload)
 		r := c.Request()
-		if c.Path() != "/api/v1/host/declaration" && c.Path() != "/api/v1/blobs/:digest" {
+		// A long poll waits on its own deadline; a blob's download takes
+		// as long as its bytes do, each write bounded (progressWriter).
+		if c.Path() != "/api/v1/host/declaration" && c.Path() != "/api/v1/blobs/:digest" && c.Path() != "/install/mesh-host/:digest" {
 			d := s.StoreTimeout
 			if upload {
 				d = uploadBodyDeadline
