@@ -261,7 +261,9 @@ func (s *Server) enroll(c echo.Context) error {
 		// Checked before the join token is spent: a refused request
 		// leaves it for a corrected one.
 		var err error
-		if csr, err = s.Service.CheckCSR(ctx, "anonymous", req.Name, req.CSR, c.RealIP()); err != nil {
+		// Anonymous: its refusals are kept sparse by the sender's address.
+		due := func() (bool, int) { return s.refusals.Due(c.RealIP() + "\x00enroll-csr") }
+		if csr, err = s.Service.CheckCSR(ctx, "anonymous", req.Name, req.CSR, c.RealIP(), due); err != nil {
 			return err
 		}
 	}
@@ -269,8 +271,11 @@ func (s *Server) enroll(c echo.Context) error {
 	m, err := s.Store.Enroll(ctx, auth.HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
 	if errors.Is(err, models.ErrTokenUsed) {
 		// A refused enrolment is on the record: someone holds a stale or
-		// guessed join token.
-		_ = s.Store.Audit(ctx, "anonymous", "enroll-refused", "machine/"+req.Name, fmt.Sprintf("%v (from %s)", err, c.RealIP()))
+		// guessed join token. Once a minute per address, with how many
+		// more: an outsider's guesses are not a row each.
+		if due, since := s.refusals.Due(c.RealIP() + "\x00enroll"); due {
+			_ = s.Store.Audit(ctx, "anonymous", "enroll-refused", "machine/"+req.Name, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
+		}
 	}
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"mesh/auth"
 	"mesh/meshca"
 	"mesh/models"
 )
@@ -44,15 +45,19 @@ func (c MachineCerts) CertGrace() time.Duration {
 
 // CheckCSR checks a host's certificate request for machine name
 // (meshca.CheckCSR) before anything is spent or issued; a refused one is
-// audited with what it asked for, and answered as invalid input.
-func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string) (*x509.CertificateRequest, error) {
+// audited with what it asked for when due says so (it returns how many
+// went unaudited since the last record: the caller keeps an anonymous
+// sender's refusals sparse), and answered as invalid input.
+func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string, due func() (bool, int)) (*x509.CertificateRequest, error) {
 	if s.Certs.CA == nil {
 		return nil, models.Invalid("csr", "this controller issues no machine certificates")
 	}
 	csr, err := meshca.CheckCSR([]byte(csrPEM), name)
 	var ce *meshca.CSRError
 	if errors.As(err, &ce) {
-		_ = s.Store.Audit(ctx, actor, "certificate-refused", "machine/"+name, fmt.Sprintf("%s (from %s); nothing issued", ce.Reason, from))
+		if ok, since := due(); ok {
+			_ = s.Store.Audit(ctx, actor, "certificate-refused", "machine/"+name, fmt.Sprintf("%s (from %s); nothing issued%s", ce.Reason, from, auth.Since(since)))
+		}
 		return nil, models.Invalid("csr", ce.Reason)
 	}
 	return csr, err
