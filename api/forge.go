@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/auth"
 	"mesh/models"
 	"mesh/service"
 )
@@ -128,24 +129,36 @@ func (s *Server) hook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// A forge sends from few addresses and always signs: only bad
-	// signatures are limited, and a blocked address is refused before
-	// its signature costs an HMAC.
-	if err := s.hookLimit.blocked(c.RealIP()); err != nil {
-		return err
-	}
+	// A forge always signs, and a forge's addresses are shared (its other
+	// users' webhooks come from them too): a good signature is always
+	// taken, and only bad ones are limited, by source and address, so
+	// someone else's misconfigured or hostile webhook on the same forge
+	// does not lock out this source's deliveries.
 	event, delivery, sig := hookHeaders(src.Kind, c.Request().Header)
 	mac := hmac.New(sha256.New, []byte(src.Secret))
 	mac.Write(body)
 	want := mac.Sum(nil)
 	got, decErr := hex.DecodeString(sig)
 	if sig == "" || decErr != nil || !hmac.Equal(got, want) {
-		_ = s.hookLimit.take(c.RealIP())
+		key := c.RealIP() + " for source " + src.Name
+		if err := s.hookLimit.take(key); err != nil {
+			return err
+		}
+		why := "signature wrong"
+		if sig == "" {
+			why = "no signature"
+		}
 		// The headers are the sender's, unchecked: a line of each (a
-		// forge's event name and delivery id are short).
-		_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
-			fmt.Sprintf("event %q delivery %q from %s: signature missing or wrong",
-				models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP()))
+		// forge's event name and delivery id are short). Once a minute per
+		// source and address, the next record counting the rest.
+		if due, since := s.refusals.Due(key + "\x00hook"); due {
+			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
+				fmt.Sprintf("event %q delivery %q from %s: %s%s",
+					models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), why, auth.Since(since)))
+		}
+		if sig == "" {
+			return fmt.Errorf("%w: the webhook is not signed: set the source's secret in the forge's webhook", models.ErrUnauthorized)
+		}
 		return fmt.Errorf("%w: the webhook's signature does not match the source's secret", models.ErrUnauthorized)
 	}
 	if event == "" || delivery == "" {

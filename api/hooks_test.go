@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"mime/multipart"
 	"os"
 	"strings"
@@ -71,16 +72,18 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		if st != 200 || r.Merge != nil || len(r.Builds) != 0 || !strings.HasPrefix(r.Status, "duplicate") {
 			t.Fatalf("replay: %d %s", st, raw)
 		}
-		// Bad signature: refused and recorded.
-		st, _, raw = post("gitea", gitea("d2", "push", body, sign([]byte("other"))), body)
-		if st != 401 || !strings.Contains(raw, "signature") {
-			t.Fatalf("bad signature: %d %s", st, raw)
+		// Unsigned, with headers of 200 KiB: refused, saying so, and
+		// recorded; the refusal's row keeps a line of each (it kept them
+		// whole, a megabyte a request).
+		st, _, raw = post("gitea", gitea(strings.Repeat("d", 200<<10), strings.Repeat("e", 200<<10), body, ""), body)
+		if st != 401 || !strings.Contains(raw, "not signed") {
+			t.Fatalf("no signature: %d %s", st, raw)
 		}
-		// Unsigned, with headers of 200 KiB: the refusal's row keeps a
-		// line of each (it kept them whole, a megabyte a request).
-		st, _, _ = post("gitea", gitea(strings.Repeat("d", 200<<10), strings.Repeat("e", 200<<10), body, ""), body)
-		if st != 401 {
-			t.Fatalf("no signature: %d", st)
+		// Bad signature: refused; its record is the next minute's (one a
+		// minute per source and address, counting the rest).
+		st, _, raw = post("gitea", gitea("d2", "push", body, sign([]byte("other"))), body)
+		if st != 401 || !strings.Contains(raw, "does not match") {
+			t.Fatalf("bad signature: %d %s", st, raw)
 		}
 		// GitHub's headers, the same documented body.
 		st, r, raw = post("github", map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1",
@@ -120,7 +123,7 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 				t.Errorf("a refused webhook's audit row is %d bytes", len(a.Detail))
 			}
 		}
-		if seen["merge"] != 2 || seen["webhook-replay"] != 1 || seen["webhook-refused"] != 2 || seen["webhook"] != 3 {
+		if seen["merge"] != 2 || seen["webhook-replay"] != 1 || seen["webhook-refused"] != 1 || seen["webhook"] != 3 {
 			t.Fatalf("audit: %v", seen)
 		}
 
@@ -292,4 +295,37 @@ func TestWebhooks_GitHubPush(t *testing.T) {
 			t.Fatalf("deleted branch: %d %s", st, raw)
 		}
 	})
+}
+
+// TestWebhooks_BadSignaturesDoNotLockOutGoodOnes: a forge's addresses are
+// shared by its users, so someone else's webhook with a wrong secret,
+// pointed at this source, got the address limited, and this source's
+// correctly signed deliveries from the same address were 429 and lost
+// (forges do not retry). A good signature is always taken.
+func TestWebhooks_BadSignaturesDoNotLockOutGoodOnes(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+		Body: map[string]string{"name": "app", "kind": "gitea", "repository": "o/app", "default_branch": "main", "secret": hookSecret}}, 201, nil)
+	ping := []byte(`{}`)
+	post := func(delivery, sig string) int {
+		resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/app", Body: ping,
+			Header: map[string]string{"X-Gitea-Event": "ping", "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sig}})
+		return resp.StatusCode
+	}
+	limited := 0
+	for i := range 30 {
+		switch st := post(fmt.Sprintf("bad-%d", i), "00"); st {
+		case 401:
+		case 429:
+			limited++
+		default:
+			t.Fatalf("bad signature %d: %d", i, st)
+		}
+	}
+	if limited == 0 {
+		t.Fatalf("30 bad signatures from one address, none limited")
+	}
+	if st := post("good", sign(ping)); st != 200 {
+		t.Fatalf("a correctly signed delivery after others' bad ones: %d, want 200", st)
+	}
 }
