@@ -110,8 +110,14 @@ type Agent struct {
 	reloadPending bool
 	said          map[string]bool
 
-	checksMu     sync.Mutex
-	lastChecks   []models.CheckResult
+	checksMu sync.Mutex
+	// reported is what the controller was last told of each check (an
+	// applied report's checks, or a checked report's; nil: nothing yet):
+	// the check loop reports when a look differs from it, not from its own
+	// last look, so an apply that caught a service still starting is
+	// corrected once it passes, and a flap an apply's settle missed is
+	// reported.
+	reported     map[string]bool
 	checkTargets []models.Resource // the services with checks, for checkLoop
 	checkGen     int64             // the applied generation and its send, which checked reports name
 	checkSend    string
@@ -398,7 +404,6 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		a.state = st // what succeeded is true now, even if a later step failed
 		if err == nil {
 			checks := checkAll(ctx, a.root, a.id.ca, v.decl.Resources, 15*time.Second)
-			a.setChecks(checks)
 			for _, c := range checks {
 				if !c.OK {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
@@ -466,6 +471,7 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 	a.state.Finished = max(a.state.Finished, gen)
 	if outcome == models.OutcomeApplied {
 		a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend = gen, v.digest, send
+		a.setReported(checks) // the applied report carries them
 	}
 	r := models.Report{Send: send, Generation: gen, Digest: v.digest, Outcome: outcome, Reason: reason, Attempt: attempt}
 	if len(started) > 0 {
@@ -549,10 +555,34 @@ func (a *Agent) saveState() error {
 	return nil
 }
 
-func (a *Agent) setChecks(c []models.CheckResult) {
+// setReported records the checks a report just told the controller.
+func (a *Agent) setReported(c []models.CheckResult) {
+	m := make(map[string]bool, len(c))
+	for _, r := range c {
+		m[r.Resource] = r.OK
+	}
 	a.checksMu.Lock()
-	a.lastChecks = c
+	a.reported = m
 	a.checksMu.Unlock()
+}
+
+// differsFromReported says whether a look's results are not what the
+// controller was last told.
+func (a *Agent) differsFromReported(res []models.CheckResult) bool {
+	a.checksMu.Lock()
+	defer a.checksMu.Unlock()
+	if a.reported == nil {
+		return len(res) > 0
+	}
+	if len(res) != len(a.reported) {
+		return true
+	}
+	for _, c := range res {
+		if was, ok := a.reported[c.Resource]; !ok || was != c.OK {
+			return true
+		}
+	}
+	return false
 }
 
 // checkLoop runs the checks between applies. A change of health is
@@ -575,25 +605,23 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		}
 		res := checkAll(ctx, a.root, a.id.ca, rs, 0)
 		cur := map[string]bool{}
-		changed := prev == nil && len(res) > 0
 		for _, c := range res {
 			cur[c.Resource] = c.OK
 			if was, ok := prev[c.Resource]; !ok || was != c.OK {
 				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
-				changed = true
 				if !c.OK {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
 				}
 			}
 		}
-		changed = changed || len(cur) != len(prev)
 		prev = cur
-		a.setChecks(res)
-		// A service that restarted (or turned unhealthy) ships its last
-		// lines within one check interval even when no check changed
-		// (a crash loop seldom: logShipper.due).
-		if (changed || a.logs.waiting()) && send != "" {
+		// Reported when the look differs from what the controller was
+		// last told (reported). A service that restarted (or turned
+		// unhealthy) ships its last lines within one check interval even
+		// when no check changed (a crash loop seldom: logShipper.due).
+		if (a.differsFromReported(res) || a.logs.waiting()) && send != "" {
 			a.reportChecked(ctx, gen, send, res)
+			a.setReported(res)
 		}
 		if err := a.checkedOut.flush(ctx, a.checkedClient); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("checked report waits in the outbox", "err", err)
