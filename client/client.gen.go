@@ -454,10 +454,11 @@ func (e PlanState) Valid() bool {
 
 // Defines values for PlanStepState.
 const (
-	PlanStepStateApplied PlanStepState = "applied"
-	PlanStepStateFailed  PlanStepState = "failed"
-	PlanStepStatePending PlanStepState = "pending"
-	PlanStepStateSent    PlanStepState = "sent"
+	PlanStepStateApplied   PlanStepState = "applied"
+	PlanStepStateFailed    PlanStepState = "failed"
+	PlanStepStatePending   PlanStepState = "pending"
+	PlanStepStateSent      PlanStepState = "sent"
+	PlanStepStateWithdrawn PlanStepState = "withdrawn"
 )
 
 // Valid indicates whether the value is a known member of the PlanStepState enum.
@@ -470,6 +471,8 @@ func (e PlanStepState) Valid() bool {
 	case PlanStepStatePending:
 		return true
 	case PlanStepStateSent:
+		return true
+	case PlanStepStateWithdrawn:
 		return true
 	default:
 		return false
@@ -1724,14 +1727,16 @@ type PlanStep struct {
 	Machine    string `json:"machine"`
 
 	// PreviousBuild the build the machine ran before the plan reached it (0 none); where a rollback pins it
-	PreviousBuild *int          `json:"previous_build,omitempty"`
-	Reason        string        `json:"reason"`
-	StartedAt     *time.Time    `json:"started_at"`
-	State         PlanStepState `json:"state"`
-	Tier          int           `json:"tier"`
+	PreviousBuild *int       `json:"previous_build,omitempty"`
+	Reason        string     `json:"reason"`
+	StartedAt     *time.Time `json:"started_at"`
+
+	// State withdrawn: the plan was cancelled before its host applied the build, and the build was taken back
+	State PlanStepState `json:"state"`
+	Tier  int           `json:"tier"`
 }
 
-// PlanStepState defines model for PlanStep.State.
+// PlanStepState withdrawn: the plan was cancelled before its host applied the build, and the build was taken back
 type PlanStepState string
 
 // Problem defines model for Problem.

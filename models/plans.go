@@ -29,6 +29,9 @@ const (
 	StepSent    = "sent"
 	StepApplied = "applied"
 	StepFailed  = "failed"
+	// StepWithdrawn: the plan was cancelled before the machine's host
+	// applied its build; the target it was given was taken back.
+	StepWithdrawn = "withdrawn"
 )
 
 // Plan is a durable rollout of one build of a module, tier by tier. It

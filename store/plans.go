@@ -561,6 +561,13 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 			if err := cancelHostStep(tx, actor, &p); err != nil {
 				return err
 			}
+			withdrawn, err := withdrawUnapplied(tx, &p)
+			if err != nil {
+				return err
+			}
+			if withdrawn > 0 {
+				up["reason"] = fmt.Sprintf("cancelled by %s; its build taken back from %d machine(s) whose hosts had not applied it", actor, withdrawn)
+			}
 		case action == "resume" && p.State == models.PlanHalted:
 			// Re-evaluated from now: the failed steps of its tier are
 			// judged again, their deadline restarted.
@@ -591,6 +598,46 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		return err
 	})
 	return out, err
+}
+
+// withdrawUnapplied takes a cancelled plan's build back from the machines
+// it was sent to whose hosts have not applied it (offline, say): their
+// target from this plan is removed (a new generation), so a host that
+// comes back later is not given a build its plan was cancelled for. A
+// machine that applied it keeps it (never an older build), and one whose
+// host applies it meanwhile keeps it too: composing never names a build
+// older than what a machine runs.
+func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
+	var steps []models.PlanStep
+	if err := tx.Where("plan_id = ? AND state = ?", p.ID, models.StepSent).Find(&steps).Error; err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, st := range steps {
+		var m models.Machine
+		if err := tx.Select("id", "applied_generation").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+			return n, err
+		}
+		if m.AppliedGeneration >= st.Generation {
+			continue
+		}
+		res := tx.Where("machine_id = ? AND module_id = ? AND plan_id = ?", st.MachineID, p.ModuleID, p.ID).Delete(&models.MachineTarget{})
+		if res.Error != nil {
+			return n, res.Error
+		}
+		if res.RowsAffected > 0 {
+			if err := bumpGenerations(tx, []int64{st.MachineID}, models.TriggerPlan); err != nil {
+				return n, err
+			}
+		}
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": tx.s.Now(),
+				"reason": "the plan was cancelled before its host applied the build; taken back"}).Error; err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // rollbackPlan pins every machine the plan reached to the build it ran

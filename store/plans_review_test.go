@@ -100,3 +100,42 @@ func TestPlan_TierNotDoneWhileItsMachineIsUnhealthy(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_CancelWithdrawsWhatNoHostApplied: a plan cancelled while its
+// canary's host was away left the build as that machine's target, so the
+// host, back later, applied a build its plan was cancelled for, and kept
+// it (never an older build). Cancelling takes the build back from the
+// machines whose hosts have not applied it; one that did keeps it.
+func TestPlan_CancelWithdrawsWhatNoHostApplied(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		canary := v.Steps[0].Machine
+		var m *models.Machine
+		for _, x := range ms {
+			if x.Name == canary {
+				m = x
+			}
+		}
+		if b := composedBuild(t, s, m); b != 2 {
+			t.Fatalf("the canary is sent build %d, want the plan's 2", b)
+		}
+		v, err = s.SetPlanState(ctx, "test", v.ID, "cancel")
+		if err != nil || v.State != models.PlanCancelled {
+			t.Fatalf("cancel: %+v %v", v, err)
+		}
+		if v.Steps[0].State != models.StepWithdrawn || !strings.Contains(v.Reason, "taken back from 1 machine") {
+			t.Fatalf("cancelled: step %s %q, plan %q", v.Steps[0].State, v.Steps[0].Reason, v.Reason)
+		}
+		if b := composedBuild(t, s, m); b != 1 {
+			t.Fatalf("after the cancel the canary's host, back, would be sent build %d, want 1 (what it runs)", b)
+		}
+	})
+}

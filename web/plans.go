@@ -96,7 +96,7 @@ func stateWords(state string) string { return strings.ReplaceAll(state, "_", " "
 var planActionLabels = map[string]PlanAction{
 	models.PlanPause:    {Label: "Pause", Hint: "no further machine is reached until it is resumed"},
 	models.PlanResume:   {Label: "Resume", Hint: "the failed steps of its tier are judged again from now"},
-	models.PlanCancel:   {Label: "Cancel", Hint: "stop here; machines reached keep the build"},
+	models.PlanCancel:   {Label: "Cancel", Hint: "stop here; machines whose hosts applied the build keep it, it is taken back from the rest"},
 	models.PlanRollback: {Label: "Roll back", Hint: "pin every machine reached to the build it ran before, with the reason"},
 }
 
