@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"mesh/models"
@@ -202,6 +203,14 @@ func (s *Store) SetLabels(ctx context.Context, actor, name string, ifMatch *int6
 		}
 		if err := checkIfMatch(m, ifMatch); err != nil {
 			return nil, err
+		}
+		// The labels it has already: nothing changes, no generation.
+		was, err := machineLabels(tx, []int64{m.ID})
+		if err != nil {
+			return nil, err
+		}
+		if maps.Equal(was[m.ID], labels) || len(was[m.ID]) == 0 && len(labels) == 0 {
+			return &models.LabelChange{Machine: m, Changes: []models.SelectionChange{}}, nil
 		}
 		if err := setLabels(tx, m.ID, labels); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -423,6 +424,20 @@ func (s *Store) SetVariables(ctx context.Context, actor, name string, ifMatch *i
 		}
 		if err := checkIfMatch(m, ifMatch); err != nil {
 			return err
+		}
+		// What it holds already changes nothing: no generation (a send and
+		// a full apply on the host) for a write of the same values. Push is
+		// the way to send the same content again.
+		var was []models.MachineVariable
+		if err := tx.Where("machine_id = ?", m.ID).Find(&was).Error; err != nil {
+			return err
+		}
+		if len(was) == len(vars) && !slices.ContainsFunc(was, func(v models.MachineVariable) bool {
+			nv, ok := vars[v.Key]
+			return !ok || nv != v.Value
+		}) {
+			out = m
+			return nil
 		}
 		if err := tx.Where("machine_id = ?", m.ID).Delete(&models.MachineVariable{}).Error; err != nil {
 			return err

@@ -139,3 +139,34 @@ func TestPlan_CancelWithdrawsWhatNoHostApplied(t *testing.T) {
 		}
 	})
 }
+
+// TestWrites_SameValuesNoGeneration: writing a machine's variables or
+// labels as they are made a new generation — a send and a full apply on
+// its host — and an audit row, for nothing (assign already skipped its
+// no-ops). Push is the way to send the same content again.
+func TestWrites_SameValuesNoGeneration(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		g := m.Generation
+		m, err := s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "8081"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g = m.Generation
+		if m, err = s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "8081"}); err != nil || m.Generation != g {
+			t.Fatalf("the same variables again: generation %d (was %d) %v", m.Generation, g, err)
+		}
+		lc, err := s.SetLabels(ctx, "test", "m1", &g, map[string]string{"zone": "a"}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g = lc.Machine.Generation
+		if lc, err = s.SetLabels(ctx, "test", "m1", &g, map[string]string{"zone": "a"}, false); err != nil || lc.Machine.Generation != g {
+			t.Fatalf("the same labels again: generation %d (was %d) %v", lc.Machine.Generation, g, err)
+		}
+		if m, err = s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "8082"}); err != nil || m.Generation != g+1 {
+			t.Fatalf("a changed variable: generation %d, want %d (%v)", m.Generation, g+1, err)
+		}
+	})
+}
