@@ -28,8 +28,10 @@ type Principal struct {
 	User    string // a person or builder
 	Role    string
 	Machine string // a host
-	// APIToken: a person came with an API token rather than a login's.
+	// APIToken: a person came with an API token rather than a login's;
+	// tokenID is its id (what the audit log names it by).
 	APIToken bool
+	tokenID  string
 	hostID   int64
 	// enrolment is the host's enrolment id; cert its verified client
 	// certificate, nil when it came with its bearer token.
@@ -41,6 +43,10 @@ type Principal struct {
 func (p *Principal) Actor() string {
 	if p.Machine != "" {
 		return "host:" + p.Machine
+	}
+	if p.APIToken {
+		// A CI job's token and its owner's login are not the same hand.
+		return "user:" + p.User + " (API token " + p.tokenID + ")"
 	}
 	return "user:" + p.User
 }
@@ -78,7 +84,7 @@ func (s *Server) requirePerson(allowed func(role string) error) echo.MiddlewareF
 			if err := allowed(claims.Role); err != nil {
 				return err
 			}
-			c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role, APIToken: claims.Kind == auth.KindAPIToken})
+			c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role, APIToken: claims.Kind == auth.KindAPIToken, tokenID: claims.ID})
 			return next(c)
 		}
 	}

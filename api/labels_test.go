@@ -100,6 +100,12 @@ func TestAPITokens_UseRevokeAndDisable(t *testing.T) {
 			t.Fatalf("made %+v", made)
 		}
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: made.Token, Body: map[string]any{"name": "app"}}, 201, nil)
+		// The audit log tells the token from its owner's own hand.
+		for _, ev := range audited(e) {
+			if ev.Target == "module/app" && ev.Actor != "user:ci (API token "+made.ID+")" {
+				t.Fatalf("a module made with ci's API token is audited as %q", ev.Actor)
+			}
+		}
 		// An API token makes no successor that would outlive its revocation.
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/api-tokens", Token: made.Token,
 			Body: map[string]any{"name": "successor", "expires_in": "8760h"}}, 403, nil)
