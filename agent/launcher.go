@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -255,6 +256,12 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 	if ok, _ := fileHasDigest(pd.Path, pd.Digest); !ok {
 		return l.rollBack(pd, "the staged binary does not match its digest")
 	}
+	if v, ok := l.stagedVersion(pd.Path); ok && v != pd.Version {
+		// A binary published under another version's name (an upload of
+		// the wrong file): on trial it would see its release named and
+		// stage it again, exiting, and the rollback would say only that.
+		return l.rollBack(pd, fmt.Sprintf("its binary is mesh-host %s, not %s: the release was published with another version's binary", v, pd.Version))
+	}
 	marker := markerPath(l.cfg.StateDir, pd.Version)
 	_ = os.Remove(marker)
 	l.stMu.Lock()
@@ -331,6 +338,24 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// stagedVersion asks a staged binary its version (mesh-host version);
+// ok is false when it does not answer as a mesh-host does, which its trial
+// then judges.
+func (l *launcher) stagedVersion(path string) (string, bool) {
+	out, err := l.ask(path, "version")
+	if err != nil {
+		return "", false
+	}
+	// "mesh-host VERSION (build BUILD)", as version.String says it.
+	line, _, _ := strings.Cut(string(out), "\n")
+	rest, ok := strings.CutPrefix(line, "mesh-host ")
+	i := strings.LastIndex(rest, " (build ")
+	if !ok || i <= 0 || !strings.HasSuffix(rest, ")") {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // keep makes a release that completed its reconcile known-good.

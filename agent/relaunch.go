@@ -293,22 +293,37 @@ func (l *launcher) moveTo(ctx context.Context, pd pending, hostPID int) {
 // the reaper (which waits for every child: an exec.Cmd's own wait would
 // race it and lose).
 func (l *launcher) probeHandover(path string) error {
-	r, w, err := os.Pipe()
+	b, err := l.ask(path, "version", "--launcher-handover")
 	if err != nil {
 		return err
+	}
+	if got := strings.TrimSpace(string(b)); got != LauncherHandover {
+		return fmt.Errorf("%s version --launcher-handover said %q, not %q", path, got, LauncherHandover)
+	}
+	return nil
+}
+
+// ask runs path with args and returns what it printed (4 KiB at most),
+// an error unless it exited 0 within 10 s. Its exit comes through the
+// launcher's reaper, which waits for every child.
+func (l *launcher) ask(path string, args ...string) ([]byte, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
 	}
 	defer r.Close()
 	ch := make(chan syscall.WaitStatus, 1)
 	l.mu.Lock()
-	p, err := os.StartProcess(path, []string{path, "version", "--launcher-handover"}, &os.ProcAttr{Files: []*os.File{nil, w, os.Stderr}})
+	p, err := os.StartProcess(path, append([]string{path}, args...), &os.ProcAttr{Files: []*os.File{nil, w, os.Stderr}})
 	if err == nil {
 		l.exits[p.Pid] = ch
 	}
 	l.mu.Unlock()
 	w.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	said := path + " " + strings.Join(args, " ")
 	out := make(chan []byte, 1)
 	go func() { b, _ := io.ReadAll(io.LimitReader(r, 4096)); out <- b }()
 	var ws syscall.WaitStatus
@@ -316,20 +331,17 @@ func (l *launcher) probeHandover(path string) error {
 	case ws = <-ch:
 	case <-time.After(10 * time.Second):
 		_ = p.Kill()
-		return fmt.Errorf("%s version --launcher-handover did not answer within 10s", path)
+		return nil, fmt.Errorf("%s did not answer within 10s", said)
 	}
 	if !ws.Exited() || ws.ExitStatus() != 0 {
-		return fmt.Errorf("%s version --launcher-handover: %s", path, describeExit(ws))
+		return nil, fmt.Errorf("%s: %s", said, describeExit(ws))
 	}
 	var b []byte
 	select {
 	case b = <-out:
 	case <-time.After(time.Second):
 	}
-	if got := strings.TrimSpace(string(b)); got != LauncherHandover {
-		return fmt.Errorf("%s version --launcher-handover said %q, not %q", path, got, LauncherHandover)
-	}
-	return nil
+	return b, nil
 }
 
 // reexec replaces this process with path's launcher, same arguments, the

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,5 +99,34 @@ func TestRollback_RecordKeptUntilWritten(t *testing.T) {
 	a.reportRollback(context.Background())
 	if _, err := os.Stat(rollbackPath(dir)); err != nil {
 		t.Fatalf("the rollback's record was removed though neither the report nor the refusal was written: %v", err)
+	}
+}
+
+// TestLauncher_BinaryOfAnotherVersionRolledBackSayingSo: a release
+// published with another version's binary was tried, staged itself again
+// on trial (it saw its release named) and exited: the rollback said only
+// "exit status 3". The launcher asks the binary first and says why.
+func TestLauncher_BinaryOfAnotherVersionRolledBackSayingSo(t *testing.T) {
+	dir := t.TempDir()
+	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dg := script(t, rel, "if [ \"$1\" = version ]; then echo 'mesh-host 1.5.0 (build x)'; exit 0; fi; exit 3\n")
+	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)},
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}}
+	l.probe = func(string) error { return os.ErrPermission }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.reap(ctx)
+	if err := l.tryRelease(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rb rollback
+	if err := readJSON(rollbackPath(dir), &rb); err != nil || !strings.Contains(rb.Reason, "its binary is mesh-host 1.5.0, not 9.9.9") {
+		t.Fatalf("rollback %+v (%v), want it to say the binary is 1.5.0", rb, err)
 	}
 }
