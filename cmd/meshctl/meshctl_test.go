@@ -518,6 +518,11 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if r := mc.ok(nil, "builds", "ls", "app"); !strings.Contains(r.stdout, "yanked") || !strings.Contains(r.stdout, "leaks descriptors") {
 			t.Fatalf("builds ls table: %s", r)
 		}
+		// A plan of a yanked build is made refused: a script is told so
+		// by the exit status, not only by the words (it exited 0).
+		if r := mc.run("", "plans", "create", "app@"+n); r.code != 2 || !strings.Contains(r.stdout, "refused") || !strings.Contains(r.stderr, "refused") {
+			t.Fatalf("a plan of a yanked build: %s", r)
+		}
 	})
 
 	t.Run("ProblemsAreTitleAndDetail", func(t *testing.T) {

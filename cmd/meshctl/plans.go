@@ -84,7 +84,9 @@ plan first rolls that host release out (canary first, each machine on
 trial) to its machines whose hosts lack a schema the release decodes; its
 tiers wait until that rollout is done, and the plan halts, saying why, if
 the rollout halts. Use it for a build that needs a declaration schema some
-of its machines' hosts do not decode yet (they show "held back").`,
+of its machines' hosts do not decode yet (they show "held back"). Exits 2
+when the plan is made refused (a yanked build) or superseded (a build older
+than the current one), printing the reason.`,
 		Example: `  meshctl plans create web@2 --host-release-first 1.5.0`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -136,9 +138,20 @@ func (a *app) createPlan(ctx context.Context, arg, hostFirst string) error {
 		return err
 	}
 	if a.jsonOut() {
-		return a.printJSON(r.Body)
+		err = a.printJSON(r.Body)
+	} else {
+		err = a.showPlan(r.JSON201)
 	}
-	return a.showPlan(r.JSON201)
+	if err != nil {
+		return err
+	}
+	// A plan made but refused (a yanked build) or superseded at once (an
+	// older build than current) rolls nothing out: a script is told so,
+	// as plans watch tells it of a plan that ends so (exit 2).
+	if p := r.JSON201; p != nil && (p.State == client.PlanStateRefused || p.State == client.PlanStateSuperseded) {
+		return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, firstNonEmpty(p.Reason, "no reason given"))}
+	}
+	return nil
 }
 
 // planAction shows a plan, or pauses, resumes, cancels or rolls it back
