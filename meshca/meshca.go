@@ -220,7 +220,7 @@ func (e *PinMismatchError) Error() string {
 			seen += fmt.Sprintf(" (the last of %d certificates presented: %s)", n, strings.Join(e.Seen, ", "))
 		}
 	}
-	return fmt.Sprintf("%s is not the controller the join token came from: expected CA pin %s, saw %s; "+
+	return fmt.Sprintf("%s is not the controller the pin names: expected CA pin %s, saw %s; "+
 		"a TLS proxy in between, or the wrong pin or address", e.Addr, e.Expected, seen)
 }
 

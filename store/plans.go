@@ -544,7 +544,10 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		}
 		to, ok := models.PlanMove(action, p.State)
 		if !ok {
-			verb := strings.ReplaceAll(action, "rollback", "roll back")
+			verb := action + " it"
+			if action == "rollback" {
+				verb = "roll it back"
+			}
 			if action == "rollback" && p.State == models.PlanDone {
 				// Done is done: going back is a choice of build, made as
 				// any other (the plan's machines keep what it gave them).
@@ -552,7 +555,7 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 					"(POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
 					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
 			}
-			return fmt.Errorf("%w: plan %d is %s; cannot %s it", models.ErrConflict, id, strings.ReplaceAll(p.State, "_", " "), verb)
+			return fmt.Errorf("%w: plan %d is %s; cannot %s", models.ErrConflict, id, strings.ReplaceAll(p.State, "_", " "), verb)
 		}
 		up := map[string]any{"state": to}
 		switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,9 @@ func (a *app) target() (url, token string, ca []byte, err error) {
 		return "", "", nil, errors.New("no controller: run 'meshctl login URL --user NAME', or set --controller or MESH_CONTROLLER")
 	}
 	url = strings.TrimRight(url, "/")
+	if err := checkControllerURL(url); err != nil {
+		return "", "", nil, err
+	}
 	token = os.Getenv("MESH_TOKEN")
 	same := strings.TrimRight(c.Controller, "/") == url
 	if token == "" && same {
@@ -123,6 +127,17 @@ func (a *app) target() (url, token string, ca []byte, err error) {
 		loginHint = "the saved login is for " + c.Controller + ", not " + url + ": meshctl login " + url + " --user NAME, or set MESH_TOKEN"
 	}
 	return url, token, ca, nil
+}
+
+// checkControllerURL says what is wrong with a controller's URL in words
+// (net/url's own, for "127.0.0.1:8080", are "first path segment in URL
+// cannot contain colon").
+func checkControllerURL(u string) error {
+	p, err := neturl.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+		return fmt.Errorf("controller %q: want a URL with its scheme, such as http://127.0.0.1:8080 or https://ctl.example.net:8443", u)
+	}
+	return nil
 }
 
 func firstNonEmpty(s ...string) string {

@@ -47,6 +47,9 @@ it, the system's roots judge the controller (an operator's certificate).`,
 				return errors.New("which controller? meshctl login URL --user NAME")
 			}
 			url = strings.TrimRight(url, "/")
+			if err := checkControllerURL(url); err != nil {
+				return err
+			}
 			pw, err := a.password(stdin, "Password: ", false)
 			if err != nil {
 				return err

@@ -534,6 +534,10 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if r.code != 1 || !strings.Contains(r.stderr, "m2 is not assigned other") {
 			t.Fatalf("unassigning what is not assigned: %s", r)
 		}
+		// A controller given without its scheme is told so in words.
+		if r := mc.run("", "machines", "ls", "--controller", "127.0.0.1:8080"); r.code != 1 || !strings.Contains(r.stderr, "want a URL with its scheme") {
+			t.Fatalf("--controller 127.0.0.1:8080: %s", r)
+		}
 		mc.env = append(mc.env, "MESH_TOKEN=not-a-token")
 		r = mc.run("", "plans", "ls")
 		if r.code != 1 || !strings.Contains(r.stderr, "log in again") {
