@@ -92,6 +92,7 @@ type Enrolment struct {
 }
 
 type joinTokenResponse struct {
+	ID        int64     `json:"id"` // what it is listed and revoked by
 	Token     string    `json:"token"`
 	ExpiresAt time.Time `json:"expires_at"`
 	// CAPin is the mesh CA's pin; Controller the URL to enrol with;
@@ -140,12 +141,12 @@ func (s *Server) createJoinToken(c echo.Context) error {
 			return err
 		}
 	}
-	tok, exp, err := s.Service.CreateJoinToken(c.Request().Context(), principal(c).Actor(), req.ExpiresIn, req.Labels, s.Now())
+	tok, exp, id, err := s.Service.CreateJoinToken(c.Request().Context(), principal(c).Actor(), req.ExpiresIn, req.Labels, s.Now())
 	if err != nil {
 		return err
 	}
 	url := s.Enrolment.controllerURL(c.Request())
-	return c.JSON(http.StatusCreated, joinTokenResponse{Token: tok, ExpiresAt: exp, CAPin: s.Enrolment.CAPin,
+	return c.JSON(http.StatusCreated, joinTokenResponse{ID: id, Token: tok, ExpiresAt: exp, CAPin: s.Enrolment.CAPin,
 		Controller: url, Command: s.Enrolment.enrolCommand(url, tok), Install: s.Enrolment.installLine(url, tok)})
 }
 

@@ -1349,6 +1349,9 @@ type JoinToken struct {
 	Controller string    `json:"controller"`
 	ExpiresAt  time.Time `json:"expires_at"`
 
+	// Id what the token is listed and revoked by (POST /api/v1/join-tokens/{id}/revoke)
+	Id int `json:"id"`
+
 	// Install the one-liner that installs mesh-host on a machine from this controller and enrols it (absent when the controller serves plain HTTP). It carries the mesh CA itself (base64), whose SubjectPublicKeyInfo hash is `ca_pin`, so curl trusts that CA alone and /install.sh checks the two agree; see GET /install.sh.
 	Install *string `json:"install,omitempty"`
 

@@ -68,15 +68,15 @@ const (
 // expiresIn is a duration ("24h"; empty: the default), capped at 30 days.
 // labels are given to the machine that enrols with it: a host never
 // chooses its own labels, so it cannot give itself modules.
-func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, labels map[string]string, now time.Time) (token string, expires time.Time, err error) {
+func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, labels map[string]string, now time.Time) (token string, expires time.Time, id int64, err error) {
 	if err := models.ValidLabels("labels", labels); err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, 0, err
 	}
 	ttl := DefaultJoinTokenTTL
 	if expiresIn != "" {
 		d, err := time.ParseDuration(expiresIn)
 		if err != nil || d <= 0 {
-			return "", time.Time{}, models.Invalid("expires_in", "a positive duration like 24h")
+			return "", time.Time{}, 0, models.Invalid("expires_in", "a positive duration like 24h")
 		}
 		ttl = min(d, MaxJoinTokenTTL)
 	}
@@ -85,5 +85,6 @@ func (s *Service) CreateJoinToken(ctx context.Context, actor, expiresIn string, 
 	if len(labels) == 0 {
 		lj = nil
 	}
-	return token, expires, s.Store.CreateLabelledJoinToken(ctx, actor, auth.HashToken(token), expires, string(lj))
+	id, err = s.Store.CreateLabelledJoinToken(ctx, actor, auth.HashToken(token), expires, string(lj))
+	return token, expires, id, err
 }

@@ -207,13 +207,16 @@ func (s *Store) CountUsers(ctx context.Context) (int64, error) {
 
 // CreateJoinToken stores the hash of a new single-use join token.
 func (s *Store) CreateJoinToken(ctx context.Context, actor, hash string, expires time.Time) error {
-	return s.CreateLabelledJoinToken(ctx, actor, hash, expires, "")
+	_, err := s.CreateLabelledJoinToken(ctx, actor, hash, expires, "")
+	return err
 }
 
 // CreateLabelledJoinToken is CreateJoinToken with the labels (a JSON
-// object, or empty) the machine enrolling with it is given.
-func (s *Store) CreateLabelledJoinToken(ctx context.Context, actor, hash string, expires time.Time, labels string) error {
-	return s.write(ctx, func(tx *Tx) error {
+// object, or empty) the machine enrolling with it is given; it returns
+// the token's id (what it is listed and revoked by).
+func (s *Store) CreateLabelledJoinToken(ctx context.Context, actor, hash string, expires time.Time, labels string) (int64, error) {
+	var id int64
+	err := s.write(ctx, func(tx *Tx) error {
 		if labels == "" {
 			labels = "{}"
 		}
@@ -221,8 +224,10 @@ func (s *Store) CreateLabelledJoinToken(ctx context.Context, actor, hash string,
 		if err := tx.Create(&jt).Error; err != nil {
 			return err
 		}
+		id = jt.ID
 		return audit(tx, actor, "create-join-token", fmt.Sprintf("join-token/%d", jt.ID), "expires "+expires.Format(time.RFC3339))
 	})
+	return id, err
 }
 
 // JoinTokens lists join tokens newest first, their hashes with them (the

@@ -164,7 +164,7 @@ func TestLabels_MachinesGainAndLoseTheModule(t *testing.T) {
 			}
 		})
 		t.Run("EnrolWithTheJoinTokensLabels", func(t *testing.T) {
-			if err := s.CreateLabelledJoinToken(ctx, "test", "hash-m3", time.Now().Add(time.Hour), `{"role":"web","zone":"a"}`); err != nil {
+			if _, err := s.CreateLabelledJoinToken(ctx, "test", "hash-m3", time.Now().Add(time.Hour), `{"role":"web","zone":"a"}`); err != nil {
 				t.Fatal(err)
 			}
 			m, err := s.Enroll(ctx, "hash-m3", "m3", "linux", "amd64", "1.0.0", "1", "tok3")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -183,9 +184,9 @@ func (a *app) tokensCommand() *cobra.Command {
 				return a.printJSON(r.Body)
 			}
 			if r.JSON201.Command == "" { // an API token: no enrolment lines
-				return a.table([][]string{{"TOKEN", "EXPIRES"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime)}})
+				return a.table([][]string{{"ID", "TOKEN", "EXPIRES"}, {strconv.Itoa(r.JSON201.Id), r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime)}})
 			}
-			if err := a.table([][]string{{"TOKEN", "EXPIRES", "CA PIN"}, {r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime), r.JSON201.CaPin}}); err != nil {
+			if err := a.table([][]string{{"ID", "TOKEN", "EXPIRES", "CA PIN"}, {strconv.Itoa(r.JSON201.Id), r.JSON201.Token, r.JSON201.ExpiresAt.Local().Format(localTime), r.JSON201.CaPin}}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "\nEnrol a machine that has mesh-host:\n  %s\n", r.JSON201.Command)

@@ -444,14 +444,16 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 	})
 
 	t.Run("TokensCreate", func(t *testing.T) {
-		var tok client.Token
+		var tok client.JoinToken
 		mc.ok(&tok, "tokens", "create", "--expires-in", "2h", "-o", "json")
-		if tok.Token == "" || time.Until(tok.ExpiresAt) < 119*time.Minute || time.Until(tok.ExpiresAt) > 121*time.Minute {
+		if tok.Token == "" || tok.Id == 0 || time.Until(tok.ExpiresAt) < 119*time.Minute || time.Until(tok.ExpiresAt) > 121*time.Minute {
 			t.Fatalf("token: %+v", tok)
 		}
-		// The table shows the line to paste on the machine.
-		if r := mc.ok(nil, "tokens", "create"); !strings.Contains(r.stdout, "mesh-host enroll --controller ") || !strings.Contains(r.stdout, "--join-token ") {
-			t.Fatalf("tokens create gives no enrol line: %s", r)
+		// The table shows the line to paste on the machine, and the id to
+		// revoke the token by.
+		if r := mc.ok(nil, "tokens", "create"); !strings.Contains(r.stdout, "mesh-host enroll --controller ") || !strings.Contains(r.stdout, "--join-token ") ||
+			!strings.Contains(r.stdout, "ID") {
+			t.Fatalf("tokens create gives no enrol line or id: %s", r)
 		}
 		// The token enrols a host.
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
