@@ -185,9 +185,9 @@ func why(m *client.Machine) string {
 	case client.MachineStateFailed:
 		// A failed attempt finishes nothing: its generation is past the
 		// finished one, which applied fine.
-		return fmt.Sprintf("the last attempt failed (generation %d is the last finished): %s", m.FinishedGeneration, m.LastReason)
+		return fmt.Sprintf("the last attempt failed (generation %d is the last finished): %s%s", m.FinishedGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
-		return fmt.Sprintf("%s generation %d: %s", m.LastOutcome, m.FinishedGeneration, m.LastReason)
+		return fmt.Sprintf("%s generation %d: %s%s", m.LastOutcome, m.FinishedGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateUpgrading:
 		w := "upgrading its host to " + m.TargetHostVersion
 		if m.ComposeError != "" {
@@ -198,12 +198,27 @@ func why(m *client.Machine) string {
 		}
 		return w
 	case client.MachineStateBehind:
-		if m.ComposeError != "" {
-			return fmt.Sprintf("generation %d cannot be composed: %s", m.Generation, m.ComposeError)
+		since := fmt.Sprintf(" (since %s, %s)", ago(&m.GenerationAt), m.GenerationTrigger)
+		switch {
+		case m.HeldBack != "":
+			return m.HeldBack + since + "; it keeps receiving what its host can decode until a host rollout upgrades it"
+		case m.ComposeError != "":
+			return fmt.Sprintf("generation %d cannot be composed: %s%s", m.Generation, m.ComposeError, since)
+		case m.LastSeen == nil:
+			return fmt.Sprintf("generation %d not sent yet: its host has never polled%s", m.Generation, since)
 		}
-		return fmt.Sprintf("generation %d (%s) not applied yet; applied %d", m.Generation, m.GenerationTrigger, m.AppliedGeneration)
+		return fmt.Sprintf("generation %d not applied yet; applied %d%s; the host last polled %s", m.Generation, m.AppliedGeneration, since, ago(m.LastSeen))
 	}
 	return fmt.Sprintf("applied generation %d, the latest", m.AppliedGeneration)
+}
+
+// reportedWhen says when the last outcome was reported ("" when the
+// controller does not say).
+func reportedWhen(m *client.Machine) string {
+	if m.LastOutcomeAt == nil {
+		return ""
+	}
+	return " (reported " + ago(m.LastOutcomeAt) + ")"
 }
 
 // maxAttempts bounds the read-edit-write of assignments when others keep
