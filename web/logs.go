@@ -20,6 +20,9 @@ type LogBlock struct {
 	Shipped    string
 	Ago        string
 	Generation string
+	// Past says what has happened since, when the lines are of an
+	// earlier time than what the machine is now ("": they are current).
+	Past string
 }
 
 // LogStore is the lines hosts shipped of their services.
@@ -40,8 +43,20 @@ func (s *Server) logBlocks(ctx context.Context, m *models.Machine, now time.Time
 		if v.Why == models.LogUnhealthy {
 			badge = models.StateUnhealthy
 		}
+		// Lines of an earlier time are not shown as the machine's state:
+		// it applied a newer generation since, or its checks pass since.
+		past := ""
+		switch {
+		case v.Generation < m.AppliedGeneration:
+			past = fmt.Sprintf("before generation %d, applied since", m.AppliedGeneration)
+		case m.Health == models.HealthPassing && m.HealthAt != nil && m.HealthAt.After(v.ShippedAt):
+			past = "its checks pass since, as of its report " + ago(*m.HealthAt, now)
+		}
+		if past != "" {
+			badge = "past"
+		}
 		out[i] = LogBlock{Resource: v.Resource, Why: v.Why, Badge: badge, Text: strings.Join(v.Lines, "\n"), Truncated: v.Truncated,
-			Shipped: stamp(v.ShippedAt), Ago: ago(v.ShippedAt, now), Generation: fmt.Sprint(v.Generation)}
+			Shipped: stamp(v.ShippedAt), Ago: ago(v.ShippedAt, now), Generation: fmt.Sprint(v.Generation), Past: past}
 	}
 	return out, nil
 }
