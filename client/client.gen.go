@@ -3969,7 +3969,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/sends (the `ListSends` operationId).
 	ListSends(ctx context.Context, params *ListSendsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListSources forge repositories whose webhooks are accepted (viewer); one page, no cursor
+	// ListSources forge repositories whose webhooks are accepted (viewer), by name; one page, no cursor
 	//
 	// Corresponds with GET /api/v1/sources (the `ListSources` operationId).
 	ListSources(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5526,7 +5526,7 @@ func (c *Client) ListSends(ctx context.Context, params *ListSendsParams, reqEdit
 	return c.Client.Do(req)
 }
 
-// ListSources forge repositories whose webhooks are accepted (viewer); one page, no cursor
+// ListSources forge repositories whose webhooks are accepted (viewer), by name; one page, no cursor
 //
 // Corresponds with GET /api/v1/sources (the `ListSources` operationId).
 func (c *Client) ListSources(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10039,7 +10039,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/sends (the `ListSends` operationId).
 	ListSendsWithResponse(ctx context.Context, params *ListSendsParams, reqEditors ...RequestEditorFn) (*ListSendsResponse, error)
 
-	// ListSourcesWithResponse forge repositories whose webhooks are accepted (viewer); one page, no cursor
+	// ListSourcesWithResponse forge repositories whose webhooks are accepted (viewer), by name; one page, no cursor
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16959,7 +16959,7 @@ func (c *ClientWithResponses) ListSendsWithResponse(ctx context.Context, params 
 	return ParseListSendsResponse(rsp)
 }
 
-// ListSourcesWithResponse forge repositories whose webhooks are accepted (viewer); one page, no cursor
+// ListSourcesWithResponse forge repositories whose webhooks are accepted (viewer), by name; one page, no cursor
 //
 // Returns a wrapper object for the known response body format(s).
 //
