@@ -126,3 +126,16 @@ func TestLaunch_TrialLongerThanAPoll(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, errOut)
 	}
 }
+
+// TestByteSize_SaidAsGiven: a size flag's default is shown as it would be
+// given (the help said "default 1048576" for a flag that takes MiB).
+func TestByteSize_SaidAsGiven(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+	}{{"1MiB", "1MiB"}, {"1048576", "1MiB"}, {"1536KiB", "1536KiB"}, {"1000", "1000"}, {"2GiB", "2GiB"}} {
+		var b byteSize
+		if err := b.Set(c.in); err != nil || b.String() != c.want {
+			t.Errorf("%q is said %q (%v), want %q", c.in, b.String(), err, c.want)
+		}
+	}
+}
