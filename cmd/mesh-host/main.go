@@ -70,7 +70,7 @@ func (b *byteSize) String() string {
 	}
 	return strconv.FormatInt(n, 10)
 }
-func (b *byteSize) Type() string   { return "size" }
+func (b *byteSize) Type() string { return "size" }
 func (b *byteSize) Set(v string) error {
 	mult := int64(1)
 	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
