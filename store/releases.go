@@ -451,8 +451,11 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 // host's refusal of the release, to the machine's running rollout.
 func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 	var rm models.RolloutMachine
+	// A paused rollout's machines still upgrade (pausing stops the next
+	// wave, not a trial under way): their reports count as a running one's.
 	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
-		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ?", m.ID, models.RolloutRunning, models.UpgradeUpgrading).
+		Where("rollout_machines.machine_id = ? AND rollouts.state IN ? AND rollout_machines.state = ?", m.ID,
+			[]string{models.RolloutRunning, models.RolloutPaused}, models.UpgradeUpgrading).
 		Order("rollout_machines.rollout_id DESC").First(&rm).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return rolledBackAfterUpgraded(tx, m, r)
@@ -481,8 +484,9 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		if from, ok := models.RolledBackFrom(r.Reason); ok && from != ro.Version {
 			// A rollback of another release, reported late (it waited in
 			// the host's outbox): it says nothing of this rollout's, which
-			// it would have failed untried.
-			return nil
+			// it would have failed untried — but it may of the release it
+			// names, whose upgraded report was accepted before.
+			return rolledBackAfterUpgraded(tx, m, r)
 		}
 		return failMachine(tx, &ro, &rm, models.UpgradeRolledBack, r.Reason) // clipped and escaped (DecodeReport)
 	case models.OutcomeRefused:
@@ -511,8 +515,7 @@ func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error 
 	}
 	var rms []models.RolloutMachine
 	if err := tx.Select("rollout_machines.*").Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
-		Where("rollout_machines.machine_id = ? AND rollouts.version = ? AND rollout_machines.state = ? AND rollouts.state IN ?",
-			m.ID, from, models.UpgradeUpgraded, []string{models.RolloutRunning, models.RolloutPaused, models.RolloutDone}).
+		Where("rollout_machines.machine_id = ? AND rollouts.version = ? AND rollout_machines.state = ?", m.ID, from, models.UpgradeUpgraded).
 		Order("rollout_machines.rollout_id DESC").Limit(1).Find(&rms).Error; err != nil {
 		return err
 	}
@@ -522,6 +525,11 @@ func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error 
 	var ro models.Rollout
 	if err := tx.Where("id = ?", rms[0].RolloutID).First(&ro).Error; err != nil {
 		return err
+	}
+	if ro.State == models.RolloutHalted || ro.State == models.RolloutCancelled {
+		// The rollout has ended otherwise already: its machine and the
+		// release are put right, the rollout's own word left as it is.
+		return rolledBackAfterEnd(tx, &ro, &rms[0], m, r.Reason)
 	}
 	wasDone := ro.State == models.RolloutDone
 	if err := failMachine(tx, &ro, &rms[0], models.UpgradeRolledBack, r.Reason); err != nil {
@@ -552,6 +560,33 @@ func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error 
 		return err
 	}
 	return audit(tx, "controller", "host-default", "host-release/"+ro.Version, why+": "+ro.Version+" failed after its rollout was done")
+}
+
+// rolledBackAfterEnd records a machine that rolled back a release after
+// its upgraded report, in a rollout halted or cancelled since: its row
+// says so, the release is failed, and its target goes back (where it still
+// names the release), so it does not show upgrading for good.
+func rolledBackAfterEnd(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, m *models.Machine, reason string) error {
+	now := tx.s.Now()
+	why := fmt.Sprintf("machine %s rolled back after its upgraded report: %s", m.Name, reason)
+	if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
+		Updates(map[string]any{"state": models.UpgradeRolledBack, "reason": reason, "finished_at": now}).Error; err != nil {
+		return err
+	}
+	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
+		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+		return err
+	}
+	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", m.ID, ro.Version).Update("target_host_version", rm.Previous)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected > 0 {
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
+			return err
+		}
+	}
+	return audit(tx, "controller", "release-failed", "host-release/"+ro.Version, why)
 }
 
 // judgeUpgraded judges an upgraded report before anything of it is

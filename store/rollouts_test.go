@@ -137,3 +137,167 @@ func TestRollout_TheNewestIsShown(t *testing.T) {
 		}
 	})
 }
+
+// "a rollback of another release"), so rolledBackAfterUpgraded never runs.
+func TestRollout_RolledBackAfterUpgradedDuringTheNext(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1")
+		release(t, s, "1.6.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 1)
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
+			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		// 1.5.0 is done and the default; the next rollout starts.
+		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		// The host's launcher had rolled 1.5.0 back; its report arrives now.
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.0.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, m1.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		rs, _ := s.Releases(ctx, 10, 0)
+		def, _ := s.HostDefault(ctx)
+		st := map[string]string{}
+		for _, r := range rs {
+			st[r.Version] = r.State
+		}
+		t.Logf("rollout 1.5.0 %s, m1 %s; releases %v; default %q", ro.State, ro.Machines[0].State, st, def)
+		if ro.Machines[0].State == models.UpgradeUpgraded || st["1.5.0"] != models.ReleaseFailed {
+			t.Fatalf("m1 rolled 1.5.0 back after its upgraded report, but 1.5.0's rollout says it upgraded and the release is %s", st["1.5.0"])
+		}
+	})
+}
+
+// at the deadline, the release is marked failed, and its target goes back.
+func TestRollout_UpgradedWhilePausedCounts(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 1)
+		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "pause"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
+			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		// Past its deadline (1 s) before it resumes.
+		if err := s.DB().Exec("UPDATE rollout_machines SET started_at = ?", time.Now().Add(-time.Hour).UTC()).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "resume"); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		m, _ = s.Machine(ctx, "m1")
+		t.Logf("rollout %s %q; m1 %s; m1 runs %s, target %q", ro.State, ro.Reason, ro.Machines[0].State, m.HostVersion, m.TargetHostVersion)
+		if ro.State == models.RolloutHalted {
+			t.Fatalf("a machine whose upgraded report was accepted failed the release")
+		}
+	})
+}
+
+// carries) and, after its next apply, shows upgrading for good.
+func TestRollout_RolledBackAfterUpgradedInAHaltedOne(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "2", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "a", 1)
+		if err := s.RecordHostInfo(ctx, a.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "a")
+		sentReport(t, s, a.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
+			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		if _, err := s.InsertReport(ctx, b.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		// a's launcher rolls back as well.
+		if err := s.RecordHostInfo(ctx, a.ID, "1.0.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "a", 1)
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		m, _ = s.Machine(ctx, "a")
+		now := time.Now()
+		st := s.Rules.State(m, &now, now)
+		var rowA string
+		for _, rm := range ro.Machines {
+			if rm.Machine == "a" {
+				rowA = rm.State
+			}
+		}
+		t.Logf("rollout %s; a: row %s, host %s, target %q, state %s", ro.State, rowA, m.HostVersion, m.TargetHostVersion, st)
+		if st == models.StateUpgrading {
+			t.Fatalf("a runs 1.0.0, its target is still the failed 1.5.0 (row %q): upgrading for good", rowA)
+		}
+	})
+}
+
+// The same after the operator cancelled the rollout.
+func TestRollout_RolledBackAfterUpgradedInACancelledOne(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := fixture(t, s, "a")
+		fixture(t, s, "b")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "a", 1)
+		if err := s.RecordHostInfo(ctx, a.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "a")
+		sentReport(t, s, a.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
+			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecordHostInfo(ctx, a.ID, "1.0.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "a", 1)
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		rs, _ := s.Releases(ctx, 10, 0)
+		m, _ = s.Machine(ctx, "a")
+		now := time.Now()
+		st := s.Rules.State(m, &now, now)
+		t.Logf("rollout %s; a: row %s, host %s, target %q, state %s; release %s", ro.State, ro.Machines[0].State, m.HostVersion, m.TargetHostVersion, st, rs[0].State)
+		if st == models.StateUpgrading || rs[0].State != models.ReleaseFailed {
+			t.Fatalf("a rolled 1.5.0 back after its upgraded report: state %s, release %s", st, rs[0].State)
+		}
+	})
+}

@@ -59,8 +59,8 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (bool, error) {
 	var rm models.RolloutMachine
 	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
-		Where("rollout_machines.machine_id = ? AND rollouts.state = ? AND rollout_machines.state = ? AND rollouts.version = ?",
-			m.ID, models.RolloutRunning, models.UpgradeUpgrading, hostVersion).
+		Where("rollout_machines.machine_id = ? AND rollouts.state IN ? AND rollout_machines.state = ? AND rollouts.version = ?",
+			m.ID, []string{models.RolloutRunning, models.RolloutPaused}, models.UpgradeUpgrading, hostVersion).
 		Order("rollout_machines.rollout_id DESC").First(&rm).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return false, nil
