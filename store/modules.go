@@ -294,11 +294,26 @@ func (s *Store) YankBuild(ctx context.Context, actor, module string, number int6
 			return nil, err
 		}
 		b.State, b.YankReason, b.YankedBy, b.YankedAt = models.BuildYanked, reason, actor, &now
-		if err := tx.Model(&models.Plan{}).Where("module_id = ? AND build = ? AND state IN ?", mod.ID, number,
-			[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).
-			Updates(map[string]any{"state": models.PlanCancelled, "finished_at": now,
-				"reason": fmt.Sprintf("cancelled: build %d was yanked by %s", number, actor)}).Error; err != nil {
+		// Its unfinished plans are cancelled, and the build taken back
+		// from the machines whose hosts have not applied it, as a cancel
+		// does: a yanked build is the last to be sent on.
+		var plans []models.Plan
+		if err := tx.Where("module_id = ? AND build = ? AND state IN ?", mod.ID, number,
+			[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).Find(&plans).Error; err != nil {
 			return nil, err
+		}
+		for i := range plans {
+			why := fmt.Sprintf("cancelled: build %d was yanked by %s", number, actor)
+			n, err := withdrawUnapplied(tx, &plans[i])
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				why += fmt.Sprintf("; its target removed from %d machine(s) whose hosts had not applied it", n)
+			}
+			if err := tx.Model(&plans[i]).Updates(map[string]any{"state": models.PlanCancelled, "finished_at": now, "reason": why}).Error; err != nil {
+				return nil, err
+			}
 		}
 		return b, audit(tx, actor, "yank-build", "module/"+module, fmt.Sprintf("build %d: %s", number, reason))
 	})

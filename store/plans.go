@@ -569,7 +569,7 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 				return err
 			}
 			if withdrawn > 0 {
-				up["reason"] = fmt.Sprintf("cancelled by %s; its build taken back from %d machine(s) whose hosts had not applied it", actor, withdrawn)
+				up["reason"] = fmt.Sprintf("cancelled by %s; its target removed from %d machine(s) whose hosts had not applied it", actor, withdrawn)
 			}
 		case action == "resume" && p.State == models.PlanHalted:
 			// Re-evaluated from now: the failed steps of its tier are
@@ -604,15 +604,16 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 }
 
 // withdrawUnapplied takes a cancelled plan's build back from the machines
-// it was sent to whose hosts have not applied it (offline, say): their
-// target from this plan is removed (a new generation), so a host that
-// comes back later is not given a build its plan was cancelled for. A
-// machine that applied it keeps it (never an older build), and one whose
-// host applies it meanwhile keeps it too: composing never names a build
-// older than what a machine runs.
+// it was sent to whose hosts have not applied it (offline, or failing to):
+// their target from this plan is removed (a new generation), so a host
+// that comes back later is not given a build its plan was cancelled for.
+// A machine that applied it keeps it (never an older build), and so does
+// one whose host held the declaration already and applies it meanwhile:
+// composing never names a build older than what a machine runs. So the
+// step says its target was removed, not that the build is gone.
 func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 	var steps []models.PlanStep
-	if err := tx.Where("plan_id = ? AND state = ?", p.ID, models.StepSent).Find(&steps).Error; err != nil {
+	if err := tx.Where("plan_id = ? AND state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).Find(&steps).Error; err != nil {
 		return 0, err
 	}
 	n := 0
@@ -635,7 +636,7 @@ func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 		}
 		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
 			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": tx.s.Now(),
-				"reason": "the plan was cancelled before its host applied the build; taken back"}).Error; err != nil {
+				"reason": "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"}).Error; err != nil {
 			return n, err
 		}
 		n++

@@ -131,7 +131,7 @@ func TestPlan_CancelWithdrawsWhatNoHostApplied(t *testing.T) {
 		if err != nil || v.State != models.PlanCancelled {
 			t.Fatalf("cancel: %+v %v", v, err)
 		}
-		if v.Steps[0].State != models.StepWithdrawn || !strings.Contains(v.Reason, "taken back from 1 machine") {
+		if v.Steps[0].State != models.StepWithdrawn || !strings.Contains(v.Reason, "target removed from 1 machine") {
 			t.Fatalf("cancelled: step %s %q, plan %q", v.Steps[0].State, v.Steps[0].Reason, v.Reason)
 		}
 		if b := composedBuild(t, s, m); b != 1 {
@@ -167,6 +167,61 @@ func TestWrites_SameValuesNoGeneration(t *testing.T) {
 		}
 		if m, err = s.SetVariables(ctx, "test", "m1", &g, map[string]string{"port": "8082"}); err != nil || m.Generation != g+1 {
 			t.Fatalf("a changed variable: generation %d, want %d (%v)", m.Generation, g+1, err)
+		}
+	})
+}
+
+// step's machine never applied the build, but keeps it as its target.
+func TestPlan_CancelHaltedWithdrawsWhatNoHostApplied(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Attempt: 1, Reason: "disk full"})
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		t.Logf("before cancel: plan %s, step %s %q", v.State, v.Steps[0].State, v.Steps[0].Reason)
+		v, err = s.SetPlanState(ctx, "test", v.ID, "cancel")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := composedBuild(t, s, ms[0])
+		t.Logf("after cancel: plan %s %q, step %s; m1 (never applied build 2) is composed build %d", v.State, v.Reason, v.Steps[0].State, b)
+		if b != 1 {
+			t.Fatalf("the cancelled plan's build %d is still m1's target (its host retrying will apply it)", b)
+		}
+	})
+}
+
+// is still composed the yanked build.
+func TestPlan_YankWithdrawsWhatNoHostApplied(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.YankBuild(ctx, "test", "mod", 2, "corrupts data"); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		b := composedBuild(t, s, ms[0])
+		t.Logf("plan %s %q; step %s; m1 composed build %d", v.State, v.Reason, v.Steps[0].State, b)
+		if b == 2 {
+			t.Fatalf("m1, whose host never applied build 2, is still sent the yanked build 2")
 		}
 	})
 }
