@@ -118,6 +118,7 @@ type Agent struct {
 	// corrected once it passes, and a flap an apply's settle missed is
 	// reported.
 	reported     map[string]bool
+	reportedGen  int64             // the generation reported is of
 	checkTargets []models.Resource // the services with checks, for checkLoop
 	checkGen     int64             // the applied generation and its send, which checked reports name
 	checkSend    string
@@ -471,7 +472,7 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 	a.state.Finished = max(a.state.Finished, gen)
 	if outcome == models.OutcomeApplied {
 		a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend = gen, v.digest, send
-		a.setReported(checks) // the applied report carries them
+		a.setReported(gen, checks) // the applied report carries them
 	}
 	r := models.Report{Send: send, Generation: gen, Digest: v.digest, Outcome: outcome, Reason: reason, Attempt: attempt}
 	if len(started) > 0 {
@@ -555,34 +556,53 @@ func (a *Agent) saveState() error {
 	return nil
 }
 
-// setReported records the checks a report just told the controller.
-func (a *Agent) setReported(c []models.CheckResult) {
+// setReported records the checks a report of generation gen just told
+// the controller.
+func (a *Agent) setReported(gen int64, c []models.CheckResult) {
+	a.checksMu.Lock()
+	a.setReportedLocked(gen, c)
+	a.checksMu.Unlock()
+}
+
+func (a *Agent) setReportedLocked(gen int64, c []models.CheckResult) {
 	m := make(map[string]bool, len(c))
 	for _, r := range c {
 		m[r.Resource] = r.OK
 	}
-	a.checksMu.Lock()
-	a.reported = m
-	a.checksMu.Unlock()
+	a.reported, a.reportedGen = m, gen
 }
 
-// differsFromReported says whether a look's results are not what the
-// controller was last told.
-func (a *Agent) differsFromReported(res []models.CheckResult) bool {
+// lookDiffers says whether a look at generation gen's checks is not what
+// the controller was last told of that generation; stale when an apply
+// finished since the look began (its report told the controller of a
+// newer generation, and this look is of the one before: dropped).
+func (a *Agent) lookDiffers(gen int64, res []models.CheckResult) (differs, stale bool) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
-	if a.reported == nil {
-		return len(res) > 0
-	}
-	if len(res) != len(a.reported) {
-		return true
+	switch {
+	case a.checkGen != gen:
+		return false, true
+	case a.reported == nil || a.reportedGen != gen:
+		return len(res) > 0 || a.reported != nil, false
+	case len(res) != len(a.reported):
+		return true, false
 	}
 	for _, c := range res {
 		if was, ok := a.reported[c.Resource]; !ok || was != c.OK {
-			return true
+			return true, false
 		}
 	}
-	return false
+	return false, false
+}
+
+// lookReported records a look's checks as told, unless an apply finished
+// since the look began (its own report's checks stand).
+func (a *Agent) lookReported(gen int64, res []models.CheckResult) {
+	a.checksMu.Lock()
+	defer a.checksMu.Unlock()
+	if a.checkGen == gen {
+		a.setReportedLocked(gen, res)
+	}
 }
 
 // checkLoop runs the checks between applies. A change of health is
@@ -619,9 +639,10 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		// last told (reported). A service that restarted (or turned
 		// unhealthy) ships its last lines within one check interval even
 		// when no check changed (a crash loop seldom: logShipper.due).
-		if (a.differsFromReported(res) || a.logs.waiting()) && send != "" {
+		differs, stale := a.lookDiffers(gen, res)
+		if !stale && (differs || a.logs.waiting()) && send != "" {
 			a.reportChecked(ctx, gen, send, res)
-			a.setReported(res)
+			a.lookReported(gen, res)
 		}
 		if err := a.checkedOut.flush(ctx, a.checkedClient); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("checked report waits in the outbox", "err", err)

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"mesh/models"
+)
+
+// TestCheckLoop_LookRacingAnApply: a look of the check loop in flight
+// while an apply finishes reported its (older) look under the old
+// generation's send, which the controller ignores (checked reports count
+// only for the applied generation), and took it as told, so the applied
+// report's "failing" was never corrected. A look an apply overtook is
+// dropped, and what was told is kept per generation.
+func TestCheckLoop_LookRacingAnApply(t *testing.T) {
+	srv := newReportServer(t)
+	a := testAgent(t)
+	a.cfg.CheckEvery = 300 * time.Millisecond
+	a.id = &Identity{Machine: "m1"}
+	a.logs = &logShipper{}
+	a.client = newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
+	a.checkedClient = a.client.sibling()
+	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+	a.checkedOut = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox-checked"), stateDir: a.cfg.StateDir}
+
+	var mu sync.Mutex
+	block := false
+	inLook := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b := block
+		block = false
+		mu.Unlock()
+		if b {
+			inLook <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(200)
+	}))
+	defer hs.Close()
+	svc := models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
+		Check: &models.Check{HTTP: hs.URL}}
+	a.state.Applied, a.state.Finished, a.state.AppliedSend = 5, 5, "s5"
+	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &svc}
+	if err := a.saveState(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := func() []models.Report {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return append([]models.Report(nil), srv.got...)
+	}
+	go a.checkLoop(ctx)
+	for dl := time.Now().Add(5 * time.Second); len(reports()) == 0 && time.Now().Before(dl); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The loop's next look is in flight (generation 5's snapshot) ...
+	mu.Lock()
+	block = true
+	mu.Unlock()
+	<-inLook
+	// ... when generation 6's apply finishes, its checks catching the
+	// service still starting.
+	v := &verified{digest: "sha256:6", decl: models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{svc}}}
+	a.finish(ctx, "s6", v, models.OutcomeApplied, "", nil, 1,
+		[]models.CheckResult{{Resource: "mod.svc", OK: false, At: time.Now().UTC(), Detail: "connection refused"}})
+	close(release)
+	// What the controller holds for generation 6, once the loop's looks
+	// (the service passing throughout) say otherwise, or 10 s.
+	told := func() string {
+		t := "failing"
+		for _, r := range reports() {
+			if r.Generation == 6 && len(r.Checks) == 1 {
+				t = map[bool]string{true: "passing", false: "failing"}[r.Checks[0].OK]
+			}
+		}
+		return t
+	}
+	for dl := time.Now().Add(10 * time.Second); told() != "passing" && time.Now().Before(dl); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, r := range reports() {
+		t.Logf("report: %s generation %d send %s checks %+v", r.Outcome, r.Generation, r.Send, r.Checks)
+	}
+	if told := told(); told != "passing" {
+		t.Fatalf("the service passes every look, but the controller's word for generation 6 (the applied one) is still %s", told)
+	}
+}
