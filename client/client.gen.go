@@ -11652,6 +11652,11 @@ type PollDeclarationResponse304Headers struct {
 	XMeshTLS *string
 }
 
+// PollDeclarationResponse429Headers the declared response headers of an HTTP 429 response for PollDeclaration
+type PollDeclarationResponse429Headers struct {
+	RetryAfter *string
+}
+
 // PollDeclarationResponse503Headers the declared response headers of an HTTP 503 response for PollDeclaration
 type PollDeclarationResponse503Headers struct {
 	RetryAfter *string
@@ -11666,6 +11671,8 @@ type PollDeclarationResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
@@ -11674,6 +11681,8 @@ type PollDeclarationResponse struct {
 	Headers200 *PollDeclarationResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
 	Headers304 *PollDeclarationResponse304Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PollDeclarationResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PollDeclarationResponse503Headers
 }
@@ -11691,6 +11700,11 @@ func (r PollDeclarationResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r PollDeclarationResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PollDeclarationResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
@@ -18417,6 +18431,13 @@ func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse,
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -18468,6 +18489,16 @@ func ParsePollDeclarationResponse(rsp *http.Response) (*PollDeclarationResponse,
 			headers.XMeshTLS = &value
 		}
 		response.Headers304 = &headers
+	case rsp.StatusCode == 429:
+		var headers PollDeclarationResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers PollDeclarationResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
