@@ -152,7 +152,7 @@ func (s *Server) claim(ps []hub.Parked) []hub.Claim {
 			continue
 		}
 		if pp.state.CompareAndSwap(parkedWaiting, parkedHandling) {
-			claims = append(claims, hub.Claim{Poll: pp, Known: pp.known, Batch: pp.batch})
+			claims = append(claims, hub.Claim{Poll: pp, Known: pp.known, Batch: pp.batch, Schemas: pp.schemas})
 		}
 	}
 	return claims

@@ -92,6 +92,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		return err
 	}
 	schema := schemas.String()
+	ps.schemas, ps.hostVersion = schemas, hv
 	// The envelope follows each poll's own header: a host rolled back to
 	// a release that does not verify batches gets the single-signature one.
 	ps.batch = models.AcceptsBatch(c.Request().Header.Get(models.HeaderEnvelope))

@@ -30,6 +30,11 @@ type pollSession struct {
 	deadline  time.Time
 	checked   bool // the store was asked about a conflict once
 	batch     bool // the host verifies batch envelopes (X-Mesh-Envelope)
+	// schemas are what the poll advertised (X-Mesh-Schema), hostVersion
+	// its X-Mesh-Host-Version: a declaration in a schema the poll did not
+	// advertise is never sent to it (see next).
+	schemas     models.Schemas
+	hostVersion string
 
 	// superseded is closed when a newer poll of the same machine arrives:
 	// a machine has one waiting poll, and the older is answered 304.
@@ -120,6 +125,17 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		comp, err := s.Hub.ComposeOne(ctx, ps.machine, ps.name, v, ps.batch)
 		if err != nil {
 			return step{changed: v.Changed}, err
+		}
+		if comp != nil && ps.schemas != nil && !ps.schemas.Has(comp.Schema) {
+			// Composed for schemas this poll did not advertise: another
+			// instance recorded its host's schemas since this one last
+			// heard them (a trial's poll there, rolled back since). The
+			// store is told what this host decodes — a new generation,
+			// composed for it — and the poll waits for it.
+			if err := s.Store.RecordHostInfo(ctx, ps.machine, ps.hostVersion, ps.schemas.String()); err != nil {
+				return step{changed: v.Changed}, err
+			}
+			comp = nil
 		}
 		if comp != nil {
 			return step{verdict: pollSend, comp: comp}, nil

@@ -33,6 +33,10 @@ type Claim struct {
 	Poll  Parked
 	Known int64 // the generation its host finished with
 	Batch bool  // its host verifies batch envelopes
+	// Schemas are what its poll advertised (nil: not known): a
+	// declaration in another schema is left to a worker (the poll path
+	// tells the store what the host decodes).
+	Schemas models.Schemas
 	// Send is its send row, committed with the declaration; nil when
 	// it was not sent so (its answer is decided as any woken poll's).
 	Send *models.Send
@@ -500,8 +504,10 @@ func (h *Hub) composeAndWake(ctx context.Context, chunk []int64, bumped map[int6
 			failed = append(failed, models.ComposeFailure{MachineID: id, Machine: e.name, Generation: ferr.Generation, Reason: ferr.Error()})
 		}
 		if c := composed[id]; c != nil && c.Generation >= e.gen {
-			// The store's word: the generation just composed from it.
-			e.gen, e.composed = c.Generation, c
+			// The store's word: the generation just composed from it, and
+			// no conflict (a machine in conflict is never composed) — an
+			// admin may have resolved one through another instance.
+			e.gen, e.composed, e.conflict = c.Generation, c, false
 		}
 		if bumped[id] > e.gen {
 			// Not composed (a failure): its polls compose it themselves
@@ -553,7 +559,7 @@ func (h *Hub) sendsFor(claims []Claim, bumped map[int64]int64) store.SendsFor {
 			cl.Send, cl.Composed = nil, nil
 			c, e := composed(id), h.byID[id]
 			if c == nil || e == nil || e.conflict || c.Generation <= cl.Known || max(e.queued, bumped[id]) > c.Generation ||
-				c.EnvelopeFor(cl.Batch) == nil {
+				c.EnvelopeFor(cl.Batch) == nil || cl.Schemas != nil && !cl.Schemas.Has(c.Schema) {
 				continue
 			}
 			if p, ok := cl.Poll.(Sendable); ok && !p.Sendable() {
@@ -722,7 +728,8 @@ func (h *Hub) setComposed(c *models.Composed) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e := h.byID[c.MachineID]; e != nil && c.Generation >= e.gen {
-		e.gen, e.composed = c.Generation, c
+		// Composed from the store: no conflict there (see composeAndWake).
+		e.gen, e.composed, e.conflict = c.Generation, c, false
 	}
 }
 

@@ -99,6 +99,16 @@ func (s Schemas) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Has says whether s holds schema n.
+func (s Schemas) Has(n int) bool {
+	for _, m := range s {
+		if m == n {
+			return true
+		}
+	}
+	return false
+}
+
 // Max is the newest schema in s (0 when empty).
 func (s Schemas) Max() int {
 	if len(s) == 0 {
