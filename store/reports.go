@@ -150,10 +150,10 @@ const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, 
 // go the transaction's way instead, nothing of it stored: its machine or
 // its send is not there (the transaction's way says which), or the
 // machine changed in between. Any other error is the report's answer,
-// not a reason to run it again: the write is one statement that locks
-// one row, which READ COMMITTED never makes a deadlock's victim, and
-// whose reply, when lost, may have followed its commit (run again, the
-// report would be stored twice).
+// not a reason to run it again: its reply, when lost, may have followed
+// its commit (run again, the report would be stored twice) — save a
+// deadlock's victim, which was rolled back whole (making a partition
+// locks the tables in an order of its own) and goes the transaction's way.
 func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *models.Report, body []byte) (row *models.ReportRow, err error, done bool) {
 	sqldb, err := s.db.DB()
 	if err != nil {
@@ -190,6 +190,12 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	err = sqldb.QueryRowContext(ctx, s.directText(q), append(vals, reportRowValues(&stored)...)...).Scan(&stored.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil, false // the machine moved on (or is gone): nothing was stored
+	}
+	if retryable(err) {
+		// A deadlock's victim (a table's lock taken otherwise, as making
+		// a partition does) was rolled back whole: nothing was stored, so
+		// the transaction's way may store it, retrying as writes do.
+		return nil, nil, false
 	}
 	if err != nil {
 		return nil, mapErr(err), true

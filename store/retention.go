@@ -448,6 +448,7 @@ func readEpochs(tx *gorm.DB) ([]epochRow, error) {
 // makePartitions makes sure the partitions of epochs cur..cur+epochAhead
 // exist, creating only those missing (creating one locks its parent).
 func makePartitions(tx *Tx, cur int64) error {
+	locked := false
 	for e := cur; e <= cur+epochAhead; e++ {
 		for _, t := range retainedTables {
 			name := fmt.Sprintf("%s_e%d", t.name, e)
@@ -457,6 +458,17 @@ func makePartitions(tx *Tx, cur int64) error {
 			}
 			if exists {
 				continue
+			}
+			if !locked {
+				// A partition of a table with a foreign key to machines
+				// locks the parent, then machines; a report's statement
+				// locks machines (its row), then reports. machines first
+				// here too, so the two wait on each other in one order
+				// rather than deadlock.
+				if err := tx.Exec("LOCK TABLE machines IN SHARE ROW EXCLUSIVE MODE").Error; err != nil {
+					return err
+				}
+				locked = true
 			}
 			if err := tx.Exec(fmt.Sprintf("CREATE TABLE %s PARTITION OF %s FOR VALUES FROM (%d) TO (%d)", name, t.name, e, e+1)).Error; err != nil {
 				return err
