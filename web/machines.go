@@ -134,6 +134,12 @@ func (s *Server) record(ctx context.Context) (string, error) {
 	if since == nil {
 		return "No send on record yet: sends, reports and declarations are " + kept + ".", nil
 	}
+	if complete := time.Now().Add(-s.KeepSends); s.KeepSends > 0 && since.Before(complete) {
+		// The oldest send on record is one a machine still needs (an idle
+		// machine's latest): the record is whole only from keep ago.
+		return "Every send since " + stamp(complete) + " is on record; of older ones, only those machines still need, the oldest from " +
+			stamp(*since) + ": sends, reports and declarations are " + kept + ".", nil
+	}
 	return "The record of sends goes back to " + stamp(*since) + ": sends, reports and declarations are " + kept + ".", nil
 }
 

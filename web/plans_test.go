@@ -233,6 +233,16 @@ func TestOverview_CountsUnhealthyAndSaysThresholds(t *testing.T) {
 	if !strings.Contains(body, "The record of sends goes back to ") || !strings.Contains(body, "are kept 90 days;") {
 		t.Fatalf("the overview does not say how far back the record goes")
 	}
+	// The oldest send on record older than the keep (an idle machine's
+	// latest, kept): the record is whole only from keep ago, and says so
+	// rather than that it goes back to that send.
+	old := time.Now().Add(-200 * 24 * time.Hour).UTC()
+	if err := e.Ctl.Store.DB().Exec("UPDATE sends SET created_at = ? WHERE id = (SELECT MIN(id) FROM sends)", old).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, body = op.get("/"); !strings.Contains(body, "Every send since ") || !strings.Contains(body, "the oldest from "+old.Format("2006-01-02")) {
+		t.Fatalf("the overview says the record goes back to a send kept alone:\n%s", body)
+	}
 	if _, body = op.get("/?state=unhealthy"); !strings.Contains(body, `<option value="unhealthy" selected`) {
 		t.Fatal("unhealthy cannot be filtered on")
 	}
