@@ -99,3 +99,50 @@ func TestConflict_ResolvedOnAnotherInstance(t *testing.T) {
 		t.Errorf("a answers %d; b answers %d, from its memory of a conflict the store no longer has", onA.status, onB.status)
 	}
 }
+
+// TestSchema_UpAgainOnAnotherInstance: the store was told "1" through b
+// (the trial rolled back); the host decodes 1,2 again and polls a, whose
+// memory still said 1,2 from the trial's poll, so nothing was recorded and
+// the host was held back until a's resync. An instance that records a
+// host's info tells the others to forget theirs.
+func TestSchema_UpAgainOnAnotherInstance(t *testing.T) {
+	cfg := storetest.Config(t, store.Postgres)
+	a := ctltest.StartWith(t, cfg)
+	b := ctltest.StartWith(t, cfg)
+	b.Admin = a.Admin
+	en := b.Enroll("m1")
+	if err := a.Ctl.Hub.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := pollSchema(b, en.Token, 0, "1")
+	report(b, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+	if resp, body := a.Upload(a.Admin, "web", certModule, []byte("tree"), ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: a.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
+	waitFor(t, 5*time.Second, func() bool { return b.Ctl.Hub.View(1).Gen >= 2 && b.Ctl.Hub.Settled() })
+	p = pollSchema(b, en.Token, 1, "1")
+	report(b, en.Token, map[string]any{"send": p.send, "generation": 2, "outcome": "applied"})
+	p = pollSchema(a, en.Token, 2, "2,1")
+	d := verify(t, en, p.body)
+	if d.Schema != 2 {
+		t.Fatalf("trial on a: %d %+v", p.status, d)
+	}
+	waitFor(t, 5*time.Second, func() bool { return b.Ctl.Hub.View(1).Gen >= 3 && b.Ctl.Hub.Settled() })
+	p = pollSchema(b, en.Token, 2, "1") // rolled back, on b: the fix records "1"
+	d = verify(t, en, p.body)
+	t.Logf("rollback poll on b: %d gen %d schema %d", p.status, d.Generation, d.Schema)
+	report(b, en.Token, map[string]any{"send": p.send, "generation": d.Generation, "outcome": "applied"})
+	waitFor(t, 5*time.Second, func() bool { return a.Ctl.Hub.View(1).Gen >= d.Generation && a.Ctl.Hub.Settled() })
+	// Upgraded again: the host decodes 1,2 and polls a.
+	q := pollSchema(a, en.Token, d.Generation, "2,1")
+	m, _ := a.Ctl.Store.Machine(context.Background(), "m1")
+	if q.status != 200 || m.Schema != "1,2" {
+		t.Fatalf("a host decoding 1,2 again, on a: poll %d; store schema %q held_back %q generation %d", q.status, m.Schema, m.HeldBack, m.Generation)
+	}
+	if d = verify(t, en, q.body); d.Schema != 2 {
+		t.Fatalf("sent generation %d in schema %d, want 2", d.Generation, d.Schema)
+	}
+}

@@ -240,6 +240,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	listening := make(chan struct{})
 	revoked := auth.NewRevocations()
 	st.OnRevoked(revoked.Add)
+	st.OnHostInfo(hub.ForgetHostInfo)
 	loadRevoked := func(ctx context.Context) error { return loadRevocations(ctx, st, revoked) }
 	// After a reconnect the refused set is read again before the hub: a
 	// poll the reload wakes must find a revocation missed meanwhile.

@@ -704,6 +704,17 @@ func (h *Hub) HostInfoNotRecorded(id int64, hostVersion, schema string) {
 	}
 }
 
+// ForgetHostInfo forgets what a machine's host's polls said of itself
+// here: an instance recorded its host info, which may differ, so the next
+// poll here writes what it says again.
+func (h *Hub) ForgetHostInfo(id int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil {
+		e.hostVersion, e.schema = "", notRecorded
+	}
+}
+
 // notRecorded is a machine's schemas when the store may not hold what its
 // host said: no host advertises it, so its next poll writes again.
 const notRecorded = "\x00not recorded"

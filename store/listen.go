@@ -66,6 +66,9 @@ func (s *Store) listenOnce(ctx context.Context, url string, f func([]models.Bump
 			s.announceRevoked([]models.Revocation{r})
 			continue
 		}
+		if s.announceHostInfo(n.Payload) {
+			continue
+		}
 		if bs := ParseNotification(n.Payload); len(bs) > 0 {
 			f(bs)
 		}

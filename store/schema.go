@@ -7,12 +7,45 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
 )
+
+// hostInfoPrefix begins a notification that a machine's host info was
+// recorded: "hostinfo:ID". An instance of a build before it reads no bump
+// in it (its id is not a number) and passes it by.
+const hostInfoPrefix = "hostinfo:"
+
+// OnHostInfo registers f to be told, by notification (PostgreSQL), of each
+// machine whose host version or schemas an instance recorded.
+func (s *Store) OnHostInfo(f func(machineID int64)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onHostInfo = append(s.onHostInfo, f)
+}
+
+func (s *Store) announceHostInfo(payload string) bool {
+	rest, ok := strings.CutPrefix(payload, hostInfoPrefix)
+	if !ok {
+		return false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil {
+		return true
+	}
+	s.mu.RLock()
+	fs := s.onHostInfo
+	s.mu.RUnlock()
+	for _, f := range fs {
+		f(id)
+	}
+	return true
+}
 
 // recordHostInfo stores the host version and schemas a poll reported and,
 // when the set of schemas changed (an upgrade, or a launcher's rollback to
@@ -26,8 +59,17 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 	if tx.s.dialect == Postgres {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
-	if err := q.Select("id", "name", "os", "arch", "schema", "conflict").Where("id = ?", machineID).First(&m).Error; err != nil {
+	if err := q.Select("id", "name", "os", "arch", "schema", "conflict", "host_version").Where("id = ?", machineID).First(&m).Error; err != nil {
 		return err
+	}
+	if tx.s.dialect == Postgres && (m.HostVersion != hostVersion || m.Schema != schema) {
+		// Every instance remembers what each host's polls said of itself
+		// and records only a change: one that heard this host before must
+		// forget it, or a poll there saying what it said then (a trial's
+		// schemas, the host upgraded again) would record nothing.
+		if err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, hostInfoPrefix+strconv.FormatInt(machineID, 10)).Error; err != nil {
+			return err
+		}
 	}
 	if err := tx.Model(&models.Machine{}).Where("id = ?", machineID).
 		Updates(map[string]any{"host_version": hostVersion, "schema": schema}).Error; err != nil {

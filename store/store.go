@@ -72,6 +72,9 @@ type Store struct {
 	mu        sync.RWMutex
 	onBumped  []func([]models.Bump)
 	onRevoked []func([]models.Revocation)
+	// onHostInfo is told of a machine whose host version or schemas
+	// another instance recorded (hostInfoPrefix notifications).
+	onHostInfo []func(machineID int64)
 
 	statements atomic.Int64
 	prepared   preparedSet
