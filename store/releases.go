@@ -417,11 +417,17 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 			return err
 		}
 	}
-	if err := tx.Model(&m).Update("target_host_version", rm.Previous).Error; err != nil {
-		return err
+	// Its target goes back only if it still names this release: a late
+	// report of a rollout done may come while the machine upgrades in the
+	// next one, whose target stays.
+	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", m.ID, ro.Version).Update("target_host_version", rm.Previous)
+	if res.Error != nil {
+		return res.Error
 	}
-	if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
-		return err
+	if res.RowsAffected > 0 {
+		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
+			return err
+		}
 	}
 	// The other machines still upgrading to it (canaries go together) are
 	// stopped: their target goes back too, else it would name a release

@@ -178,6 +178,12 @@ func TestRollout_RolledBackAfterUpgradedDuringTheNext(t *testing.T) {
 		if ro.Machines[0].State == models.UpgradeUpgraded || st["1.5.0"] != models.ReleaseFailed {
 			t.Fatalf("m1 rolled 1.5.0 back after its upgraded report, but 1.5.0's rollout says it upgraded and the release is %s", st["1.5.0"])
 		}
+		// Its upgrade in 1.6.0's rollout goes on: the late report of 1.5.0
+		// put its target back to 1.5.0's previous, and 1.6.0, never tried,
+		// failed at the deadline.
+		if m, _ := s.Machine(ctx, "m1"); m.TargetHostVersion != "1.6.0" || st["1.6.0"] != models.ReleaseReady {
+			t.Fatalf("after 1.5.0's late rollback, m1's target is %q and 1.6.0 is %s, want 1.6.0 and ready", m.TargetHostVersion, st["1.6.0"])
+		}
 	})
 }
 
