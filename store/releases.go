@@ -402,8 +402,7 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 	if err := tx.Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
 		return err
 	}
-	if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
-		Updates(map[string]any{"state": state, "reason": reason, "finished_at": now}).Error; err != nil {
+	if err := endUpgrade(tx, rm, state, reason, now); err != nil {
 		return err
 	}
 	why := fmt.Sprintf("machine %s %s: %s", m.Name, strings.ReplaceAll(state, "_", " "), reason)
@@ -412,22 +411,12 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 	}
 	ro.State = models.RolloutHalted
 	if state != models.UpgradeRefused {
-		if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
-			Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+		if err := failRelease(tx, ro.Version, &m, why); err != nil {
 			return err
 		}
 	}
-	// Its target goes back only if it still names this release: a late
-	// report of a rollout done may come while the machine upgrades in the
-	// next one, whose target stays.
-	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", m.ID, ro.Version).Update("target_host_version", rm.Previous)
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected > 0 {
-		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
-			return err
-		}
+	if err := putTargetBack(tx, m.ID, ro.Version, rm.Previous); err != nil {
+		return err
 	}
 	// The other machines still upgrading to it (canaries go together) are
 	// stopped: their target goes back too, else it would name a release
@@ -437,20 +426,39 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 	if err := tx.Where("rollout_id = ? AND machine_id <> ? AND state = ?", ro.ID, m.ID, models.UpgradeUpgrading).Find(&others).Error; err != nil {
 		return err
 	}
-	for _, o := range others {
-		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", o.RolloutID, o.MachineID).
-			Updates(map[string]any{"state": models.UpgradeStopped, "reason": "the rollout halted: " + why, "finished_at": now}).Error; err != nil {
+	for i := range others {
+		if err := endUpgrade(tx, &others[i], models.UpgradeStopped, "the rollout halted: "+why, now); err != nil {
 			return err
 		}
-		if err := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", o.MachineID, ro.Version).
-			Update("target_host_version", o.Previous).Error; err != nil {
-			return err
-		}
-		if err := bumpGenerations(tx, []int64{o.MachineID}, models.TriggerRollout); err != nil {
+		if err := putTargetBack(tx, others[i].MachineID, ro.Version, others[i].Previous); err != nil {
 			return err
 		}
 	}
 	return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
+}
+
+// endUpgrade records how a machine's upgrade in a rollout ended.
+func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now time.Time) error {
+	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
+		Updates(map[string]any{"state": state, "reason": reason, "finished_at": now}).Error
+}
+
+// failRelease marks a release failed for m's platform, with why.
+func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
+	return tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
+		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error
+}
+
+// putTargetBack sets a machine's target back to previous, with a new
+// generation, only if it still names version: a late report of a rollout
+// done may come while the machine upgrades in the next one, whose target
+// stays.
+func putTargetBack(tx *Tx, machineID int64, version, previous string) error {
+	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", machineID, version).Update("target_host_version", previous)
+	if res.Error != nil || res.RowsAffected == 0 {
+		return res.Error
+	}
+	return bumpGenerations(tx, []int64{machineID}, models.TriggerRollout)
 }
 
 // upgradeReported applies an upgraded or rolled_back report, or the
@@ -573,24 +581,15 @@ func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error 
 // says so, the release is failed, and its target goes back (where it still
 // names the release), so it does not show upgrading for good.
 func rolledBackAfterEnd(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, m *models.Machine, reason string) error {
-	now := tx.s.Now()
 	why := fmt.Sprintf("machine %s rolled back after its upgraded report: %s", m.Name, reason)
-	if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
-		Updates(map[string]any{"state": models.UpgradeRolledBack, "reason": reason, "finished_at": now}).Error; err != nil {
+	if err := endUpgrade(tx, rm, models.UpgradeRolledBack, reason, tx.s.Now()); err != nil {
 		return err
 	}
-	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", ro.Version, m.OS, m.Arch).
-		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+	if err := failRelease(tx, ro.Version, m, why); err != nil {
 		return err
 	}
-	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", m.ID, ro.Version).Update("target_host_version", rm.Previous)
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected > 0 {
-		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerRollout); err != nil {
-			return err
-		}
+	if err := putTargetBack(tx, m.ID, ro.Version, rm.Previous); err != nil {
+		return err
 	}
 	return audit(tx, "controller", "release-failed", "host-release/"+ro.Version, why)
 }
