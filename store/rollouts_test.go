@@ -26,17 +26,12 @@ func TestRollout_RolledBackAfterUpgraded(t *testing.T) {
 		}
 		applied(t, s, "m1", 1) // the old host applies the generation naming 1.5.0
 		// The trial host (1.5.0) polls and reports upgraded; the controller accepts it.
-		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := s.Machine(ctx, "m1")
-		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
-			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		upgradedTo(t, s, "m1", "1.5.0")
 		// Its launcher rolls it back all the same; the restored host reports so.
 		if err := s.RecordHostInfo(ctx, m1.ID, "1.0.0", "1"); err != nil {
 			t.Fatal(err)
 		}
-		m, _ = s.Machine(ctx, "m1")
+		m, _ := s.Machine(ctx, "m1")
 		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
 			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")})
 		ro, _ := s.Rollout(ctx, "1.5.0")
@@ -149,24 +144,13 @@ func TestRollout_RolledBackAfterUpgradedDuringTheNext(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied(t, s, "m1", 1)
-		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := s.Machine(ctx, "m1")
-		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
-			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		upgradedTo(t, s, "m1", "1.5.0")
 		// 1.5.0 is done and the default; the next rollout starts.
 		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
 			t.Fatal(err)
 		}
 		// The host's launcher had rolled 1.5.0 back; its report arrives now.
-		if err := s.RecordHostInfo(ctx, m1.ID, "1.0.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InsertReport(ctx, m1.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
-			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		rolledBackFrom(t, s, m1.ID, "1.5.0", "it exited before completing a reconcile (killed by signal 9)")
 		ro, _ := s.Rollout(ctx, "1.5.0")
 		rs, _ := s.Releases(ctx, 10, 0)
 		def, _ := s.HostDefault(ctx)
@@ -191,7 +175,7 @@ func TestRollout_RolledBackAfterUpgradedDuringTheNext(t *testing.T) {
 func TestRollout_UpgradedWhilePausedCounts(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		m1 := fixture(t, s, "m1")
+		fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1")
 		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 1); err != nil {
 			t.Fatal(err)
@@ -200,12 +184,7 @@ func TestRollout_UpgradedWhilePausedCounts(t *testing.T) {
 		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "pause"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := s.Machine(ctx, "m1")
-		sentReport(t, s, m1.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
-			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		upgradedTo(t, s, "m1", "1.5.0")
 		// Past its deadline (1 s) before it resumes.
 		if err := s.DB().Exec("UPDATE rollout_machines SET started_at = ?", time.Now().Add(-time.Hour).UTC()).Error; err != nil {
 			t.Fatal(err)
@@ -214,7 +193,7 @@ func TestRollout_UpgradedWhilePausedCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		ro, _ := s.Rollout(ctx, "1.5.0")
-		m, _ = s.Machine(ctx, "m1")
+		m, _ := s.Machine(ctx, "m1")
 		t.Logf("rollout %s %q; m1 %s; m1 runs %s, target %q", ro.State, ro.Reason, ro.Machines[0].State, m.HostVersion, m.TargetHostVersion)
 		if ro.State == models.RolloutHalted {
 			t.Fatalf("a machine whose upgraded report was accepted failed the release")
@@ -232,27 +211,16 @@ func TestRollout_RolledBackAfterUpgradedInAHaltedOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied(t, s, "a", 1)
-		if err := s.RecordHostInfo(ctx, a.ID, "1.5.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := s.Machine(ctx, "a")
-		sentReport(t, s, a.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
-			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		upgradedTo(t, s, "a", "1.5.0")
 		if _, err := s.InsertReport(ctx, b.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
 			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
 		// a's launcher rolls back as well.
-		if err := s.RecordHostInfo(ctx, a.ID, "1.0.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
-			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		rolledBackFrom(t, s, a.ID, "1.5.0", "it exited before completing a reconcile (killed by signal 9)")
 		applied(t, s, "a", 1)
 		ro, _ := s.Rollout(ctx, "1.5.0")
-		m, _ = s.Machine(ctx, "a")
+		m, _ := s.Machine(ctx, "a")
 		now := time.Now()
 		st := s.Rules.State(m, &now, now)
 		var rowA string
@@ -279,26 +247,15 @@ func TestRollout_RolledBackAfterUpgradedInACancelledOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied(t, s, "a", 1)
-		if err := s.RecordHostInfo(ctx, a.ID, "1.5.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		m, _ := s.Machine(ctx, "a")
-		sentReport(t, s, a.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0",
-			Reason: "upgraded from 1.0.0 to 1.5.0"})
+		upgradedTo(t, s, "a", "1.5.0")
 		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "cancel"); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordHostInfo(ctx, a.ID, "1.0.0", "1"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
-			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (killed by signal 9)")}, []byte(`{}`)); err != nil {
-			t.Fatal(err)
-		}
+		rolledBackFrom(t, s, a.ID, "1.5.0", "it exited before completing a reconcile (killed by signal 9)")
 		applied(t, s, "a", 1)
 		ro, _ := s.Rollout(ctx, "1.5.0")
 		rs, _ := s.Releases(ctx, 10, 0)
-		m, _ = s.Machine(ctx, "a")
+		m, _ := s.Machine(ctx, "a")
 		now := time.Now()
 		st := s.Rules.State(m, &now, now)
 		t.Logf("rollout %s; a: row %s, host %s, target %q, state %s; release %s", ro.State, ro.Machines[0].State, m.HostVersion, m.TargetHostVersion, st, rs[0].State)
@@ -306,4 +263,32 @@ func TestRollout_RolledBackAfterUpgradedInACancelledOne(t *testing.T) {
 			t.Fatalf("a rolled 1.5.0 back after its upgraded report: state %s, release %s", st, rs[0].State)
 		}
 	})
+}
+
+// upgradedTo: the named machine's trial host polls as version and its
+// upgraded report (from 1.0.0) is accepted.
+func upgradedTo(t *testing.T, s *store.Store, name, version string) {
+	t.Helper()
+	ctx := context.Background()
+	m, _ := s.Machine(ctx, name)
+	if err := s.RecordHostInfo(ctx, m.ID, version, "1"); err != nil {
+		t.Fatal(err)
+	}
+	m, _ = s.Machine(ctx, name)
+	sentReport(t, s, m.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeUpgraded, HostVersion: version,
+		Reason: "upgraded from 1.0.0 to " + version})
+}
+
+// rolledBackFrom: the machine's host, put back to 1.0.0 by its launcher,
+// polls and reports the rollback from version, why.
+func rolledBackFrom(t *testing.T, s *store.Store, id int64, from, why string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.RecordHostInfo(ctx, id, "1.0.0", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InsertReport(ctx, id, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+		Reason: models.RolledBackReason(from, "1.0.0", why)}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
 }
