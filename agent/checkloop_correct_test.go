@@ -19,15 +19,7 @@ import (
 // stayed so, its service healthy. The loop now reports what differs from
 // the last report.
 func TestCheckLoop_CorrectsTheApplysWord(t *testing.T) {
-	srv := newReportServer(t)
-	a := testAgent(t)
-	a.cfg.CheckEvery = time.Second
-	a.id = &Identity{Machine: "m1"}
-	a.logs = &logShipper{}
-	a.client = newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
-	a.checkedClient = a.client.sibling()
-	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
-	a.checkedOut = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox-checked"), stateDir: a.cfg.StateDir}
+	a, srv := checkingAgent(t, time.Second)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,11 +36,7 @@ func TestCheckLoop_CorrectsTheApplysWord(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.checkLoop(ctx)
-	reports := func() []models.Report {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		return append([]models.Report(nil), srv.got...)
-	}
+	reports := srv.reports
 	deadline := time.Now().Add(5 * time.Second)
 	for len(reports()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -89,4 +77,27 @@ func TestCheckLoop_CorrectsTheApplysWord(t *testing.T) {
 	if !last.OK {
 		t.Fatalf("the service passes its check, but the host's last word to the controller is still %q (failing)", last.Detail)
 	}
+}
+
+// checkingAgent is a host whose check loop reports to srv every
+// checkEvery, as machine m1.
+func checkingAgent(t *testing.T, checkEvery time.Duration) (*Agent, *reportServer) {
+	t.Helper()
+	srv := newReportServer(t)
+	a := testAgent(t)
+	a.cfg.CheckEvery = checkEvery
+	a.id = &Identity{Machine: "m1"}
+	a.logs = &logShipper{}
+	a.client = newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
+	a.checkedClient = a.client.sibling()
+	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+	a.checkedOut = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox-checked"), stateDir: a.cfg.StateDir}
+	return a, srv
+}
+
+// reports are the reports the server has taken so far.
+func (s *reportServer) reports() []models.Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]models.Report(nil), s.got...)
 }

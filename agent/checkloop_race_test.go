@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -19,15 +18,7 @@ import (
 // report's "failing" was never corrected. A look an apply overtook is
 // dropped, and what was told is kept per generation.
 func TestCheckLoop_LookRacingAnApply(t *testing.T) {
-	srv := newReportServer(t)
-	a := testAgent(t)
-	a.cfg.CheckEvery = 300 * time.Millisecond
-	a.id = &Identity{Machine: "m1"}
-	a.logs = &logShipper{}
-	a.client = newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
-	a.checkedClient = a.client.sibling()
-	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
-	a.checkedOut = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox-checked"), stateDir: a.cfg.StateDir}
+	a, srv := checkingAgent(t, 300*time.Millisecond)
 
 	var mu sync.Mutex
 	block := false
@@ -54,11 +45,7 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reports := func() []models.Report {
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		return append([]models.Report(nil), srv.got...)
-	}
+	reports := srv.reports
 	go a.checkLoop(ctx)
 	for dl := time.Now().Add(5 * time.Second); len(reports()) == 0 && time.Now().Before(dl); {
 		time.Sleep(20 * time.Millisecond)
