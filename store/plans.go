@@ -332,7 +332,12 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	// if judged so now: the plan halts rather than finish on it.
 	if len(applied) > 0 {
 		var ms []models.Machine
-		if err := tx.Where("id IN ?", applied).Find(&ms).Error; err != nil {
+		if err := inChunks(applied, 500, func(ids []int64) error {
+			var part []models.Machine
+			err := tx.Where("id IN ?", ids).Find(&part).Error
+			ms = append(ms, part...)
+			return err
+		}); err != nil {
 			return err
 		}
 		for i := range ms {
@@ -612,36 +617,33 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 // composing never names a build older than what a machine runs. So the
 // step says its target was removed, not that the build is gone.
 func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
-	var steps []models.PlanStep
-	if err := tx.Where("plan_id = ? AND state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).Find(&steps).Error; err != nil {
+	var ids []int64
+	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
+		Where("plan_steps.plan_id = ? AND plan_steps.state IN ? AND machines.applied_generation < plan_steps.generation",
+			p.ID, []string{models.StepSent, models.StepFailed}).
+		Order("plan_steps.machine_id").Pluck("plan_steps.machine_id", &ids).Error; err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, st := range steps {
-		var m models.Machine
-		if err := tx.Select("id", "applied_generation").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
-			return n, err
+	now := tx.s.Now()
+	err := inChunks(ids, 500, func(chunk []int64) error {
+		var targeted []int64
+		if err := tx.Model(&models.MachineTarget{}).Where("plan_id = ? AND module_id = ? AND machine_id IN ?", p.ID, p.ModuleID, chunk).Order("machine_id").
+			Pluck("machine_id", &targeted).Error; err != nil {
+			return err
 		}
-		if m.AppliedGeneration >= st.Generation {
-			continue
-		}
-		res := tx.Where("machine_id = ? AND module_id = ? AND plan_id = ?", st.MachineID, p.ModuleID, p.ID).Delete(&models.MachineTarget{})
-		if res.Error != nil {
-			return n, res.Error
-		}
-		if res.RowsAffected > 0 {
-			if err := bumpGenerations(tx, []int64{st.MachineID}, models.TriggerPlan); err != nil {
-				return n, err
+		if len(targeted) > 0 {
+			if err := tx.Where("plan_id = ? AND module_id = ? AND machine_id IN ?", p.ID, p.ModuleID, targeted).Delete(&models.MachineTarget{}).Error; err != nil {
+				return err
+			}
+			if err := bumpGenerations(tx, targeted, models.TriggerPlan); err != nil {
+				return err
 			}
 		}
-		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
-			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": tx.s.Now(),
-				"reason": "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"}).Error; err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
+		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
+			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
+				"reason": "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"}).Error
+	})
+	return len(ids), err
 }
 
 // rollbackPlan pins every machine the plan reached to the build it ran
