@@ -12,19 +12,27 @@ import (
 	"mesh/store/storetest"
 )
 
+// twoInstances starts two instances on one PostgreSQL and enrols m1
+// through b, its host to poll b; a knows m1 too (as its resync would).
+func twoInstances(t *testing.T) (a, b *ctltest.Env, en ctltest.Enrolled) {
+	t.Helper()
+	cfg := storetest.Config(t, store.Postgres)
+	a = ctltest.StartWith(t, cfg)
+	b = ctltest.StartWith(t, cfg)
+	b.Admin = a.Admin // one token key in the store: every instance accepts it
+	en = b.Enroll("m1")
+	if err := a.Ctl.Hub.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, en
+}
+
 // TestWakeAcrossInstances: two instances on one PostgreSQL; a change
 // committed through one wakes a poll held by the other (NOTIFY in the
 // bumping transaction, LISTEN in every instance), and both send the same
 // bytes for one generation.
 func TestWakeAcrossInstances(t *testing.T) {
-	cfg := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, cfg)
-	b := ctltest.StartWith(t, cfg)
-	b.Admin = a.Admin                                            // one token key in the store: every instance accepts it
-	en := b.Enroll("m1")                                         // the host enrols through b and polls b
-	if err := a.Ctl.Hub.Load(context.Background()); err != nil { // a knows m1 (as its resync would)
-		t.Fatal(err)
-	}
+	a, b, en := twoInstances(t)
 	if p := doPoll(b, en.Token, 0, "1s"); p.status != 200 {
 		t.Fatalf("first poll on b: %d", p.status)
 	}

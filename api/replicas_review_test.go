@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
-	"mesh/store"
-	"mesh/store/storetest"
 )
 
 // TestSchema_BackOnAnotherInstance: a host whose schemas went back (its
@@ -18,14 +16,7 @@ import (
 // sent in a schema its poll did not advertise: the store is told what the
 // host decodes, and the poll is sent the generation composed for it.
 func TestSchema_BackOnAnotherInstance(t *testing.T) {
-	cfg := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, cfg)
-	b := ctltest.StartWith(t, cfg)
-	b.Admin = a.Admin
-	en := b.Enroll("m1")
-	if err := a.Ctl.Hub.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, b, en := twoInstances(t)
 	p := pollSchema(b, en.Token, 0, "1")
 	if p.status != 200 {
 		t.Fatalf("first poll: %d %s", p.status, p.body)
@@ -69,14 +60,7 @@ func TestSchema_BackOnAnotherInstance(t *testing.T) {
 // 304 until its resync. A declaration composed from the store clears it:
 // a machine in conflict is never composed.
 func TestConflict_ResolvedOnAnotherInstance(t *testing.T) {
-	cfg := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, cfg)
-	b := ctltest.StartWith(t, cfg)
-	b.Admin = a.Admin
-	en := b.Enroll("m1")
-	if err := a.Ctl.Hub.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, b, en := twoInstances(t)
 	if p := doPoll(b, en.Token, 0, "1s"); p.status != 200 {
 		t.Fatalf("first poll: %d", p.status)
 	}
@@ -106,14 +90,7 @@ func TestConflict_ResolvedOnAnotherInstance(t *testing.T) {
 // the host was held back until a's resync. An instance that records a
 // host's info tells the others to forget theirs.
 func TestSchema_UpAgainOnAnotherInstance(t *testing.T) {
-	cfg := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, cfg)
-	b := ctltest.StartWith(t, cfg)
-	b.Admin = a.Admin
-	en := b.Enroll("m1")
-	if err := a.Ctl.Hub.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	a, b, en := twoInstances(t)
 	p := pollSchema(b, en.Token, 0, "1")
 	report(b, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
 	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
