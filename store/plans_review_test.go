@@ -58,14 +58,7 @@ func TestPlan_StepNotFailedByAnOlderGeneration(t *testing.T) {
 func TestPlan_TierNotDoneWhileItsMachineIsUnhealthy(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 1)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, v := planOfBuild2(t, s)
 		ok := []models.CheckResult{{Resource: "mod.svc", OK: true, Detail: "tcp"}}
 		healthy := func(name string) string {
 			m, _ := s.Machine(ctx, name)
@@ -175,14 +168,7 @@ func TestWrites_SameValuesNoGeneration(t *testing.T) {
 func TestPlan_CancelHaltedWithdrawsWhatNoHostApplied(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		ms := planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 1)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ms, v := planOfBuild2(t, s)
 		m1, _ := s.Machine(ctx, "m1")
 		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Attempt: 1, Reason: "disk full"})
 		if err := s.StepPlans(ctx); err != nil {
@@ -190,7 +176,7 @@ func TestPlan_CancelHaltedWithdrawsWhatNoHostApplied(t *testing.T) {
 		}
 		v, _ = s.Plan(ctx, v.ID)
 		t.Logf("before cancel: plan %s, step %s %q", v.State, v.Steps[0].State, v.Steps[0].Reason)
-		v, err = s.SetPlanState(ctx, "test", v.ID, "cancel")
+		v, err := s.SetPlanState(ctx, "test", v.ID, "cancel")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,14 +192,7 @@ func TestPlan_CancelHaltedWithdrawsWhatNoHostApplied(t *testing.T) {
 func TestPlan_YankWithdrawsWhatNoHostApplied(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		ms := planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 1)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ms, v := planOfBuild2(t, s)
 		if _, err := s.YankBuild(ctx, "test", "mod", 2, "corrupts data"); err != nil {
 			t.Fatal(err)
 		}
@@ -224,4 +203,19 @@ func TestPlan_YankWithdrawsWhatNoHostApplied(t *testing.T) {
 			t.Fatalf("m1, whose host never applied build 2, is still sent the yanked build 2")
 		}
 	})
+}
+
+// planOfBuild2 is a plan of build 2 of mod, made once m1, m2 and m3 have
+// applied build 1 (planFixture).
+func planOfBuild2(t *testing.T, s *store.Store) ([]*models.Machine, *models.PlanView) {
+	t.Helper()
+	ms := planFixture(t, s)
+	for _, n := range []string{"m1", "m2", "m3"} {
+		applied(t, s, n, 1)
+	}
+	v, err := s.CreatePlan(context.Background(), "test", "mod", 2, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms, v
 }
