@@ -16,24 +16,7 @@ import (
 // before the launcher looks is kept, not rolled back: rolled back, the host
 // refused for good a release its controller had recorded it as running.
 func TestLauncher_ExitAfterReconcileKept(t *testing.T) {
-	dir := t.TempDir()
-	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
-	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	dg := script(t, rel, "echo 9.9.9 > "+markerPath(dir, "9.9.9")+"; exit 1\n")
-	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)},
-		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}}
-	l.probe = func(string) error { return os.ErrPermission }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.reap(ctx)
-	if err := l.tryRelease(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dir, rel, l := tryScript(t, func(dir string) string { return "echo 9.9.9 > " + markerPath(dir, "9.9.9") + "; exit 1\n" }, 10*time.Second, 0)
 	var rb rollback
 	if readJSON(rollbackPath(dir), &rb) == nil {
 		t.Fatalf("rolled back although the trial reconciled: %+v", rb)
@@ -49,25 +32,8 @@ func TestLauncher_ExitAfterReconcileKept(t *testing.T) {
 // a look, the host would run the release the controller recorded it as
 // leaving; it is kept.
 func TestLauncher_MarkerAtTheDeadlineKept(t *testing.T) {
-	dir := t.TempDir()
-	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
-	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	dg := script(t, rel, "echo 9.9.9 > "+markerPath(dir, "9.9.9")+"; sleep 1.5\n")
-	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// No look before the deadline: only the deadline can see the marker.
-	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: time.Second, Log: slog.New(slog.DiscardHandler)},
-		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}, look: time.Hour}
-	l.probe = func(string) error { return os.ErrPermission }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.reap(ctx)
-	if err := l.tryRelease(ctx); err != nil {
-		t.Fatal(err)
-	}
+	dir, _, l := tryScript(t, func(dir string) string { return "echo 9.9.9 > " + markerPath(dir, "9.9.9") + "; sleep 1.5\n" }, time.Second, time.Hour)
 	var rb rollback
 	if readJSON(rollbackPath(dir), &rb) == nil {
 		t.Fatalf("rolled back although the trial's marker was there at the deadline: %+v", rb)
@@ -107,17 +73,33 @@ func TestRollback_RecordKeptUntilWritten(t *testing.T) {
 // on trial (it saw its release named) and exited: the rollback said only
 // "exit status 3". The launcher asks the binary first and says why.
 func TestLauncher_BinaryOfAnotherVersionRolledBackSayingSo(t *testing.T) {
-	dir := t.TempDir()
-	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	dir, _, _ := tryScript(t, func(string) string {
+		return "if [ \"$1\" = version ]; then echo 'mesh-host 1.5.0 (build x)'; exit 0; fi; exit 3\n"
+	}, 10*time.Second, 0)
+	var rb rollback
+	if err := readJSON(rollbackPath(dir), &rb); err != nil || !strings.Contains(rb.Reason, "its binary is mesh-host 1.5.0, not 9.9.9") {
+		t.Fatalf("rollback %+v (%v), want it to say the binary is 1.5.0", rb, err)
+	}
+}
+
+// tryScript stages a release 9.9.9 whose binary is the shell script body
+// (its marker at markerPath(dir, "9.9.9")) and runs its trial under a
+// launcher whose known-good is 1.0.0, with the trial deadline and how
+// often it looks for the marker (0: the launcher's own); it returns once
+// the trial has ended.
+func tryScript(t *testing.T, body func(dir string) string, deadline, look time.Duration) (dir, rel string, l *launcher) {
+	t.Helper()
+	dir = t.TempDir()
+	rel = filepath.Join(dir, "versions", "9.9.9", "mesh-host")
 	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	dg := script(t, rel, "if [ \"$1\" = version ]; then echo 'mesh-host 1.5.0 (build x)'; exit 0; fi; exit 3\n")
+	dg := script(t, rel, body(dir))
 	if err := writeJSONAtomic(pendingPath(dir), pending{Version: "9.9.9", Digest: dg, Path: rel}, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)},
-		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}}
+	l = &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: deadline, Log: slog.New(slog.DiscardHandler)},
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: "/bin/true"}, exits: map[int]chan syscall.WaitStatus{}, look: look}
 	l.probe = func(string) error { return os.ErrPermission }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -125,8 +107,5 @@ func TestLauncher_BinaryOfAnotherVersionRolledBackSayingSo(t *testing.T) {
 	if err := l.tryRelease(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var rb rollback
-	if err := readJSON(rollbackPath(dir), &rb); err != nil || !strings.Contains(rb.Reason, "its binary is mesh-host 1.5.0, not 9.9.9") {
-		t.Fatalf("rollback %+v (%v), want it to say the binary is 1.5.0", rb, err)
-	}
+	return dir, rel, l
 }
