@@ -3,6 +3,7 @@
 // and second fan-out p50/p99, CPU per machine, memory per waiting poll,
 // one row per dialect and size; the reports that follow the second;
 // what the large run adds below them;
+// the floor (BenchmarkFanoutFloor: the transport alone) as a row of its own;
 // then the TLS reconnect and the idle hosts' CPU, a table each.
 // Lines that are not such results pass by unprinted.
 package main
