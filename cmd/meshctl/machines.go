@@ -83,7 +83,7 @@ func (a *app) machinesCommand() *cobra.Command {
 			return a.showMachine(r.JSON200, as.JSON200.Assignments)
 		},
 	}
-	cmd.AddCommand(ls, show, a.labelCommand(), a.varsCommand())
+	cmd.AddCommand(ls, show, a.labelCommand(), a.varsCommand(), a.reportsCommand(), a.declarationCommand())
 	cmd.AddCommand(a.machineAdminCommands()...)
 	return cmd
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+	"mesh/store"
+)
+
+// TestMeshctl_TheRecord: an operator finds each send (to which machine,
+// which generation, why, and what its host said), a machine's reports, and
+// the declaration its generation composes to — and a preview makes no send.
+func TestMeshctl_TheRecord(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	en := e.Enroll("m1")
+	e.Enroll("m2")
+	resp, _ := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=5s", Token: en.Token,
+		Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": "1"}})
+	send := resp.Header.Get("X-Mesh-Send")
+	if resp.StatusCode != 200 || send == "" {
+		t.Fatalf("poll: %d", resp.StatusCode)
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: map[string]any{
+		"send": send, "generation": 1, "outcome": "refused", "reason": "the disk is read-only\x1b]52;c;x\x07"}}, 201, nil)
+
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	t.Setenv("MESH_CONTROLLER", e.URL)
+	t.Setenv("MESH_TOKEN", e.Admin)
+	meshctl := func(args ...string) (string, string, int) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
+		return out.String(), errOut.String(), code
+	}
+
+	out, errOut, code := meshctl("sends")
+	if code != 0 || !strings.Contains(out, "MACHINE") || !strings.Contains(out, send) ||
+		!strings.Contains(out, "refused: the disk is read-only\\x1b]52;c;x") || strings.Contains(out, "\x1b") {
+		t.Fatalf("sends: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, _, code = meshctl("sends", "m2")
+	if code != 0 || strings.Contains(out, send) || strings.Count(out, "\n") != 1 {
+		t.Fatalf("sends m2 (never polled): exit %d\n%s", code, out)
+	}
+	out, _, code = meshctl("sends", "m1", "-o", "json")
+	var sl struct {
+		Items []struct {
+			ID, Machine, Trigger, Outcome string
+			Generation                    int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &sl); err != nil || code != 0 || len(sl.Items) != 1 ||
+		sl.Items[0].ID != send || sl.Items[0].Machine != "m1" || sl.Items[0].Generation != 1 || sl.Items[0].Trigger != "enrol" || sl.Items[0].Outcome != "refused" {
+		t.Fatalf("sends m1 -o json: exit %d %v\n%s", code, err, out)
+	}
+
+	out, _, code = meshctl("machines", "reports", "m1")
+	if code != 0 || !strings.Contains(out, "refused") || !strings.Contains(out, send) || strings.Contains(out, "\x1b") {
+		t.Fatalf("machines reports: exit %d\n%s", code, out)
+	}
+
+	out, errOut, code = meshctl("machines", "declaration", "m1")
+	var d struct {
+		Machine    string
+		Generation int
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil || code != 0 || d.Machine != "m1" || d.Generation != 1 ||
+		!strings.HasPrefix(errOut, "m1 at generation 1 (enrol); digest sha256:") {
+		t.Fatalf("machines declaration: exit %d %v\n%s\n%s", code, err, out, errOut)
+	}
+	if out, _, _ := meshctl("sends", "-o", "json"); strings.Count(out, `"id"`) != 1 {
+		t.Fatalf("the preview made a send:\n%s", out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sends", "nobody"}, "meshctl: machine nobody: not found\n"},
+		{[]string{"sends", "--limit", "0"}, "--limit: a number of sends from 1 up"},
+		{[]string{"machines", "reports", "nobody"}, "meshctl: machine nobody: not found\n"},
+		{[]string{"machines", "declaration", "nobody"}, "meshctl: machine nobody: not found\n"},
+	} {
+		if _, errOut, code := meshctl(tc.args...); code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("meshctl %v: exit %d, %s", tc.args, code, errOut)
+		}
+	}
+}
