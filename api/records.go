@@ -35,7 +35,16 @@ func (s *Server) listAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	es, err := s.Store.AuditEvents(c.Request().Context(), limit, cur)
+	var f models.AuditFilter
+	for _, q := range []struct {
+		name string
+		to   *string
+	}{{"target", &f.Target}, {"action", &f.Action}, {"actor", &f.Actor}} {
+		if *q.to = c.QueryParam(q.name); len(*q.to) > 300 {
+			return models.Invalid(q.name, "at most 300 characters")
+		}
+	}
+	es, err := s.Store.AuditEventsWhere(c.Request().Context(), limit, cur, f)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ type AccessStore interface {
 // RecordStore is the record: audit, sends, reports, instances, the schema.
 type RecordStore interface {
 	Audit(ctx context.Context, actor, action, target, detail string) error
-	AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error)
+	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
 	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
 	Instances(ctx context.Context, limit int) ([]models.Instance, error)

@@ -2303,6 +2303,15 @@ type ListAuditEventsParams struct {
 
 	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Target only the events of this target, exactly: `machine/NAME`, `module/NAME`, `plan/ID`, `user/NAME`, `api-token/ID`; at most 300 characters
+	Target *string `form:"target,omitempty" json:"target,omitempty"`
+
+	// Action only the events of this action, exactly (`revoke-machine`, `set-current`, `report-refused`, …); at most 300 characters
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// Actor only the events of this actor, exactly: a person's name, `host:NAME`, `controller`, …; at most 300 characters
+	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 }
 
 // GetBlobParams defines parameters for GetBlob.
@@ -5977,6 +5986,42 @@ func NewListAuditEventsRequest(server string, params *ListAuditEventsParams) (*h
 		if params.Cursor != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Target != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "target", *params.Target, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Actor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "actor", *params.Actor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -364,6 +364,13 @@ type AuditEvent struct {
 	Detail string    `json:"detail"`
 }
 
+// AuditFilter picks audit events by exact target ("machine/m1",
+// "module/web", "plan/12"), action ("revoke-machine") and actor
+// ("alice", "host:m1", "controller"); an empty field matches any.
+type AuditFilter struct {
+	Target, Action, Actor string
+}
+
 // TokenLeeway is how far past its expiry a person's token is still
 // accepted (clocks of replicas and clients differ). A revocation is kept
 // that much longer than the token it refuses, or the token would be

@@ -18,10 +18,22 @@ func (s *Store) Audit(ctx context.Context, actor, action, target, detail string)
 
 // AuditEvents lists events newest first.
 func (s *Store) AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error) {
+	return s.AuditEventsWhere(ctx, limit, cursor, models.AuditFilter{})
+}
+
+// AuditEventsWhere lists the events that match f, newest first. A target's
+// events are found by the index on (target, id), so "what happened to
+// machine/m1" does not read the whole log.
+func (s *Store) AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error) {
 	var es []models.AuditEvent
 	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
 	if cursor > 0 {
 		q = q.Where("id < ?", cursor)
+	}
+	for col, v := range map[string]string{"target": f.Target, "action": f.Action, "actor": f.Actor} {
+		if v != "" {
+			q = q.Where(col+" = ?", v)
+		}
 	}
 	return es, mapErr(q.Find(&es).Error)
 }

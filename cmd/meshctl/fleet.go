@@ -231,21 +231,46 @@ func (a *app) releasesList() *cobra.Command {
 	}
 }
 
-// auditCommand lists the audit log, newest first.
+// auditCommand lists the audit log, newest first, or one thing's events.
 func (a *app) auditCommand() *cobra.Command {
 	var limit int
+	var target, machine, module, action, actor string
 	cmd := &cobra.Command{
-		Use:   "audit [--limit N]",
+		Use:   "audit [--machine NAME | --module NAME | --target KIND/NAME] [--action A] [--actor WHO] [--limit N]",
 		Short: "The audit log, newest first: who did what to what, refusals included (viewer)",
-		Args:  cobra.NoArgs,
+		Example: `  meshctl audit --limit 100
+  meshctl audit --machine m1                  # everything that happened to m1
+  meshctl audit --action revoke-machine       # every revocation, by whom and why
+  meshctl audit --actor host:m1               # what m1's host did, refusals of it included`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return errors.New("--limit: a number of events from 1 up")
+			}
+			if machine != "" {
+				target = "machine/" + machine
+			}
+			if module != "" {
+				target = "module/" + module
+			}
 			c, err := a.apiClient()
 			if err != nil {
 				return err
 			}
+			params := func(n int, cursor *string) *client.ListAuditEventsParams {
+				p := &client.ListAuditEventsParams{Limit: &n, Cursor: cursor}
+				for _, f := range []struct {
+					v  string
+					to **string
+				}{{target, &p.Target}, {action, &p.Action}, {actor, &p.Actor}} {
+					if f.v != "" {
+						*f.to = &f.v
+					}
+				}
+				return p
+			}
 			es, raw, err := collect[client.AuditEvent](limit, func(cursor *string) (*http.Response, []byte, error) {
-				n := min(limit, 500)
-				r, err := c.ListAuditEventsWithResponse(cmd.Context(), &client.ListAuditEventsParams{Limit: &n, Cursor: cursor})
+				r, err := c.ListAuditEventsWithResponse(cmd.Context(), params(min(limit, 500), cursor))
 				if err != nil {
 					return nil, nil, err
 				}
@@ -260,6 +285,12 @@ func (a *app) auditCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many events at most")
+	cmd.Flags().StringVar(&machine, "machine", "", "only the events of this machine (the target machine/NAME)")
+	cmd.Flags().StringVar(&module, "module", "", "only the events of this module (the target module/NAME)")
+	cmd.Flags().StringVar(&target, "target", "", "only the events of this target, exactly as the TARGET column shows it (plan/12, user/carol, …)")
+	cmd.Flags().StringVar(&action, "action", "", "only the events of this action, exactly as the ACTION column shows it")
+	cmd.Flags().StringVar(&actor, "actor", "", "only the events of this actor, exactly as the ACTOR column shows it (a person, host:NAME, controller)")
+	cmd.MarkFlagsMutuallyExclusive("machine", "module", "target")
 	return cmd
 }
 

@@ -13,7 +13,8 @@ import (
 
 // TestMeshctl_TheRecord: an operator finds each send (to which machine,
 // which generation, why, and what its host said), a machine's reports, and
-// the declaration its generation composes to — and a preview makes no send.
+// the declaration its generation composes to — and a preview makes no send;
+// and one machine's, action's or actor's events in the audit log.
 func TestMeshctl_TheRecord(t *testing.T) {
 	e := ctltest.Start(t, store.SQLite)
 	en := e.Enroll("m1")
@@ -75,6 +76,19 @@ func TestMeshctl_TheRecord(t *testing.T) {
 	}
 	if out, _, _ := meshctl("sends", "-o", "json"); strings.Count(out, `"id"`) != 1 {
 		t.Fatalf("the preview made a send:\n%s", out)
+	}
+
+	out, _, code = meshctl("audit", "--machine", "m1")
+	if code != 0 || !strings.Contains(out, "machine/m1") || strings.Contains(out, "machine/m2") {
+		t.Fatalf("audit --machine m1: exit %d\n%s", code, out)
+	}
+	out, _, code = meshctl("audit", "--actor", "host:m2", "--action", "enroll", "-o", "json")
+	if code != 0 || strings.Count(out, `"action": "enroll"`) != 1 || !strings.Contains(out, `"target": "machine/m2"`) {
+		t.Fatalf("audit --actor host:m2 --action enroll: exit %d\n%s", code, out)
+	}
+	resp, body := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=" + strings.Repeat("x", 301), Token: e.Admin})
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "at most 300") {
+		t.Fatalf("a target of 301 characters: %d %s", resp.StatusCode, body)
 	}
 
 	for _, tc := range []struct {

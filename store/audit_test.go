@@ -1,0 +1,56 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestAuditEventsWhere: one target's, action's or actor's events, newest
+// first, paged by the cursor as the whole log is; no filter is the whole log.
+func TestAuditEventsWhere(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for i := range 30 {
+			target := fmt.Sprintf("machine/m%d", i%3)
+			action, actor := "push", "alice"
+			if i%5 == 0 {
+				action, actor = "revoke-machine", "bob"
+			}
+			if err := s.Audit(ctx, actor, action, target, fmt.Sprint(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all, err := s.AuditEvents(ctx, 100, 0)
+		if err != nil || len(all) != 30 {
+			t.Fatalf("the whole log: %d events, %v", len(all), err)
+		}
+		details := func(es []models.AuditEvent) string {
+			out := ""
+			for _, e := range es {
+				out += e.Detail + " "
+			}
+			return out
+		}
+		m1, err := s.AuditEventsWhere(ctx, 4, 0, models.AuditFilter{Target: "machine/m1"})
+		if err != nil || details(m1) != "28 25 22 19 " {
+			t.Fatalf("m1's newest four: %q, %v", details(m1), err)
+		}
+		next, err := s.AuditEventsWhere(ctx, 4, m1[3].ID, models.AuditFilter{Target: "machine/m1"})
+		if err != nil || details(next) != "16 13 10 7 " {
+			t.Fatalf("m1's next four: %q, %v", details(next), err)
+		}
+		both, err := s.AuditEventsWhere(ctx, 100, 0, models.AuditFilter{Target: "machine/m0", Action: "revoke-machine", Actor: "bob"})
+		if err != nil || details(both) != "15 0 " {
+			t.Fatalf("m0's revocations by bob: %q, %v", details(both), err)
+		}
+		none, err := s.AuditEventsWhere(ctx, 100, 0, models.AuditFilter{Target: "machine/m"})
+		if err != nil || len(none) != 0 {
+			t.Fatalf("a target matched by its prefix: %q, %v", details(none), err)
+		}
+	})
+}
