@@ -15,7 +15,7 @@ type Store interface {
 	MachineStates(ctx context.Context) ([]models.Machine, error)
 	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
-	AuditEvents(ctx context.Context, limit int, cursor int64) ([]models.AuditEvent, error)
+	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
 	CurrentSends(ctx context.Context, ids []int64) (map[int64]models.PendingSend, error)

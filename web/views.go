@@ -2,7 +2,10 @@ package web
 
 import (
 	"fmt"
+	"net/url"
 	"time"
+
+	"github.com/a-h/templ"
 
 	"mesh/models"
 )
@@ -71,6 +74,19 @@ func ago(t time.Time, now time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// auditOf is the dashboard's audit log of one target ("machine/m1").
+func auditOf(target string) templ.SafeURL {
+	return templ.SafeURL("/audit?target=" + url.QueryEscape(target))
+}
+
+// forTarget ends "No events" with the target asked for, if any.
+func forTarget(target string) string {
+	if target == "" {
+		return ""
+	}
+	return " of " + target
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
