@@ -46,6 +46,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	for _, r := range ordered {
 		want[r.ID] = true
 	}
+	claimed := claimedPaths(ordered)
 	var actions []models.Action
 
 	// 1. Services no longer named stop first: nothing may run on files
@@ -66,7 +67,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	digests := map[string]string{}
 	units := -1 // the last action on a unit file: systemd must reload
 	for _, r := range ordered {
-		act, err := a.applyOne(ctx, r, st, digests)
+		act, err := a.applyOne(ctx, r, st, digests, claimed)
 		if err != nil {
 			return actions, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
 		}
@@ -87,8 +88,12 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		act := models.Action{Resource: id, Action: "removed", Digest: m.Digest}
 		if m.OnRemove == "forget" {
 			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
+		} else if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
+			// A resource renamed (or its module) at the same path: step 2
+			// wrote the new one there, and removing the old would delete it.
+			act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
 		} else {
-			if err := a.removeManaged(m); err != nil {
+			if err := a.removeManaged(m, claimed); err != nil {
 				return actions, fmt.Errorf("removing %s: %w", id, err)
 			}
 			act.Detail = m.Path
@@ -114,22 +119,52 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	return actions, nil
 }
 
-// removeManaged removes what a file or tree resource put on the machine.
-func (a *Agent) removeManaged(m *Managed) error {
+// removeManaged removes what a file, tree or certificate resource put on
+// the machine, but for the paths a resource of the declaration being
+// applied claims (claimedPaths): those hold what it wrote.
+func (a *Agent) removeManaged(m *Managed, claimed map[string]string) error {
 	switch m.Kind {
 	case "file":
-		return a.root.remove(m.Path)
+		if claimed[m.Path] == "" {
+			return a.root.remove(m.Path)
+		}
 	case "tree":
-		return a.root.removeTree(m.Path)
+		if claimed[m.Path] == "" {
+			return a.root.removeTree(m.Path)
+		}
 	case models.ResourceCertificate:
-		return a.removeCertificate(m, nil)
+		return a.removeCertificate(m, nil, claimed)
+	}
+	return nil
+}
+
+// claimedPaths maps each path the resources put on the machine (a file's,
+// a tree's, a certificate's chain and key) to the resource's id. Checked
+// resources never repeat one (checkResources).
+func claimedPaths(rs []models.Resource) map[string]string {
+	out := make(map[string]string, len(rs))
+	for _, r := range rs {
+		for _, p := range resourcePaths(r) {
+			out[p] = r.ID
+		}
+	}
+	return out
+}
+
+// resourcePaths are the paths a resource puts on the machine.
+func resourcePaths(r models.Resource) []string {
+	switch r.Kind {
+	case "file", "tree":
+		return []string{r.Path}
+	case models.ResourceCertificate:
+		return []string{r.Path, r.KeyPath}
 	}
 	return nil
 }
 
 // applyOne applies one resource; when it moved (a new path or kind), what
 // the old one left is removed once the new one is in place.
-func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
+func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests, claimed map[string]string) (models.Action, error) {
 	var moved *Managed
 	// A certificate cleans up its own old files (two paths, and the new
 	// ones may reuse one of them).
@@ -138,18 +173,24 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 		old := *prev
 		moved = &old
 	}
-	act, err := a.applyResource(ctx, r, st, digests)
+	act, err := a.applyResource(ctx, r, st, digests, claimed)
 	if err != nil || moved == nil {
 		return act, err
 	}
-	if err := a.removeManaged(moved); err != nil {
+	if by := claimed[moved.Path]; by != "" && moved.Kind != models.ResourceCertificate {
+		// Its old path is another resource's now (two swapped paths, or
+		// one took the other's): that one's content stays.
+		act.Detail += " (moved from " + moved.Path + ", " + by + "'s now)"
+		return act, nil
+	}
+	if err := a.removeManaged(moved, claimed); err != nil {
 		return act, fmt.Errorf("removing the old %s at %s: %w", moved.Kind, moved.Path, err)
 	}
 	act.Detail += " (moved from " + moved.Path + ")"
 	return act, nil
 }
 
-func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State, digests map[string]string) (models.Action, error) {
+func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State, digests, claimed map[string]string) (models.Action, error) {
 	prev := st.Resources[r.ID]
 	verb := "created"
 	if prev != nil {
@@ -197,7 +238,7 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 			return models.Action{}, err
 		}
 		if prev != nil && prev.OnRemove != "forget" {
-			if err := a.removeCertificate(prev, &r); err != nil {
+			if err := a.removeCertificate(prev, &r, claimed); err != nil {
 				return models.Action{}, err
 			}
 		}

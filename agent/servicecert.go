@@ -297,12 +297,12 @@ func (c *client) postCertificate(ctx context.Context, req models.CertificateRequ
 
 // removeCertificate removes the chain and key a certificate resource wrote,
 // except the paths its successor now (keep non-nil) uses.
-func (a *Agent) removeCertificate(m *Managed, keep *models.Resource) error {
+func (a *Agent) removeCertificate(m *Managed, keep *models.Resource, claimed map[string]string) error {
 	if m.Resource == nil {
 		return nil
 	}
 	for _, p := range []string{m.Resource.Path, m.Resource.KeyPath} {
-		if keep != nil && (p == keep.Path || p == keep.KeyPath) {
+		if keep != nil && (p == keep.Path || p == keep.KeyPath) || claimed[p] != "" {
 			continue
 		}
 		if err := a.root.remove(p); err != nil {

@@ -74,11 +74,20 @@ func verify(body []byte, keys []PublicKey, machine string) (*verified, error) {
 // kinds, paths outside the allowed roots, broken dependencies.
 func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 	ids := map[string]bool{}
+	paths := map[string]string{}
 	for _, r := range d.Resources {
 		if r.ID == "" || ids[r.ID] {
 			return refuse("bad field: resource id %q is empty or repeated", r.ID)
 		}
 		ids[r.ID] = true
+		// Two resources at one path would each overwrite the other, and
+		// one removed later would delete what the other keeps there.
+		for _, p := range resourcePaths(r) {
+			if other := paths[p]; other != "" && other != r.ID && p != "" {
+				return refuse("bad field: %s and %s both declare the path %s", other, r.ID, p)
+			}
+			paths[p] = r.ID
+		}
 		switch r.Kind {
 		case "file":
 			if r.Content == nil {

@@ -267,6 +267,7 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 	}
 	p.Resources = make([]Resource, 0, n)
 	ids := make(map[string]bool, n)
+	var paths map[string]string
 	for _, m := range mods {
 		man := m.Parsed
 		if man == nil {
@@ -302,6 +303,20 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 				return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource id %s is also another module's", m.Name, m.Build, res.ID))
 			}
 			ids[res.ID] = true
+			// A host refuses two resources at one path too (each would
+			// overwrite the other): say so here, where a person can act.
+			for _, pth := range [2]string{res.Path, res.KeyPath} {
+				if pth == "" || res.Kind == "service" {
+					continue
+				}
+				if other, ok := paths[pth]; ok && other != res.ID {
+					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, as %s does", m.Name, m.Build, res.ID, pth, other))
+				}
+				if paths == nil {
+					paths = make(map[string]string, n)
+				}
+				paths[pth] = res.ID
+			}
 			p.Resources = append(p.Resources, res)
 		}
 	}

@@ -159,8 +159,10 @@ func TestComposePayload(t *testing.T) {
 		}
 	})
 	t.Run("OK_ModulesSortedByName", func(t *testing.T) {
-		one := `{"resources": [{"name": "f", "kind": "file", "path": "/f", "content": ""}]}`
-		in := ComposeInput{Machine: "m", Modules: []ComposeModule{{Name: "zeta", Manifest: one}, {Name: "alpha", Manifest: one}, {Name: "mid", Manifest: one}}}
+		one := func(path string) string {
+			return `{"resources": [{"name": "f", "kind": "file", "path": "` + path + `", "content": ""}]}`
+		}
+		in := ComposeInput{Machine: "m", Modules: []ComposeModule{{Name: "zeta", Manifest: one("/z")}, {Name: "alpha", Manifest: one("/a")}, {Name: "mid", Manifest: one("/m")}}}
 		p, err := ComposePayload(in)
 		if err != nil {
 			t.Fatal(err)
@@ -251,6 +253,19 @@ func TestComposePayload_IDsOfTwoModulesCollide(t *testing.T) {
 	}})
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "a.b.c") {
 		t.Fatalf("err = %v, want the repeated id refused", err)
+	}
+}
+
+// TestComposePayload_PathsOfTwoModulesCollide: two modules' files at one
+// path would overwrite each other, and a host refuses them: the
+// generation is not composed, saying which two.
+func TestComposePayload_PathsOfTwoModulesCollide(t *testing.T) {
+	_, err := ComposePayload(ComposeInput{Machine: "m", Modules: []ComposeModule{
+		{Name: "a", Manifest: `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/x.conf", "content": ""}]}`},
+		{Name: "b", Manifest: `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/x.conf", "content": ""}]}`},
+	}})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "resource b.conf declares the path /etc/x.conf, as a.conf does") {
+		t.Fatalf("err = %v, want the repeated path refused", err)
 	}
 }
 
