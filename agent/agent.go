@@ -299,7 +299,9 @@ func (a *Agent) loop(ctx context.Context) error {
 func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	etagGen, _ := strconv.ParseInt(strings.Trim(res.etag, `"`), 10, 64)
 	if res.body == nil {
-		a.refused(ctx, res.send, 0, "", "refused: declaration larger than the size cap", false)
+		// Unread, so neither its generation nor its send can be trusted:
+		// the report names neither, as any refusal of an unverified body.
+		a.refused(ctx, "", 0, "", fmt.Sprintf("refused: declaration larger than the size cap of %d bytes (send %s, generation %d claimed)", MaxDeclaration, res.send, etagGen), false)
 		return false
 	}
 	v, err := verify(res.body, a.id.Keys, a.id.Machine)

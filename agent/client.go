@@ -130,8 +130,9 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 			return nil, fmt.Errorf("reading declaration: %w", err)
 		}
 		if len(b) > MaxDeclaration {
-			return &pollResult{body: nil, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")},
-				fmt.Errorf("%w: declaration larger than %d bytes", errTooLarge, MaxDeclaration)
+			// A declaration, refused unread (handle reports it): not a
+			// failed poll, which would only be made again.
+			return &pollResult{body: nil, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")}, nil
 		}
 		return &pollResult{body: b, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag"), tlsHint: resp.Header.Get("X-Mesh-TLS")}, nil
 	case http.StatusServiceUnavailable:
@@ -141,7 +142,6 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 	return nil, fmt.Errorf("poll %s: %s: %s", c.base(), resp.Status, problemDetail(b))
 }
 
-var errTooLarge = errors.New("too large")
 
 // postReport sends one report; the caller keeps it in the outbox until this
 // succeeds.
