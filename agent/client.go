@@ -142,7 +142,6 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 	return nil, fmt.Errorf("poll %s: %s: %s", c.base(), resp.Status, problemDetail(b))
 }
 
-
 // postReport sends one report; the caller keeps it in the outbox until this
 // succeeds.
 func (c *client) postReport(ctx context.Context, body []byte) error {
