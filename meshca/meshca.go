@@ -259,11 +259,24 @@ func pinned(addr, serverName, pin string, chain []*x509.Certificate) (*x509.Cert
 	}
 	var ca *x509.Certificate
 	seen := make([]string, len(chain))
+	forged := false
 	for i, c := range chain {
 		seen[i] = Pin(c)
-		if seen[i] == pin && c.IsCA && ca == nil {
-			ca = c
+		if seen[i] != pin || !c.IsCA || ca != nil {
+			continue
 		}
+		// The pin names a key, and any certificate can carry a public key:
+		// only the mesh CA's own certificate is signed by that key itself.
+		// One signed by another (made on the path, expiring tomorrow)
+		// would be kept as the host's only root.
+		if !bytes.Equal(c.RawIssuer, c.RawSubject) || c.CheckSignatureFrom(c) != nil {
+			forged = true
+			continue
+		}
+		ca = c
+	}
+	if ca == nil && forged {
+		return nil, fmt.Errorf("%s presented a certificate with the pinned CA key %s that the key did not sign itself: not the mesh CA's own certificate (a connection through someone else?)", addr, pin)
 	}
 	if ca == nil {
 		return nil, &PinMismatchError{Addr: addr, Expected: pin, Seen: seen}
