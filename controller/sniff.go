@@ -37,6 +37,7 @@ func newSniffListener(inner net.Listener, conf *tls.Config) *sniffListener {
 }
 
 func (l *sniffListener) run() {
+	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -44,9 +45,22 @@ func (l *sniffListener) run() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			// Out of descriptors or buffers for a moment (EMFILE, ENFILE,
+			// ENOBUFS under a flood): wait and accept again, as net/http
+			// does. Only an error that will not pass ends the listener:
+			// it did, for good, at the first of these.
+			if errors.As(err, &ne) && ne.Temporary() { //nolint:staticcheck // as net/http judges an accept error
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(delay):
+					continue
+				case <-l.closed:
+				}
+			}
 			l.errc <- err
 			return
 		}
+		delay = 0
 		go l.sniff(c)
 	}
 }
