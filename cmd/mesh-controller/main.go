@@ -209,7 +209,7 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 			o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_UPLOAD: %w", err))
 		}
 	}
-	tlsFlags(fs, cfg)
+	o.envErr = errors.Join(o.envErr, tlsFlags(fs, cfg))
 	fs.Var(&o.maxUpload, "max-upload", "largest upload body (a build's artifact, a host release), e.g. 512MiB, 2GiB; streamed into the store, never held in memory (MESH_MAX_UPLOAD)")
 }
 
@@ -276,25 +276,36 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	return c.Stop()
 }
 
-// tlsFlags are serve's TLS flags.
-func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
+// tlsFlags are serve's TLS flags; the error is an environment variable's
+// that is not what its flag takes.
+func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) (envErr error) {
 	tlsEnv, _ := strconv.ParseBool(os.Getenv("MESH_TLS"))
 	fs.BoolVar(&cfg.TLS, "tls", tlsEnv, "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP on an address that is not loopback: tokens travel in the clear (warned of at every start)")
-	if v := os.Getenv("MESH_ADVERTISE"); v != "" {
-		cfg.Advertise = strings.Split(v, ",")
-	}
-	fs.Func("advertise", "a host name or IP address hosts reach this controller by, named in its serving certificate (repeatable; the first is the URL join tokens give) (MESH_ADVERTISE, comma-separated)", func(v string) error {
+	// Each name, from the flag or the variable, is checked and trimmed
+	// alike: an untrimmed " ctl2" escaped the check that keeps service
+	// certificates from naming the controller.
+	advertise := func(v string) error {
 		if v = strings.TrimSpace(v); v == "" || strings.ContainsAny(v, "/: ") && net.ParseIP(v) == nil {
 			return fmt.Errorf("%q: a host name or an IP address, without scheme or port", v)
 		}
 		cfg.Advertise = append(cfg.Advertise, v)
 		return nil
-	})
+	}
+	if v := os.Getenv("MESH_ADVERTISE"); v != "" {
+		for _, name := range strings.Split(v, ",") {
+			if err := advertise(name); err != nil {
+				envErr = errors.Join(envErr, fmt.Errorf("MESH_ADVERTISE: %w", err))
+			}
+		}
+	}
+	fs.Func("advertise", "a host name or IP address hosts reach this controller by, named in its serving certificate (repeatable; the first is the URL join tokens give) (MESH_ADVERTISE, comma-separated)", advertise)
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", env("MESH_TLS_CERT", ""), "PEM certificate (chain) of your own for the dashboard and API, presented to clients asking for a name it covers that is not advertised; hosts keep the mesh CA (MESH_TLS_CERT)")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", env("MESH_TLS_KEY", ""), "the PEM private key of --tls-cert (MESH_TLS_KEY)")
 	if v := env("MESH_ACME_DOMAINS", ""); v != "" {
-		cfg.ACME.Domains = strings.Split(v, ",")
+		for _, d := range strings.Split(v, ",") {
+			cfg.ACME.Domains = append(cfg.ACME.Domains, strings.TrimSpace(d))
+		}
 	}
 	fs.Func("acme-domain", "a public name whose certificate for the dashboard and API comes by ACME (TLS-ALPN-01 on this listener, reachable on port 443) instead of --tls-cert; hosts keep the mesh CA (repeatable) (MESH_ACME_DOMAINS, comma-separated)", func(v string) error {
 		cfg.ACME.Domains = append(cfg.ACME.Domains, strings.TrimSpace(v))
@@ -311,6 +322,7 @@ func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) {
 		return err
 	})
 	fs.DurationVar(&cfg.MachineCertGrace, "machine-cert-grace", 7*24*time.Hour, "how long past expiry a host that was offline may still renew its certificate, once")
+	return envErr
 }
 
 // tlsBanner says how the controller serves, for the start banner.
