@@ -119,6 +119,12 @@ func (s *Server) expire(pp *parkedPoll) {
 		return // a worker has it; it checks the deadline itself
 	}
 	s.Hub.Unpark(pp)
+	if pp.revoked() {
+		// Refused since it parked, and not closed then (a revocation this
+		// instance learnt by reading the store, not by notification).
+		s.finishParked(pp, goneResponse())
+		return
+	}
 	s.finishParked(pp, notModified())
 }
 

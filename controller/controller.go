@@ -53,8 +53,8 @@ type Config struct {
 	ResyncEvery time.Duration
 	// RolloutEvery is how often host rollouts are stepped.
 	RolloutEvery time.Duration
-	// HeartbeatEvery is how often the instance row is touched (and, on
-	// SQLite, the refused tokens read again); DefaultHeartbeatEvery if 0.
+	// HeartbeatEvery is how often the instance row is touched (and the
+	// refused tokens read again); DefaultHeartbeatEvery if 0.
 	HeartbeatEvery time.Duration
 	// KeepSends is how long sends, reports and declarations are kept
 	// (--keep-sends; 0: models.DefaultKeepSends, below 0: for ever);
@@ -241,10 +241,17 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	revoked := auth.NewRevocations()
 	st.OnRevoked(revoked.Add)
 	st.OnHostInfo(hub.ForgetHostInfo)
-	loadRevoked := func(ctx context.Context) error { return loadRevocations(ctx, st, revoked) }
 	// After a reconnect the refused set is read again before the hub: a
-	// poll the reload wakes must find a revocation missed meanwhile.
-	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, func() { _ = loadRevoked(listenCtx); _ = hub.Load(listenCtx) }, listening, cfg.Log)
+	// poll the reload wakes must find a revocation missed meanwhile. Each
+	// is tried until it succeeds: a failed read left a revocation missed
+	// in the gap unknown here, on PostgreSQL, until a restart.
+	reconnected := func() {
+		untilDone(listenCtx, cfg.Log, "reading revocations after the listener reconnected", func(ctx context.Context) error {
+			return st.AnnounceRevocations(ctx, revoked.Revoked)
+		})
+		untilDone(listenCtx, cfg.Log, "reloading machines after the listener reconnected", hub.Load)
+	}
+	go st.Listen(listenCtx, cfg.DatabaseURL, hub.Bumped, reconnected, listening, cfg.Log)
 	select {
 	case <-listening:
 	case <-time.After(30 * time.Second):
@@ -255,7 +262,7 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		stopListening()
 		return nil, err
 	}
-	if err := loadRevoked(ctx); err != nil {
+	if err := st.AnnounceRevocations(ctx, revoked.Revoked); err != nil {
 		stopListening()
 		return nil, err
 	}
@@ -405,10 +412,23 @@ const DefaultHeartbeatEvery = 15 * time.Second
 
 // loadRevocations reads the store's refused tokens into the set checked on
 // every request.
-func loadRevocations(ctx context.Context, st *store.Store, into *auth.Revocations) error {
-	rs, err := st.Revocations(ctx)
-	into.Add(rs)
-	return err
+// untilDone calls f until it succeeds or ctx ends, waiting longer after
+// each failure (at most 10 s), each logged.
+func untilDone(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
+	wait := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		log.Warn(what, "err", err, "again in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 func (c *Controller) heartbeat(ctx context.Context) {
@@ -428,13 +448,13 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			if err := c.Store.PruneRevocations(ctx); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pruning revocations", "err", err)
 			}
-			// A short command beside a SQLite controller (user add) revokes
-			// in the store, where no notification reaches this process: the
-			// refused set is read again (PostgreSQL's instances are told).
-			if c.Store.Dialect() == store.SQLite {
-				if err := loadRevocations(ctx, c.Store, c.Server.Auth.Revoked); err != nil && ctx.Err() == nil {
-					c.cfg.Log.Warn("reading revocations", "err", err)
-				}
+			// The refused set is read again, and parked polls of newly
+			// refused machines closed: a short command beside a SQLite
+			// controller (user add) revokes where no notification reaches
+			// this process, and on PostgreSQL a notification sent while
+			// this instance's listener was away is lost.
+			if err := c.Store.AnnounceRevocations(ctx, c.Server.Auth.Revoked.Revoked); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("reading revocations", "err", err)
 			}
 			// API tokens' last use, noted in memory at most once a minute each.
 			if uses := c.Server.Auth.Used.Take(); len(uses) > 0 {

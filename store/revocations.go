@@ -59,6 +59,26 @@ func (s *Store) Revocations(ctx context.Context) ([]models.Revocation, error) {
 	return rs, mapErr(s.db.WithContext(ctx).Where("expires_at > ?", s.Now()).Find(&rs).Error)
 }
 
+// AnnounceRevocations reads the revocations in force and tells OnRevoked's
+// hooks of those known says this instance has not heard of, as if each
+// were just made: what an instance that may have missed a notification
+// (its listener was away) or a revocation made beside it (a short command
+// on SQLite) does, so that its refused set and its parked polls catch up.
+func (s *Store) AnnounceRevocations(ctx context.Context, known func(tokenID string) bool) error {
+	rs, err := s.Revocations(ctx)
+	if err != nil {
+		return err
+	}
+	missed := rs[:0]
+	for _, r := range rs {
+		if !known(r.TokenID) {
+			missed = append(missed, r)
+		}
+	}
+	s.announceRevoked(missed)
+	return nil
+}
+
 // OnRevoked registers f to be called, after commit, with every revocation
 // a committed transaction made, and with those other instances made (by
 // notification, PostgreSQL).
