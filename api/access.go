@@ -270,10 +270,11 @@ func (s *Server) enroll(c echo.Context) error {
 	}
 	tokenID := auth.NewSecret()[:16]
 	m, err := s.Store.Enroll(ctx, auth.HashToken(req.JoinToken), req.Name, req.OS, req.Arch, req.HostVersion, req.Schema, tokenID)
-	if errors.Is(err, models.ErrTokenUsed) {
+	if errors.Is(err, models.ErrTokenUsed) || errors.Is(err, models.ErrConflict) {
 		// A refused enrolment is on the record: someone holds a stale or
-		// guessed join token. Once a minute per address, with how many
-		// more: an outsider's guesses are not a row each.
+		// guessed join token, or a good one and an enrolled machine's
+		// name. Once a minute per address, with how many more: an
+		// outsider's guesses are not a row each.
 		if due, since := s.refusals.Due(c.RealIP() + "\x00enroll"); due {
 			_ = s.Store.Audit(ctx, "anonymous", "enroll-refused", "machine/"+req.Name, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
 		}

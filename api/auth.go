@@ -148,10 +148,11 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		// the store decides, and the hub learns the machine.
 		m, err := s.Store.Machine(c.Request().Context(), name)
 		if err != nil || m.TokenID != enrolment {
+			// A token or certificate the controller made, for a machine the
+			// store does not have as that enrolment (deleted, enrolled
+			// again, a store restored from before it): on the record.
 			err := fmt.Errorf("%w: host token or certificate of machine %s is not known here", models.ErrUnauthorized, name)
-			if cert != nil {
-				s.recordRefusal(c, name, "unknown", err.Error())
-			}
+			s.recordRefusal(c, name, "unknown", err.Error())
 			return nil, err
 		}
 		s.Hub.Add(m)

@@ -59,8 +59,13 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 		return nil, err
 	}
 	if id.Expired && !renewal {
-		return nil, fmt.Errorf("%w: machine %s's client certificate expired at %s; the host renews it (POST /api/v1/host/certificate) until %s",
+		// On the record: a host that never renews (an older release, a
+		// clock far off, renewals that keep failing) otherwise just goes
+		// offline with nothing said.
+		err := fmt.Errorf("%w: machine %s's client certificate expired at %s; the host renews it (POST /api/v1/host/certificate) until %s",
 			models.ErrUnauthorized, id.Machine, id.NotAfter.UTC().Format(time.RFC3339), id.NotAfter.Add(certs.CertGrace()).UTC().Format(time.RFC3339))
+		s.recordRefusal(c, id.Machine, "expired", err.Error())
+		return nil, err
 	}
 	return id, nil
 }
