@@ -6,8 +6,10 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/libtnb/sqlite"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -61,6 +64,7 @@ type Store struct {
 	db      *gorm.DB
 	dialect string
 	lock    *flock.Flock
+	dataDir string // SQLite's
 	keyring *keyring.Keyring
 
 	// Now is the clock; tests fix it.
@@ -160,6 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
+		s.dataDir = cfg.DataDir
 		if cfg.Exclusive {
 			s.lock = flock.New(filepath.Join(cfg.DataDir, "controller.lock"))
 			ok, err := s.lock.TryLock()
@@ -268,7 +273,15 @@ func (s *Store) Close() error {
 	return err
 }
 
-func (s *Store) gooseProvider() (*goose.Provider, error) {
+// migrationLockID is the advisory lock's id of the store whose
+// notification channel is channel: two meshes in one database (in two
+// schemas) do not wait for each other's migrations.
+func migrationLockID(channel string) int64 {
+	h := sha256.Sum256([]byte("migrate\x00" + channel))
+	return int64(binary.BigEndian.Uint64(h[:8]) >> 1)
+}
+
+func (s *Store) gooseProvider(opts ...goose.ProviderOption) (*goose.Provider, error) {
 	sqlDB, err := s.db.DB()
 	if err != nil {
 		return nil, err
@@ -284,12 +297,34 @@ func (s *Store) gooseProvider() (*goose.Provider, error) {
 	if migrations.Max > 0 {
 		sub = capped{sub, migrations.Max}
 	}
-	return goose.NewProvider(d, sqlDB, sub)
+	return goose.NewProvider(d, sqlDB, sub, opts...)
 }
 
-// Migrate applies every pending migration, each in its own transaction.
+// Migrate applies every pending migration, each in its own transaction,
+// under a lock: two instances of a new build starting on one store (a
+// rolling upgrade with replicas; serve and `user add` side by side on
+// SQLite) migrate it once between them, the second waiting for the first.
+// Without it the second failed to start ("column … already exists"), and a
+// migration that does not fail when run twice ran twice.
 func (s *Store) Migrate(ctx context.Context) (applied []string, err error) {
-	p, err := s.gooseProvider()
+	var opts []goose.ProviderOption
+	if s.dialect == Postgres {
+		// A session's advisory lock, its id the store's own (the database
+		// and schema, as the notification channel's), tried every second
+		// for five minutes.
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID(s.channel)), lock.WithLockTimeout(1, 300))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	} else {
+		l := flock.New(filepath.Join(s.dataDir, "migrate.lock"))
+		if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("migrate: waiting for another process migrating the store: %w", err)
+		}
+		defer func() { _ = l.Unlock() }()
+	}
+	p, err := s.gooseProvider(opts...)
 	if err != nil {
 		return nil, err
 	}
