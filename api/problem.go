@@ -99,10 +99,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	}
 	p := problemOf(err)
 	var he *echo.HTTPError
-	if s.Behind != "" && errors.As(err, &he) && (he.Code == http.StatusNotFound || he.Code == http.StatusMethodNotAllowed) && strings.HasPrefix(c.Request().URL.Path, "/api/") {
+	if behind := s.Behind.Why(); behind != "" && errors.As(err, &he) && (he.Code == http.StatusNotFound || he.Code == http.StatusMethodNotAllowed) && strings.HasPrefix(c.Request().URL.Path, "/api/") {
 		// A route a newer build serves: say so, rather than "not found".
 		p = Problem{Type: ProblemType("behind-store"), Title: "This controller is behind its store", Status: http.StatusNotImplemented,
-			Detail: s.Behind + "; this route is not served by this build"}
+			Detail: behind + "; this route is not served by this build"}
 	}
 	var ra *models.RetryAfterError
 	if errors.As(err, &ra) {

@@ -118,9 +118,9 @@ type Server struct {
 	// refusals keeps the audit of refused host credentials sparse.
 	refusals auth.Refusals
 
-	// Behind is set when the store's schema is newer than this build knows:
-	// it serves what it can and says why it cannot serve the rest.
-	Behind string
+	// Behind says so when the store's schema is newer than this build
+	// knows: it serves what it can and says why it cannot serve the rest.
+	Behind *models.Behind
 }
 
 // NewServer wires a server.

@@ -291,10 +291,8 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	}
 	srv.Now = st.Now
 	srv.MaxUpload = cfg.MaxUpload
-	if have, known, err := st.SchemaVersion(ctx); err == nil && have > known {
-		srv.Behind = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
-		cfg.Log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)
-	}
+	srv.Behind = &models.Behind{}
+	lookBehind(ctx, st, srv.Behind, cfg.Log)
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.IPExtractor = web.RealIP(cfg.TrustedProxies)
@@ -412,6 +410,27 @@ const DefaultHeartbeatEvery = 15 * time.Second
 
 // loadRevocations reads the store's refused tokens into the set checked on
 // every request.
+// lookBehind says whether the store's schema is newer than this build
+// knows, logging when that changes: at start, and at every heartbeat, for
+// a newer build may migrate the store while this one serves.
+func lookBehind(ctx context.Context, st *store.Store, behind *models.Behind, log *slog.Logger) {
+	have, known, err := st.SchemaVersion(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("reading the store's schema", "err", err)
+		}
+		return
+	}
+	why := ""
+	if have > known {
+		why = fmt.Sprintf("this controller (build %s) knows store schema %d; the store is at %d, migrated by a newer build", version.Build, known, have)
+	}
+	if why != behind.Why() && why != "" {
+		log.Warn("behind the store: serving what this build can", "known_schema", known, "store_schema", have)
+	}
+	behind.Set(why)
+}
+
 // untilDone calls f until it succeeds or ctx ends, waiting longer after
 // each failure (at most 10 s), each logged.
 func untilDone(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) {
@@ -442,6 +461,7 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			if err := c.Store.Heartbeat(ctx, c.Instance); err != nil {
 				c.cfg.Log.Warn("heartbeat", "err", err)
 			}
+			lookBehind(ctx, c.Store, c.Server.Behind, c.cfg.Log)
 			if err := noteOlderInstances(ctx, c.Store, c.Hub, c.cfg.Log); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("looking for instances of older builds", "err", err)
 			}

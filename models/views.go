@@ -1,6 +1,9 @@
 package models
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Key purposes: what a stored key signs.
 const (
@@ -139,4 +142,23 @@ type QueuedBuild struct {
 type RolloutView struct {
 	Rollout
 	Machines []RolloutMachine `json:"machines"`
+}
+
+// Behind says why a controller is behind its store ("" while it is not):
+// set at start and again at each heartbeat (a newer build may migrate the
+// store under a running one), and read by the API and the dashboard alike.
+type Behind struct{ why atomic.Pointer[string] }
+
+// Set records why ("" when no longer behind).
+func (b *Behind) Set(why string) { b.why.Store(&why) }
+
+// Why is the reason, "" when not behind (or b is nil).
+func (b *Behind) Why() string {
+	if b == nil {
+		return ""
+	}
+	if p := b.why.Load(); p != nil {
+		return *p
+	}
+	return ""
 }

@@ -60,8 +60,8 @@ type Server struct {
 	// Rules say machine states (the controller's thresholds).
 	Rules models.StateRules
 
-	// Behind says why this controller is behind its store ("" when not).
-	Behind string
+	// Behind says why this controller is behind its store.
+	Behind *models.Behind
 
 	// KeepSends is how long sends, reports and declarations are kept
 	// (--keep-sends; 0: for ever), said with how far back the record goes.
@@ -240,7 +240,7 @@ func (s *Server) errorPage(c echo.Context, status int, msg string) error {
 
 // page is what every page's layout needs.
 func (s *Server) page(c echo.Context, title string) Page {
-	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), Icon: s.Asset("favicon.svg"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path, Behind: s.Behind}
+	return Page{Title: title, Viewer: who(c), CSS: s.Asset("mesh.css"), Icon: s.Asset("favicon.svg"), HTMX: s.Asset("htmx.min.js"), Path: c.Request().URL.Path, Behind: s.Behind.Why()}
 }
 
 func (s *Server) loginPage(c echo.Context) error {
