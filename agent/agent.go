@@ -418,7 +418,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		var rf *refusal
 		if errors.As(err, &rf) {
 			a.saveState()
-			a.refused(ctx, send, v.decl.Generation, v.digest, rf.reason, true)
+			a.refused(ctx, send, v.decl.Generation, v.digest, rf.reason, true, actions...)
 			return
 		}
 		if ctx.Err() != nil {
@@ -486,12 +486,14 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 // refused records a refusal; finished says whether the generation counts
 // as finished (it does for a verified declaration for this machine that
 // the host will not apply; not for one it cannot trust or an older one).
-func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, reason string, finished bool) {
+// actions are what an apply did before the refusal came (none when every
+// tree was staged first, as applyInFull does): on the record with it.
+func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, reason string, finished bool, actions ...models.Action) {
 	if finished && gen > a.state.Finished {
 		a.state.Finished = gen
 	}
 	a.cfg.Log.Warn("refused a declaration", "generation", gen, "send", send, "reason", reason)
-	a.record(ctx, models.Report{Send: send, Generation: gen, Digest: digest, Outcome: models.OutcomeRefused, Reason: reason}, nil, nil)
+	a.record(ctx, models.Report{Send: send, Generation: gen, Digest: digest, Outcome: models.OutcomeRefused, Reason: reason}, actions, nil)
 }
 
 // record writes what the host just did, in DESIGN.md's order (state file,

@@ -49,6 +49,26 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	claimed := claimedPaths(ordered)
 	var actions []models.Action
 
+	// 0. Every tree that changes is fetched and unpacked beside what runs
+	// now: an archive refused (an escape, too large) or not fetched ends
+	// the apply before anything on the machine changed — no service
+	// stopped, no file written — so a refused declaration is refused whole.
+	for _, r := range ordered {
+		if r.Kind != "tree" {
+			continue
+		}
+		if prev := st.Resources[r.ID]; prev != nil && prev.Digest == r.Artifact.Digest && a.root.treeLive(r.Path, r.Artifact.Digest) {
+			continue
+		}
+		blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
+		if err == nil {
+			_, err = a.root.stageTree(r.Path, r.Artifact.Digest, blob, a.cfg.Unpack)
+		}
+		if err != nil {
+			return nil, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
+		}
+	}
+
 	// 1. Services no longer named stop first: nothing may run on files
 	// about to go.
 	for _, id := range sortedIDs(st.Resources) {

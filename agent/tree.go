@@ -94,36 +94,13 @@ func (l UnpackLimits) budget(size int64) (int64, string) {
 // installTree unpacks the tar.gz at archive for declared path p, under
 // limits, and swaps it in. It returns the number of regular files.
 func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits) (int, error) {
-	r := rel(p)
-	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
-		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
-	}
-	vdir := rel(versionsDir(p))
-	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
+	files, err := m.stageTree(p, digest, archive, limits)
+	if err != nil {
 		return 0, err
 	}
-	m.recoverTree(p)
+	r := rel(p)
+	vdir := rel(versionsDir(p))
 	name := strings.TrimPrefix(digest, "sha256:")
-	final := path.Join(vdir, name)
-	files := 0
-	if _, err := m.root.Lstat(final); err != nil {
-		tmp := path.Join(vdir, "tmp-"+randSuffix())
-		if err := m.root.Mkdir(tmp, 0o755); err != nil {
-			return 0, err
-		}
-		n, err := m.unpack(tmp, archive, limits)
-		if err != nil {
-			_ = m.root.RemoveAll(tmp)
-			return 0, err
-		}
-		files = n
-		if err := m.root.Rename(tmp, final); err != nil {
-			_ = m.root.RemoveAll(tmp)
-			return 0, err
-		}
-	} else {
-		files = m.countFiles(final)
-	}
 	link := path.Join(path.Dir(r), "."+path.Base(r)+".link-"+randSuffix())
 	if err := m.root.Symlink(path.Base(vdir)+"/"+name, link); err != nil {
 		return 0, err
@@ -141,6 +118,42 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 		}
 	}
 	return files, nil
+}
+
+// stageTree unpacks the tar.gz at archive into its version's directory
+// beside declared path p's current one, if it is not there yet, and says
+// how many files it holds; nothing at p changes. An apply stages every
+// tree first, so an archive refused (an escape, too large) or a path
+// that is not mesh's refuses the declaration before anything changed.
+func (m *machineRoot) stageTree(p, digest, archive string, limits UnpackLimits) (int, error) {
+	r := rel(p)
+	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	}
+	vdir := rel(versionsDir(p))
+	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
+		return 0, err
+	}
+	m.recoverTree(p)
+	name := strings.TrimPrefix(digest, "sha256:")
+	final := path.Join(vdir, name)
+	if _, err := m.root.Lstat(final); err == nil {
+		return m.countFiles(final), nil
+	}
+	tmp := path.Join(vdir, "tmp-"+randSuffix())
+	if err := m.root.Mkdir(tmp, 0o755); err != nil {
+		return 0, err
+	}
+	n, err := m.unpack(tmp, archive, limits)
+	if err != nil {
+		_ = m.root.RemoveAll(tmp)
+		return 0, err
+	}
+	if err := m.root.Rename(tmp, final); err != nil {
+		_ = m.root.RemoveAll(tmp)
+		return 0, err
+	}
+	return n, nil
 }
 
 // recoverTree removes what a crash mid-install left: temporary unpack
