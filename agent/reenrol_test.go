@@ -18,7 +18,7 @@ import (
 // forgotten (the new machine starts at 1: kept, it would have been held
 // in conflict or behind). Either way the earlier machine's send is
 // forgotten (reports naming it were refused), and what the host manages is
-// kept.
+// kept. Back under a name it had before, it takes up what it finished then.
 func TestEnroll_AgainKeepsOrForgetsGenerationsByName(t *testing.T) {
 	e := ctltest.Start(t, store.SQLite)
 	dir := filepath.Join(t.TempDir(), "state")
@@ -62,5 +62,13 @@ func TestEnroll_AgainKeepsOrForgetsGenerationsByName(t *testing.T) {
 	st = again("web-7")
 	if st.Finished != 0 || st.Applied != 0 || st.AppliedSend != "" || st.Machine != "web-7" || st.Resources["web.conf"] == nil {
 		t.Fatalf("enrolled again as web-7: %+v; want no generations, no send, web.conf managed", st)
+	}
+
+	// Back under m1: the generation finished as m1 is taken up again, so
+	// the earlier m1's declarations, replayed, stay older.
+	e.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/web-7", Token: e.Admin}, 204, nil)
+	st = again("m1")
+	if st.Finished != 3 || st.Machine != "m1" || st.Resources["web.conf"] == nil {
+		t.Fatalf("enrolled again as m1 after web-7: %+v; want generation 3 finished, as m1 left it", st)
 	}
 }

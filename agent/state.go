@@ -26,6 +26,11 @@ type State struct {
 	// Machine is the name the host was enrolled under when this state
 	// began (empty in a state from before it was kept).
 	Machine string `json:"machine,omitempty"`
+	// Earlier is the last generation finished under each name the host
+	// was enrolled under before Machine: enrolled again under one of
+	// them, it takes that up again, so the earlier machine's declarations
+	// stay older (m1, then web-7, then m1 again).
+	Earlier map[string]int64 `json:"earlier,omitempty"`
 	// HostRelease is the host release the applied generation
 	// (HostReleaseGen) names, kept until this host runs it or has refused
 	// it: an upgrade cut short — the host killed while it downloads or
@@ -71,14 +76,20 @@ func LoadState(dir string) (*State, error) {
 // were another machine's (its declarations, for another name, are refused
 // whatever their generation), and the new machine's start at 1. A send
 // was always the earlier machine's. What the host manages is kept, so the
-// first declaration applies in full against it.
+// first declaration applies in full against it. A name the host had before
+// the last takes up the generation it finished then (Earlier).
 func enrolled(dir, name string) error {
 	s, err := LoadState(dir)
 	if err != nil {
 		return err
 	}
 	if s.Machine != "" && s.Machine != name {
-		s.Finished, s.Applied, s.AppliedDigest = 0, 0, ""
+		if s.Earlier == nil {
+			s.Earlier = map[string]int64{}
+		}
+		s.Earlier[s.Machine] = max(s.Earlier[s.Machine], s.Finished)
+		s.Finished, s.Applied, s.AppliedDigest = s.Earlier[name], 0, ""
+		delete(s.Earlier, name)
 	}
 	s.AppliedSend, s.Machine = "", name
 	return s.Save(dir)
