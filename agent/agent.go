@@ -248,7 +248,7 @@ func (a *Agent) loop(ctx context.Context) error {
 		res, err := a.newer, error(nil)
 		a.newer = nil
 		if res == nil {
-			res, err = a.client.poll(ctx, a.state.Finished, hold)
+			res, err = a.client.poll(ctx, a.state.Finished, a.state.FinishedSend, hold)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -456,7 +456,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 func (a *Agent) newerWithin(ctx context.Context, gen int64, d time.Duration) *pollResult {
 	until := time.Now().Add(d)
 	if d >= time.Second {
-		res, err := a.client.poll(ctx, gen, d)
+		res, err := a.client.poll(ctx, gen, "", d)
 		if err == nil && !res.notModified && res.body != nil {
 			return res
 		}
@@ -471,7 +471,9 @@ func (a *Agent) newerWithin(ctx context.Context, gen int64, d time.Duration) *po
 // finish records a generation the host is done with: state, journal, report.
 func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, reason string, actions []models.Action, attempt int, checks []models.CheckResult, started ...time.Time) {
 	gen := v.decl.Generation
-	a.state.Finished = max(a.state.Finished, gen)
+	if gen >= a.state.Finished {
+		a.state.Finished, a.state.FinishedSend = gen, send
+	}
 	if outcome == models.OutcomeApplied {
 		a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend = gen, v.digest, send
 		a.setReported(gen, checks) // the applied report carries them
@@ -490,7 +492,7 @@ func (a *Agent) finish(ctx context.Context, send string, v *verified, outcome, r
 // tree was staged first, as applyInFull does): on the record with it.
 func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, reason string, finished bool, actions ...models.Action) {
 	if finished && gen > a.state.Finished {
-		a.state.Finished = gen
+		a.state.Finished, a.state.FinishedSend = gen, send
 	}
 	a.cfg.Log.Warn("refused a declaration", "generation", gen, "send", send, "reason", reason)
 	a.record(ctx, models.Report{Send: send, Generation: gen, Digest: digest, Outcome: models.OutcomeRefused, Reason: reason}, actions, nil)

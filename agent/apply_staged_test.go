@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -94,5 +96,44 @@ func TestApply_RefusedDeclarationChangesNothing(t *testing.T) {
 	}
 	if len(problems) > 0 {
 		t.Fatalf("generation 6 was refused (reported %q), yet: %s", rs[len(rs)-1].Reason, strings.Join(problems, "; "))
+	}
+}
+
+// TestPoll_NamesTheSendItFinished: once a generation is finished, the
+// host's polls name the send that delivered it (X-Mesh-Finished-Send), so
+// a store restored from a backup that reused the generation for other
+// content can tell (api TestRestore_AGenerationReusedIsAConflict).
+func TestPoll_NamesTheSendItFinished(t *testing.T) {
+	srv := newReportServer(t)
+	a := m1Host(t, srv)
+	a.services = &fakeServices{}
+	content := "x=1\n"
+	env, _ := signDecl(t, models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{
+		{ID: "new.conf", Module: "new", Build: 1, Kind: "file", Path: "/etc/new.conf", Content: &content}}})
+	a.handle(context.Background(), &pollResult{body: env, send: "0193b1f2-0000-7000-8000-000000000006", etag: `"6"`})
+	if a.state.Finished != 6 || a.state.FinishedSend != "0193b1f2-0000-7000-8000-000000000006" {
+		t.Fatalf("finished %d by %q", a.state.Finished, a.state.FinishedSend)
+	}
+	if st, err := LoadState(a.cfg.StateDir); err != nil || st.FinishedSend != a.state.FinishedSend {
+		t.Fatalf("the finished send is not in the state file: %+v %v", st, err)
+	}
+	got := make(chan http.Header, 1)
+	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/host/declaration" {
+			select {
+			case got <- r.Header.Clone():
+			default:
+			}
+		}
+		w.WriteHeader(http.StatusNotModified)
+	}))
+	defer ctl.Close()
+	res, err := newClient(&Identity{Controllers: []string{ctl.URL}, Token: "t"}).poll(context.Background(), a.state.Finished, a.state.FinishedSend, 0)
+	if err != nil || !res.notModified {
+		t.Fatalf("poll: %+v %v", res, err)
+	}
+	h := <-got
+	if h.Get("If-None-Match") != `"6"` || h.Get(models.HeaderFinishedSend) != "0193b1f2-0000-7000-8000-000000000006" {
+		t.Fatalf("the poll's headers: %v", h)
 	}
 }

@@ -99,7 +99,7 @@ type pollResult struct {
 
 // poll is one long poll. Its deadline is wait plus a margin: a body that
 // trickles past it is cut off.
-func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (*pollResult, error) {
+func (c *client) poll(ctx context.Context, finished int64, finishedSend string, wait time.Duration) (*pollResult, error) {
 	// The controller answers by wait + wait/16; past this, the body is cut
 	// off and the next controller is tried.
 	ctx, cancel := context.WithTimeout(ctx, wait+wait/8+10*time.Second)
@@ -113,6 +113,9 @@ func (c *client) poll(ctx context.Context, finished int64, wait time.Duration) (
 	req.Header.Set("X-Mesh-Host-Version", version.Version)
 	req.Header.Set("X-Mesh-Schema", SchemaHeader)
 	req.Header.Set(models.HeaderEnvelope, models.EnvelopeBatch)
+	if finishedSend != "" {
+		req.Header.Set(models.HeaderFinishedSend, finishedSend)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {

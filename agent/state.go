@@ -19,6 +19,10 @@ type State struct {
 	Applied       int64  `json:"applied"`
 	AppliedDigest string `json:"applied_digest"`
 	AppliedSend   string `json:"applied_send"`
+	// FinishedSend is the send that delivered Finished (empty when not
+	// known: a state from before it was kept, or a name enrolled again);
+	// polls name it (models.HeaderFinishedSend).
+	FinishedSend string `json:"finished_send,omitempty"`
 	// Resources by id: what apply-in-full compares the next declaration with.
 	Resources map[string]*Managed `json:"resources"`
 	// RefusedReleases are host release digests that were rolled back.
@@ -91,7 +95,7 @@ func enrolled(dir, name string) error {
 		s.Finished, s.Applied, s.AppliedDigest = s.Earlier[name], 0, ""
 		delete(s.Earlier, name)
 	}
-	s.AppliedSend, s.Machine = "", name
+	s.AppliedSend, s.FinishedSend, s.Machine = "", "", name
 	return s.Save(dir)
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"mesh/auth"
@@ -81,6 +82,12 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		wait += rand.N(wait/16 + 1)
 	}
 	ps := newPollSession(s, p.hostID, p.Machine, p.enrolment, known, time.Now().Add(wait))
+	if fs := c.Request().Header.Get(models.HeaderFinishedSend); fs != "" {
+		if _, err := uuid.Parse(fs); err != nil || len(fs) != 36 {
+			return models.Invalid(models.HeaderFinishedSend, "the X-Mesh-Send of the answer that delivered the generation in If-None-Match")
+		}
+		ps.finishedSend = strings.ToLower(fs)
+	}
 	hv := c.Request().Header.Get(HeaderHostVersion)
 	if err := models.ValidVersion(HeaderHostVersion, hv, false); err != nil {
 		return err
@@ -188,6 +195,11 @@ func (s *Server) postReport(c echo.Context) error {
 	row, err := s.Store.InsertReport(c.Request().Context(), p.hostID, r, body)
 	if err != nil {
 		return err
+	}
+	if row.SendID != "" && models.FinalOutcome(row.Outcome) {
+		// The store checked the send is this machine's at the report's
+		// generation: the host's next polls name it.
+		s.Hub.NoteFinishedSend(p.hostID, r.Generation, row.SendID)
 	}
 	return c.JSON(http.StatusCreated, map[string]any{"id": row.ID, "send": row.SendID, "outcome": row.Outcome})
 }

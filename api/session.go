@@ -27,9 +27,12 @@ type pollSession struct {
 	// enrolment is revoked while it waits is answered 401.
 	enrolment string
 	known     int64 // the generation the host finished with
-	deadline  time.Time
-	checked   bool // the store was asked about a conflict once
-	batch     bool // the host verifies batch envelopes (X-Mesh-Envelope)
+	// finishedSend is the send by which it received known
+	// (models.HeaderFinishedSend), "" when its host did not say.
+	finishedSend string
+	deadline     time.Time
+	checked      bool // the store was asked about a conflict once
+	batch        bool // the host verifies batch envelopes (X-Mesh-Envelope)
 	// schemas are what the poll advertised (X-Mesh-Schema), hostVersion
 	// its X-Mesh-Host-Version: a declaration in a schema the poll did not
 	// advertise is never sent to it (see next).
@@ -108,11 +111,27 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		return step{verdict: pollGone}, nil
 	}
 	judged := false
-	if ps.known > v.Gen && !v.Conflict && !ps.checked {
-		// The host finished a generation this instance has not seen:
-		// judged against the store, never this cache.
+	// A host at the generation this instance knows, by a send it does not
+	// know the store made (the first poll after a start, or a send made
+	// elsewhere): a store restored from a backup may have reused the
+	// generation for other content. Asked once: a read, then remembered.
+	unsure := ps.known == v.Gen && ps.known > 0 && ps.finishedSend != "" && !s.Hub.FinishedSendKnown(ps.machine, ps.known, ps.finishedSend)
+	if unsure && !v.Conflict && !ps.checked {
+		made, err := s.Store.SendMade(ctx, ps.finishedSend, ps.machine, ps.known)
+		if err != nil {
+			return step{changed: v.Changed}, err
+		}
+		if made {
+			s.Hub.NoteFinishedSend(ps.machine, ps.known, ps.finishedSend)
+			unsure = false
+		}
+	}
+	if (ps.known > v.Gen || unsure) && !v.Conflict && !ps.checked {
+		// The host finished a generation this instance has not seen, or
+		// one it has by a send the store never made: judged against the
+		// store, never this cache.
 		ps.checked, judged = true, true
-		conflict, gen, err := s.Store.CheckConflict(ctx, ps.machine, ps.known)
+		conflict, gen, err := s.Store.CheckConflict(ctx, ps.machine, ps.known, ps.finishedSend)
 		if err != nil {
 			return step{changed: v.Changed}, err
 		}
@@ -172,7 +191,12 @@ func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (s
 	}
 	send := models.SendOf(comp, s.Instance)
 	send.MachineID = ps.machine
-	return send.ID, s.Sends.Write(ctx, send)
+	if err := s.Sends.Write(ctx, send); err != nil {
+		return "", err
+	}
+	// Its host's next polls will name it as the send it finished with.
+	s.Hub.NoteFinishedSend(ps.machine, comp.Generation, send.ID)
+	return send.ID, nil
 }
 
 // sendAnswer is a parked poll's 200 carrying comp's envelope.

@@ -28,7 +28,8 @@ type MachineStore interface {
 	Resolve(ctx context.Context, actor, name string) (*models.Machine, error)
 	Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersion, schema, tokenID string) (*models.Machine, error)
 	RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error
-	CheckConflict(ctx context.Context, machineID int64, hostGen int64) (conflict bool, gen int64, err error)
+	CheckConflict(ctx context.Context, machineID int64, hostGen int64, finishedSend string) (conflict bool, gen int64, err error)
+	SendMade(ctx context.Context, send string, machineID, gen int64) (bool, error)
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
 	SingleEnvelope(ctx context.Context, c *models.Composed, signer models.Signer) (*models.Composed, error)
 	InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error)

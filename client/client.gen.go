@@ -2362,6 +2362,9 @@ type PollDeclarationParams struct {
 
 	// XMeshEnvelope envelope formats the host verifies besides the single-signature one, comma-separated; `batch` gets the batch envelope (one signature per composed batch and an inclusion proof). Unknown formats are ignored; absent, the single-signature envelope. Each poll's own header decides, so a host rolled back to a release without it gets the single one.
 	XMeshEnvelope *string `json:"X-Mesh-Envelope,omitempty"`
+
+	// XMeshFinishedSend the X-Mesh-Send of the answer that delivered the generation in If-None-Match, when the host knows it; not a send id is 400. A host at the store's own generation by a send the store never made to it at that generation (a store restored from a backup reused the number) puts its machine in conflict, as a host ahead of the store does.
+	XMeshFinishedSend *openapi_types.UUID `json:"X-Mesh-Finished-Send,omitempty"`
 }
 
 // CreateServiceCertificateJSONBody defines parameters for CreateServiceCertificate.
@@ -6878,6 +6881,17 @@ func NewPollDeclarationRequest(server string, params *PollDeclarationParams) (*h
 			}
 
 			req.Header.Set("X-Mesh-Envelope", headerParam3)
+		}
+
+		if params.XMeshFinishedSend != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Mesh-Finished-Send", *params.XMeshFinishedSend, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "uuid"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Mesh-Finished-Send", headerParam4)
 		}
 
 	}

@@ -116,6 +116,12 @@ type machineEntry struct {
 	tokenID     string
 	lastSeen    time.Time
 	polledHere  time.Time // when its host last polled this instance
+	// finishedGen and finishedSend are a send to it this instance knows
+	// the store made (it wrote it, a report named it, or the store said
+	// so): a poll that names it as the send its host finished with is
+	// judged once, not every time.
+	finishedGen  int64
+	finishedSend string
 	// single: its host's last poll here did not send X-Mesh-Envelope:
 	// batch, so composing ahead signs its single-signature envelope too
 	// rather than leaving it to a write on the poll path.
@@ -761,6 +767,26 @@ func (h *Hub) SetHead(id, gen int64, conflict bool) {
 	}
 	h.mu.Unlock()
 	h.send(ps)
+}
+
+// FinishedSendKnown says whether send is one this instance knows the store
+// made to machine id at generation gen (NoteFinishedSend).
+func (h *Hub) FinishedSendKnown(id, gen int64, send string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.byID[id]
+	return e != nil && e.finishedGen == gen && e.finishedSend == send
+}
+
+// NoteFinishedSend remembers that the store made send to machine id at
+// generation gen, so polls naming it as their host's finished send are
+// not judged against the store again. A later generation's replaces it.
+func (h *Hub) NoteFinishedSend(id, gen int64, send string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil && gen >= e.finishedGen && send != "" {
+		e.finishedGen, e.finishedSend = gen, send
+	}
 }
 
 // composeFailed says whether a compose failure of gen is new (to be recorded once).

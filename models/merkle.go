@@ -26,6 +26,13 @@ import (
 // formats it verifies besides the single-signature one: "batch".
 const HeaderEnvelope = "X-Mesh-Envelope"
 
+// HeaderFinishedSend is the poll header naming the send by which its host
+// received the generation it finished (If-None-Match): a store restored
+// from a backup may have reused that generation's number for other
+// content, and a host at "the same" generation by a send this store never
+// made is in conflict, not current.
+const HeaderFinishedSend = "X-Mesh-Finished-Send"
+
 // EnvelopeBatch is the X-Mesh-Envelope token of the batch envelope.
 const EnvelopeBatch = "batch"
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -341,7 +342,14 @@ const sqliteTime = "2006-01-02 15:04:05.999999999-07:00"
 // that finished hostGen is ahead of its machine; if so it puts the machine
 // in conflict (nothing is sent until an admin resolves it). It returns the
 // verdict and the machine's generation in the store.
-func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64) (conflict bool, gen int64, err error) {
+//
+// finishedSend, when the host named it, is the send by which it received
+// hostGen: a host at the store's own generation by a send this store never
+// made to it at that generation finished another timeline's declaration
+// (a store restored from a backup reused the number for other content),
+// and is in conflict as a host ahead is — a 304 would leave it on content
+// the store does not hold, shown as current or behind, for good.
+func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64, finishedSend string) (conflict bool, gen int64, err error) {
 	err = s.write(ctx, func(tx *Tx) error {
 		var m models.Machine
 		q := tx.DB
@@ -352,9 +360,18 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 			return err
 		}
 		gen = m.Generation
-		if hostGen <= m.Generation {
+		why := fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation)
+		switch {
+		case hostGen < m.Generation, hostGen == m.Generation && finishedSend == "":
 			conflict = m.Conflict
 			return nil
+		case hostGen == m.Generation:
+			made, err := sendMade(tx.DB, finishedSend, machineID, hostGen)
+			if err != nil || made {
+				conflict = m.Conflict
+				return err
+			}
+			why = fmt.Sprintf("host finished generation %d by send %s, which this store never made to it (a store restored from a backup reused the generation?)", hostGen, finishedSend)
 		}
 		conflict = true
 		if m.Conflict && m.ConflictHostGen >= hostGen {
@@ -363,10 +380,22 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 		if err := tx.Model(&m).Updates(map[string]any{"conflict": true, "conflict_host_generation": hostGen}).Error; err != nil {
 			return err
 		}
-		return audit(tx, "host:"+m.Name, "conflict", "machine/"+m.Name,
-			fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation))
+		return audit(tx, "host:"+m.Name, "conflict", "machine/"+m.Name, why)
 	})
 	return conflict, gen, err
+}
+
+// SendMade says whether send is a send this store made to machine
+// machineID at generation gen (a read: a poll's finished send, judged
+// once per instance and generation).
+func (s *Store) SendMade(ctx context.Context, send string, machineID, gen int64) (bool, error) {
+	return sendMade(s.db.WithContext(ctx), send, machineID, gen)
+}
+
+func sendMade(db *gorm.DB, send string, machineID, gen int64) (bool, error) {
+	var n int64
+	err := db.Raw("SELECT COUNT(*) FROM sends WHERE id = ? AND machine_id = ? AND generation = ?", send, machineID, gen).Scan(&n).Error
+	return n > 0, err
 }
 
 // Resolve ends a conflict: the generation moves past the host's and the
