@@ -85,7 +85,9 @@ func TestRestore_AGenerationReusedIsAConflict(t *testing.T) {
 		t.Fatalf("the host applied generation 4 with port=2, the restored store's generation 4 is port=3: "+
 			"the machine is %q at generation %d; the host keeps port=2 and nothing says so", m.State, m.Generation)
 	}
-	var audit struct{ Items []struct{ Action, Target, Detail string } }
+	var audit struct {
+		Items []struct{ Action, Target, Detail string }
+	}
 	r.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=machine/m1&action=conflict", Token: admin}, 200, &audit)
 	if len(audit.Items) != 1 || !strings.Contains(audit.Items[0].Detail, "by send "+applied.send+", which this store never made") {
 		t.Fatalf("the conflict's record: %+v", audit.Items)
