@@ -143,13 +143,36 @@ func rootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "backup FILE",
 		Short: "Write a consistent copy of the SQLite store to FILE, while the controller serves (PostgreSQL: pg_dump)",
 		Long: `Write a consistent copy of the SQLite store to FILE (a new file, mode 0600), while
-controllers serve it. To restore: stop the controller, put FILE in the data dir as
-mesh.db, remove mesh.db-wal and mesh.db-shm beside it, and start it. The copy holds
+controllers serve it. To restore: stop the controller, 'mesh-controller restore FILE',
+and start it. The copy holds
 the signing keys as the store does (encrypted only under --key-file): keep it as
 you keep them. A PostgreSQL store is backed up with pg_dump.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return backup(cmd.Context(), st.config(), args[0], stdout)
+		},
+	}
+
+	restoreCmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Put a backup (mesh-controller backup FILE) in place as the SQLite store, with the controller stopped; nothing is lost",
+		Long: `Put FILE, a backup made by 'mesh-controller backup', in place as the store of
+the data dir, which no controller may be serving (stop it first). Nothing is
+lost: the store it replaces, with its write-ahead log, is moved aside as
+mesh.db.before-restore-<time>, named in the output. No revocation is undone:
+every revocation in force in the replaced store — a machine revoked, a user
+disabled, an API token or a session revoked — is carried into the restored
+one, so a backup from before it does not let the credential in again.
+
+After a restore, hosts that finished generations after the backup are in
+conflict until an admin resolves them (meshctl machines resolve NAME): their
+machines are shown so, and nothing is sent to them meanwhile. People, passwords
+and roles are as the backup has them. A PostgreSQL store is restored with
+PostgreSQL's tools (pg_restore).`,
+		Example: "  systemctl stop mesh-controller\n  mesh-controller restore /backups/mesh-2026-12-01.db --data /var/lib/mesh\n  systemctl start mesh-controller",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return restore(cmd.Context(), st.config(), args[0], stdout)
 		},
 	}
 
@@ -159,7 +182,7 @@ you keep them. A PostgreSQL store is backed up with pg_dump.`,
 		Args:  cobra.NoArgs,
 		Run:   func(*cobra.Command, []string) { fmt.Fprintln(stdout, "mesh-controller", version.String()) },
 	}
-	root.AddCommand(serveCmd, migrateCmd, userCmd, backupCmd, demoCmd, versionCmd)
+	root.AddCommand(serveCmd, migrateCmd, userCmd, backupCmd, restoreCmd, demoCmd, versionCmd)
 	return root
 }
 
@@ -446,6 +469,39 @@ func backup(ctx context.Context, cfg controller.Config, path string, stdout io.W
 		return err
 	}
 	fmt.Fprintf(stdout, "backed up the store to %s (%d bytes, %s)\n", path, fi.Size(), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// restore puts a backup in place as the SQLite store (store.Restore).
+func restore(ctx context.Context, cfg controller.Config, path string, stdout io.Writer) error {
+	if cfg.DatabaseURL != "" {
+		return errors.New("a PostgreSQL store is restored with PostgreSQL's tools (pg_restore), not here")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("the backup to restore: %w", err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	r, err := store.Restore(ctx, cfg.DataDir, path, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "restored %s as the store of %s (schema %d)\n", path, cfg.DataDir, r.Schema)
+	if r.Kept != "" {
+		fmt.Fprintf(stdout, "the store it replaced is kept as %s\n", r.Kept)
+	}
+	if r.Revocations > 0 {
+		fmt.Fprintf(stdout, "%d revocation(s) made since the backup carried into it", r.Revocations)
+		if len(r.Machines) > 0 {
+			fmt.Fprintf(stdout, "; machines revoked again: %s", strings.Join(r.Machines, ", "))
+		}
+		if len(r.Users) > 0 {
+			fmt.Fprintf(stdout, "; people whose earlier tokens stay refused (their passwords and roles are the backup's): %s", strings.Join(r.Users, ", "))
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintln(stdout, "hosts that finished generations after the backup will be in conflict until resolved (meshctl machines resolve NAME)")
 	return nil
 }
 
