@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,6 +151,20 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.loop(ctx)
 }
 
+// reportUnreadableState tells the controller why this host applies
+// nothing: a refusal naming no send or generation, shown as the machine's
+// last outcome. Best effort, once per start.
+func reportUnreadableState(c *client, why error) {
+	now := time.Now().UTC()
+	b, err := json.Marshal(models.Report{Outcome: models.OutcomeRefused, Reason: why.Error(), HostVersion: version.Version, FinishedAt: &now})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = c.postReport(ctx, b)
+}
+
 func newAgent(cfg Config) (*Agent, error) {
 	cfg.defaults()
 	id, err := LoadIdentity(cfg.StateDir)
@@ -162,6 +177,12 @@ func newAgent(cfg Config) (*Agent, error) {
 	}
 	st, err := LoadState(cfg.StateDir)
 	if err != nil {
+		// Nothing is applied without knowing what was (a generation older
+		// than the last finished would be taken): the host stops, and
+		// says why where an operator looks, not only in its own log.
+		err = fmt.Errorf("the host's state file cannot be read: %w; it applies nothing until the file is repaired or removed "+
+			"(removed, the next declaration is applied in full against nothing it knows it manages)", err)
+		reportUnreadableState(newClient(id), err)
 		return nil, err
 	}
 	if st.Machine == "" {
