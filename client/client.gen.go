@@ -2310,7 +2310,7 @@ type ListAuditEventsParams struct {
 	// Action only the events of this action, exactly (`revoke-machine`, `set-current`, `report-refused`, …); at most 300 characters
 	Action *string `form:"action,omitempty" json:"action,omitempty"`
 
-	// Actor only the events of this actor, exactly: a person's name, `host:NAME`, `controller`, …; at most 300 characters
+	// Actor only the events of this actor: `user:NAME` (with that person's API tokens, `user:NAME (API token …)`), `host:NAME`, `controller` (with its instances, `controller:ctl-…`), `anonymous` (refused callers); at most 300 characters
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 }
 

@@ -365,8 +365,9 @@ type AuditEvent struct {
 }
 
 // AuditFilter picks audit events by exact target ("machine/m1",
-// "module/web", "plan/12"), action ("revoke-machine") and actor
-// ("alice", "host:m1", "controller"); an empty field matches any.
+// "module/web", "plan/12") and action ("revoke-machine"), and by actor
+// ("user:alice" with her API tokens, "host:m1", "controller" with its
+// instances, "anonymous"); an empty field matches any.
 type AuditFilter struct {
 	Target, Action, Actor string
 }

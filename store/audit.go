@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	"mesh/models"
 )
@@ -30,10 +31,17 @@ func (s *Store) AuditEventsWhere(ctx context.Context, limit int, cursor int64, f
 	if cursor > 0 {
 		q = q.Where("id < ?", cursor)
 	}
-	for col, v := range map[string]string{"target": f.Target, "action": f.Action, "actor": f.Actor} {
-		if v != "" {
-			q = q.Where(col+" = ?", v)
-		}
+	if f.Target != "" {
+		q = q.Where("target = ?", f.Target)
+	}
+	if f.Action != "" {
+		q = q.Where("action = ?", f.Action)
+	}
+	if f.Actor != "" {
+		// "user:alice" is also her API tokens' ("user:alice (API token
+		// at-…)"), "controller" also its instances' ("controller:ctl-…").
+		esc := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(f.Actor)
+		q = q.Where(`(actor = ? OR actor LIKE ? ESCAPE '!' OR actor LIKE ? ESCAPE '!')`, f.Actor, esc+" (%", esc+":%")
 	}
 	return es, mapErr(q.Find(&es).Error)
 }

@@ -52,5 +52,23 @@ func TestAuditEventsWhere(t *testing.T) {
 		if err != nil || len(none) != 0 {
 			t.Fatalf("a target matched by its prefix: %q, %v", details(none), err)
 		}
+		// A person's actions with her API tokens, the controller's with
+		// its instances'; a name is not a prefix, nor a LIKE pattern.
+		for _, a := range []struct{ actor, detail string }{
+			{"user:carol", "c1"}, {"user:carol (API token at-x1)", "c2"}, {"user:carolyn", "c3"},
+			{"controller", "k1"}, {"controller:ctl-1a2b3c", "k2"}, {"user:c_rol", "c4"},
+		} {
+			if err := s.Audit(ctx, a.actor, "push", "machine/x", a.detail); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []struct{ actor, want string }{
+			{"user:carol", "c2 c1 "}, {"controller", "k2 k1 "}, {"user:c_rol", "c4 "}, {"user:caro", ""},
+		} {
+			got, err := s.AuditEventsWhere(ctx, 100, 0, models.AuditFilter{Actor: c.actor})
+			if err != nil || details(got) != c.want {
+				t.Errorf("actor %s: %q, want %q (%v)", c.actor, details(got), c.want, err)
+			}
+		}
 	})
 }

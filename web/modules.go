@@ -66,13 +66,12 @@ func (s *Server) instancesPage(c echo.Context) error {
 }
 
 func (s *Server) auditPage(c echo.Context) error {
-	// ?target= is one thing's events (a machine's page links to its own);
-	// a target no event could have is refused rather than searched for.
+	// ?target= is one thing's events (a machine's page links to its own).
 	target := c.QueryParam("target")
 	if len(target) > 300 {
 		return models.Invalid("target", "at most 300 characters")
 	}
-	es, err := s.Store.AuditEventsWhere(c.Request().Context(), 200, 0, models.AuditFilter{Target: target})
+	es, err := s.Store.AuditEventsWhere(c.Request().Context(), auditPageSize, 0, models.AuditFilter{Target: target})
 	if err != nil {
 		return err
 	}

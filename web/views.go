@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -81,10 +82,17 @@ func auditOf(target string) templ.SafeURL {
 	return templ.SafeURL("/audit?target=" + url.QueryEscape(target))
 }
 
-// forTarget ends "No events" with the target asked for, if any.
+// auditPageSize is how many events the dashboard's audit page shows.
+const auditPageSize = 200
+
+// forTarget ends "No events" with the target asked for, if any, and says
+// how targets are written when it lacks its kind.
 func forTarget(target string) string {
-	if target == "" {
+	switch {
+	case target == "":
 		return ""
+	case !strings.Contains(target, "/"):
+		return " of " + target + " (a target is KIND/NAME: machine/" + target + ", module/" + target + ")"
 	}
 	return " of " + target
 }

@@ -202,14 +202,20 @@ func list[T any](a *app, items []T, raw page, header []string, row func(T) []str
 }
 
 // collect follows a list's cursor until max items (0: all) and returns
-// them decoded and as they came.
-func collect[T any](max int, fetch func(cursor *string) (*http.Response, []byte, error)) ([]T, page, error) {
+// them decoded and as they came. fetch asks for a page of n: no more than
+// what is left to max, so the last page ends at max and its next_cursor
+// is the one after the last item printed (a script pages on from it).
+func collect[T any](max int, fetch func(cursor *string, n int) (*http.Response, []byte, error)) ([]T, page, error) {
 	// An empty list prints as the API sends it, "items": [], never null.
 	all := page{Items: []json.RawMessage{}}
 	var items []T
 	var cursor *string
 	for {
-		hr, body, err := fetch(cursor)
+		n := 500
+		if max > 0 {
+			n = min(max-len(items), 500)
+		}
+		hr, body, err := fetch(cursor, n)
 		if err != nil {
 			return nil, all, reach(err)
 		}

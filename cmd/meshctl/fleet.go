@@ -212,9 +212,8 @@ func (a *app) releasesList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rs, raw, err := collect[client.Release](0, func(cursor *string) (*http.Response, []byte, error) {
-				limit := 500
-				r, err := c.ListHostReleasesWithResponse(cmd.Context(), &client.ListHostReleasesParams{Limit: &limit, Cursor: cursor})
+			rs, raw, err := collect[client.Release](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListHostReleasesWithResponse(cmd.Context(), &client.ListHostReleasesParams{Limit: &n, Cursor: cursor})
 				if err != nil {
 					return nil, nil, err
 				}
@@ -239,9 +238,9 @@ func (a *app) auditCommand() *cobra.Command {
 		Use:   "audit [--machine NAME | --module NAME | --target KIND/NAME] [--action A] [--actor WHO] [--limit N]",
 		Short: "The audit log, newest first: who did what to what, refusals included (viewer)",
 		Example: `  meshctl audit --limit 100
-  meshctl audit --machine m1                  # everything that happened to m1
+  meshctl audit --machine m1                  # everything that happened to m1, refusals of its host included
   meshctl audit --action revoke-machine       # every revocation, by whom and why
-  meshctl audit --actor host:m1               # what m1's host did, refusals of it included`,
+  meshctl audit --actor user:alice            # what alice did, with her API tokens`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 1 {
@@ -269,8 +268,8 @@ func (a *app) auditCommand() *cobra.Command {
 				}
 				return p
 			}
-			es, raw, err := collect[client.AuditEvent](limit, func(cursor *string) (*http.Response, []byte, error) {
-				r, err := c.ListAuditEventsWithResponse(cmd.Context(), params(min(limit, 500), cursor))
+			es, raw, err := collect[client.AuditEvent](limit, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListAuditEventsWithResponse(cmd.Context(), params(n, cursor))
 				if err != nil {
 					return nil, nil, err
 				}
@@ -278,6 +277,9 @@ func (a *app) auditCommand() *cobra.Command {
 			})
 			if err != nil {
 				return err
+			}
+			if len(es) == 0 && target != "" && !strings.Contains(target, "/") {
+				fmt.Fprintf(a.errOut, "no events of target %q: a target is KIND/NAME as the TARGET column shows it (machine/%s, module/%s, plan/12); --machine and --module add the kind\n", target, target, target)
 			}
 			return list(a, es, raw, []string{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}, func(e client.AuditEvent) []string {
 				return []string{e.At.Local().Format(localTime), e.Actor, e.Action, e.Target, clip(e.Detail, 100)}
@@ -289,7 +291,7 @@ func (a *app) auditCommand() *cobra.Command {
 	cmd.Flags().StringVar(&module, "module", "", "only the events of this module (the target module/NAME)")
 	cmd.Flags().StringVar(&target, "target", "", "only the events of this target, exactly as the TARGET column shows it (plan/12, user/carol, …)")
 	cmd.Flags().StringVar(&action, "action", "", "only the events of this action, exactly as the ACTION column shows it")
-	cmd.Flags().StringVar(&actor, "actor", "", "only the events of this actor, exactly as the ACTOR column shows it (a person, host:NAME, controller)")
+	cmd.Flags().StringVar(&actor, "actor", "", "only the events of this actor as the ACTOR column shows it: user:NAME (with that person's API tokens), host:NAME, controller (with its instances), anonymous (refused callers)")
 	cmd.MarkFlagsMutuallyExclusive("machine", "module", "target")
 	return cmd
 }

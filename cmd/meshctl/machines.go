@@ -35,9 +35,8 @@ func (a *app) machinesCommand() *cobra.Command {
 				s := client.ListMachinesParamsState(state)
 				only = &s
 			}
-			ms, raw, err := collect[client.Machine](0, func(cursor *string) (*http.Response, []byte, error) {
-				limit := 500
-				r, err := c.ListMachinesWithResponse(cmd.Context(), &client.ListMachinesParams{Limit: &limit, Cursor: cursor, State: only})
+			ms, raw, err := collect[client.Machine](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListMachinesWithResponse(cmd.Context(), &client.ListMachinesParams{Limit: &n, Cursor: cursor, State: only})
 				if err != nil {
 					return nil, nil, err
 				}

@@ -23,9 +23,8 @@ func (a *app) modulesCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ms, raw, err := collect[client.Module](0, func(cursor *string) (*http.Response, []byte, error) {
-				limit := 500
-				r, err := c.ListModulesWithResponse(cmd.Context(), &client.ListModulesParams{Limit: &limit, Cursor: cursor})
+			ms, raw, err := collect[client.Module](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListModulesWithResponse(cmd.Context(), &client.ListModulesParams{Limit: &n, Cursor: cursor})
 				if err != nil {
 					return nil, nil, err
 				}

@@ -70,9 +70,8 @@ the tokens nor their hashes are ever shown again. With -o json:
 				JoinTokens []client.JoinTokenInfo `json:"join_tokens"`
 			}{APITokens: []client.APIToken{}, JoinTokens: []client.JoinTokenInfo{}}
 			if !joinOnly {
-				ts, _, err := collect[client.APIToken](0, func(cursor *string) (*http.Response, []byte, error) {
-					limit := 500
-					r, err := c.ListAPITokensWithResponse(cmd.Context(), &client.ListAPITokensParams{Limit: &limit, Cursor: cursor})
+				ts, _, err := collect[client.APIToken](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+					r, err := c.ListAPITokensWithResponse(cmd.Context(), &client.ListAPITokensParams{Limit: &n, Cursor: cursor})
 					if err != nil {
 						return nil, nil, err
 					}
@@ -84,9 +83,8 @@ the tokens nor their hashes are ever shown again. With -o json:
 				out.APITokens = append(out.APITokens, ts...)
 			}
 			if !apiOnly {
-				jts, _, err := collect[client.JoinTokenInfo](0, func(cursor *string) (*http.Response, []byte, error) {
-					limit := 500
-					r, err := c.ListJoinTokensWithResponse(cmd.Context(), &client.ListJoinTokensParams{Limit: &limit, Cursor: cursor})
+				jts, _, err := collect[client.JoinTokenInfo](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+					r, err := c.ListJoinTokensWithResponse(cmd.Context(), &client.ListJoinTokensParams{Limit: &n, Cursor: cursor})
 					if err != nil {
 						return nil, nil, err
 					}
@@ -228,9 +226,8 @@ func (a *app) addUserCommands(cmd *cobra.Command) {
 			if err != nil {
 				return err
 			}
-			us, raw, err := collect[client.User](0, func(cursor *string) (*http.Response, []byte, error) {
-				limit := 500
-				r, err := c.ListUsersWithResponse(cmd.Context(), &client.ListUsersParams{Limit: &limit, Cursor: cursor})
+			us, raw, err := collect[client.User](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListUsersWithResponse(cmd.Context(), &client.ListUsersParams{Limit: &n, Cursor: cursor})
 				if err != nil {
 					return nil, nil, err
 				}

@@ -27,11 +27,7 @@ func (a *app) plansCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ps, raw, err := collect[client.Plan](limit, func(cursor *string) (*http.Response, []byte, error) {
-				n := 500
-				if limit > 0 {
-					n = min(limit, 500)
-				}
+			ps, raw, err := collect[client.Plan](limit, func(cursor *string, n int) (*http.Response, []byte, error) {
 				r, err := c.ListPlansWithResponse(cmd.Context(), &client.ListPlansParams{Limit: &n, Cursor: cursor})
 				if err != nil {
 					return nil, nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -37,8 +38,7 @@ said). With MACHINE, only the sends to it.`,
 			if err != nil {
 				return err
 			}
-			ss, raw, err := collect[client.Send](limit, func(cursor *string) (*http.Response, []byte, error) {
-				n := min(limit, 500)
+			ss, raw, err := collect[client.Send](limit, func(cursor *string, n int) (*http.Response, []byte, error) {
 				if len(args) == 1 {
 					r, err := c.ListMachineSendsWithResponse(cmd.Context(), args[0], &client.ListMachineSendsParams{Limit: &n, Cursor: cursor})
 					if err != nil {
@@ -85,8 +85,7 @@ func (a *app) reportsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rs, raw, err := collect[client.ReportView](limit, func(cursor *string) (*http.Response, []byte, error) {
-				n := min(limit, 500)
+			rs, raw, err := collect[client.ReportView](limit, func(cursor *string, n int) (*http.Response, []byte, error) {
 				r, err := c.ListMachineReportsWithResponse(cmd.Context(), args[0], &client.ListMachineReportsParams{Limit: &n, Cursor: cursor})
 				if err != nil {
 					return nil, nil, err
@@ -96,8 +95,8 @@ func (a *app) reportsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return list(a, rs, raw, []string{"RECEIVED", "GENERATION", "OUTCOME", "SEND", "REASON"}, func(r client.ReportView) []string {
-				return []string{r.ReceivedAt.Local().Format(localTime), strconv.Itoa(r.Generation), r.Outcome,
+			return list(a, rs, raw, []string{"RECEIVED", "GENERATION", "OUTCOME", "CHECKS", "SEND", "REASON"}, func(r client.ReportView) []string {
+				return []string{r.ReceivedAt.Local().Format(localTime), strconv.Itoa(r.Generation), r.Outcome, checksWords(r.Report.Checks),
 					firstNonEmpty(r.Send, "-"), clip(r.Reason, 100)}
 			})
 		},
@@ -148,4 +147,34 @@ API's answer, the envelope included.`,
 			return a.printJSON(p.Declaration)
 		},
 	}
+}
+
+// checksWords says a report's checks in a cell: "-" for none, "2 passing",
+// or each failing one with what it said ("1 passing; failing web.service:
+// dial tcp …: connection refused").
+func checksWords(cs *[]client.Report_Checks_Item) string {
+	if cs == nil || len(*cs) == 0 {
+		return "-"
+	}
+	passing := 0
+	var failing []string
+	for _, c := range *cs {
+		if c.Ok != nil && *c.Ok {
+			passing++
+			continue
+		}
+		w := "failing"
+		if c.Resource != nil {
+			w += " " + *c.Resource
+		}
+		if c.Detail != nil && *c.Detail != "" {
+			w += ": " + *c.Detail
+		}
+		failing = append(failing, w)
+	}
+	out := fmt.Sprintf("%d passing", passing)
+	if len(failing) > 0 {
+		out += "; " + strings.Join(failing, "; ")
+	}
+	return clip(out, 80)
 }

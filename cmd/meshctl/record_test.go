@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -64,6 +65,14 @@ func TestMeshctl_TheRecord(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "refused") || !strings.Contains(out, send) || strings.Contains(out, "\x1b") {
 		t.Fatalf("machines reports: exit %d\n%s", code, out)
 	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: map[string]any{
+		"send": send, "generation": 1, "outcome": "checked", "checks": []map[string]any{
+			{"resource": "web.service", "ok": false, "at": "2026-12-01T10:00:00Z", "detail": "dial tcp 127.0.0.1:9: connection refused"},
+			{"resource": "web.worker", "ok": true, "at": "2026-12-01T10:00:00Z"}}}}, 201, nil)
+	out, _, _ = meshctl("machines", "reports", "m1")
+	if !strings.Contains(out, "1 passing; failing web.service: dial tcp 127.0.0.1:9: connection refused") {
+		t.Fatalf("a failing check is not shown:\n%s", out)
+	}
 
 	out, errOut, code = meshctl("machines", "declaration", "m1")
 	var d struct {
@@ -86,6 +95,30 @@ func TestMeshctl_TheRecord(t *testing.T) {
 	if code != 0 || strings.Count(out, `"action": "enroll"`) != 1 || !strings.Contains(out, `"target": "machine/m2"`) {
 		t.Fatalf("audit --actor host:m2 --action enroll: exit %d\n%s", code, out)
 	}
+	// Past a page of 500: the last page asked ends at --limit, so its
+	// cursor is the one after the last event printed.
+	for i := range 520 {
+		if err := e.Ctl.Store.Audit(t.Context(), "user:admin", "push", "machine/m9", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, code = meshctl("audit", "--machine", "m9", "--limit", "510", "-o", "json")
+	var pg struct {
+		Items []struct{ Detail string }
+		Next  string `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(out), &pg); err != nil || code != 0 || len(pg.Items) != 510 || pg.Items[509].Detail != "10" || pg.Next == "" {
+		t.Fatalf("audit --limit 510 -o json: exit %d %v, %d items, next %q", code, err, len(pg.Items), pg.Next)
+	}
+	var rest struct{ Items []struct{ Detail string } }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=machine/m9&cursor=" + pg.Next, Token: e.Admin}, 200, &rest)
+	if len(rest.Items) != 10 || rest.Items[0].Detail != "9" {
+		t.Fatalf("paging on from the printed cursor: %+v", rest.Items)
+	}
+	if _, errOut, code := meshctl("audit", "--target", "m1"); code != 0 || !strings.Contains(errOut, "a target is KIND/NAME") {
+		t.Fatalf("audit --target m1: exit %d %s", code, errOut)
+	}
+
 	resp, body := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=" + strings.Repeat("x", 301), Token: e.Admin})
 	if resp.StatusCode != 400 || !strings.Contains(string(body), "at most 300") {
 		t.Fatalf("a target of 301 characters: %d %s", resp.StatusCode, body)
