@@ -87,14 +87,17 @@ func (c *Config) defaults() {
 
 // Agent is a running host.
 type Agent struct {
-	cfg      Config
-	id       *Identity
-	client   *client
-	root     *machineRoot
-	services services
-	outbox   outbox
-	state    *State
-	current  *models.DeclarationPayload
+	// filesBefore are the paths of the files mesh managed when the apply
+	// under way began (applyInFull).
+	filesBefore map[string]bool
+	cfg         Config
+	id          *Identity
+	client      *client
+	root        *machineRoot
+	services    services
+	outbox      outbox
+	state       *State
+	current     *models.DeclarationPayload
 	// applyingSend is the send of the declaration being applied: a
 	// certificate's CSR names it, so the controller signs the names that
 	// declaration gives.
@@ -285,7 +288,6 @@ func (a *Agent) loop(ctx context.Context) error {
 			backoff = min(backoff*2, 60*time.Second)
 			continue
 		}
-		backoff = time.Second
 		if res.tlsHint != "" && strings.HasPrefix(a.client.base(), "http://") {
 			a.moveToTLS(ctx, res.tlsHint)
 		}
@@ -293,6 +295,7 @@ func (a *Agent) loop(ctx context.Context) error {
 		a.confirmLauncher()
 		a.renewDue(ctx)
 		if res.notModified {
+			backoff = time.Second
 			a.resumeUpgrade(ctx)
 			if a.upgradeStaged {
 				return ErrUpgradeStaged
@@ -303,9 +306,14 @@ func (a *Agent) loop(ctx context.Context) error {
 		if a.upgradeStaged {
 			return ErrUpgradeStaged
 		}
-		if !handled {
+		if handled {
+			backoff = time.Second
+		} else {
 			// A refusal that cannot advance the generation (a body this
-			// host cannot trust): do not ask again at once.
+			// host cannot trust, one over the size cap): do not ask again
+			// at once, nor at a second's pace — each asks the controller
+			// for the same body again. Only a 304 or a declaration taken
+			// resets the pace.
 			if !wait(backoff) {
 				return nil
 			}

@@ -47,6 +47,14 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		want[r.ID] = true
 	}
 	claimed := claimedPaths(ordered)
+	// The files mesh put on the machine before this apply: a tree that
+	// takes the path of one (moved away, or no longer named) replaces it.
+	a.filesBefore = map[string]bool{}
+	for _, m := range st.Resources {
+		if m.Kind == "file" {
+			a.filesBefore[m.Path] = true
+		}
+	}
 	var actions []models.Action
 
 	// 0. Every tree that changes is fetched and unpacked beside what runs
@@ -241,6 +249,15 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 		blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
 		if err != nil {
 			return models.Action{}, err
+		}
+		if a.filesBefore[r.Path] {
+			// A file of mesh's was here (moved away, or no longer named):
+			// the tree takes its place.
+			if fi, err := a.root.root.Lstat(rel(r.Path)); err == nil && fi.Mode().IsRegular() {
+				if err := a.root.remove(r.Path); err != nil {
+					return models.Action{}, err
+				}
+			}
 		}
 		n, err := a.root.installTree(r.Path, r.Artifact.Digest, blob, a.cfg.Unpack)
 		if err != nil {

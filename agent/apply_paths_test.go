@@ -65,3 +65,50 @@ func TestVerify_TwoResourcesAtOnePathRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestApply_TreeTakesTheFilesPath: a file of mesh's moves away from a path
+// (or is no longer named) and a tree takes that path in the same
+// generation: the tree replaces the file. Staging every tree first must
+// not judge the path before the file has gone, and the file's old path,
+// claimed by the tree, is left to the tree's swap.
+func TestApply_TreeTakesTheFilesPath(t *testing.T) {
+	a := testAgent(t)
+	v1 := "v=1\n"
+	st := a.state.clone()
+	if _, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 1, Resources: []models.Resource{
+		{ID: "a.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app", Content: &v1},
+		{ID: "b.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/other", Content: &v1},
+	}}, st); err != nil {
+		t.Fatal(err)
+	}
+	a.state = st
+	digest := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "2"}))
+	st = a.state.clone()
+	acts, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 2, Resources: []models.Resource{
+		{ID: "a.conf", Module: "app", Build: 2, Kind: "file", Path: "/etc/app.conf", Content: &v1},
+		{ID: "a.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: digest}},
+		{ID: "b.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/other", Artifact: &models.Artifact{Digest: digest}},
+	}}, st)
+	if err != nil {
+		t.Fatalf("apply: %v (actions %+v)", err, acts)
+	}
+	for _, p := range []string{"opt/app/bin/run", "opt/other/bin/run"} {
+		if b, err := os.ReadFile(filepath.Join(a.root.dir, p)); err != nil || string(b) != "2" {
+			t.Errorf("/%s: %q %v", p, b, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(a.root.dir, "etc/app.conf")); err != nil || string(b) != v1 {
+		t.Errorf("/etc/app.conf: %q %v", b, err)
+	}
+	// A file mesh never managed is still not replaced.
+	if err := os.WriteFile(filepath.Join(a.root.dir, "opt/theirs"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.state = st
+	st = a.state.clone()
+	if _, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 3, Resources: []models.Resource{
+		{ID: "c.tree", Module: "app", Build: 3, Kind: "tree", Path: "/opt/theirs", Artifact: &models.Artifact{Digest: digest}},
+	}}, st); err == nil || !strings.Contains(err.Error(), "not a tree mesh manages") {
+		t.Fatalf("a tree over a file mesh never managed: %v", err)
+	}
+}

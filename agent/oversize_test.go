@@ -19,13 +19,17 @@ import (
 // TestPoll_OversizeDeclarationRefusedAndReported: a 200 whose body is over
 // the size cap is a declaration refused unread — reported (naming no send
 // or generation it could not trust) and journaled — not a failed poll
-// made again without a word to anyone.
+// made again without a word to anyone; and asked again ever more slowly.
 func TestPoll_OversizeDeclarationRefusedAndReported(t *testing.T) {
 	var mu sync.Mutex
 	var reports []models.Report
+	var polls []time.Time
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/api/v1/host/declaration":
+			mu.Lock()
+			polls = append(polls, time.Now())
+			mu.Unlock()
 			w.Header().Set("ETag", `"9"`)
 			w.Header().Set("X-Mesh-Send", "s9")
 			_, _ = w.Write([]byte(strings.Repeat(" ", MaxDeclaration+1)))
@@ -71,6 +75,19 @@ func TestPoll_OversizeDeclarationRefusedAndReported(t *testing.T) {
 		j, _ := ReadJournal(a.cfg.StateDir)
 		return len(j) > 0 && j[len(j)-1].Outcome == models.OutcomeRefused
 	})
+	// Asked again, it is asked ever more slowly (1 s, then 2, …): each
+	// is the same body again, a send row and a report.
+	testwait.For(t, 20*time.Second, "three polls", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(polls) >= 3
+	})
+	mu.Lock()
+	first, second := polls[1].Sub(polls[0]), polls[2].Sub(polls[1])
+	mu.Unlock()
+	if second <= first {
+		t.Fatalf("asked again after %v, then after %v: not backing off", first, second)
+	}
 	cancel()
 	<-done
 	if a.state.Finished != 0 {

@@ -99,6 +99,9 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 		return 0, err
 	}
 	r := rel(p)
+	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	}
 	vdir := rel(versionsDir(p))
 	name := strings.TrimPrefix(digest, "sha256:")
 	link := path.Join(path.Dir(r), "."+path.Base(r)+".link-"+randSuffix())
@@ -122,14 +125,11 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 
 // stageTree unpacks the tar.gz at archive into its version's directory
 // beside declared path p's current one, if it is not there yet, and says
-// how many files it holds; nothing at p changes. An apply stages every
-// tree first, so an archive refused (an escape, too large) or a path
-// that is not mesh's refuses the declaration before anything changed.
+// how many files it holds; nothing at p changes (what is there is judged
+// at the swap: a file of mesh's may still move away from it). An apply
+// stages every tree first, so an archive refused (an escape, too large)
+// refuses the declaration before anything changed.
 func (m *machineRoot) stageTree(p, digest, archive string, limits UnpackLimits) (int, error) {
-	r := rel(p)
-	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
-		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
-	}
 	vdir := rel(versionsDir(p))
 	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
 		return 0, err

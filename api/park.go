@@ -199,6 +199,8 @@ func (s *Server) answerClaims(claims []hub.Claim) {
 		case pp.isSuperseded():
 			s.finishParked(pp, notModified()) // a newer poll of its machine is answered instead
 		default:
+			// Its host's next polls name this send as the one it finished.
+			s.Hub.NoteFinishedSend(pp.machine, cl.Composed.Generation, cl.Send.ID)
 			a := sendAnswer(cl.Composed, cl.Send.ID, cl.Composed.EnvelopeFor(pp.batch))
 			if len(a.body) > smallAnswer {
 				go s.finishParked(pp, a) // its write may wait for the network

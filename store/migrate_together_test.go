@@ -69,3 +69,22 @@ func migrateTwoAtOnce(t *testing.T, dialect string) {
 		t.Errorf("migrations applied twice: %v", dup)
 	}
 }
+
+// TestPostgres_KeepalivesFindADeadController: every session of the store
+// has TCP keepalives of about a minute, so the backends of a controller
+// whose machine died without a word (no FIN) end, and let go of their
+// locks — the migration's advisory lock among them, which others wait on —
+// within that, not the kernel's two hours.
+func TestPostgres_KeepalivesFindADeadController(t *testing.T) {
+	s := storetest.MustOpen(t, store.Postgres)
+	var idle, count string
+	if err := s.DB().Raw("SHOW tcp_keepalives_idle").Scan(&idle).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DB().Raw("SHOW tcp_keepalives_count").Scan(&count).Error; err != nil {
+		t.Fatal(err)
+	}
+	if idle != "30" || count != "3" {
+		t.Fatalf("tcp_keepalives_idle %q, count %q; want 30 and 3", idle, count)
+	}
+}

@@ -237,13 +237,27 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 // lock fails instead of holding its request (and a connection) forever.
 const DefaultStatementTimeout = "30s"
 
+// sessionDefaults are the settings every PostgreSQL session of the store
+// gets unless the database URL sets them: the statement timeout, and TCP
+// keepalives that find a controller gone without a word (its machine lost
+// power) in about a minute rather than the kernel's two hours — its
+// backends let go of their locks then, the migration lock among them.
+var sessionDefaults = [][2]string{
+	{"statement_timeout", DefaultStatementTimeout},
+	{"tcp_keepalives_idle", "30"}, {"tcp_keepalives_interval", "10"}, {"tcp_keepalives_count", "3"},
+}
+
 func withStatementTimeout(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Query().Has("statement_timeout") {
+	if err != nil {
 		return raw
 	}
 	q := u.Query()
-	q.Set("statement_timeout", DefaultStatementTimeout)
+	for _, kv := range sessionDefaults {
+		if !q.Has(kv[0]) {
+			q.Set(kv[0], kv[1])
+		}
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }
