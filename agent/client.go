@@ -24,8 +24,9 @@ import (
 	"mesh/version"
 )
 
-// MaxDeclaration caps a poll's body: a declaration larger than this is refused.
-const MaxDeclaration = 16 << 20
+// MaxDeclaration caps a poll's body: a declaration larger than this is
+// refused (the controller composes none so large: models.MaxPayload).
+const MaxDeclaration = models.MaxDeclaration
 
 // errSwitch means: this controller cannot serve us now (connection failed,
 // 503 draining); try the next URL.

@@ -26,6 +26,16 @@ import (
 // formats it verifies besides the single-signature one: "batch".
 const HeaderEnvelope = "X-Mesh-Envelope"
 
+// MaxDeclaration caps a poll's 200 body, the envelope: a host refuses a
+// larger one unread.
+const MaxDeclaration = 16 << 20
+
+// MaxPayload is the largest declaration payload composed: its envelope
+// (the payload in base64, four bytes for three, and at most a few KiB of
+// proof and signatures) stays under MaxDeclaration. A larger one is a
+// compose failure, recorded once, not a send every host refuses.
+const MaxPayload = (MaxDeclaration - 64<<10) / 4 * 3
+
 // HeaderFinishedSend is the poll header naming the send by which its host
 // received the generation it finished (If-None-Match): a store restored
 // from a backup may have reused that generation's number for other

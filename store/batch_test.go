@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"sync"
 	"sync/atomic"
+	"strings"
 	"testing"
 
 	"mesh/models"
@@ -175,6 +176,32 @@ func TestComposeFor_SingleAhead(t *testing.T) {
 		c, err := s.SingleEnvelope(ctx, got[a.ID], newSigner())
 		if err != nil || !bytes.Equal(c.Envelope, d.Envelope) {
 			t.Fatalf("single envelope: %v", err)
+		}
+	})
+}
+
+// TestCompose_OverTheHostsCapIsAFailure: a declaration whose envelope
+// would be over the size a host takes (many modules of large manifests)
+// is a compose failure, said once, not a send every host refuses unread.
+func TestCompose_OverTheHostsCapIsAFailure(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		big := strings.Repeat("x", models.MaxPayload)
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "big", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateBuild(ctx, "test", "big", &models.Build{Manifest: `{"resources": [{"name": "data", "kind": "file", "path": "/etc/big", "content": "` + big + `"}]}`}, nil); err != nil {
+			t.Fatal(err)
+		}
+		g := m.Generation
+		m, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "big"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl-a", newSigner())
+		if err != nil || got[m.ID] != nil || fails[m.ID] == nil || !strings.Contains(fails[m.ID].Error(), "a host takes") {
+			t.Fatalf("compose: %v, composed %v, failed %v", err, got[m.ID] != nil, fails[m.ID])
 		}
 	})
 }

@@ -366,6 +366,9 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 		if err == nil {
 			payload, err = p.Marshal()
 		}
+		if err == nil && len(payload) > models.MaxPayload {
+			err = models.Invalid("declaration", fmt.Sprintf("%d bytes, over the %d a host takes (a file's content this large belongs in a tree's artifact)", len(payload), models.MaxPayload))
+		}
 		if err != nil {
 			fails[m.ID] = &models.ComposeError{Generation: m.Generation, Err: err}
 			continue
