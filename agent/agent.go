@@ -126,6 +126,10 @@ type Agent struct {
 	checkTargets []models.Resource // the services with checks, for checkLoop
 	checkGen     int64             // the applied generation and its send, which checked reports name
 	checkSend    string
+	// applying is set while a declaration is applied: the services are
+	// being replaced, so what the check loop sees then is of neither
+	// generation (the apply's own report carries its checks).
+	applying bool
 	// checked reports go through an outbox and a client of their own, so
 	// the check loop never shares the poll loop's.
 	checkedOut    outbox
@@ -429,6 +433,8 @@ func (a *Agent) resumeUpgrade(ctx context.Context) {
 func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) {
 	a.current = &v.decl
 	a.applyingSend = send
+	a.setApplying(true)
+	defer a.setApplying(false)
 	for attempt := 1; ; attempt++ {
 		started := time.Now().UTC()
 		st := a.state.clone()
@@ -615,7 +621,8 @@ func (a *Agent) lookDiffers(gen int64, res []models.CheckResult) (differs, stale
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
 	switch {
-	case a.checkGen != gen:
+	case a.checkGen != gen || a.applying:
+		// An apply began (or finished) since the look began.
 		return false, true
 	case a.reported == nil || a.reportedGen != gen:
 		return len(res) > 0 || a.reported != nil, false
@@ -654,7 +661,12 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rs, gen, send := a.snapshotChecks()
+		rs, gen, send, applying := a.snapshotChecks()
+		if applying {
+			// Between applies only: mid-apply a check would blame the
+			// applied generation for the service being replaced.
+			continue
+		}
 		if err := a.logs.countRestarts(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("counting services' restarts", "err", err)
 		}
@@ -698,8 +710,15 @@ func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res [
 	}
 }
 
-func (a *Agent) snapshotChecks() ([]models.Resource, int64, string) {
+func (a *Agent) snapshotChecks() ([]models.Resource, int64, string, bool) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
-	return a.checkTargets, a.checkGen, a.checkSend
+	return a.checkTargets, a.checkGen, a.checkSend, a.applying
+}
+
+// setApplying says an apply began or ended (applyWithRetries).
+func (a *Agent) setApplying(on bool) {
+	a.checksMu.Lock()
+	defer a.checksMu.Unlock()
+	a.applying = on
 }

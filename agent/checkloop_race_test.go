@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"mesh/models"
+	"mesh/testwait"
 )
 
 // TestCheckLoop_LookRacingAnApply: a look of the check loop in flight
@@ -80,5 +81,77 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 	}
 	if told := told(); told != "passing" {
 		t.Fatalf("the service passes every look, but the controller's word for generation 6 (the applied one) is still %s", told)
+	}
+}
+
+// TestCheckLoop_NoWordMidApply: checks run between applies only. A look
+// in flight when an apply begins — the service it looks at being replaced
+// by the next generation's — is not reported under the applied generation
+// (it blamed generation 5 for generation 6's service), and no look runs
+// while the apply does.
+func TestCheckLoop_NoWordMidApply(t *testing.T) {
+	a, srv := checkingAgent(t, 100*time.Millisecond)
+	var mu sync.Mutex
+	block, failing, hits := false, false, 0
+	inLook := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b, f := block, failing
+		block = false
+		hits++
+		mu.Unlock()
+		if b {
+			inLook <- struct{}{}
+			<-release
+		}
+		if f {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer hs.Close()
+	svc := models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
+		Check: &models.Check{HTTP: hs.URL}}
+	a.state.Applied, a.state.Finished, a.state.AppliedSend = 5, 5, "s5"
+	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &svc}
+	if err := a.saveState(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.checkLoop(ctx)
+	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(srv.reports()) > 0 })
+
+	// A look is in flight when generation 6's apply begins; the service
+	// it sees is being replaced, and fails.
+	mu.Lock()
+	block, failing = true, true
+	mu.Unlock()
+	<-inLook
+	a.setApplying(true)
+	close(release)
+	// The apply ends (its own report carries its checks); looks go on.
+	mu.Lock()
+	during := hits
+	mu.Unlock()
+	v := &verified{digest: "sha256:6", decl: models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{svc}}}
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	a.finish(ctx, "s6", v, models.OutcomeApplied, "", nil, 1, []models.CheckResult{{Resource: "mod.svc", OK: true, At: time.Now().UTC()}})
+	a.setApplying(false)
+	testwait.For(t, 5*time.Second, "a look after the apply", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hits > during
+	})
+	for _, r := range srv.reports() {
+		for _, c := range r.Checks {
+			if !c.OK {
+				t.Fatalf("a look made while generation 6 was applied was reported: %s generation %d %+v", r.Outcome, r.Generation, r.Checks)
+			}
+		}
 	}
 }
