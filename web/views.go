@@ -164,7 +164,8 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 			if sent.N > 1 {
 				r.Since += fmt.Sprintf(" (%d sends)", sent.N)
 			}
-		case seen == nil:
+		case seen == nil || neverPolled(*seen, m.CreatedAt):
+			// Seen at its enrolment only: that was no poll.
 			r.Since += "not sent yet: enrolled " + ago(m.CreatedAt, now) + ", never polled"
 		default:
 			r.Since += "not sent yet: the host last polled " + r.LastSeen
@@ -319,4 +320,11 @@ func orNone(s string) string {
 		return "none yet"
 	}
 	return s
+}
+
+// neverPolled says whether a machine last seen at seen, enrolled at
+// enrolled, was seen only at its enrolment (which sets it): its host has
+// not polled since.
+func neverPolled(seen, enrolled time.Time) bool {
+	return !seen.After(enrolled.Add(time.Second))
 }

@@ -223,7 +223,7 @@ func TestStatic_HashedAndCached(t *testing.T) {
 }
 
 // TestOverview_SaysWhyBehind: a machine behind says why, at a glance: not
-// sent yet (and when its host last polled), sent and awaiting the host's
+// sent yet (and when its host last polled, or that it never did), sent and awaiting the host's
 // report, or its generation cannot be composed (and why).
 func TestOverview_SaysWhyBehind(t *testing.T) {
 	for _, d := range []string{store.SQLite, store.Postgres} {
@@ -248,7 +248,7 @@ func TestOverview_SaysWhyBehind(t *testing.T) {
 			}
 
 			a := e.Enroll("m-a")
-			if r := rowOf("m-a"); !strings.Contains(r, "behind by 1 generation(s)") || !strings.Contains(r, "not sent yet: the host last polled") {
+			if r := rowOf("m-a"); !strings.Contains(r, "behind by 1 generation(s)") || !strings.Contains(r, "not sent yet: enrolled 0s ago, never polled") {
 				t.Fatalf("enrolled, never polled:\n%.400s", r)
 			}
 			if st := poll(a.Token); st != 200 {

@@ -130,7 +130,7 @@ func TestMeshctl_MachinesInAState(t *testing.T) {
 		}
 		return out.String()
 	}
-	if out := ls("behind"); !strings.Contains(out, "WHY") || !strings.Contains(out, "m1") || !strings.Contains(out, "generation 1 not applied yet") || !strings.Contains(out, "(since ") {
+	if out := ls("behind"); !strings.Contains(out, "WHY") || !strings.Contains(out, "m1") || !strings.Contains(out, "generation 1 not sent yet: its host has never polled (enrolled ") || !strings.Contains(out, "(since ") {
 		t.Fatalf("behind:\n%s", out)
 	}
 	if out := ls("current"); strings.Contains(out, "m1") {

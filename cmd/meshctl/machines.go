@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -203,8 +204,9 @@ func why(m *client.Machine) string {
 			return m.HeldBack + since + "; it keeps receiving what its host can decode until a host rollout upgrades it"
 		case m.ComposeError != "":
 			return fmt.Sprintf("generation %d cannot be composed: %s%s", m.Generation, m.ComposeError, since)
-		case m.LastSeen == nil:
-			return fmt.Sprintf("generation %d not sent yet: its host has never polled%s", m.Generation, since)
+		case m.LastSeen == nil || !m.LastSeen.After(m.CreatedAt.Add(time.Second)):
+			// Seen at its enrolment only: that was no poll.
+			return fmt.Sprintf("generation %d not sent yet: its host has never polled (enrolled %s)%s", m.Generation, ago(&m.CreatedAt), since)
 		}
 		return fmt.Sprintf("generation %d not applied yet; applied %d%s; the host last polled %s", m.Generation, m.AppliedGeneration, since, ago(m.LastSeen))
 	}
