@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -296,6 +298,11 @@ func (s *Server) previewDeclaration(c echo.Context) error {
 		return err
 	}
 	if ferr := fails[m.ID]; ferr != nil {
+		if errors.Is(ferr, models.ErrInvalid) {
+			// Said whole, as the machine's state says it: which module,
+			// build and resource, not only the innermost field.
+			return models.Invalid("declaration", fmt.Sprintf("generation %d cannot be composed: %v", m.Generation, ferr))
+		}
 		return ferr
 	}
 	// The single-signature envelope, as a host that does not verify

@@ -124,6 +124,18 @@ func TestMeshctl_TheRecord(t *testing.T) {
 		t.Fatalf("a target of 301 characters: %d %s", resp.StatusCode, body)
 	}
 
+	// A generation that cannot be composed is said whole: which module,
+	// build and resource.
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "needs-port"}}, 201, nil)
+	if resp, b := e.Upload(e.Admin, "needs-port", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/p.conf", "content": "port=${var.port}\n"}]}`, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %s", b)
+	}
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m2/assignments", Token: e.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "needs-port"}}}}, 200, nil)
+	if _, errOut, code := meshctl("machines", "declaration", "m2"); code != 1 || !strings.Contains(errOut, "generation 2 cannot be composed: module needs-port build 1 resource conf: ") {
+		t.Fatalf("machines declaration of a generation that cannot be composed: exit %d %s", code, errOut)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
