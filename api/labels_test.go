@@ -133,3 +133,38 @@ func TestAPITokens_UseRevokeAndDisable(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/users/admin", Token: e.Admin, Body: map[string]any{"disabled": true}}, 409, nil)
 	})
 }
+
+// TestAssignments_ShowWhatSelectorsGive: GET …/assignments lists what a
+// person assigned, and beside it what selectors give the machine (with a
+// plan rollback's pin, when one was made on it): "Assigned: none" read as
+// nothing given. A PUT of the assignments leaves the selected as they are.
+func TestAssignments_ShowWhatSelectorsGive(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+		e.Enroll("m1")
+		etag := func(path string) string {
+			return e.JSON(ctltest.Request{Method: "GET", Path: path, Token: e.Admin}, 200, nil).Header.Get("ETag")
+		}
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/labels", Token: e.Admin,
+			Header: map[string]string{"If-Match": etag("/api/v1/machines/m1")}, Body: map[string]any{"labels": map[string]string{"role": "web"}}}, 200, nil)
+		e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/modules/web", Token: e.Admin,
+			Header: map[string]string{"If-Match": etag("/api/v1/modules/web")}, Body: map[string]any{"selector": "role=web"}}, 200, nil)
+		var as struct {
+			Assignments []struct{ Module string }
+			Selected    []struct {
+				Module string
+				Build  *int
+			}
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
+		if len(as.Assignments) != 0 || len(as.Selected) != 1 || as.Selected[0].Module != "web" {
+			t.Fatalf("assignments: %+v", as)
+		}
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+			Header: map[string]string{"If-Match": etag("/api/v1/machines/m1")}, Body: map[string]any{"assignments": []any{}}}, 200, nil)
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: e.Admin}, 200, &as)
+		if len(as.Selected) != 1 || as.Selected[0].Module != "web" {
+			t.Fatalf("after a PUT of none: %+v", as)
+		}
+	})
+}

@@ -189,15 +189,18 @@ func (s *Server) deleteMachine(c echo.Context) error {
 // Assignments is the body of GET/PUT …/assignments.
 type Assignments struct {
 	Assignments []models.AssignmentView `json:"assignments"`
+	// Selected is what selectors give the machine besides (shown, with a
+	// plan rollback's pin; a PUT leaves it as it is).
+	Selected []models.AssignmentView `json:"selected,omitempty"`
 }
 
 func (s *Server) getAssignments(c echo.Context) error {
-	as, m, err := s.Store.Assignments(c.Request().Context(), c.Param("name"))
+	as, sel, m, err := s.Store.AssignmentsAndSelected(c.Request().Context(), c.Param("name"))
 	if err != nil {
 		return err
 	}
 	setETag(c, m.Generation)
-	return c.JSON(http.StatusOK, Assignments{Assignments: as})
+	return c.JSON(http.StatusOK, Assignments{Assignments: as, Selected: sel})
 }
 
 func (s *Server) putAssignments(c echo.Context) error {

@@ -22,6 +22,7 @@ type MachineStore interface {
 	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
 	DeleteMachine(ctx context.Context, actor, name string) error
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
+	AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error)
 	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
 	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)

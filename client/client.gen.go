@@ -1000,6 +1000,9 @@ type Assignment struct {
 // Assignments defines model for Assignments.
 type Assignments struct {
 	Assignments []Assignment `json:"assignments"`
+
+	// Selected what module selectors give the machine besides what a person assigned, each with a plan rollback's pin if one was made on it; shown by GET, ignored by PUT (a selector's own)
+	Selected *[]Assignment `json:"selected,omitempty"`
 }
 
 // AuditEvent defines model for AuditEvent.

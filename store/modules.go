@@ -175,16 +175,32 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 
 // Assignments reads a machine's assignments, by module name.
 func (s *Store) Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error) {
-	m, err := s.Machine(ctx, name)
+	as, _, m, err := s.AssignmentsAndSelected(ctx, name)
+	return as, m, err
+}
+
+// AssignmentsAndSelected is what a person assigned to a machine, and what
+// selectors give it besides (each with a plan rollback's pin, if one was
+// made on it: a person's act too, shown where a person looks).
+func (s *Store) AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error) {
+	m, err = s.Machine(ctx, name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	out := []models.AssignmentView{}
-	err = s.db.WithContext(ctx).Table("assignments").
-		Select("modules.name AS module, assignments.build, assignments.reason").
-		Joins("JOIN modules ON modules.id = assignments.module_id").
-		Where("assignments.machine_id = ? AND assignments.assigned", m.ID).Order("modules.name").Scan(&out).Error
-	return out, m, mapErr(err)
+	q := func(cond string, out *[]models.AssignmentView) error {
+		*out = []models.AssignmentView{}
+		return s.db.WithContext(ctx).Table("assignments").
+			Select("modules.name AS module, assignments.build, assignments.reason").
+			Joins("JOIN modules ON modules.id = assignments.module_id").
+			Where("assignments.machine_id = ? AND "+cond, m.ID).Order("modules.name").Scan(out).Error
+	}
+	if err := q("assignments.assigned", &assigned); err != nil {
+		return nil, nil, nil, mapErr(err)
+	}
+	if err := q("NOT assignments.assigned AND assignments.selected", &selected); err != nil {
+		return nil, nil, nil, mapErr(err)
+	}
+	return assigned, selected, m, nil
 }
 
 // SetAssignments replaces a machine's assignments under If-Match. A pin to an

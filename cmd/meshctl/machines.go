@@ -80,7 +80,11 @@ func (a *app) machinesCommand() *cobra.Command {
 			if err := expect(as.HTTPResponse, as.Body, http.StatusOK); err != nil {
 				return err
 			}
-			return a.showMachine(r.JSON200, as.JSON200.Assignments)
+			var selected []client.Assignment
+			if as.JSON200.Selected != nil {
+				selected = *as.JSON200.Selected
+			}
+			return a.showMachine(r.JSON200, as.JSON200.Assignments, selected)
 		},
 	}
 	cmd.AddCommand(ls, show, a.labelCommand(), a.varsCommand(), a.reportsCommand(), a.declarationCommand())
@@ -88,7 +92,7 @@ func (a *app) machinesCommand() *cobra.Command {
 	return cmd
 }
 
-func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
+func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) error {
 	health := string(m.Health.State)
 	switch m.Health.State {
 	case client.Failing:
@@ -112,27 +116,39 @@ func (a *app) showMachine(m *client.Machine, as []client.Assignment) error {
 		}
 		rows = append(rows, []string{"Last outcome:", last})
 	}
-	var mods []string
-	for _, x := range as {
-		s := x.Module
-		if x.Build != nil {
-			s += "@" + strconv.Itoa(*x.Build) + " (pinned"
-			if x.Reason != nil && *x.Reason != "" {
-				s += ": " + *x.Reason
+	words := func(list []client.Assignment) []string {
+		var mods []string
+		for _, x := range list {
+			s := x.Module
+			if x.Build != nil {
+				s += "@" + strconv.Itoa(*x.Build) + " (pinned"
+				if x.Reason != nil && *x.Reason != "" {
+					s += ": " + *x.Reason
+				}
+				s += ")"
 			}
-			s += ")"
+			if rb, ok := m.Running[x.Module]; ok {
+				s += fmt.Sprintf(", running build %d", rb.Build)
+			}
+			mods = append(mods, s)
 		}
-		if rb, ok := m.Running[x.Module]; ok {
-			s += fmt.Sprintf(", running build %d", rb.Build)
-		}
-		mods = append(mods, s)
+		return mods
 	}
+	mods := words(as)
 	if len(mods) == 0 {
 		mods = []string{"none"}
 	}
 	rows = append(rows, []string{"Assigned:", mods[0]})
 	for _, s := range mods[1:] {
 		rows = append(rows, []string{"", s})
+	}
+	// What selectors give it besides, with a plan rollback's pin on it.
+	for i, s := range words(selected) {
+		label := ""
+		if i == 0 {
+			label = "Selected:"
+		}
+		rows = append(rows, []string{label, s})
 	}
 	// What its host last reported running: a module a selector gives it
 	// is not an assignment, and "Assigned: none" read as nothing running.
