@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"mesh/models"
@@ -69,6 +70,35 @@ func TestAuditEventsWhere(t *testing.T) {
 			if err != nil || details(got) != c.want {
 				t.Errorf("actor %s: %q, want %q (%v)", c.actor, details(got), c.want, err)
 			}
+		}
+	})
+}
+
+// TestAudit_APlansWholeStoryOnItsModule: a plan's pause and cancel are on
+// its module's record beside its creation, each naming the plan — one
+// target tells the plan's whole story (they were under plan/ID, apart).
+func TestAudit_APlansWholeStoryOnItsModule(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, v := planOfBuild2(t, s)
+		for _, a := range []string{"pause", "cancel"} {
+			if _, err := s.SetPlanState(ctx, "user:alice", v.ID, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		es, err := s.AuditEventsWhere(ctx, 50, 0, models.AuditFilter{Target: "module/" + v.Module})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range es {
+			if strings.HasSuffix(e.Action, "-plan") {
+				got = append(got, e.Action+" "+e.Detail)
+			}
+		}
+		want := fmt.Sprintf("plan %d", v.ID)
+		if len(got) != 3 || !strings.HasPrefix(got[0], "cancel-plan "+want+": cancelled") || !strings.HasPrefix(got[1], "pause-plan "+want+": paused") || !strings.HasPrefix(got[2], "create-plan "+want) {
+			t.Fatalf("the module's plan events, newest first: %q", got)
 		}
 	})
 }

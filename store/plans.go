@@ -595,7 +595,17 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 			return err
 		}
 		p.State = to
-		if err := audit(tx, actor, action+"-plan", fmt.Sprintf("plan/%d", id), ""); err != nil {
+		// On the module's record, as the plan's creation, halt and end
+		// are: one target tells a plan's whole story.
+		var module string
+		if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
+			return err
+		}
+		detail := fmt.Sprintf("plan %d: %s", id, to)
+		if r, ok := up["reason"].(string); ok && r != "" {
+			detail += ": " + r
+		}
+		if err := audit(tx, actor, action+"-plan", "module/"+module, detail); err != nil {
 			return err
 		}
 		if err := stepPlan(tx, &p); err != nil {
