@@ -260,9 +260,17 @@ func (s *Server) machineStatus(c echo.Context) error {
 // fillForms fills the assignment and variable forms: from the store, or
 // from what the person submitted (kept when a save is refused).
 func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Machine, typed map[string]models.AssignmentView, typedVars *string) error {
-	as, _, err := s.Store.Assignments(ctx, m.Name)
+	as, sel, _, err := s.Store.AssignmentsAndSelected(ctx, m.Name)
 	if err != nil {
 		return err
+	}
+	selected := map[string]string{}
+	for _, a := range sel {
+		w := "given by a selector"
+		if a.Build != nil {
+			w += fmt.Sprintf(", pinned to build %d (%s)", *a.Build, a.Reason)
+		}
+		selected[a.Module] = w
 	}
 	stored := map[string]models.AssignmentView{}
 	for _, a := range as {
@@ -277,7 +285,7 @@ func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Mach
 	}
 	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	for _, mod := range mods {
-		mc := ModuleChoice{Name: mod.Name}
+		mc := ModuleChoice{Name: mod.Name, Selected: selected[mod.Name]}
 		if mod.CurrentBuild != nil {
 			mc.Current = fmt.Sprintf("current: %d", *mod.CurrentBuild)
 		}

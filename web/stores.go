@@ -15,6 +15,7 @@ type Store interface {
 	MachineStates(ctx context.Context) ([]models.Machine, error)
 	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
+	AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error)
 	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)

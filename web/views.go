@@ -211,7 +211,10 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 
 // ModuleChoice is one module on a machine's assignment form.
 type ModuleChoice struct {
-	Name     string
+	Name string
+	// Selected says a selector gives it (and a plan rollback's pin on
+	// it): not a person's assignment, which the form edits.
+	Selected string
 	Assigned bool
 	Build    string
 	Reason   string
