@@ -60,6 +60,14 @@ type Restored struct {
 	Revocations int
 	Machines    []string
 	Users       []string
+	// People are the people carried from the replaced store (password,
+	// role, disabled, as they were there); Disabled those only the backup
+	// has, disabled (removed since it was taken).
+	People   int
+	Disabled []string
+	// Unread, when not empty, is why the replaced store could not be read:
+	// nothing was carried from it.
+	Unread string
 }
 
 // Restore puts an SQLite backup (Backup's file) in place as dataDir's
@@ -72,6 +80,11 @@ type Restored struct {
 // carried into the restored one — a backup from before it would otherwise
 // let the revoked credential in again.
 func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*Restored, error) {
+	if fi, err := os.Stat(backupPath + "-wal"); err == nil && fi.Size() > 0 {
+		// A store's own file, not a backup: its log holds what the file
+		// alone lacks.
+		return nil, fmt.Errorf("%s has a write-ahead log beside it (%s): it is a store's file, not a backup, and alone it lacks what the log holds; make a backup of that store with 'mesh-controller backup' and restore that", backupPath, backupPath+"-wal")
+	}
 	lock := flock.New(filepath.Join(dataDir, "controller.lock"))
 	ok, err := lock.TryLock()
 	if err != nil {
@@ -109,17 +122,21 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 
 	current := filepath.Join(dataDir, "mesh.db")
 	if _, err := os.Stat(current); err == nil {
-		old, err := Open(ctx, Config{DataDir: dataDir})
+		// What the replaced store says of revocations and people is newer
+		// than the backup: carried over, so no revocation, disabling or
+		// new password is undone. A store that cannot be read (the reason
+		// to restore, often) is still moved aside, and the result says
+		// nothing could be carried.
+		rs, people, err := readReplaced(ctx, dataDir)
 		if err != nil {
-			return nil, fmt.Errorf("the store to replace: %w", err)
-		}
-		rs, err := old.Revocations(ctx)
-		old.Close()
-		if err != nil {
-			return nil, fmt.Errorf("the store to replace: its revocations: %w", err)
-		}
-		if err := restored.carryRevocations(ctx, rs, out); err != nil {
-			return nil, fmt.Errorf("carrying the revocations into the restored store: %w", err)
+			out.Unread = err.Error()
+		} else {
+			if err := restored.carryRevocations(ctx, rs, out); err != nil {
+				return nil, fmt.Errorf("carrying the revocations into the restored store: %w", err)
+			}
+			if err := restored.carryPeople(ctx, people, out); err != nil {
+				return nil, fmt.Errorf("carrying the people into the restored store: %w", err)
+			}
 		}
 	}
 	// Its log is folded into the file, which then stands alone.
@@ -131,7 +148,15 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 		return nil, err
 	}
 	if _, err := os.Stat(current); err == nil {
-		out.Kept = current + ".before-restore-" + now.UTC().Format("20060102T150405Z")
+		// A name no earlier restore took: a rename onto one would lose it.
+		base := current + ".before-restore-" + now.UTC().Format("20060102T150405Z")
+		out.Kept = base
+		for i := 2; ; i++ {
+			if _, err := os.Lstat(out.Kept); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			out.Kept = fmt.Sprintf("%s-%d", base, i)
+		}
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			if err := os.Rename(current+suffix, out.Kept+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return nil, err
@@ -142,6 +167,69 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 		return nil, err
 	}
 	return out, nil
+}
+
+// readReplaced reads the revocations in force and the people of the store
+// in dataDir, which Restore is about to replace.
+func readReplaced(ctx context.Context, dataDir string) ([]models.Revocation, []models.User, error) {
+	old, err := Open(ctx, Config{DataDir: dataDir})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer old.Close()
+	rs, err := old.Revocations(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var people []models.User
+	if err := old.db.WithContext(ctx).Find(&people).Error; err != nil {
+		return nil, nil, err
+	}
+	return rs, people, nil
+}
+
+// carryPeople makes the restored store's people those of the replaced one:
+// each one's password, role and disabling as they were there (a password
+// changed after a leak, or a person disabled, since the backup stays so),
+// and a person only the backup has (removed since) disabled.
+func (s *Store) carryPeople(ctx context.Context, people []models.User, out *Restored) error {
+	return s.write(ctx, func(tx *Tx) error {
+		now := tx.s.Now()
+		kept := map[string]bool{}
+		for _, u := range people {
+			kept[u.Name] = true
+			res := tx.Model(&models.User{}).Where("name = ?", u.Name).Updates(map[string]any{
+				"role": u.Role, "password_hash": u.PasswordHash, "disabled_at": u.DisabledAt, "disabled_by": u.DisabledBy})
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected == 0 {
+				nu := models.User{Name: u.Name, Role: u.Role, PasswordHash: u.PasswordHash, CreatedAt: u.CreatedAt, DisabledAt: u.DisabledAt, DisabledBy: u.DisabledBy}
+				if err := tx.Create(&nu).Error; err != nil {
+					return err
+				}
+			}
+			out.People++
+		}
+		var restored []models.User
+		if err := tx.Find(&restored).Error; err != nil {
+			return err
+		}
+		for _, u := range restored {
+			if kept[u.Name] || u.DisabledAt != nil {
+				continue
+			}
+			if err := tx.Model(&models.User{}).Where("name = ?", u.Name).
+				Updates(map[string]any{"disabled_at": now, "disabled_by": "restore"}).Error; err != nil {
+				return err
+			}
+			out.Disabled = append(out.Disabled, u.Name)
+			if err := audit(tx, "controller", "update-user", "user/"+u.Name, "disabled: not in the store a restore replaced"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // carryRevocations writes rs into s (those it has already left as they

@@ -162,12 +162,14 @@ lost: the store it replaces, with its write-ahead log, is moved aside as
 mesh.db.before-restore-<time>, named in the output. No revocation is undone:
 every revocation in force in the replaced store — a machine revoked, a user
 disabled, an API token or a session revoked — is carried into the restored
-one, so a backup from before it does not let the credential in again.
+one, so a backup from before it does not let the credential in again; so are
+the people (passwords, roles, disabled, as the replaced store has them), and a
+person only the backup has is disabled. A replaced store that cannot be read is
+moved aside all the same, and the output says nothing could be carried.
 
 After a restore, hosts that finished generations after the backup are in
 conflict until an admin resolves them (meshctl machines resolve NAME): their
-machines are shown so, and nothing is sent to them meanwhile. People, passwords
-and roles are as the backup has them. A PostgreSQL store is restored with
+machines are shown so, and nothing is sent to them meanwhile. A PostgreSQL store is restored with
 PostgreSQL's tools (pg_restore).`,
 		Example: "  systemctl stop mesh-controller\n  mesh-controller restore /backups/mesh-2026-12-01.db --data /var/lib/mesh\n  systemctl start mesh-controller",
 		Args:    cobra.ExactArgs(1),
@@ -491,13 +493,23 @@ func restore(ctx context.Context, cfg controller.Config, path string, stdout io.
 	if r.Kept != "" {
 		fmt.Fprintf(stdout, "the store it replaced is kept as %s\n", r.Kept)
 	}
+	if r.Unread != "" {
+		fmt.Fprintf(stdout, "WARNING: the store it replaced could not be read (%s): no revocation, disabled person or new password made since the backup was carried into it; revoke and disable again what was since, and reset passwords changed since\n", r.Unread)
+	}
+	if r.People > 0 {
+		fmt.Fprintf(stdout, "%d person(s) carried from the store it replaced (passwords, roles, disabled as they were there)", r.People)
+		if len(r.Disabled) > 0 {
+			fmt.Fprintf(stdout, "; disabled, as only the backup has them: %s", strings.Join(r.Disabled, ", "))
+		}
+		fmt.Fprintln(stdout)
+	}
 	if r.Revocations > 0 {
 		fmt.Fprintf(stdout, "%d revocation(s) made since the backup carried into it", r.Revocations)
 		if len(r.Machines) > 0 {
 			fmt.Fprintf(stdout, "; machines revoked again: %s", strings.Join(r.Machines, ", "))
 		}
 		if len(r.Users) > 0 {
-			fmt.Fprintf(stdout, "; people whose earlier tokens stay refused (their passwords and roles are the backup's): %s", strings.Join(r.Users, ", "))
+			fmt.Fprintf(stdout, "; people whose earlier tokens stay refused: %s", strings.Join(r.Users, ", "))
 		}
 		fmt.Fprintln(stdout)
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/store"
@@ -80,5 +81,88 @@ func TestRestore_NothingLostNoRevocationUndone(t *testing.T) {
 	}
 	if resp, _ := r.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m2", Token: admin}); resp.StatusCode != 404 {
 		t.Fatalf("m2, enrolled after the backup: %d", resp.StatusCode)
+	}
+}
+
+// TestRestore_PeopleAsTheReplacedStoreHasThem: a person disabled after the
+// backup stays disabled, one added since keeps their login, one only the
+// backup has is disabled — a restore lets no one in whom the replaced
+// store kept out.
+func TestRestore_PeopleAsTheReplacedStoreHasThem(t *testing.T) {
+	sc := storetest.Config(t, store.SQLite)
+	e := ctltest.StartWith(t, sc)
+	e.AddUser("eve", "operator")
+	e.AddUser("gone", "viewer")
+	backupFile := filepath.Join(t.TempDir(), "b.db")
+	if code, out, errOut := runCtl(t, "", "backup", backupFile, "--data", sc.DataDir); code != 0 {
+		t.Fatalf("backup: %d %s %s", code, out, errOut)
+	}
+	e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/users/eve", Token: e.Admin, Body: map[string]any{"disabled": true}}, 200, nil)
+	e.AddUser("fred", "viewer")
+	if err := e.Ctl.Store.DB().Exec("DELETE FROM users WHERE name = 'gone'").Error; err != nil {
+		t.Fatal(err)
+	}
+	e.Stop()
+	code, out, errOut := runCtl(t, "", "restore", backupFile, "--data", sc.DataDir)
+	if code != 0 || !strings.Contains(out, "disabled, as only the backup has them: gone") {
+		t.Fatalf("restore: %d\n%s\n%s", code, out, errOut)
+	}
+	r := ctltest.StartWith(t, sc)
+	login := func(who string) int {
+		resp, _ := r.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login", Body: map[string]string{"username": who, "password": "password-of-" + who}})
+		return resp.StatusCode
+	}
+	if st := login("eve"); st == 200 {
+		t.Fatal("eve, disabled before the restore, logs in after it")
+	}
+	if st := login("gone"); st == 200 {
+		t.Fatal("a person removed before the restore logs in after it")
+	}
+	if st := login("fred"); st != 200 {
+		t.Fatalf("fred, added before the restore, cannot log in after it: %d", st)
+	}
+}
+
+// TestRestore_NothingLostTwiceAndBroken: two restores in one second keep
+// both replaced stores; a replaced store that cannot be read is moved
+// aside all the same, saying nothing could be carried; a store's own file
+// with its log beside it is refused as no backup.
+func TestRestore_NothingLostTwiceAndBroken(t *testing.T) {
+	sc := storetest.Config(t, store.SQLite)
+	e := ctltest.StartWith(t, sc)
+	backupFile := filepath.Join(t.TempDir(), "b.db")
+	if code, out, errOut := runCtl(t, "", "backup", backupFile, "--data", sc.DataDir); code != 0 {
+		t.Fatalf("backup: %d %s %s", code, out, errOut)
+	}
+	e.Stop()
+	now := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	r1, err := store.Restore(t.Context(), sc.DataDir, backupFile, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := store.Restore(t.Context(), sc.DataDir, backupFile, now.Add(500*time.Millisecond))
+	if err != nil || r2.Kept == r1.Kept {
+		t.Fatalf("a second restore in the same second: kept %q then %q, %v", r1.Kept, r2.Kept, err)
+	}
+	for _, k := range []string{r1.Kept, r2.Kept} {
+		if _, err := os.Stat(k); err != nil {
+			t.Fatalf("a replaced store is lost: %v", err)
+		}
+	}
+	db := filepath.Join(sc.DataDir, "mesh.db")
+	if err := os.WriteFile(db, []byte("not a database, a disk's garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(db + "-wal")
+	os.Remove(db + "-shm")
+	code, out, errOut := runCtl(t, "", "restore", backupFile, "--data", sc.DataDir)
+	if code != 0 || !strings.Contains(out, "WARNING: the store it replaced could not be read") {
+		t.Fatalf("restore over a store that cannot be read: %d\n%s\n%s", code, out, errOut)
+	}
+	if err := os.WriteFile(backupFile+"-wal", []byte("a log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCtl(t, "", "restore", backupFile, "--data", sc.DataDir); code == 0 || !strings.Contains(errOut, "not a backup") {
+		t.Fatalf("a store's own file with its log: %d %s", code, errOut)
 	}
 }
