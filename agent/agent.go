@@ -130,6 +130,9 @@ type Agent struct {
 	// being replaced, so what the check loop sees then is of neither
 	// generation (the apply's own report carries its checks).
 	applying bool
+	// applies counts the applies begun: a look that began before one is
+	// stale, however it ended (applied or not).
+	applies int64
 	// checked reports go through an outbox and a client of their own, so
 	// the check loop never shares the poll loop's.
 	checkedOut    outbox
@@ -617,11 +620,11 @@ func (a *Agent) setReportedLocked(gen int64, c []models.CheckResult) {
 // the controller was last told of that generation; stale when an apply
 // finished since the look began (its report told the controller of a
 // newer generation, and this look is of the one before: dropped).
-func (a *Agent) lookDiffers(gen int64, res []models.CheckResult) (differs, stale bool) {
+func (a *Agent) lookDiffers(gen, applies int64, res []models.CheckResult) (differs, stale bool) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
 	switch {
-	case a.checkGen != gen || a.applying:
+	case a.checkGen != gen || a.applying || a.applies != applies:
 		// An apply began (or finished) since the look began.
 		return false, true
 	case a.reported == nil || a.reportedGen != gen:
@@ -661,7 +664,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rs, gen, send, applying := a.snapshotChecks()
+		rs, gen, send, applying, applies := a.snapshotChecks()
 		if applying {
 			// Between applies only: mid-apply a check would blame the
 			// applied generation for the service being replaced.
@@ -686,7 +689,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		// last told (reported). A service that restarted (or turned
 		// unhealthy) ships its last lines within one check interval even
 		// when no check changed (a crash loop seldom: logShipper.due).
-		differs, stale := a.lookDiffers(gen, res)
+		differs, stale := a.lookDiffers(gen, applies, res)
 		if !stale && (differs || a.logs.waiting()) && send != "" {
 			a.reportChecked(ctx, gen, send, res)
 			a.lookReported(gen, res)
@@ -710,10 +713,10 @@ func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res [
 	}
 }
 
-func (a *Agent) snapshotChecks() ([]models.Resource, int64, string, bool) {
+func (a *Agent) snapshotChecks() (rs []models.Resource, gen int64, send string, applying bool, applies int64) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
-	return a.checkTargets, a.checkGen, a.checkSend, a.applying
+	return a.checkTargets, a.checkGen, a.checkSend, a.applying, a.applies
 }
 
 // setApplying says an apply began or ended (applyWithRetries).
@@ -721,4 +724,7 @@ func (a *Agent) setApplying(on bool) {
 	a.checksMu.Lock()
 	defer a.checksMu.Unlock()
 	a.applying = on
+	if on {
+		a.applies++
+	}
 }

@@ -70,7 +70,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		}
 		blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
 		if err == nil {
-			_, err = a.root.stageTree(r.Path, r.Artifact.Digest, blob, a.cfg.Unpack)
+			_, err = a.root.stageTree(r.Path, r.Artifact.Digest, blob, a.cfg.Unpack, a.filesBefore[r.Path])
 		}
 		if err != nil {
 			return nil, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}

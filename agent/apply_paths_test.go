@@ -112,3 +112,37 @@ func TestApply_TreeTakesTheFilesPath(t *testing.T) {
 		t.Fatalf("a tree over a file mesh never managed: %v", err)
 	}
 }
+
+// TestApply_TreeOverAForeignFileChangesNothing: a tree declared over a file
+// mesh never managed fails the declaration before anything changed — as
+// any refusal while staging does — not after the resources ordered before
+// it were applied.
+func TestApply_TreeOverAForeignFileChangesNothing(t *testing.T) {
+	a := testAgent(t)
+	v1, v2 := "v=1\n", "v=2\n"
+	st := a.state.clone()
+	if _, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 1, Resources: []models.Resource{
+		{ID: "a.conf", Module: "app", Build: 1, Kind: "file", Path: "/etc/a.conf", Content: &v1},
+	}}, st); err != nil {
+		t.Fatal(err)
+	}
+	a.state = st
+	if err := os.MkdirAll(filepath.Join(a.root.dir, "opt"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.root.dir, "opt/theirs"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	digest := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "2"}))
+	st = a.state.clone()
+	acts, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 2, Resources: []models.Resource{
+		{ID: "a.conf", Module: "app", Build: 2, Kind: "file", Path: "/etc/a.conf", Content: &v2},
+		{ID: "c.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/theirs", Artifact: &models.Artifact{Digest: digest}},
+	}}, st)
+	if err == nil || !strings.Contains(err.Error(), "not a tree mesh manages") {
+		t.Fatalf("apply: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(a.root.dir, "etc/a.conf")); string(b) != v1 || len(acts) > 0 {
+		t.Fatalf("the failing declaration changed the machine first: a.conf=%q actions=%+v", b, acts)
+	}
+}

@@ -155,3 +155,71 @@ func TestCheckLoop_NoWordMidApply(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckLoop_LookStraddlingAnApplyThatFailed: a look that began before
+// an apply and ends after it — the apply ended without applying (rejected,
+// refused part way) — is stale all the same: what it saw was the service
+// being replaced, not generation 5's.
+func TestCheckLoop_LookStraddlingAnApplyThatFailed(t *testing.T) {
+	a, srv := checkingAgent(t, 100*time.Millisecond)
+	var mu sync.Mutex
+	block, failing, hits := false, false, 0
+	inLook := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b, f := block, failing
+		block = false
+		hits++
+		mu.Unlock()
+		if b {
+			inLook <- struct{}{}
+			<-release
+		}
+		if f {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer hs.Close()
+	svc := models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
+		Check: &models.Check{HTTP: hs.URL}}
+	a.state.Applied, a.state.Finished, a.state.AppliedSend = 5, 5, "s5"
+	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &svc}
+	if err := a.saveState(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.checkLoop(ctx)
+	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(srv.reports()) > 0 })
+
+	// A look is in flight when generation 6's apply begins; the service
+	// it sees is being replaced, and fails.
+	mu.Lock()
+	block, failing = true, true
+	mu.Unlock()
+	<-inLook
+	a.setApplying(true)
+	a.setApplying(false) // generation 6's apply ends, not applied
+	mu.Lock()
+	during := hits
+	mu.Unlock()
+	close(release)
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	testwait.For(t, 5*time.Second, "a look after the apply", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hits > during+1
+	})
+	for _, r := range srv.reports() {
+		for _, c := range r.Checks {
+			if !c.OK {
+				t.Fatalf("a look made while generation 6 was applied was reported: %s generation %d %+v", r.Outcome, r.Generation, r.Checks)
+			}
+		}
+	}
+}

@@ -94,7 +94,7 @@ func (l UnpackLimits) budget(size int64) (int64, string) {
 // installTree unpacks the tar.gz at archive for declared path p, under
 // limits, and swaps it in. It returns the number of regular files.
 func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits) (int, error) {
-	files, err := m.stageTree(p, digest, archive, limits)
+	files, err := m.stageTree(p, digest, archive, limits, true)
 	if err != nil {
 		return 0, err
 	}
@@ -125,11 +125,15 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 
 // stageTree unpacks the tar.gz at archive into its version's directory
 // beside declared path p's current one, if it is not there yet, and says
-// how many files it holds; nothing at p changes (what is there is judged
-// at the swap: a file of mesh's may still move away from it). An apply
-// stages every tree first, so an archive refused (an escape, too large)
-// refuses the declaration before anything changed.
-func (m *machineRoot) stageTree(p, digest, archive string, limits UnpackLimits) (int, error) {
+// how many files it holds; nothing at p changes. An apply stages every
+// tree first, so an archive refused (an escape, too large), or a path
+// held by what mesh does not manage, fails the declaration before
+// anything changed. mine says a file of mesh's is at p: it may move away
+// in the same apply, and the swap replaces it.
+func (m *machineRoot) stageTree(p, digest, archive string, limits UnpackLimits, mine bool) (int, error) {
+	if fi, err := m.root.Lstat(rel(p)); err == nil && fi.Mode()&fs.ModeSymlink == 0 && !(mine && fi.Mode().IsRegular()) {
+		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	}
 	vdir := rel(versionsDir(p))
 	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
 		return 0, err
