@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -60,6 +61,9 @@ type Restored struct {
 	Revocations int
 	Machines    []string
 	Users       []string
+	// JoinTokens are the join tokens the replaced store had spent or
+	// revoked since the backup, so in the restored one.
+	JoinTokens int
 	// People are the people carried from the replaced store (password,
 	// role, disabled, as they were there); Disabled those only the backup
 	// has, disabled (removed since it was taken).
@@ -119,22 +123,36 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 	if out.Schema, _, err = restored.SchemaVersion(ctx); err != nil || out.Schema == 0 {
 		return nil, fmt.Errorf("%s is not a mesh store (no schema version): %v", backupPath, err)
 	}
+	// Brought to this build's schema (as serving it would), so what is
+	// carried into it has its columns whatever the backup's age.
+	if _, err := restored.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", backupPath, err)
+	}
 
 	current := filepath.Join(dataDir, "mesh.db")
-	if _, err := os.Stat(current); err == nil {
-		// What the replaced store says of revocations and people is newer
-		// than the backup: carried over, so no revocation, disabling or
-		// new password is undone. A store that cannot be read (the reason
-		// to restore, often) is still moved aside, and the result says
-		// nothing could be carried.
-		rs, people, err := readReplaced(ctx, dataDir)
-		if err != nil {
+	if storeFiles(current) {
+		// What the replaced store says of revocations, join tokens and
+		// people is newer than the backup: carried over, so no revocation,
+		// spent or revoked join token, disabling or new password is
+		// undone — when it is the same mesh's store (a signing key in
+		// common), not another's (a fresh controller's, started once on a
+		// new machine). A store that cannot be read (the reason to
+		// restore, often) is moved aside all the same, and the result
+		// says nothing could be carried.
+		rp, err := readReplaced(ctx, dataDir)
+		switch {
+		case err != nil:
 			out.Unread = err.Error()
-		} else {
-			if err := restored.carryRevocations(ctx, rs, out); err != nil {
+		case !restored.sharesAKey(ctx, rp.keys):
+			out.Unread = "it is another mesh's store (no signing key in common with the backup)"
+		default:
+			if err := restored.carryRevocations(ctx, rp.revocations, out); err != nil {
 				return nil, fmt.Errorf("carrying the revocations into the restored store: %w", err)
 			}
-			if err := restored.carryPeople(ctx, people, out); err != nil {
+			if err := restored.carryJoinTokens(ctx, rp.joinTokens, out); err != nil {
+				return nil, fmt.Errorf("carrying the join tokens into the restored store: %w", err)
+			}
+			if err := restored.carryPeople(ctx, rp.people, out); err != nil {
 				return nil, fmt.Errorf("carrying the people into the restored store: %w", err)
 			}
 		}
@@ -147,7 +165,7 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 	if err := restored.Close(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(current); err == nil {
+	if storeFiles(current) {
 		// A name no earlier restore took: a rename onto one would lose it.
 		base := current + ".before-restore-" + now.UTC().Format("20060102T150405Z")
 		out.Kept = base
@@ -157,9 +175,12 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 			}
 			out.Kept = fmt.Sprintf("%s-%d", base, i)
 		}
-		for _, suffix := range []string{"", "-wal", "-shm"} {
+		// The log first, the file last: stopped part way, what is left
+		// is never a store's file beside another's log (SQLite would
+		// replay it into the restored file).
+		for _, suffix := range []string{"-shm", "-wal", ""} {
 			if err := os.Rename(current+suffix, out.Kept+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
+				return nil, fmt.Errorf("moving the replaced store aside (%s → %s): %w; the data dir holds what was not moved yet, and no store was put in place", current+suffix, out.Kept+suffix, err)
 			}
 		}
 	}
@@ -169,23 +190,95 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 	return out, nil
 }
 
-// readReplaced reads the revocations in force and the people of the store
-// in dataDir, which Restore is about to replace.
-func readReplaced(ctx context.Context, dataDir string) ([]models.Revocation, []models.User, error) {
+// storeFiles says whether any of an SQLite store's files is at path (its
+// file, its log, or the log's index): a log left alone is moved aside too.
+func storeFiles(path string) bool {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if _, err := os.Lstat(path + suffix); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// replaced is what Restore reads of the store it replaces.
+type replaced struct {
+	revocations []models.Revocation
+	joinTokens  []models.JoinToken // spent or revoked
+	people      []models.User
+	keys        [][]byte // public keys
+}
+
+// restoreSessionTTL bounds the logins of a person a restore disables (a
+// login lasts 12 h; their API tokens' own expiry is taken too).
+const restoreSessionTTL = 24 * time.Hour
+
+// readReplaced reads the store in dataDir, which Restore is about to
+// replace: its revocations in force, its spent or revoked join tokens,
+// its people and its public keys.
+func readReplaced(ctx context.Context, dataDir string) (*replaced, error) {
+	if _, err := os.Stat(filepath.Join(dataDir, "mesh.db")); err != nil {
+		return nil, err
+	}
 	old, err := Open(ctx, Config{DataDir: dataDir})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer old.Close()
-	rs, err := old.Revocations(ctx)
-	if err != nil {
-		return nil, nil, err
+	var r replaced
+	if r.revocations, err = old.Revocations(ctx); err != nil {
+		return nil, err
 	}
-	var people []models.User
-	if err := old.db.WithContext(ctx).Find(&people).Error; err != nil {
-		return nil, nil, err
+	db := old.db.WithContext(ctx)
+	if err := db.Where("used_at IS NOT NULL OR revoked_at IS NOT NULL").Find(&r.joinTokens).Error; err != nil {
+		return nil, err
 	}
-	return rs, people, nil
+	if err := db.Find(&r.people).Error; err != nil {
+		return nil, err
+	}
+	if err := db.Raw("SELECT public_key FROM keys").Scan(&r.keys).Error; err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// sharesAKey says whether s holds one of keys: the same mesh's store.
+func (s *Store) sharesAKey(ctx context.Context, keys [][]byte) bool {
+	var mine [][]byte
+	if err := s.db.WithContext(ctx).Raw("SELECT public_key FROM keys").Scan(&mine).Error; err != nil {
+		return false
+	}
+	for _, k := range keys {
+		for _, m := range mine {
+			if bytes.Equal(k, m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// carryJoinTokens marks the join tokens the replaced store spent or
+// revoked spent or revoked in s too: a token spent since the backup (its
+// machine deleted since) or revoked since (leaked) enrols nothing again.
+func (s *Store) carryJoinTokens(ctx context.Context, ts []models.JoinToken, out *Restored) error {
+	return s.write(ctx, func(tx *Tx) error {
+		for _, t := range ts {
+			up := map[string]any{}
+			if t.UsedAt != nil {
+				up["used_at"], up["used_by"] = t.UsedAt, t.UsedBy
+			}
+			if t.RevokedAt != nil {
+				up["revoked_at"], up["revoked_by"] = t.RevokedAt, t.RevokedBy
+			}
+			res := tx.Model(&models.JoinToken{}).Where("token_hash = ? AND used_at IS NULL AND revoked_at IS NULL", t.TokenHash).Updates(up)
+			if res.Error != nil {
+				return res.Error
+			}
+			out.JoinTokens += int(res.RowsAffected)
+		}
+		return nil
+	})
 }
 
 // carryPeople makes the restored store's people those of the replaced one:
@@ -221,6 +314,10 @@ func (s *Store) carryPeople(ctx context.Context, people []models.User, out *Rest
 			}
 			if err := tx.Model(&models.User{}).Where("name = ?", u.Name).
 				Updates(map[string]any{"disabled_at": now, "disabled_by": "restore"}).Error; err != nil {
+				return err
+			}
+			// As any disabling: every token they hold is refused too.
+			if err := revokeUser(tx, "restore", u.Name, now, restoreSessionTTL, "not in the store a restore replaced"); err != nil {
 				return err
 			}
 			out.Disabled = append(out.Disabled, u.Name)

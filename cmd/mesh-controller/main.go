@@ -494,7 +494,10 @@ func restore(ctx context.Context, cfg controller.Config, path string, stdout io.
 		fmt.Fprintf(stdout, "the store it replaced is kept as %s\n", r.Kept)
 	}
 	if r.Unread != "" {
-		fmt.Fprintf(stdout, "WARNING: the store it replaced could not be read (%s): no revocation, disabled person or new password made since the backup was carried into it; revoke and disable again what was since, and reset passwords changed since\n", r.Unread)
+		fmt.Fprintf(stdout, "WARNING: nothing was carried from the store it replaced: %s; revoke and disable again what was since the backup (tokens, join tokens, people) and reset passwords changed since\n", r.Unread)
+	}
+	if r.JoinTokens > 0 {
+		fmt.Fprintf(stdout, "%d join token(s) spent or revoked since the backup stay so\n", r.JoinTokens)
 	}
 	if r.People > 0 {
 		fmt.Fprintf(stdout, "%d person(s) carried from the store it replaced (passwords, roles, disabled as they were there)", r.People)

@@ -156,7 +156,7 @@ func TestRestore_NothingLostTwiceAndBroken(t *testing.T) {
 	os.Remove(db + "-wal")
 	os.Remove(db + "-shm")
 	code, out, errOut := runCtl(t, "", "restore", backupFile, "--data", sc.DataDir)
-	if code != 0 || !strings.Contains(out, "WARNING: the store it replaced could not be read") {
+	if code != 0 || !strings.Contains(out, "WARNING: nothing was carried from the store it replaced") {
 		t.Fatalf("restore over a store that cannot be read: %d\n%s\n%s", code, out, errOut)
 	}
 	if err := os.WriteFile(backupFile+"-wal", []byte("a log"), 0o600); err != nil {
