@@ -162,10 +162,12 @@ lost: the store it replaces, with its write-ahead log, is moved aside as
 mesh.db.before-restore-<time>, named in the output. No revocation is undone:
 every revocation in force in the replaced store — a machine revoked, a user
 disabled, an API token or a session revoked — is carried into the restored
-one, so a backup from before it does not let the credential in again; so are
-the people (passwords, roles, disabled, as the replaced store has them), and a
-person only the backup has is disabled. A replaced store that cannot be read is
-moved aside all the same, and the output says nothing could be carried.
+one, and so is every join token spent or revoked since, so a backup from
+before it does not let the credential in again; so are the people (passwords,
+roles, disabled, as the replaced store has them), and a person only the backup
+has is disabled. Nothing is carried from another mesh's store (no signing key
+in common, as a fresh controller's on a new machine), nor from one that cannot
+be read; it is moved aside all the same, and the output says so.
 
 After a restore, hosts that finished generations after the backup are in
 conflict until an admin resolves them (meshctl machines resolve NAME): their
