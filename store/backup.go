@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -61,6 +62,9 @@ type Restored struct {
 	Revocations int
 	Machines    []string
 	Users       []string
+	// APITokens are the API tokens made since the backup, carried so that
+	// they are listed and can be revoked.
+	APITokens int
 	// JoinTokens are the join tokens the replaced store had spent or
 	// revoked since the backup, so in the restored one.
 	JoinTokens int
@@ -89,7 +93,9 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 		// alone lacks.
 		return nil, fmt.Errorf("%s has a write-ahead log beside it (%s): it is a store's file, not a backup, and alone it lacks what the log holds; make a backup of that store with 'mesh-controller backup' and restore that", backupPath, backupPath+"-wal")
 	}
-	lock := flock.New(filepath.Join(dataDir, "controller.lock"))
+	lockPath := filepath.Join(dataDir, "controller.lock")
+	_, lockErr := os.Stat(lockPath)
+	lock := flock.New(lockPath)
 	ok, err := lock.TryLock()
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir: %w", err)
@@ -98,14 +104,32 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 		return nil, fmt.Errorf("a controller serves %s (it holds %s): stop it first", dataDir, lock.Path())
 	}
 	defer func() { _ = lock.Unlock() }()
+	if lockErr != nil {
+		// Made here (as root, say): the controller's user must open it.
+		if err := ownLike(lockPath, dataDir); err != nil {
+			return nil, err
+		}
+	}
 
+	// A restore cut short (a signal mid-copy) left its copy: the lock says
+	// none runs now.
+	if stale, err := filepath.Glob(filepath.Join(dataDir, ".restore-*")); err == nil {
+		for _, d := range stale {
+			_ = os.RemoveAll(d)
+		}
+	}
 	// The backup is copied and checked where it cannot be taken for the
 	// store until it is complete.
 	tmp, err := os.MkdirTemp(dataDir, ".restore-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	keepTmp := false
+	defer func() {
+		if !keepTmp {
+			os.RemoveAll(tmp)
+		}
+	}()
 	if err := copyFile(backupPath, filepath.Join(tmp, "mesh.db")); err != nil {
 		return nil, err
 	}
@@ -155,6 +179,9 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 			if err := restored.carryPeople(ctx, rp.people, out); err != nil {
 				return nil, fmt.Errorf("carrying the people into the restored store: %w", err)
 			}
+			if err := restored.carryAPITokens(ctx, rp.apiTokens, out); err != nil {
+				return nil, fmt.Errorf("carrying the API tokens into the restored store: %w", err)
+			}
 		}
 	}
 	// Its log is folded into the file, which then stands alone.
@@ -184,10 +211,62 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 			}
 		}
 	}
-	if err := os.Rename(filepath.Join(tmp, "mesh.db"), current); err != nil {
+	// Owned as the store it replaces (or the data dir) is: a restore run
+	// as root for a controller that runs as its own user must leave a
+	// store that user can open.
+	if err := ownLike(filepath.Join(tmp, "mesh.db"), firstExisting(out.Kept, dataDir)); err != nil {
 		return nil, err
 	}
+	if err := os.Rename(filepath.Join(tmp, "mesh.db"), current); err != nil {
+		// The replaced store goes back, and the restored copy is kept:
+		// the data dir is never left without a store.
+		if out.Kept != "" {
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				_ = os.Rename(out.Kept+suffix, current+suffix)
+			}
+		}
+		keepTmp = true
+		return nil, fmt.Errorf("putting the restored store in place: %w; the replaced store is back as it was, and the restored copy is kept in %s", err, tmp)
+	}
 	return out, nil
+}
+
+// firstExisting is the first of paths that exists ("" for none).
+func firstExisting(paths ...string) string {
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// ownLike gives path the owner and group of like, when they differ (and
+// this process may: as root).
+func ownLike(path, like string) error {
+	if like == "" {
+		return nil
+	}
+	want, err := os.Stat(like)
+	if err != nil {
+		return err
+	}
+	have, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	w, ok1 := want.Sys().(*syscall.Stat_t)
+	h, ok2 := have.Sys().(*syscall.Stat_t)
+	if !ok1 || !ok2 || (w.Uid == h.Uid && w.Gid == h.Gid) {
+		return nil
+	}
+	if err := os.Chown(path, int(w.Uid), int(w.Gid)); err != nil {
+		return fmt.Errorf("the restored store is owned by %d:%d, the store it replaces by %d:%d, and changing it failed (%w): run restore as the controller's user", h.Uid, h.Gid, w.Uid, w.Gid, err)
+	}
+	return nil
 }
 
 // storeFiles says whether any of an SQLite store's files is at path (its
@@ -206,6 +285,7 @@ type replaced struct {
 	revocations []models.Revocation
 	joinTokens  []models.JoinToken // spent or revoked
 	people      []models.User
+	apiTokens   []models.APIToken
 	keys        [][]byte // public keys
 }
 
@@ -236,6 +316,9 @@ func readReplaced(ctx context.Context, dataDir string) (*replaced, error) {
 	if err := db.Find(&r.people).Error; err != nil {
 		return nil, err
 	}
+	if err := db.Find(&r.apiTokens).Error; err != nil {
+		return nil, err
+	}
 	if err := db.Raw("SELECT public_key FROM keys").Scan(&r.keys).Error; err != nil {
 		return nil, err
 	}
@@ -256,6 +339,33 @@ func (s *Store) sharesAKey(ctx context.Context, keys [][]byte) bool {
 		}
 	}
 	return false
+}
+
+// carryAPITokens makes the restored store's API tokens those of the
+// replaced one: a token made since the backup is signed by the same key and
+// works, so it must be listed and revocable by its id; one revoked since is
+// listed revoked (its revocation, carried, refuses it).
+func (s *Store) carryAPITokens(ctx context.Context, ts []models.APIToken, out *Restored) error {
+	return s.write(ctx, func(tx *Tx) error {
+		for i := range ts {
+			t := ts[i]
+			res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&t)
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected > 0 {
+				out.APITokens++
+				continue
+			}
+			if t.RevokedAt != nil {
+				if err := tx.Model(&models.APIToken{}).Where("id = ? AND revoked_at IS NULL", t.ID).
+					Updates(map[string]any{"revoked_at": t.RevokedAt, "revoked_by": t.RevokedBy}).Error; err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // carryJoinTokens marks the join tokens the replaced store spent or

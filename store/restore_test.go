@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,5 +245,42 @@ func served(t *testing.T, s *store.Store) {
 	t.Helper()
 	if _, err := s.EnsureKey(context.Background(), "k1", models.KeyDeclaration); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRestore_OwnedAsTheStoreItReplaces: restore is run as root for a
+// controller that runs as its own user (the packaged unit's): the restored
+// store, and a lock file the restore made, are owned as the store it
+// replaces is, or the controller could not open them. (Not as root, the
+// owner is this process's either way, and that is what is checked.)
+func TestRestore_OwnedAsTheStoreItReplaces(t *testing.T) {
+	ctx := context.Background()
+	cfg := storetest.Config(t, store.SQLite)
+	s := storetest.MustOpenConfig(t, cfg)
+	served(t, s)
+	backup := filepath.Join(t.TempDir(), "b.db")
+	if err := s.Backup(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	uid, gid := os.Geteuid(), os.Getegid()
+	if uid == 0 {
+		uid, gid = 65534, 65534 // the service's user
+		if err := filepath.Walk(cfg.DataDir, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Remove(filepath.Join(cfg.DataDir, "controller.lock"))
+	if _, err := store.Restore(ctx, cfg.DataDir, backup, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"mesh.db", "controller.lock"} {
+		fi, err := os.Stat(filepath.Join(cfg.DataDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != gid {
+			t.Fatalf("%s is owned by %d:%d, the store it replaced by %d:%d: the controller's user cannot open it", f, st.Uid, st.Gid, uid, gid)
+		}
 	}
 }

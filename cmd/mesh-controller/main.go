@@ -173,7 +173,7 @@ After a restore, hosts that finished generations after the backup are in
 conflict until an admin resolves them (meshctl machines resolve NAME): their
 machines are shown so, and nothing is sent to them meanwhile. A PostgreSQL store is restored with
 PostgreSQL's tools (pg_restore).`,
-		Example: "  systemctl stop mesh-controller\n  mesh-controller restore /backups/mesh-2026-12-01.db --data /var/lib/mesh\n  systemctl start mesh-controller",
+		Example: "  systemctl stop mesh-controller\n  mesh-controller restore /backups/mesh-2026-12-01.db --data /var/lib/mesh-controller\n  systemctl start mesh-controller",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return restore(cmd.Context(), st.config(), args[0], stdout)
@@ -484,8 +484,10 @@ func restore(ctx context.Context, cfg controller.Config, path string, stdout io.
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("the backup to restore: %w", err)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	// A data dir mistyped would be made, restored into and served by no
+	// one, while the store served stays as it was.
+	if fi, err := os.Stat(cfg.DataDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no data dir %s (--data, MESH_DATA_DIR): restore puts the backup in place of the store a controller serves there", cfg.DataDir)
 	}
 	r, err := store.Restore(ctx, cfg.DataDir, path, time.Now())
 	if err != nil {
@@ -494,9 +496,14 @@ func restore(ctx context.Context, cfg controller.Config, path string, stdout io.
 	fmt.Fprintf(stdout, "restored %s as the store of %s (schema %d)\n", path, cfg.DataDir, r.Schema)
 	if r.Kept != "" {
 		fmt.Fprintf(stdout, "the store it replaced is kept as %s\n", r.Kept)
+	} else {
+		fmt.Fprintf(stdout, "the data dir held no store: nothing was replaced\n")
+	}
+	if r.APITokens > 0 {
+		fmt.Fprintf(stdout, "%d API token(s) made since the backup carried into it (listed, revocable)\n", r.APITokens)
 	}
 	if r.Unread != "" {
-		fmt.Fprintf(stdout, "WARNING: nothing was carried from the store it replaced: %s; revoke and disable again what was since the backup (tokens, join tokens, people) and reset passwords changed since\n", r.Unread)
+		fmt.Fprintf(stdout, "WARNING: nothing was carried from the store it replaced: %s; revoke and disable again what was since the backup (join tokens, people, API tokens listed), reset passwords changed since, and change the role or password of whoever made an API token since (it is signed by the same key and not listed)\n", r.Unread)
 	}
 	if r.JoinTokens > 0 {
 		fmt.Fprintf(stdout, "%d join token(s) spent or revoked since the backup stay so\n", r.JoinTokens)
