@@ -175,7 +175,11 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 
 // Assignments reads a machine's assignments, by module name.
 func (s *Store) Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error) {
-	as, _, m, err := s.AssignmentsAndSelected(ctx, name)
+	m, err := s.Machine(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	as, err := s.assignmentRows(ctx, m.ID, "assignments.assigned")
 	return as, m, err
 }
 
@@ -183,24 +187,23 @@ func (s *Store) Assignments(ctx context.Context, name string) ([]models.Assignme
 // selectors give it besides (each with a plan rollback's pin, if one was
 // made on it: a person's act too, shown where a person looks).
 func (s *Store) AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error) {
-	m, err = s.Machine(ctx, name)
-	if err != nil {
+	if assigned, m, err = s.Assignments(ctx, name); err != nil {
 		return nil, nil, nil, err
 	}
-	q := func(cond string, out *[]models.AssignmentView) error {
-		*out = []models.AssignmentView{}
-		return s.db.WithContext(ctx).Table("assignments").
-			Select("modules.name AS module, assignments.build, assignments.reason").
-			Joins("JOIN modules ON modules.id = assignments.module_id").
-			Where("assignments.machine_id = ? AND "+cond, m.ID).Order("modules.name").Scan(out).Error
-	}
-	if err := q("assignments.assigned", &assigned); err != nil {
-		return nil, nil, nil, mapErr(err)
-	}
-	if err := q("NOT assignments.assigned AND assignments.selected", &selected); err != nil {
-		return nil, nil, nil, mapErr(err)
+	if selected, err = s.assignmentRows(ctx, m.ID, "NOT assignments.assigned AND assignments.selected"); err != nil {
+		return nil, nil, nil, err
 	}
 	return assigned, selected, m, nil
+}
+
+// assignmentRows are a machine's assignment rows that meet cond, by module.
+func (s *Store) assignmentRows(ctx context.Context, machineID int64, cond string) ([]models.AssignmentView, error) {
+	out := []models.AssignmentView{}
+	err := s.db.WithContext(ctx).Table("assignments").
+		Select("modules.name AS module, assignments.build, assignments.reason").
+		Joins("JOIN modules ON modules.id = assignments.module_id").
+		Where("assignments.machine_id = ? AND "+cond, machineID).Order("modules.name").Scan(&out).Error
+	return out, mapErr(err)
 }
 
 // SetAssignments replaces a machine's assignments under If-Match. A pin to an

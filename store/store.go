@@ -149,7 +149,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("database URL must start with postgres:// (empty means SQLite in the data dir)")
 		}
 		s.dialect = Postgres
-		s.db, err = gorm.Open(postgres.Open(withStatementTimeout(cfg.DatabaseURL)), gcfg)
+		s.db, err = gorm.Open(postgres.Open(withSessionDefaults(cfg.DatabaseURL)), gcfg)
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
@@ -247,7 +247,7 @@ var sessionDefaults = [][2]string{
 	{"tcp_keepalives_idle", "30"}, {"tcp_keepalives_interval", "10"}, {"tcp_keepalives_count", "3"},
 }
 
-func withStatementTimeout(raw string) string {
+func withSessionDefaults(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
