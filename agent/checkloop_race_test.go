@@ -84,26 +84,35 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 	}
 }
 
-// TestCheckLoop_NoWordMidApply: checks run between applies only. A look
-// in flight when an apply begins — the service it looks at being replaced
-// by the next generation's — is not reported under the applied generation
-// (it blamed generation 5 for generation 6's service), and no look runs
-// while the apply does.
-func TestCheckLoop_NoWordMidApply(t *testing.T) {
-	a, srv := checkingAgent(t, 100*time.Millisecond)
-	var mu sync.Mutex
-	block, failing, hits := false, false, 0
-	inLook := make(chan struct{}, 1)
-	release := make(chan struct{})
+// lookedAt is a service whose check the test holds: generation 5 runs it
+// and has reported it passing; hold makes the next look hang, failing, so
+// an apply can begin (and end) while it is in flight.
+type lookedAt struct {
+	a       *Agent
+	srv     *reportServer
+	svc     models.Resource
+	ctx     context.Context
+	mu      sync.Mutex
+	block   bool
+	failing bool
+	hits    int
+	inLook  chan struct{}
+	release chan struct{}
+}
+
+func newLookedAt(t *testing.T) *lookedAt {
+	t.Helper()
+	l := &lookedAt{inLook: make(chan struct{}, 1), release: make(chan struct{})}
+	l.a, l.srv = checkingAgent(t, 100*time.Millisecond)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		b, f := block, failing
-		block = false
-		hits++
-		mu.Unlock()
+		l.mu.Lock()
+		b, f := l.block, l.failing
+		l.block = false
+		l.hits++
+		l.mu.Unlock()
 		if b {
-			inLook <- struct{}{}
-			<-release
+			l.inLook <- struct{}{}
+			<-l.release
 		}
 		if f {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -111,43 +120,56 @@ func TestCheckLoop_NoWordMidApply(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	defer hs.Close()
-	svc := models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
+	t.Cleanup(hs.Close)
+	l.svc = models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
 		Check: &models.Check{HTTP: hs.URL}}
+	a := l.a
 	a.state.Applied, a.state.Finished, a.state.AppliedSend = 5, 5, "s5"
-	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &svc}
+	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &l.svc}
 	if err := a.saveState(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
+	l.ctx = ctx
 	go a.checkLoop(ctx)
-	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(srv.reports()) > 0 })
+	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(l.srv.reports()) > 0 })
+	return l
+}
 
-	// A look is in flight when generation 6's apply begins; the service
-	// it sees is being replaced, and fails.
-	mu.Lock()
-	block, failing = true, true
-	mu.Unlock()
-	<-inLook
-	a.setApplying(true)
-	close(release)
-	// The apply ends (its own report carries its checks); looks go on.
-	mu.Lock()
-	during := hits
-	mu.Unlock()
-	v := &verified{digest: "sha256:6", decl: models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{svc}}}
-	mu.Lock()
-	failing = false
-	mu.Unlock()
-	a.finish(ctx, "s6", v, models.OutcomeApplied, "", nil, 1, []models.CheckResult{{Resource: "mod.svc", OK: true, At: time.Now().UTC()}})
-	a.setApplying(false)
+// hold makes the next look hang with the service failing, and returns
+// once it is in flight.
+func (l *lookedAt) hold() {
+	l.mu.Lock()
+	l.block, l.failing = true, true
+	l.mu.Unlock()
+	<-l.inLook
+}
+
+// let lets the held look end and the service pass again; it returns the
+// looks made so far.
+func (l *lookedAt) let() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failing = false
+	close(l.release)
+	return l.hits
+}
+
+// waitLooks waits until more than n looks were made.
+func (l *lookedAt) waitLooks(t *testing.T, n int) {
+	t.Helper()
 	testwait.For(t, 5*time.Second, "a look after the apply", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return hits > during
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.hits > n
 	})
-	for _, r := range srv.reports() {
+}
+
+// noFailureReported fails the test if any report says the service failed.
+func (l *lookedAt) noFailureReported(t *testing.T) {
+	t.Helper()
+	for _, r := range l.srv.reports() {
 		for _, c := range r.Checks {
 			if !c.OK {
 				t.Fatalf("a look made while generation 6 was applied was reported: %s generation %d %+v", r.Outcome, r.Generation, r.Checks)
@@ -156,70 +178,34 @@ func TestCheckLoop_NoWordMidApply(t *testing.T) {
 	}
 }
 
+// TestCheckLoop_NoWordMidApply: checks run between applies only. A look
+// in flight when an apply begins — the service it looks at being replaced
+// by the next generation's — is not reported under the applied generation
+// (it blamed generation 5 for generation 6's service), and no look runs
+// while the apply does.
+func TestCheckLoop_NoWordMidApply(t *testing.T) {
+	l := newLookedAt(t)
+	l.hold()
+	l.a.setApplying(true)
+	// The apply ends (its own report carries its checks); looks go on.
+	during := l.let()
+	v := &verified{digest: "sha256:6", decl: models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{l.svc}}}
+	l.a.finish(l.ctx, "s6", v, models.OutcomeApplied, "", nil, 1, []models.CheckResult{{Resource: "mod.svc", OK: true, At: time.Now().UTC()}})
+	l.a.setApplying(false)
+	l.waitLooks(t, during)
+	l.noFailureReported(t)
+}
+
 // TestCheckLoop_LookStraddlingAnApplyThatFailed: a look that began before
 // an apply and ends after it — the apply ended without applying (rejected,
 // refused part way) — is stale all the same: what it saw was the service
 // being replaced, not generation 5's.
 func TestCheckLoop_LookStraddlingAnApplyThatFailed(t *testing.T) {
-	a, srv := checkingAgent(t, 100*time.Millisecond)
-	var mu sync.Mutex
-	block, failing, hits := false, false, 0
-	inLook := make(chan struct{}, 1)
-	release := make(chan struct{})
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		b, f := block, failing
-		block = false
-		hits++
-		mu.Unlock()
-		if b {
-			inLook <- struct{}{}
-			<-release
-		}
-		if f {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	defer hs.Close()
-	svc := models.Resource{ID: "mod.svc", Module: "mod", Build: 1, Kind: "service", Command: []string{"/bin/true"},
-		Check: &models.Check{HTTP: hs.URL}}
-	a.state.Applied, a.state.Finished, a.state.AppliedSend = 5, 5, "s5"
-	a.state.Resources["mod.svc"] = &Managed{Kind: "service", Module: "mod", Build: 1, Digest: "sha256:a", Resource: &svc}
-	if err := a.saveState(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go a.checkLoop(ctx)
-	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(srv.reports()) > 0 })
-
-	// A look is in flight when generation 6's apply begins; the service
-	// it sees is being replaced, and fails.
-	mu.Lock()
-	block, failing = true, true
-	mu.Unlock()
-	<-inLook
-	a.setApplying(true)
-	a.setApplying(false) // generation 6's apply ends, not applied
-	mu.Lock()
-	during := hits
-	mu.Unlock()
-	close(release)
-	mu.Lock()
-	failing = false
-	mu.Unlock()
-	testwait.For(t, 5*time.Second, "a look after the apply", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return hits > during+1
-	})
-	for _, r := range srv.reports() {
-		for _, c := range r.Checks {
-			if !c.OK {
-				t.Fatalf("a look made while generation 6 was applied was reported: %s generation %d %+v", r.Outcome, r.Generation, r.Checks)
-			}
-		}
-	}
+	l := newLookedAt(t)
+	l.hold()
+	l.a.setApplying(true)
+	l.a.setApplying(false) // generation 6's apply ends, not applied
+	during := l.let()
+	l.waitLooks(t, during+1)
+	l.noFailureReported(t)
 }
