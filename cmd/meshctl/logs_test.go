@@ -30,16 +30,7 @@ func TestMeshctl_Logs(t *testing.T) {
 			{"resource": "web.service", "why": "restarted", "lines": []string{"starting", "bind: address already in use"}},
 			{"resource": "web.worker", "why": "unhealthy", "lines": []string{"w1"}, "truncated": true}}}}, 201, nil)
 
-	dir := t.TempDir()
-	t.Setenv("HOME", dir)
-	t.Setenv("XDG_CONFIG_HOME", dir)
-	t.Setenv("MESH_CONTROLLER", e.URL)
-	t.Setenv("MESH_TOKEN", e.Admin)
-	meshctl := func(args ...string) (string, string, int) {
-		var out, errOut bytes.Buffer
-		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
-		return out.String(), errOut.String(), code
-	}
+	meshctl := asAdmin(t, e)
 
 	out, errOut, code := meshctl("logs", "m1", "web.service")
 	if code != 0 || out != "starting\nbind: address already in use\n" ||

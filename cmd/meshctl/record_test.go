@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -29,16 +27,7 @@ func TestMeshctl_TheRecord(t *testing.T) {
 	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: map[string]any{
 		"send": send, "generation": 1, "outcome": "refused", "reason": "the disk is read-only\x1b]52;c;x\x07"}}, 201, nil)
 
-	dir := t.TempDir()
-	t.Setenv("HOME", dir)
-	t.Setenv("XDG_CONFIG_HOME", dir)
-	t.Setenv("MESH_CONTROLLER", e.URL)
-	t.Setenv("MESH_TOKEN", e.Admin)
-	meshctl := func(args ...string) (string, string, int) {
-		var out, errOut bytes.Buffer
-		code := run(context.Background(), args, strings.NewReader(""), &out, &errOut)
-		return out.String(), errOut.String(), code
-	}
+	meshctl := asAdmin(t, e)
 
 	out, errOut, code := meshctl("sends")
 	if code != 0 || !strings.Contains(out, "MACHINE") || !strings.Contains(out, send) ||
