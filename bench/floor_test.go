@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"crypto/ed25519"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,13 +16,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"mesh/conns"
 	"mesh/models"
+	"mesh/store"
 )
 
 // BenchmarkFanoutFloor: the fan-out's transport alone. 10,000 hosts'
@@ -63,7 +64,7 @@ func floor(b *testing.B, bin string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	signer := floorSigner{priv}
+	signer := &store.KeySigner{ID: "floor", Priv: priv}
 	srv := &floorServer{answers: make(map[string][2][]byte, n)}
 	var tokens strings.Builder
 	names := make([]string, n)
@@ -106,7 +107,10 @@ func floor(b *testing.B, bin string, n int) {
 	if err := os.WriteFile(tokensFile, []byte(tokens.String()), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	raiseFileLimit(b, n+1000)
+	// One descriptor a held poll, in this process too.
+	if _, _, err := conns.RaiseFileLimit(slog.New(slog.DiscardHandler)); err != nil {
+		b.Fatal(err)
+	}
 	if srv.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		b.Fatal(err)
 	}
@@ -123,22 +127,14 @@ func floor(b *testing.B, bin string, n int) {
 		b.Fatal(err)
 	}
 	defer func() { stdin.Close(); _ = load.Wait() }()
-	lines := bufio.NewScanner(stdout)
-	expect := func(prefix string) string {
-		if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
-			b.Fatalf("loadgen said %q, want %s", lines.Text(), prefix)
-		}
-		return strings.TrimPrefix(lines.Text(), prefix)
-	}
+	say := loadgenDialogue(b, stdin, stdout)
 	for _, round := range []struct {
 		label      string
 		gen, build int
 	}{{"first", 1, 2}, {"second", 2, 1}} {
-		fmt.Fprintf(stdin, "open %d\n", round.gen)
-		expect("opened")
+		say(fmt.Sprintf("open %d", round.gen), "opened")
 		waitUntil(b, 120*time.Second, func() bool { return srv.parked.Load() == int64(n) })
-		cpu0 := selfCPU(b)
-		fmt.Fprintf(stdin, "fire %d\n", round.build)
+		cpu0 := cpuTime(b, os.Getpid())
 		var r struct {
 			Polls, OK, Verified int
 			FirstMs             float64 `json:"first_ms"`
@@ -147,10 +143,8 @@ func floor(b *testing.B, bin string, n int) {
 			CPUMs               float64 `json:"cpu_ms"`
 			FirstError          string  `json:"first_error"`
 		}
-		if err := json.Unmarshal([]byte(expect("result ")), &r); err != nil {
-			b.Fatal(err)
-		}
-		cpu := selfCPU(b) - cpu0
+		say(fmt.Sprintf("fire %d", round.build), "result ", &r)
+		cpu := cpuTime(b, os.Getpid()) - cpu0
 		b.Logf("floor %s fan-out: %d polls, %d ok, %d verified, answers of %d bytes; first poll %.0f ms, p50 %.0f ms, p99 %.0f ms; CPU: server %v, load process %.0f ms %s",
 			round.label, r.Polls, r.OK, r.Verified, size/(2*n), r.FirstMs, r.P50Ms, r.P99Ms, cpu.Round(time.Millisecond), r.CPUMs, r.FirstError)
 		if r.Verified != n {
@@ -214,34 +208,5 @@ func (s *floorServer) fire() {
 				_, _ = p.c.Write(p.answer)
 			}
 		}()
-	}
-}
-
-type floorSigner struct{ key ed25519.PrivateKey }
-
-func (s floorSigner) KeyID() string        { return "floor" }
-func (s floorSigner) Sign(p []byte) []byte { return ed25519.Sign(s.key, p) }
-
-// selfCPU is this process's CPU so far.
-func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// raiseFileLimit lifts this process's open-file limit to at least n.
-func raiseFileLimit(b *testing.B, n int) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		b.Fatal(err)
-	}
-	if lim.Cur >= uint64(n) {
-		return
-	}
-	lim.Cur = min(uint64(n), lim.Max)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		b.Fatal(err)
 	}
 }
