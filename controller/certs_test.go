@@ -353,26 +353,7 @@ func TestMachineCerts_Renewal(t *testing.T) {
 // the other closed, and its certificate refused there, at once (the one
 // revocation mechanism, told by notification).
 func TestMachineCerts_RevokeOnEveryReplica(t *testing.T) {
-	sc := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
-	b := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
-	b.Admin = a.Admin
-	m, _ := enrolWithCert(t, a, "m1")
-	c := m.tls(t)
-	onB := as(t, b, &c)
-	resp, body := poll(onB, "", "0s")
-	if resp.StatusCode != 200 {
-		t.Fatalf("poll on the other replica: %d %s", resp.StatusCode, body)
-	}
-	done := make(chan int, 1)
-	go func() {
-		defer close(done)
-		if resp, err := onB.HTTP.Do(mustReq(t, b.URL+"/api/v1/host/declaration?wait=120s", resp.Header.Get("ETag"))); err == nil {
-			resp.Body.Close()
-			done <- resp.StatusCode
-		}
-	}()
-	testwait.For(t, 10*time.Second, "m1's poll parked on b", func() bool { return b.Ctl.Hub.OpenPolls() > 0 })
+	a, _, onB, done := parkedOnAnotherReplica(t, ctltest.Options{TLS: true})
 	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/revoke", Token: a.Admin}, 200, nil)
 	select {
 	case st := <-done:
@@ -385,4 +366,32 @@ func TestMachineCerts_RevokeOnEveryReplica(t *testing.T) {
 	if resp, body := poll(onB, "", "0s"); resp.StatusCode != 401 || !strings.Contains(detail(body), "machine m1 was revoked") {
 		t.Fatalf("b after the revocation: %d %s", resp.StatusCode, body)
 	}
+}
+
+// parkedOnAnotherReplica starts two controllers on one PostgreSQL store (b
+// with bOpts), enrols m1 with a certificate through a, and parks m1's poll
+// on b: onB is m1's host on b, done is given the parked poll's status.
+func parkedOnAnotherReplica(t *testing.T, bOpts ctltest.Options) (a, b, onB *ctltest.Env, done <-chan int) {
+	t.Helper()
+	sc := storetest.Config(t, store.Postgres)
+	a = ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	b = ctltest.StartWith(t, sc, bOpts)
+	b.Admin = a.Admin
+	m, _ := enrolWithCert(t, a, "m1")
+	c := m.tls(t)
+	onB = as(t, b, &c)
+	resp, body := poll(onB, "", "0s")
+	if resp.StatusCode != 200 {
+		t.Fatalf("poll on the other replica: %d %s", resp.StatusCode, body)
+	}
+	status := make(chan int, 1)
+	go func() {
+		defer close(status)
+		if resp, err := onB.HTTP.Do(mustReq(t, b.URL+"/api/v1/host/declaration?wait=120s", resp.Header.Get("ETag"))); err == nil {
+			resp.Body.Close()
+			status <- resp.StatusCode
+		}
+	}()
+	testwait.For(t, 10*time.Second, "m1's poll parked on b", func() bool { return b.Ctl.Hub.OpenPolls() > 0 })
+	return a, b, onB, status
 }

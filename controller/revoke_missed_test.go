@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
-	"mesh/store"
-	"mesh/store/storetest"
-	"mesh/testwait"
 )
 
 // TestMachineCerts_RevocationNotHeardIsFoundByTheHeartbeat: on
@@ -19,27 +16,7 @@ import (
 // open until its wait runs out. The revocation is written here as a
 // notification lost on the way leaves it: in the store, with no NOTIFY.
 func TestMachineCerts_RevocationNotHeardIsFoundByTheHeartbeat(t *testing.T) {
-	sc := storetest.Config(t, store.Postgres)
-	a := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
-	b := ctltest.StartWith(t, sc, ctltest.Options{TLS: true, HeartbeatEvery: 200 * time.Millisecond})
-	b.Admin = a.Admin
-	m, _ := enrolWithCert(t, a, "m1")
-	c := m.tls(t)
-	onB := as(t, b, &c)
-	resp, body := poll(onB, "", "0s")
-	if resp.StatusCode != 200 {
-		t.Fatalf("poll on b: %d %s", resp.StatusCode, body)
-	}
-	done := make(chan int, 1)
-	go func() {
-		defer close(done)
-		if resp, err := onB.HTTP.Do(mustReq(t, b.URL+"/api/v1/host/declaration?wait=120s", resp.Header.Get("ETag"))); err == nil {
-			resp.Body.Close()
-			done <- resp.StatusCode
-		}
-	}()
-	testwait.For(t, 10*time.Second, "m1's poll parked on b", func() bool { return b.Ctl.Hub.OpenPolls() > 0 })
-
+	a, _, onB, done := parkedOnAnotherReplica(t, ctltest.Options{TLS: true, HeartbeatEvery: 200 * time.Millisecond})
 	if err := a.Ctl.Store.DB().Exec(`INSERT INTO revocations (token_id, kind, reason, revoked_by, revoked_at, expires_at)
 		SELECT token_id, 'machine', 'laptop stolen', 'user:admin', now(), now() + interval '1 day' FROM machines WHERE name = 'm1'`).Error; err != nil {
 		t.Fatal(err)
