@@ -20,14 +20,7 @@ import (
 // forged: the chain is verified before the dates are judged.
 func TestVerifyMachine_ExpiredForgeryIsForged(t *testing.T) {
 	now := time.Now()
-	cd, kd, err := New(now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := Parse(cd, kd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := caAt(t, now)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	u, _ := url.Parse(MachineURIPrefix + "m1")
 	for _, na := range []time.Time{now.Add(time.Hour), now.Add(-365 * 24 * time.Hour)} {
@@ -45,4 +38,18 @@ func TestVerifyMachine_ExpiredForgeryIsForged(t *testing.T) {
 			t.Errorf("a certificate of another CA, NotAfter %s, is not marked Forged", na.Format(time.DateOnly))
 		}
 	}
+}
+
+// caAt is a new mesh CA made at now (for the package's own tests).
+func caAt(t *testing.T, now time.Time) *CA {
+	t.Helper()
+	cd, kd, err := New(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := Parse(cd, kd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }

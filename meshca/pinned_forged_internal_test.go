@@ -25,14 +25,7 @@ import (
 // CA's key made: self-signed.
 func TestPinned_TheCAsOwnCertificateOnly(t *testing.T) {
 	now := time.Now()
-	cd, kd, err := New(now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := Parse(cd, kd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := caAt(t, now)
 	serving, err := ca.IssueServing([]string{"ctl.example.net"}, now, 30*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
