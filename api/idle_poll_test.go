@@ -20,31 +20,42 @@ func TestIdlePolls_NoStatements(t *testing.T) {
 		t.Run(d, func(t *testing.T) {
 			e := ctltest.Start(t, d, ctltest.Options{FlushEvery: time.Hour, HeartbeatEvery: time.Hour, RolloutEvery: time.Hour, ResyncEvery: time.Hour})
 			const hosts = 20
-			tokens := make([]string, hosts)
+			tokens, sends := make([]string, hosts), make([]string, hosts)
 			for i := range tokens {
 				en := e.Enroll("m" + string(rune('a'+i)))
 				tokens[i] = en.Token
-				if p := doPoll(e, en.Token, 0, "0s"); p.status != 200 {
+				p := doPoll(e, en.Token, 0, "0s")
+				if p.status != 200 {
 					t.Fatalf("first poll: %d", p.status)
 				}
-				// The same version and schema as every later poll: nothing to record.
+				// The same version and schema as every later poll: nothing
+				// to record. Later polls name this send as the one their
+				// host finished with, as a host does: this instance wrote
+				// it, so it asks the store nothing of it.
+				sends[i] = p.send
 			}
 			waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.Settled() })
 			before := e.Ctl.Store.Statements()
 			var wg sync.WaitGroup
-			for _, tok := range tokens {
+			for i, tok := range tokens {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					idle := func(wait string) poll {
+						start := time.Now()
+						resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=" + wait, Token: tok,
+							Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": "1", "If-None-Match": `"1"`, "X-Mesh-Finished-Send": sends[i]}})
+						return poll{status: resp.StatusCode, body: b, took: time.Since(start)}
+					}
 					for range 10 {
-						if p := doPoll(e, tok, 1, "0s"); p.status != 304 {
-							t.Errorf("idle poll: %d", p.status)
+						if p := idle("0s"); p.status != 304 {
+							t.Errorf("idle poll: %d %s", p.status, p.body)
 						}
 					}
-					if p := doPoll(e, tok, 1, "50ms"); p.status != 304 {
+					if p := idle("50ms"); p.status != 304 {
 						t.Errorf("held idle poll: %d", p.status)
 					}
-					if p := doPoll(e, tok, 1, "1100ms"); p.status != 304 || p.took < time.Second {
+					if p := idle("1100ms"); p.status != 304 || p.took < time.Second {
 						t.Errorf("parked idle poll: %d after %v", p.status, p.took)
 					}
 				}()

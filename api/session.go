@@ -115,7 +115,8 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 	// know the store made (the first poll after a start, or a send made
 	// elsewhere): a store restored from a backup may have reused the
 	// generation for other content. Asked once: a read, then remembered.
-	unsure := ps.known == v.Gen && ps.known > 0 && ps.finishedSend != "" && !s.Hub.FinishedSendKnown(ps.machine, ps.known, ps.finishedSend)
+	unsure := ps.known == v.Gen && ps.known > 0 && ps.finishedSend != "" &&
+		(v.FinishedGen != ps.known || v.FinishedSend != ps.finishedSend)
 	if unsure && !v.Conflict && !ps.checked {
 		made, err := s.Store.SendMade(ctx, ps.finishedSend, ps.machine, ps.known)
 		if err != nil {

@@ -659,6 +659,10 @@ type View struct {
 	Changed  <-chan struct{}
 	Composed *models.Composed
 	Gone     bool
+	// FinishedGen and FinishedSend are a send this instance knows the
+	// store made to the machine (NoteFinishedSend).
+	FinishedGen  int64
+	FinishedSend string
 }
 
 // View reads one machine.
@@ -669,7 +673,8 @@ func (h *Hub) View(id int64) View {
 	if e == nil {
 		return View{Gone: true}
 	}
-	return View{Gen: e.gen, Pending: e.queued > e.gen, Conflict: e.conflict, Changed: e.changed, Composed: e.composed}
+	return View{Gen: e.gen, Pending: e.queued > e.gen, Conflict: e.conflict, Changed: e.changed, Composed: e.composed,
+		FinishedGen: e.finishedGen, FinishedSend: e.finishedSend}
 }
 
 // PollStarted records a poll's arrival and what its host reported; it
@@ -767,15 +772,6 @@ func (h *Hub) SetHead(id, gen int64, conflict bool) {
 	}
 	h.mu.Unlock()
 	h.send(ps)
-}
-
-// FinishedSendKnown says whether send is one this instance knows the store
-// made to machine id at generation gen (NoteFinishedSend).
-func (h *Hub) FinishedSendKnown(id, gen int64, send string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.byID[id]
-	return e != nil && e.finishedGen == gen && e.finishedSend == send
 }
 
 // NoteFinishedSend remembers that the store made send to machine id at
