@@ -48,9 +48,7 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 	defer cancel()
 	reports := srv.reports
 	go a.checkLoop(ctx)
-	for dl := time.Now().Add(5 * time.Second); len(reports()) == 0 && time.Now().Before(dl); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, 5*time.Second, "generation 5's first look reported", func() bool { return len(reports()) > 0 })
 	// The loop's next look is in flight (generation 5's snapshot) ...
 	mu.Lock()
 	block = true
@@ -73,9 +71,7 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 		}
 		return t
 	}
-	for dl := time.Now().Add(10 * time.Second); told() != "passing" && time.Now().Before(dl); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Until(10*time.Second, func() bool { return told() == "passing" })
 	for _, r := range reports() {
 		t.Logf("report: %s generation %d send %s checks %+v", r.Outcome, r.Generation, r.Send, r.Checks)
 	}
