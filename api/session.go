@@ -111,11 +111,13 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		return step{verdict: pollGone}, nil
 	}
 	judged := false
-	// A host at the generation this instance knows, by a send it does not
-	// know the store made (the first poll after a start, or a send made
-	// elsewhere): a store restored from a backup may have reused the
-	// generation for other content. Asked once: a read, then remembered.
-	unsure := ps.known == v.Gen && ps.known > 0 && ps.finishedSend != "" &&
+	// A host at or behind the generation this instance knows, by a send it
+	// does not know the store made (the first poll after a start, or a
+	// send made elsewhere): a store restored from a backup may have reused
+	// the generation for other content, or moved past it on the backup's
+	// timeline — either sent would be applied in full over what the lost
+	// timeline gave the host. Asked once: a read, then remembered.
+	unsure := ps.known <= v.Gen && ps.known > 0 && ps.finishedSend != "" &&
 		(v.FinishedGen != ps.known || v.FinishedSend != ps.finishedSend)
 	if unsure && !v.Conflict && !ps.checked {
 		made, err := s.Store.SendMade(ctx, ps.finishedSend, ps.machine, ps.known)
@@ -137,6 +139,10 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 			return step{changed: v.Changed}, err
 		}
 		s.Hub.SetHead(ps.machine, gen, conflict)
+		if unsure && !conflict {
+			// Judged (a conflict resolved for it): not asked again.
+			s.Hub.NoteFinishedSend(ps.machine, ps.known, ps.finishedSend)
+		}
 		v = s.Hub.View(ps.machine)
 	}
 	// A newer generation queued to compose is waited for: sending the one

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -158,4 +159,16 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		since = *m.HealthSince
 	}
 	return HealthPassing, "", "", since
+}
+
+// ConflictWhy says why a machine is in conflict, from the generation its
+// host finished and the one the store holds: past it (a store restored
+// from a backup older than what the host applied), or at or behind it by
+// a send the store never made (a restored store that moved on over the
+// same numbers).
+func ConflictWhy(hostGen, storeGen int64) string {
+	if hostGen > storeGen {
+		return fmt.Sprintf("the host finished generation %d, newer than the store's %d", hostGen, storeGen)
+	}
+	return fmt.Sprintf("the host finished generation %d by a send this store never made (a store restored from a backup?); the store holds %d", hostGen, storeGen)
 }

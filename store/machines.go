@@ -344,11 +344,14 @@ const sqliteTime = "2006-01-02 15:04:05.999999999-07:00"
 // verdict and the machine's generation in the store.
 //
 // finishedSend, when the host named it, is the send by which it received
-// hostGen: a host at the store's own generation by a send this store never
-// made to it at that generation finished another timeline's declaration
-// (a store restored from a backup reused the number for other content),
-// and is in conflict as a host ahead is — a 304 would leave it on content
-// the store does not hold, shown as current or behind, for good.
+// hostGen: a host at or behind the store's generation by a send this store
+// never made to it at that generation finished another timeline's
+// declaration (a store restored from a backup reused the number for other
+// content, or moved past it on the backup's timeline), and is in conflict
+// as a host ahead is — a 304 would leave it on content the store does not
+// hold, shown as current or behind, for good, and a newer generation would
+// be applied in full over what the lost timeline gave it. Once an admin
+// resolved a conflict at hostGen or later, the store's content was chosen.
 func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int64, finishedSend string) (conflict bool, gen int64, err error) {
 	err = s.write(ctx, func(tx *Tx) error {
 		var m models.Machine
@@ -362,16 +365,22 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 		gen = m.Generation
 		why := fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation)
 		switch {
-		case hostGen < m.Generation, hostGen == m.Generation && finishedSend == "":
+		case hostGen <= m.Generation && finishedSend == "":
 			conflict = m.Conflict
 			return nil
-		case hostGen == m.Generation:
+		case hostGen <= m.Generation:
 			made, err := sendMade(tx.DB, finishedSend, machineID, hostGen)
 			if err != nil || made {
 				conflict = m.Conflict
 				return err
 			}
-			why = fmt.Sprintf("host finished generation %d by send %s, which this store never made to it (a store restored from a backup reused the generation?)", hostGen, finishedSend)
+			if !m.Conflict && hostGen <= m.ConflictHostGen {
+				// A conflict an admin resolved for this host's generation:
+				// the store's content was chosen over what the host has.
+				return nil
+			}
+			why = fmt.Sprintf("host finished generation %d by send %s, which this store never made to it "+
+				"(a store restored from a backup, at generation %d: what the host has came from a timeline the store lost)", hostGen, finishedSend, m.Generation)
 		}
 		conflict = true
 		if m.Conflict && m.ConflictHostGen >= hostGen {
@@ -411,7 +420,10 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
 		}
 		gen := max(m.Generation, m.ConflictHostGen)
-		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "conflict_host_generation": 0, "generation": gen}).Error; err != nil {
+		// conflict_host_generation stays: a host at or behind it that names
+		// a send this store never made (a restore's lost timeline) was
+		// resolved for, and is sent the store's content (CheckConflict).
+		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen}).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerResolve); err != nil {

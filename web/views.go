@@ -180,7 +180,7 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 		r.Badge = "rejected: " + m.LastReason
 		r.Since = "reported " + reported
 	case models.StateConflict:
-		r.Badge = fmt.Sprintf("conflict: the host finished generation %d, the store holds %d", m.ConflictHostGen, m.Generation)
+		r.Badge = "conflict: " + models.ConflictWhy(m.ConflictHostGen, m.Generation)
 		r.Since = "nothing is sent until an admin resolves it"
 	case models.StateRevoked:
 		r.Badge = "revoked: " + m.RevokedReason

@@ -184,7 +184,7 @@ func targetWords(m *client.Machine) string {
 func why(m *client.Machine) string {
 	switch m.State {
 	case client.MachineStateConflict:
-		return fmt.Sprintf("the host reports generation %d, newer than the store's %d: an admin must resolve it", m.ConflictHostGeneration, m.Generation)
+		return models.ConflictWhy(int64(m.ConflictHostGeneration), int64(m.Generation)) + ": an admin must resolve it"
 	case client.MachineStateRevoked:
 		return "revoked: " + m.RevokedReason + "; delete it and enrol the machine again to bring it back"
 	case client.MachineStateOffline:
