@@ -115,6 +115,7 @@ func (s *Server) requireHost(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 	var name, enrolment string
 	var cert *meshca.MachineIdentity
+	bearerOnly := false
 	if chain := peerCertificates(c); len(chain) > 0 {
 		id, err := s.verifyMachineCert(c, chain, renewal)
 		if err != nil {
@@ -130,7 +131,7 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		if err != nil {
 			return nil, err
 		}
-		name, enrolment = claims.Subject, claims.ID
+		name, enrolment, bearerOnly = claims.Subject, claims.ID, true
 		if err := s.bearerPast(name); err != nil {
 			s.recordRefusal(c, name, "bearer", err.Error())
 			return nil, err
@@ -140,6 +141,12 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		err := fmt.Errorf("%w: machine %s was revoked (or deleted): its token and certificates are refused; "+
 			"delete it and enrol the machine again to bring it back", models.ErrUnauthorized, name)
 		s.recordRefusal(c, name, "revoked", err.Error())
+		return nil, err
+	}
+	if bearerOnly && s.Auth.Revoked.Revoked(models.BearerRevocationID(enrolment)) {
+		err := fmt.Errorf("%w: machine %s holds a machine certificate: its host token alone is refused, so a copy of host.json is not the machine; "+
+			"the host presents its certificate (machine.pem), and one that lost it enrols again", models.ErrUnauthorized, name)
+		s.recordRefusal(c, name, "bearer-only", err.Error())
 		return nil, err
 	}
 	id, ok := s.Hub.Authorize(name, enrolment)

@@ -395,3 +395,35 @@ func parkedOnAnotherReplica(t *testing.T, bOpts ctltest.Options) (a, b, onB *ctl
 	testwait.For(t, 10*time.Second, "m1's poll parked on b", func() bool { return b.Ctl.Hub.OpenPolls() > 0 })
 	return a, b, onB, status
 }
+
+// TestMachineCerts_CopiedHostTokenIsNotTheMachine: a machine enrolled with
+// a certificate is its certificate. Its host token alone, over TLS (a copy
+// of host.json without machine.pem), neither polls as it nor gets a
+// certificate for a key of the copier's; each refusal says why and is on
+// the record. The host with its certificate goes on polling.
+func TestMachineCerts_CopiedHostTokenIsNotTheMachine(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	m1, token := enrolWithCert(t, e, "m1")
+	copier := as(t, e, nil)
+	const why = "holds a machine certificate: its host token alone is refused"
+	if resp, b := poll(copier, token, "0s"); resp.StatusCode != 401 || !strings.Contains(detail(b), why) {
+		t.Fatalf("a poll with the host token alone: %d %s", resp.StatusCode, b)
+	}
+	key, _ := meshca.NewKey()
+	csr, _ := meshca.NewCSR(key, "m1")
+	resp, b := copier.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Token: token, Body: map[string]string{"csr": string(csr)}})
+	if resp.StatusCode != 401 || !strings.Contains(detail(b), why) {
+		t.Fatalf("a certificate asked with the host token alone: %d %s", resp.StatusCode, b)
+	}
+	if m := machineOf(t, e, "m1"); !m.CertNotAfter.Equal(m1.leaf.NotAfter) {
+		t.Fatal("a certificate was issued to the copier")
+	}
+	refused := audits(t, e, "host-refused")
+	if len(refused) != 1 || !strings.Contains(refused[0].Detail, why) {
+		t.Fatalf("the refusals' record: %+v", refused)
+	}
+	c1 := m1.tls(t)
+	if resp, b := poll(as(t, e, &c1), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("the host's poll with its certificate: %d %s", resp.StatusCode, b)
+	}
+}

@@ -381,7 +381,7 @@ const TokenLeeway = 30 * time.Second
 // Revocation is a token id refused until the token would have expired.
 type Revocation struct {
 	TokenID   string    `gorm:"primaryKey" json:"token_id"`
-	Kind      string    `json:"kind"` // session, api-token, certificate
+	Kind      string    `json:"kind"` // session, api-token, user, machine, certificate, bearer
 	Reason    string    `json:"reason"`
 	RevokedBy string    `json:"revoked_by"`
 	RevokedAt time.Time `json:"revoked_at"`
@@ -402,7 +402,15 @@ const (
 	// RevokedCertificate is one machine certificate, by serial: an
 	// expired one spent on its one renewal in the grace.
 	RevokedCertificate = "certificate"
+	// RevokedBearer is an enrolment's bearer token alone
+	// (BearerRevocationID): once its machine holds a certificate, only the
+	// certificate names it, so a copied host.json is not the machine.
+	RevokedBearer = "bearer"
 )
+
+// BearerRevocationID is the revocation id of an enrolment's bearer token
+// used without a certificate.
+func BearerRevocationID(enrolment string) string { return "bearer:" + enrolment }
 
 // CertRevocationID is the revocation id of a machine certificate's serial.
 func CertRevocationID(serial string) string { return "cert:" + serial }

@@ -44,6 +44,13 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 		if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_after": notAfter.UTC()}).Error; err != nil {
 			return err
 		}
+		// From its first certificate on, the machine is its certificate:
+		// its bearer token alone (a copied host.json) is refused, on every
+		// instance, and cannot ask for a certificate of its own.
+		if _, err := revoke(tx, actor, &models.Revocation{TokenID: models.BearerRevocationID(enrolment), Kind: models.RevokedBearer,
+			Reason: "the machine holds a certificate", ExpiresAt: tx.s.Now().Add(enrolmentRevocation)}); err != nil {
+			return err
+		}
 		return audit(tx, actor, "issue-certificate", "machine/"+name,
 			fmt.Sprintf("serial %s, valid until %s; %s", serial, notAfter.UTC().Format(time.RFC3339), detail))
 	})

@@ -37,8 +37,8 @@ func revokedIDs(t *testing.T, s *store.Store) map[string]string {
 	return out
 }
 
-// TestMachineCertificates: a certificate is recorded on its machine;
-// revoking the machine marks it and revokes its enrolment (announced to
+// TestMachineCertificates: a certificate is recorded on its machine, and
+// from then on its bearer token alone is refused; revoking the machine marks it and revokes its enrolment (announced to
 // every instance), and no certificate is recorded for it after; deleting
 // a machine revokes its enrolment too; an expired certificate is spent
 // once in its grace.
@@ -57,6 +57,15 @@ func TestMachineCertificates(t *testing.T) {
 		if m.CertSerial != "abc" || m.CertNotAfter == nil || !m.CertNotAfter.Equal(until) {
 			t.Fatalf("recorded %q %v", m.CertSerial, m.CertNotAfter)
 		}
+		// From its first certificate on, m1's bearer token alone is
+		// refused, on every instance.
+		if got := revokedIDs(t, s); got["bearer:enrol-m1"] != models.RevokedBearer || got["bearer:enrol-m2"] != "" {
+			t.Fatalf("revocations after m1's certificate: %v", got)
+		}
+		if len(heard) != 1 || heard[0].TokenID != "bearer:enrol-m1" {
+			t.Fatalf("announced %+v", heard)
+		}
+		heard = nil
 		t.Run("ErrEnrolledAgain", func(t *testing.T) {
 			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", until, "")
 			if !errors.Is(err, models.ErrUnauthorized) {
@@ -99,4 +108,41 @@ func TestMachineCertificates(t *testing.T) {
 			t.Fatalf("second grace renewal: %v %v", spent, err)
 		}
 	})
+}
+
+// TestMachineCertificates_BearerOfThoseHoldingOneRefusedByTheUpgrade: the
+// migration that brought bearer revocations refuses the bearer token alone
+// of every machine that held a certificate before it, and of no other.
+func TestMachineCertificates_BearerOfThoseHoldingOneRefusedByTheUpgrade(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.Config(t, d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.MigrateTo(ctx, 27); err != nil {
+				t.Fatal(err)
+			}
+			enrolAs(t, s, "m1", "enrol-m1")
+			enrolAs(t, s, "m2", "enrol-m2")
+			if err := s.DB().Exec("UPDATE machines SET cert_serial = 'abc' WHERE name = 'm1'").Error; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := revokedIDs(t, s)
+			if got["bearer:enrol-m1"] != models.RevokedBearer || got["bearer:enrol-m2"] != "" {
+				t.Fatalf("revocations after the upgrade: %v", got)
+			}
+			rs, _ := s.Revocations(ctx)
+			for _, r := range rs {
+				if r.TokenID == "bearer:enrol-m1" && r.ExpiresAt.Before(time.Now().AddDate(50, 0, 0)) {
+					t.Fatalf("the bearer revocation ends at %s", r.ExpiresAt)
+				}
+			}
+		})
+	}
 }
