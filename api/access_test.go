@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"mime/multipart"
 	"net/http"
@@ -271,6 +273,76 @@ func TestReports_RateLimitedPerMachine(t *testing.T) {
 	}
 	if resp := post(other.Token); resp.StatusCode != 201 {
 		t.Fatalf("another machine's report: %d", resp.StatusCode)
+	}
+}
+
+// TestReports_BytesBoundedPerMachine: one host's reports are bounded in
+// bytes too — 4 MiB at once, then 16 KiB a second — so a host cannot store
+// a megabyte a second for as long as reports are kept (a review stored
+// 200 MB in minutes at one report a second); each 429 says so and nothing
+// of it is stored. A page of its reports, through the API, reads no more
+// than 4 MiB of bodies and goes on from its cursor.
+func TestReports_BytesBoundedPerMachine(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	flood, other := e.Enroll("m1"), e.Enroll("m2")
+	post := func(token string, kib int) (*http.Response, []byte) {
+		return e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: token,
+			Body: map[string]any{"generation": 0, "outcome": "refused", "reason": "x", "pad": strings.Repeat("A", kib<<10-100)}})
+	}
+	stored := 0
+	for range 6 {
+		resp, b := post(flood.Token, 1000)
+		if resp.StatusCode == 201 {
+			stored++
+			continue
+		}
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "KiB of reports") {
+			t.Fatalf("a report past the bytes allowed: %d %s", resp.StatusCode, b)
+		}
+	}
+	if stored != 4 {
+		t.Fatalf("%d reports of 1000 KiB stored at once, want 4", stored)
+	}
+	if resp, _ := post(other.Token, 1000); resp.StatusCode != 201 {
+		t.Fatalf("another machine's report: %d", resp.StatusCode)
+	}
+	// Two more straight into the store, as if they came over minutes.
+	m1, err := e.Ctl.Store.Machine(context.Background(), "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		body := `{"generation":0,"outcome":"refused","reason":"x","pad":"` + strings.Repeat("A", 1000<<10) + `"}`
+		r, _ := models.DecodeReport([]byte(body))
+		if _, err := e.Ctl.Store.InsertReport(context.Background(), m1.ID, r, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		stored++
+	}
+	var seen int
+	cursor := ""
+	for pages := 0; ; pages++ {
+		var l struct {
+			Items      []json.RawMessage
+			NextCursor string `json:"next_cursor"`
+		}
+		resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/reports?limit=500&cursor=" + cursor, Token: e.Admin})
+		if resp.StatusCode != 200 || json.Unmarshal(b, &l) != nil {
+			t.Fatalf("reports: %d", resp.StatusCode)
+		}
+		if len(b) > 5<<20 {
+			t.Fatalf("a page of %d bytes", len(b))
+		}
+		seen += len(l.Items)
+		if cursor = l.NextCursor; cursor == "" {
+			if pages == 0 {
+				t.Fatal("4 MiB of reports in one page")
+			}
+			break
+		}
+	}
+	if seen != stored {
+		t.Fatalf("%d reports over the pages, %d stored", seen, stored)
 	}
 }
 

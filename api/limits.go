@@ -34,7 +34,10 @@ func newAddressLimiter(what string, every rate.Limit, burst int) *addressLimiter
 }
 
 // take spends one token of addr; a refusal says when to come back.
-func (l *addressLimiter) take(addr string) error {
+func (l *addressLimiter) take(addr string) error { return l.takeN(addr, 1) }
+
+// takeN spends n tokens of addr at once (n at most the burst).
+func (l *addressLimiter) takeN(addr string, n int) error {
 	l.mu.Lock()
 	lim := l.byAddr[addr]
 	if lim == nil {
@@ -45,7 +48,7 @@ func (l *addressLimiter) take(addr string) error {
 		l.byAddr[addr] = lim
 	}
 	l.mu.Unlock()
-	r := lim.Reserve()
+	r := lim.ReserveN(time.Now(), min(n, l.burst))
 	if d := r.Delay(); d > 0 {
 		r.Cancel()
 		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, roundUp(d))}

@@ -374,7 +374,7 @@ func (s *Server) machineReports(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rs, err := s.Store.Reports(c.Request().Context(), m.ID, limit, cur)
+	rs, cut, err := s.Store.Reports(c.Request().Context(), m.ID, limit, cur)
 	if err != nil {
 		return err
 	}
@@ -383,5 +383,10 @@ func (s *Server) machineReports(c echo.Context) error {
 		views[i] = ReportView{ID: r.ID, Send: r.SendID, Generation: r.Generation, Outcome: r.Outcome,
 			Reason: r.Reason, ReceivedAt: r.CreatedAt, Report: json.RawMessage(r.Body)}
 	}
-	return c.JSON(http.StatusOK, listOf(views, limit, func(v ReportView) string { return strconv.FormatInt(v.ID, 10) }))
+	l := listOf(views, limit, func(v ReportView) string { return strconv.FormatInt(v.ID, 10) })
+	if cut {
+		// Ended early for its bodies' size (store.MaxReportsPage).
+		l.NextCursor = strconv.FormatInt(rs[len(rs)-1].ID, 10)
+	}
+	return c.JSON(http.StatusOK, l)
 }

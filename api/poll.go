@@ -188,6 +188,9 @@ func (s *Server) postReport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.reportBytes.takeN("machine "+p.Machine, (len(body)+1023)/1024); err != nil {
+		return err
+	}
 	r, err := models.DecodeReport(body)
 	if err != nil {
 		return err

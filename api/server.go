@@ -41,6 +41,13 @@ const (
 	DefaultMaxUpload = 512 << 20 // 512 MiB
 )
 
+// ReportKiBBurst and ReportKiBPerSecond bound the bytes of one machine's
+// reports: 4 MiB at once, then 16 KiB a second.
+const (
+	ReportKiBBurst     = 4 << 10
+	ReportKiBPerSecond = 16
+)
+
 // Server holds the API's dependencies, filled in by cmd/.
 type Server struct {
 	Store    Store
@@ -94,6 +101,10 @@ type Server struct {
 	// each change of its checks). A refused one stays in the host's
 	// outbox and is sent again.
 	reportLimit *addressLimiter
+	// reportBytes bounds the bytes of them, in KiB: a big apply's report
+	// at once, never a host's megabyte a second for as long as reports
+	// are kept.
+	reportBytes *addressLimiter
 	// hostInfoLimit bounds how often one machine's host may change the
 	// host version or schemas its polls carry: each change is a write,
 	// and a change of schemas a new generation, a declaration and an
@@ -130,6 +141,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		enrolLimit:    newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
 		hookLimit:     newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
 		reportLimit:   newAddressLimiter("reports", rate.Every(time.Second), 60),
+		reportBytes:   newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
 		hostInfoLimit: newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	hub.Claim, hub.Answer = s.claim, s.answerClaims

@@ -86,7 +86,7 @@ type RecordStore interface {
 	Audit(ctx context.Context, actor, action, target, detail string) error
 	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
-	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
+	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, bool, error)
 	Instances(ctx context.Context, limit int) ([]models.Instance, error)
 	SchemaVersion(ctx context.Context) (store, known int64, err error)
 	Statements() int64

@@ -3754,6 +3754,8 @@ type ClientInterface interface {
 
 	// ListMachineReports the machine's reports, newest first (viewer)
 	//
+	// A page holds at most `limit` reports and no more than 4 MiB of their bodies (always one report): a page cut short for its size has a `next_cursor` that goes on after it.
+	//
 	// Corresponds with GET /api/v1/machines/{name}/reports (the `ListMachineReports` operationId).
 	ListMachineReports(ctx context.Context, name MachineName, params *ListMachineReportsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -5000,6 +5002,8 @@ func (c *Client) PushMachine(ctx context.Context, name MachineName, params *Push
 }
 
 // ListMachineReports the machine's reports, newest first (viewer)
+//
+// A page holds at most `limit` reports and no more than 4 MiB of their bodies (always one report): a page cut short for its size has a `next_cursor` that goes on after it.
 //
 // Corresponds with GET /api/v1/machines/{name}/reports (the `ListMachineReports` operationId).
 func (c *Client) ListMachineReports(ctx context.Context, name MachineName, params *ListMachineReportsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9838,6 +9842,8 @@ type ClientWithResponsesInterface interface {
 	PushMachineWithResponse(ctx context.Context, name MachineName, params *PushMachineParams, reqEditors ...RequestEditorFn) (*PushMachineResponse, error)
 
 	// ListMachineReportsWithResponse the machine's reports, newest first (viewer)
+	//
+	// A page holds at most `limit` reports and no more than 4 MiB of their bodies (always one report): a page cut short for its size has a `next_cursor` that goes on after it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16586,6 +16592,8 @@ func (c *ClientWithResponses) PushMachineWithResponse(ctx context.Context, name 
 }
 
 // ListMachineReportsWithResponse the machine's reports, newest first (viewer)
+//
+// A page holds at most `limit` reports and no more than 4 MiB of their bodies (always one report): a page cut short for its size has a `next_cursor` that goes on after it.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -213,7 +213,7 @@ func TestRollout_UpgradedRefusedAfterFailedTrial(t *testing.T) {
 		if ro, _ := s.Rollout(ctx, "2.0.0"); ro.State != models.RolloutHalted || ro.Machines[0].Reason != reason {
 			t.Fatalf("rollout = %+v", ro)
 		}
-		before, _ := s.Reports(ctx, m1.ID, 100, 0)
+		before, _, _ := s.Reports(ctx, m1.ID, 100, 0)
 		cur, _ := s.Machine(ctx, "m1")
 
 		err := trySentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded,
@@ -227,7 +227,7 @@ func TestRollout_UpgradedRefusedAfterFailedTrial(t *testing.T) {
 		if err.Error() != want {
 			t.Fatalf("refusal = %q\nwant      %q", err, want)
 		}
-		if after, _ := s.Reports(ctx, m1.ID, 100, 0); len(after) != len(before) {
+		if after, _, _ := s.Reports(ctx, m1.ID, 100, 0); len(after) != len(before) {
 			t.Fatalf("reports: %d before, %d after; a refused report is not stored", len(before), len(after))
 		}
 		es, _ := s.AuditEvents(ctx, 20, 0)

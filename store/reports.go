@@ -297,12 +297,41 @@ func setColumns(up map[string]any) (string, []any) {
 	return set.String(), vals
 }
 
-// Reports lists a machine's reports newest first.
-func (s *Store) Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error) {
-	var rs []models.ReportRow
-	q := s.db.WithContext(ctx).Where("machine_id = ?", machineID).Order("id DESC").Limit(limit)
+// MaxReportsPage bounds the bodies one page of a machine's reports reads:
+// a host's report may hold a megabyte, so a page of 500 could be half a
+// gigabyte read, held and encoded for one viewer's request (or for the
+// machine's page, refreshed every 2 s).
+const MaxReportsPage = 4 << 20
+
+// Reports lists a machine's reports newest first, at most limit of them
+// and no more than MaxReportsPage of bodies (always one): cut says the
+// page ended early for its bodies' size, and the list goes on after it.
+func (s *Store) Reports(ctx context.Context, machineID int64, limit int, cursor int64) (rs []models.ReportRow, cut bool, err error) {
+	db := s.db.WithContext(ctx)
+	size := "octet_length(body)"
+	if s.dialect == SQLite {
+		size = "length(CAST(body AS BLOB))"
+	}
+	// The bodies' sizes first, their bytes not read into the controller.
+	q := db.Table("reports").Select("id, "+size+" AS size").Where("machine_id = ?", machineID).Order("id DESC").Limit(limit)
 	if cursor > 0 {
 		q = q.Where("id < ?", cursor)
 	}
-	return rs, mapErr(q.Find(&rs).Error)
+	var sizes []struct {
+		ID   int64
+		Size int64
+	}
+	if err := q.Scan(&sizes).Error; err != nil || len(sizes) == 0 {
+		return nil, false, mapErr(err)
+	}
+	last, total := 0, int64(0)
+	for i, r := range sizes {
+		if total += r.Size; i > 0 && total > MaxReportsPage {
+			cut = true
+			break
+		}
+		last = i
+	}
+	err = db.Where("machine_id = ? AND id <= ? AND id >= ?", machineID, sizes[0].ID, sizes[last].ID).Order("id DESC").Find(&rs).Error
+	return rs, cut, mapErr(err)
 }

@@ -52,7 +52,7 @@ func TestReports_AtOnceGuardsWhatItRead(t *testing.T) {
 			if d == store.Postgres && (m.AppliedGeneration != 2 || m.FinishedGen != 2) {
 				t.Fatalf("a report of generation 1 moved the machine back to applied %d, finished %d", m.AppliedGeneration, m.FinishedGen)
 			}
-			rows, err := s.Reports(ctx, id, 10, 0)
+			rows, _, err := s.Reports(ctx, id, 10, 0)
 			if err != nil || len(rows) != 1 || rows[0].Generation != 1 {
 				t.Fatalf("the report stored %d times (%v): %+v", len(rows), err, rows)
 			}

@@ -168,7 +168,7 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	if err != nil {
 		return d, m, err
 	}
-	reps, err := s.Store.Reports(ctx, m.ID, 200, 0)
+	reps, _, err := s.Store.Reports(ctx, m.ID, 200, 0)
 	if err != nil {
 		return d, m, err
 	}

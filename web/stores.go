@@ -30,7 +30,7 @@ type Store interface {
 	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
 	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
 	RecordSince(ctx context.Context) (*time.Time, error)
-	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, error)
+	Reports(ctx context.Context, machineID int64, limit int, cursor int64) ([]models.ReportRow, bool, error)
 	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
 	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
