@@ -359,6 +359,7 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		ro.State = models.RolloutDone
 		return audit(tx, "controller", "rollout-done", "host-release/"+ro.Version, "the fleet default is now "+ro.Version)
 	}
+	again := false
 	for i := range rms {
 		rm := &rms[i]
 		if rm.State != models.UpgradePending {
@@ -372,24 +373,44 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		if err := startUpgrade(tx, ro, rm); err != nil {
 			return err
 		}
+		if rm.State == models.UpgradeUpgraded {
+			// It ran the release already: the next wave may go now.
+			again = true
+			continue
+		}
 		inFlight++
+	}
+	if again {
+		return stepRollout(tx, ro)
 	}
 	return nil
 }
 
 // startUpgrade makes the release a machine's target: a new generation whose
-// declaration names it.
+// declaration names it. A machine whose host already runs the release
+// (upgraded by a plan's host step, or an earlier rollout, cancelled since)
+// is upgraded at once: its host has nothing to do and would never report
+// an upgrade, and waiting for one failed a good release at the deadline.
 func startUpgrade(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine) error {
 	now := tx.s.Now()
+	var running string
+	if err := tx.Model(&models.Machine{}).Where("id = ?", rm.MachineID).Pluck("host_version", &running).Error; err != nil {
+		return err
+	}
 	if err := tx.Model(&models.Machine{}).Where("id = ?", rm.MachineID).Update("target_host_version", ro.Version).Error; err != nil {
 		return err
 	}
 	if err := bumpGenerations(tx, []int64{rm.MachineID}, models.TriggerRollout); err != nil {
 		return err
 	}
+	up := map[string]any{"state": models.UpgradeUpgrading, "started_at": now}
 	rm.State, rm.StartedAt = models.UpgradeUpgrading, &now
+	if running == ro.Version {
+		rm.State, rm.FinishedAt, rm.Reason = models.UpgradeUpgraded, &now, "its host ran "+ro.Version+" already"
+		up["state"], up["finished_at"], up["reason"] = rm.State, now, rm.Reason
+	}
 	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
-		Updates(map[string]any{"state": rm.State, "started_at": now}).Error
+		Updates(up).Error
 }
 
 // failMachine ends a machine's upgrade in failure: the rollout halts with

@@ -292,3 +292,41 @@ func rolledBackFrom(t *testing.T, s *store.Store, id int64, from, why string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce: m1's host runs
+// 1.5.0 already (a plan's host step put it there) when a fleet rollout of
+// 1.5.0 begins with m1 its canary. Its host has nothing to do and never
+// reports an upgrade: m1 is upgraded at once, with why, and the rollout
+// goes on to m2 — where it waited for the deadline and then failed a good
+// release fleet-wide.
+func TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		fixture(t, s, "m2")
+		release(t, s, "1.5.0", "amd64", "1")
+		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1"); err != nil {
+			t.Fatal(err)
+		}
+		ro, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := map[string]models.RolloutMachine{}
+		for _, m := range ro.Machines {
+			state[m.Machine] = m
+		}
+		if m := state["m1"]; m.State != models.UpgradeUpgraded || m.Reason != "its host ran 1.5.0 already" || m.FinishedAt == nil {
+			t.Fatalf("m1, running 1.5.0: %+v", m)
+		}
+		if m := state["m2"]; m.State != models.UpgradeUpgrading || ro.State != models.RolloutRunning {
+			t.Fatalf("the rollout (%s) did not go on to m2: %+v", ro.State, m)
+		}
+		upgradedTo(t, s, "m2", "1.5.0")
+		ro, _ = s.Rollout(ctx, "1.5.0")
+		rs, _ := s.Releases(ctx, 10, 0)
+		if def, _ := s.HostDefault(ctx); ro.State != models.RolloutDone || rs[0].State == models.ReleaseFailed || def != "1.5.0" {
+			t.Fatalf("rollout %s (%q), release %s, fleet default %q", ro.State, ro.Reason, rs[0].State, def)
+		}
+	})
+}
