@@ -36,6 +36,7 @@ type MachineView struct {
 	LastOutcome       string                         `json:"last_outcome"`
 	LastReason        string                         `json:"last_reason"`
 	LastOutcomeAt     *time.Time                     `json:"last_outcome_at"`
+	LastOutcomeGen    int64                          `json:"last_outcome_generation"`
 	LastSeen          *time.Time                     `json:"last_seen"`
 	ConflictHostGen   int64                          `json:"conflict_host_generation"`
 	ComposeError      string                         `json:"compose_error"`
@@ -74,7 +75,7 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
-		LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
+		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
 		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {

@@ -1476,10 +1476,13 @@ type Machine struct {
 
 	// LastOutcomeAt when the last outcome was reported (null: none yet); a later check or renewal does not move it
 	LastOutcomeAt *time.Time `json:"last_outcome_at"`
-	LastReason    string     `json:"last_reason"`
-	LastSeen      *time.Time `json:"last_seen"`
-	Name          string     `json:"name"`
-	Os            string     `json:"os"`
+
+	// LastOutcomeGeneration the generation the last outcome is of; 0 for a refusal the host could not tie to a send (a declaration it could not verify, its state file unreadable), which says nothing of any generation
+	LastOutcomeGeneration int        `json:"last_outcome_generation"`
+	LastReason            string     `json:"last_reason"`
+	LastSeen              *time.Time `json:"last_seen"`
+	Name                  string     `json:"name"`
+	Os                    string     `json:"os"`
 
 	// RevokedReason why the machine is revoked (state revoked): a person revoked it, or it presented its certificate past the renewal grace
 	RevokedReason string                  `json:"revoked_reason"`

@@ -102,8 +102,10 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return StepVerdict{State: StepFailed, Reason: m.Name + " " + fmt.Sprintf(format, a...)}
 	}
 	switch {
-	case m.FinishedGen >= st.Generation && (m.LastOutcome == OutcomeRefused || m.LastOutcome == OutcomeRejected):
-		return fail("%s generation %d: %s", m.LastOutcome, m.FinishedGen, m.LastReason)
+	case m.LastOutcomeGen >= st.Generation && (m.LastOutcome == OutcomeRefused || m.LastOutcome == OutcomeRejected):
+		// Of the step's generation or a later one: a refusal the host
+		// could not tie to a send (generation 0) says nothing of it.
+		return fail("%s generation %d: %s", m.LastOutcome, m.LastOutcomeGen, m.LastReason)
 	case m.AppliedGeneration >= st.Generation && running >= build:
 		switch {
 		case r.Unhealthy(m, now):

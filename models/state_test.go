@@ -83,7 +83,11 @@ func TestJudgeStep(t *testing.T) {
 		{"AppliedRunningOlder", Machine{Name: "m1", AppliedGeneration: 4, FinishedGen: 4, LastSeen: &recent}, 1, time.Hour, "", ""},
 		{"WithinGrace", Machine{Name: "m1", AppliedGeneration: 4, Health: HealthFailing, HealthSince: &recent, LastSeen: &recent}, 2, time.Hour, "", ""},
 		{"Unhealthy", Machine{Name: "m1", AppliedGeneration: 4, Health: HealthFailing, HealthCheck: "app.svc", HealthDetail: "exit status 1", HealthSince: &failingLong, LastSeen: &recent}, 2, time.Hour, StepFailed, "m1 check app.svc unhealthy since"},
-		{"Refused", Machine{Name: "m1", FinishedGen: 4, LastOutcome: OutcomeRefused, LastReason: "escape", LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 refused generation 4: escape"},
+		{"Refused", Machine{Name: "m1", FinishedGen: 4, LastOutcome: OutcomeRefused, LastOutcomeGen: 4, LastReason: "escape", LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 refused generation 4: escape"},
+		// A refusal tied to no send (a declaration the host could not
+		// verify) says nothing of the generation it applied.
+		{"RefusedOfNoGenerationAfterApplying", Machine{Name: "m1", AppliedGeneration: 4, FinishedGen: 4, LastOutcome: OutcomeRefused, LastReason: "signature",
+			Health: HealthPassing, LastSeen: &recent}, 2, time.Hour, StepApplied, ""},
 		{"FailedAfterSend", Machine{Name: "m1", AppliedGeneration: 3, LastOutcome: OutcomeFailed, LastOutcomeGen: 4, LastReason: "disk", LastReportAt: &recent, LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 failed to apply generation 4: disk"},
 		{"FailedLaterGeneration", Machine{Name: "m1", AppliedGeneration: 3, LastOutcome: OutcomeFailed, LastOutcomeGen: 5, LastReason: "disk", LastReportAt: &recent, LastSeen: &recent}, 1, time.Hour, StepFailed, "m1 failed to apply generation 5: disk"},
 		{"FailedBeforeSendIsOld", Machine{Name: "m1", AppliedGeneration: 3, LastOutcome: OutcomeFailed, LastOutcomeGen: 3, LastReportAt: &longAgo, LastSeen: &recent}, 1, time.Hour, "", ""},
@@ -94,7 +98,7 @@ func TestJudgeStep(t *testing.T) {
 		{"HeldBackNotYetApplied", Machine{Name: "m2", AppliedGeneration: 3, LastSeen: &recent,
 			HeldBack: "held back: needs host schema 2; host 1.4.0 decodes 1; no host release known to decode it"}, 1, time.Hour, StepFailed,
 			"m2 held back: needs host schema 2; host 1.4.0 decodes 1; no host release known to decode it"},
-		{"HeldBackButRefusedFirst", Machine{Name: "m2", FinishedGen: 4, LastOutcome: OutcomeRefused, LastReason: "escape", LastSeen: &recent,
+		{"HeldBackButRefusedFirst", Machine{Name: "m2", FinishedGen: 4, LastOutcome: OutcomeRefused, LastOutcomeGen: 4, LastReason: "escape", LastSeen: &recent,
 			HeldBack: "held back: needs host schema 2; host 1.4.0 decodes 1"}, 1, time.Hour, StepFailed, "m2 refused generation 4: escape"},
 		{"NoReportWithinDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &recent}, 1, 30 * time.Second, StepFailed, "m3 did not report generation 4 within 30s"},
 		{"OfflinePastDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline since"},

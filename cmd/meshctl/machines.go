@@ -203,7 +203,11 @@ func why(m *client.Machine) string {
 		// finished one, which applied fine.
 		return fmt.Sprintf("the last attempt failed (generation %d is the last finished): %s%s", m.FinishedGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
-		return fmt.Sprintf("%s generation %d: %s%s", m.LastOutcome, m.FinishedGeneration, m.LastReason, reportedWhen(m))
+		if m.LastOutcomeGeneration == 0 {
+			// Tied to no send: it says nothing of a generation.
+			return fmt.Sprintf("%s (of no generation; it applied generation %d): %s%s", m.LastOutcome, m.AppliedGeneration, m.LastReason, reportedWhen(m))
+		}
+		return fmt.Sprintf("%s generation %d: %s%s", m.LastOutcome, m.LastOutcomeGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateUpgrading:
 		w := "upgrading its host to " + m.TargetHostVersion
 		if m.ComposeError != "" {
