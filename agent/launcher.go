@@ -301,6 +301,19 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				l.cfg.Log.Warn("release is known-good; it exited after its reconcile, starting it again", "version", pd.Version, "status", ws)
 				return nil
 			}
+			var next pending
+			if ws.Exited() && ws.ExitStatus() == ExitUpgrade && readJSON(pendingPath(l.cfg.StateDir), &next) == nil && next.Version != pd.Version {
+				// Its declaration named another release before its
+				// verdict: the controller moved the machine on (its
+				// rollout halted or was cancelled, and the target went
+				// back). Nothing was learnt of this release, so it is not
+				// refused: the known-good host starts again and follows
+				// its declaration from there.
+				_ = os.Remove(pendingPath(l.cfg.StateDir))
+				l.cfg.Log.Warn("release on trial handed over before its verdict; back to known-good, the release not refused",
+					"version", pd.Version, "asked_for", next.Version)
+				return nil
+			}
 			return l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
 		case <-deadline.C:
 			// The marker is looked for once more: written since the last

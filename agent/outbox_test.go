@@ -243,3 +243,27 @@ func TestUpgrade_WithoutLauncherIsRefusedOnTheRecord(t *testing.T) {
 		t.Fatalf("reports %+v, want one refusal of 9.9.9 naming mesh-host launch", got)
 	}
 }
+
+// TestUpgrade_ARefusedReleaseNamedAgainIsRefusedOnTheRecord: a release this
+// host rolled back before, named again by a later rollout, is not fetched;
+// the host says so in a refused report naming the release, so the rollout
+// halts with why rather than waiting out its deadline for an upgrade that
+// never comes and failing the release.
+func TestUpgrade_ARefusedReleaseNamedAgainIsRefusedOnTheRecord(t *testing.T) {
+	t.Setenv(EnvLauncher, "1")
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend, a.state.Finished = 7, "sha256:d7", "send-7", 7
+	a.state.RefusedReleases = []string{"sha256:r"}
+	a.id = &Identity{}
+	if err := a.maybeUpgrade(context.Background(), &models.HostRelease{Version: "9.9.9", OS: runtime.GOOS, Arch: runtime.GOARCH, Digest: "sha256:r"}, 7); err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	got := append([]models.Report(nil), srv.got...)
+	srv.mu.Unlock()
+	if len(got) != 1 || got[0].Outcome != models.OutcomeRefused || got[0].Send != "send-7" ||
+		!strings.Contains(got[0].Reason, "host release 9.9.9 refused") || !strings.Contains(got[0].Reason, "rolled back on this host before") {
+		t.Fatalf("reports %+v, want one refusal of 9.9.9 saying it was rolled back here", got)
+	}
+}

@@ -109,3 +109,25 @@ func tryScript(t *testing.T, body func(dir string) string, deadline, look time.D
 	}
 	return dir, rel, l
 }
+
+// TestLauncher_TrialHandedBackIsNotARollback: the release on trial is
+// handed a declaration naming the known-good release (its rollout halted
+// elsewhere or was cancelled, and the target went back) and stages it,
+// exiting to hand over. Nothing was learnt of the release: the launcher
+// goes back to known-good without recording a rollback, so the host does
+// not refuse the release for good.
+func TestLauncher_TrialHandedBackIsNotARollback(t *testing.T) {
+	dir, _, l := tryScript(t, func(dir string) string {
+		return "printf '{\"version\":\"1.0.0\",\"digest\":\"sha256:x\",\"path\":\"/bin/true\"}' > " + pendingPath(dir) + "; exit 3\n"
+	}, 10*time.Second, 0)
+	var rb rollback
+	if readJSON(rollbackPath(dir), &rb) == nil {
+		t.Fatalf("a trial handed back before its verdict recorded as a rollback: %+v", rb)
+	}
+	if _, err := os.Stat(pendingPath(dir)); err == nil {
+		t.Fatal("the hand-over back to known-good was left staged")
+	}
+	if l.st.KnownGood != "1.0.0" {
+		t.Fatalf("known-good is %s, want 1.0.0", l.st.KnownGood)
+	}
+}

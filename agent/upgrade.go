@@ -66,8 +66,10 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 		return a.refuseRelease(ctx, h, gen, fmt.Sprintf("built for %s/%s, this host is %s/%s", h.OS, h.Arch, runtime.GOOS, runtime.GOARCH))
 	}
 	if slices.Contains(a.state.RefusedReleases, h.Digest) {
-		a.once("release-refused-"+h.Digest, "host release %s (%s) was refused or rolled back before; not fetching it again", h.Version, short(h.Digest))
-		return nil
+		// Said to the controller (and journaled), once a generation: its
+		// rollout halts with why, where it waited out its deadline for an
+		// upgrade that would never come and then failed the release.
+		return a.refuseRelease(ctx, h, gen, "it was rolled back on this host before and is not fetched again; release a new version")
 	}
 	if os.Getenv(EnvLauncher) == "" {
 		// Said to the controller, not only to this host's log: else its
