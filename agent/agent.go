@@ -107,9 +107,14 @@ type Agent struct {
 	// its next attempt: the poll loop takes it before polling again.
 	newer *pollResult
 
-	trialDone     bool // the upgraded report was answered: accepted, or refused for good
-	trialPolls    int
-	upgradeStaged bool
+	trialDone bool // the upgraded report was answered: accepted, or refused for good
+	// trialAccepted: the upgraded report was accepted, and the reconcile
+	// marker is owed once this build has handled a poll's answer (a 304,
+	// or a declaration's first apply) without dying; trialMarked once it
+	// is written.
+	trialAccepted, trialMarked bool
+	trialPolls                 int
+	upgradeStaged              bool
 	// reloadPending: a unit file changed and systemd has not reloaded yet.
 	reloadPending bool
 	said          map[string]bool
@@ -307,12 +312,14 @@ func (a *Agent) loop(ctx context.Context) error {
 			if a.upgradeStaged {
 				return ErrUpgradeStaged
 			}
+			a.trialReconciled()
 			continue
 		}
 		handled := a.handle(ctx, res)
 		if a.upgradeStaged {
 			return ErrUpgradeStaged
 		}
+		a.trialReconciled()
 		if handled {
 			backoff = time.Second
 		} else {
@@ -389,7 +396,7 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	if a.state.Applied == d.Generation && a.state.AppliedDigest == v.digest {
 		// Kept before anything is fetched: a host cut short resumes it.
 		target := d.Host
-		if target != nil && target.Version == version.Version {
+		if target != nil && target.Version == version.Version && !onTrial() {
 			target = nil
 		}
 		if target != nil || a.state.HostRelease != nil {
@@ -420,8 +427,13 @@ func (a *Agent) resumeUpgrade(ctx context.Context) {
 		return
 	}
 	if h.Version == version.Version {
-		a.state.HostRelease = nil
-		_ = a.saveState()
+		if !onTrial() {
+			a.state.HostRelease = nil
+			_ = a.saveState()
+		}
+		// On trial it is kept until the launcher keeps this build: a
+		// power loss before then brings the build before it back, which
+		// resumes the upgrade from it.
 		return
 	}
 	if slices.Contains(a.state.RefusedReleases, h.Digest) {
@@ -443,6 +455,9 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		st := a.state.clone()
 		actions, err := a.applyInFull(ctx, &v.decl, st)
 		a.state = st // what succeeded is true now, even if a later step failed
+		// A trial build that got through an apply (whatever its outcome)
+		// has proved it can; its retries need not hold the verdict.
+		a.trialReconciled()
 		if err == nil {
 			checks := checkAll(ctx, a.root, a.id.ca, v.decl.Resources, 15*time.Second)
 			for _, c := range checks {

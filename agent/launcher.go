@@ -302,13 +302,16 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				return nil
 			}
 			var next pending
-			if ws.Exited() && ws.ExitStatus() == ExitUpgrade && readJSON(pendingPath(l.cfg.StateDir), &next) == nil && next.Version != pd.Version {
+			_, failed := os.Stat(trialRefusedPath(l.cfg.StateDir, pd.Version))
+			_ = os.Remove(trialRefusedPath(l.cfg.StateDir, pd.Version))
+			if failed != nil && ws.Exited() && ws.ExitStatus() == ExitUpgrade && readJSON(pendingPath(l.cfg.StateDir), &next) == nil && next.Version != pd.Version {
 				// Its declaration named another release before its
 				// verdict: the controller moved the machine on (its
-				// rollout halted or was cancelled, and the target went
-				// back). Nothing was learnt of this release, so it is not
-				// refused: the known-good host starts again and follows
-				// its declaration from there.
+				// rollout halted elsewhere or was cancelled, and the
+				// target went back) without failing its trial. Nothing
+				// was learnt of this release, so it is not refused: the
+				// known-good host starts again and follows its
+				// declaration from there.
 				_ = os.Remove(pendingPath(l.cfg.StateDir))
 				l.cfg.Log.Warn("release on trial handed over before its verdict; back to known-good, the release not refused",
 					"version", pd.Version, "asked_for", next.Version)

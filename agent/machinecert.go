@@ -160,7 +160,13 @@ func (c *client) renewCertificate(ctx context.Context, keeper *certKeeper) (*x50
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, err
 	}
-	return keeper.save(key, []byte(out.Certificate))
+	cert, err := keeper.save(key, []byte(out.Certificate))
+	if err == nil {
+		// The next request handshakes with it: a kept connection goes on
+		// presenting what it presented when it was made.
+		c.http.CloseIdleConnections()
+	}
+	return cert, err
 }
 
 // renew renews the machine certificate when it is due, at most once a

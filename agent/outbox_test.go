@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"mesh/models"
+	"mesh/version"
 )
 
 // reportServer stands in for the controller's report endpoint: it answers
@@ -265,5 +266,61 @@ func TestUpgrade_ARefusedReleaseNamedAgainIsRefusedOnTheRecord(t *testing.T) {
 	if len(got) != 1 || got[0].Outcome != models.OutcomeRefused || got[0].Send != "send-7" ||
 		!strings.Contains(got[0].Reason, "host release 9.9.9 refused") || !strings.Contains(got[0].Reason, "rolled back on this host before") {
 		t.Fatalf("reports %+v, want one refusal of 9.9.9 saying it was rolled back here", got)
+	}
+}
+
+// TestTrial_MarkerOnlyOnceAnAnswerIsHandled: a trial build's upgraded
+// report is accepted at its first poll, but the reconcile marker — what
+// makes its launcher keep it — waits until the build has handled a poll's
+// answer (a 304, or a declaration's first apply): a build that died
+// applying the generation its new schemas brought was kept, and restarted
+// for good.
+func TestTrial_MarkerOnlyOnceAnAnswerIsHandled(t *testing.T) {
+	t.Setenv(EnvTrialVersion, version.Version)
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.id = &Identity{}
+	a.trial(context.Background())
+	srv.mu.Lock()
+	got := append([]models.Report(nil), srv.got...)
+	srv.mu.Unlock()
+	if len(got) != 1 || got[0].Outcome != models.OutcomeUpgraded {
+		t.Fatalf("reports %+v, want the upgraded one", got)
+	}
+	marker := markerPath(a.cfg.StateDir, version.Version)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the marker was written before the build handled anything")
+	}
+	a.trialReconciled()
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no marker once an answer was handled: %v", err)
+	}
+}
+
+// TestTrial_KeepsTheReleaseToResume: a trial build's 304 does not forget
+// the release the applied generation names: until the launcher keeps the
+// build, a power loss brings back the build before it, which must find
+// the upgrade to resume. A build not on trial running it forgets it.
+func TestTrial_KeepsTheReleaseToResume(t *testing.T) {
+	for _, trial := range []bool{true, false} {
+		if trial {
+			t.Setenv(EnvTrialVersion, version.Version)
+		} else {
+			t.Setenv(EnvTrialVersion, "")
+		}
+		a := agentReportingTo(t, newReportServer(t))
+		a.state.Applied = 7
+		a.state.HostRelease, a.state.HostReleaseGen = &models.HostRelease{Version: version.Version, Digest: "sha256:r"}, 7
+		a.resumeUpgrade(context.Background())
+		st, err := LoadState(a.cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case trial && a.state.HostRelease == nil:
+			t.Fatal("on trial, the release to resume was forgotten")
+		case !trial && (a.state.HostRelease != nil || st.HostRelease != nil):
+			t.Fatal("running the release, not on trial, it is still kept to resume")
+		}
 	}
 }

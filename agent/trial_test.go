@@ -131,3 +131,20 @@ func TestLauncher_TrialHandedBackIsNotARollback(t *testing.T) {
 		t.Fatalf("known-good is %s, want 1.0.0", l.st.KnownGood)
 	}
 }
+
+// TestLauncher_TrialFailedThenHandedBackIsARollback: the controller refused
+// the trial's upgraded report (it failed the trial) before the declaration
+// moved the machine back: that hand-over is the release's rollback,
+// recorded, so the host refuses the release from then on.
+func TestLauncher_TrialFailedThenHandedBackIsARollback(t *testing.T) {
+	dir, _, _ := tryScript(t, func(dir string) string {
+		return "echo refused > " + trialRefusedPath(dir, "9.9.9") + "; printf '{\"version\":\"1.0.0\",\"digest\":\"sha256:x\",\"path\":\"/bin/true\"}' > " + pendingPath(dir) + "; exit 3\n"
+	}, 10*time.Second, 0)
+	var rb rollback
+	if err := readJSON(rollbackPath(dir), &rb); err != nil || rb.From != "9.9.9" {
+		t.Fatalf("a failed trial handed back was not recorded as a rollback: %+v %v", rb, err)
+	}
+	if _, err := os.Stat(trialRefusedPath(dir, "9.9.9")); err == nil {
+		t.Fatal("the refused trial's note was left behind")
+	}
+}

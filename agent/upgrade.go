@@ -51,6 +51,11 @@ type rollback struct {
 
 func pendingPath(dir string) string  { return filepath.Join(dir, "launch.json") }
 func rollbackPath(dir string) string { return filepath.Join(dir, "rollback.json") }
+// trialRefusedPath is where a trial host notes that the controller
+// refused its upgraded report (failed its trial): a hand-over it then makes
+// is the release's rollback, not a move the controller made around it.
+func trialRefusedPath(dir, v string) string { return filepath.Join(dir, "trial-refused-"+v) }
+
 func markerPath(dir, v string) string {
 	return filepath.Join(dir, "reconciled-"+v)
 }
@@ -160,6 +165,9 @@ func (a *Agent) trial(ctx context.Context) {
 		a.trialDone = true
 		a.cfg.Log.Error("the controller refused this trial's upgraded report; not writing the reconcile marker, so the launcher puts known-good back",
 			"version", version.Version, "status", refused.status, "detail", refused.detail)
+		if err := writeFileAtomic(trialRefusedPath(a.cfg.StateDir, version.Version), []byte(refused.detail+"\n"), 0o600); err != nil {
+			a.cfg.Log.Error("noting the refused trial", "err", err)
+		}
 		_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason,
 			ReportRefused: &ReportRefusal{Status: refused.status, Detail: refused.detail}})
 		return
@@ -168,8 +176,25 @@ func (a *Agent) trial(ctx context.Context) {
 		a.cfg.Log.Warn("upgraded report not accepted yet", "err", err)
 		return
 	}
-	a.trialDone = true
+	a.trialDone, a.trialAccepted = true, true
 	_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason})
+}
+
+// onTrial says whether this process is a release on trial under its
+// launcher (kept or not: the launcher keeps the process it tried).
+func onTrial() bool { return os.Getenv(EnvTrialVersion) == version.Version }
+
+// trialReconciled writes the reconcile marker of a trial whose upgraded
+// report was accepted, once this build has handled the answer of a poll:
+// a 304, or a declaration (applied once, whatever came of it, or refused).
+// Written at the report, it kept a build that then died applying the
+// generation its new schemas brought — restarted by its launcher for good,
+// never reaching the poll that would move it back.
+func (a *Agent) trialReconciled() {
+	if !a.trialAccepted || a.trialMarked {
+		return
+	}
+	a.trialMarked = true
 	if err := writeFileAtomic(markerPath(a.cfg.StateDir, version.Version), []byte(version.Version+"\n"), 0o600); err != nil {
 		a.cfg.Log.Error("writing the reconcile marker", "err", err)
 	}

@@ -293,7 +293,7 @@ func (s *Server) enroll(c echo.Context) error {
 	}
 	resp := enrollResponse{Machine: m.Name, Token: tok, Keys: []PublicKey{}}
 	if csr != nil {
-		pemCert, _, err := s.Service.IssueCertificate(ctx, "host:"+m.Name, m.Name, tokenID, csr, "at enrolment")
+		pemCert, _, err := s.Service.IssueCertificate(ctx, "host:"+m.Name, m.Name, tokenID, csr, "at enrolment", true)
 		if err != nil {
 			return err
 		}

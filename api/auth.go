@@ -144,7 +144,7 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		return nil, err
 	}
 	if bearerOnly && s.Auth.Revoked.Revoked(models.BearerRevocationID(enrolment)) {
-		err := fmt.Errorf("%w: machine %s holds a machine certificate: its host token alone is refused, so a copy of host.json is not the machine; "+
+		err := fmt.Errorf("%w: machine %s was enrolled with a machine certificate: its host token alone is refused, so a copy of host.json is not the machine; "+
 			"the host presents its certificate (machine.pem), and one that lost it enrols again", models.ErrUnauthorized, name)
 		s.recordRefusal(c, name, "bearer-only", err.Error())
 		return nil, err

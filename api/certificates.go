@@ -119,6 +119,22 @@ func (s *Server) renewCertificate(c echo.Context) error {
 		return err
 	}
 	why := "first certificate, asked with the host token"
+	if p.cert == nil {
+		// The host token asks only for a machine's first certificate (a
+		// host moving to TLS): while one is valid, a new one is asked
+		// with it, so a copy of host.json cannot get a certificate for a
+		// key of its own beside the machine's.
+		m, err := s.Store.Machine(ctx, p.Machine)
+		if err != nil {
+			return err
+		}
+		if m.CertSerial != "" && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
+			err := fmt.Errorf("%w: machine %s holds a certificate (serial %s, valid until %s): a new one is asked with it, not with the host token; "+
+				"a host that lost machine.pem enrols again", models.ErrUnauthorized, p.Machine, m.CertSerial, m.CertNotAfter.UTC().Format(time.RFC3339))
+			s.recordRefusal(c, p.Machine, "bearer-certificate", err.Error())
+			return err
+		}
+	}
 	if p.cert != nil {
 		why = "renewal of " + p.cert.Serial
 		if p.cert.Expired {
@@ -133,7 +149,7 @@ func (s *Server) renewCertificate(c echo.Context) error {
 			why = "renewal in the grace of " + p.cert.Serial + ", expired " + p.cert.NotAfter.UTC().Format(time.RFC3339)
 		}
 	}
-	pemCert, cert, err := s.Service.IssueCertificate(ctx, actor, p.Machine, p.enrolment, csr, why)
+	pemCert, cert, err := s.Service.IssueCertificate(ctx, actor, p.Machine, p.enrolment, csr, why, false)
 	if err != nil {
 		return err
 	}

@@ -400,19 +400,25 @@ func parkedOnAnotherReplica(t *testing.T, bOpts ctltest.Options) (a, b, onB *ctl
 // a certificate is its certificate. Its host token alone, over TLS (a copy
 // of host.json without machine.pem), neither polls as it nor gets a
 // certificate for a key of the copier's; each refusal says why and is on
-// the record. The host with its certificate goes on polling.
+// the record. The host with its certificate goes on polling. A machine
+// enrolled with its token alone asks for its first certificate with it
+// (a host moving to TLS) and keeps polling with it (a rollback to a
+// release without certificates must reach the controller), but while that
+// certificate is valid the token gets no other.
 func TestMachineCerts_CopiedHostTokenIsNotTheMachine(t *testing.T) {
 	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
 	m1, token := enrolWithCert(t, e, "m1")
 	copier := as(t, e, nil)
-	const why = "holds a machine certificate: its host token alone is refused"
+	askWithToken := func(name, token string) (*http.Response, []byte) {
+		key, _ := meshca.NewKey()
+		csr, _ := meshca.NewCSR(key, name)
+		return copier.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Token: token, Body: map[string]string{"csr": string(csr)}})
+	}
+	const why = "was enrolled with a machine certificate: its host token alone is refused"
 	if resp, b := poll(copier, token, "0s"); resp.StatusCode != 401 || !strings.Contains(detail(b), why) {
 		t.Fatalf("a poll with the host token alone: %d %s", resp.StatusCode, b)
 	}
-	key, _ := meshca.NewKey()
-	csr, _ := meshca.NewCSR(key, "m1")
-	resp, b := copier.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Token: token, Body: map[string]string{"csr": string(csr)}})
-	if resp.StatusCode != 401 || !strings.Contains(detail(b), why) {
+	if resp, b := askWithToken("m1", token); resp.StatusCode != 401 || !strings.Contains(detail(b), why) {
 		t.Fatalf("a certificate asked with the host token alone: %d %s", resp.StatusCode, b)
 	}
 	if m := machineOf(t, e, "m1"); !m.CertNotAfter.Equal(m1.leaf.NotAfter) {
@@ -425,5 +431,16 @@ func TestMachineCerts_CopiedHostTokenIsNotTheMachine(t *testing.T) {
 	c1 := m1.tls(t)
 	if resp, b := poll(as(t, e, &c1), "", "0s"); resp.StatusCode != 200 {
 		t.Fatalf("the host's poll with its certificate: %d %s", resp.StatusCode, b)
+	}
+
+	m2 := e.Enroll("m2")
+	if resp, b := askWithToken("m2", m2.Token); resp.StatusCode != 201 {
+		t.Fatalf("m2's first certificate, asked with its token: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := askWithToken("m2", m2.Token); resp.StatusCode != 401 || !strings.Contains(detail(b), "holds a certificate") {
+		t.Fatalf("a second certificate asked with m2's token: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := poll(copier, m2.Token, "0s"); resp.StatusCode != 200 {
+		t.Fatalf("m2's poll with its token, before any --host-bearer-until: %d %s", resp.StatusCode, b)
 	}
 }

@@ -403,8 +403,8 @@ const (
 	// expired one spent on its one renewal in the grace.
 	RevokedCertificate = "certificate"
 	// RevokedBearer is an enrolment's bearer token alone
-	// (BearerRevocationID): once its machine holds a certificate, only the
-	// certificate names it, so a copied host.json is not the machine.
+	// (BearerRevocationID): a machine enrolled with a certificate is named
+	// by it only, so a copied host.json is not the machine.
 	RevokedBearer = "bearer"
 )
 

@@ -65,13 +65,14 @@ func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string
 
 // IssueCertificate issues machine name's client certificate for a
 // checked request, for its enrolment, and records it on the machine
-// (audited); it returns the certificate as PEM.
-func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment string, csr *x509.CertificateRequest, why string) ([]byte, *x509.Certificate, error) {
+// (audited); it returns the certificate as PEM. certOnly: issued at
+// enrolment, the enrolment's bearer token alone is refused from then on.
+func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment string, csr *x509.CertificateRequest, why string, certOnly bool) ([]byte, *x509.Certificate, error) {
 	cert, err := s.Certs.CA.IssueMachine(csr, name, enrolment, s.Store.Now(), s.Certs.CertLifetime())
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.Store.RecordCertificate(ctx, actor, name, enrolment, cert.SerialNumber.Text(16), cert.NotAfter, why); err != nil {
+	if err := s.Store.RecordCertificate(ctx, actor, name, enrolment, cert.SerialNumber.Text(16), cert.NotAfter, why, certOnly); err != nil {
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), cert, nil

@@ -25,11 +25,12 @@ func revokeEnrolment(tx *Tx, actor string, m *models.Machine, reason string) err
 }
 
 // RecordCertificate records the client certificate issued to a machine
-// (serial, expiry) and audits the issue. The machine must still be the
+// (serial, expiry) and audits the issue; certOnly (a certificate issued at
+// enrolment) refuses the enrolment's bearer token alone from then on. The machine must still be the
 // enrolment the certificate names and not be revoked, checked in the same
 // transaction: a certificate is never recorded for a machine deleted or
 // revoked meanwhile.
-func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, serial string, notAfter time.Time, detail string) error {
+func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, serial string, notAfter time.Time, detail string, certOnly bool) error {
 	return s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
@@ -44,12 +45,17 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 		if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_after": notAfter.UTC()}).Error; err != nil {
 			return err
 		}
-		// From its first certificate on, the machine is its certificate:
-		// its bearer token alone (a copied host.json) is refused, on every
-		// instance, and cannot ask for a certificate of its own.
-		if _, err := revoke(tx, actor, &models.Revocation{TokenID: models.BearerRevocationID(enrolment), Kind: models.RevokedBearer,
-			Reason: "the machine holds a certificate", ExpiresAt: tx.s.Now().Add(enrolmentRevocation)}); err != nil {
-			return err
+		if certOnly {
+			// Enrolled with a certificate, the machine is its certificate:
+			// its bearer token alone (a copied host.json) is refused, on
+			// every instance. (A host that asked for its first certificate
+			// with its token keeps the token until --host-bearer-until: a
+			// rollback to a release without certificates must reach the
+			// controller.)
+			if _, err := revoke(tx, actor, &models.Revocation{TokenID: models.BearerRevocationID(enrolment), Kind: models.RevokedBearer,
+				Reason: "enrolled with a certificate", ExpiresAt: tx.s.Now().Add(enrolmentRevocation)}); err != nil {
+				return err
+			}
 		}
 		return audit(tx, actor, "issue-certificate", "machine/"+name,
 			fmt.Sprintf("serial %s, valid until %s; %s", serial, notAfter.UTC().Format(time.RFC3339), detail))

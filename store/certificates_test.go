@@ -37,8 +37,8 @@ func revokedIDs(t *testing.T, s *store.Store) map[string]string {
 	return out
 }
 
-// TestMachineCertificates: a certificate is recorded on its machine, and
-// from then on its bearer token alone is refused; revoking the machine marks it and revokes its enrolment (announced to
+// TestMachineCertificates: a certificate is recorded on its machine (one
+// issued at enrolment refuses its bearer token alone from then on); revoking the machine marks it and revokes its enrolment (announced to
 // every instance), and no certificate is recorded for it after; deleting
 // a machine revokes its enrolment too; an expired certificate is spent
 // once in its grace.
@@ -50,15 +50,15 @@ func TestMachineCertificates(t *testing.T) {
 		enrolAs(t, s, "m1", "enrol-m1")
 		enrolAs(t, s, "m2", "enrol-m2")
 		until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "abc", until, "enrolment"); err != nil {
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "abc", until, "enrolment", true); err != nil {
 			t.Fatal(err)
 		}
 		m, _ := s.Machine(ctx, "m1")
 		if m.CertSerial != "abc" || m.CertNotAfter == nil || !m.CertNotAfter.Equal(until) {
 			t.Fatalf("recorded %q %v", m.CertSerial, m.CertNotAfter)
 		}
-		// From its first certificate on, m1's bearer token alone is
-		// refused, on every instance.
+		// Enrolled with a certificate, m1's bearer token alone is refused,
+		// on every instance.
 		if got := revokedIDs(t, s); got["bearer:enrol-m1"] != models.RevokedBearer || got["bearer:enrol-m2"] != "" {
 			t.Fatalf("revocations after m1's certificate: %v", got)
 		}
@@ -67,7 +67,7 @@ func TestMachineCertificates(t *testing.T) {
 		}
 		heard = nil
 		t.Run("ErrEnrolledAgain", func(t *testing.T) {
-			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", until, "")
+			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", until, "", false)
 			if !errors.Is(err, models.ErrUnauthorized) {
 				t.Fatalf("%v", err)
 			}
@@ -86,7 +86,7 @@ func TestMachineCertificates(t *testing.T) {
 		if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "again"); err != nil || len(heard) != 1 {
 			t.Fatalf("revoking twice: %v, announced %d", err, len(heard))
 		}
-		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", until, ""); !errors.Is(err, models.ErrUnauthorized) {
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", until, "", false); !errors.Is(err, models.ErrUnauthorized) {
 			t.Fatalf("a certificate recorded for a revoked machine: %v", err)
 		}
 		if m, _ := s.Machine(ctx, "m1"); models.DefaultStateRules.State(m, m.LastSeen, time.Now()) != models.StateRevoked {
@@ -108,41 +108,4 @@ func TestMachineCertificates(t *testing.T) {
 			t.Fatalf("second grace renewal: %v %v", spent, err)
 		}
 	})
-}
-
-// TestMachineCertificates_BearerOfThoseHoldingOneRefusedByTheUpgrade: the
-// migration that brought bearer revocations refuses the bearer token alone
-// of every machine that held a certificate before it, and of no other.
-func TestMachineCertificates_BearerOfThoseHoldingOneRefusedByTheUpgrade(t *testing.T) {
-	for _, d := range []string{store.SQLite, store.Postgres} {
-		t.Run(d, func(t *testing.T) {
-			ctx := context.Background()
-			s, err := store.Open(ctx, storetest.Config(t, d))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.MigrateTo(ctx, 27); err != nil {
-				t.Fatal(err)
-			}
-			enrolAs(t, s, "m1", "enrol-m1")
-			enrolAs(t, s, "m2", "enrol-m2")
-			if err := s.DB().Exec("UPDATE machines SET cert_serial = 'abc' WHERE name = 'm1'").Error; err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Migrate(ctx); err != nil {
-				t.Fatal(err)
-			}
-			got := revokedIDs(t, s)
-			if got["bearer:enrol-m1"] != models.RevokedBearer || got["bearer:enrol-m2"] != "" {
-				t.Fatalf("revocations after the upgrade: %v", got)
-			}
-			rs, _ := s.Revocations(ctx)
-			for _, r := range rs {
-				if r.TokenID == "bearer:enrol-m1" && r.ExpiresAt.Before(time.Now().AddDate(50, 0, 0)) {
-					t.Fatalf("the bearer revocation ends at %s", r.ExpiresAt)
-				}
-			}
-		})
-	}
 }
