@@ -51,6 +51,7 @@ type rollback struct {
 
 func pendingPath(dir string) string  { return filepath.Join(dir, "launch.json") }
 func rollbackPath(dir string) string { return filepath.Join(dir, "rollback.json") }
+
 // trialRefusedPath is where a trial host notes that the controller
 // refused its upgraded report (failed its trial): a hand-over it then makes
 // is the release's rollback, not a move the controller made around it.
