@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
@@ -179,10 +180,17 @@ func TestSchema2_CertificatesAndTLSChecks(t *testing.T) {
 	body, _ := json.Marshal(map[string]string{"send": renewed.Send, "resource": "web.cert",
 		"csr": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
 	req, _ := http.NewRequest("POST", c.URL+"/api/v1/host/service-certificates", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+id.Token)
 	req.Header.Set("Content-Type", "application/json")
 	ca, _ := meshca.ParsePEM([]byte(id.CA))
-	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: meshca.ClientConfig(ca)}}).Do(req)
+	// As m1: its machine certificate (enrolled with one, its token alone
+	// is refused).
+	m1Cert, err := tls.LoadX509KeyPair(filepath.Join(h1.State, "machine.pem"), filepath.Join(h1.State, "machine.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := meshca.ClientConfig(ca)
+	conf.Certificates = []tls.Certificate{m1Cert}
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: conf}}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
