@@ -172,3 +172,10 @@ func ConflictWhy(hostGen, storeGen int64) string {
 	}
 	return fmt.Sprintf("the host finished generation %d by a send this store never made (a store restored from a backup?); the store holds %d", hostGen, storeGen)
 }
+
+// Polled says whether a machine's host has polled, by the time it was last
+// seen: enrolment sets that time too, and a machine seen only then was
+// never polled by its host.
+func Polled(seen *time.Time, enrolled time.Time) bool {
+	return seen != nil && seen.After(enrolled.Add(time.Second))
+}

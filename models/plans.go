@@ -122,7 +122,7 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return fail("failed to apply generation %d: %s", m.LastOutcomeGen, m.LastReason)
 	case st.StartedAt != nil && now.Sub(*st.StartedAt) > deadline:
 		if m.LastSeen == nil || now.Sub(*m.LastSeen) > r.OfflineAfter {
-			if m.LastSeen == nil {
+			if !Polled(m.LastSeen, m.CreatedAt) {
 				return fail("offline: never polled")
 			}
 			return fail("offline since %s", m.LastSeen.UTC().Format("15:04:05"))

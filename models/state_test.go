@@ -102,6 +102,9 @@ func TestJudgeStep(t *testing.T) {
 			HeldBack: "held back: needs host schema 2; host 1.4.0 decodes 1"}, 1, time.Hour, StepFailed, "m2 refused generation 4: escape"},
 		{"NoReportWithinDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &recent}, 1, 30 * time.Second, StepFailed, "m3 did not report generation 4 within 30s"},
 		{"OfflinePastDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline since"},
+		// Enrolment sets the time it was last seen: seen then only, its
+		// host never polled, and no "offline since" its enrolment.
+		{"OfflineSeenAtEnrolmentOnly", Machine{Name: "m3", LastSeen: &longAgo, CreatedAt: longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline: never polled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := JudgeStep(DefaultStateRules, &tc.m, tc.running, st, 2, tc.deadline, now)

@@ -47,3 +47,16 @@ func TestRow_UpgradingSaysItsHostRefused(t *testing.T) {
 		t.Fatalf("row = %+v", r)
 	}
 }
+
+// TestRow_OfflineNeverPolledSaysSo: enrolment sets the time a machine was
+// last seen; one whose host never polled since is offline "never polled",
+// not "last seen" at its enrolment as if its host had been heard then.
+func TestRow_OfflineNeverPolledSaysSo(t *testing.T) {
+	now := time.Now()
+	enrolled := now.Add(-time.Hour)
+	m := &models.Machine{Name: "m4", Generation: 1, GenerationAt: enrolled, CreatedAt: enrolled, Health: models.HealthNone}
+	r := row(models.DefaultStateRules, m, &enrolled, nil, now)
+	if r.State != models.StateOffline || !strings.Contains(r.Since, "never polled") || strings.Contains(r.Since, "last seen") {
+		t.Fatalf("row = %+v", r)
+	}
+}

@@ -164,7 +164,7 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 			if sent.N > 1 {
 				r.Since += fmt.Sprintf(" (%d sends)", sent.N)
 			}
-		case seen == nil || neverPolled(*seen, m.CreatedAt):
+		case !models.Polled(seen, m.CreatedAt):
 			// Seen at its enrolment only: that was no poll.
 			r.Since += "not sent yet: enrolled " + ago(m.CreatedAt, now) + ", never polled"
 		default:
@@ -188,7 +188,7 @@ func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *mode
 	case models.StateOffline:
 		r.Badge = "offline"
 		r.Since = "last seen " + r.LastSeen
-		if seen == nil {
+		if !models.Polled(seen, m.CreatedAt) {
 			r.Since = "enrolled " + ago(m.CreatedAt, now) + ", never polled"
 		}
 	case models.StateUpgrading:
@@ -323,11 +323,4 @@ func orNone(s string) string {
 		return "none yet"
 	}
 	return s
-}
-
-// neverPolled says whether a machine last seen at seen, enrolled at
-// enrolled, was seen only at its enrolment (which sets it): its host has
-// not polled since.
-func neverPolled(seen, enrolled time.Time) bool {
-	return !seen.After(enrolled.Add(time.Second))
 }

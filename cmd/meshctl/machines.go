@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -107,7 +106,7 @@ func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) e
 		{"Health:", health},
 		{"Generation:", fmt.Sprintf("%d (%s, %s); applied %d; finished %d", m.Generation, m.GenerationTrigger, ago(&m.GenerationAt), m.AppliedGeneration, m.FinishedGeneration)},
 		{"Host:", firstNonEmpty(m.HostVersion, "-") + targetWords(m)},
-		{"Last seen:", ago(m.LastSeen)},
+		{"Last seen:", lastSeenWords(m)},
 	}
 	if m.LastOutcome != "" {
 		last := strings.TrimSuffix(m.LastOutcome+": "+m.LastReason, ": ")
@@ -188,8 +187,8 @@ func why(m *client.Machine) string {
 	case client.MachineStateRevoked:
 		return "revoked: " + m.RevokedReason + "; delete it and enrol the machine again to bring it back"
 	case client.MachineStateOffline:
-		if m.LastSeen == nil {
-			return "its host has never polled"
+		if !models.Polled(m.LastSeen, m.CreatedAt) {
+			return "its host has never polled (enrolled " + ago(&m.CreatedAt) + ")"
 		}
 		return "no poll since " + m.LastSeen.Local().Format(localTime)
 	case client.MachineStateUnhealthy:
@@ -224,8 +223,7 @@ func why(m *client.Machine) string {
 			return m.HeldBack + since + "; it keeps receiving what its host can decode until a host rollout upgrades it"
 		case m.ComposeError != "":
 			return fmt.Sprintf("generation %d cannot be composed: %s%s", m.Generation, m.ComposeError, since)
-		case m.LastSeen == nil || !m.LastSeen.After(m.CreatedAt.Add(time.Second)):
-			// Seen at its enrolment only: that was no poll.
+		case !models.Polled(m.LastSeen, m.CreatedAt):
 			return fmt.Sprintf("generation %d not sent yet: its host has never polled (enrolled %s)%s", m.Generation, ago(&m.CreatedAt), since)
 		}
 		return fmt.Sprintf("generation %d not applied yet; applied %d%s; the host last polled %s", m.Generation, m.AppliedGeneration, since, ago(m.LastSeen))
@@ -409,4 +407,13 @@ func deref(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// lastSeenWords says when a machine's host was last heard from, or that it
+// never polled (enrolment sets the time too).
+func lastSeenWords(m *client.Machine) string {
+	if !models.Polled(m.LastSeen, m.CreatedAt) {
+		return "never polled (enrolled " + ago(&m.CreatedAt) + ")"
+	}
+	return ago(m.LastSeen)
 }
