@@ -142,11 +142,14 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		if c.OK {
 			continue
 		}
-		// A host's clock ahead of ours (or a host lying) does not put
-		// "failing since" in the future, where it would never have
-		// failed long enough to be unhealthy.
+		// "Failing since" is the host's time of the look only between
+		// the controller's last word of the machine's health and now: a
+		// host's clock ahead of ours (or a host lying) would put it in
+		// the future, where it never failed long enough to be unhealthy;
+		// one behind, before anything was heard of it, skipping the
+		// grace. Otherwise it is when the controller heard it.
 		since = now
-		if !c.At.IsZero() && c.At.Before(now) {
+		if !c.At.IsZero() && c.At.Before(now) && m.HealthAt != nil && c.At.After(*m.HealthAt) {
 			since = c.At
 		}
 		if m.Health == HealthFailing && m.HealthCheck == c.Resource && m.HealthSince != nil {

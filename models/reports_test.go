@@ -150,3 +150,34 @@ func TestReport_HostWordsBounded(t *testing.T) {
 		t.Errorf("failing since %v, after now %v", since, now)
 	}
 }
+
+// TestHealthOf_FailingSinceWithinWhatWasHeard: a failing check's "since" is
+// the host's time of the look only after the controller's last word of the
+// machine's health: a host whose clock is an hour behind does not make a
+// check that just failed unhealthy at once, past its grace.
+func TestHealthOf_FailingSinceWithinWhatWasHeard(t *testing.T) {
+	now := time.Now()
+	heard := now.Add(-time.Minute)
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		m    Machine
+		want time.Time
+	}{
+		{"ClockBehind", now.Add(-time.Hour), Machine{Health: HealthPassing, HealthAt: &heard}, now},
+		{"NothingHeardBefore", now.Add(-time.Hour), Machine{}, now},
+		{"ClockAhead", now.Add(time.Hour), Machine{Health: HealthPassing, HealthAt: &heard}, now},
+		{"SinceTheLastWord", now.Add(-30 * time.Second), Machine{Health: HealthPassing, HealthAt: &heard}, now.Add(-30 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, _, since := HealthOf(&tc.m, []CheckResult{{Resource: "web.check", At: tc.at}}, now)
+			if !since.Equal(tc.want) {
+				t.Fatalf("failing since %s, want %s", since, tc.want)
+			}
+			if tc.name == "ClockBehind" && DefaultStateRules.Unhealthy(&Machine{Health: HealthFailing, HealthSince: &since}, now) {
+				t.Fatal("unhealthy at once, past the grace")
+			}
+		})
+	}
+}
+

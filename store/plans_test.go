@@ -214,6 +214,11 @@ func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
 		if err != nil || v.Steps[0].Machine != "m1" || v.Steps[0].State != models.StepSent {
 			t.Fatalf("plan: %+v %v", v, err)
 		}
+		// Its checks last heard three minutes ago; the one that fails now
+		// has failed since two minutes ago, past the grace.
+		if err := s.DB().Exec("UPDATE machines SET health = ?, health_at = ? WHERE name = 'm1'", models.HealthPassing, time.Now().Add(-3*time.Minute).UTC()).Error; err != nil {
+			t.Fatal(err)
+		}
 		m1, _ := s.Machine(ctx, "m1")
 		failingSince := time.Now().Add(-2 * time.Minute).UTC()
 		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeApplied,

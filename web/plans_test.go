@@ -61,6 +61,11 @@ func haltedPlan(t *testing.T, e *ctltest.Env) int64 {
 	if err != nil || len(ps) != 1 {
 		t.Fatalf("build 2 made no plan: %v %v", ps, err)
 	}
+	// The controller last heard m1's checks three minutes ago; the one
+	// that fails now has failed since two minutes ago, past the grace.
+	if err := e.Ctl.Store.DB().Exec("UPDATE machines SET health = ?, health_at = ? WHERE name = 'm1'", models.HealthPassing, time.Now().Add(-3*time.Minute).UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
 	report(t, e, "m1", 2, models.CheckResult{Resource: "node-tools.svc", OK: false, At: time.Now().Add(-2 * time.Minute).UTC(), Detail: "connection refused"})
 	if err := e.Ctl.Store.StepPlans(ctx); err != nil {
 		t.Fatal(err)
