@@ -180,4 +180,3 @@ func TestHealthOf_FailingSinceWithinWhatWasHeard(t *testing.T) {
 		})
 	}
 }
-
