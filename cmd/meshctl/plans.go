@@ -221,7 +221,13 @@ func (a *app) showPlan(p *client.Plan) error {
 	}
 	rows = append(rows, []string{"Tier:", tierOf(*p)}, []string{"By:", p.CreatedBy + ", " + ago(&p.CreatedAt)})
 	if p.FinishedAt != nil {
-		rows = append(rows, []string{"Finished:", ago(p.FinishedAt)})
+		// A halted plan has stopped, not finished: it may be resumed or
+		// rolled back.
+		label := "Finished:"
+		if p.State == client.PlanStateHalted {
+			label = "Halted:"
+		}
+		rows = append(rows, []string{label, ago(p.FinishedAt)})
 	}
 	if err := a.table(rows); err != nil {
 		return err

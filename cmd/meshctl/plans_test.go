@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -104,5 +105,28 @@ func TestMeshctl_PlansCreateHostReleaseFirst(t *testing.T) {
 	w := mc.run("", "plans", "watch", strconv.Itoa(p.Id))
 	if w.code != 0 || !strings.Contains(w.stdout, "host 1.5.0") || !strings.Contains(w.stdout, fmt.Sprintf("plan %d done", p.Id)) {
 		t.Fatalf("plans watch: %s", w)
+	}
+}
+
+// TestShowPlan_AHaltedPlanIsNotFinished: a halted plan has stopped, not
+// finished — it may be resumed or rolled back — and `plans show` says when
+// it halted, not that it finished.
+func TestShowPlan_AHaltedPlanIsNotFinished(t *testing.T) {
+	at := time.Now().Add(-5 * time.Second)
+	for _, tc := range []struct {
+		state     client.PlanState
+		want, not string
+	}{
+		{client.PlanStateHalted, "Halted:", "Finished:"},
+		{client.PlanStateDone, "Finished:", "Halted:"},
+	} {
+		var out bytes.Buffer
+		a := &app{out: &out, errOut: &out}
+		if err := a.showPlan(&client.Plan{Id: 1, Module: "web", Build: 2, State: tc.state, FinishedAt: &at, CreatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), tc.not) {
+			t.Fatalf("a %s plan:\n%s", tc.state, out.String())
+		}
 	}
 }
