@@ -165,9 +165,14 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 // planSteps lays the machines assigned the module out in tiers: canaries
 // (variable canary=true) first, then by name.
 func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
+	// A machine a person pinned to a build of the module keeps it: a plan
+	// cannot move it, so it is no step (waiting for it halted the plan
+	// "did not report" though it had applied). A pin a plan's rollback
+	// set is lifted by the newer plan, and its machine is a step.
 	var ms []models.Machine
 	if err := tx.Joins("JOIN assignments ON assignments.machine_id = machines.id").
-		Where("assignments.module_id = ?", mod.ID).Order("machines.name").Find(&ms).Error; err != nil {
+		Where("assignments.module_id = ? AND NOT (assignments.build IS NOT NULL AND assignments.pin_plan = 0)", mod.ID).
+		Order("machines.name").Find(&ms).Error; err != nil {
 		return err
 	}
 	var flagged []int64

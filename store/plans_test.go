@@ -309,3 +309,40 @@ func TestPlan_OnFailureRollback(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_APersonsPinIsNoStep: m2 is pinned by a person to build 1 of the
+// module ("hold for the db migration"). A plan of build 2 cannot move it, so
+// it is no step of the plan: waiting for it halted the plan "did not report
+// generation N" though m2 had applied everything it was sent. The others
+// are reached and the plan completes.
+func TestPlan_APersonsPinIsNoStep(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		m2, _ := s.Machine(ctx, "m2")
+		one := int64(1)
+		if _, err := s.SetAssignments(ctx, "user:admin", "m2", &m2.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold for the db migration"}}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range v.Steps {
+			if st.Machine == "m2" {
+				t.Fatalf("m2, pinned to build 1 by a person, is a step of the plan of build 2: %+v", v.Steps)
+			}
+		}
+		for range 3 {
+			for _, n := range []string{"m1", "m3"} {
+				applied(t, s, n, 2)
+			}
+			if err := s.StepPlans(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
+			t.Fatalf("plan %s %q", v.State, v.Reason)
+		}
+	})
+}
