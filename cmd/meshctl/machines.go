@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -48,7 +49,7 @@ func (a *app) machinesCommand() *cobra.Command {
 			sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 			return list(a, ms, raw, []string{"NAME", "STATE", "GENERATION", "APPLIED", "HEALTH", "HOST", "LAST SEEN", "WHY"}, func(m client.Machine) []string {
 				return []string{m.Name, string(m.State), strconv.Itoa(m.Generation), strconv.Itoa(m.AppliedGeneration),
-					string(m.Health.State), m.HostVersion, ago(m.LastSeen), clip(why(&m), 120)}
+					healthColumn(&m), m.HostVersion, ago(m.LastSeen), clip(why(&m), 120)}
 			})
 		},
 	}
@@ -228,7 +229,23 @@ func why(m *client.Machine) string {
 		}
 		return fmt.Sprintf("generation %d not applied yet; applied %d%s; the host last polled %s", m.Generation, m.AppliedGeneration, since, ago(m.LastSeen))
 	}
-	return fmt.Sprintf("applied generation %d, the latest", m.AppliedGeneration)
+	w := fmt.Sprintf("applied generation %d, the latest", m.AppliedGeneration)
+	if m.Health.State == client.Failing {
+		// Current until the grace is past; what fails is said, not hidden.
+		w += fmt.Sprintf("; check %s failing since %s, within the grace: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
+	}
+	return w
+}
+
+// healthColumn is a machine's health for a list: as of when its host last
+// said so, when that was not just now (an offline machine's "passing" is
+// its last report's, not a fact of now).
+func healthColumn(m *client.Machine) string {
+	h := string(m.Health.State)
+	if m.Health.CheckedAt != nil && (m.State == client.MachineStateOffline || time.Since(*m.Health.CheckedAt) > 10*time.Minute) {
+		h += " (" + ago(m.Health.CheckedAt) + ")"
+	}
+	return h
 }
 
 // reportedWhen says when the last outcome was reported ("" when the

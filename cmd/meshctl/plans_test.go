@@ -130,3 +130,22 @@ func TestShowPlan_AHaltedPlanIsNotFinished(t *testing.T) {
 		}
 	}
 }
+
+// TestMachineWords_HealthAsOfWhenItWasSaid: a current machine whose check
+// fails within the grace says so in its why (it read "applied generation
+// N, the latest" only), and an offline machine's health is said with when
+// its host last reported it, not as a fact of now.
+func TestMachineWords_HealthAsOfWhenItWasSaid(t *testing.T) {
+	since := time.Now().Add(-20 * time.Second)
+	m := client.Machine{Name: "m1", State: client.MachineStateCurrent, AppliedGeneration: 4, Generation: 4}
+	m.Health.State, m.Health.Check, m.Health.Detail, m.Health.Since, m.Health.CheckedAt = client.Failing, "web.svc", "connection refused", &since, &since
+	if w := why(&m); !strings.Contains(w, "check web.svc failing since") || !strings.Contains(w, "within the grace") {
+		t.Fatalf("why: %s", w)
+	}
+	old := time.Now().Add(-time.Hour)
+	m = client.Machine{Name: "m2", State: client.MachineStateOffline, LastSeen: &old, CreatedAt: old.Add(-time.Hour)}
+	m.Health.State, m.Health.CheckedAt = client.Passing, &old
+	if h := healthColumn(&m); !strings.HasPrefix(h, "passing (") {
+		t.Fatalf("an offline machine's health column: %q", h)
+	}
+}
