@@ -111,6 +111,15 @@ func DecodeReport(body []byte) (*Report, error) {
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
 	}
+	if len(r.Running) > MaxRunning {
+		// Kept on the machine and shown in every list of machines.
+		return nil, Invalid("running", fmt.Sprintf("at most %d modules, not %d", MaxRunning, len(r.Running)))
+	}
+	for mod := range r.Running {
+		if err := ValidName("running", mod); err != nil {
+			return nil, Invalid("running", fmt.Sprintf("module %q is not a module's name", clipWord(mod)))
+		}
+	}
 	// A host's words, clipped and with control characters escaped once,
 	// here, before anything keeps them: the report's row (its body aside),
 	// its machine's summary, a rollout's and a release's failure, all
@@ -129,6 +138,19 @@ func DecodeReport(body []byte) (*Report, error) {
 // megabyte reason was a megabyte on every row's page). The report's body
 // keeps what it said.
 const MaxReasonBytes = 4 << 10
+
+// MaxRunning bounds the modules a report says its host runs: every list
+// of machines carries them (a report naming 9,000 made each page of
+// machines a megabyte).
+const MaxRunning = 1024
+
+// clipWord keeps a host's word short for a refusal's message.
+func clipWord(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
 
 // health sets the health columns from checks.
 func health(up map[string]any, m *Machine, checks []CheckResult, now time.Time) {

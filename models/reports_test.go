@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,30 @@ func TestHealthOf_FailingSinceWithinWhatWasHeard(t *testing.T) {
 				t.Fatal("unhealthy at once, past the grace")
 			}
 		})
+	}
+}
+
+// TestDecodeReport_RunningBounded: what a report says its host runs is kept
+// on the machine and carried by every list of machines: at most MaxRunning
+// modules, each a module's name (a report naming 9,000 made every page of
+// machines a megabyte).
+func TestDecodeReport_RunningBounded(t *testing.T) {
+	many := map[string]RunningBuild{}
+	for i := range MaxRunning + 1 {
+		many[fmt.Sprintf("m%d", i)] = RunningBuild{Build: 1}
+	}
+	for name, running := range map[string]map[string]RunningBuild{
+		"TooMany":   many,
+		"NotAName":  {"<img src=x>": {Build: 1}},
+		"UpperCase": {"Web": {Build: 1}},
+	} {
+		body, _ := json.Marshal(&Report{Generation: 1, Outcome: OutcomeApplied, Running: running})
+		if _, err := DecodeReport(body); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want invalid", name, err)
+		}
+	}
+	body, _ := json.Marshal(&Report{Generation: 1, Outcome: OutcomeApplied, Running: map[string]RunningBuild{"web": {Build: 3}}})
+	if _, err := DecodeReport(body); err != nil {
+		t.Fatal(err)
 	}
 }
