@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"mesh/models"
@@ -110,11 +111,12 @@ type Agent struct {
 	trialDone bool // the upgraded report was answered: accepted, or refused for good
 	// trialAccepted: the upgraded report was accepted, and the reconcile
 	// marker is owed once this build has handled a poll's answer (a 304,
-	// or a declaration's first apply) without dying; trialMarked once it
-	// is written.
-	trialAccepted, trialMarked bool
-	trialPolls                 int
-	upgradeStaged              bool
+	// or a declaration's first apply) without dying, or half its trial's
+	// deadline has passed; trialMarked once it is written.
+	trialAccepted bool
+	trialMarked   atomic.Bool
+	trialPolls    int
+	upgradeStaged bool
 	// reloadPending: a unit file changed and systemd has not reloaded yet.
 	reloadPending bool
 	said          map[string]bool

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -267,7 +268,8 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 	l.stMu.Lock()
 	from := l.st.KnownGood
 	l.stMu.Unlock()
-	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+from)
+	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+from,
+		EnvTrialDeadline+"="+strconv.Itoa(int(l.cfg.TrialDeadline/time.Second)))
 	if err != nil {
 		return l.rollBack(pd, "could not start: "+err.Error())
 	}

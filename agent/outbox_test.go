@@ -13,8 +13,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"mesh/models"
+	"mesh/testwait"
 	"mesh/version"
 )
 
@@ -277,6 +279,7 @@ func TestUpgrade_ARefusedReleaseNamedAgainIsRefusedOnTheRecord(t *testing.T) {
 // for good.
 func TestTrial_MarkerOnlyOnceAnAnswerIsHandled(t *testing.T) {
 	t.Setenv(EnvTrialVersion, version.Version)
+	t.Setenv(EnvTrialDeadline, "600")
 	srv := newReportServer(t)
 	a := agentReportingTo(t, srv)
 	a.id = &Identity{}
@@ -322,5 +325,28 @@ func TestTrial_KeepsTheReleaseToResume(t *testing.T) {
 		case !trial && (a.state.HostRelease != nil || st.HostRelease != nil):
 			t.Fatal("running the release, not on trial, it is still kept to resume")
 		}
+	}
+}
+
+// TestTrial_MarkerByHalfTheDeadline: a trial build whose first apply takes
+// long (trees to fetch) is not run out of its trial's time by it: half the
+// deadline after its upgraded report was accepted, it has shown it runs
+// and writes the marker without having handled an answer. A launcher that
+// does not say its deadline gets the marker at once, as before.
+func TestTrial_MarkerByHalfTheDeadline(t *testing.T) {
+	for _, deadline := range []string{"2", ""} {
+		t.Setenv(EnvTrialVersion, version.Version)
+		t.Setenv(EnvTrialDeadline, deadline)
+		a := agentReportingTo(t, newReportServer(t))
+		a.id = &Identity{}
+		a.trial(context.Background())
+		marker := markerPath(a.cfg.StateDir, version.Version)
+		if _, err := os.Stat(marker); (err == nil) != (deadline == "") {
+			t.Fatalf("deadline %q: marker at once: %v", deadline, err == nil)
+		}
+		testwait.For(t, 5*time.Second, "the marker by half the deadline", func() bool {
+			_, err := os.Stat(marker)
+			return err == nil
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"time"
 
 	"mesh/models"
@@ -29,6 +30,9 @@ const (
 	EnvLauncher     = "MESH_LAUNCHER"      // set: a launcher runs this host and can hand over
 	EnvTrialVersion = "MESH_TRIAL_VERSION" // this host is on trial as that version
 	EnvTrialFrom    = "MESH_TRIAL_FROM"    // the version it replaces
+	// EnvTrialDeadline is the trial's deadline in seconds (a launcher of
+	// an earlier release does not set it).
+	EnvTrialDeadline = "MESH_TRIAL_DEADLINE"
 )
 
 // pending is a staged release waiting for the launcher (launch.json).
@@ -179,6 +183,16 @@ func (a *Agent) trial(ctx context.Context) {
 	}
 	a.trialDone, a.trialAccepted = true, true
 	_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason})
+	secs, err := strconv.Atoi(os.Getenv(EnvTrialDeadline))
+	if err != nil || secs <= 0 {
+		// A launcher that does not say its deadline: the marker now, as
+		// it always was, rather than risk missing a deadline unknown.
+		a.trialReconciled()
+		return
+	}
+	// An apply that takes long (trees to fetch) does not run the trial out
+	// of time: by half its deadline the build has shown it runs.
+	time.AfterFunc(time.Duration(secs)*time.Second/2, a.trialReconciled)
 }
 
 // onTrial says whether this process is a release on trial under its
@@ -192,10 +206,9 @@ func onTrial() bool { return os.Getenv(EnvTrialVersion) == version.Version }
 // generation its new schemas brought — restarted by its launcher for good,
 // never reaching the poll that would move it back.
 func (a *Agent) trialReconciled() {
-	if !a.trialAccepted || a.trialMarked {
+	if !a.trialAccepted || !a.trialMarked.CompareAndSwap(false, true) {
 		return
 	}
-	a.trialMarked = true
 	if err := writeFileAtomic(markerPath(a.cfg.StateDir, version.Version), []byte(version.Version+"\n"), 0o600); err != nil {
 		a.cfg.Log.Error("writing the reconcile marker", "err", err)
 	}

@@ -181,14 +181,19 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 // leniently: unknown fields from a newer host are kept in the row's body.
 func (s *Server) postReport(c echo.Context) error {
 	p := principal(c)
-	if err := s.reportLimit.take("machine " + p.Machine); err != nil {
+	key := "machine " + p.Machine
+	if err := s.reportLimit.blocked(key); err != nil {
 		return err
 	}
 	body, err := readBody(c)
 	if err != nil {
 		return err
 	}
-	if err := s.reportBytes.takeN("machine "+p.Machine, (len(body)+1023)/1024); err != nil {
+	// Bytes, then the count: a report refused for one spends neither.
+	if err := s.reportBytes.takeN(key, (len(body)+1023)/1024); err != nil {
+		return err
+	}
+	if err := s.reportLimit.take(key); err != nil {
 		return err
 	}
 	r, err := models.DecodeReport(body)

@@ -125,7 +125,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 			return step{changed: v.Changed}, err
 		}
 		if made {
-			s.Hub.NoteFinishedSend(ps.machine, ps.known, ps.finishedSend)
+			s.Hub.NoteJudgedSend(ps.machine, ps.known, ps.finishedSend)
 			unsure = false
 		}
 	}
@@ -141,7 +141,7 @@ func (ps *pollSession) next(ctx context.Context) (step, error) {
 		s.Hub.SetHead(ps.machine, gen, conflict)
 		if unsure && !conflict {
 			// Judged (a conflict resolved for it): not asked again.
-			s.Hub.NoteFinishedSend(ps.machine, ps.known, ps.finishedSend)
+			s.Hub.NoteJudgedSend(ps.machine, ps.known, ps.finishedSend)
 		}
 		v = s.Hub.View(ps.machine)
 	}

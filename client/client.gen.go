@@ -1477,7 +1477,7 @@ type Machine struct {
 	// LastOutcomeAt when the last outcome was reported (null: none yet); a later check or renewal does not move it
 	LastOutcomeAt *time.Time `json:"last_outcome_at"`
 
-	// LastOutcomeGeneration the generation the last outcome is of; 0 for a refusal the host could not tie to a send (a declaration it could not verify, its state file unreadable), which says nothing of any generation
+	// LastOutcomeGeneration the generation the last outcome is of; 0 for a refusal the host could not tie to a send (a declaration it could not verify, its state file unreadable), which says nothing of any generation (outcomes recorded before this field existed carry the finished generation)
 	LastOutcomeGeneration int        `json:"last_outcome_generation"`
 	LastReason            string     `json:"last_reason"`
 	LastSeen              *time.Time `json:"last_seen"`

@@ -785,6 +785,19 @@ func (h *Hub) NoteFinishedSend(id, gen int64, send string) {
 	}
 }
 
+// NoteJudgedSend remembers, whatever the generation, that the store made
+// send to machine id at gen: what a poll's host named and the store
+// confirmed. A host still at an older generation than this instance last
+// sent it (an apply it retries, a lost answer) names the same send on
+// every poll, which is then not judged again each time.
+func (h *Hub) NoteJudgedSend(id, gen int64, send string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil && send != "" {
+		e.finishedGen, e.finishedSend = gen, send
+	}
+}
+
 // composeFailed says whether a compose failure of gen is new (to be recorded once).
 func (h *Hub) composeFailed(id, gen int64) bool {
 	h.mu.Lock()

@@ -16,8 +16,11 @@ const DefaultKeepSends = 90 * 24 * time.Hour
 // rows are being removed, in the transaction that removes them.
 type Keeps struct {
 	// Generation is the machine's current generation; AppliedGeneration
-	// the last it applied.
-	Generation, AppliedGeneration int64
+	// the last it applied; FinishedGeneration the last its host finished
+	// (applied, refused or rejected), whose send the host names in its
+	// polls (X-Mesh-Finished-Send): removed, the host would be judged to
+	// have another timeline's declaration.
+	Generation, AppliedGeneration, FinishedGeneration int64
 	// LatestSend is the id of the machine's newest send and
 	// LatestSendGeneration its generation.
 	LatestSend           string
@@ -43,10 +46,10 @@ type Keeps struct {
 }
 
 // KeepSend says whether a send must stay: the machine's latest, one of a
-// generation still current or last applied (so every 200 that can still
-// matter has its row), or one a kept report names.
+// generation still current, last applied or last finished (so every 200
+// that can still matter has its row), or one a kept report names.
 func (k *Keeps) KeepSend(id string, generation int64) bool {
-	if id == k.LatestSend || generation == k.Generation || generation == k.AppliedGeneration {
+	if id == k.LatestSend || generation == k.Generation || generation == k.AppliedGeneration || generation == k.FinishedGeneration {
 		return true
 	}
 	for _, s := range k.ReportSends {

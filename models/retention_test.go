@@ -3,7 +3,7 @@ package models
 import "testing"
 
 func TestKeeps(t *testing.T) {
-	k := Keeps{Generation: 9, AppliedGeneration: 7, LatestSend: "s9b", LatestSendGeneration: 9,
+	k := Keeps{Generation: 9, AppliedGeneration: 7, FinishedGeneration: 8, LatestSend: "s9b", LatestSendGeneration: 9,
 		LatestReport: 40, LatestApplied: 31, LatestAppliedV1: 22, ReportSends: []string{"s8", "s7", "s4"}, ReportGenerations: []int64{8, 7, 4},
 		LatestDeclared: 10, SentGenerations: []int64{3}}
 	sends := []struct {
@@ -17,8 +17,11 @@ func TestKeeps(t *testing.T) {
 		{"OfTheAppliedGeneration", "s7old", 7, true},
 		{"NamedByTheLatestReport", "s8", 8, true},
 		{"NamedByTheLatestAppliedSchema1Report", "s4", 4, true},
+		// The last its host finished (it refused 8), whose send its polls
+		// name, though no kept report names it.
+		{"OfTheFinishedGeneration", "s8c", 8, true},
 		{"Older", "s5", 5, false},
-		{"AnotherOfAnOldGeneration", "s8b", 8, false},
+		{"AnotherOfAnOldGeneration", "s6b", 6, false},
 	}
 	for _, c := range sends {
 		t.Run("Send"+c.name, func(t *testing.T) {

@@ -325,14 +325,19 @@ func (s *Store) Reports(ctx context.Context, machineID int64, limit int, cursor 
 	if err := q.Scan(&sizes).Error; err != nil || len(sizes) == 0 {
 		return nil, false, mapErr(err)
 	}
-	last, total := 0, int64(0)
+	ids, total := make([]int64, 0, len(sizes)), int64(0)
 	for i, r := range sizes {
 		if total += r.Size; i > 0 && total > MaxReportsPage {
 			cut = true
 			break
 		}
-		last = i
+		ids = append(ids, r.ID)
 	}
-	err = db.Where("machine_id = ? AND id <= ? AND id >= ?", machineID, sizes[0].ID, sizes[last].ID).Order("id DESC").Find(&rs).Error
+	// The rows counted, by id: a report committed meanwhile is the next
+	// page's to show (its id may be below one counted, on PostgreSQL).
+	err = db.Where("machine_id = ? AND id IN ?", machineID, ids).Order("id DESC").Find(&rs).Error
+	if len(rs) == 0 {
+		cut = false // removed meanwhile (retention, the machine deleted)
+	}
 	return rs, cut, mapErr(err)
 }
