@@ -207,16 +207,24 @@ func (c *client) fetchBlob(ctx context.Context, stateDir, digest string, size in
 	}
 	part := path + ".part"
 	var lastErr error
-	for attempt := range 3 {
+	// Each controller URL gets its tries: a download that fails on one
+	// (draining, down, cut off) goes on from another, as polls and
+	// reports do, before the host says it could not fetch the artifact.
+	attempts := 3 * max(1, len(c.urls()))
+	restarted := false
+	for attempt := range attempts {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
 				return "", ctx.Err()
-			case <-time.After(time.Duration(attempt) * time.Second):
+			case <-time.After(time.Duration(min(attempt, 5)) * time.Second):
 			}
 		}
+		fi, _ := os.Stat(part)
+		resumed := fi != nil && fi.Size() > 0
 		if err := c.download(ctx, digest, part); err != nil {
 			lastErr = err
+			c.next()
 			continue
 		}
 		ok, err := fileHasDigest(part, digest)
@@ -225,6 +233,12 @@ func (c *client) fetchBlob(ctx context.Context, stateDir, digest string, size in
 		}
 		if !ok {
 			os.Remove(part)
+			if resumed && !restarted {
+				// Resumed from a partial file that was not the artifact's
+				// (a power loss mid-write): once more, from the start.
+				restarted, lastErr = true, fmt.Errorf("the download resumed from a damaged partial file")
+				continue
+			}
 			return "", fmt.Errorf("artifact %s: the bytes served do not match the digest", digest)
 		}
 		if size > 0 {
@@ -270,7 +284,10 @@ func (c *client) download(ctx context.Context, digest, part string) error {
 		}
 	case http.StatusPartialContent:
 	case http.StatusRequestedRangeNotSatisfiable:
-		return f.Truncate(0)
+		// The partial file is as long as the artifact or longer: whole
+		// already (cut off before its rename), or not the artifact's.
+		// Judged by its digest; started over if it is not.
+		return nil
 	default:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return fmt.Errorf("GET %s: %s: %s", models.BlobURL(digest), resp.Status, strings.TrimSpace(problemDetail(b)))
