@@ -60,3 +60,16 @@ func TestRow_OfflineNeverPolledSaysSo(t *testing.T) {
 		t.Fatalf("row = %+v", r)
 	}
 }
+
+// TestPlanDetail_AStepSaysWhatWasChecked: a step that reached its machine
+// made the machine's generation; whether it was sent is its host's poll's
+// doing. The page says the generation made, not "sent" of a host that has
+// not polled since (its machine's page shows its sends).
+func TestPlanDetail_AStepSaysWhatWasChecked(t *testing.T) {
+	v := &models.PlanView{Plan: models.Plan{ID: 1, Module: "web", Build: 2, State: models.PlanRunning},
+		Steps: []models.PlanStep{{Machine: "m2", State: models.StepSent, Generation: 5}}}
+	d := planDetail(v, false)
+	if w := d.Tiers[0].Steps[0].Words; strings.Contains(w, "sent") || !strings.Contains(w, "generation 5 made for it") {
+		t.Fatalf("step words %q", w)
+	}
+}

@@ -143,7 +143,10 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 			r.Previous = "no earlier build"
 		}
 		if st.State == models.StepSent {
-			r.Words = "sent, awaiting its report"
+			// The step made the machine's generation; whether it was sent
+			// is its host's poll's doing (the machine's page shows its
+			// sends): said as what was checked.
+			r.Words = fmt.Sprintf("generation %d made for it, awaiting its host's report", st.Generation)
 		}
 		tp.Steps = append(tp.Steps, r)
 	}
