@@ -68,7 +68,7 @@ func launcherPath(dir string) string { return filepath.Join(dir, "launcher.json"
 // host's exit are its children, reaped here, and adopted by the next host.
 func Launch(ctx context.Context, cfg LaunchConfig) error {
 	if cfg.TrialDeadline <= 0 {
-		cfg.TrialDeadline = 2 * time.Minute
+		cfg.TrialDeadline = defaultTrialDeadline
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -329,20 +329,26 @@ func TestTrial_KeepsTheReleaseToResume(t *testing.T) {
 }
 
 // TestTrial_MarkerByHalfTheDeadline: a trial build whose first apply takes
-// long (trees to fetch) is not run out of its trial's time by it: half the
-// deadline after its upgraded report was accepted, it has shown it runs
-// and writes the marker without having handled an answer. A launcher that
-// does not say its deadline gets the marker at once, as before.
+// long (trees to fetch) is not run out of its trial's time by it: by half
+// the deadline, counted from the process's start as its launcher counts
+// it, it has shown it runs and writes the marker without having handled
+// an answer — not at once (a launcher of an earlier release does not say
+// its deadline: the default is assumed).
 func TestTrial_MarkerByHalfTheDeadline(t *testing.T) {
-	for _, deadline := range []string{"2", ""} {
+	defer func(s time.Time) { processStart = s }(processStart)
+	for _, tc := range []struct {
+		deadline string
+		started  time.Duration // before now
+	}{{"4", 0}, {"", defaultTrialDeadline/2 - time.Second}} {
 		t.Setenv(EnvTrialVersion, version.Version)
-		t.Setenv(EnvTrialDeadline, deadline)
+		t.Setenv(EnvTrialDeadline, tc.deadline)
+		processStart = time.Now().Add(-tc.started)
 		a := agentReportingTo(t, newReportServer(t))
 		a.id = &Identity{}
 		a.trial(context.Background())
 		marker := markerPath(a.cfg.StateDir, version.Version)
-		if _, err := os.Stat(marker); (err == nil) != (deadline == "") {
-			t.Fatalf("deadline %q: marker at once: %v", deadline, err == nil)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("deadline %q: the marker at once, before the build handled anything", tc.deadline)
 		}
 		testwait.For(t, 5*time.Second, "the marker by half the deadline", func() bool {
 			_, err := os.Stat(marker)

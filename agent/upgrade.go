@@ -183,17 +183,23 @@ func (a *Agent) trial(ctx context.Context) {
 	}
 	a.trialDone, a.trialAccepted = true, true
 	_ = appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest, Outcome: r.Outcome, Reason: r.Reason})
-	secs, err := strconv.Atoi(os.Getenv(EnvTrialDeadline))
-	if err != nil || secs <= 0 {
-		// A launcher that does not say its deadline: the marker now, as
-		// it always was, rather than risk missing a deadline unknown.
-		a.trialReconciled()
-		return
+	deadline := defaultTrialDeadline
+	if secs, err := strconv.Atoi(os.Getenv(EnvTrialDeadline)); err == nil && secs > 0 {
+		deadline = time.Duration(secs) * time.Second
 	}
 	// An apply that takes long (trees to fetch) does not run the trial out
-	// of time: by half its deadline the build has shown it runs.
-	time.AfterFunc(time.Duration(secs)*time.Second/2, a.trialReconciled)
+	// of time: by half its deadline, counted from the process's start as
+	// the launcher counts it, the build has shown it runs.
+	time.AfterFunc(max(0, time.Until(processStart.Add(deadline/2))), a.trialReconciled)
 }
+
+// processStart is when this host process started: a trial's deadline runs
+// from then (the launcher's timer starts as it starts the process).
+var processStart = time.Now()
+
+// defaultTrialDeadline is the launcher's default trial deadline, assumed
+// when a launcher of an earlier release does not say its own.
+const defaultTrialDeadline = 2 * time.Minute
 
 // onTrial says whether this process is a release on trial under its
 // launcher (kept or not: the launcher keeps the process it tried).

@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -111,13 +112,24 @@ func DecodeReport(body []byte) (*Report, error) {
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
 	}
-	if len(r.Running) > MaxRunning {
-		// Kept on the machine and shown in every list of machines.
-		return nil, Invalid("running", fmt.Sprintf("at most %d modules, not %d", MaxRunning, len(r.Running)))
-	}
-	for mod := range r.Running {
-		if err := ValidName("running", mod); err != nil {
-			return nil, Invalid("running", fmt.Sprintf("module %q is not a module's name", clipWord(mod)))
+	// What it runs is kept on the machine and shown in every list of
+	// machines: only modules' names, and at most MaxRunning of them (the
+	// first by name). The rest of the report is kept whole: refused, a
+	// host's report would be dropped from its outbox for good.
+	if len(r.Running) > 0 {
+		names := make([]string, 0, len(r.Running))
+		for mod := range r.Running {
+			if ValidName("running", mod) == nil {
+				names = append(names, mod)
+			}
+		}
+		if len(names) != len(r.Running) || len(names) > MaxRunning {
+			slices.Sort(names)
+			kept := make(map[string]RunningBuild, min(len(names), MaxRunning))
+			for _, mod := range names[:min(len(names), MaxRunning)] {
+				kept[mod] = r.Running[mod]
+			}
+			r.Running = kept
 		}
 	}
 	// A host's words, clipped and with control characters escaped once,
@@ -143,14 +155,6 @@ const MaxReasonBytes = 4 << 10
 // of machines carries them (a report naming 9,000 made each page of
 // machines a megabyte).
 const MaxRunning = 1024
-
-// clipWord keeps a host's word short for a refusal's message.
-func clipWord(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}
 
 // health sets the health columns from checks.
 func health(up map[string]any, m *Machine, checks []CheckResult, now time.Time) {

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -237,12 +236,13 @@ func why(m *client.Machine) string {
 	return w
 }
 
-// healthColumn is a machine's health for a list: as of when its host last
-// said so, when that was not just now (an offline machine's "passing" is
-// its last report's, not a fact of now).
+// healthColumn is a machine's health for a list, with when its host last
+// said so for an offline machine: its "passing" is its last report's, not
+// a fact of now. (An online host reports its checks when they change, so
+// its health stands however long ago that was.)
 func healthColumn(m *client.Machine) string {
 	h := string(m.Health.State)
-	if m.Health.CheckedAt != nil && (m.State == client.MachineStateOffline || time.Since(*m.Health.CheckedAt) > 10*time.Minute) {
+	if m.Health.CheckedAt != nil && m.State == client.MachineStateOffline {
 		h += " (" + ago(m.Health.CheckedAt) + ")"
 	}
 	return h
