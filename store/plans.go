@@ -295,9 +295,31 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	if deadline <= 0 {
 		deadline = DefaultTierDeadline
 	}
+	// A machine a person pinned to a build of the module since the plan
+	// began cannot be moved by it: its step is withdrawn, said why, rather
+	// than waited for until the tier's deadline halts the plan.
+	var pins []models.Assignment
+	if err := tx.Where("module_id = ? AND build IS NOT NULL AND pin_plan = 0 AND machine_id IN (?)", p.ModuleID,
+		tx.Model(&models.PlanStep{}).Select("machine_id").Where("plan_id = ? AND tier = ?", p.ID, p.Tier)).Find(&pins).Error; err != nil {
+		return err
+	}
+	pinned := map[int64]int64{}
+	for _, a := range pins {
+		pinned[a.MachineID] = *a.Build
+	}
 	for i := range steps {
 		st := &steps[i]
+		if b, ok := pinned[st.MachineID]; ok && (st.State == models.StepPending || st.State == models.StepSent) {
+			why := fmt.Sprintf("pinned to build %d by a person since the plan began: the plan does not move it", b)
+			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+				Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now, "reason": why}).Error; err != nil {
+				return err
+			}
+			st.State = models.StepWithdrawn
+		}
 		switch st.State {
+		case models.StepWithdrawn:
+			done++
 		case models.StepPending:
 			if err := reach(tx, p, &mod, st); err != nil {
 				return err

@@ -346,3 +346,44 @@ func TestPlan_APersonsPinIsNoStep(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_APinMadeDuringThePlanWithdrawsItsStep: a person pins m2 to build
+// 1 while the plan of build 2 is under way (its tier reached). The plan
+// cannot move it: m2's step is withdrawn, with why, and the plan completes
+// with the others — where it waited for m2 and halted "did not report".
+func TestPlan_APinMadeDuringThePlanWithdrawsItsStep(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m2, _ := s.Machine(ctx, "m2")
+		one := int64(1)
+		if _, err := s.SetAssignments(ctx, "user:admin", "m2", &m2.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m2", 1)
+		applied(t, s, "m3", 2)
+		for range 2 {
+			if err := s.StepPlans(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		var step models.PlanStep
+		for _, st := range v.Steps {
+			if st.Machine == "m2" {
+				step = st
+			}
+		}
+		if v.State != models.PlanDone || step.State != models.StepWithdrawn || !strings.Contains(step.Reason, "pinned to build 1 by a person") {
+			t.Fatalf("plan %s %q; m2's step %+v", v.State, v.Reason, step)
+		}
+	})
+}
