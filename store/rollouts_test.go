@@ -330,3 +330,35 @@ func TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestSends_AReleaseRefusalIsNotTheDeclarationsOutcome: a host applies the
+// generation that names a host release, then refuses the release (it does
+// not run under its launcher) in a report naming the same send. The send
+// is shown applied — its declaration was — not refused.
+func TestSends_AReleaseRefusalIsNotTheDeclarationsOutcome(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1 := fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Machine(ctx, "m1")
+		r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied}
+		sentReport(t, s, m1.ID, r)
+		refusal := &models.Report{Send: r.Send, Generation: m.Generation, Outcome: models.OutcomeRefused,
+			Reason: models.ReleaseRefused("1.5.0", "this host does not run under `mesh-host launch`")}
+		if _, err := s.InsertReport(ctx, m1.ID, refusal, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		sends, err := s.Sends(ctx, m1.ID, 10, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sd := range sends {
+			if sd.ID == r.Send && sd.Outcome != models.OutcomeApplied {
+				t.Fatalf("the send of generation %d shown %s: %s", sd.Generation, sd.Outcome, sd.Reason)
+			}
+		}
+	})
+}

@@ -179,15 +179,21 @@ func (s *Store) Sends(ctx context.Context, machineID int64, limit int, cursor st
 		return out, nil
 	}
 	// A send's outcome is the latest final report naming it; else the
-	// latest report of any kind; never written over the send.
+	// latest report of any kind; never written over the send. A refusal of
+	// the host release the declaration named is not its outcome: the
+	// declaration was applied, and only the release was refused. The
+	// reports' bodies are not read (a host's may be a megabyte each).
 	var reps []models.ReportRow
-	if err := s.db.WithContext(ctx).Where("send_id IN ?", ids).Order("id").Find(&reps).Error; err != nil {
+	if err := s.db.WithContext(ctx).Select("id", "send_id", "outcome", "reason").Where("send_id IN ?", ids).Order("id").Find(&reps).Error; err != nil {
 		return nil, mapErr(err)
+	}
+	final := func(r models.ReportRow) bool {
+		return models.FinalOutcome(r.Outcome) && !models.RefusesRelease(r.Outcome, r.Reason)
 	}
 	by := map[string]models.ReportRow{}
 	for _, r := range reps {
 		prev, ok := by[r.SendID]
-		if !ok || models.FinalOutcome(r.Outcome) || !models.FinalOutcome(prev.Outcome) {
+		if !ok || final(r) || !final(prev) {
 			by[r.SendID] = r
 		}
 	}
