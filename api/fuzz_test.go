@@ -268,6 +268,7 @@ func FuzzReport(f *testing.F) {
 	// Thousands of reports a second from one host: the per-machine limit
 	// (TestReports_RateLimitedPerMachine) would answer most of them 429.
 	e.Ctl.Server.SetReportLimit(time.Nanosecond, 1<<30)
+	e.Ctl.Server.SetReportBytes(1<<30, 1<<30) // and their bytes (TestReports_BytesBoundedPerMachine)
 	host := e.Enroll("m1")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := http.NewRequest("POST", e.URL+"/api/v1/host/reports", bytes.NewReader(body))

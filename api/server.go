@@ -154,6 +154,13 @@ func (s *Server) SetReportLimit(every time.Duration, burst int) {
 	s.reportLimit = newAddressLimiter("reports", rate.Every(every), burst)
 }
 
+// SetReportBytes sets how many KiB of reports one machine's host may send:
+// burst at once, then perSecond a second (ReportKiBBurst and
+// ReportKiBPerSecond by default).
+func (s *Server) SetReportBytes(perSecond float64, burst int) {
+	s.reportBytes = newAddressLimiter("KiB of reports", rate.Limit(perSecond), burst)
+}
+
 // Start runs the workers that answer parked polls, until ctx ends.
 func (s *Server) Start(ctx context.Context) {
 	s.runCtx = ctx
