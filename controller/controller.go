@@ -397,6 +397,14 @@ func noteOlderInstances(ctx context.Context, st *store.Store, h *hub.Hub, log *s
 	if h.SetSingleForAll(older) {
 		if older {
 			log.Info("an instance of a build before batch envelopes serves from this store: every declaration is signed with its single envelope too")
+			// And every current one stored before: that instance sends
+			// the stored single envelope as it is, empty for those.
+			n, err := st.SealSingles(ctx, h.Signer)
+			if err != nil {
+				h.SetSingleForAll(false) // tried again at the next heartbeat
+				return err
+			}
+			log.Info("signed the single envelope of the current declarations stored without one", "declarations", n)
 		} else {
 			log.Info("no instance of a build before batch envelopes serves from this store any more")
 		}

@@ -205,3 +205,56 @@ func TestCompose_OverTheHostsCapIsAFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestSealSingles_TheCurrentDeclarationsStoredWithoutOne: when an instance
+// of a build before batch envelopes joins (a controller rolled back, or a
+// rolling upgrade), it sends a declaration's stored single envelope as it
+// is — empty for every one stored with its batch envelope only, until the
+// next change. SealSingles signs and stores that envelope for every
+// machine's current declaration stored without one; an older generation's
+// is left as it is, and a second pass signs nothing.
+func TestSealSingles_TheCurrentDeclarationsStoredWithoutOne(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m1, m2 := fixture(t, s, "m1"), fixture(t, s, "m2")
+		if _, _, err := s.Compose(ctx, []int64{m1.ID, m2.ID}, "ctl-a", newSigner()); err != nil {
+			t.Fatal(err)
+		}
+		old := m2.Generation
+		if _, err := s.Push(ctx, "test", "m2", &old); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := s.Compose(ctx, []int64{m2.ID}, "ctl-a", newSigner())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sg := newSigner()
+		n, err := s.SealSingles(ctx, sg)
+		if err != nil || n != 2 {
+			t.Fatalf("signed %d: %v", n, err)
+		}
+		for _, m := range []*models.Machine{m1, m2} {
+			cur, _ := s.Machine(ctx, m.Name)
+			d, err := s.Declaration(ctx, m.ID, cur.Generation)
+			if err != nil {
+				t.Fatal(err)
+			}
+			single, err := models.OpenEnvelope(d.Envelope, trustedBy(sg))
+			if err != nil {
+				t.Fatalf("%s: %v", m.Name, err)
+			}
+			if batched, _ := models.PayloadOf(d.Batch); !bytes.Equal(single, batched) {
+				t.Fatalf("%s: the single envelope carries other payload bytes than the batch one", m.Name)
+			}
+		}
+		if d, _ := s.Declaration(ctx, m2.ID, old); len(d.Envelope) != 0 {
+			t.Fatal("an older generation's declaration was signed too")
+		}
+		if got[m2.ID] == nil {
+			t.Fatal("no composed declaration")
+		}
+		if n, err := s.SealSingles(ctx, newSigner()); err != nil || n != 0 {
+			t.Fatalf("a second pass signed %d: %v", n, err)
+		}
+	})
+}

@@ -732,6 +732,60 @@ func (s *Store) SingleEnvelope(ctx context.Context, c *models.Composed, signer m
 	return &out, nil
 }
 
+// SealSingles signs and stores the single-signature envelope of every
+// machine's current declaration that was stored with its batch envelope
+// only (signed "on first need"): what an instance of a build before batch
+// envelopes sends as it is, which for those was an empty body until the
+// next change. It returns how many it signed; one signed meanwhile by a
+// poll's first need is kept as it is.
+func (s *Store) SealSingles(ctx context.Context, signer models.Signer) (int, error) {
+	empty := "octet_length(declarations.envelope) = 0"
+	if s.dialect == SQLite {
+		empty = "length(declarations.envelope) = 0"
+	}
+	var rows []struct {
+		MachineID  int64
+		Generation int64
+		Digest     string
+		Batch      []byte
+	}
+	if err := s.db.WithContext(ctx).Table("declarations").
+		Select("declarations.machine_id, declarations.generation, declarations.digest, declarations.batch").
+		Joins("JOIN machines ON machines.id = declarations.machine_id AND machines.generation = declarations.generation").
+		Where(empty + " AND length(declarations.batch) > 0").Scan(&rows).Error; err != nil {
+		return 0, mapErr(err)
+	}
+	signed := 0
+	for start := 0; start < len(rows); start += 500 {
+		chunk := rows[start:min(start+500, len(rows))]
+		envs := make([][]byte, len(chunk))
+		for i, r := range chunk {
+			payload, err := models.PayloadOf(r.Batch)
+			if err != nil {
+				return signed, fmt.Errorf("declaration of machine %d generation %d: %w", r.MachineID, r.Generation, err)
+			}
+			if envs[i], err = models.SealOne(payload, signer); err != nil {
+				return signed, err
+			}
+		}
+		err := s.write(ctx, func(tx *Tx) error {
+			for i, r := range chunk {
+				res := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation = ? AND digest = ? AND envelope = ?",
+					r.MachineID, r.Generation, r.Digest, []byte{}).Update("envelope", envs[i])
+				if res.Error != nil {
+					return res.Error
+				}
+				signed += int(res.RowsAffected)
+			}
+			return nil
+		})
+		if err != nil {
+			return signed, mapErr(err)
+		}
+	}
+	return signed, nil
+}
+
 func keysOf(m map[int64]bool) []int64 {
 	ks := make([]int64, 0, len(m))
 	for k := range m {
