@@ -171,8 +171,10 @@ func Run(ctx context.Context, cfg Config) error {
 // reportUnreadableState tells the controller why this host applies
 // nothing: a refusal naming no send or generation, shown as the machine's
 // last outcome. Best effort, once per start.
-func reportUnreadableState(c *client, why error) {
+func reportUnreadableState(c *client, stateDir string, why error) {
 	now := time.Now().UTC()
+	// On the host's record too, where an operator on the machine looks.
+	_ = appendJournal(stateDir, Entry{Time: now, Outcome: models.OutcomeRefused, Reason: why.Error()})
 	b, err := json.Marshal(models.Report{Outcome: models.OutcomeRefused, Reason: why.Error(), HostVersion: version.Version, FinishedAt: &now})
 	if err != nil {
 		return
@@ -199,7 +201,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		// says why where an operator looks, not only in its own log.
 		err = fmt.Errorf("the host's state file cannot be read: %w; it applies nothing until the file is repaired or removed "+
 			"(removed, the next declaration is applied in full against nothing it knows it manages)", err)
-		reportUnreadableState(newClient(id), err)
+		reportUnreadableState(newClient(id), cfg.StateDir, err)
 		return nil, err
 	}
 	if st.Machine == "" {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"mesh/models"
 	"mesh/version"
 )
 
@@ -208,6 +209,10 @@ func stopStray(pid int, start uint64) {
 func (l *launcher) failLauncherTrial(why string) {
 	t := l.st.LauncherTrial
 	l.cfg.Log.Warn("launcher trial failed", "version", t.Version, "reason", why)
+	// On the host's record, beside the host's own trials: the release's
+	// launcher is refused from now on, though its host may run it.
+	_ = appendJournal(l.cfg.StateDir, Entry{Time: time.Now().UTC(), Digest: t.Digest, Outcome: models.OutcomeRefused,
+		Reason: "launcher " + t.Version + " refused, the launcher before it kept: " + why})
 	l.st.LauncherFailure = why
 	if t.Digest != "" && !slices.Contains(l.st.LauncherRefused, t.Digest) {
 		l.st.LauncherRefused = append(l.st.LauncherRefused, t.Digest)

@@ -90,6 +90,9 @@ func TestLauncher_NewLauncherFailsToStart_StablePathStays(t *testing.T) {
 			!slices.Contains(st.LauncherRefused, "sha256:bad") {
 			t.Fatalf("launcher.json: %+v", st)
 		}
+		if js, _ := ReadJournal(dir); len(js) != 1 || !strings.Contains(js[0].Reason, "launcher 9.9.9 refused") {
+			t.Fatalf("the failed launcher trial is not on the host's record: %+v", js)
+		}
 		// Refused from then on: no second attempt.
 		l.exec = func(string, []string, []string) error { t.Fatal("moved to a refused launcher"); return nil }
 		l.moveTo(context.Background(), pending{Version: "9.9.9", Digest: "sha256:bad", Path: bad}, os.Getpid())

@@ -31,4 +31,8 @@ func TestHost_UnreadableStateSaysSo(t *testing.T) {
 	if len(srv.got) != 1 || srv.got[0].Outcome != "refused" || srv.got[0].Send != "" || !strings.Contains(srv.got[0].Reason, "state file cannot be read") {
 		t.Fatalf("reports: %+v", srv.got)
 	}
+	// And on the host's own record.
+	if js, _ := ReadJournal(dir); len(js) != 1 || js[0].Outcome != "refused" || !strings.Contains(js[0].Reason, "state file cannot be read") {
+		t.Fatalf("journal: %+v", js)
+	}
 }
