@@ -199,9 +199,7 @@ func TestHostStartedReports_NameTheLastAppliedSend(t *testing.T) {
 	}
 	a.reportRollback(context.Background())
 
-	srv.mu.Lock()
-	got := append([]models.Report(nil), srv.got...)
-	srv.mu.Unlock()
+	got := srv.reports()
 	if len(got) != 2 {
 		t.Fatalf("reports %+v", got)
 	}
@@ -238,9 +236,7 @@ func TestUpgrade_WithoutLauncherIsRefusedOnTheRecord(t *testing.T) {
 	if err := a.maybeUpgrade(context.Background(), &models.HostRelease{Version: "9.9.9", OS: runtime.GOOS, Arch: runtime.GOARCH, Digest: "sha256:r"}, 7); err != nil {
 		t.Fatal(err)
 	}
-	srv.mu.Lock()
-	got := append([]models.Report(nil), srv.got...)
-	srv.mu.Unlock()
+	got := srv.reports()
 	if len(got) != 1 || got[0].Outcome != models.OutcomeRefused || !strings.Contains(got[0].Reason, "host release 9.9.9 refused") ||
 		!strings.Contains(got[0].Reason, "mesh-host launch") {
 		t.Fatalf("reports %+v, want one refusal of 9.9.9 naming mesh-host launch", got)
@@ -262,9 +258,7 @@ func TestUpgrade_ARefusedReleaseNamedAgainIsRefusedOnTheRecord(t *testing.T) {
 	if err := a.maybeUpgrade(context.Background(), &models.HostRelease{Version: "9.9.9", OS: runtime.GOOS, Arch: runtime.GOARCH, Digest: "sha256:r"}, 7); err != nil {
 		t.Fatal(err)
 	}
-	srv.mu.Lock()
-	got := append([]models.Report(nil), srv.got...)
-	srv.mu.Unlock()
+	got := srv.reports()
 	if len(got) != 1 || got[0].Outcome != models.OutcomeRefused || got[0].Send != "send-7" ||
 		!strings.Contains(got[0].Reason, "host release 9.9.9 refused") || !strings.Contains(got[0].Reason, "rolled back on this host before") {
 		t.Fatalf("reports %+v, want one refusal of 9.9.9 saying it was rolled back here", got)
@@ -284,9 +278,7 @@ func TestTrial_MarkerOnlyOnceAnAnswerIsHandled(t *testing.T) {
 	a := agentReportingTo(t, srv)
 	a.id = &Identity{}
 	a.trial(context.Background())
-	srv.mu.Lock()
-	got := append([]models.Report(nil), srv.got...)
-	srv.mu.Unlock()
+	got := srv.reports()
 	if len(got) != 1 || got[0].Outcome != models.OutcomeUpgraded {
 		t.Fatalf("reports %+v, want the upgraded one", got)
 	}
