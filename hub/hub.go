@@ -777,10 +777,14 @@ func (h *Hub) SetHead(id, gen int64, conflict bool) {
 // NoteFinishedSend remembers that the store made send to machine id at
 // generation gen, so polls naming it as their host's finished send are
 // not judged against the store again. A later generation's replaces it.
-func (h *Hub) NoteFinishedSend(id, gen int64, send string) {
+func (h *Hub) NoteFinishedSend(id, gen int64, send string) { h.noteSend(id, gen, send, false) }
+
+// noteSend remembers send at gen as machine id's known send: only over an
+// older one unless anyGen.
+func (h *Hub) noteSend(id, gen int64, send string, anyGen bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e := h.byID[id]; e != nil && gen >= e.finishedGen && send != "" {
+	if e := h.byID[id]; e != nil && send != "" && (anyGen || gen >= e.finishedGen) {
 		e.finishedGen, e.finishedSend = gen, send
 	}
 }
@@ -790,13 +794,7 @@ func (h *Hub) NoteFinishedSend(id, gen int64, send string) {
 // confirmed. A host still at an older generation than this instance last
 // sent it (an apply it retries, a lost answer) names the same send on
 // every poll, which is then not judged again each time.
-func (h *Hub) NoteJudgedSend(id, gen int64, send string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if e := h.byID[id]; e != nil && send != "" {
-		e.finishedGen, e.finishedSend = gen, send
-	}
-}
+func (h *Hub) NoteJudgedSend(id, gen int64, send string) { h.noteSend(id, gen, send, true) }
 
 // composeFailed says whether a compose failure of gen is new (to be recorded once).
 func (h *Hub) composeFailed(id, gen int64) bool {
