@@ -1,6 +1,8 @@
 package api
 
 import (
+	"mesh/conns"
+
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,7 +24,7 @@ func (s *Server) metrics() echo.HandlerFunc {
 
 // collectors are everything /metrics exports.
 func (s *Server) collectors() []prometheus.Collector {
-	return []prometheus.Collector{
+	cs := []prometheus.Collector{
 		// The scheduler's metrics besides the defaults: how long runnable
 		// goroutines wait for a CPU (go_sched_latencies_seconds), which is
 		// what a loaded controller's answers wait on.
@@ -49,4 +51,25 @@ func (s *Server) collectors() []prometheus.Collector {
 		}, func() float64 { return float64(s.Hub.SentWithDeclaration()) }),
 		newSendsCollector(s.Sends), newFleetCollector(s),
 	}
+	// Read at scrape time: the listener is made after the routes.
+	conn := func(f func(*conns.Listener) float64) func() float64 {
+		return func() float64 {
+			if s.Conns == nil {
+				return 0
+			}
+			return f(s.Conns)
+		}
+	}
+	cs = append(cs,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "mesh_connections_open", Help: "Connections open now, of this instance's cap (--max-conns; 0 when there is none).",
+		}, conn(func(l *conns.Listener) float64 { return float64(l.Open()) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_connections_refused_total", Help: "New connections answered 503 because this instance held its cap.",
+		}, conn(func(l *conns.Listener) float64 { return float64(l.Refused()) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "mesh_connections_evicted_total", Help: "Idle connections closed to make room for new ones past the cap.",
+		}, conn(func(l *conns.Listener) float64 { return float64(l.Evicted()) })),
+	)
+	return cs
 }

@@ -91,6 +91,9 @@ type Server struct {
 	// they are closed). The HTTP server Serves it beside its listener.
 	Kept   *conns.Kept
 	runCtx context.Context
+	// Conns is the listener's cap on connections (nil: none), for
+	// /metrics.
+	Conns *conns.Listener
 
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter

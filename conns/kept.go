@@ -88,6 +88,7 @@ func (k *Kept) Give(c net.Conn) bool {
 // none), as a parked poll does: finding it again through TLS and the
 // listener's wrapper was ~0.7 µs of each answer of a fan-out.
 func (k *Kept) GiveFD(c net.Conn, fd int32) bool {
+	Idle(c) // a new connection past the cap may take its place
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.done {
@@ -198,6 +199,7 @@ func (k *Kept) run() {
 			case peekNothing:
 				continue // armed again; it waits on
 			case peekData:
+				Busy(w.c) // its request is here
 				if ClearDeadlines(w.c) == nil && k.queue(w.c) {
 					delete(k.waiting, w.fd)
 					continue

@@ -7,10 +7,12 @@ package conns
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +27,13 @@ const ProbeReserve = 16
 // take to send the start of its request line before it is refused. It also
 // bounds how long a flood of silent connections can hold the reserve.
 const PeekTimeout = 2 * time.Second
+
+// EvictAfter is how long a connection must have been idle before a new
+// one past the soft cap may take its place (see Listener): a connection
+// between requests, waiting for its first, or given back after a parked
+// poll and waiting for its host's next. Younger ones are not worth the
+// churn: the host that just connected is about to send its request.
+const EvictAfter = time.Second
 
 // RetryAfter is what a refused client is told to wait, in seconds.
 const RetryAfter = 5
@@ -57,6 +66,18 @@ const tlsHandshake = 0x16
 // A connection admitted from the reserve is then an ordinary one: a probe
 // that keeps it alive for other requests keeps its slot until IdleTimeout.
 // Kubelet's probes close their connections.
+//
+// Before a new connection past the soft cap is gated or refused, the
+// connection idle longest makes room for it, if it has been idle for
+// EvictAfter or more: it is closed and the new one admitted as an ordinary
+// one. Idle is between requests, before the first, or given back after a
+// parked poll (Kept) and waiting for the next; a request in progress or a
+// parked poll is never cut. Without it, anyone could hold every slot with
+// connections kept alive by one cheap request a minute (or by none, by
+// connecting again every ReadHeaderTimeout), and every host would be
+// refused until they stopped. A host whose idle connection is closed
+// connects again for its next poll, as after any server's idle timeout.
+// Only connections the listener tracks (Track) are ever closed so.
 type Listener struct {
 	net.Listener
 	max, soft int
@@ -65,8 +86,15 @@ type Listener struct {
 	open     atomic.Int64
 	refused  atomic.Uint64
 	reserved atomic.Uint64
-	// peekTimeout is PeekTimeout; a test shortens it.
-	peekTimeout time.Duration
+	evicted  atomic.Uint64
+	// peekTimeout is PeekTimeout and evictAfter EvictAfter; tests
+	// change them.
+	peekTimeout, evictAfter time.Duration
+	// track: see Track. Set before serving, read-only after.
+	track bool
+
+	mu   sync.Mutex
+	idle list.List // of *conn, idle longest first
 }
 
 // Limit wraps l so at most limit connections are open, reserve of them kept
@@ -77,7 +105,8 @@ func Limit(l net.Listener, limit, reserve int) *Listener {
 		panic(fmt.Sprintf("conns.Limit: limit %d: must be positive", limit))
 	}
 	reserve = min(max(reserve, 0), limit/2)
-	return &Listener{Listener: l, max: limit, soft: limit - reserve, refusal: refusal(limit), peekTimeout: PeekTimeout}
+	return &Listener{Listener: l, max: limit, soft: limit - reserve, refusal: refusal(limit),
+		peekTimeout: PeekTimeout, evictAfter: EvictAfter}
 }
 
 // refusal is the whole 503 response: written raw, because a refused
@@ -97,6 +126,110 @@ func (l *Listener) Refused() uint64 { return l.refused.Load() }
 // probes, and under TLS any connection.
 func (l *Listener) Reserved() uint64 { return l.reserved.Load() }
 
+// Evicted is the idle connections closed since the start to make room
+// for new ones past the soft cap.
+func (l *Listener) Evicted() uint64 { return l.evicted.Load() }
+
+// Track has l follow srv's connections (through TLS or not) by their
+// states, and lets idle ones make room past the soft cap (see Listener):
+// a connection between requests is idle, one in a request or taken over
+// (a parked poll) is not. Call it before srv serves l. Without it no
+// connection is ever closed to make room: l could not tell one in a
+// request from one between requests.
+func (l *Listener) Track(srv *http.Server) {
+	l.track = true
+	if prev := srv.ConnState; prev != nil {
+		srv.ConnState = func(c net.Conn, s http.ConnState) { l.connState(c, s); prev(c, s) }
+		return
+	}
+	srv.ConnState = l.connState
+}
+
+func (l *Listener) connState(c net.Conn, s http.ConnState) {
+	cc := counted(c)
+	if cc == nil || cc.l != l {
+		return
+	}
+	switch s {
+	case http.StateIdle:
+		l.markIdle(cc)
+	case http.StateActive, http.StateHijacked, http.StateClosed:
+		l.markBusy(cc)
+	}
+	// StateNew: a new connection was idle from its Accept; one handed
+	// back by Kept was marked busy as its request arrived.
+}
+
+// Idle marks c, taken from the server after a request and given back to
+// wait for its next one (Kept), as idle; Busy marks it in use again.
+// Connections not from a Listener are ignored.
+func Idle(c net.Conn) {
+	if cc := counted(c); cc != nil {
+		cc.l.markIdle(cc)
+	}
+}
+
+// Busy: see Idle.
+func Busy(c net.Conn) {
+	if cc := counted(c); cc != nil {
+		cc.l.markBusy(cc)
+	}
+}
+
+// counted is the connection a Listener handed out under c: c itself, or
+// what c's TLS runs over.
+func counted(c net.Conn) *conn {
+	switch cc := Transport(c).(type) {
+	case *conn:
+		return cc
+	case *gatedConn:
+		return cc.conn
+	}
+	return nil
+}
+
+func (l *Listener) markIdle(c *conn) {
+	if !l.track {
+		return
+	}
+	l.mu.Lock()
+	if c.idle == nil && !c.closed.Load() {
+		c.idleSince = time.Now()
+		c.idle = l.idle.PushBack(c)
+	}
+	l.mu.Unlock()
+}
+
+func (l *Listener) markBusy(c *conn) {
+	l.mu.Lock()
+	if c.idle != nil {
+		l.idle.Remove(c.idle)
+		c.idle = nil
+	}
+	l.mu.Unlock()
+}
+
+// evictOne closes the connection idle longest, if it has been idle for
+// evictAfter, and reports whether it did.
+func (l *Listener) evictOne() bool {
+	l.mu.Lock()
+	e := l.idle.Front()
+	if e == nil || time.Since(e.Value.(*conn).idleSince) < l.evictAfter {
+		l.mu.Unlock()
+		return false
+	}
+	c := e.Value.(*conn)
+	l.idle.Remove(e)
+	c.idle = nil
+	l.mu.Unlock()
+	// Beneath TLS: no close_notify, which could wait on a client that
+	// stopped reading. The server's read fails and it lets go; Kept's
+	// set forgets a closed descriptor by itself.
+	_ = c.Close()
+	l.evicted.Add(1)
+	return true
+}
+
 // Accept returns the next connection within the cap. Connections past max
 // are refused here, without waiting for their request: a flood past the cap
 // costs one write and one close each, never a goroutine or a held
@@ -112,9 +245,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 		n := int(l.open.Add(1))
 		c := &conn{Conn: nc, l: l}
 		switch {
-		case n <= l.soft:
+		case n <= l.soft || l.evictOne(): // the evicted one's slot is its
+			l.markIdle(c) // until its first request
 			return c, nil
 		case n <= l.max:
+			l.markIdle(c)
 			return &gatedConn{conn: c}, nil
 		}
 		l.open.Add(-1)
@@ -160,12 +295,18 @@ type conn struct {
 	net.Conn
 	l      *Listener
 	closed atomic.Bool
+
+	// Guarded by l.mu: its place among the idle connections (nil: in
+	// use), and since when.
+	idle      *list.Element
+	idleSince time.Time
 }
 
 // Close closes the connection; the first call counts it out.
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
+		c.l.markBusy(c)
 		c.l.open.Add(-1)
 	}
 	return err

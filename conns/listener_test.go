@@ -3,12 +3,15 @@ package conns
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -253,6 +256,153 @@ func TestIsProbe(t *testing.T) {
 	} {
 		if got := isProbe([]byte(line)[:min(len(line), probePeek)]); got != want {
 			t.Errorf("isProbe(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// trackIdle has the listener follow the server's connections and lets an
+// idle one make room after idleFor.
+func trackIdle(idleFor time.Duration) func(*http.Server, *Listener) {
+	return func(srv *http.Server, l *Listener) {
+		l.evictAfter = idleFor
+		l.Track(srv)
+	}
+}
+
+// mustBeClosed waits until the server has closed c (its read ends).
+func mustBeClosed(tb testing.TB, c net.Conn) {
+	tb.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		tb.Fatalf("read %d bytes, %v: the connection is open", n, err)
+	}
+}
+
+// Connections kept alive between requests, or that never sent one, do not
+// hold the cap against a client with a request: the one idle longest makes
+// room. Before, four such connections refused every other client until
+// they were closed.
+func TestLimit_IdleConnectionsMakeRoom(t *testing.T) {
+	l, addr := MustServe(t, 6, 2, trackIdle(0))
+	var idle []net.Conn
+	for range 3 { // kept alive after a request
+		c := MustDial(t, addr)
+		if resp, body := Get(t, c, "/", true); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		idle = append(idle, c)
+	}
+	idle = append(idle, MustDial(t, addr)) // silent
+	WaitOpen(t, l, 4)
+
+	for i := range 4 {
+		// Kept alive too: each newcomer holds its slot.
+		resp, body := Get(t, MustDial(t, addr), "/", true)
+		if resp.StatusCode != http.StatusOK || body != "hello" {
+			t.Fatalf("request %d past the soft cap: %d %q, want hello", i, resp.StatusCode, body)
+		}
+	}
+	for _, c := range idle { // the four idle longest, not the newcomers
+		mustBeClosed(t, c)
+	}
+	if l.Evicted() != 4 || l.Refused() != 0 {
+		t.Errorf("evicted %d, refused %d; want 4, 0", l.Evicted(), l.Refused())
+	}
+}
+
+// A request in progress and a connection taken over (a parked poll) are
+// never cut to make room: past the cap they hold, the newcomer is refused.
+func TestLimit_BusyConnectionsHold(t *testing.T) {
+	release := make(chan struct{})
+	var held sync.WaitGroup
+	l, addr := MustServe(t, 6, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
+		mux := srv.Handler.(*http.ServeMux)
+		mux.HandleFunc("GET /wait", func(w http.ResponseWriter, r *http.Request) {
+			held.Done()
+			<-release
+		})
+		mux.HandleFunc("GET /park", func(w http.ResponseWriter, r *http.Request) {
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			held.Done()
+			<-release
+			_ = c.Close()
+		})
+	})
+	defer close(release)
+	held.Add(4)
+	for _, path := range []string{"/wait", "/wait", "/park", "/park"} {
+		fmt.Fprintf(MustDial(t, addr), "GET %s HTTP/1.1\r\nHost: mesh\r\n\r\n", path)
+	}
+	held.Wait()
+	resp, body := Get(t, MustDial(t, addr), "/", false)
+	MustRefuse(t, resp, body)
+	if l.Evicted() != 0 {
+		t.Errorf("evicted %d, want 0", l.Evicted())
+	}
+}
+
+// A connection idle for less than the eviction age keeps its place: the
+// host that just connected is about to send its request.
+func TestLimit_YoungIdleConnectionsHold(t *testing.T) {
+	l, addr := MustServe(t, 6, 2, trackIdle(time.Hour))
+	for range 4 {
+		c := MustDial(t, addr)
+		if resp, _ := Get(t, c, "/", true); resp.StatusCode != http.StatusOK {
+			t.Fatal(resp.Status)
+		}
+	}
+	WaitOpen(t, l, 4)
+	resp, body := Get(t, MustDial(t, addr), "/", false)
+	MustRefuse(t, resp, body)
+	if l.Evicted() != 0 {
+		t.Errorf("evicted %d, want 0", l.Evicted())
+	}
+}
+
+// Under TLS the listener finds its connection beneath the server's TLS
+// one: TLS connections kept alive make room as plain ones do, and the one
+// closed gets no close_notify (its transport is closed).
+func TestLimit_IdleTLSConnectionsMakeRoom(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	l := Limit(ts.Listener, 4, 1) // room for 3 before the cap
+	l.evictAfter = 0
+	l.Track(ts.Config)
+	ts.Listener = l
+	ts.StartTLS()
+	defer ts.Close()
+	get := func(client *http.Client) string {
+		resp, err := client.Get(ts.URL + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	var clients []*http.Client
+	for range 3 { // one a client: each keeps its own connection
+		c := &http.Client{Transport: ts.Client().Transport.(*http.Transport).Clone()}
+		if got := get(c); got != "200 hello" {
+			t.Fatal(got)
+		}
+		clients = append(clients, c)
+	}
+	WaitOpen(t, l, 3)
+	fresh := &http.Client{Transport: ts.Client().Transport.(*http.Transport).Clone()}
+	if got := get(fresh); got != "200 hello" {
+		t.Fatalf("TLS past the cap: %s, want 200 hello", got)
+	}
+	if l.Evicted() != 1 {
+		t.Errorf("evicted %d, want 1", l.Evicted())
+	}
+	// The client whose connection was closed connects again.
+	for _, c := range clients {
+		if got := get(c); got != "200 hello" {
+			t.Errorf("a client after the eviction: %s", got)
 		}
 	}
 }

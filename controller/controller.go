@@ -319,7 +319,11 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		return nil, err
 	}
 	if cfg.MaxConns > 0 {
-		ln = conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
+		lim := conns.Limit(ln, cfg.MaxConns, conns.ProbeReserve)
+		// Past the cap, idle connections make room for new ones.
+		lim.Track(e.Server)
+		srv.Conns = lim
+		ln = lim
 	}
 	plain := tlsOn && !cfg.HostBearerUntil.IsZero()
 	switch {
