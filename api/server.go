@@ -301,7 +301,7 @@ func (s *Server) Register(e *echo.Echo) {
 // bodyLimit caps every request body; uploads get a larger cap.
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		limit, upload := int64(MaxJSONBody), false
+		limit, upload, anonymous := int64(MaxJSONBody), false, false
 		switch {
 		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
 			c.Path() == "/api/v1/builds/:id/artifact":
@@ -311,10 +311,12 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
+			anonymous = true
 		case c.Path() == "/api/v1/auth/login" || c.Path() == "/api/v1/enroll" || c.Path() == "/login":
 			// Read before any credential is checked: an outsider's slow
 			// bodies held the controller's memory a MiB a connection.
 			limit = MaxAnonymousBody
+			anonymous = true
 		}
 		bodyDeadline(c, upload)
 		r := c.Request()
@@ -332,6 +334,11 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		if r.ContentLength > limit {
 			return &http.MaxBytesError{Limit: limit}
+		}
+		if anonymous && r.ContentLength != 0 && r.Method == http.MethodPost {
+			// Past the connection cap, a body read before any credential
+			// is checked does not hold its slot while it trickles in.
+			defer conns.IdleUntilRead(r)()
 		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
 		return next(c)

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -140,9 +141,55 @@ func (l *Listener) Track(srv *http.Server) {
 	l.track = true
 	if prev := srv.ConnState; prev != nil {
 		srv.ConnState = func(c net.Conn, s http.ConnState) { l.connState(c, s); prev(c, s) }
-		return
+	} else {
+		srv.ConnState = l.connState
 	}
-	srv.ConnState = l.connState
+	// Requests know their connection, for IdleUntilRead.
+	prevCtx := srv.ConnContext
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if prevCtx != nil {
+			ctx = prevCtx(ctx, c)
+		}
+		return context.WithValue(ctx, connKey{}, c)
+	}
+}
+
+type connKey struct{}
+
+// IdleUntilRead counts the connection r came on as idle (see Listener)
+// until r's body has been read to its end or failed, and returns what
+// counts it in use again, for when the handler returns. It is for a body
+// read before any credential is checked (a login, an enrolment, a
+// webhook): a client that trickles such a body held its slot for the
+// whole body deadline, a cheaper way than any to hold every slot.
+func IdleUntilRead(r *http.Request) (done func()) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if c == nil {
+		return func() {}
+	}
+	cc := counted(c)
+	if cc == nil || !cc.l.track {
+		return func() {}
+	}
+	cc.l.markIdle(cc)
+	r.Body = &busyOnceRead{ReadCloser: r.Body, c: cc}
+	return func() { cc.l.markBusy(cc) }
+}
+
+// busyOnceRead counts its connection in use again once its body is read.
+type busyOnceRead struct {
+	io.ReadCloser
+	c    *conn
+	read bool
+}
+
+func (b *busyOnceRead) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.read {
+		b.read = true
+		b.c.l.markBusy(b.c)
+	}
+	return n, err
 }
 
 func (l *Listener) connState(c net.Conn, s http.ConnState) {

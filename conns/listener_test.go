@@ -406,3 +406,52 @@ func TestLimit_IdleTLSConnectionsMakeRoom(t *testing.T) {
 		}
 	}
 }
+
+// A body read before any credential is checked (IdleUntilRead) does not
+// hold its slot while it trickles in; once read, its request is in use
+// again and holds. Before, a trickled body held its slot for the whole
+// body deadline.
+func TestLimit_TrickledAnonymousBodyMakesRoom(t *testing.T) {
+	read := make(chan struct{}, 4)
+	release := make(chan struct{})
+	defer close(release)
+	l, addr := MustServe(t, 4, 1, trackIdle(0), func(srv *http.Server, _ *Listener) {
+		srv.Handler.(*http.ServeMux).HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+			defer IdleUntilRead(r)()
+			if _, err := io.ReadAll(r.Body); err != nil {
+				return
+			}
+			read <- struct{}{}
+			<-release // read, then busy: it holds
+		})
+	})
+	trickle := func(whole bool) net.Conn {
+		c := MustDial(t, addr)
+		body := "user=a"
+		if !whole {
+			body = "us" // of the 6 announced
+		}
+		fmt.Fprintf(c, "POST /login HTTP/1.1\r\nHost: mesh\r\nContent-Length: 6\r\n\r\n%s", body)
+		return c
+	}
+	trickled := trickle(false)
+	for range 2 {
+		trickle(true)
+		<-read
+	}
+	WaitOpen(t, l, 3)
+	// The soft cap (3) is held: the trickler makes room, the two whose
+	// bodies were read do not.
+	WaitFor(t, "the trickled body counted idle", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.idle.Len() == 1
+	})
+	if resp, body := Get(t, MustDial(t, addr), "/", true); resp.StatusCode != http.StatusOK {
+		t.Fatalf("past the soft cap with a trickled body in it: %d %q", resp.StatusCode, body)
+	}
+	mustBeClosed(t, trickled)
+	if l.Evicted() != 1 {
+		t.Errorf("evicted %d, want 1", l.Evicted())
+	}
+}

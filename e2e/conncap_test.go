@@ -16,7 +16,7 @@ import (
 )
 
 // An outsider who holds every connection a controller allows, kept alive
-// and idle, does not keep hosts out: past the cap the connection idle
+// and idle or trickling a login's body, does not keep hosts out: past the cap the connection idle
 // longest makes room (conns.Listener). Before, no new host could enrol and
 // no host connect again until the outsider let go.
 func TestConnectionCap_IdleHoldersDoNotKeepHostsOut(t *testing.T) {
@@ -44,6 +44,15 @@ func TestConnectionCap_IdleHoldersDoNotKeepHostsOut(t *testing.T) {
 	// own connections) held by unauthenticated requests kept alive, the
 	// reserve by probes.
 	held := 0
+	for range 8 { // logins whose bodies trickle: nothing is answered yet
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "POST /api/v1/auth/login HTTP/1.1\r\nHost: mesh\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"user")
+		held++
+	}
 	for held < 40 && hold("/api/v1/host/ca") {
 		held++
 	}
