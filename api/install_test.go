@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
@@ -117,5 +118,78 @@ func TestInstall_StalledDownloadCut(t *testing.T) {
 	n, _ := io.Copy(io.Discard, conn)
 	if n >= int64(len(binary)) {
 		t.Fatalf("read %d bytes of a %d-byte binary after stalling: the stalled download was never cut", n, len(binary))
+	}
+}
+
+// A response larger than what the client's socket takes, never read, is
+// cut after ResponseWriteIdle: before, openapi.yaml asked for by anyone
+// and then left unread held its connection, a goroutine and a slot of
+// the connection cap for good.
+func TestResponse_StalledReaderCut(t *testing.T) {
+	was := api.ResponseWriteIdle
+	api.ResponseWriteIdle = 300 * time.Millisecond
+	t.Cleanup(func() { api.ResponseWriteIdle = was })
+	e := ctltest.Start(t, store.SQLite)
+	resp, err := http.Get(e.URL + "/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// A small receive buffer and segments, as a client far away has: the
+	// controller's socket then takes ~30 KiB, not the whole spec.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) {
+			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
+			_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1400)
+		})
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /openapi.yaml HTTP/1.1\r\nHost: x\r\n\r\n")
+	// The stall itself: nothing read for ten times the idle allowed.
+	time.Sleep(10 * api.ResponseWriteIdle)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, _ := io.Copy(io.Discard, conn)
+	if n >= int64(len(whole)) {
+		t.Fatalf("read %d bytes of a %d-byte spec after stalling: the stalled response was never cut", n, len(whole))
+	}
+}
+
+// A request that announces a body and never sends it is answered at once
+// and its connection closed after the answer: before, net/http read up to
+// 256 KiB of the body it never got before answering — with no deadline
+// for a GET — so a GET /healthz announcing a chunked body held its
+// connection, and the probes' reserve with it, for good.
+func TestRequest_BodyNeverSentIsAnsweredAndClosed(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	for _, req := range []string{
+		"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET /api/v1/host/ca HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+		"POST /api/v1/machines/m1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(conn, req)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%q: no answer while its body does not come: %v", strings.SplitN(req, "\r\n", 2)[0], err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if !resp.Close {
+			t.Errorf("%q: answered %d without Connection: close", strings.SplitN(req, "\r\n", 2)[0], resp.StatusCode)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("%q: the connection stays open after the answer (%v)", strings.SplitN(req, "\r\n", 2)[0], err)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -92,8 +91,8 @@ const (
 
 func bodyDeadline(c echo.Context, upload bool) {
 	r := c.Request()
-	if r.ContentLength == 0 || r.Method == http.MethodGet || r.Method == http.MethodHead {
-		return
+	if r.ContentLength == 0 {
+		return // a GET announcing a body gets the deadline too
 	}
 	d := jsonBodyDeadline
 	if upload {

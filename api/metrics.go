@@ -65,10 +65,10 @@ func (s *Server) collectors() []prometheus.Collector {
 			Name: "mesh_connections_open", Help: "Connections open now, of this instance's cap (--max-conns; 0 when there is none).",
 		}, conn(func(l *conns.Listener) float64 { return float64(l.Open()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "mesh_connections_refused_total", Help: "New connections answered 503 because this instance held its cap.",
+			Name: "mesh_connections_refused_total", Help: "New connections refused past this instance's cap (503, or under TLS a handshake error), probes past the reserve included.",
 		}, conn(func(l *conns.Listener) float64 { return float64(l.Refused()) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "mesh_connections_evicted_total", Help: "Idle connections closed to make room for new ones past the cap.",
+			Name: "mesh_connections_evicted_total", Help: "Unknown connections waiting on their clients closed to make room for new ones past the cap.",
 		}, conn(func(l *conns.Listener) float64 { return float64(l.Evicted()) })),
 	)
 	return cs

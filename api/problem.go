@@ -42,7 +42,7 @@ func problemOf(err error) Problem {
 	case errors.Is(err, models.ErrNotFound):
 		return p(http.StatusNotFound, "not-found", "Not found")
 	case errors.Is(err, models.ErrStaleGeneration):
-		return p(http.StatusPreconditionFailed, "stale-generation", "The machine changed since you read it")
+		return p(http.StatusPreconditionFailed, "stale-generation", "Changed since you read it")
 	case errors.Is(err, models.ErrPreconditionNeeded):
 		return p(http.StatusPreconditionRequired, "if-match-required", "If-Match is required")
 	case errors.Is(err, models.ErrUnauthorized):

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -118,17 +119,111 @@ func (s *Server) serveBlob(c echo.Context, d string) error {
 // its bytes before its connection is cut (tests shorten it).
 var BlobWriteIdle = 30 * time.Second
 
-// progressWriter gives each write of a response BlobWriteIdle to finish.
+// ResponseWriteIdle is how long any other response may go without taking
+// any of its bytes before its connection is cut (tests shorten it).
+var ResponseWriteIdle = 30 * time.Second
+
+// progressWriter gives each write of a response its idle time (by
+// default BlobWriteIdle) to finish.
 type progressWriter struct {
 	http.ResponseWriter
-	rc *http.ResponseController
+	rc   *http.ResponseController
+	idle *time.Duration // nil: BlobWriteIdle
+	set  time.Time      // when the deadline was last moved
+	// body is the request's body, when it has one (writeProgress), and
+	// headed whether the header was given yet.
+	body   *eofBody
+	headed bool
+}
+
+// eofBody says whether its body was read to its end.
+type eofBody struct {
+	io.ReadCloser
+	ended bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.ended = true
+	}
+	return n, err
+}
+
+// head runs as the response's header is given: a request body not read
+// to its end by then is not read at all, and the connection is closed
+// after the answer. Otherwise net/http reads up to 256 KiB of it, before
+// the answer and again after it, to keep the connection, and a body that
+// never comes (a GET announcing one, or a request refused before its body
+// was read) held the answer back and the connection for good, or for the
+// body's deadline.
+func (w *progressWriter) head() {
+	if w.headed {
+		return
+	}
+	w.headed = true
+	if w.body != nil && !w.body.ended {
+		w.Header().Set("Connection", "close")
+		_ = w.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// deadline moves the write deadline to the idle time from now, unless it
+// was moved within the last thirtieth of it: a timer's update costs ~1 µs,
+// and a response of many writes would pay it for each.
+func (w *progressWriter) deadline() error {
+	d := BlobWriteIdle
+	if w.idle != nil {
+		d = *w.idle
+	}
+	now := time.Now()
+	if now.Sub(w.set) < d/30 {
+		return nil
+	}
+	w.set = now
+	return w.rc.SetWriteDeadline(now.Add(d))
 }
 
 func (w *progressWriter) Write(p []byte) (int, error) {
-	if err := w.rc.SetWriteDeadline(time.Now().Add(BlobWriteIdle)); err != nil {
+	w.head()
+	if err := w.deadline(); err != nil {
 		return 0, err
 	}
 	return w.ResponseWriter.Write(p)
+}
+
+// WriteHeader gives the header, and a response without a body, the same
+// time: net/http writes it when the handler returns.
+func (w *progressWriter) WriteHeader(code int) {
+	w.head()
+	_ = w.deadline()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// writeProgress gives each write of every response ResponseWriteIdle to
+// make progress. The server has no write timeout (a long poll waits longer
+// than any), so a client that asked for a response larger than its socket
+// buffers take (openapi.yaml, to anyone), or for many small ones on one
+// connection, and then read nothing held its connection, a goroutine and a
+// slot of the connection cap for good: a slot a request, with nothing more
+// to send. The header is bounded too (WriteHeader), so a deadline an
+// earlier response on the connection left never cuts this one, whatever it
+// waited for first. A parked poll's answer has a bound of its own
+// (writeAnswer); a blob's download, its own progressWriter.
+func writeProgress(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if p := c.Path(); p == "/api/v1/blobs/:digest" || p == "/install/mesh-host/:digest" {
+			return next(c) // serveBlob's own, by BlobWriteIdle
+		}
+		w := c.Response().Writer
+		pw := &progressWriter{ResponseWriter: w, rc: http.NewResponseController(w), idle: &ResponseWriteIdle}
+		if r := c.Request(); r.ContentLength != 0 {
+			pw.body = &eofBody{ReadCloser: r.Body}
+			r.Body = pw.body
+		}
+		c.Response().Writer = pw
+		return next(c)
+	}
 }
 
 func (w *progressWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

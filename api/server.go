@@ -209,6 +209,7 @@ func (s *Server) Draining() bool {
 // Register adds every route to e.
 func (s *Server) Register(e *echo.Echo) {
 	e.HTTPErrorHandler = s.errorHandler
+	e.Use(writeProgress)
 	e.Use(middleware.RequestID())
 	e.Use(s.bodyLimit)
 	e.Use(s.accessLog)

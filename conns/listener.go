@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -68,17 +69,26 @@ const tlsHandshake = 0x16
 // that keeps it alive for other requests keeps its slot until IdleTimeout.
 // Kubelet's probes close their connections.
 //
-// Before a new connection past the soft cap is gated or refused, the
-// connection idle longest makes room for it, if it has been idle for
-// EvictAfter or more: it is closed and the new one admitted as an ordinary
-// one. Idle is between requests, before the first, or given back after a
-// parked poll (Kept) and waiting for the next; a request in progress or a
-// parked poll is never cut. Without it, anyone could hold every slot with
-// connections kept alive by one cheap request a minute (or by none, by
-// connecting again every ReadHeaderTimeout), and every host would be
-// refused until they stopped. A host whose idle connection is closed
-// connects again for its next poll, as after any server's idle timeout.
-// Only connections the listener tracks (Track) are ever closed so.
+// Before a new connection past the soft cap is gated or refused, a
+// connection that waits on its client, and on which no request has proved
+// a credential, makes room for it: it is closed and the new one admitted
+// as an ordinary one. Waiting on its client is being between requests,
+// trickling a body read before any credential (IdleUntilRead), writing an
+// answer its client does not read (Write), or waiting for its first
+// request — this last only once it has waited EvictAfter (a host that
+// just connected is about to send its request); the one that has waited
+// longest goes first. A connection on which a host's or a
+// person's credential was proved (Known) is never closed so, nor is a
+// request the controller is working on or a parked poll: an outsider's
+// newcomers never take a connection a host already has. Without it,
+// anyone could hold every slot with connections kept alive by one cheap
+// request a minute (or by none, by connecting again every
+// ReadHeaderTimeout; or by trickling a login's body, or reading no answer,
+// for as long as their deadlines), and every host without a connection
+// would be refused until they stopped. Now an outsider without a
+// credential holds a slot only while the controller works on its request,
+// or by connecting again each EvictAfter. Only connections the listener
+// tracks (Track) are ever closed so.
 type Listener struct {
 	net.Listener
 	max, soft int
@@ -94,8 +104,11 @@ type Listener struct {
 	// track: see Track. Set before serving, read-only after.
 	track bool
 
-	mu   sync.Mutex
-	idle list.List // of *conn, idle longest first
+	mu sync.Mutex
+	// The connections that may make room, each list of *conn oldest
+	// first: fresh, waiting for their first request; idle, the others
+	// that wait on their client (see Listener). Known ones are on neither.
+	fresh, idle list.List
 }
 
 // Limit wraps l so at most limit connections are open, reserve of them kept
@@ -200,11 +213,15 @@ func (l *Listener) connState(c net.Conn, s http.ConnState) {
 	switch s {
 	case http.StateIdle:
 		l.markIdle(cc)
-	case http.StateActive, http.StateHijacked, http.StateClosed:
+	case http.StateActive:
+		l.mu.Lock()
+		l.unlistLocked(cc)
+		cc.fresh = false // a request came
+		l.mu.Unlock()
+	case http.StateHijacked, http.StateClosed:
 		l.markBusy(cc)
 	}
-	// StateNew: a new connection was idle from its Accept; one handed
-	// back by Kept was marked busy as its request arrived.
+	// StateNew: a new connection was listed fresh at its Accept.
 }
 
 // Idle marks c, taken from the server after a request and given back to
@@ -221,6 +238,25 @@ func Busy(c net.Conn) {
 	if cc := counted(c); cc != nil {
 		cc.l.markBusy(cc)
 	}
+}
+
+// Known marks the connection r came on as one a request proved a
+// credential on (a host's or a person's): it is never closed to make room
+// (see Listener), so an outsider's newcomers cannot take the connection a
+// host or an operator already has.
+func Known(r *http.Request) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	if c == nil {
+		return
+	}
+	cc := counted(c)
+	if cc == nil || !cc.l.track || cc.known.Load() {
+		return // a host's every poll comes here: once is enough
+	}
+	cc.l.mu.Lock()
+	cc.known.Store(true)
+	cc.l.unlistLocked(cc)
+	cc.l.mu.Unlock()
 }
 
 // counted is the connection a Listener handed out under c: c itself, or
@@ -240,38 +276,75 @@ func (l *Listener) markIdle(c *conn) {
 		return
 	}
 	l.mu.Lock()
-	if c.idle == nil && !c.closed.Load() {
-		c.idleSince = time.Now()
-		c.idle = l.idle.PushBack(c)
-	}
+	l.listLocked(c)
 	l.mu.Unlock()
+}
+
+// markIdleIfBusy marks c idle unless it is already (or known), and
+// reports whether it did: a write that waits on its client undoes only
+// its own mark.
+func (l *Listener) markIdleIfBusy(c *conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.listLocked(c)
 }
 
 func (l *Listener) markBusy(c *conn) {
 	l.mu.Lock()
-	if c.idle != nil {
-		l.idle.Remove(c.idle)
-		c.idle = nil
-	}
+	l.unlistLocked(c)
 	l.mu.Unlock()
 }
 
-// evictOne closes the connection idle longest, if it has been idle for
-// evictAfter, and reports whether it did.
+// listLocked puts c among those that may make room, unless it is already,
+// known or closed, and reports whether it did: the fresh (no request yet)
+// and the idle are listed apart, each oldest first. The caller holds mu.
+func (l *Listener) listLocked(c *conn) bool {
+	if c.elem != nil || c.known.Load() || c.closed.Load() {
+		return false
+	}
+	c.idleSince = time.Now()
+	c.onFresh = c.fresh
+	if c.onFresh {
+		c.elem = l.fresh.PushBack(c)
+	} else {
+		c.elem = l.idle.PushBack(c)
+	}
+	return true
+}
+
+// unlistLocked takes c off its list, if it is on one. The caller holds mu.
+func (l *Listener) unlistLocked(c *conn) {
+	if c.elem == nil {
+		return
+	}
+	if c.onFresh {
+		l.fresh.Remove(c.elem)
+	} else {
+		l.idle.Remove(c.elem)
+	}
+	c.elem = nil
+}
+
+// evictOne closes the connection that makes room (see Listener) and
+// reports whether there was one: of the unknown ones waiting on their
+// client, the one that has waited longest, counting one that waits for its
+// first request only once it has waited evictAfter.
 func (l *Listener) evictOne() bool {
 	l.mu.Lock()
 	e := l.idle.Front()
-	if e == nil || time.Since(e.Value.(*conn).idleSince) < l.evictAfter {
+	if f := l.fresh.Front(); f != nil && time.Since(f.Value.(*conn).idleSince) >= l.evictAfter &&
+		(e == nil || f.Value.(*conn).idleSince.Before(e.Value.(*conn).idleSince)) {
+		e = f
+	}
+	if e == nil {
 		l.mu.Unlock()
 		return false
 	}
 	c := e.Value.(*conn)
-	l.idle.Remove(e)
-	c.idle = nil
+	l.unlistLocked(c)
 	l.mu.Unlock()
 	// Beneath TLS: no close_notify, which could wait on a client that
-	// stopped reading. The server's read fails and it lets go; Kept's
-	// set forgets a closed descriptor by itself.
+	// stopped reading. The server's read fails and it lets go.
 	_ = c.Close()
 	l.evicted.Add(1)
 	return true
@@ -290,7 +363,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		n := int(l.open.Add(1))
-		c := &conn{Conn: nc, l: l}
+		c := &conn{Conn: nc, l: l, fresh: true}
+		if sc, ok := nc.(syscall.Conn); ok && l.track {
+			c.rc, _ = sc.SyscallConn()
+		}
 		switch {
 		case n <= l.soft || l.evictOne(): // the evicted one's slot is its
 			l.markIdle(c) // until its first request
@@ -342,11 +418,59 @@ type conn struct {
 	net.Conn
 	l      *Listener
 	closed atomic.Bool
+	rc     syscall.RawConn // the socket's, for Write; nil: none
 
-	// Guarded by l.mu: its place among the idle connections (nil: in
-	// use), and since when.
-	idle      *list.Element
+	// Guarded by l.mu: its place on l.fresh or l.idle (nil: on
+	// neither), and since when; fresh: no request has come on it yet;
+	// known: a request on it proved a credential (Known).
+	elem      *list.Element
 	idleSince time.Time
+	fresh     bool
+	onFresh   bool        // elem is on l.fresh, not l.idle
+	known     atomic.Bool // set under l.mu
+}
+
+// Write writes p as the socket's own Write does, deadline and all. While
+// it waits for the client to take what its socket could not, the
+// connection counts as idle (see Listener): a client that asks for answers
+// and reads none — one large one, or many small ones on one connection —
+// holds no slot past the cap for the write's whole deadline.
+func (c *conn) Write(p []byte) (int, error) {
+	if !c.l.track || c.rc == nil {
+		return c.Conn.Write(p)
+	}
+	var n int
+	var werr error
+	waiting := false
+	err := c.rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			k, err := syscall.Write(int(fd), p[n:])
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				if !waiting {
+					waiting = c.l.markIdleIfBusy(c)
+				}
+				return false // wait for room, within the deadline
+			case err != nil:
+				werr = os.NewSyscallError("write", err)
+				return true
+			}
+			n += k
+		}
+		return true
+	})
+	if waiting {
+		c.l.markBusy(c)
+	}
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
+	return n, err
 }
 
 // Close closes the connection; the first call counts it out.

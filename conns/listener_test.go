@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -345,21 +346,50 @@ func TestLimit_BusyConnectionsHold(t *testing.T) {
 	}
 }
 
-// A connection idle for less than the eviction age keeps its place: the
-// host that just connected is about to send its request.
-func TestLimit_YoungIdleConnectionsHold(t *testing.T) {
+// A connection waiting for its first request keeps its place until it
+// has waited the eviction age: the host that just connected is about to
+// send its request.
+func TestLimit_FreshConnectionsHoldForAWhile(t *testing.T) {
 	l, addr := MustServe(t, 6, 2, trackIdle(time.Hour))
 	for range 4 {
-		c := MustDial(t, addr)
-		if resp, _ := Get(t, c, "/", true); resp.StatusCode != http.StatusOK {
-			t.Fatal(resp.Status)
-		}
+		MustDial(t, addr) // silent
 	}
 	WaitOpen(t, l, 4)
 	resp, body := Get(t, MustDial(t, addr), "/", false)
 	MustRefuse(t, resp, body)
 	if l.Evicted() != 0 {
 		t.Errorf("evicted %d, want 0", l.Evicted())
+	}
+}
+
+// A connection on which a request proved a credential (Known) never makes
+// room, however long it idles: an outsider's newcomers do not take the
+// connections hosts and people already have.
+func TestLimit_KnownConnectionsHold(t *testing.T) {
+	l, addr := MustServe(t, 6, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
+		srv.Handler.(*http.ServeMux).HandleFunc("GET /known", func(w http.ResponseWriter, r *http.Request) {
+			Known(r)
+			io.WriteString(w, "known")
+		})
+	})
+	var known []net.Conn
+	for range 4 {
+		c := MustDial(t, addr)
+		if resp, body := Get(t, c, "/known", true); resp.StatusCode != http.StatusOK || body != "known" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		known = append(known, c)
+	}
+	WaitOpen(t, l, 4)
+	resp, body := Get(t, MustDial(t, addr), "/", false)
+	MustRefuse(t, resp, body)
+	if l.Evicted() != 0 {
+		t.Errorf("evicted %d, want 0", l.Evicted())
+	}
+	for _, c := range known { // each still serves its client
+		if resp, body := Get(t, c, "/", true); resp.StatusCode != http.StatusOK || body != "hello" {
+			t.Errorf("a known connection after the newcomer: %d %q", resp.StatusCode, body)
+		}
 	}
 }
 
@@ -453,5 +483,52 @@ func TestLimit_TrickledAnonymousBodyMakesRoom(t *testing.T) {
 	mustBeClosed(t, trickled)
 	if l.Evicted() != 1 {
 		t.Errorf("evicted %d, want 1", l.Evicted())
+	}
+}
+
+// A client that asks for an answer and reads none holds no slot past the
+// cap while the answer waits for it: a write that waits on its client
+// counts the connection idle. Before, it held its slot for the write's
+// whole deadline (or for good, with none).
+func TestLimit_UnreadAnswerMakesRoom(t *testing.T) {
+	big := strings.Repeat("x", 8<<20)
+	writing := make(chan struct{}, 1)
+	l, addr := MustServe(t, 4, 1, trackIdle(0), func(srv *http.Server, _ *Listener) {
+		srv.Handler.(*http.ServeMux).HandleFunc("GET /big", func(w http.ResponseWriter, r *http.Request) {
+			writing <- struct{}{}
+			io.WriteString(w, big)
+		})
+	})
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	stalled, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	fmt.Fprintf(stalled, "GET /big HTTP/1.1\r\nHost: mesh\r\n\r\n")
+	<-writing
+	WaitFor(t, "the unread answer's write waiting on its client", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.idle.Len() == 1
+	})
+	for range 2 { // kept alive: with the stalled one, the soft cap
+		c := MustDial(t, addr)
+		if resp, _ := Get(t, c, "/", true); resp.StatusCode != http.StatusOK {
+			t.Fatal(resp.Status)
+		}
+	}
+	if resp, body := Get(t, MustDial(t, addr), "/", false); resp.StatusCode != http.StatusOK {
+		t.Fatalf("past the soft cap with an unread answer in it: %d %q", resp.StatusCode, body)
+	}
+	_ = stalled.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _ := io.Copy(io.Discard, stalled)
+	if n >= int64(len(big)) {
+		t.Errorf("the stalled client read the whole answer (%d bytes): its connection was not the one closed", n)
+	}
+	if l.Evicted() == 0 {
+		t.Errorf("evicted 0")
 	}
 }
