@@ -135,7 +135,14 @@ func rootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "demo",
 		Short: "A living mesh in temp dirs: a controller, three local hosts, two sample modules; removed on Ctrl-C",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return demo(cmd.Context(), demoListen, stdout, stderr) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []string{"data", "database", "log-level"} {
+				if cmd.Flags().Changed(f) {
+					return cli.Usagef("demo --%s: the demo runs on SQLite in a temporary directory, logging warnings only; --data, --database and --log-level are for the other commands", f)
+				}
+			}
+			return demo(cmd.Context(), demoListen, stdout, stderr)
+		},
 	}
 	demoCmd.Flags().StringVar(&demoListen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on")
 
@@ -220,7 +227,7 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 	if err != nil {
 		o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_CONNS: %w", err))
 	}
-	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it a new one is answered 503 (the last %d, at most half, kept for GET /healthz and /readyz); 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
+	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it less the last %d (at most half, kept for GET /healthz and /readyz), a new one takes the place of the unknown one waiting longest on its client (between requests, trickling a body, not reading its answer, or silent a second), else is answered 503; a host's or person's connection is never closed so; 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
 	fs.StringVar(&cfg.KeyFile, "key-file", env("MESH_KEY_FILE", ""), "file of the 32-byte key (raw, 64 hex characters or base64; mode 0600) that encrypts the signing keys in the store; MESH_KEY may hold the key itself instead; empty = stored in plaintext (MESH_KEY_FILE)")
 	cfg.Key = os.Getenv("MESH_KEY")
 	if cfg.TrustedProxies, err = web.ParseTrustedProxies(os.Getenv("MESH_TRUSTED_PROXIES")); err != nil {
@@ -253,6 +260,10 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	}
 	if cfg.MaxConns < 0 {
 		return cli.Usagef("--max-conns %d: 0 or more", cfg.MaxConns)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(st.level)); err != nil {
+		return cli.Usagef("--log-level %q: debug, info, warn or error (or MESH_LOG_LEVEL)", st.level)
 	}
 	cfg.Log = logger(st.level, stderr)
 	soft, hard, err := conns.RaiseFileLimit(cfg.Log)
@@ -306,7 +317,10 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 // tlsFlags are serve's TLS flags; the error is an environment variable's
 // that is not what its flag takes.
 func tlsFlags(fs *pflag.FlagSet, cfg *controller.Config) (envErr error) {
-	tlsEnv, _ := strconv.ParseBool(os.Getenv("MESH_TLS"))
+	tlsEnv, err := strconv.ParseBool(os.Getenv("MESH_TLS"))
+	if err != nil && os.Getenv("MESH_TLS") != "" {
+		envErr = fmt.Errorf("MESH_TLS: %q: true or false (1 or 0)", os.Getenv("MESH_TLS"))
+	}
 	fs.BoolVar(&cfg.TLS, "tls", tlsEnv, "serve TLS on a loopback address too (elsewhere it is the default) (MESH_TLS)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve plain HTTP on an address that is not loopback: tokens travel in the clear (warned of at every start)")
 	// Each name, from the flag or the variable, is checked and trimmed
@@ -417,7 +431,7 @@ func (b *byteSize) String() string {
 func (b *byteSize) Type() string { return "size" }
 
 func (b *byteSize) Set(v string) error {
-	mult := int64(1)
+	given, mult := v, int64(1)
 	for _, u := range []struct {
 		s string
 		n int64
@@ -429,7 +443,7 @@ func (b *byteSize) Set(v string) error {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return fmt.Errorf("%q: a positive size in bytes, KiB, MiB or GiB", v)
+		return fmt.Errorf("%q: a positive size in bytes, KiB, MiB or GiB", given)
 	}
 	*b = byteSize(n * mult)
 	return nil

@@ -223,3 +223,26 @@ func TestBackup_RefusesAMissingStore(t *testing.T) {
 		t.Fatalf("the data dir was made: %v", err)
 	}
 }
+
+// Values that cannot be what their flag or variable means are refused
+// rather than served without them: an unknown log level served at info,
+// MESH_TLS=yes served plain HTTP, and demo took --data and ignored it.
+func TestServe_RefusesWhatItWouldIgnore(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", []string{"--data", data, "--log-level", "loud"}, `--log-level "loud": debug, info, warn or error`},
+		{"yes", []string{"--data", data}, `MESH_TLS: "yes": true or false`},
+		{"", []string{"demo", "--data", data}, "demo --data: the demo runs on SQLite in a temporary directory"},
+		{"", []string{"--data", data, "--max-upload", "12XB"}, `"12XB": a positive size`},
+	} {
+		t.Setenv("MESH_TLS", tc.env)
+		code, out, errOut := runCtl(t, "", tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v (MESH_TLS=%q): exit %d, want a refusal saying %q\n%s%s", tc.args, tc.env, code, tc.want, out, errOut)
+		}
+	}
+}

@@ -42,11 +42,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return 0
 	}
-	// Lines kept; any other control character (a host's words in a
-	// rollout's reason, say) written as a Go escape, as tables write them.
+	// Lines and their leading tabs kept (cobra's "Did you mean this?"
+	// indents its suggestions); any other control character (a host's
+	// words in a rollout's reason, say) written as a Go escape, as tables
+	// write them.
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
-		lines[i] = shown(l)
+		rest := strings.TrimLeft(l, "\t")
+		lines[i] = l[:len(l)-len(rest)] + shown(rest)
 	}
 	fmt.Fprintln(stderr, "meshctl: "+strings.Join(lines, "\n"))
 	if strings.HasPrefix(err.Error(), "unknown command ") {

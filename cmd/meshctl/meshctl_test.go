@@ -640,3 +640,15 @@ func TestParseModuleBuild(t *testing.T) {
 		})
 	}
 }
+
+// A mistyped command's suggestion is indented by a tab, as cobra writes it,
+// not by a written-out "\t".
+func TestRun_SuggestionKeepsItsTab(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"machnes", "ls"}, strings.NewReader(""), &out, &errOut); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errOut.String(), "Did you mean this?\n\tmachines\n") {
+		t.Errorf("stderr %q, want the suggestion indented by a tab", errOut.String())
+	}
+}
