@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,7 +110,19 @@ func (s *Server) lastSeen(m *models.Machine) *time.Time {
 	return models.LastSeen(s.Seen.LastSeen(m.ID), m)
 }
 
+// knownState refuses a state filter that names no state: the page would
+// count the whole fleet over an empty table.
+func (s *Server) knownState(c echo.Context) error {
+	if st := c.QueryParam("state"); st != "" && !slices.Contains(AllStates, st) {
+		return s.errorPage(c, http.StatusBadRequest, fmt.Sprintf("No state is named %q; the states are %s.", st, strings.Join(AllStates, ", ")))
+	}
+	return nil
+}
+
 func (s *Server) overview(c echo.Context) error {
+	if err := s.knownState(c); err != nil {
+		return err
+	}
 	o, err := s.overviewData(c.Request().Context(), c.QueryParam("state"), c.QueryParam("q"))
 	if err != nil {
 		return err
@@ -145,6 +158,9 @@ func (s *Server) record(ctx context.Context) (string, error) {
 
 // overviewFragment is the live table htmx polls.
 func (s *Server) overviewFragment(c echo.Context) error {
+	if err := s.knownState(c); err != nil {
+		return err
+	}
 	o, err := s.overviewData(c.Request().Context(), c.QueryParam("state"), c.QueryParam("q"))
 	if err != nil {
 		return err

@@ -306,3 +306,18 @@ func (b *browser) htmx(path string) (*http.Response, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp, string(body)
 }
+
+// A state filter naming no state is refused with the states there are:
+// the page counted the whole fleet over an empty table.
+func TestOverview_UnknownStateRefused(t *testing.T) {
+	_, op, _ := fixture(t)
+	for _, path := range []string{"/?state=bogus", "/ui/machines?state=bogus"} {
+		code, body := op.get(path)
+		if code != http.StatusBadRequest || !strings.Contains(body, "No state is named &#34;bogus&#34;; the states are current, unhealthy") {
+			t.Errorf("GET %s: %d\n%.800s", path, code, body)
+		}
+	}
+	if code, _ := op.get("/?state=unhealthy"); code != http.StatusOK {
+		t.Errorf("GET /?state=unhealthy: %d", code)
+	}
+}
