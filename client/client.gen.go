@@ -1742,12 +1742,12 @@ type PlanStep struct {
 	Reason        string     `json:"reason"`
 	StartedAt     *time.Time `json:"started_at"`
 
-	// State withdrawn: the plan was cancelled before its host applied the build, and the build was taken back; or a person pinned its machine to a build of the module while the plan ran (the reason says so), which the plan does not move
+	// State withdrawn: the plan was cancelled before its host applied the build, and the build was taken back; or a person pinned its machine to a build of the module while the plan ran (the reason says so), which the plan does not move; or the plan ended (cancelled, rolled back, superseded) before it reached the step (the reason says so)
 	State PlanStepState `json:"state"`
 	Tier  int           `json:"tier"`
 }
 
-// PlanStepState withdrawn: the plan was cancelled before its host applied the build, and the build was taken back; or a person pinned its machine to a build of the module while the plan ran (the reason says so), which the plan does not move
+// PlanStepState withdrawn: the plan was cancelled before its host applied the build, and the build was taken back; or a person pinned its machine to a build of the module while the plan ran (the reason says so), which the plan does not move; or the plan ended (cancelled, rolled back, superseded) before it reached the step (the reason says so)
 type PlanStepState string
 
 // Problem defines model for Problem.

@@ -513,8 +513,17 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A plan that ended (done, cancelled, rolled back, superseded)
+	// reaches no step it had not reached: such a step is said withdrawn,
+	// with why, not "pending" as if it were still to come.
+	ended := p.State != models.PlanRunning && p.State != models.PlanPaused && p.State != models.PlanHalted
 	for _, r := range rows {
 		r.PlanStep.Machine = r.Name
+		if ended && r.State == models.StepPending {
+			r.PlanStep.State = models.StepWithdrawn
+			r.PlanStep.Reason = "never reached: the plan was " + strings.ReplaceAll(p.State, "_", " ") + " first"
+			r.PlanStep.FinishedAt = p.FinishedAt
+		}
 		v.Steps = append(v.Steps, r.PlanStep)
 	}
 	if p.HostRelease != "" {

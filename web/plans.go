@@ -137,6 +137,8 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 		switch {
 		case st.State == models.StepPending:
 			r.Previous = "not reached yet"
+		case st.State == models.StepWithdrawn && st.Generation == 0:
+			r.Previous = "never reached"
 		case st.PreviousBuild > 0:
 			r.Previous = "build " + strconv.FormatInt(st.PreviousBuild, 10)
 		default:

@@ -174,6 +174,15 @@ func TestPlanActions_RollBackFromThePage(t *testing.T) {
 	if strings.Contains(body, `action="/plans/`) || strings.Contains(body, "hx-trigger") {
 		t.Error("a rolled back plan still offers actions or polls")
 	}
+	// m2's step, never reached, is not said pending as if still to come.
+	if strings.Contains(body, `data-state="pending"`) || !strings.Contains(body, "never reached: the plan was rolled back first") || !strings.Contains(body, ">never reached<") {
+		t.Errorf("the rolled back plan's unreached step:\n%s", body)
+	}
+	for _, st := range v.Steps {
+		if st.Machine == "m2" && (st.State != models.StepWithdrawn || st.FinishedAt == nil) {
+			t.Errorf("m2's unreached step of the rolled back plan: %+v", st)
+		}
+	}
 
 	st, body = op.post(path+"/pause", url.Values{}, true)
 	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "rolled back; cannot pause") {
