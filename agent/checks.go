@@ -88,7 +88,11 @@ func runExecCheck(ctx context.Context, root *machineRoot, r models.Resource) che
 		return checkResult{final: true, detail: what + ": cannot run: " + err.Error()}
 	}
 	if err := cmd.Wait(); err != nil {
-		return checkResult{detail: what + ": " + err.Error() + ": " + strings.TrimSpace(out.String())}
+		detail := what + ": " + err.Error()
+		if said := strings.TrimSpace(out.String()); said != "" {
+			detail += ": " + said // a check that says nothing leaves no ": "
+		}
+		return checkResult{detail: detail}
 	}
 	return checkResult{ok: true, detail: what}
 }

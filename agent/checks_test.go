@@ -151,3 +151,19 @@ func TestExecCheck_RefusedLikeItsCommand(t *testing.T) {
 		})
 	}
 }
+
+// A failing check that says nothing is said as its exit, without a
+// dangling ": " after it; one that says something keeps its words.
+func TestExecCheck_FailingSaysItsExitAndWords(t *testing.T) {
+	for script, want := range map[string]string{
+		"#!/bin/sh\nif [ \"$1\" = --check ]; then exit 1; fi\nexec sleep 1000\n":                "exec /opt/x/bin/run --check: exit status 1",
+		"#!/bin/sh\nif [ \"$1\" = --check ]; then echo refused; exit 2; fi\nexec sleep 1000\n": "exec /opt/x/bin/run --check: exit status 2: refused",
+	} {
+		a := testAgent(t)
+		d := checkedService(t, a, script, []string{"/opt/x/bin/run", "--check"})
+		checks := applyChecked(t, a, d, 0)
+		if len(checks) != 1 || checks[0].OK || checks[0].Detail != want {
+			t.Errorf("checks %+v, want one failing saying %q", checks, want)
+		}
+	}
+}
