@@ -159,11 +159,11 @@ func TestResponse_StalledReaderCut(t *testing.T) {
 	}
 }
 
-// A request that announces a body and never sends it is answered at once
-// and its connection closed after the answer: before, net/http read up to
-// 256 KiB of the body it never got before answering — with no deadline
-// for a GET — so a GET /healthz announcing a chunked body held its
-// connection, and the probes' reserve with it, for good.
+// A request that announces a body and never sends it is answered within
+// api.UnreadBodyWait and its connection closed after the answer: before,
+// net/http read up to 256 KiB of the body it never got before answering —
+// with no deadline for a GET — so a GET /healthz announcing a chunked body
+// held its connection, and the probes' reserve with it, for good.
 func TestRequest_BodyNeverSentIsAnsweredAndClosed(t *testing.T) {
 	e := ctltest.Start(t, store.SQLite)
 	for _, req := range []string{

@@ -73,10 +73,13 @@ func TestBody_NullRefused(t *testing.T) {
 // start: an outsider's megabyte names once made megabyte audit rows.
 func TestLogin_LongNamesCostLittle(t *testing.T) {
 	e := ctltest.Start(t, store.SQLite)
-	resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",
+	resp, body := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",
 		Body: map[string]string{"username": strings.Repeat("u", 100<<10), "password": "x"}})
 	if resp.StatusCode != 413 {
 		t.Fatalf("a 100 KiB login: %d, want 413", resp.StatusCode)
+	}
+	if !strings.Contains(string(body), "over this route's limit of 64 KiB") {
+		t.Errorf("the 413 does not name the limit: %s", body)
 	}
 	for range 6 { // past the free failures: the throttled attempts are audited too, one row a minute
 		resp, _ = e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/login",

@@ -150,21 +150,26 @@ func (b *eofBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// head runs as the response's header is given: a request body not read
-// to its end by then is not read at all, and the connection is closed
-// after the answer. Otherwise net/http reads up to 256 KiB of it, before
-// the answer and again after it, to keep the connection, and a body that
-// never comes (a GET announcing one, or a request refused before its body
-// was read) held the answer back and the connection for good, or for the
-// body's deadline.
+// UnreadBodyWait bounds how long net/http may go on reading a request
+// body the handler did not read to its end (one refused before it was
+// read), once the answer is given.
+const UnreadBodyWait = 2 * time.Second
+
+// head runs as the response's header is given. net/http then reads what
+// is left of the request body, up to 256 KiB, so that the client, which
+// may send it whole before it reads, takes the answer rather than a reset,
+// and the connection can serve another request; past that, or if it
+// fails, it closes the connection after the answer. A body that never
+// comes (a GET announcing one, a request refused before its body was
+// read) held the answer back, and the connection, for the body's deadline
+// — for good, for a GET, which had none. Now it waits UnreadBodyWait.
 func (w *progressWriter) head() {
 	if w.headed {
 		return
 	}
 	w.headed = true
 	if w.body != nil && !w.body.ended {
-		w.Header().Set("Connection", "close")
-		_ = w.rc.SetReadDeadline(time.Now())
+		_ = w.rc.SetReadDeadline(time.Now().Add(UnreadBodyWait))
 	}
 }
 
