@@ -156,7 +156,7 @@ func TestExecCheck_RefusedLikeItsCommand(t *testing.T) {
 // dangling ": " after it; one that says something keeps its words.
 func TestExecCheck_FailingSaysItsExitAndWords(t *testing.T) {
 	for script, want := range map[string]string{
-		"#!/bin/sh\nif [ \"$1\" = --check ]; then exit 1; fi\nexec sleep 1000\n":                "exec /opt/x/bin/run --check: exit status 1",
+		"#!/bin/sh\nif [ \"$1\" = --check ]; then exit 1; fi\nexec sleep 1000\n":               "exec /opt/x/bin/run --check: exit status 1",
 		"#!/bin/sh\nif [ \"$1\" = --check ]; then echo refused; exit 2; fi\nexec sleep 1000\n": "exec /opt/x/bin/run --check: exit status 2: refused",
 	} {
 		a := testAgent(t)
