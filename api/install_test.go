@@ -170,6 +170,8 @@ func TestRequest_BodyNeverSentIsAnsweredAndClosed(t *testing.T) {
 		"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
 		"GET /api/v1/host/ca HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
 		"POST /api/v1/machines/m1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET /install/mesh-host/sha256:" + strings.Repeat("0", 64) + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"GET /api/v1/blobs/sha256:" + strings.Repeat("0", 64) + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
 	} {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
 		if err != nil {

@@ -131,9 +131,11 @@ type progressWriter struct {
 	idle *time.Duration // nil: BlobWriteIdle
 	set  time.Time      // when the deadline was last moved
 	// body is the request's body, when it has one (writeProgress), and
-	// headed whether the header was given yet.
-	body   *eofBody
-	headed bool
+	// headed whether the header was given yet; noDeadline: the writes'
+	// deadlines are another writer's (a blob's download).
+	body       *eofBody
+	headed     bool
+	noDeadline bool
 }
 
 // eofBody says whether its body was read to its end.
@@ -177,6 +179,9 @@ func (w *progressWriter) head() {
 // was moved within the last thirtieth of it: a timer's update costs ~1 µs,
 // and a response of many writes would pay it for each.
 func (w *progressWriter) deadline() error {
+	if w.noDeadline {
+		return nil
+	}
 	d := BlobWriteIdle
 	if w.idle != nil {
 		d = *w.idle
@@ -189,12 +194,25 @@ func (w *progressWriter) deadline() error {
 	return w.rc.SetWriteDeadline(now.Add(d))
 }
 
+// progressChunk is the most of a write given one deadline: a page written
+// in one call (c.JSON, a dashboard page) is bounded by its progress, not
+// cut for a client slower than its size over the idle time.
+const progressChunk = 64 << 10
+
 func (w *progressWriter) Write(p []byte) (int, error) {
 	w.head()
-	if err := w.deadline(); err != nil {
-		return 0, err
+	n := 0
+	for n < len(p) {
+		if err := w.deadline(); err != nil {
+			return n, err
+		}
+		k, err := w.ResponseWriter.Write(p[n:min(len(p), n+progressChunk)])
+		n += k
+		if err != nil {
+			return n, err
+		}
 	}
-	return w.ResponseWriter.Write(p)
+	return n, nil
 }
 
 // WriteHeader gives the header, and a response without a body, the same
@@ -217,11 +235,11 @@ func (w *progressWriter) WriteHeader(code int) {
 // (writeAnswer); a blob's download, its own progressWriter.
 func writeProgress(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if p := c.Path(); p == "/api/v1/blobs/:digest" || p == "/install/mesh-host/:digest" {
-			return next(c) // serveBlob's own, by BlobWriteIdle
-		}
 		w := c.Response().Writer
 		pw := &progressWriter{ResponseWriter: w, rc: http.NewResponseController(w), idle: &ResponseWriteIdle}
+		if p := c.Path(); p == "/api/v1/blobs/:digest" || p == "/install/mesh-host/:digest" {
+			pw.noDeadline = true // serveBlob's own, by BlobWriteIdle
+		}
 		if r := c.Request(); r.ContentLength != 0 {
 			pw.body = &eofBody{ReadCloser: r.Body}
 			r.Body = pw.body

@@ -302,7 +302,7 @@ func (s *Server) Register(e *echo.Echo) {
 // bodyLimit caps every request body; uploads get a larger cap.
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		limit, upload, anonymous := int64(MaxJSONBody), false, false
+		limit, upload := int64(MaxJSONBody), false
 		switch {
 		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
 			c.Path() == "/api/v1/builds/:id/artifact":
@@ -312,12 +312,10 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		case c.Path() == "/api/v1/hooks/:source":
 			limit = MaxHookBody
-			anonymous = true
 		case c.Path() == "/api/v1/auth/login" || c.Path() == "/api/v1/enroll" || c.Path() == "/login":
 			// Read before any credential is checked: an outsider's slow
 			// bodies held the controller's memory a MiB a connection.
 			limit = MaxAnonymousBody
-			anonymous = true
 		}
 		bodyDeadline(c, upload)
 		r := c.Request()
@@ -336,9 +334,11 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength > limit {
 			return &http.MaxBytesError{Limit: limit}
 		}
-		if anonymous && r.ContentLength != 0 && r.Method == http.MethodPost {
-			// Past the connection cap, a body read before any credential
-			// is checked does not hold its slot while it trickles in.
+		if r.ContentLength != 0 {
+			// Past the connection cap, a body that trickles in on a
+			// connection no credential was proved on yet (a login's, a
+			// webhook's, a dashboard form's read for its CSRF token before
+			// the session is checked) does not hold its slot while it does.
 			defer conns.IdleUntilRead(r)()
 		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)

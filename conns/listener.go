@@ -73,12 +73,13 @@ const tlsHandshake = 0x16
 // connection that waits on its client, and on which no request has proved
 // a credential, makes room for it: it is closed and the new one admitted
 // as an ordinary one. Waiting on its client is being between requests,
-// trickling a body read before any credential (IdleUntilRead), writing an
+// trickling a request's body (IdleUntilRead), writing an
 // answer its client does not read (Write), or waiting for its first
 // request — this last only once it has waited EvictAfter (a host that
 // just connected is about to send its request); the one that has waited
 // longest goes first. A connection on which a host's or a
-// person's credential was proved (Known) is never closed so, nor is a
+// person's credential was proved (Known, up to KnownPer of each) is never
+// closed so, nor is a
 // request the controller is working on or a parked poll: an outsider's
 // newcomers never take a connection a host already has. Without it,
 // anyone could hold every slot with connections kept alive by one cheap
@@ -109,6 +110,7 @@ type Listener struct {
 	// first: fresh, waiting for their first request; idle, the others
 	// that wait on their client (see Listener). Known ones are on neither.
 	fresh, idle list.List
+	knownBy     map[string]int // the known connections of each principal
 }
 
 // Limit wraps l so at most limit connections are open, reserve of them kept
@@ -171,10 +173,12 @@ type connKey struct{}
 
 // IdleUntilRead counts the connection r came on as idle (see Listener)
 // until r's body has been read to its end or failed, and returns what
-// counts it in use again, for when the handler returns. It is for a body
-// read before any credential is checked (a login, an enrolment, a
-// webhook): a client that trickles such a body held its slot for the
-// whole body deadline, a cheaper way than any to hold every slot.
+// counts it in use again, for when the handler returns. A connection a
+// credential was proved on (Known) is never counted idle, so it is for
+// the others: a client that trickles a body no credential came with yet
+// (a login's, a webhook's, a dashboard form's, read for its CSRF token
+// before the session is checked) held its slot for the whole body
+// deadline, a cheaper way than any to hold every slot.
 func IdleUntilRead(r *http.Request) (done func()) {
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
 	if c == nil {
@@ -240,11 +244,18 @@ func Busy(c net.Conn) {
 	}
 }
 
-// Known marks the connection r came on as one a request proved a
-// credential on (a host's or a person's): it is never closed to make room
-// (see Listener), so an outsider's newcomers cannot take the connection a
-// host or an operator already has.
-func Known(r *http.Request) {
+// KnownPer is how many connections of one principal are known at once
+// (Known): a host keeps one or two, a browser six; past it, one more
+// credential's connections make room as unknown ones do, so one copied
+// host token or one viewer's token cannot pin every slot.
+const KnownPer = 8
+
+// Known marks the connection r came on as one a request proved who's
+// credential on (a host's or a person's, who naming them): it is never
+// closed to make room (see Listener), so an outsider's newcomers cannot
+// take the connection a host or an operator already has. At most KnownPer
+// connections of one principal are known.
+func Known(r *http.Request, who string) {
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
 	if c == nil {
 		return
@@ -253,10 +264,19 @@ func Known(r *http.Request) {
 	if cc == nil || !cc.l.track || cc.known.Load() {
 		return // a host's every poll comes here: once is enough
 	}
-	cc.l.mu.Lock()
+	l := cc.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cc.closed.Load() || l.knownBy[who] >= KnownPer {
+		return
+	}
+	if l.knownBy == nil {
+		l.knownBy = map[string]int{}
+	}
+	l.knownBy[who]++
+	cc.knownAs = who
 	cc.known.Store(true)
-	cc.l.unlistLocked(cc)
-	cc.l.mu.Unlock()
+	l.unlistLocked(cc)
 }
 
 // counted is the connection a Listener handed out under c: c itself, or
@@ -428,6 +448,7 @@ type conn struct {
 	fresh     bool
 	onFresh   bool        // elem is on l.fresh, not l.idle
 	known     atomic.Bool // set under l.mu
+	knownAs   string      // whose, once known; guarded by l.mu
 }
 
 // Write writes p as the socket's own Write does, deadline and all. While
@@ -477,8 +498,16 @@ func (c *conn) Write(p []byte) (int, error) {
 func (c *conn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
-		c.l.markBusy(c)
-		c.l.open.Add(-1)
+		l := c.l
+		l.mu.Lock()
+		l.unlistLocked(c)
+		if c.knownAs != "" {
+			if l.knownBy[c.knownAs]--; l.knownBy[c.knownAs] <= 0 {
+				delete(l.knownBy, c.knownAs)
+			}
+		}
+		l.mu.Unlock()
+		l.open.Add(-1)
 	}
 	return err
 }

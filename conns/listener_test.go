@@ -368,14 +368,14 @@ func TestLimit_FreshConnectionsHoldForAWhile(t *testing.T) {
 func TestLimit_KnownConnectionsHold(t *testing.T) {
 	l, addr := MustServe(t, 6, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
 		srv.Handler.(*http.ServeMux).HandleFunc("GET /known", func(w http.ResponseWriter, r *http.Request) {
-			Known(r)
+			Known(r, "person:"+r.URL.Query().Get("who"))
 			io.WriteString(w, "known")
 		})
 	})
 	var known []net.Conn
 	for range 4 {
 		c := MustDial(t, addr)
-		if resp, body := Get(t, c, "/known", true); resp.StatusCode != http.StatusOK || body != "known" {
+		if resp, body := Get(t, c, fmt.Sprintf("/known?who=p%d", len(known)), true); resp.StatusCode != http.StatusOK || body != "known" {
 			t.Fatalf("%d %q", resp.StatusCode, body)
 		}
 		known = append(known, c)
@@ -530,5 +530,35 @@ func TestLimit_UnreadAnswerMakesRoom(t *testing.T) {
 	}
 	if l.Evicted() == 0 {
 		t.Errorf("evicted 0")
+	}
+}
+
+// One principal's connections are known KnownPer at a time: past that,
+// more of its connections make room as unknown ones do, so one copied host
+// token or one viewer's token cannot pin every slot.
+func TestLimit_KnownPerPrincipal(t *testing.T) {
+	l, addr := MustServe(t, KnownPer+4, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
+		srv.Handler.(*http.ServeMux).HandleFunc("GET /known", func(w http.ResponseWriter, r *http.Request) {
+			Known(r, "machine:m1")
+			io.WriteString(w, "known")
+		})
+	})
+	for range KnownPer + 2 { // the soft cap, all one machine's
+		if resp, body := Get(t, MustDial(t, addr), "/known", true); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+	}
+	WaitOpen(t, l, KnownPer+2)
+	if resp, body := Get(t, MustDial(t, addr), "/", false); resp.StatusCode != http.StatusOK {
+		t.Fatalf("past the soft cap, all of it one principal's: %d %q", resp.StatusCode, body)
+	}
+	if l.Evicted() != 1 {
+		t.Errorf("evicted %d, want 1", l.Evicted())
+	}
+	l.mu.Lock()
+	n := l.knownBy["machine:m1"]
+	l.mu.Unlock()
+	if n != KnownPer {
+		t.Errorf("known of machine:m1: %d, want %d", n, KnownPer)
 	}
 }

@@ -91,3 +91,35 @@ func TestConnectionCap_IdleHoldersDoNotKeepHostsOut(t *testing.T) {
 		t.Errorf("mesh_connections_evicted_total 0: the host got in some other way")
 	}
 }
+
+// Dashboard forms are read for their CSRF token before the session is
+// checked: an outsider trickling such bodies does not hold the cap either.
+// Before, the soft cap held by trickled form posts refused every newcomer
+// for the whole body deadline.
+func TestConnectionCap_TrickledFormsDoNotKeepHostsOut(t *testing.T) {
+	c := startController(t, store.SQLite, "--max-conns", "40")
+	addr := strings.TrimPrefix(c.URL, "http://")
+	for range 40 { // the soft cap and past it: those past it make room among themselves
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "POST /logout HTTP/1.1\r\nHost: mesh\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n_csrf=")
+	}
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	waitFor(t, 20*time.Second, "a new connection served while trickled forms hold the cap", func() bool {
+		resp, err := fresh.Get(c.URL + "/api/v1/host/ca")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode != http.StatusServiceUnavailable
+	})
+	h := enroll(t, c, "m1", c.URL)
+	h.start()
+	c.module("conf")
+	c.upload("conf", `{"resources": []}`, nil)
+	c.assign("m1", "conf")
+	c.waitApplied("m1", 30*time.Second)
+}

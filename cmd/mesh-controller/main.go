@@ -227,7 +227,7 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 	if err != nil {
 		o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_CONNS: %w", err))
 	}
-	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it less the last %d (at most half, kept for GET /healthz and /readyz), a new one takes the place of the unknown one waiting longest on its client (between requests, trickling a body, not reading its answer, or silent a second), else is answered 503; a host's or person's connection is never closed so; 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
+	fs.IntVar(&cfg.MaxConns, "max-conns", maxConns, fmt.Sprintf("most open connections; past it less the last %d (at most half, kept for GET /healthz and /readyz), a new one takes the place of the unknown one waiting longest on its client (between requests, trickling a body, not reading its answer, or silent a second), else is answered 503; a host's or person's connection (up to 8 each) is never closed so; 0 = the open-file limit, raised at start, less %d for the store and files (MESH_MAX_CONNS)", conns.ProbeReserve, conns.FileReserve))
 	fs.StringVar(&cfg.KeyFile, "key-file", env("MESH_KEY_FILE", ""), "file of the 32-byte key (raw, 64 hex characters or base64; mode 0600) that encrypts the signing keys in the store; MESH_KEY may hold the key itself instead; empty = stored in plaintext (MESH_KEY_FILE)")
 	cfg.Key = os.Getenv("MESH_KEY")
 	if cfg.TrustedProxies, err = web.ParseTrustedProxies(os.Getenv("MESH_TRUSTED_PROXIES")); err != nil {
