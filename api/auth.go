@@ -85,7 +85,7 @@ func (s *Server) requirePerson(allowed func(role string) error) echo.MiddlewareF
 			if err := allowed(claims.Role); err != nil {
 				return err
 			}
-			conns.Known(c.Request(), "person:"+claims.Subject) // a person's connection never makes room past the cap
+			conns.Known(c.Request(), "person", claims.Subject) // a person's connection never makes room past the cap
 			c.Set(principalKey, &Principal{User: claims.Subject, Role: claims.Role, APIToken: claims.Kind == auth.KindAPIToken, tokenID: claims.ID})
 			return next(c)
 		}
@@ -167,7 +167,7 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		s.Hub.Add(m)
 		id = m.ID
 	}
-	conns.Known(c.Request(), "machine:"+name) // a host's connection never makes room past the cap
+	conns.Known(c.Request(), "machine", name) // a host's connection never makes room past the cap
 	return &Principal{Machine: name, hostID: id, enrolment: enrolment, cert: cert}, nil
 }
 

@@ -250,12 +250,12 @@ func Busy(c net.Conn) {
 // host token or one viewer's token cannot pin every slot.
 const KnownPer = 8
 
-// Known marks the connection r came on as one a request proved who's
-// credential on (a host's or a person's, who naming them): it is never
-// closed to make room (see Listener), so an outsider's newcomers cannot
-// take the connection a host or an operator already has. At most KnownPer
-// connections of one principal are known.
-func Known(r *http.Request, who string) {
+// Known marks the connection r came on as one a request proved a
+// credential on (a host's or a person's: kind "machine" or "person", and
+// its name): it is never closed to make room (see Listener), so an
+// outsider's newcomers cannot take the connection a host or an operator
+// already has. At most KnownPer connections of one principal are known.
+func Known(r *http.Request, kind, name string) {
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
 	if c == nil {
 		return
@@ -264,6 +264,7 @@ func Known(r *http.Request, who string) {
 	if cc == nil || !cc.l.track || cc.known.Load() {
 		return // a host's every poll comes here: once is enough
 	}
+	who := kind + ":" + name // built past the check: not on every poll
 	l := cc.l
 	l.mu.Lock()
 	defer l.mu.Unlock()

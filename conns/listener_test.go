@@ -368,7 +368,7 @@ func TestLimit_FreshConnectionsHoldForAWhile(t *testing.T) {
 func TestLimit_KnownConnectionsHold(t *testing.T) {
 	l, addr := MustServe(t, 6, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
 		srv.Handler.(*http.ServeMux).HandleFunc("GET /known", func(w http.ResponseWriter, r *http.Request) {
-			Known(r, "person:"+r.URL.Query().Get("who"))
+			Known(r, "person", r.URL.Query().Get("who"))
 			io.WriteString(w, "known")
 		})
 	})
@@ -539,7 +539,7 @@ func TestLimit_UnreadAnswerMakesRoom(t *testing.T) {
 func TestLimit_KnownPerPrincipal(t *testing.T) {
 	l, addr := MustServe(t, KnownPer+4, 2, trackIdle(0), func(srv *http.Server, _ *Listener) {
 		srv.Handler.(*http.ServeMux).HandleFunc("GET /known", func(w http.ResponseWriter, r *http.Request) {
-			Known(r, "machine:m1")
+			Known(r, "machine", "m1")
 			io.WriteString(w, "known")
 		})
 	})

@@ -208,7 +208,7 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 			if models.RoleRank(claims.Role) < models.RoleRank(min) {
 				return s.errorPage(c, http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot do this; it needs %s.", claims.Role, min))
 			}
-			conns.Known(c.Request(), "person:"+claims.Subject) // a person's connection never makes room past the cap
+			conns.Known(c.Request(), "person", claims.Subject) // a person's connection never makes room past the cap
 			csrf, _ := c.Get(csrfCtxKey).(string)
 			c.Set(viewerKey, viewer{User: claims.Subject, Role: claims.Role, CSRF: csrf})
 			return next(c)
