@@ -63,19 +63,7 @@ func TestConnectionCap_IdleHoldersDoNotKeepHostsOut(t *testing.T) {
 		t.Fatalf("held %d connections, want the cap's 40 less the test's own", held)
 	}
 	// The room comes once those have been idle for conns.EvictAfter.
-	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	waitFor(t, 20*time.Second, "a new connection served while the cap is held", func() bool {
-		resp, err := fresh.Get(c.URL + "/api/v1/host/ca")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode != http.StatusServiceUnavailable
-	})
-	h := enroll(t, c, "m1", c.URL)
-	h.start()
-	c.assign("m1", "conf")
-	c.waitApplied("m1", 30*time.Second)
+	enrolWhileHeld(t, c)
 
 	resp, err := http.Get(c.URL + "/metrics")
 	if err != nil {
@@ -98,6 +86,8 @@ func TestConnectionCap_IdleHoldersDoNotKeepHostsOut(t *testing.T) {
 // for the whole body deadline.
 func TestConnectionCap_TrickledFormsDoNotKeepHostsOut(t *testing.T) {
 	c := startController(t, store.SQLite, "--max-conns", "40")
+	c.module("conf")
+	c.upload("conf", `{"resources": []}`, nil)
 	addr := strings.TrimPrefix(c.URL, "http://")
 	for range 40 { // the soft cap and past it: those past it make room among themselves
 		conn, err := net.Dial("tcp", addr)
@@ -107,8 +97,15 @@ func TestConnectionCap_TrickledFormsDoNotKeepHostsOut(t *testing.T) {
 		t.Cleanup(func() { conn.Close() })
 		fmt.Fprintf(conn, "POST /logout HTTP/1.1\r\nHost: mesh\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 1000\r\n\r\n_csrf=")
 	}
+	enrolWhileHeld(t, c)
+}
+
+// enrolWhileHeld waits until a new connection is served while the cap is
+// held, then enrols a host, which applies the module conf it is assigned.
+func enrolWhileHeld(t *testing.T, c *controllerProc) {
+	t.Helper()
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	waitFor(t, 20*time.Second, "a new connection served while trickled forms hold the cap", func() bool {
+	waitFor(t, 20*time.Second, "a new connection served while the cap is held", func() bool {
 		resp, err := fresh.Get(c.URL + "/api/v1/host/ca")
 		if err != nil {
 			return false
@@ -118,8 +115,6 @@ func TestConnectionCap_TrickledFormsDoNotKeepHostsOut(t *testing.T) {
 	})
 	h := enroll(t, c, "m1", c.URL)
 	h.start()
-	c.module("conf")
-	c.upload("conf", `{"resources": []}`, nil)
 	c.assign("m1", "conf")
 	c.waitApplied("m1", 30*time.Second)
 }
