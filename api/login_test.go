@@ -78,7 +78,7 @@ func TestLogin_LongNamesCostLittle(t *testing.T) {
 	if resp.StatusCode != 413 {
 		t.Fatalf("a 100 KiB login: %d, want 413", resp.StatusCode)
 	}
-	if !strings.Contains(string(body), "over this route's limit of 64 KiB") {
+	if !strings.Contains(string(body), "over this route's limit of 64KiB") {
 		t.Errorf("the 413 does not name the limit: %s", body)
 	}
 	for range 6 { // past the free failures: the throttled attempts are audited too, one row a minute

@@ -39,7 +39,7 @@ func problemOf(err error) Problem {
 	case errors.As(err, &mbe):
 		// net/http's words name no limit: the detail says which.
 		pr := p(http.StatusRequestEntityTooLarge, "too-large", "Request body too large")
-		pr.Detail = fmt.Sprintf("the request's body is over this route's limit of %s", sizeWords(mbe.Limit))
+		pr.Detail = fmt.Sprintf("the request's body is over this route's limit of %s", models.SizeWords(mbe.Limit))
 		return pr
 	case errors.As(err, &inv):
 		return Problem{Type: ProblemType("invalid"), Title: "Invalid input", Status: http.StatusBadRequest, Detail: inv.Error()}
@@ -125,18 +125,4 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 	c.Response().WriteHeader(p.Status)
 	_, _ = c.Response().Write(b)
-}
-
-// sizeWords says n bytes in the largest binary unit that divides it, as
-// --max-upload takes it.
-func sizeWords(n int64) string {
-	for _, u := range []struct {
-		s string
-		n int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.n && n%u.n == 0 {
-			return fmt.Sprintf("%d %s", n/u.n, u.s)
-		}
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -415,17 +415,7 @@ func (k *keepDuration) Type() string { return "duration" }
 // byteSize is a flag of bytes: a number with an optional KiB, MiB or GiB.
 type byteSize int64
 
-func (b *byteSize) String() string {
-	for _, u := range []struct {
-		s string
-		n int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if *b != 0 && int64(*b)%u.n == 0 {
-			return strconv.FormatInt(int64(*b)/u.n, 10) + u.s
-		}
-	}
-	return strconv.FormatInt(int64(*b), 10)
-}
+func (b *byteSize) String() string { return models.SizeWords(int64(*b)) }
 
 // Type names the flag's value in --help.
 func (b *byteSize) Type() string { return "size" }

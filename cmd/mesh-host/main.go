@@ -23,6 +23,7 @@ import (
 
 	"mesh/agent"
 	"mesh/cmd/internal/cli"
+	"mesh/models"
 	"mesh/version"
 )
 
@@ -58,19 +59,8 @@ func (m *multi) Type() string       { return "path" }
 type byteSize int64
 
 // String says the size as it would be given: "1MiB", not 1048576.
-func (b *byteSize) String() string {
-	n := int64(*b)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.m && n%u.m == 0 {
-			return strconv.FormatInt(n/u.m, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-func (b *byteSize) Type() string { return "size" }
+func (b *byteSize) String() string { return models.SizeWords(int64(*b)) }
+func (b *byteSize) Type() string   { return "size" }
 func (b *byteSize) Set(v string) error {
 	mult := int64(1)
 	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
