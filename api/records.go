@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/conns"
 	"mesh/models"
 )
 
@@ -105,13 +106,10 @@ func (s *Server) serveBlob(c echo.Context, d string) error {
 	}
 	// content reads only the chunks the request's range touches, one at a
 	// time; If-None-Match and If-Range are judged against the ETag. Each
-	// write must make progress within BlobWriteIdle: the server has no
-	// write timeout (a long poll waits longer than any), so a client that
-	// stops reading would hold the connection and its chunk's buffer for
-	// good, and a binary's digest is public (install.sh).
-	w := &progressWriter{ResponseWriter: c.Response(), rc: http.NewResponseController(c.Response())}
-	http.ServeContent(w, c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
-	_ = w.rc.SetWriteDeadline(time.Time{}) // a kept connection's next request is not cut
+	// write must make progress within BlobWriteIdle (writeProgress): a
+	// client that stops reading would hold the connection and its chunk's
+	// buffer for good, and a binary's digest is public (install.sh).
+	http.ServeContent(c.Response(), c.Request(), strings.ReplaceAll(d, ":", "-"), b.CreatedAt, content)
 	return nil
 }
 
@@ -123,19 +121,16 @@ var BlobWriteIdle = 30 * time.Second
 // any of its bytes before its connection is cut (tests shorten it).
 var ResponseWriteIdle = 30 * time.Second
 
-// progressWriter gives each write of a response its idle time (by
-// default BlobWriteIdle) to finish.
+// progressWriter gives each write of a response its idle time to finish.
 type progressWriter struct {
 	http.ResponseWriter
 	rc   *http.ResponseController
-	idle *time.Duration // nil: BlobWriteIdle
+	idle *time.Duration // ResponseWriteIdle, or BlobWriteIdle for a blob
 	set  time.Time      // when the deadline was last moved
-	// body is the request's body, when it has one (writeProgress), and
-	// headed whether the header was given yet; noDeadline: the writes'
-	// deadlines are another writer's (a blob's download).
-	body       *eofBody
-	headed     bool
-	noDeadline bool
+	// body is the request's body, when it has one, and headed whether the
+	// header was given yet.
+	body   *eofBody
+	headed bool
 }
 
 // eofBody says whether its body was read to its end.
@@ -179,13 +174,7 @@ func (w *progressWriter) head() {
 // was moved within the last thirtieth of it: a timer's update costs ~1 µs,
 // and a response of many writes would pay it for each.
 func (w *progressWriter) deadline() error {
-	if w.noDeadline {
-		return nil
-	}
-	d := BlobWriteIdle
-	if w.idle != nil {
-		d = *w.idle
-	}
+	d := *w.idle
 	now := time.Now()
 	if now.Sub(w.set) < d/30 {
 		return nil
@@ -229,18 +218,26 @@ func (w *progressWriter) WriteHeader(code int) {
 // buffers take (openapi.yaml, to anyone), or for many small ones on one
 // connection, and then read nothing held its connection, a goroutine and a
 // slot of the connection cap for good: a slot a request, with nothing more
-// to send. The header is bounded too (WriteHeader), so a deadline an
-// earlier response on the connection left never cuts this one, whatever it
-// waited for first. A parked poll's answer has a bound of its own
-// (writeAnswer); a blob's download, its own progressWriter.
+// to send. The header is bounded too (WriteHeader): net/http writes it,
+// and an answer without a body, after the handler returns (and clears the
+// deadline once the answer is written). A parked poll's answer has a bound of its own
+// (writeAnswer); a blob's download is given BlobWriteIdle.
+//
+// It watches the request's body too: whether it was read to its end
+// (head), and, past the connection cap, it counts the connection idle
+// while the body trickles in on a connection no credential was proved on
+// yet (a login's, a webhook's, a dashboard form's read for its CSRF token
+// before the session is checked), so that such a body does not hold a slot
+// (conns.IdleUntilRead).
 func writeProgress(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		w := c.Response().Writer
 		pw := &progressWriter{ResponseWriter: w, rc: http.NewResponseController(w), idle: &ResponseWriteIdle}
 		if p := c.Path(); p == "/api/v1/blobs/:digest" || p == "/install/mesh-host/:digest" {
-			pw.noDeadline = true // serveBlob's own, by BlobWriteIdle
+			pw.idle = &BlobWriteIdle
 		}
 		if r := c.Request(); r.ContentLength != 0 {
+			defer conns.IdleUntilRead(r)()
 			pw.body = &eofBody{ReadCloser: r.Body}
 			r.Body = pw.body
 		}

@@ -334,13 +334,6 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.ContentLength > limit {
 			return &http.MaxBytesError{Limit: limit}
 		}
-		if r.ContentLength != 0 {
-			// Past the connection cap, a body that trickles in on a
-			// connection no credential was proved on yet (a login's, a
-			// webhook's, a dashboard form's read for its CSRF token before
-			// the session is checked) does not hold its slot while it does.
-			defer conns.IdleUntilRead(r)()
-		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
 		return next(c)
 	}
