@@ -30,11 +30,9 @@ const ProbeReserve = 16
 // bounds how long a flood of silent connections can hold the reserve.
 const PeekTimeout = 2 * time.Second
 
-// EvictAfter is how long a connection must have been idle before a new
-// one past the soft cap may take its place (see Listener): a connection
-// between requests, waiting for its first, or given back after a parked
-// poll and waiting for its host's next. Younger ones are not worth the
-// churn: the host that just connected is about to send its request.
+// EvictAfter is how long a new connection may wait for its first request
+// before a newer one past the soft cap may take its place (see Listener):
+// the host that just connected is about to send its request.
 const EvictAfter = time.Second
 
 // RetryAfter is what a refused client is told to wait, in seconds.
@@ -73,13 +71,11 @@ const tlsHandshake = 0x16
 // connection that waits on its client, and on which no request has proved
 // a credential, makes room for it: it is closed and the new one admitted
 // as an ordinary one. Waiting on its client is being between requests,
-// trickling a request's body (IdleUntilRead), writing an
-// answer its client does not read (Write), or waiting for its first
-// request — this last only once it has waited EvictAfter (a host that
-// just connected is about to send its request); the one that has waited
-// longest goes first. A connection on which a host's or a
-// person's credential was proved (Known, up to KnownPer of each) is never
-// closed so, nor is a
+// trickling a request's body (IdleUntilRead), writing an answer its client
+// does not read (Write), or waiting for its first request — this last only
+// once it has waited EvictAfter; the one that has waited longest goes
+// first. A connection on which a host's or a person's credential was
+// proved (Known, up to KnownPer of each) is never closed so, nor is a
 // request the controller is working on or a parked poll: an outsider's
 // newcomers never take a connection a host already has. Without it,
 // anyone could hold every slot with connections kept alive by one cheap
@@ -292,19 +288,13 @@ func counted(c net.Conn) *conn {
 	return nil
 }
 
-func (l *Listener) markIdle(c *conn) {
+// markIdle lists c among those that may make room (listLocked) and
+// reports whether it did: a write that waits on its client undoes only its
+// own mark.
+func (l *Listener) markIdle(c *conn) bool {
 	if !l.track {
-		return
+		return false
 	}
-	l.mu.Lock()
-	l.listLocked(c)
-	l.mu.Unlock()
-}
-
-// markIdleIfBusy marks c idle unless it is already (or known), and
-// reports whether it did: a write that waits on its client undoes only
-// its own mark.
-func (l *Listener) markIdleIfBusy(c *conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.listLocked(c)
@@ -472,7 +462,7 @@ func (c *conn) Write(p []byte) (int, error) {
 				continue
 			case err == syscall.EAGAIN:
 				if !waiting {
-					waiting = c.l.markIdleIfBusy(c)
+					waiting = c.l.markIdle(c)
 				}
 				return false // wait for room, within the deadline
 			case err != nil:
@@ -486,11 +476,12 @@ func (c *conn) Write(p []byte) (int, error) {
 	if waiting {
 		c.l.markBusy(c)
 	}
-	if err == nil {
-		err = werr
-	}
-	if err != nil {
-		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe): // the raw write's own (a deadline, a close): said as a write's
+		oe.Op = "write"
+	case err == nil && werr != nil:
+		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: werr}
 	}
 	return n, err
 }
