@@ -101,21 +101,9 @@ func TestInstall_StalledDownloadCut(t *testing.T) {
 		t.Fatalf("release: %d %s", resp.StatusCode, b)
 	}
 	sum := sha256.Sum256(binary)
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-	}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "GET /install/mesh-host/sha256:%s HTTP/1.1\r\nHost: x\r\n\r\n", hex.EncodeToString(sum[:]))
-	// The stall itself, the attack: nothing read for ten times the idle
-	// allowed. (What the controller has already handed its socket, some
-	// MiB, still arrives; the rest never does.)
-	time.Sleep(10 * api.BlobWriteIdle)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, _ := io.Copy(io.Discard, conn)
+	// (What the controller has already handed its socket still arrives;
+	// the rest never does.)
+	n := readAfterStalling(t, e.URL, "/install/mesh-host/sha256:"+hex.EncodeToString(sum[:]), api.BlobWriteIdle)
 	if n >= int64(len(binary)) {
 		t.Fatalf("read %d bytes of a %d-byte binary after stalling: the stalled download was never cut", n, len(binary))
 	}
@@ -136,27 +124,34 @@ func TestResponse_StalledReaderCut(t *testing.T) {
 	}
 	whole, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	// A small receive buffer and segments, as a client far away has: the
-	// controller's socket then takes ~30 KiB, not the whole spec.
+	if n := readAfterStalling(t, e.URL, "/openapi.yaml", api.ResponseWriteIdle); n >= int64(len(whole)) {
+		t.Fatalf("read %d bytes of a %d-byte spec after stalling: the stalled response was never cut", n, len(whole))
+	}
+}
+
+// readAfterStalling asks for path on a connection of its own and reads
+// nothing for ten times idle — the stall itself, the attack — then reads
+// what comes, and says how many bytes that was. Its receive buffer and
+// segments are small, as a client far away has, so the controller's
+// socket takes some tens of KiB of the answer, not the whole of it.
+func readAfterStalling(t *testing.T, url, path string, idle time.Duration) int64 {
+	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) {
 			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
 			_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG, 1400)
 		})
 	}}
-	conn, err := d.Dial("tcp", strings.TrimPrefix(e.URL, "http://"))
+	conn, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET /openapi.yaml HTTP/1.1\r\nHost: x\r\n\r\n")
-	// The stall itself: nothing read for ten times the idle allowed.
-	time.Sleep(10 * api.ResponseWriteIdle)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+	time.Sleep(10 * idle)
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, _ := io.Copy(io.Discard, conn)
-	if n >= int64(len(whole)) {
-		t.Fatalf("read %d bytes of a %d-byte spec after stalling: the stalled response was never cut", n, len(whole))
-	}
+	return n
 }
 
 // A request that announces a body and never sends it is answered within
