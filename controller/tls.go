@@ -48,6 +48,16 @@ func IsLoopback(listen string) bool {
 // always, unless --insecure-http says otherwise, which is warned of on
 // every start.
 func servesTLS(cfg Config) (bool, error) {
+	on, err := decideTLS(cfg)
+	if err == nil && !on && !cfg.HostBearerUntil.IsZero() {
+		// The window keeps plain HTTP open for hosts beside TLS; without
+		// TLS it would mean nothing, and its date would pass unnoticed.
+		return false, errors.New("--host-bearer-until: this controller serves plain HTTP, so there is no move to TLS to wait for; give it with TLS on (--tls on loopback, or without --insecure-http)")
+	}
+	return on, err
+}
+
+func decideTLS(cfg Config) (bool, error) {
 	switch {
 	case cfg.TLS && cfg.InsecureHTTP:
 		return false, errors.New("--tls and --insecure-http: give one")

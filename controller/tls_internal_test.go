@@ -35,6 +35,9 @@ func TestServesTLS(t *testing.T) {
 		{"ErrCertWithoutKey", Config{Listen: "10.0.0.5:8080", TLSCertFile: "c.pem"}, false, true},
 		{"LoopbackWithACME", Config{Listen: "127.0.0.1:8443", ACME: ACME{Domains: []string{"mesh.example.net"}}}, true, false},
 		{"ErrACMEAndCert", Config{Listen: ":443", TLSCertFile: "c.pem", TLSKeyFile: "k.pem", ACME: ACME{Domains: []string{"mesh.example.net"}}}, false, true},
+		{"BearerWindowWithTLS", Config{Listen: "10.0.0.5:8080", HostBearerUntil: time.Now()}, true, false},
+		{"ErrBearerWindowOnPlain", Config{Listen: "127.0.0.1:8080", HostBearerUntil: time.Now()}, false, true},
+		{"ErrBearerWindowInsecure", Config{Listen: "10.0.0.5:8080", InsecureHTTP: true, HostBearerUntil: time.Now()}, false, true},
 		{"ErrACMEAndInsecure", Config{Listen: ":443", InsecureHTTP: true, ACME: ACME{Domains: []string{"mesh.example.net"}}}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
