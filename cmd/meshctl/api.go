@@ -117,6 +117,14 @@ func expect(hr *http.Response, body []byte, want ...int) error {
 	if strings.HasPrefix(hr.Header.Get("Content-Type"), "application/problem+json") && json.Unmarshal(body, &p) == nil && p.Title != "" {
 		return &problemError{Status: hr.StatusCode, Problem: p}
 	}
+	if hr.StatusCode == http.StatusBadRequest && hr.Request.URL.Scheme == "http" && bytes.Contains(body, []byte("HTTP request to an HTTPS server")) {
+		// Go's TLS server answers plain HTTP with its own words; say
+		// which URL to use instead.
+		u := *hr.Request.URL
+		u.Scheme, u.Path, u.RawQuery = "https", "", ""
+		return fmt.Errorf("the controller at %s://%s serves TLS: use %s (with --ca-pin sha256:… if it serves under the mesh's own CA: "+
+			"its start message and every join token's answer give the pin)", hr.Request.URL.Scheme, hr.Request.URL.Host, u.String())
+	}
 	return fmt.Errorf("unexpected answer %s from %s %s: %.200s", hr.Status, hr.Request.Method, hr.Request.URL.Path, body)
 }
 

@@ -48,6 +48,14 @@ func TestMeshctl_LoginPinsTheMeshCA(t *testing.T) {
 			t.Fatalf("want a refusal of the unknown CA: %s", r)
 		}
 	})
+	t.Run("ErrPlainURL", func(t *testing.T) {
+		// Go's TLS server answers plain HTTP with a 400 of its own words.
+		plain := "http://" + c.Addr.String()
+		r := mc.run(pw, "login", plain, "--user", "admin", "--password-stdin")
+		if r.code == 0 || !strings.Contains(r.stderr, "serves TLS: use "+url) {
+			t.Fatalf("want a refusal naming the https URL: %s", r)
+		}
+	})
 	t.Run("ErrWrongPin", func(t *testing.T) {
 		wrong := "sha256:" + strings.Repeat("0", 64)
 		r := mc.run(pw, "login", url, "--user", "admin", "--password-stdin", "--ca-pin", wrong)
