@@ -2,7 +2,10 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -41,6 +44,18 @@ func (s *Server) machineLogs(c echo.Context) error {
 		return err
 	}
 	if resource != "" && len(rows) == 0 {
+		// A module its host has not reported running may not be there at
+		// all: say so, rather than that its services have been quiet.
+		module, _, _ := strings.Cut(resource, ".")
+		running, err := m.RunningBuilds()
+		if err != nil {
+			return err
+		}
+		if _, ok := running[module]; !ok && len(running) < models.MaxRunning { // past it, the report's list was cut
+			names := slices.Sorted(maps.Keys(running))
+			return fmt.Errorf("%w: machine %s has shipped no lines of %s, and its host has not reported running module %s (its last applied report names %s)",
+				models.ErrNotFound, m.Name, resource, module, orNone(names))
+		}
 		return fmt.Errorf("%w: machine %s has shipped no lines of %s (a host ships a service's last lines when it fails, restarts or turns unhealthy)",
 			models.ErrNotFound, m.Name, resource)
 	}
@@ -52,4 +67,12 @@ func (s *Server) machineLogs(c echo.Context) error {
 		}
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// orNone lists names for a message, or says there are none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

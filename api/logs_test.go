@@ -33,7 +33,8 @@ func TestLogs_LatestShippedLines(t *testing.T) {
 			t.Fatalf("first poll: %d", p.status)
 		}
 		before := time.Now().Add(-time.Second)
-		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "checked",
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied",
+			"running": map[string]any{"web": map[string]any{"build": 1}},
 			"logs": []map[string]any{
 				{"resource": "web.service", "why": "restarted", "lines": []string{"starting", "listen tcp :80: bind: address already in use"}},
 				{"resource": "web.worker", "why": "unhealthy", "lines": []string{"a", "b", "c"}, "truncated": true},
@@ -71,6 +72,7 @@ func TestLogs_LatestShippedLines(t *testing.T) {
 			detail      string
 		}{
 			{"NoneShipped", "?resource=web.other", 404, "machine m1 has shipped no lines of web.other"},
+			{"ModuleNotRun", "?resource=db.service", 404, "its host has not reported running module db (its last applied report names web)"},
 			{"NotAResource", "?resource=../etc", 400, "resource"},
 			{"TailZero", "?resource=web.service&tail=0", 400, "tail"},
 			{"TailTooMany", "?resource=web.service&tail=101", 400, "a number of lines from 1 to 100"},
