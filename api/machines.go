@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -305,7 +304,7 @@ func (s *Server) previewDeclaration(c echo.Context) error {
 		if errors.Is(ferr, models.ErrInvalid) {
 			// Said whole, as the machine's state says it: which module,
 			// build and resource, not only the innermost field.
-			return models.Invalid("declaration", fmt.Sprintf("generation %d cannot be composed: %v", m.Generation, ferr))
+			return &models.NotComposableError{Generation: m.Generation, Why: ferr}
 		}
 		return ferr
 	}

@@ -32,6 +32,7 @@ func problemOf(err error) Problem {
 	var he *echo.HTTPError
 	var mbe *http.MaxBytesError
 	var tf *models.TrialFailedError
+	var nc *models.NotComposableError
 	p := func(status int, slug, title string) Problem {
 		return Problem{Type: ProblemType(slug), Title: title, Status: status, Detail: err.Error()}
 	}
@@ -61,6 +62,8 @@ func problemOf(err error) Problem {
 		return p(http.StatusConflict, "downgrade-needs-reason", "Older build needs a reason")
 	case errors.Is(err, models.ErrMachineConflict):
 		return p(http.StatusConflict, "machine-conflict", "Machine is in conflict")
+	case errors.As(err, &nc):
+		return p(http.StatusConflict, "not-composable", "Cannot be composed")
 	case errors.As(err, &tf):
 		return p(http.StatusConflict, "trial-failed", "The trial of this host release failed")
 	case errors.Is(err, models.ErrConflict):

@@ -52,6 +52,19 @@ func (e *RetryAfterError) Error() string { return e.Err.Error() }
 // Unwrap makes errors.Is see the refusal's sentinel.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
+// NotComposableError says why a machine's generation cannot be composed:
+// the request asking for its declaration was sound, the declared state is
+// not (a 409, not a 400). It does not unwrap to the composing error,
+// which is ErrInvalid when a variable or placeholder is wrong.
+type NotComposableError struct {
+	Generation int64
+	Why        error
+}
+
+func (e *NotComposableError) Error() string {
+	return fmt.Sprintf("generation %d cannot be composed: %v", e.Generation, e.Why)
+}
+
 // InvalidError names the field that is wrong and why; it is ErrInvalid.
 type InvalidError struct {
 	Field  string

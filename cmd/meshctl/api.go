@@ -74,11 +74,12 @@ type problemError struct {
 func (p *problemError) Error() string {
 	s := p.Title
 	if p.Detail != nil && *p.Detail != "" {
-		// A detail that begins with the title's word says it once
-		// ("Conflict: conflict: …" reads as a stutter).
-		// and so does one that ends with it ("Not found: machine m1: not found").
+		// A detail that has the title's words says them once
+		// ("Conflict: conflict: …", "Not found: machine m1: not found",
+		// "Cannot be composed: generation 2 cannot be composed: …" read
+		// as a stutter).
 		lower, title := strings.ToLower(*p.Detail), strings.ToLower(p.Title)
-		if strings.HasPrefix(lower, title+": ") || strings.HasSuffix(lower, ": "+title) {
+		if strings.Contains(lower, title) {
 			s = *p.Detail
 		} else {
 			s += ": " + *p.Detail

@@ -124,6 +124,11 @@ func TestMeshctl_TheRecord(t *testing.T) {
 	if _, errOut, code := meshctl("machines", "declaration", "m2"); code != 1 || !strings.Contains(errOut, "generation 2 cannot be composed: module needs-port build 1 resource conf: ") {
 		t.Fatalf("machines declaration of a generation that cannot be composed: exit %d %s", code, errOut)
 	}
+	// The request was sound; the declared state is not: a 409, not a 400.
+	if resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m2/declaration", Token: e.Admin}); resp.StatusCode != 409 ||
+		!strings.Contains(string(b), `"urn:mesh:problem:not-composable"`) {
+		t.Fatalf("preview of a generation that cannot be composed: %d %s", resp.StatusCode, b)
+	}
 
 	for _, tc := range []struct {
 		args []string
