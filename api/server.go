@@ -424,26 +424,12 @@ func decodeStrict(c echo.Context, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return models.Invalid("body", jsonErr(err))
+		return models.Invalid("body", models.JSONWords(err))
 	}
 	if dec.More() {
 		return models.Invalid("body", "trailing data after the JSON value")
 	}
 	return nil
-}
-
-func jsonErr(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se)
-	case errors.As(err, &te):
-		return fmt.Sprintf("field %s must be %s", te.Field, te.Type)
-	case errors.Is(err, io.EOF):
-		return "empty body; a JSON object is expected"
-	}
-	return err.Error()
 }
 
 // Pagination bounds.

@@ -45,7 +45,7 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
-		return nil, Invalid("manifest", err.Error())
+		return nil, Invalid("manifest", JSONWords(err))
 	}
 	if m.Resources == nil {
 		m.Resources = []ManifestResource{}
