@@ -89,10 +89,15 @@ func demo(ctx context.Context, listen string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(caFile, c.CA.PEM(), 0o644); err != nil {
 		return err
 	}
+	// A state other than current, on demand: demo-2's check is that its
+	// config file is there.
+	breakIt := filepath.Join(dir, hosts[1], "root", "etc", "hello.conf")
 	fmt.Fprintf(stdout, "mesh demo: a controller and three hosts (%s) in %s, over TLS under the mesh CA (pin %s)\n"+
 		"  dashboard: %s/  (log in as admin with the password above; your browser does not know the mesh CA: trust %s, or accept the warning)\n"+
-		"  curl:      curl --cacert %s %s/readyz\n  Ctrl-C stops it and removes everything.\n",
-		fmt.Sprint(hosts), dir, c.CA.Pin(), c.URL(), caFile, caFile, c.URL())
+		"  curl:      curl --cacert %s %s/readyz\n"+
+		"  try:       rm %s  (%s's check fails within 10 s: its health says which check and what it said, and %s later its state is unhealthy)\n"+
+		"  Ctrl-C stops it and removes everything.\n",
+		fmt.Sprint(hosts), dir, c.CA.Pin(), c.URL(), caFile, caFile, c.URL(), breakIt, hosts[1], models.UnhealthyAfter)
 	<-ctx.Done()
 	cancel()
 	for range hosts {
