@@ -25,7 +25,9 @@ func TestDemo_ALivingMesh(t *testing.T) {
 	defer cancel()
 	var out, errOut syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errOut) }()
+	go func() {
+		done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errOut)
+	}()
 	banner := regexp.MustCompile(`(?s)password: (\S+).* in (\S+), over TLS.*dashboard: (https://\S+)/ .*trust (\S+),.*try: +rm (\S+) `)
 	var m []string
 	testwait.For(t, time.Minute, "the demo's banner", func() bool {
