@@ -42,8 +42,8 @@ func (s *Server) listAudit(c echo.Context) error {
 		name string
 		to   *string
 	}{{"target", &f.Target}, {"action", &f.Action}, {"actor", &f.Actor}} {
-		if *q.to = c.QueryParam(q.name); len(*q.to) > 300 {
-			return models.Invalid(q.name, "at most 300 characters")
+		if *q.to = c.QueryParam(q.name); len(*q.to) > models.MaxAuditTarget {
+			return models.Invalid(q.name, fmt.Sprintf("at most %d characters", models.MaxAuditTarget))
 		}
 	}
 	es, err := s.Store.AuditEventsWhere(c.Request().Context(), limit, cur, f)

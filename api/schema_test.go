@@ -161,6 +161,31 @@ func TestSchema_HeldBackThenUpgradedAndCertified(t *testing.T) {
 				}
 			})
 		}
+		// A host repeating a refused request with a resource of 900 KiB
+		// is refused by its shape, and its refusals are one row a minute,
+		// cut to a few lines: they cannot write the store full.
+		t.Run("RepeatedRefusalsKeptSparse", func(t *testing.T) {
+			huge := strings.Repeat("R", 900<<10)
+			for range 20 {
+				resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/service-certificates", Token: en.Token,
+					Body: map[string]any{"send": p.send, "resource": huge, "csr": "x"}})
+				if resp.StatusCode != 400 || !strings.Contains(string(b), "is not a resource id") || len(b) > 4<<10 {
+					t.Fatalf("= %d %.300s (%d bytes)", resp.StatusCode, b, len(b))
+				}
+			}
+			rows := 0
+			for _, ev := range audited(e) {
+				if ev.Action == "service-certificate-refused" {
+					rows++
+					if len(ev.Detail) > models.MaxAuditDetail {
+						t.Fatalf("a refusal's row keeps %d bytes", len(ev.Detail))
+					}
+				}
+			}
+			if rows > 2 {
+				t.Fatalf("%d refusal rows for one machine within a minute, want at most 2 (the earlier cases' and these)", rows)
+			}
+		})
 	})
 }
 

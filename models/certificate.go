@@ -197,8 +197,12 @@ func (r *CertificateRequest) Validate() error {
 	switch {
 	case r.Send == "":
 		return Invalid("send", "the send of the applied (or applying) declaration that gives the names")
+	case len(r.Send) > 64:
+		return Invalid("send", "a send id, at most 64 characters")
 	case r.Resource == "":
 		return Invalid("resource", "the certificate resource's id, like web.cert")
+	case ValidResourceID(r.Resource) != nil:
+		return Invalid("resource", ValidResourceID(r.Resource).Error())
 	case r.CSR == "":
 		return Invalid("csr", "a PEM CERTIFICATE REQUEST")
 	case len(r.CSR) > 16<<10:

@@ -173,16 +173,21 @@ func EscapeLogLine(s string, limit int) string {
 			break
 		}
 	}
-	out := b.String()
-	if len(out) <= limit {
-		return out
+	return Clip(b.String(), limit)
+}
+
+// Clip cuts s to at most limit bytes, on a character boundary, marking
+// the cut with "…".
+func Clip(s string, limit int) string {
+	if len(s) <= limit {
+		return s
 	}
 	const mark = "…"
 	cut := limit - len(mark)
-	for cut > 0 && !utf8.RuneStart(out[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return out[:max(cut, 0)] + mark
+	return s[:max(cut, 0)] + mark
 }
 
 // ValidResourceID says why id is not a declared resource's id
@@ -190,7 +195,7 @@ func EscapeLogLine(s string, limit int) string {
 func ValidResourceID(id string) error {
 	mod, name, ok := strings.Cut(id, ".")
 	if !ok || ValidName("module", mod) != nil || ValidName("name", name) != nil {
-		return fmt.Errorf("%q is not a resource id (module.name)", id)
+		return fmt.Errorf("%q is not a resource id (module.name)", Clip(id, 130))
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func ValidName(field, s string) error {
 // ValidVarKey reports why k is not a valid variable key, or nil.
 func ValidVarKey(k string) error {
 	if !varKeyRE.MatchString(k) {
-		return Invalid("variables."+k, "a key is a letter or '_' then up to 63 letters, digits or '_'")
+		return Invalid("variables."+Clip(k, 80), "a key is a letter or '_' then up to 63 letters, digits or '_'")
 	}
 	return nil
 }

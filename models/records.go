@@ -354,6 +354,14 @@ type Blob struct {
 	CreatedAt time.Time
 }
 
+// An audit row's bounds: a target (or actor) as long as the log's filter
+// takes, and a detail of a few lines. Words that come from outside are
+// cut to them, never refused: the event stays on the record.
+const (
+	MaxAuditTarget = 300
+	MaxAuditDetail = 4 << 10
+)
+
 // AuditEvent records who did what, when.
 type AuditEvent struct {
 	ID     int64     `gorm:"primaryKey" json:"id"`

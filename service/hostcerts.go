@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"mesh/auth"
 	"mesh/meshca"
 	"mesh/models"
 )
@@ -31,9 +32,15 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 	}
 	actor, target := "host:"+machine, "machine/"+machine
 	refuse := func(err error) (*IssuedCertificate, error) {
+		// On the record, but at most a row a minute for a machine (with
+		// how many more since): a host repeating a refused request must
+		// not write the store full of its refusals.
 		if errors.Is(err, models.ErrForbidden) || errors.Is(err, models.ErrInvalid) {
-			if aerr := s.Store.Audit(ctx, actor, "service-certificate-refused", target, req.Resource+": "+err.Error()); aerr != nil {
-				return nil, aerr
+			if due, since := s.refusals.Due(machine + "\x00service-certificate"); due {
+				if aerr := s.Store.Audit(ctx, actor, "service-certificate-refused", target,
+					models.Clip(req.Resource, 130)+": "+err.Error()+auth.Since(since)); aerr != nil {
+					return nil, aerr
+				}
 			}
 		}
 		return nil, err

@@ -9,7 +9,17 @@ import (
 
 // audit records who did what in the transaction that did it.
 func audit(tx *Tx, actor, action, target, detail string) error {
-	return tx.Create(&models.AuditEvent{At: tx.s.Now(), Actor: actor, Action: action, Target: target, Detail: detail}).Error
+	return tx.Create(&models.AuditEvent{At: tx.s.Now(), Actor: auditWords(actor, models.MaxAuditTarget), Action: action,
+		Target: auditWords(target, models.MaxAuditTarget), Detail: auditWords(detail, models.MaxAuditDetail)}).Error
+}
+
+// auditWords bounds what an audit row keeps of words that may come from
+// outside (a refused host's resource, a webhook's ref): every row is
+// shown whole on every page of the log, and is kept for good. PostgreSQL's
+// TEXT takes neither NUL nor invalid UTF-8.
+func auditWords(s string, limit int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
+	return models.Clip(s, limit)
 }
 
 // Audit records an event on its own (refusals, logins).

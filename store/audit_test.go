@@ -102,3 +102,26 @@ func TestAudit_APlansWholeStoryOnItsModule(t *testing.T) {
 		}
 	})
 }
+
+// TestAudit_WordsFromOutsideBounded: an audit row keeps at most a few
+// lines of words that came from outside, whatever their size or bytes (a
+// NUL and invalid UTF-8 are refused by PostgreSQL's TEXT): the event
+// stays on the record and cannot write the store full.
+func TestAudit_WordsFromOutsideBounded(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		detail := "ref refs/heads/\x00\xff" + strings.Repeat("x", 1<<20)
+		if err := s.Audit(ctx, "forge:gh", "webhook", "source/"+strings.Repeat("s", 1000), detail); err != nil {
+			t.Fatal(err)
+		}
+		es, err := s.AuditEvents(ctx, 1, 0)
+		if err != nil || len(es) != 1 {
+			t.Fatalf("%d events, %v", len(es), err)
+		}
+		e := es[0]
+		if len(e.Detail) > models.MaxAuditDetail || len(e.Target) > models.MaxAuditTarget ||
+			!strings.HasPrefix(e.Detail, `ref refs/heads/\x00`+"\uFFFD") || !strings.HasSuffix(e.Detail, "…") {
+			t.Fatalf("kept %d bytes of detail (%.40q…), %d of target", len(e.Detail), e.Detail, len(e.Target))
+		}
+	})
+}
