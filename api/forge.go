@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,14 @@ import (
 // MaxHookBody caps a webhook's body (GitHub sends at most 25 MiB; pushes
 // that large are refused, not truncated).
 const MaxHookBody = 5 << 20
+
+// HookBodies bounds the bytes of webhook bodies held at once (a dozen of
+// the largest; a push's body is a few KiB), and HookBodyWait how long a
+// webhook waits for room before it is refused (429, audited).
+const (
+	HookBodies   = 64 << 20
+	HookBodyWait = 10 * time.Second
+)
 
 type sourceRequest struct {
 	Name          string `json:"name"`
@@ -125,6 +134,16 @@ func (s *Server) hook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	release, err := s.hookBodies.hold(ctx, c.Request().ContentLength)
+	if err != nil {
+		// On the record: a forge does not send a delivery again by itself.
+		if due, since := s.refusals.Due(src.Name + "\x00hook-bodies"); due {
+			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
+				fmt.Sprintf("from %s: %v%s", c.RealIP(), err, auth.Since(since)))
+		}
+		return err
+	}
+	defer release()
 	body, err := readBody(c)
 	if err != nil {
 		return err
@@ -164,6 +183,9 @@ func (s *Server) hook(c echo.Context) error {
 	if event == "" || delivery == "" {
 		return models.Invalid("headers", "the forge's event and delivery headers are required")
 	}
+	if len(event) > maxHookHeader || len(delivery) > maxHookHeader {
+		return models.Invalid("headers", fmt.Sprintf("the forge's event and delivery headers are at most %d bytes", maxHookHeader))
+	}
 	var push *models.Push
 	status := ""
 	switch event {
@@ -174,17 +196,23 @@ func (s *Server) hook(c echo.Context) error {
 		if err := json.Unmarshal(body, &p); err != nil {
 			return models.Invalid("body", "not a push event: "+err.Error())
 		}
+		// The words a status keeps of the push are cut to a line each:
+		// they are kept with the delivery and shown wherever it is.
+		word := func(s string) string { return models.EscapeLogLine(s, maxHookHeader) }
 		switch {
 		case p.Ref != "refs/heads/"+src.DefaultBranch:
-			status = fmt.Sprintf("ignored: push to %s, not refs/heads/%s", p.Ref, src.DefaultBranch)
+			status = fmt.Sprintf("ignored: push to %s, not refs/heads/%s", word(p.Ref), src.DefaultBranch)
 		case !strings.EqualFold(p.Repository.FullName, src.Repository):
-			status = fmt.Sprintf("ignored: repository %s is not %s", p.Repository.FullName, src.Repository)
+			status = fmt.Sprintf("ignored: repository %s is not %s", word(p.Repository.FullName), src.Repository)
 		case p.Deleted || strings.Trim(p.After, "0") == "":
 			// A deleted branch names no commit to build (and no paths,
 			// which would otherwise touch every module).
 			status = fmt.Sprintf("ignored: %s was deleted", p.Ref)
+		case !commitID.MatchString(p.After):
+			return models.Invalid("after", fmt.Sprintf("%q is not a commit id (40 or 64 hex digits)", word(p.After)))
 		default:
-			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository, Author: firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username)}
+			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository,
+				Author: word(firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username))}
 			for _, cm := range p.Commits {
 				push.Paths = append(push.Paths, cm.Added...)
 				push.Paths = append(push.Paths, cm.Removed...)
@@ -200,6 +228,9 @@ func (s *Server) hook(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// commitID is a git commit id: SHA-1 or SHA-256, in hex.
+var commitID = regexp.MustCompile(`^(?:[0-9a-f]{40}|[0-9a-f]{64})$`)
 
 func firstOf(ss ...string) string {
 	for _, s := range ss {

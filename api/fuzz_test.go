@@ -12,6 +12,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,6 +124,8 @@ var forges = []struct {
 }
 
 // fuzzPush is the part of a push event the controller reads.
+var fuzzCommitID = regexp.MustCompile(`^(?:[0-9a-f]{40}|[0-9a-f]{64})$`)
+
 type fuzzPush struct {
 	Ref        string `json:"ref"`
 	After      string `json:"after"`
@@ -207,9 +210,9 @@ func FuzzWebhook(f *testing.F) {
 				t.Fatalf("a wrongly signed delivery: %d %s", resp.StatusCode, out)
 			}
 			return
-		case event == "" || delivery == "":
+		case event == "" || delivery == "" || len(event) > 128 || len(delivery) > 128:
 			if resp.StatusCode != 400 {
-				t.Fatalf("no event or delivery: %d %s", resp.StatusCode, out)
+				t.Fatalf("no event or delivery, or one over 128 bytes: %d %s", resp.StatusCode, out)
 			}
 			return
 		}
@@ -218,6 +221,14 @@ func FuzzWebhook(f *testing.F) {
 		if event == "push" && pushErr != nil {
 			if resp.StatusCode != 400 {
 				t.Fatalf("a push that is not one (%v): %d %s", pushErr, resp.StatusCode, out)
+			}
+			return
+		}
+		mergeable := event == "push" && p.Ref == "refs/heads/"+fg.branch && strings.EqualFold(p.Repository.FullName, fg.repo) &&
+			!p.Deleted && strings.Trim(p.After, "0") != ""
+		if mergeable && !fuzzCommitID.MatchString(p.After) {
+			if resp.StatusCode != 400 || !bytes.Contains(out, []byte("is not a commit id")) {
+				t.Fatalf("a push whose after is not a commit id: %d %s", resp.StatusCode, out)
 			}
 			return
 		}
@@ -231,8 +242,6 @@ func FuzzWebhook(f *testing.F) {
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		mergeable := event == "push" && p.Ref == "refs/heads/"+fg.branch && strings.EqualFold(p.Repository.FullName, fg.repo) &&
-			!p.Deleted && strings.Trim(p.After, "0") != ""
 		if r.Merge != nil && !mergeable {
 			t.Fatalf("merged %+v from %s", p, out)
 		}

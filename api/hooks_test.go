@@ -1,17 +1,23 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"mime/multipart"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"mesh/api"
 	"mesh/controller/ctltest"
 )
 
@@ -85,9 +91,18 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 		if st != 401 || !strings.Contains(raw, "does not match") {
 			t.Fatalf("bad signature: %d %s", st, raw)
 		}
-		// GitHub's headers, the same documented body.
+		// GitHub's headers, the same documented body, to a second source
+		// of the same repository (a mirror): taken, and the commit, merged
+		// already through the first, is not built again (it was build 2).
 		st, r, raw = post("github", map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1",
 			"X-Hub-Signature-256": "sha256=" + sign(body)}, body)
+		if st != 200 || r.Merge != nil || len(r.Builds) != 0 || !strings.HasPrefix(r.Status, "duplicate: commit bffeb74 was already merged") {
+			t.Fatalf("github push of a commit merged through another source: %d %s", st, raw)
+		}
+		// Its next commit is a merge, numbered after the first source's.
+		second := bytes.Replace(body, []byte("bffeb74224043ba2feb48d137756c8a9331c449a"), []byte("5ec0d00224043ba2feb48d137756c8a9331c449a"), 1)
+		st, r, raw = post("github", map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-2",
+			"X-Hub-Signature-256": "sha256=" + sign(second)}, second)
 		if st != 200 || len(r.Builds) != 1 || r.Builds[0].Number != 2 {
 			t.Fatalf("github push: %d %s (builds are numbered in merge order)", st, raw)
 		}
@@ -123,7 +138,7 @@ func TestWebhooks_DocumentedPayloads(t *testing.T) {
 				t.Errorf("a refused webhook's audit row is %d bytes", len(a.Detail))
 			}
 		}
-		if seen["merge"] != 2 || seen["webhook-replay"] != 1 || seen["webhook-refused"] != 1 || seen["webhook"] != 3 {
+		if seen["merge"] != 2 || seen["webhook-replay"] != 2 || seen["webhook-refused"] != 1 || seen["webhook"] != 3 {
 			t.Fatalf("audit: %v", seen)
 		}
 
@@ -328,4 +343,113 @@ func TestWebhooks_BadSignaturesDoNotLockOutGoodOnes(t *testing.T) {
 	if st := post("good", sign(ping)); st != 200 {
 		t.Fatalf("a correctly signed delivery after others' bad ones: %d, want 200", st)
 	}
+}
+
+// TestWebhooks_BodiesHeldAtOnceBounded: a webhook's body is read whole
+// before its signature can be checked, and 800 senders of 5 MiB bodies
+// took the controller past 7 GB. The bodies held at once are bounded
+// (api.HookBodies): past it a large one waits, then is refused with when
+// to try again and is audited, while a forge's ordinary delivery still
+// fits and is taken.
+func TestWebhooks_BodiesHeldAtOnceBounded(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+		Body: map[string]string{"name": "app", "kind": "gitea", "repository": "o/app", "default_branch": "main", "secret": hookSecret}}, 201, nil)
+	addr := strings.TrimPrefix(e.URL, "http://")
+	// Holders announce the largest body and send a byte of it.
+	hold := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /api/v1/hooks/app HTTP/1.1\r\nHost: x\r\nX-Gitea-Event: push\r\nX-Gitea-Delivery: d\r\nX-Gitea-Signature: 00\r\n"+
+			"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n{", api.MaxHookBody)
+		return c
+	}
+	// One more than fit: one of them (whichever the server takes last)
+	// waits for room.
+	type answer struct {
+		status int
+		retry  string
+		body   string
+	}
+	answers := make(chan answer, 16)
+	for range api.HookBodies/api.MaxHookBody + 1 {
+		c := hold()
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(api.HookBodyWait + 20*time.Second))
+			r, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return // a holder the server is still reading
+			}
+			b, _ := io.ReadAll(r.Body)
+			answers <- answer{r.StatusCode, r.Header.Get("Retry-After"), string(b)}
+		}()
+	}
+	ping := []byte(`{}`)
+	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/app", Body: ping,
+		Header: map[string]string{"X-Gitea-Event": "ping", "X-Gitea-Delivery": "good", "X-Gitea-Signature": sign(ping)}})
+	if resp.StatusCode != 200 {
+		t.Fatalf("an ordinary signed delivery beside the held bodies: %d %s", resp.StatusCode, b)
+	}
+	select {
+	case a := <-answers:
+		if a.status != 429 || a.retry == "" || !strings.Contains(a.body, "webhooks' bodies are being read at once") {
+			t.Fatalf("the body past the budget: %d %q %s", a.status, a.retry, a.body)
+		}
+	case <-time.After(api.HookBodyWait + 20*time.Second):
+		t.Fatal("the body past the budget got no answer")
+	}
+	var audit struct {
+		Items []struct{ Action, Detail string }
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=source/app", Token: e.Admin}, 200, &audit)
+	found := false
+	for _, ev := range audit.Items {
+		found = found || ev.Action == "webhook-refused" && strings.Contains(ev.Detail, "being read at once")
+	}
+	if !found {
+		t.Fatalf("the refusal is not on the record: %+v", audit.Items)
+	}
+}
+
+// TestWebhooks_SendersWordsBounded: a signed push keeps a line of each of
+// its words, whatever their size: a ref of 900 KiB was kept twice a
+// delivery (its status and its audit row), and a loop of them filled the
+// disk at a gigabyte in 15 s. A commit id that is not one, and headers
+// longer than a forge sends, are refused.
+func TestWebhooks_SendersWordsBounded(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+			Body: map[string]string{"name": "app", "kind": "gitea", "repository": "o/app", "default_branch": "main", "secret": hookSecret}}, 201, nil)
+		post := func(delivery string, push map[string]any) (int, string) {
+			b, _ := json.Marshal(push)
+			resp, out := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/app", Body: b,
+				Header: map[string]string{"X-Gitea-Event": "push", "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sign(b)}})
+			return resp.StatusCode, string(out)
+		}
+		repo := map[string]any{"full_name": "o/app"}
+		st, out := post("d1", map[string]any{"ref": "refs/heads/" + strings.Repeat("x", 900<<10), "after": strings.Repeat("a", 40), "repository": repo})
+		if st != 200 || !strings.Contains(out, "ignored: push to refs/heads/xxx") || len(out) > 1000 {
+			t.Fatalf("a push to a ref of 900 KiB: %d %.300s (%d bytes)", st, out, len(out))
+		}
+		var audit struct {
+			Items []struct{ Action, Detail string }
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=source/app", Token: e.Admin}, 200, &audit)
+		for _, ev := range audit.Items {
+			if len(ev.Detail) > 1000 {
+				t.Fatalf("%s row of %d bytes", ev.Action, len(ev.Detail))
+			}
+		}
+		if st, out := post("d2", map[string]any{"ref": "refs/heads/main", "after": "not-a-commit", "repository": repo}); st != 400 ||
+			!strings.Contains(out, `\"not-a-commit\" is not a commit id`) {
+			t.Fatalf("a push whose after is not a commit id: %d %s", st, out)
+		}
+		if st, out := post(strings.Repeat("d", 129), map[string]any{"ref": "refs/heads/main", "after": strings.Repeat("a", 40), "repository": repo}); st != 400 ||
+			!strings.Contains(out, "at most 128 bytes") {
+			t.Fatalf("a delivery id of 129 bytes: %d %s", st, out)
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -99,4 +100,66 @@ func bodyDeadline(c echo.Context, upload bool) {
 		d = uploadBodyDeadline
 	}
 	_ = conns.BodyDeadline(c.Response().Writer, d)
+}
+
+// bodyBudget bounds the bytes of request bodies a route no credential
+// protects holds in memory at once: a webhook's body is read whole before
+// its signature can be checked, so without it any number of senders
+// could each make the controller hold MaxHookBody. A request holds what
+// its Content-Length says (the most the route takes when it says
+// nothing) while its body is read and used; past the budget it waits a
+// while for room, then is refused with when to try again. A body that
+// fits goes ahead of a larger one waiting (not first come, first
+// served): a large sender waiting must not hold up a forge's few KiB.
+type bodyBudget struct {
+	what  string
+	total int64 // bytes
+	max   int64 // the most one request holds
+	wait  time.Duration
+
+	mu    sync.Mutex
+	used  int64
+	freed chan struct{} // closed when room is given back
+}
+
+func newBodyBudget(what string, total, max int64, wait time.Duration) *bodyBudget {
+	return &bodyBudget{what: what, total: total, max: max, wait: wait, freed: make(chan struct{})}
+}
+
+// hold takes room for a body of declared bytes (-1: unknown); release
+// gives it back.
+func (b *bodyBudget) hold(ctx context.Context, declared int64) (release func(), err error) {
+	n := declared
+	if n < 0 || n > b.max {
+		n = b.max
+	}
+	n = max(n, 1)
+	timer := time.NewTimer(b.wait)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.total {
+			b.used += n
+			b.mu.Unlock()
+			return func() { b.give(n) }, nil
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s of %s are being read at once; try again in %s",
+				models.ErrTooManyRequests, models.SizeWords(b.total), b.what, roundUp(b.wait))}
+		}
+	}
+}
+
+func (b *bodyBudget) give(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
 }

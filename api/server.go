@@ -98,6 +98,8 @@ type Server struct {
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter
 	hookLimit  *addressLimiter
+	// hookBodies bounds the webhooks' bodies held at once.
+	hookBodies *bodyBudget
 	// reportLimit bounds how fast one machine's host may report: a report
 	// is a stored row (up to 1 MiB, kept for --keep-sends) that pages of
 	// the dashboard read back, and a host's reports are few (each apply,
@@ -143,6 +145,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
 		enrolLimit:    newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
 		hookLimit:     newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
+		hookBodies:    newBodyBudget("webhooks' bodies", HookBodies, MaxHookBody, HookBodyWait),
 		reportLimit:   newAddressLimiter("reports", rate.Every(time.Second), 60),
 		reportBytes:   newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
 		hostInfoLimit: newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}

@@ -3472,8 +3472,13 @@ type ClientInterface interface {
 	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-	// signature is 401; a missing event or delivery id, or a push event
-	// whose body is not a push, is 400.
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes), a push event whose body is not a push, or a push whose
+	// `after` is not a commit id, is 400. A commit already merged for the
+	// repository, through any of its sources, is not built again. The
+	// bodies of webhooks read at once are bounded (64 MiB by their
+	// Content-Length): past it a delivery waits up to 10 s, then is 429
+	// with Retry-After, and the refusal is audited.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3489,8 +3494,13 @@ type ClientInterface interface {
 	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-	// signature is 401; a missing event or delivery id, or a push event
-	// whose body is not a push, is 400.
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes), a push event whose body is not a push, or a push whose
+	// `after` is not a commit id, is 400. A commit already merged for the
+	// repository, through any of its sources, is not built again. The
+	// bodies of webhooks read at once are bounded (64 MiB by their
+	// Content-Length): past it a delivery waits up to 10 s, then is 429
+	// with Retry-After, and the refusal is audited.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4371,8 +4381,13 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-// signature is 401; a missing event or delivery id, or a push event
-// whose body is not a push, is 400.
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes), a push event whose body is not a push, or a push whose
+// `after` is not a commit id, is 400. A commit already merged for the
+// repository, through any of its sources, is not built again. The
+// bodies of webhooks read at once are bounded (64 MiB by their
+// Content-Length): past it a delivery waits up to 10 s, then is 429
+// with Retry-After, and the refusal is audited.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4398,8 +4413,13 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-// signature is 401; a missing event or delivery id, or a push event
-// whose body is not a push, is 400.
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes), a push event whose body is not a push, or a push whose
+// `after` is not a commit id, is 400. A commit already merged for the
+// repository, through any of its sources, is not built again. The
+// bodies of webhooks read at once are bounded (64 MiB by their
+// Content-Length): past it a delivery waits up to 10 s, then is 429
+// with Retry-After, and the refusal is audited.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9525,8 +9545,13 @@ type ClientWithResponsesInterface interface {
 	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-	// signature is 401; a missing event or delivery id, or a push event
-	// whose body is not a push, is 400.
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes), a push event whose body is not a push, or a push whose
+	// `after` is not a commit id, is 400. A commit already merged for the
+	// repository, through any of its sources, is not built again. The
+	// bodies of webhooks read at once are bounded (64 MiB by their
+	// Content-Length): past it a delivery waits up to 10 s, then is 429
+	// with Retry-After, and the refusal is audited.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9542,8 +9567,13 @@ type ClientWithResponsesInterface interface {
 	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-	// signature is 401; a missing event or delivery id, or a push event
-	// whose body is not a push, is 400.
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes), a push event whose body is not a push, or a push whose
+	// `after` is not a commit id, is 400. A commit already merged for the
+	// repository, through any of its sources, is not built again. The
+	// bodies of webhooks read at once are bounded (64 MiB by their
+	// Content-Length): past it a delivery waits up to 10 s, then is 429
+	// with Retry-After, and the refusal is audited.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10967,6 +10997,11 @@ func (r EnrollResponse) ContentType() string {
 	return ""
 }
 
+// ReceiveWebhookResponse429Headers the declared response headers of an HTTP 429 response for ReceiveWebhook
+type ReceiveWebhookResponse429Headers struct {
+	RetryAfter *string
+}
+
 type ReceiveWebhookResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10980,8 +11015,12 @@ type ReceiveWebhookResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReceiveWebhookResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11007,6 +11046,11 @@ func (r ReceiveWebhookResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ReceiveWebhookResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ReceiveWebhookResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -16058,8 +16102,13 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-// signature is 401; a missing event or delivery id, or a push event
-// whose body is not a push, is 400.
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes), a push event whose body is not a push, or a push whose
+// `after` is not a commit id, is 400. A commit already merged for the
+// repository, through any of its sources, is not built again. The
+// bodies of webhooks read at once are bounded (64 MiB by their
+// Content-Length): past it a delivery waits up to 10 s, then is 429
+// with Retry-After, and the refusal is audited.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16081,8 +16130,13 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
-// signature is 401; a missing event or delivery id, or a push event
-// whose body is not a push, is 400.
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes), a push event whose body is not a push, or a push whose
+// `after` is not a commit id, is 400. A commit already merged for the
+// repository, through any of its sources, is not built again. The
+// bodies of webhooks read at once are bounded (64 MiB by their
+// Content-Length): past it a delivery waits up to 10 s, then is 429
+// with Retry-After, and the refusal is audited.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17914,6 +17968,13 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17921,6 +17982,19 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReceiveWebhookResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

@@ -98,17 +98,18 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		}
 		// The delivery id is an unsigned header: a captured push posted again
 		// under new ids must not build old code as a newer build. A commit
-		// already merged for this source is never queued again. The source
-		// row is locked so two such deliveries at once decide one by one.
-		q := tx.DB
+		// already merged for the repository is never queued again, whichever
+		// of its sources delivers it (a forge and its mirror both send the
+		// same push, and both pick the repository's modules). Deliveries for
+		// one repository decide one by one: on PostgreSQL under a lock of
+		// the repository's (SQLite's writes are one at a time).
 		if s.dialect == Postgres {
-			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
-		}
-		if err := q.Where("id = ?", src.ID).First(&models.Source{}).Error; err != nil {
-			return err
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "mesh-merge:"+src.Repository).Error; err != nil {
+				return err
+			}
 		}
 		var seen models.Merge
-		err := tx.Where("source_id = ? AND source_commit = ?", src.ID, push.Commit).Order("id").First(&seen).Error
+		err := tx.Where("repository = ? AND source_commit = ?", src.Repository, push.Commit).Order("id").First(&seen).Error
 		if err == nil {
 			out.Status = fmt.Sprintf("duplicate: commit %s was already merged (merge %d); not built again", short7(push.Commit), seen.ID)
 			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
