@@ -18,6 +18,9 @@ const (
 	MaxLogLines    = 100
 	MaxLogBytes    = 16 << 10
 	MaxLogServices = 16
+	// MaxLogResources bounds the services whose latest lines are kept
+	// for one machine (those shipped most recently): 1 MiB at most.
+	MaxLogResources = 64
 )
 
 // Why a host ships a service's last lines.

@@ -131,6 +131,13 @@ func DecodeReport(body []byte) (*Report, error) {
 			}
 			r.Running = kept
 		}
+		// A digest that is not one is not kept (a megabyte of one made
+		// every list of machines a megabyte): the build is.
+		for mod, rb := range r.Running {
+			if rb.Digest != "" && !ValidDigest(rb.Digest) || rb.Build < 0 {
+				r.Running[mod] = RunningBuild{Build: max(rb.Build, 0)}
+			}
+		}
 	}
 	// A host's words, clipped and with control characters escaped once,
 	// here, before anything keeps them: the report's row (its body aside),

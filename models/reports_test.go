@@ -209,4 +209,13 @@ func TestDecodeReport_RunningBounded(t *testing.T) {
 	if r, err := DecodeReport(body); err != nil || r.Running["web"].Build != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	// A digest that is not one is dropped, its build kept: a megabyte of
+	// one made every list of machines a megabyte.
+	good := "sha256:" + strings.Repeat("ab", 32)
+	body, _ = json.Marshal(&Report{Generation: 1, Outcome: OutcomeApplied, Running: map[string]RunningBuild{
+		"web": {Build: 3, Digest: "sha256:" + strings.Repeat("A", 900<<10)}, "db": {Build: 2, Digest: good}, "x": {Build: -4}}})
+	r, err = DecodeReport(body)
+	if err != nil || r.Running["web"] != (RunningBuild{Build: 3}) || r.Running["db"] != (RunningBuild{Build: 2, Digest: good}) || r.Running["x"] != (RunningBuild{}) {
+		t.Fatalf("%+v %v", r.Running, err)
+	}
 }

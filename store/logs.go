@@ -22,10 +22,18 @@ func keepServiceLogs(tx *Tx, machineID int64, row *models.ReportRow, logs []mode
 			Lines: strings.Join(l.Lines, "\n"), Truncated: l.Truncated, ReportID: row.ID, Send: row.SendID,
 			Generation: row.Generation, ShippedAt: row.CreatedAt}
 	}
-	return tx.Clauses(clause.OnConflict{
+	if err := tx.Clauses(clause.OnConflict{
 		Columns:   []clause.Column{{Name: "machine_id"}, {Name: "resource"}},
 		DoUpdates: clause.AssignmentColumns([]string{"why", "lines", "truncated", "report_id", "send", "generation", "shipped_at"}),
-	}).Create(&rows).Error
+	}).Create(&rows).Error; err != nil {
+		return err
+	}
+	// A host names its resources: one shipping under ever new names would
+	// grow the machine's rows (and its page, which shows them all) for
+	// good. The latest MaxLogResources are kept.
+	return tx.Exec(`DELETE FROM service_logs WHERE machine_id = ? AND resource NOT IN (
+		SELECT resource FROM service_logs WHERE machine_id = ? ORDER BY shipped_at DESC, resource LIMIT ?)`,
+		machineID, machineID, models.MaxLogResources).Error
 }
 
 // ServiceLogs is the latest lines a machine's host shipped of resource,

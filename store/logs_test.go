@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,6 +83,37 @@ func TestServiceLogs_LatestShipmentPerResource(t *testing.T) {
 		}
 		if got, _ = s.ServiceLogs(ctx, m1.ID, ""); len(got) != 0 {
 			t.Fatalf("a deleted machine's logs stayed: %+v", got)
+		}
+	})
+}
+
+// TestServiceLogs_ResourcesKeptBounded: a host shipping lines under ever
+// new resource names kept a row for each, for good (its page and logs
+// read them all): the latest MaxLogResources of a machine are kept.
+func TestServiceLogs_ResourcesKeptBounded(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		for i := range models.MaxLogResources/models.MaxLogServices + 2 {
+			var ls []models.ServiceLog
+			for j := range models.MaxLogServices {
+				ls = append(ls, models.ServiceLog{Resource: fmt.Sprintf("svc%03d.service", i*models.MaxLogServices+j), Why: models.LogFailed, Lines: []string{"x"}})
+			}
+			sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: models.OutcomeChecked, Logs: ls})
+		}
+		got, err := s.ServiceLogs(ctx, m.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != models.MaxLogResources {
+			t.Fatalf("%d resources kept, want %d", len(got), models.MaxLogResources)
+		}
+		last := fmt.Sprintf("svc%03d.service", (models.MaxLogResources/models.MaxLogServices+2)*models.MaxLogServices-1)
+		if kept, _ := s.ServiceLogs(ctx, m.ID, last); len(kept) != 1 {
+			t.Fatalf("the latest shipment's %s was not kept", last)
+		}
+		if gone, _ := s.ServiceLogs(ctx, m.ID, "svc000.service"); len(gone) != 0 {
+			t.Fatal("the oldest shipment's svc000.service was kept")
 		}
 	})
 }
