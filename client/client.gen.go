@@ -3352,7 +3352,8 @@ type ClientInterface interface {
 	// more than yours; only its hash is kept; revoking it (or disabling its
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
-	// outlive its maker's revocation.
+	// outlive its maker's revocation. A person holds at most 50 that are
+	// neither revoked nor expired; one more is 409.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3365,7 +3366,8 @@ type ClientInterface interface {
 	// more than yours; only its hash is kept; revoking it (or disabling its
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
-	// outlive its maker's revocation.
+	// outlive its maker's revocation. A person holds at most 50 that are
+	// neither revoked nor expired; one more is 409.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4131,7 +4133,8 @@ func (c *Client) ListAPITokens(ctx context.Context, params *ListAPITokensParams,
 // more than yours; only its hash is kept; revoking it (or disabling its
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
-// outlive its maker's revocation.
+// outlive its maker's revocation. A person holds at most 50 that are
+// neither revoked nor expired; one more is 409.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4154,7 +4157,8 @@ func (c *Client) CreateAPITokenWithBody(ctx context.Context, contentType string,
 // more than yours; only its hash is kept; revoking it (or disabling its
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
-// outlive its maker's revocation.
+// outlive its maker's revocation. A person holds at most 50 that are
+// neither revoked nor expired; one more is 409.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9417,7 +9421,8 @@ type ClientWithResponsesInterface interface {
 	// more than yours; only its hash is kept; revoking it (or disabling its
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
-	// outlive its maker's revocation.
+	// outlive its maker's revocation. A person holds at most 50 that are
+	// neither revoked nor expired; one more is 409.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9430,7 +9435,8 @@ type ClientWithResponsesInterface interface {
 	// more than yours; only its hash is kept; revoking it (or disabling its
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
-	// outlive its maker's revocation.
+	// outlive its maker's revocation. A person holds at most 50 that are
+	// neither revoked nor expired; one more is 409.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15896,7 +15902,8 @@ func (c *ClientWithResponses) ListAPITokensWithResponse(ctx context.Context, par
 // more than yours; only its hash is kept; revoking it (or disabling its
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
-// outlive its maker's revocation.
+// outlive its maker's revocation. A person holds at most 50 that are
+// neither revoked nor expired; one more is 409.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15915,7 +15922,8 @@ func (c *ClientWithResponses) CreateAPITokenWithBodyWithResponse(ctx context.Con
 // more than yours; only its hash is kept; revoking it (or disabling its
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
-// outlive its maker's revocation.
+// outlive its maker's revocation. A person holds at most 50 that are
+// neither revoked nor expired; one more is 409.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

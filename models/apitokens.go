@@ -24,6 +24,10 @@ type APIToken struct {
 	RevokedBy  string
 }
 
+// MaxAPITokensPerUser bounds the API tokens one person holds at once
+// (neither revoked nor expired).
+const MaxAPITokensPerUser = 50
+
 // API token states, as listed.
 const (
 	APITokenActive  = "active"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -491,6 +492,36 @@ func TestRevocation_OutlivesTheTokenByItsLeeway(t *testing.T) {
 		now = exp.Add(models.TokenLeeway + time.Second)
 		if kept() {
 			t.Fatal("the revocation outlived its token and the leeway")
+		}
+	})
+}
+
+// TestAPITokens_BoundedPerPerson: a person holds at most
+// MaxAPITokensPerUser tokens that are neither revoked nor expired (a
+// viewer's session minted 800 year-long tokens in ten seconds); an expired
+// one makes room, and the refusal says what to do.
+func TestAPITokens_BoundedPerPerson(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.CreateUser(ctx, "test", &models.User{Name: "vi", Role: "viewer", PasswordHash: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().UTC()
+		mk := func(i int, expires time.Time) error {
+			id := fmt.Sprintf("at-%d", i)
+			return s.CreateAPIToken(ctx, "user:vi", &models.APIToken{ID: id, Name: "t", UserName: "vi", Role: "viewer", TokenHash: "h" + id, ExpiresAt: expires})
+		}
+		if err := mk(0, now.Add(-time.Minute)); err != nil { // expired: not counted
+			t.Fatal(err)
+		}
+		for i := 1; i <= models.MaxAPITokensPerUser; i++ {
+			if err := mk(i, now.Add(time.Hour)); err != nil {
+				t.Fatalf("token %d: %v", i, err)
+			}
+		}
+		err := mk(models.MaxAPITokensPerUser+1, now.Add(time.Hour))
+		if !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "revoke one first") {
+			t.Fatalf("one token past the bound: %v", err)
 		}
 	})
 }

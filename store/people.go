@@ -119,11 +119,26 @@ func revokeUser(tx *Tx, actor, user string, now time.Time, sessionTTL time.Durat
 func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIToken) error {
 	return s.write(ctx, func(tx *Tx) error {
 		var u models.User
-		if err := tx.Where("name = ?", t.UserName).First(&u).Error; err != nil {
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"}) // the count below, one create at a time
+		}
+		if err := q.Where("name = ?", t.UserName).First(&u).Error; err != nil {
 			return fmt.Errorf("user %s: %w", t.UserName, mapErr(err))
 		}
 		if u.DisabledAt != nil {
 			return fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, u.Name)
+		}
+		// Each is a credential for up to a year: a person's stay few
+		// enough to read and revoke (a session minted them in a loop).
+		var live int64
+		if err := tx.Model(&models.APIToken{}).Where("user_name = ? AND revoked_at IS NULL AND expires_at > ?", u.Name, s.Now()).
+			Count(&live).Error; err != nil {
+			return err
+		}
+		if live >= models.MaxAPITokensPerUser {
+			return fmt.Errorf("%w: user %s holds %d API tokens that are neither revoked nor expired, the most one person may; revoke one first",
+				models.ErrConflict, u.Name, live)
 		}
 		t.CreatedAt = s.Now()
 		if err := tx.Create(t).Error; err != nil {
