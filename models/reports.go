@@ -66,10 +66,16 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	if r.Outcome == OutcomeApplied && r.Generation >= m.AppliedGeneration {
 		health(up, m, r.Checks, now)
 		up["applied_generation"] = r.Generation
-		if r.Running != nil {
+		// Every host release sends what it runs with each apply's report,
+		// and leaves it out when that is nothing (omitempty): a machine
+		// whose last module was taken away runs nothing, not what it ran
+		// before.
+		running := "{}"
+		if len(r.Running) > 0 {
 			b, _ := json.Marshal(r.Running)
-			up["running"] = string(b)
+			running = string(b)
 		}
+		up["running"] = running
 	}
 	return up
 }

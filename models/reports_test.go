@@ -33,6 +33,14 @@ func TestReportUpdates(t *testing.T) {
 			map[string]any{"last_outcome": nil, "finished_generation": nil, "applied_generation": nil, "host_version": "1.1.0"}},
 		{"UnhealthyApplyRecorded", Report{Generation: 5, Outcome: OutcomeApplied, Checks: []CheckResult{{OK: false}}}, true,
 			map[string]any{"health": HealthFailing}},
+		{"AppliedSaysWhatRuns", Report{Generation: 5, Outcome: OutcomeApplied, Running: map[string]RunningBuild{"web": {Build: 2}}}, true,
+			map[string]any{"running": `{"web":{"build":2}}`}},
+		// A host leaves out what it runs when that is nothing: the last
+		// module taken away showed as still running, everywhere.
+		{"AppliedNothingRunsNothing", Report{Generation: 5, Outcome: OutcomeApplied}, true,
+			map[string]any{"running": "{}"}},
+		{"FailedKeepsWhatRan", Report{Generation: 5, Outcome: OutcomeFailed}, true,
+			map[string]any{"running": nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := ReportUpdates(m, &tc.r, tc.tied, time.Now())
