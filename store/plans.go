@@ -307,10 +307,28 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	for _, a := range pins {
 		pinned[a.MachineID] = *a.Build
 	}
+	// So is a machine that no longer has the module (a person took it
+	// away, or its labels no longer select it): what it applies no longer
+	// runs the module, so its step would wait for a build it never runs
+	// and halt the plan blaming its host.
+	var goneIDs []int64
+	if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND tier = ? AND state IN ? AND machine_id NOT IN (?)", p.ID, p.Tier,
+		[]string{models.StepPending, models.StepSent}, tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ?", p.ModuleID)).
+		Pluck("machine_id", &goneIDs).Error; err != nil {
+		return err
+	}
+	gone := map[int64]bool{}
+	for _, id := range goneIDs {
+		gone[id] = true
+	}
 	for i := range steps {
 		st := &steps[i]
-		if b, ok := pinned[st.MachineID]; ok && (st.State == models.StepPending || st.State == models.StepSent) {
+		b, pin := pinned[st.MachineID]
+		if (pin || gone[st.MachineID]) && (st.State == models.StepPending || st.State == models.StepSent) {
 			why := fmt.Sprintf("pinned to build %d by a person since the plan began: the plan does not move it", b)
+			if gone[st.MachineID] {
+				why = fmt.Sprintf("no longer has module %s (taken away since the plan began): the plan does not reach it", mod.Name)
+			}
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
 				Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now, "reason": why}).Error; err != nil {
 				return err

@@ -387,3 +387,47 @@ func TestPlan_APinMadeDuringThePlanWithdrawsItsStep(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_AModuleTakenAwayWithdrawsItsStep: m2's module is taken away
+// while the plan of build 2 is under way (its tier reached). m2's host
+// applies its new generation without the module, so it never runs build
+// 2: its step is withdrawn, with why, and the plan completes with the
+// others — where it waited for m2 and halted "did not report" blaming a
+// host that had reported.
+func TestPlan_AModuleTakenAwayWithdrawsItsStep(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		m2, _ := s.Machine(ctx, "m2")
+		if _, err := s.SetAssignments(ctx, "user:admin", "m2", &m2.Generation, []models.AssignmentView{}); err != nil {
+			t.Fatal(err)
+		}
+		m2, _ = s.Machine(ctx, "m2")
+		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied"})
+		applied(t, s, "m3", 2)
+		s.Now = func() time.Time { return time.Now().Add(time.Hour) } // past every tier's deadline
+		for range 2 {
+			if err := s.StepPlans(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		var step models.PlanStep
+		for _, st := range v.Steps {
+			if st.Machine == "m2" {
+				step = st
+			}
+		}
+		if v.State != models.PlanDone || step.State != models.StepWithdrawn || !strings.Contains(step.Reason, "no longer has module mod") {
+			t.Fatalf("plan %s %q; m2's step %+v", v.State, v.Reason, step)
+		}
+	})
+}
