@@ -91,6 +91,8 @@ type StepVerdict struct {
 // deadline — offline, if its host went silent), or still waiting. running
 // is the build of the plan's module the machine reports running.
 //
+// A generation that cannot be composed fails it at once too, with why.
+//
 // Held back fails the step at once, with the held-back reason: m.HeldBack
 // must be the reason of a generation at least the step's (the caller
 // clears it otherwise). Such a machine is sent what it last applied and
@@ -116,6 +118,10 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return StepVerdict{State: StepApplied}
 	case m.HeldBack != "":
 		return fail("%s", m.HeldBack)
+	case m.ComposeError != "" && m.ComposeErrorGen == m.Generation && m.Generation >= st.Generation:
+		// Nothing can be sent to it: waiting for the deadline would only
+		// hide why (its step said "sent" while nothing was).
+		return fail("generation %d cannot be composed: %s", m.Generation, m.ComposeError)
 	case m.LastOutcome == OutcomeFailed && m.AppliedGeneration < st.Generation && m.LastOutcomeGen >= st.Generation:
 		// A failure of the step's generation or a later one: a retry of
 		// an older one's failure says nothing of the step's.

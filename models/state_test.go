@@ -100,6 +100,12 @@ func TestJudgeStep(t *testing.T) {
 			"m2 held back: needs host schema 2; host 1.4.0 decodes 1; no host release known to decode it"},
 		{"HeldBackButRefusedFirst", Machine{Name: "m2", FinishedGen: 4, LastOutcome: OutcomeRefused, LastOutcomeGen: 4, LastReason: "escape", LastSeen: &recent,
 			HeldBack: "held back: needs host schema 2; host 1.4.0 decodes 1"}, 1, time.Hour, StepFailed, "m2 refused generation 4: escape"},
+		// Nothing can be sent: failed at once, where it said "sent" until
+		// the deadline halted the plan "did not report".
+		{"CannotBeComposed", Machine{Name: "m3", Generation: 4, AppliedGeneration: 3, LastSeen: &recent, ComposeError: "module web build 3 resource conf: variables: ${var.port}",
+			ComposeErrorGen: 4}, 1, time.Hour, StepFailed, "m3 generation 4 cannot be composed: module web build 3 resource conf: variables: ${var.port}"},
+		{"ComposeErrorOfAnOlderGeneration", Machine{Name: "m3", Generation: 5, AppliedGeneration: 3, LastSeen: &recent, ComposeError: "variables", ComposeErrorGen: 4},
+			1, time.Hour, "", ""},
 		{"NoReportWithinDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &recent}, 1, 30 * time.Second, StepFailed, "m3 did not report generation 4 within 30s"},
 		{"OfflinePastDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline since"},
 		// Enrolment sets the time it was last seen: seen then only, its
