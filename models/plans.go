@@ -156,6 +156,10 @@ func TierWords(tier, tiers int64, done bool) string {
 	return s
 }
 
+// UntriedTierPause begins the reason of a plan that paused itself after
+// a tier none of whose machines took its build (each step withdrawn).
+const UntriedTierPause = "paused: untried: "
+
 // Actions a person may take on a plan (POST /api/v1/plans/{id}/{action},
 // and the dashboard's buttons).
 const (

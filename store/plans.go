@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -291,6 +292,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	done := 0
 	var failed []string
 	var applied []int64 // machines whose step applied before this look
+	took := 0           // steps of the tier that applied the build, now or before
 	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
 	if deadline <= 0 {
 		deadline = DefaultTierDeadline
@@ -333,7 +335,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 				Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now, "reason": why}).Error; err != nil {
 				return err
 			}
-			st.State = models.StepWithdrawn
+			st.State, st.Reason = models.StepWithdrawn, why
 		}
 		switch st.State {
 		case models.StepWithdrawn:
@@ -367,9 +369,11 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 				continue
 			}
 			done++
+			took++
 		case models.StepApplied:
 			applied = append(applied, st.MachineID)
 			done++
+			took++
 		}
 	}
 	// A machine of the tier that applied the build healthy and turned
@@ -422,6 +426,16 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error
 	}
 	if done == len(steps) {
+		if took == 0 {
+			// Every step of the tier withdrawn (pinned, the module taken
+			// away): no machine of it tried the build. Going on would pass
+			// the next tier a build its gate never saw applied; a person
+			// says whether to.
+			paused, err := pauseUntried(tx, p, steps)
+			if err != nil || paused {
+				return err
+			}
+		}
 		p.Tier++
 		if err := tx.Model(p).Update("tier", p.Tier).Error; err != nil {
 			return err
@@ -429,6 +443,45 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		return stepPlan(tx, p)
 	}
 	return nil
+}
+
+// pauseUntried pauses a plan whose tier ended with none of its machines
+// having taken the build, when a later tier is still to come: paused
+// says so (the tier, the build, each step's reason), and resuming it goes
+// on to the next tier as a person's choice, on the record.
+func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error) {
+	var tiers int64
+	if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
+		return false, err
+	}
+	if p.Tier+1 >= tiers {
+		return false, nil
+	}
+	var ms []models.Machine
+	if err := tx.Select("id", "name").Where("id IN (?)", tx.Model(&models.PlanStep{}).Select("machine_id").
+		Where("plan_id = ? AND tier = ?", p.ID, p.Tier)).Find(&ms).Error; err != nil {
+		return false, err
+	}
+	name := map[int64]string{}
+	for _, m := range ms {
+		name[m.ID] = m.Name
+	}
+	whys := make([]string, len(steps))
+	for i, st := range steps {
+		whys[i] = name[st.MachineID] + ": " + st.Reason
+	}
+	slices.Sort(whys)
+	p.State = models.PlanPaused
+	p.Reason = models.Clip(fmt.Sprintf("%s%s took build %d on none of its machines: resume to go on to tier %d of %d untried, or cancel (%s)",
+		models.UntriedTierPause, models.TierWords(p.Tier, tiers, false), p.Build, p.Tier+2, tiers, strings.Join(whys, "; ")), 1000)
+	var module string
+	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
+		return false, err
+	}
+	if err := audit(tx, "controller", "pause-plan", "module/"+module, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
+		return false, err
+	}
+	return true, tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason}).Error
 }
 
 // reach makes the plan's build a machine's target: a new generation. The
@@ -630,6 +683,11 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 			if withdrawn > 0 {
 				up["reason"] = fmt.Sprintf("cancelled by %s; its target removed from %d machine(s) whose hosts had not applied it", actor, withdrawn)
 			}
+		case action == "resume" && p.State == models.PlanPaused && strings.HasPrefix(p.Reason, models.UntriedTierPause):
+			// A person chose to go on past a tier none of whose machines
+			// took the build: the next tier is reached.
+			up["reason"], up["tier"] = "", p.Tier+1
+			p.Tier++
 		case action == "resume" && p.State == models.PlanHalted:
 			// Re-evaluated from now: the failed steps of its tier are
 			// judged again, their deadline restarted.

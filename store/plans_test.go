@@ -431,3 +431,47 @@ func TestPlan_AModuleTakenAwayWithdrawsItsStep(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_ACanaryTierNoneTriedPauses: the canary m1 is pinned while the
+// plan of build 2 is under way, so its step is withdrawn and no machine of
+// the canary tier takes the build. The plan went on to every other machine
+// with its gate never passed; it pauses instead, saying why, and a
+// person's resume takes it on to the next tier.
+func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		one := int64(1)
+		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanPaused || v.Tier != 0 || v.Steps[1].State != models.StepPending ||
+			!strings.Contains(v.Reason, "tier 1 of 2 (canary) took build 2 on none of its machines: resume to go on to tier 2 of 2 untried, or cancel (m1: pinned to build 1") {
+			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+		v, err = s.SetPlanState(ctx, "user:admin", v.ID, models.PlanResume)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.State != models.PlanRunning || v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent || v.Reason != "" {
+			t.Fatalf("resumed: %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+		applied(t, s, "m2", 2)
+		applied(t, s, "m3", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
+			t.Fatalf("after the last tier: %s %q", v.State, v.Reason)
+		}
+	})
+}
