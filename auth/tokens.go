@@ -5,6 +5,7 @@ package auth
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -102,7 +103,7 @@ func (a *Authority) ParsePerson(s string) (*PersonClaims, error) {
 		jwt.WithAudience(AudienceOperator), jwt.WithIssuer(Issuer),
 		jwt.WithExpirationRequired(), jwt.WithTimeFunc(a.Now), jwt.WithLeeway(models.TokenLeeway))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, err)
+		return nil, fmt.Errorf("%w: %s", models.ErrUnauthorized, tokenWords(err, c.ExpiresAt))
 	}
 	if !models.ValidRole(c.Role) || c.Subject == "" {
 		return nil, fmt.Errorf("%w: token has no valid role", models.ErrUnauthorized)
@@ -172,4 +173,20 @@ func (a *Authority) parseHost(s string) (*HostClaims, error) {
 		return nil, fmt.Errorf("%w: host token names no machine", models.ErrUnauthorized)
 	}
 	return &c, nil
+}
+
+// tokenWords says why a person's token was refused in a person's words,
+// not the JWT library's ("token contains an invalid number of segments").
+func tokenWords(err error, expires *jwt.NumericDate) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired) && expires != nil:
+		return "the token expired at " + expires.UTC().Format(time.RFC3339)
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "this is not a token (malformed)"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "the token was not signed by this controller's key (another controller's, or altered)"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "the token is not a person's (a host's token is not an operator's)"
+	}
+	return err.Error()
 }

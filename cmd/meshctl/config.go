@@ -122,6 +122,10 @@ func (a *app) target() (url, token string, ca []byte, err error) {
 		ca = []byte(c.CA)
 	}
 	loginHint = "log in again: meshctl login " + url + " --user NAME"
+	if os.Getenv("MESH_TOKEN") != "" {
+		// A login saves a token MESH_TOKEN would still override.
+		loginHint = "MESH_TOKEN is set and used instead of a saved login: make a new API token (meshctl tokens create --api NAME) or unset MESH_TOKEN"
+	}
 	if !same && c.Controller != "" && os.Getenv("MESH_TOKEN") == "" {
 		// The saved token is for another controller, and is not sent here.
 		loginHint = "the saved login is for " + c.Controller + ", not " + url + ": meshctl login " + url + " --user NAME, or set MESH_TOKEN"
@@ -136,6 +140,10 @@ func checkControllerURL(u string) error {
 	p, err := neturl.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 		return fmt.Errorf("controller %q: want a URL with its scheme, such as http://127.0.0.1:8080 or https://ctl.example.net:8443", u)
+	}
+	if strings.HasSuffix(p.Path, "/api/v1") || strings.Contains(p.Path, "/api/v1/") {
+		// Every route is found under the controller's base URL.
+		return fmt.Errorf("controller %q: give its base URL, without /api/v1 (%s://%s)", u, p.Scheme, p.Host)
 	}
 	return nil
 }

@@ -279,7 +279,7 @@ func (a *app) auditCommand() *cobra.Command {
 				return err
 			}
 			if len(es) == 0 && target != "" && !strings.Contains(target, "/") {
-				fmt.Fprintf(a.errOut, "no events of target %q: a target is KIND/NAME as the TARGET column shows it (machine/%s, module/%s, plan/12); --machine and --module add the kind\n", target, target, target)
+				fmt.Fprintf(a.errOut, "no events of target %q: a target is KIND/NAME as the TARGET column shows it (machine/%s, module/%s: a plan's events are its module's, user/carol); --machine and --module add the kind\n", target, target, target)
 			}
 			return list(a, es, raw, []string{"WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL"}, func(e client.AuditEvent) []string {
 				return []string{e.At.Local().Format(localTime), e.Actor, e.Action, e.Target, clip(e.Detail, 100)}
@@ -289,7 +289,7 @@ func (a *app) auditCommand() *cobra.Command {
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many events at most")
 	cmd.Flags().StringVar(&machine, "machine", "", "only the events of this machine (the target machine/NAME)")
 	cmd.Flags().StringVar(&module, "module", "", "only the events of this module (the target module/NAME)")
-	cmd.Flags().StringVar(&target, "target", "", "only the events of this target, exactly as the TARGET column shows it (plan/12, user/carol, …)")
+	cmd.Flags().StringVar(&target, "target", "", "only the events of this target, exactly as the TARGET column shows it (user/carol, source/gh, …; a plan's events are its module's)")
 	cmd.Flags().StringVar(&action, "action", "", "only the events of this action, exactly as the ACTION column shows it")
 	cmd.Flags().StringVar(&actor, "actor", "", "only the events of this actor as the ACTOR column shows it: user:NAME (with that person's API tokens), host:NAME, controller (with its instances), anonymous (refused callers)")
 	cmd.MarkFlagsMutuallyExclusive("machine", "module", "target")

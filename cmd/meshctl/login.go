@@ -69,6 +69,8 @@ it, the system's roots judge the controller (an operator's certificate).`,
 			if err != nil {
 				return reach(err)
 			}
+			// A refused login is this login: "log in again" would say nothing.
+			loginHint = "check the user name and password"
 			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
 				return err
 			}

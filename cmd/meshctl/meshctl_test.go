@@ -540,9 +540,21 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if r := mc.run("", "machines", "ls", "--controller", "127.0.0.1:8080"); r.code != 1 || !strings.Contains(r.stderr, "want a URL with its scheme") {
 			t.Fatalf("--controller 127.0.0.1:8080: %s", r)
 		}
+		// The controller's base URL with the API's path is told so, not
+		// answered "Not Found: Not Found".
+		if r := mc.run("", "machines", "ls", "--controller", px.URL+"/api/v1"); r.code != 1 || !strings.Contains(r.stderr, "give its base URL, without /api/v1") {
+			t.Fatalf("--controller …/api/v1: %s", r)
+		}
+		// A refused login says to check what was given, not to log in again.
+		if r := mc.run("not-the-password\n", "login", px.URL, "--user", "ops", "--password-stdin"); r.code != 1 ||
+			!strings.Contains(r.stderr, "check the user name and password") || strings.Contains(r.stderr, "log in again") {
+			t.Fatalf("a wrong password: %s", r)
+		}
+		// A MESH_TOKEN that is not one: said in words, and logging in
+		// again would not help while it is set.
 		mc.env = append(mc.env, "MESH_TOKEN=not-a-token")
 		r = mc.run("", "plans", "ls")
-		if r.code != 1 || !strings.Contains(r.stderr, "log in again") {
+		if r.code != 1 || !strings.Contains(r.stderr, "this is not a token (malformed)") || !strings.Contains(r.stderr, "MESH_TOKEN is set") {
 			t.Fatalf("a bad token: %s", r)
 		}
 	})
