@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -171,4 +173,30 @@ func firstSend(t *testing.T, e *ctltest.Env, token string) string {
 		t.Fatalf("first poll %d", p.status)
 	}
 	return p.send
+}
+
+// TestNoRoute_SaysWhichAndWhere: a path the API has no route for is a
+// 404 naming the method and path and where the routes are, where it said
+// "Not Found" twice (a controller URL given with /api/v1 in it).
+func TestNoRoute_SaysWhichAndWhere(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	req, _ := http.NewRequest("GET", e.URL+"/api/v1/api/v1/machines", nil) // in no spec: sent as is
+	req.Header.Set("Authorization", "Bearer "+e.Admin)
+	resp, err := http.DefaultClient.Do(req) // e.HTTP checks every answer against the spec
+	if err == nil {
+		t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(b), "no route GET /api/v1/api/v1/machines: the API's routes are in /openapi.yaml") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	// A route that did not find its thing keeps its own words.
+	resp, b = e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines/nosuch", Token: e.Admin})
+	if resp.StatusCode != 404 || strings.Contains(string(b), "no route") || !strings.Contains(string(b), "nosuch") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
 }

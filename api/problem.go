@@ -110,6 +110,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		// A route a newer build serves: say so, rather than "not found".
 		p = Problem{Type: ProblemType("behind-store"), Title: "This controller is behind its store", Status: http.StatusNotImplemented,
 			Detail: behind + "; this route is not served by this build"}
+	} else if errors.As(err, &he) && he.Code == http.StatusNotFound && c.Path() == "" && strings.HasPrefix(c.Request().URL.Path, "/api/") {
+		// No route at all (not a thing the route did not find): say which,
+		// and where the routes are, rather than "Not Found".
+		p.Detail = fmt.Sprintf("no route %s %s: the API's routes are in /openapi.yaml", c.Request().Method, models.Clip(c.Request().URL.Path, 200))
 	}
 	var ra *models.RetryAfterError
 	if errors.As(err, &ra) {
