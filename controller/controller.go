@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -192,7 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error) {
+func start(ctx context.Context, cfg Config, st *store.Store) (_ *Controller, err error) {
 	declKey, tokKey, err := signingKeys(ctx, st, cfg)
 	if err != nil {
 		return nil, err
@@ -227,6 +228,13 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 		State: models.InstanceStarting, StoreSchema: knownSchema}); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			// A start that failed (its address taken, say) served nothing:
+			// it is not listed as an instance gone silent.
+			_ = st.SetInstanceState(context.WithoutCancel(ctx), inst, models.InstanceStopped)
+		}
+	}()
 	signer := store.NewKeySigner(declKey)
 	tokSigner := store.NewKeySigner(tokKey)
 	hub := hub.New(st, signer, inst, cfg.Log)
@@ -309,6 +317,9 @@ func start(ctx context.Context, cfg Config, st *store.Store) (*Controller, error
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		stopListening()
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("listen on %s: the address is in use (another controller, or another program): stop it, or give another --listen", cfg.Listen)
+		}
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	// The first admin is made once the address is ours: a start that

@@ -57,6 +57,9 @@ func startOn(t *testing.T, sc store.Config, with controller.Config) (*run, error
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL,
 		Out: r.out, Log: slog.New(slog.NewTextHandler(r.log, nil)), DrainTimeout: 5 * time.Second,
 		KeyFile: with.KeyFile, Key: with.Key}
+	if with.Listen != "" {
+		cfg.Listen = with.Listen
+	}
 	var err error
 	r.ctl, err = controller.Start(context.Background(), cfg)
 	if err == nil {

@@ -667,7 +667,13 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 					"(POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
 					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
 			}
-			return fmt.Errorf("%w: plan %d is %s; cannot %s", models.ErrConflict, id, strings.ReplaceAll(p.State, "_", " "), verb)
+			why := ""
+			if action == "rollback" && (p.State == models.PlanRunning || p.State == models.PlanPaused) {
+				// Rollback is from halted: say how to get there.
+				why = ": only a halted plan is rolled back; cancel it (its build is taken back from the machines that have not applied it), " +
+					"or pin a machine to the build before with a reason"
+			}
+			return fmt.Errorf("%w: plan %d is %s; cannot %s%s", models.ErrConflict, id, strings.ReplaceAll(p.State, "_", " "), verb, why)
 		}
 		up := map[string]any{"state": to}
 		switch {

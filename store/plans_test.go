@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -464,6 +465,11 @@ func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
 		}
 		if v.State != models.PlanRunning || v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent || v.Reason != "" {
 			t.Fatalf("resumed: %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+		// A running plan is not rolled back; the refusal says how to stop it.
+		if _, err := s.SetPlanState(ctx, "user:admin", v.ID, models.PlanRollback); !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "only a halted plan is rolled back; cancel it") {
+			t.Fatalf("rolling back a running plan: %v", err)
 		}
 		applied(t, s, "m2", 2)
 		applied(t, s, "m3", 2)
