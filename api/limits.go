@@ -147,12 +147,12 @@ func (b *bodyBudget) hold(ctx context.Context, declared int64) (release func(), 
 		b.mu.Unlock()
 		select {
 		case <-freed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+			continue
+		case <-ctx.Done(): // its sender left: a refusal, not the server's error
 		case <-timer.C:
-			return nil, &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s of %s are being read at once; try again in %s",
-				models.ErrTooManyRequests, models.SizeWords(b.total), b.what, roundUp(b.wait))}
 		}
+		return nil, &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s of %s are being read at once; try again in %s",
+			models.ErrTooManyRequests, models.SizeWords(b.total), b.what, roundUp(b.wait))}
 	}
 }
 
