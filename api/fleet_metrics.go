@@ -95,11 +95,12 @@ func (h *tierHist) add(o *tierHist) {
 func newFleetCollector(s *Server) *fleetCollector {
 	return &fleetCollector{srv: s, folded: map[tierKey]*tierHist{},
 		machines: prometheus.NewDesc("mesh_machines", "Machines by state, as the API says it (every state word, zero included).", []string{"state"}, nil),
-		health:   prometheus.NewDesc("mesh_machines_health", "Machines by the health of their declared checks (passing, failing, none).", []string{"health"}, nil),
+		health: prometheus.NewDesc("mesh_machines_health", "Machines by the health of their declared checks (passing, failing, none; unknown: offline or revoked, whose last report is no fact of now).",
+			[]string{"health"}, nil),
 		plans:    prometheus.NewDesc("mesh_plans", "Plans by state.", []string{"state"}, nil),
 		rollouts: prometheus.NewDesc("mesh_rollouts", "Host rollouts by state.", []string{"state"}, nil),
 		checksFailing: prometheus.NewDesc("mesh_checks_failing",
-			"Machines a declared check of which is failing now (unhealthy once past the grace).", nil, nil),
+			"Machines a declared check of which is failing now (unhealthy once past the grace; offline and revoked machines are not counted).", nil, nil),
 		composeErrors: prometheus.NewDesc("mesh_compose_errors",
 			"Machines whose current generation cannot be composed (a variable missing, a build gone): nothing is sent to them.", nil, nil),
 		tierDur: prometheus.NewDesc("mesh_plan_tier_duration_seconds",
@@ -169,6 +170,10 @@ func (c *fleetCollector) read() []prometheus.Metric {
 	return append(out, c.tierMetrics(f.Tiers, time.Now())...)
 }
 
+// healthUnknown is the health counted for a machine whose host is not
+// heard (offline) or not listened to (revoked).
+const healthUnknown = "unknown"
+
 // machineMetrics counts machines by state and health, failing checks and
 // compose errors.
 func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric {
@@ -177,13 +182,19 @@ func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric
 	var failing, composeErrs int64
 	for i := range ms {
 		m := &ms[i]
-		states[c.srv.Rules.State(m, c.srv.lastSeen(m), now)]++
+		state := c.srv.Rules.State(m, c.srv.lastSeen(m), now)
+		states[state]++
 		h := m.Health
 		if h == "" {
 			h = models.HealthNone
 		}
+		if state == models.StateOffline || state == models.StateRevoked {
+			// Its last report's health is no fact of now: an alert on
+			// passing machines must not count one that stopped reporting.
+			h = healthUnknown
+		}
 		health[h]++
-		if m.Health == models.HealthFailing {
+		if h == models.HealthFailing {
 			failing++
 		}
 		if m.ComposeErrorGen > 0 && m.ComposeErrorGen == m.Generation {

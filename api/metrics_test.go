@@ -114,10 +114,11 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m-broken/assignments", Token: e.Admin,
 			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "needs-port"}}}}, 200, nil)
 
-		// m-offline enrolled an hour ago and never polled.
+		// m-offline enrolled an hour ago and went quiet, its last word
+		// "passing": no fact of now, so its health is counted unknown.
 		e.Enroll("m-offline")
-		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET created_at = ?, last_seen = ? WHERE name = ?",
-			now.Add(-time.Hour), now.Add(-time.Hour), "m-offline").Error; err != nil {
+		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET created_at = ?, last_seen = ?, health = ? WHERE name = ?",
+			now.Add(-time.Hour), now.Add(-time.Hour), models.HealthPassing, "m-offline").Error; err != nil {
 			t.Fatal(err)
 		}
 
@@ -150,7 +151,8 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 		want := map[string]float64{
 			`mesh_machines{state="current"}`: 1, `mesh_machines{state="behind"}`: 3, `mesh_machines{state="offline"}`: 1,
 			`mesh_machines{state="revoked"}`:         1,
-			`mesh_machines_health{health="passing"}`: 1, `mesh_machines_health{health="failing"}`: 1, `mesh_machines_health{health="none"}`: 4,
+			`mesh_machines_health{health="passing"}`: 1, `mesh_machines_health{health="failing"}`: 1, `mesh_machines_health{health="none"}`: 2,
+			`mesh_machines_health{health="unknown"}`: 2,
 			`mesh_checks_failing`: 1, `mesh_compose_errors`: 1, `mesh_fleet_up`: 1, `mesh_hub_machines`: 6,
 			`mesh_plans{state="done"}`: 1, `mesh_plans{state="running"}`: 0, `mesh_rollouts{state="running"}`: 0,
 			`mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`: 1,
