@@ -153,7 +153,7 @@ func TestMetrics_FleetAsTheAPISaysIt(t *testing.T) {
 			`mesh_machines{state="revoked"}`:         1,
 			`mesh_machines_health{health="passing"}`: 1, `mesh_machines_health{health="failing"}`: 1, `mesh_machines_health{health="none"}`: 2,
 			`mesh_machines_health{health="unknown"}`: 2,
-			`mesh_checks_failing`: 1, `mesh_compose_errors`: 1, `mesh_fleet_up`: 1, `mesh_hub_machines`: 6,
+			`mesh_checks_failing`:                    1, `mesh_compose_errors`: 1, `mesh_fleet_up`: 1, `mesh_hub_machines`: 6,
 			`mesh_plans{state="done"}`: 1, `mesh_plans{state="running"}`: 0, `mesh_rollouts{state="running"}`: 0,
 			`mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`: 1,
 			`mesh_sends_total{trigger="enrol"}`:                                       3, `mesh_sends_total{trigger="assignment"}`: 1, `mesh_sends_total{trigger="plan"}`: 1,
