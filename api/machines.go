@@ -47,6 +47,10 @@ type MachineView struct {
 	Yanked        []models.YankedRun `json:"yanked,omitempty"`
 	CertNotAfter  *time.Time         `json:"certificate_not_after"`
 	RevokedReason string             `json:"revoked_reason"`
+	// StateWords say the state whole, as the dashboard does
+	// (models.SayState). A behind machine's are said only where what was
+	// sent of its generation is read (its page, the lists): nil elsewhere.
+	StateWords *models.StateWords `json:"state_words,omitempty"`
 }
 
 // HealthView is a machine's health as the API shows it: a fact with a time.
@@ -64,7 +68,14 @@ func (s *Server) lastSeen(m *models.Machine) *time.Time {
 }
 
 func (s *Server) machineView(m *models.Machine) MachineView {
+	return s.machineViewSent(m, nil)
+}
+
+// machineViewSent is m's view with what was sent of its current
+// generation (nil: not read, and a behind machine's words are not said).
+func (s *Server) machineViewSent(m *models.Machine, sent map[int64]models.PendingSend) MachineView {
 	seen := s.lastSeen(m)
+	now := time.Now()
 	running, err := m.RunningBuilds()
 	if err != nil {
 		s.Log.Error("machine view", "err", err) // shown without its running builds, said in the log
@@ -73,7 +84,7 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
-		State: s.Rules.State(m, seen, time.Now()), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
+		State: s.Rules.State(m, seen, now), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
 		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
 		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
@@ -83,7 +94,24 @@ func (s *Server) machineView(m *models.Machine) MachineView {
 	if m.ComposeErrorGen == m.Generation {
 		v.ComposeError = m.ComposeError
 	}
+	if v.State != models.StateBehind || sent != nil {
+		p := sent[m.ID]
+		w := models.SayState(v.State, m, seen, &p, now)
+		v.StateWords = &w
+	}
 	return v
+}
+
+// currentSends reads what was sent of the current generation of those of
+// ms that are behind (their words say whether it was sent).
+func (s *Server) currentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error) {
+	var behind []int64
+	for i := range ms {
+		if ms[i].Generation > ms[i].FinishedGen {
+			behind = append(behind, ms[i].ID)
+		}
+	}
+	return s.Store.CurrentSends(ctx, behind)
 }
 
 func (s *Server) listMachines(c echo.Context) error {
@@ -105,9 +133,13 @@ func (s *Server) listMachines(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	sent, err := s.currentSends(c.Request().Context(), ms)
+	if err != nil {
+		return err
+	}
 	views := make([]MachineView, len(ms))
 	for i := range ms {
-		views[i] = s.machineView(&ms[i])
+		views[i] = s.machineViewSent(&ms[i], sent)
 		views[i].Yanked = models.YankedRunning(views[i].Running, yanked)
 	}
 	l := listOf(views, limit, func(MachineView) string { return strconv.FormatInt(ms[len(ms)-1].ID, 10) })
@@ -171,8 +203,12 @@ func (s *Server) getMachine(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	sent, err := s.currentSends(c.Request().Context(), []models.Machine{*m})
+	if err != nil {
+		return err
+	}
 	setETag(c, m.Generation)
-	v := s.machineView(m)
+	v := s.machineViewSent(m, sent)
 	v.Yanked = models.YankedRunning(v.Running, yanked)
 	return c.JSON(http.StatusOK, v)
 }

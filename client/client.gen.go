@@ -1489,9 +1489,19 @@ type Machine struct {
 	Running       map[string]RunningBuild `json:"running"`
 
 	// Schema the declaration schemas its host advertised on its last poll, canonical (1,2)
-	Schema            string       `json:"schema"`
-	State             MachineState `json:"state"`
-	TargetHostVersion string       `json:"target_host_version"`
+	Schema string       `json:"schema"`
+	State  MachineState `json:"state"`
+
+	// StateWords The state said whole, as the dashboard says it, each word from what was checked: `badge` is the
+	// state and why ("behind: generation 4 cannot be composed: …", "unhealthy: check web.svc: …"),
+	// `since` since when and what it waits for ("since … (2m ago, plan); sent 5s ago by ctl-1a2b3c, no
+	// report yet"). Given by the machine lists and a machine's own read; a behind machine's are left
+	// out of other answers (what was sent of its generation is not read there).
+	StateWords *struct {
+		Badge string `json:"badge"`
+		Since string `json:"since"`
+	} `json:"state_words,omitempty"`
+	TargetHostVersion string `json:"target_host_version"`
 
 	// Yanked builds it runs that were yanked since; it keeps them, nothing new is given them (absent when none)
 	Yanked *[]struct {

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -64,18 +63,7 @@ type Overview struct {
 // OverviewRows is how many machines the overview renders at most.
 const OverviewRows = 500
 
-func ago(t time.Time, now time.Time) string {
-	d := now.Sub(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
-}
+func ago(t time.Time, now time.Time) string { return models.Ago(t, now) }
 
 // auditOf is the dashboard's audit log of one target ("machine/m1").
 func auditOf(target string) templ.SafeURL {
@@ -97,115 +85,16 @@ func forTarget(target string) string {
 	return " of " + target
 }
 
-func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+func stamp(t time.Time) string { return models.Stamp(t) }
 
 // row computes a machine's badge from its records; sent is what was sent
 // of its current generation (nil: nothing).
 func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.Time) MachineRow {
 	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
-		Target: m.TargetHostVersion, LastSeen: "never"}
-	if seen != nil {
-		r.LastSeen = ago(*seen, now)
-	} else {
-		r.LastSeen = "never (enrolled " + ago(m.CreatedAt, now) + ")"
-	}
+		Target: m.TargetHostVersion, LastSeen: models.LastSeenWords(m, seen, now)}
 	r.State = rules.State(m, seen, now)
-	// When its last outcome was reported: the states below speak of that
-	// outcome, and a later report of another kind (a check, a renewal)
-	// does not move it.
-	reported := "no report yet"
-	if at := m.LastOutcomeAt; at != nil {
-		reported = stamp(*at) + " (" + ago(*at, now) + ")"
-	} else if m.LastReportAt != nil {
-		reported = stamp(*m.LastReportAt)
-	}
-	switch r.State {
-	case models.StateCurrent:
-		r.Badge = fmt.Sprintf("current at generation %d", m.Generation)
-		r.Since = "applied, reported " + reported
-		switch m.Health {
-		case models.HealthFailing:
-			r.Badge += " — check " + m.HealthCheck + " failing, within the grace"
-		case models.HealthPassing:
-			if m.HealthAt != nil {
-				// The host checks every --check-every and reports a change at
-				// once: this is when it last said, not when it last looked.
-				r.Since += "; checks passing as of its report " + ago(*m.HealthAt, now) + " (a change is reported at once)"
-			}
-		default:
-			r.Badge += " — no checks declared"
-		}
-	case models.StateUnhealthy:
-		r.Badge = "unhealthy: check " + m.HealthCheck + ": " + m.HealthDetail
-		if m.HealthSince != nil {
-			r.Since = "failing since " + stamp(*m.HealthSince) + " (" + ago(*m.HealthSince, now) + ")"
-		}
-		if m.HealthAt != nil {
-			// When the host last said so: it reports a change at once, so
-			// an older report means it has said nothing different since.
-			r.Since += "; as of its report " + ago(*m.HealthAt, now) + " (a change is reported at once)"
-		}
-	case models.StateBehind:
-		r.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
-		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + "); "
-		// Why: it cannot be composed, or it was sent and the host has not
-		// reported, or the host has not polled for it yet.
-		switch {
-		case m.HeldBack != "":
-			// Composed and sent, but from held-back content: the host
-			// decodes no schema that expresses what is declared.
-			r.Badge = "behind: " + m.HeldBack
-			r.Since += "it keeps receiving what its host can decode until a host rollout upgrades it"
-		case m.ComposeErrorGen == m.Generation && m.ComposeError != "":
-			r.Badge = fmt.Sprintf("behind: generation %d cannot be composed: %s", m.Generation, m.ComposeError)
-			r.Since += "nothing is sent until that is fixed"
-		case sent != nil && sent.N > 0:
-			r.Since += fmt.Sprintf("sent %s by %s, no report yet", ago(sent.At, now), sent.Instance)
-			if sent.N > 1 {
-				r.Since += fmt.Sprintf(" (%d sends)", sent.N)
-			}
-		case !models.Polled(seen, m.CreatedAt):
-			// Seen at its enrolment only: that was no poll.
-			r.Since += "not sent yet: enrolled " + ago(m.CreatedAt, now) + ", never polled"
-		default:
-			r.Since += "not sent yet: the host last polled " + r.LastSeen
-		}
-	case models.StateRefused:
-		r.Badge = "refused: " + m.LastReason
-		r.Since = "reported " + reported
-	case models.StateFailed:
-		r.Badge = "failed: " + m.LastReason
-		r.Since = "reported " + reported
-	case models.StateRejected:
-		r.Badge = "rejected: " + m.LastReason
-		r.Since = "reported " + reported
-	case models.StateConflict:
-		r.Badge = "conflict: " + models.ConflictWhy(m.ConflictHostGen, m.Generation)
-		r.Since = "nothing is sent until an admin resolves it"
-	case models.StateRevoked:
-		r.Badge = "revoked: " + m.RevokedReason
-		r.Since = "its token and certificates are refused; delete it and enrol the machine again"
-	case models.StateOffline:
-		r.Badge = "offline"
-		r.Since = "last seen " + r.LastSeen
-		if !models.Polled(seen, m.CreatedAt) {
-			r.Since = "enrolled " + ago(m.CreatedAt, now) + ", never polled"
-		}
-	case models.StateUpgrading:
-		r.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)
-		if m.ComposeErrorGen == m.Generation && m.ComposeError != "" {
-			// Its upgrade is the headline; that nothing can be sent to it
-			// meanwhile is not left to its JSON.
-			r.Badge += fmt.Sprintf("; generation %d cannot be composed: %s", m.Generation, m.ComposeError)
-		}
-		if models.RefusedTarget(m.TargetHostVersion, m.LastOutcome, m.LastReason) {
-			r.Badge += "; its host refused it: " + m.LastReason
-		}
-		r.Since = "since " + stamp(m.GenerationAt) + " (" + ago(m.GenerationAt, now) + ")"
-	case models.StateRolledBack:
-		r.Badge = "rolled back: " + m.LastReason
-		r.Since = "reported " + reported
-	}
+	w := models.SayState(r.State, m, seen, sent, now)
+	r.Badge, r.Since = w.Badge, w.Since
 	return r
 }
 

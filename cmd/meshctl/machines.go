@@ -225,6 +225,11 @@ func why(m *client.Machine) string {
 			return fmt.Sprintf("generation %d cannot be composed: %s%s", m.Generation, m.ComposeError, since)
 		case !models.Polled(m.LastSeen, m.CreatedAt):
 			return fmt.Sprintf("generation %d not sent yet: its host has never polled (enrolled %s)%s", m.Generation, ago(&m.CreatedAt), since)
+		case m.StateWords != nil:
+			// The controller read what was sent of the generation: sent
+			// and awaiting its host's report, or not sent yet, as the
+			// dashboard says it.
+			return m.StateWords.Badge + " " + m.StateWords.Since
 		}
 		return fmt.Sprintf("generation %d not applied yet; applied %d%s; the host last polled %s", m.Generation, m.AppliedGeneration, since, ago(m.LastSeen))
 	}

@@ -149,3 +149,24 @@ func TestMachineWords_HealthAsOfWhenItWasSaid(t *testing.T) {
 		t.Fatalf("an offline machine's health column: %q", h)
 	}
 }
+
+// TestMachineWords_BehindAsTheControllerSaysIt: a behind machine's why is
+// the controller's words when it gives them (it read what was sent of the
+// generation: sent and awaiting the report, or not sent yet), where
+// meshctl said "not applied yet" of both.
+func TestMachineWords_BehindAsTheControllerSaysIt(t *testing.T) {
+	seen := time.Now().Add(-5 * time.Second)
+	m := client.Machine{Name: "m1", State: client.MachineStateBehind, AppliedGeneration: 3, Generation: 4, LastSeen: &seen,
+		CreatedAt: seen.Add(-time.Hour), GenerationAt: seen}
+	m.StateWords = &struct {
+		Badge string `json:"badge"`
+		Since string `json:"since"`
+	}{"behind by 1 generation(s)", "since 2026-12-06 09:52:15Z (5s ago, variables); sent 3s ago by ctl-1a2b3c, no report yet"}
+	if w := why(&m); w != "behind by 1 generation(s) since 2026-12-06 09:52:15Z (5s ago, variables); sent 3s ago by ctl-1a2b3c, no report yet" {
+		t.Fatalf("why: %s", w)
+	}
+	m.StateWords = nil // an older controller: meshctl's own words
+	if w := why(&m); !strings.Contains(w, "generation 4 not applied yet") {
+		t.Fatalf("why without the controller's words: %s", w)
+	}
+}
