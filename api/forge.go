@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -24,11 +25,13 @@ import (
 const MaxHookBody = 5 << 20
 
 // HookBodies bounds the bytes of webhook bodies held at once (a dozen of
-// the largest; a push's body is a few KiB), and HookBodyWait how long a
-// webhook waits for room before it is refused (429, audited).
+// the largest; a push's body is a few KiB), HookBodiesPerAddress those
+// of one address, and HookBodyWait how long a webhook's read waits for
+// room before it is refused (429, audited).
 const (
-	HookBodies   = 64 << 20
-	HookBodyWait = 10 * time.Second
+	HookBodies           = 64 << 20
+	HookBodiesPerAddress = 16 << 20
+	HookBodyWait         = 10 * time.Second
 )
 
 type sourceRequest struct {
@@ -134,17 +137,18 @@ func (s *Server) hook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	release, err := s.hookBodies.hold(ctx, c.Request().ContentLength)
-	if err != nil {
+	br := s.hookBodies.reader(ctx, c.RealIP(), c.Request().Body)
+	defer br.release()
+	c.Request().Body = br
+	body, err := readBody(c)
+	var ra *models.RetryAfterError
+	if errors.As(err, &ra) {
 		// On the record: a forge does not send a delivery again by itself.
 		if due, since := s.refusals.Due(src.Name + "\x00hook-bodies"); due {
 			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 				fmt.Sprintf("from %s: %v%s", c.RealIP(), err, auth.Since(since)))
 		}
-		return err
 	}
-	defer release()
-	body, err := readBody(c)
 	if err != nil {
 		return err
 	}

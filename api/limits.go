@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -105,43 +106,71 @@ func bodyDeadline(c echo.Context, upload bool) {
 // bodyBudget bounds the bytes of request bodies a route no credential
 // protects holds in memory at once: a webhook's body is read whole before
 // its signature can be checked, so without it any number of senders
-// could each make the controller hold MaxHookBody. A request holds what
-// its Content-Length says (the most the route takes when it says
-// nothing) while its body is read and used; past the budget it waits a
-// while for room, then is refused with when to try again. A body that
-// fits goes ahead of a larger one waiting (not first come, first
-// served): a large sender waiting must not hold up a forge's few KiB.
+// could each make the controller hold MaxHookBody (800 senders of 5 MiB
+// took it past 7 GB). Bytes count as they are read, so a sender that
+// announces a body and sends nothing holds nothing; one address holds at
+// most perAddr of the total, so a few connections from one place cannot
+// take it all. A read past either bound waits a while for room, then its
+// request is refused with when to try again; whatever fits goes on
+// meanwhile.
 type bodyBudget struct {
-	what  string
-	total int64 // bytes
-	max   int64 // the most one request holds
-	wait  time.Duration
+	what           string
+	total, perAddr int64 // bytes
+	wait           time.Duration
 
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed when room is given back
+	mu     sync.Mutex
+	used   int64
+	byAddr map[string]int64
+	freed  chan struct{} // closed when room is given back
 }
 
-func newBodyBudget(what string, total, max int64, wait time.Duration) *bodyBudget {
-	return &bodyBudget{what: what, total: total, max: max, wait: wait, freed: make(chan struct{})}
+func newBodyBudget(what string, total, perAddr int64, wait time.Duration) *bodyBudget {
+	return &bodyBudget{what: what, total: total, perAddr: perAddr, wait: wait, byAddr: map[string]int64{}, freed: make(chan struct{})}
 }
 
-// hold takes room for a body of declared bytes (-1: unknown); release
-// gives it back.
-func (b *bodyBudget) hold(ctx context.Context, declared int64) (release func(), err error) {
-	n := declared
-	if n < 0 || n > b.max {
-		n = b.max
+// reader counts what body gives against the budget, for addr; its
+// release gives it all back once the body is no longer held.
+func (b *bodyBudget) reader(ctx context.Context, addr string, body io.ReadCloser) *budgetReader {
+	return &budgetReader{ReadCloser: body, b: b, ctx: ctx, addr: addr}
+}
+
+type budgetReader struct {
+	io.ReadCloser
+	b    *bodyBudget
+	ctx  context.Context
+	addr string
+	held int64
+}
+
+func (r *budgetReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 {
+		if berr := r.b.take(r.ctx, r.addr, int64(n)); berr != nil {
+			return 0, berr
+		}
+		r.held += int64(n)
 	}
-	n = max(n, 1)
+	return n, err
+}
+
+func (r *budgetReader) release() {
+	r.b.give(r.addr, r.held)
+	r.held = 0
+}
+
+// take counts n more bytes of addr's, waiting up to the budget's wait
+// for room.
+func (b *bodyBudget) take(ctx context.Context, addr string, n int64) error {
 	timer := time.NewTimer(b.wait)
 	defer timer.Stop()
 	for {
 		b.mu.Lock()
-		if b.used+n <= b.total {
+		fits, fitsAddr := b.used+n <= b.total, b.byAddr[addr]+n <= b.perAddr
+		if fits && fitsAddr {
 			b.used += n
+			b.byAddr[addr] += n
 			b.mu.Unlock()
-			return func() { b.give(n) }, nil
+			return nil
 		}
 		freed := b.freed
 		b.mu.Unlock()
@@ -151,14 +180,23 @@ func (b *bodyBudget) hold(ctx context.Context, declared int64) (release func(), 
 		case <-ctx.Done(): // its sender left: a refusal, not the server's error
 		case <-timer.C:
 		}
-		return nil, &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s of %s are being read at once; try again in %s",
-			models.ErrTooManyRequests, models.SizeWords(b.total), b.what, roundUp(b.wait))}
+		held := fmt.Sprintf("%s of %s are being read at once", models.SizeWords(b.total), b.what)
+		if !fitsAddr {
+			held = fmt.Sprintf("%s of %s are being read at once from %s", models.SizeWords(b.perAddr), b.what, addr)
+		}
+		return &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s; try again in %s", models.ErrTooManyRequests, held, roundUp(b.wait))}
 	}
 }
 
-func (b *bodyBudget) give(n int64) {
+func (b *bodyBudget) give(addr string, n int64) {
+	if n == 0 {
+		return
+	}
 	b.mu.Lock()
 	b.used -= n
+	if b.byAddr[addr] -= n; b.byAddr[addr] <= 0 {
+		delete(b.byAddr, addr)
+	}
 	close(b.freed)
 	b.freed = make(chan struct{})
 	b.mu.Unlock()

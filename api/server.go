@@ -145,7 +145,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
 		enrolLimit:    newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
 		hookLimit:     newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
-		hookBodies:    newBodyBudget("webhooks' bodies", HookBodies, MaxHookBody, HookBodyWait),
+		hookBodies:    newBodyBudget("webhooks' bodies", HookBodies, HookBodiesPerAddress, HookBodyWait),
 		reportLimit:   newAddressLimiter("reports", rate.Every(time.Second), 60),
 		reportBytes:   newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
 		hostInfoLimit: newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
@@ -406,7 +406,8 @@ func readBody(c echo.Context) ([]byte, error) {
 	b, err := io.ReadAll(c.Request().Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ra *models.RetryAfterError // a budget of bodies read at once
+		if errors.As(err, &mbe) || errors.As(err, &ra) {
 			return nil, err
 		}
 		return nil, models.Invalid("body", "could not be read: "+err.Error())

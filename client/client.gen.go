@@ -3488,9 +3488,9 @@ type ClientInterface interface {
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
 	// repository, through any of its sources, is not built again. The
-	// bodies of webhooks read at once are bounded (64 MiB by their
-	// Content-Length): past it a delivery waits up to 10 s, then is 429
-	// with Retry-After, and the refusal is audited.
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 10 s, then is 429 with Retry-After, and the refusal is audited.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3510,9 +3510,9 @@ type ClientInterface interface {
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
 	// repository, through any of its sources, is not built again. The
-	// bodies of webhooks read at once are bounded (64 MiB by their
-	// Content-Length): past it a delivery waits up to 10 s, then is 429
-	// with Retry-After, and the refusal is audited.
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 10 s, then is 429 with Retry-After, and the refusal is audited.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4399,9 +4399,9 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
 // repository, through any of its sources, is not built again. The
-// bodies of webhooks read at once are bounded (64 MiB by their
-// Content-Length): past it a delivery waits up to 10 s, then is 429
-// with Retry-After, and the refusal is audited.
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 10 s, then is 429 with Retry-After, and the refusal is audited.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4431,9 +4431,9 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
 // repository, through any of its sources, is not built again. The
-// bodies of webhooks read at once are bounded (64 MiB by their
-// Content-Length): past it a delivery waits up to 10 s, then is 429
-// with Retry-After, and the refusal is audited.
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 10 s, then is 429 with Retry-After, and the refusal is audited.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9565,9 +9565,9 @@ type ClientWithResponsesInterface interface {
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
 	// repository, through any of its sources, is not built again. The
-	// bodies of webhooks read at once are bounded (64 MiB by their
-	// Content-Length): past it a delivery waits up to 10 s, then is 429
-	// with Retry-After, and the refusal is audited.
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 10 s, then is 429 with Retry-After, and the refusal is audited.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9587,9 +9587,9 @@ type ClientWithResponsesInterface interface {
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
 	// repository, through any of its sources, is not built again. The
-	// bodies of webhooks read at once are bounded (64 MiB by their
-	// Content-Length): past it a delivery waits up to 10 s, then is 429
-	// with Retry-After, and the refusal is audited.
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 10 s, then is 429 with Retry-After, and the refusal is audited.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16124,9 +16124,9 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
 // repository, through any of its sources, is not built again. The
-// bodies of webhooks read at once are bounded (64 MiB by their
-// Content-Length): past it a delivery waits up to 10 s, then is 429
-// with Retry-After, and the refusal is audited.
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 10 s, then is 429 with Retry-After, and the refusal is audited.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16152,9 +16152,9 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
 // repository, through any of its sources, is not built again. The
-// bodies of webhooks read at once are bounded (64 MiB by their
-// Content-Length): past it a delivery waits up to 10 s, then is 429
-// with Retry-After, and the refusal is audited.
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 10 s, then is 429 with Retry-After, and the refusal is audited.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
