@@ -3363,7 +3363,8 @@ type ClientInterface interface {
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
 	// outlive its maker's revocation. A person holds at most 50 that are
-	// neither revoked nor expired; one more is 409.
+	// neither revoked nor expired (one more is 409), and makes at most 100
+	// in 24 hours, revoked or not (one more is 429 with Retry-After).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3377,7 +3378,8 @@ type ClientInterface interface {
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
 	// outlive its maker's revocation. A person holds at most 50 that are
-	// neither revoked nor expired; one more is 409.
+	// neither revoked nor expired (one more is 409), and makes at most 100
+	// in 24 hours, revoked or not (one more is 429 with Retry-After).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4144,7 +4146,8 @@ func (c *Client) ListAPITokens(ctx context.Context, params *ListAPITokensParams,
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
 // outlive its maker's revocation. A person holds at most 50 that are
-// neither revoked nor expired; one more is 409.
+// neither revoked nor expired (one more is 409), and makes at most 100
+// in 24 hours, revoked or not (one more is 429 with Retry-After).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4168,7 +4171,8 @@ func (c *Client) CreateAPITokenWithBody(ctx context.Context, contentType string,
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
 // outlive its maker's revocation. A person holds at most 50 that are
-// neither revoked nor expired; one more is 409.
+// neither revoked nor expired (one more is 409), and makes at most 100
+// in 24 hours, revoked or not (one more is 429 with Retry-After).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9432,7 +9436,8 @@ type ClientWithResponsesInterface interface {
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
 	// outlive its maker's revocation. A person holds at most 50 that are
-	// neither revoked nor expired; one more is 409.
+	// neither revoked nor expired (one more is 409), and makes at most 100
+	// in 24 hours, revoked or not (one more is 429 with Retry-After).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9446,7 +9451,8 @@ type ClientWithResponsesInterface interface {
 	// user) refuses it on every instance at once. It is made with a login's
 	// token: an API token may not make one (403), since a successor would
 	// outlive its maker's revocation. A person holds at most 50 that are
-	// neither revoked nor expired; one more is 409.
+	// neither revoked nor expired (one more is 409), and makes at most 100
+	// in 24 hours, revoked or not (one more is 429 with Retry-After).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10349,6 +10355,11 @@ func (r ListAPITokensResponse) ContentType() string {
 	return ""
 }
 
+// CreateAPITokenResponse429Headers the declared response headers of an HTTP 429 response for CreateAPIToken
+type CreateAPITokenResponse429Headers struct {
+	RetryAfter *string
+}
+
 type CreateAPITokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10364,8 +10375,12 @@ type CreateAPITokenResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateAPITokenResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -10396,6 +10411,11 @@ func (r CreateAPITokenResponse) GetApplicationproblemJSON409() *Conflict {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateAPITokenResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateAPITokenResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -15913,7 +15933,8 @@ func (c *ClientWithResponses) ListAPITokensWithResponse(ctx context.Context, par
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
 // outlive its maker's revocation. A person holds at most 50 that are
-// neither revoked nor expired; one more is 409.
+// neither revoked nor expired (one more is 409), and makes at most 100
+// in 24 hours, revoked or not (one more is 429 with Retry-After).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15933,7 +15954,8 @@ func (c *ClientWithResponses) CreateAPITokenWithBodyWithResponse(ctx context.Con
 // user) refuses it on every instance at once. It is made with a login's
 // token: an API token may not make one (403), since a successor would
 // outlive its maker's revocation. A person holds at most 50 that are
-// neither revoked nor expired; one more is 409.
+// neither revoked nor expired (one more is 409), and makes at most 100
+// in 24 hours, revoked or not (one more is 429 with Retry-After).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17440,6 +17462,13 @@ func ParseCreateAPITokenResponse(rsp *http.Response) (*CreateAPITokenResponse, e
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -17447,6 +17476,19 @@ func ParseCreateAPITokenResponse(rsp *http.Response) (*CreateAPITokenResponse, e
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers CreateAPITokenResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

@@ -25,8 +25,12 @@ type APIToken struct {
 }
 
 // MaxAPITokensPerUser bounds the API tokens one person holds at once
-// (neither revoked nor expired).
-const MaxAPITokensPerUser = 50
+// (neither revoked nor expired), and MaxAPITokensPerDay those one person
+// makes in 24 hours, revoked or not.
+const (
+	MaxAPITokensPerUser = 50
+	MaxAPITokensPerDay  = 100
+)
 
 // API token states, as listed.
 const (

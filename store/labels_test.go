@@ -523,5 +523,23 @@ func TestAPITokens_BoundedPerPerson(t *testing.T) {
 		if !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "revoke one first") {
 			t.Fatalf("one token past the bound: %v", err)
 		}
+		// Made and revoked in a loop, each leaves its row, its audit and
+		// its revocation: so many a day, revoked or not.
+		i := models.MaxAPITokensPerUser + 1
+		for ; i < models.MaxAPITokensPerDay; i++ { // at-0 (expired) counts too
+			if _, err := s.RevokeAPIToken(ctx, "user:vi", "vi", fmt.Sprintf("at-%d", i-models.MaxAPITokensPerUser)); err != nil {
+				t.Fatal(err)
+			}
+			if err := mk(i, now.Add(time.Hour)); err != nil {
+				t.Fatalf("token %d after a revocation: %v", i, err)
+			}
+		}
+		if _, err := s.RevokeAPIToken(ctx, "user:vi", "vi", "at-60"); err != nil {
+			t.Fatal(err)
+		}
+		var ra *models.RetryAfterError
+		if err := mk(i, now.Add(time.Hour)); !errors.As(err, &ra) || !errors.Is(err, models.ErrTooManyRequests) || !strings.Contains(err.Error(), "the most a day") {
+			t.Fatalf("the day's 101st token: %v", err)
+		}
 	})
 }

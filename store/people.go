@@ -140,6 +140,20 @@ func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIT
 			return fmt.Errorf("%w: user %s holds %d API tokens that are neither revoked nor expired, the most one person may; revoke one first",
 				models.ErrConflict, u.Name, live)
 		}
+		// Made and revoked in a loop, each would still leave its row, its
+		// audit and its revocation (kept, and held by every instance, until
+		// it would have expired): so many a day, revoked or not.
+		var made []time.Time
+		since := s.Now().Add(-24 * time.Hour)
+		if err := tx.Model(&models.APIToken{}).Where("user_name = ? AND created_at > ?", u.Name, since).Order("created_at").
+			Limit(models.MaxAPITokensPerDay).Pluck("created_at", &made).Error; err != nil {
+			return err
+		}
+		if len(made) >= models.MaxAPITokensPerDay {
+			after := made[0].Add(24 * time.Hour).Sub(s.Now())
+			return &models.RetryAfterError{After: after, Err: fmt.Errorf("%w: user %s made %d API tokens in the last 24 hours, the most a day; the next in %s",
+				models.ErrTooManyRequests, u.Name, len(made), max(after, time.Second).Round(time.Minute))}
+		}
 		t.CreatedAt = s.Now()
 		if err := tx.Create(t).Error; err != nil {
 			if errors.Is(err, gorm.ErrDuplicatedKey) {
