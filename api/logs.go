@@ -46,15 +46,20 @@ func (s *Server) machineLogs(c echo.Context) error {
 	if resource != "" && len(rows) == 0 {
 		// A module its host has not reported running may not be there at
 		// all: say so, rather than that its services have been quiet.
-		module, _, _ := strings.Cut(resource, ".")
 		running, err := m.RunningBuilds()
 		if err != nil {
 			return err
 		}
-		if _, ok := running[module]; !ok && len(running) < models.MaxRunning { // past it, the report's list was cut
+		runs := false
+		for mod := range running {
+			// A module's name may hold dots: the resource is one of its
+			// if it begins with the name and a dot.
+			runs = runs || strings.HasPrefix(resource, mod+".")
+		}
+		if !runs && len(running) < models.MaxRunning { // past it, the report's list was cut
 			names := slices.Sorted(maps.Keys(running))
-			return fmt.Errorf("%w: machine %s has shipped no lines of %s, and its host has not reported running module %s (its last applied report names %s)",
-				models.ErrNotFound, m.Name, resource, module, orNone(names))
+			return fmt.Errorf("%w: machine %s has shipped no lines of %s, and its host has not reported running its module (its last applied report names %s)",
+				models.ErrNotFound, m.Name, resource, orNone(names))
 		}
 		return fmt.Errorf("%w: machine %s has shipped no lines of %s (a host ships a service's last lines when it fails, restarts or turns unhealthy)",
 			models.ErrNotFound, m.Name, resource)

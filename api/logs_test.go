@@ -72,7 +72,10 @@ func TestLogs_LatestShippedLines(t *testing.T) {
 			detail      string
 		}{
 			{"NoneShipped", "?resource=web.other", 404, "machine m1 has shipped no lines of web.other"},
-			{"ModuleNotRun", "?resource=db.service", 404, "its host has not reported running module db (its last applied report names web)"},
+			{"ModuleNotRun", "?resource=db.service", 404, "its host has not reported running its module (its last applied report names web)"},
+			// A module's name may hold dots: web.v2.service may be web's
+			// resource v2.service, so only what is known is said.
+			{"ModuleNameMayHoldDots", "?resource=web.v2.service", 404, "has shipped no lines of web.v2.service (a host ships"},
 			{"NotAResource", "?resource=../etc", 400, "resource"},
 			{"TailZero", "?resource=web.service&tail=0", 400, "tail"},
 			{"TailTooMany", "?resource=web.service&tail=101", 400, "a number of lines from 1 to 100"},

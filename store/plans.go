@@ -340,6 +340,9 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		switch st.State {
 		case models.StepWithdrawn:
 			done++
+			if b, ok := pinned[st.MachineID]; ok && b >= p.Build {
+				took++ // pinned to the build (or a newer one): it runs it
+			}
 		case models.StepPending:
 			if err := reach(tx, p, &mod, st); err != nil {
 				return err
@@ -354,6 +357,9 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 				return err
 			}
 			if err := heldBackSince(tx, &m); err != nil {
+				return err
+			}
+			if err := composeErrorSince(tx, &m); err != nil {
 				return err
 			}
 			v := models.JudgeStep(tx.s.Rules, &m, running[mod.Name].Build, st, p.Build, deadline, now)

@@ -481,3 +481,68 @@ func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_ACanaryPinnedToThePlansBuildPasses: the canary is pinned to the
+// plan's own build: its step is withdrawn (the plan does not move it), but
+// it runs the build, so the tier is no untried one and the plan goes on.
+func TestPlan_ACanaryPinnedToThePlansBuildPasses(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		two := int64(2)
+		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &two}}); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Tier != 1 {
+			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+	})
+}
+
+// TestPlan_ComposeErrorJudgedByItsGeneration: a step whose machine's
+// generation cannot be composed fails at once, saying why; an error
+// recorded for a generation that was composed since (what its host
+// decodes changed) fails nothing.
+func TestPlan_ComposeErrorJudgedByItsGeneration(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		composedBuild(t, s, ms[0]) // its generation has a declaration
+		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.port}", m1.Generation, m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
+			t.Fatalf("a stale compose error: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
+		}
+		if err := s.DB().Exec("DELETE FROM sends WHERE machine_id = ?", m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB().Exec("DELETE FROM declarations WHERE machine_id = ?", m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanHalted || v.Steps[0].State != models.StepFailed || !strings.Contains(v.Steps[0].Reason, "cannot be composed: variables: ${var.port}") {
+			t.Fatalf("a compose error of its generation: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
+		}
+	})
+}

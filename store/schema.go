@@ -325,3 +325,21 @@ func heldBackSince(tx *Tx, m *models.Machine) error {
 func (s *Store) RecordHostInfo(ctx context.Context, machineID int64, hostVersion, schema string) error {
 	return s.write(ctx, func(tx *Tx) error { return recordHostInfo(tx, machineID, hostVersion, schema) })
 }
+
+// composeErrorSince keeps m.ComposeError only while its current generation
+// has no declaration: the error is recorded by generation, and a compose
+// of the same generation that succeeded later (what a host decodes
+// changed) leaves it recorded.
+func composeErrorSince(tx *Tx, m *models.Machine) error {
+	if m.ComposeError == "" || m.ComposeErrorGen != m.Generation {
+		return nil
+	}
+	var n int64
+	if err := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation = ?", m.ID, m.Generation).Count(&n).Error; err != nil {
+		return err
+	}
+	if n > 0 {
+		m.ComposeError = ""
+	}
+	return nil
+}
