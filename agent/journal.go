@@ -88,6 +88,17 @@ func PrintJournal(dir string, w io.Writer, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	if len(es) == 0 {
+		// Nothing printed would read as a host that did nothing, whether
+		// or not the directory is a host's.
+		if _, err := os.Stat(identityPath(dir)); err != nil {
+			return fmt.Errorf("%s has no host.json: no host's state directory (give --state, or run `mesh-host enroll` first)", dir)
+		}
+		if !asJSON {
+			fmt.Fprintln(w, "no entries yet: this host has applied, refused and rejected nothing")
+		}
+		return nil
+	}
 	for _, e := range es {
 		if asJSON {
 			b, _ := json.Marshal(e)

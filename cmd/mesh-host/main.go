@@ -208,14 +208,29 @@ func agentFlags(fs *pflag.FlagSet, cfg *agent.Config) *string {
 	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
 }
 
-func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Writer) error {
+// logLevel reads --log-level, refusing a word it would ignore.
+func logLevel(level string) (slog.Level, error) {
 	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, cli.Usagef("--log-level %q: debug, info, warn or error", level)
+	}
+	return l, nil
+}
+
+func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Writer) error {
+	l, err := logLevel(level)
+	if err != nil {
+		return err
+	}
+	// A directory that is no host's is said before "running" is.
+	if _, err := agent.LoadIdentity(cfg.StateDir); err != nil {
+		return err
+	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg.Log.Info("mesh-host running", "version", version.String(), "state", cfg.StateDir, "root", cfg.Root, "services", cfg.Services)
-	err := agent.Run(ctx, cfg)
+	err = agent.Run(ctx, cfg)
 	if ctx.Err() != nil {
 		// Stopped by a signal: said, so a host that is gone is not taken
 		// for one that died. Its services run on, by design (each in a
@@ -228,8 +243,10 @@ func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Wri
 // launch is what a service manager runs: it takes run's flags, runs the
 // known-good host, and tries staged releases with automatic rollback.
 func launch(ctx context.Context, fs *pflag.FlagSet, cfg agent.Config, level string, deadline time.Duration, stderr io.Writer) error {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
+	l, err := logLevel(level)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l}))
 	// Everything given but the launcher's own flag goes to run.
 	var runArgs []string

@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -136,6 +138,43 @@ func TestByteSize_SaidAsGiven(t *testing.T) {
 		var b byteSize
 		if err := b.Set(c.in); err != nil || b.String() != c.want {
 			t.Errorf("%q is said %q (%v), want %q", c.in, b.String(), err, c.want)
+		}
+	}
+}
+
+// TestJournal_SaysWhatItRead: the journal of a directory that is no host's
+// state is refused (it printed nothing and exited 0, as for a host that
+// did nothing), and an enrolled host with no entries says so.
+func TestJournal_SaysWhatItRead(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	if code, out, errOut := runHost(t, "journal", "--state", missing); code == 0 || !strings.Contains(errOut, "has no host.json: no host's state directory") {
+		t.Fatalf("journal of %s: exit %d %q %q", missing, code, out, errOut)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "host.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runHost(t, "journal", "--state", dir); code != 0 || !strings.Contains(out, "no entries yet") {
+		t.Fatalf("journal of an enrolled host with none: exit %d %q", code, out)
+	}
+	if code, out, _ := runHost(t, "journal", "--json", "--state", dir); code != 0 || out != "" {
+		t.Fatalf("journal --json of an enrolled host with none: exit %d %q", code, out)
+	}
+}
+
+// TestRun_RefusesBeforeSayingItRuns: a state directory that is no host's
+// is refused before "mesh-host running" is logged (it logged running, root
+// /, then failed), and an unknown --log-level is refused, where it ran at
+// info.
+func TestRun_RefusesBeforeSayingItRuns(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	code, _, errOut := runHost(t, "run", "--state", missing)
+	if code == 0 || !strings.Contains(errOut, "has no host.json") || strings.Contains(errOut, "mesh-host running") {
+		t.Fatalf("run on %s: exit %d %q", missing, code, errOut)
+	}
+	for _, cmd := range []string{"run", "launch"} {
+		if code, _, errOut := runHost(t, cmd, "--state", t.TempDir(), "--log-level", "loud"); code != cli.ExitUsage || !strings.Contains(errOut, `--log-level "loud": debug, info, warn or error`) {
+			t.Fatalf("%s --log-level loud: exit %d %q", cmd, code, errOut)
 		}
 	}
 }
