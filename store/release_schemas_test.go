@@ -523,3 +523,43 @@ func TestRollout_LateRollbackOfAnotherRelease(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_UnsendableHaltsWithoutFailingTheRelease: the machine being
+// upgraded cannot be composed, so its declaration, which carries the
+// release, never reaches it. The rollout halts at once saying why, and the
+// release is not failed — nothing was learnt of it; it waited out its
+// deadline "upgrading" with no reason, then failed the release.
+func TestRollout_UnsendableHaltsWithoutFailingTheRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1")
+		release(t, s, "1.5.0", "amd64", "1,2")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.port}", m1.Generation, m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ro.State != models.RolloutHalted || !strings.Contains(ro.Reason, "cannot be composed, so the release cannot be sent to it: variables") ||
+			ro.Machines[0].State != models.UpgradeFailed {
+			t.Fatalf("rollout %s %q, machine %+v", ro.State, ro.Reason, ro.Machines[0])
+		}
+		rels, err := s.Releases(ctx, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rels {
+			if r.Version == "1.5.0" && r.State == models.ReleaseFailed {
+				t.Fatalf("an unsendable machine failed the release: %q", r.Failure)
+			}
+		}
+	})
+}

@@ -318,6 +318,9 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		return err
 	}
 	deadline := time.Duration(ro.DeadlineSeconds) * time.Second
+	if halted, err := haltUnsendable(tx, ro, rms); err != nil || halted {
+		return err
+	}
 	inFlight, canaryLeft, pending := 0, 0, 0
 	for i := range rms {
 		rm := &rms[i]
@@ -418,6 +421,13 @@ func startUpgrade(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine) error {
 // then nothing is known of the release), and the machine's target goes
 // back (a new generation), so no declaration names the release again.
 func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, reason string) error {
+	// A host's refusal says nothing of the release: it is not failed.
+	return haltOnMachine(tx, ro, rm, state, reason, state != models.UpgradeRefused)
+}
+
+// haltOnMachine ends a machine's upgrade in state, halts its rollout with
+// the reason, and fails the release when blameRelease.
+func haltOnMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, reason string, blameRelease bool) error {
 	now := tx.s.Now()
 	var m models.Machine
 	if err := tx.Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
@@ -431,7 +441,7 @@ func failMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state, r
 		return err
 	}
 	ro.State = models.RolloutHalted
-	if state != models.UpgradeRefused {
+	if blameRelease {
 		if err := failRelease(tx, ro.Version, &m, why); err != nil {
 			return err
 		}
@@ -468,6 +478,42 @@ func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now tim
 func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 	return tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
 		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error
+}
+
+// haltUnsendable halts a rollout on a machine it is upgrading whose
+// generation cannot be composed: the release travels in its declaration,
+// so nothing would reach it, and waiting for the deadline would halt it
+// "no upgraded report" and fail a release that was never sent. The
+// release is not failed: nothing was learnt of it.
+func haltUnsendable(tx *Tx, ro *models.Rollout, rms []models.RolloutMachine) (bool, error) {
+	var ids []int64
+	at := map[int64]*models.RolloutMachine{}
+	for i := range rms {
+		if rms[i].State == models.UpgradeUpgrading {
+			ids = append(ids, rms[i].MachineID)
+			at[rms[i].MachineID] = &rms[i]
+		}
+	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	var ms []models.Machine
+	if err := tx.Select("id", "name", "generation", "compose_error", "compose_error_generation").
+		Where("id IN ? AND compose_error <> '' AND compose_error_generation = generation", ids).Order("id").Find(&ms).Error; err != nil {
+		return false, err
+	}
+	for i := range ms {
+		m := &ms[i]
+		if err := composeErrorSince(tx, m); err != nil {
+			return false, err
+		}
+		if m.ComposeError == "" {
+			continue
+		}
+		reason := fmt.Sprintf("generation %d cannot be composed, so the release cannot be sent to it: %s", m.Generation, m.ComposeError)
+		return true, haltOnMachine(tx, ro, at[m.ID], models.UpgradeFailed, reason, false)
+	}
+	return false, nil
 }
 
 // putTargetBack sets a machine's target back to previous, with a new
