@@ -22,6 +22,7 @@ import (
 
 	"mesh/client"
 	"mesh/meshca"
+	"mesh/models"
 	"mesh/version"
 )
 
@@ -179,14 +180,8 @@ func ago(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
 	}
-	d := time.Since(*t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	if now := time.Now(); now.Sub(*t) < 48*time.Hour {
+		return models.Ago(*t, now) // as the dashboard and the API's state words say it
 	}
 	return t.Local().Format("2006-01-02")
 }
