@@ -26,12 +26,16 @@ const MaxHookBody = 5 << 20
 
 // HookBodies bounds the bytes of webhook bodies held at once (a dozen of
 // the largest; a push's body is a few KiB), HookBodiesPerAddress those
-// of one address, and HookBodyWait how long a webhook's read waits for
-// room before it is refused (429, audited).
+// of one address, HookBodyWait how long a webhook's read waits for room
+// before it is refused (429, audited), and HookBodyDeadline how long its
+// body may take to arrive: a forge gives a whole delivery 10 s (GitHub;
+// Gitea 5 s), so a sender that holds the bound longer is no forge, and
+// one holding it must send it all again this often.
 const (
 	HookBodies           = 64 << 20
 	HookBodiesPerAddress = 16 << 20
-	HookBodyWait         = 10 * time.Second
+	HookBodyWait         = 5 * time.Second
+	HookBodyDeadline     = 10 * time.Second
 )
 
 type sourceRequest struct {

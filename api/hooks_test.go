@@ -380,7 +380,8 @@ func TestWebhooks_BodiesHeldAtOnceBounded(t *testing.T) {
 	}
 
 	// Announced, they would take every byte of the bound.
-	for range api.HookBodies / api.MaxHookBody {
+	idle := announce(api.MaxHookBody, []byte("{"))
+	for range api.HookBodies/api.MaxHookBody - 1 {
 		announce(api.MaxHookBody, []byte("{"))
 	}
 	announce(api.HookBodies%api.MaxHookBody, []byte("{"))
@@ -415,6 +416,13 @@ func TestWebhooks_BodiesHeldAtOnceBounded(t *testing.T) {
 	case <-time.After(api.HookBodyWait + 20*time.Second):
 		t.Fatal("the body past one address's bound got no answer")
 	}
+	// A body still arriving when a forge would have given up on its
+	// delivery (10 s) is cut: it held the bound for the 30 s of any body.
+	_ = idle.SetReadDeadline(time.Now().Add(api.HookBodyDeadline + 5*time.Second))
+	if r, err := http.ReadResponse(bufio.NewReader(idle), nil); err != nil || r.StatusCode != 400 {
+		t.Fatalf("a body still arriving past %s: %v %v", api.HookBodyDeadline, r, err)
+	}
+
 	// Several are refused at once; the one refusal recorded (a row a
 	// minute) may be another's, written as this one was answered.
 	var audit struct {

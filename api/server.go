@@ -320,7 +320,14 @@ func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 			// bodies held the controller's memory a MiB a connection.
 			limit = MaxAnonymousBody
 		}
-		bodyDeadline(c, upload)
+		if c.Path() == "/api/v1/hooks/:source" {
+			// A forge gives a delivery 10 s in all (GitHub; Gitea 5 s):
+			// a body still arriving after that is no forge's, and holds
+			// the webhooks' bodies' bound meanwhile.
+			_ = conns.BodyDeadline(c.Response().Writer, HookBodyDeadline)
+		} else {
+			bodyDeadline(c, upload)
+		}
 		r := c.Request()
 		// A long poll waits on its own deadline; a blob's download takes
 		// as long as its bytes do, each write bounded (progressWriter).

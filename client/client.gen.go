@@ -3492,7 +3492,8 @@ type ClientInterface interface {
 	// repository, through any of its sources, is not built again. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
-	// 10 s, then is 429 with Retry-After, and the refusal is audited.
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3514,7 +3515,8 @@ type ClientInterface interface {
 	// repository, through any of its sources, is not built again. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
-	// 10 s, then is 429 with Retry-After, and the refusal is audited.
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4405,7 +4407,8 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // repository, through any of its sources, is not built again. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
-// 10 s, then is 429 with Retry-After, and the refusal is audited.
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4437,7 +4440,8 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // repository, through any of its sources, is not built again. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
-// 10 s, then is 429 with Retry-After, and the refusal is audited.
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9573,7 +9577,8 @@ type ClientWithResponsesInterface interface {
 	// repository, through any of its sources, is not built again. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
-	// 10 s, then is 429 with Retry-After, and the refusal is audited.
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9595,7 +9600,8 @@ type ClientWithResponsesInterface interface {
 	// repository, through any of its sources, is not built again. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
-	// 10 s, then is 429 with Retry-After, and the refusal is audited.
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16148,7 +16154,8 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // repository, through any of its sources, is not built again. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
-// 10 s, then is 429 with Retry-After, and the refusal is audited.
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16176,7 +16183,8 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // repository, through any of its sources, is not built again. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
-// 10 s, then is 429 with Retry-After, and the refusal is audited.
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
