@@ -118,7 +118,9 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return StepVerdict{State: StepApplied}
 	case m.HeldBack != "":
 		return fail("%s", m.HeldBack)
-	case m.ComposeError != "" && m.ComposeErrorGen == m.Generation && m.Generation >= st.Generation:
+	case m.ComposeError != "" && m.ComposeErrorGen == st.Generation && m.Generation == st.Generation:
+		// Of the step's own generation only: a later one's (another
+		// module's variable) says nothing of what was sent for the step.
 		// Nothing can be sent to it: waiting for the deadline would only
 		// hide why (its step said "sent" while nothing was).
 		return fail("generation %d cannot be composed: %s", m.Generation, m.ComposeError)

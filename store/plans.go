@@ -293,6 +293,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	var failed []string
 	var applied []int64 // machines whose step applied before this look
 	took := 0           // steps of the tier that applied the build, now or before
+	var pinnedUp []int64 // withdrawn, pinned by a person to the build or a newer one
 	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
 	if deadline <= 0 {
 		deadline = DefaultTierDeadline
@@ -329,7 +330,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		if (pin || gone[st.MachineID]) && (st.State == models.StepPending || st.State == models.StepSent) {
 			why := fmt.Sprintf("pinned to build %d by a person since the plan began: the plan does not move it", b)
 			if gone[st.MachineID] {
-				why = fmt.Sprintf("no longer has module %s (taken away since the plan began): the plan does not reach it", mod.Name)
+				why = fmt.Sprintf("no longer has module %s (taken away since the plan began, or the machine deleted): the plan does not reach it", mod.Name)
 			}
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
 				Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now, "reason": why}).Error; err != nil {
@@ -341,7 +342,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		case models.StepWithdrawn:
 			done++
 			if b, ok := pinned[st.MachineID]; ok && b >= p.Build {
-				took++ // pinned to the build (or a newer one): it runs it
+				pinnedUp = append(pinnedUp, st.MachineID) // took it, if it runs it
 			}
 		case models.StepPending:
 			if err := reach(tx, p, &mod, st); err != nil {
@@ -432,11 +433,24 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error
 	}
 	if done == len(steps) {
+		if took == 0 && len(pinnedUp) > 0 {
+			// A machine pinned by a person to the build took it once its
+			// host reports running it (a pin is no proof it applied).
+			var ms []models.Machine
+			if err := tx.Select("id", "name", "running").Where("id IN ?", pinnedUp).Find(&ms).Error; err != nil {
+				return err
+			}
+			for i := range ms {
+				if running, err := ms[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
+					took++
+				}
+			}
+		}
 		if took == 0 {
 			// Every step of the tier withdrawn (pinned, the module taken
 			// away): no machine of it tried the build. Going on would pass
-			// the next tier a build its gate never saw applied; a person
-			// says whether to.
+			// the next tier (or, after the last, the module's current
+			// build) a build no gate saw applied; a person says whether to.
 			paused, err := pauseUntried(tx, p, steps)
 			if err != nil || paused {
 				return err
@@ -460,8 +474,17 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 	if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
 		return false, err
 	}
-	if p.Tier+1 >= tiers {
-		return false, nil
+	last := p.Tier+1 >= tiers
+	if last {
+		// After the last tier the build becomes current: that waits for a
+		// person only if no machine of the plan took it.
+		var ran int64
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND state = ?", p.ID, models.StepApplied).Count(&ran).Error; err != nil {
+			return false, err
+		}
+		if ran > 0 {
+			return false, nil
+		}
 	}
 	var ms []models.Machine
 	if err := tx.Select("id", "name").Where("id IN (?)", tx.Model(&models.PlanStep{}).Select("machine_id").
@@ -474,12 +497,20 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 	}
 	whys := make([]string, len(steps))
 	for i, st := range steps {
-		whys[i] = name[st.MachineID] + ": " + st.Reason
+		n, ok := name[st.MachineID]
+		if !ok {
+			n = fmt.Sprintf("a deleted machine (#%d)", st.MachineID)
+		}
+		whys[i] = n + ": " + st.Reason
 	}
 	slices.Sort(whys)
+	next := fmt.Sprintf("go on to tier %d of %d untried", p.Tier+2, tiers)
+	if last {
+		next = fmt.Sprintf("make build %d current untried (no machine of the plan took it)", p.Build)
+	}
 	p.State = models.PlanPaused
-	p.Reason = models.Clip(fmt.Sprintf("%s%s took build %d on none of its machines: resume to go on to tier %d of %d untried, or cancel (%s)",
-		models.UntriedTierPause, models.TierWords(p.Tier, tiers, false), p.Build, p.Tier+2, tiers, strings.Join(whys, "; ")), 1000)
+	p.Reason = models.Clip(fmt.Sprintf("%s%s took build %d on none of its machines: resume to %s, or cancel (%s)",
+		models.UntriedTierPause, models.TierWords(p.Tier, tiers, false), p.Build, next, strings.Join(whys, "; ")), 1000)
 	var module string
 	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
 		return false, err

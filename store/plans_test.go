@@ -508,6 +508,73 @@ func TestPlan_ACanaryPinnedToThePlansBuildPasses(t *testing.T) {
 	})
 }
 
+// TestPlan_APinIsNoProof: the canary is pinned to the plan's build but its
+// host failed to apply it and runs the build before: its tier is untried,
+// and the plan pauses rather than send the build on to the next tier.
+func TestPlan_APinIsNoProof(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		two := int64(2)
+		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &two}}); err != nil {
+			t.Fatal(err)
+		}
+		m1, _ = s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Reason: "exec format error"})
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || v.Tier != 0 || v.Steps[1].State != models.StepPending {
+			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+	})
+}
+
+// TestPlan_NoMachineTookItWaitsBeforeCurrent: every machine of the plan is
+// pinned, so none takes the build: past the canary tier it pauses, and
+// past the last it pauses again before the build becomes current — it
+// went to done and made current a build no machine ever ran.
+func TestPlan_NoMachineTookItWaitsBeforeCurrent(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		one := int64(1)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			m, _ := s.Machine(ctx, n)
+			if _, err := s.SetAssignments(ctx, "user:admin", n, &m.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || !strings.Contains(v.Reason, "resume to go on to tier 2 of 2 untried") {
+			t.Fatalf("after the canary tier: %s %q", v.State, v.Reason)
+		}
+		if v, err = s.SetPlanState(ctx, "user:admin", v.ID, models.PlanResume); err != nil {
+			t.Fatal(err)
+		}
+		if v.State != models.PlanPaused || !strings.Contains(v.Reason, "resume to make build 2 current untried (no machine of the plan took it)") {
+			t.Fatalf("after the last tier: %s %q", v.State, v.Reason)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentBuild == nil || *mod.CurrentBuild != 1 {
+			t.Fatalf("current build %v before a person's resume", mod.CurrentBuild)
+		}
+		if v, err = s.SetPlanState(ctx, "user:admin", v.ID, models.PlanResume); err != nil || v.State != models.PlanDone {
+			t.Fatalf("resumed past the last tier: %v %v", v, err)
+		}
+	})
+}
+
 // TestPlan_ComposeErrorJudgedByItsGeneration: a step whose machine's
 // generation cannot be composed fails at once, saying why; an error
 // recorded for a generation that was composed since (what its host
