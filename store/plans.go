@@ -291,8 +291,8 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	}
 	done := 0
 	var failed []string
-	var applied []int64 // machines whose step applied before this look
-	took := 0           // steps of the tier that applied the build, now or before
+	var applied []int64  // machines whose step applied before this look
+	took := 0            // steps of the tier that applied the build, now or before
 	var pinnedUp []int64 // withdrawn, pinned by a person to the build or a newer one
 	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
 	if deadline <= 0 {
