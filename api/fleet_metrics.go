@@ -205,7 +205,8 @@ func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric
 	for _, w := range append(models.MachineStates(), extraWords(models.MachineStates(), states)...) {
 		out = append(out, prometheus.MustNewConstMetric(c.machines, prometheus.GaugeValue, float64(states[w]), w))
 	}
-	for _, w := range append(models.HealthWords(), extraWords(models.HealthWords(), health)...) {
+	words := append(models.HealthWords(), healthUnknown) // every word, zero included
+	for _, w := range append(words, extraWords(words, health)...) {
 		out = append(out, prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, float64(health[w]), w))
 	}
 	return append(out,

@@ -143,3 +143,12 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 	}
 	return w
 }
+
+// DurationWords says a wait a person reads: to the minute past one, to
+// the second below it, never "0s".
+func DurationWords(d time.Duration) string {
+	if d >= time.Minute {
+		return d.Round(time.Minute).String()
+	}
+	return max(time.Second, d.Round(time.Second)).String()
+}

@@ -129,17 +129,6 @@ func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIT
 		if u.DisabledAt != nil {
 			return fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, u.Name)
 		}
-		// Each is a credential for up to a year: a person's stay few
-		// enough to read and revoke (a session minted them in a loop).
-		var live int64
-		if err := tx.Model(&models.APIToken{}).Where("user_name = ? AND revoked_at IS NULL AND expires_at > ?", u.Name, s.Now()).
-			Count(&live).Error; err != nil {
-			return err
-		}
-		if live >= models.MaxAPITokensPerUser {
-			return fmt.Errorf("%w: user %s holds %d API tokens that are neither revoked nor expired, the most one person may; revoke one first",
-				models.ErrConflict, u.Name, live)
-		}
 		// Made and revoked in a loop, each would still leave its row, its
 		// audit and its revocation (kept, and held by every instance, until
 		// it would have expired): so many a day, revoked or not.
@@ -152,7 +141,18 @@ func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIT
 		if len(made) >= models.MaxAPITokensPerDay {
 			after := made[0].Add(24 * time.Hour).Sub(s.Now())
 			return &models.RetryAfterError{After: after, Err: fmt.Errorf("%w: user %s made %d API tokens in the last 24 hours, the most a day; the next in %s",
-				models.ErrTooManyRequests, u.Name, len(made), max(after, time.Second).Round(time.Minute))}
+				models.ErrTooManyRequests, u.Name, len(made), models.DurationWords(after))}
+		}
+		// Each is a credential for up to a year: a person's stay few
+		// enough to read and revoke (a session minted them in a loop).
+		var live int64
+		if err := tx.Model(&models.APIToken{}).Where("user_name = ? AND revoked_at IS NULL AND expires_at > ?", u.Name, s.Now()).
+			Count(&live).Error; err != nil {
+			return err
+		}
+		if live >= models.MaxAPITokensPerUser {
+			return fmt.Errorf("%w: user %s holds %d API tokens that are neither revoked nor expired, the most one person may; revoke one first",
+				models.ErrConflict, u.Name, live)
 		}
 		t.CreatedAt = s.Now()
 		if err := tx.Create(t).Error; err != nil {
