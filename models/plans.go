@@ -91,7 +91,9 @@ type StepVerdict struct {
 // deadline — offline, if its host went silent), or still waiting. running
 // is the build of the plan's module the machine reports running.
 //
-// A generation that cannot be composed fails it at once too, with why.
+// A generation that cannot be composed fails it at once too, with why:
+// m.ComposeError must be kept only while nothing was composed for the
+// step's generation or a later one (the caller clears it otherwise).
 //
 // Held back fails the step at once, with the held-back reason: m.HeldBack
 // must be the reason of a generation at least the step's (the caller
@@ -118,9 +120,10 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 		return StepVerdict{State: StepApplied}
 	case m.HeldBack != "":
 		return fail("%s", m.HeldBack)
-	case m.ComposeError != "" && m.ComposeErrorGen == st.Generation && m.Generation == st.Generation:
-		// Of the step's own generation only: a later one's (another
-		// module's variable) says nothing of what was sent for the step.
+	case m.ComposeError != "" && m.ComposeErrorGen == m.Generation && m.Generation >= st.Generation:
+		// The caller keeps the error only while nothing was composed for
+		// the step's generation or a later one (then nothing could be
+		// sent since, whichever module's words the error has).
 		// Nothing can be sent to it: waiting for the deadline would only
 		// hide why (its step said "sent" while nothing was).
 		return fail("generation %d cannot be composed: %s", m.Generation, m.ComposeError)

@@ -106,10 +106,10 @@ func TestJudgeStep(t *testing.T) {
 			ComposeErrorGen: 4}, 1, time.Hour, StepFailed, "m3 generation 4 cannot be composed: module web build 3 resource conf: variables: ${var.port}"},
 		{"ComposeErrorOfAnOlderGeneration", Machine{Name: "m3", Generation: 5, AppliedGeneration: 3, LastSeen: &recent, ComposeError: "variables", ComposeErrorGen: 4},
 			1, time.Hour, "", ""},
-		// A later generation's (another module's variable) says nothing
-		// of the step's, which was sent and may yet be applied.
+		// A later generation's, nothing composed since the step's (the
+		// caller keeps the error only then): nothing can be sent.
 		{"ComposeErrorOfALaterGeneration", Machine{Name: "m3", Generation: 5, AppliedGeneration: 3, LastSeen: &recent, ComposeError: "variables", ComposeErrorGen: 5},
-			1, time.Hour, "", ""},
+			1, time.Hour, StepFailed, "m3 generation 5 cannot be composed: variables"},
 		{"NoReportWithinDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &recent}, 1, 30 * time.Second, StepFailed, "m3 did not report generation 4 within 30s"},
 		{"OfflinePastDeadline", Machine{Name: "m3", AppliedGeneration: 3, LastSeen: &longAgo}, 1, 30 * time.Second, StepFailed, "m3 offline since"},
 		// Enrolment sets the time it was last seen: seen then only, its

@@ -360,7 +360,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			if err := heldBackSince(tx, &m); err != nil {
 				return err
 			}
-			if err := composeErrorSince(tx, &m); err != nil {
+			if err := composeErrorSince(tx, &m, st.Generation); err != nil {
 				return err
 			}
 			v := models.JudgeStep(tx.s.Rules, &m, running[mod.Name].Build, st, p.Build, deadline, now)
@@ -434,17 +434,11 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	}
 	if done == len(steps) {
 		if took == 0 && len(pinnedUp) > 0 {
-			// A machine pinned by a person to the build took it once its
-			// host reports running it (a pin is no proof it applied).
-			var ms []models.Machine
-			if err := tx.Select("id", "name", "running").Where("id IN ?", pinnedUp).Find(&ms).Error; err != nil {
+			n, err := runningAtLeast(tx, pinnedUp, mod.Name, p.Build)
+			if err != nil {
 				return err
 			}
-			for i := range ms {
-				if running, err := ms[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
-					took++
-				}
-			}
+			took += n
 		}
 		if took == 0 {
 			// Every step of the tier withdrawn (pinned, the module taken
@@ -485,6 +479,21 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 		if ran > 0 {
 			return false, nil
 		}
+		// Or a withdrawn step's machine, pinned by a person to the build
+		// (or a newer one), whose host reports running it.
+		var pinnedUp []int64
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND state = ? AND machine_id IN (?)", p.ID, models.StepWithdrawn,
+			tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ? AND build >= ? AND pin_plan = 0", p.ModuleID, p.Build)).
+			Pluck("machine_id", &pinnedUp).Error; err != nil {
+			return false, err
+		}
+		var module models.Module
+		if err := tx.Select("id", "name").Where("id = ?", p.ModuleID).First(&module).Error; err != nil {
+			return false, err
+		}
+		if n, err := runningAtLeast(tx, pinnedUp, module.Name, p.Build); err != nil || n > 0 {
+			return false, err
+		}
 	}
 	var ms []models.Machine
 	if err := tx.Select("id", "name").Where("id IN (?)", tx.Model(&models.PlanStep{}).Select("machine_id").
@@ -519,6 +528,26 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 		return false, err
 	}
 	return true, tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason}).Error
+}
+
+// runningAtLeast counts the machines of ids whose hosts report running
+// build (or a newer one) of module: a machine pinned by a person to a
+// plan's build took it only then (a pin is no proof it applied).
+func runningAtLeast(tx *Tx, ids []int64, module string, build int64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var ms []models.Machine
+	if err := tx.Select("id", "name", "running").Where("id IN ?", ids).Find(&ms).Error; err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range ms {
+		if running, err := ms[i].RunningBuilds(); err == nil && running[module].Build >= build {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // reach makes the plan's build a machine's target: a new generation. The
@@ -688,7 +717,13 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 	var out *models.PlanView
 	err := s.write(ctx, func(tx *Tx) error {
 		var p models.Plan
-		if err := tx.Where("id = ?", id).First(&p).Error; err != nil {
+		q := tx.DB
+		if s.dialect == Postgres {
+			// One act on a plan at a time, and none while a worker steps it
+			// (two resumes of a paused plan both went through).
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
 		}
 		to, ok := models.PlanMove(action, p.State)

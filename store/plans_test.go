@@ -613,3 +613,79 @@ func TestPlan_ComposeErrorJudgedByItsGeneration(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_APinnedCanaryThatRanItCountsAtTheEnd: the canary, pinned to the
+// build, runs it; the last tier's machines are all pinned elsewhere. The
+// plan finishes: a machine of it took the build (it paused "no machine of
+// the plan took it", untrue).
+func TestPlan_APinnedCanaryThatRanItCountsAtTheEnd(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin := func(n string, b int64) {
+			m, _ := s.Machine(ctx, n)
+			if _, err := s.SetAssignments(ctx, "user:admin", n, &m.Generation, []models.AssignmentView{{Module: "mod", Build: &b, Reason: "hold"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pin("m1", 2)
+		applied(t, s, "m1", 2)
+		pin("m2", 1)
+		pin("m3", 1)
+		for range 2 {
+			if err := s.StepPlans(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
+			t.Fatalf("plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
+		}
+	})
+}
+
+// TestPlan_ALaterGenerationsComposeError: m1's step was sent (composed) at
+// its generation; a later change makes its next generation uncomposable.
+// The step waits for its host (which may apply what it was sent), where it
+// halted the plan over another module's variable. Had nothing been
+// composed since the step's generation, it fails at once.
+func TestPlan_ALaterGenerationsComposeError(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		composedBuild(t, s, ms[0]) // the step's generation, composed: it can be sent
+		m1, _ := s.Machine(ctx, "m1")
+		if _, err := s.SetVariables(ctx, "user:admin", "m1", &m1.Generation, map[string]string{"other": "x"}); err != nil {
+			t.Fatal(err)
+		}
+		m1, _ = s.Machine(ctx, "m1")
+		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.other2}", m1.Generation, m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
+			t.Fatalf("its generation sent, a later one uncomposable: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
+		}
+		if err := s.DB().Exec("DELETE FROM sends WHERE machine_id = ?", m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DB().Exec("DELETE FROM declarations WHERE machine_id = ?", m1.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted || !strings.Contains(v.Steps[0].Reason, "cannot be composed: variables: ${var.other2}") {
+			t.Fatalf("nothing composed since its generation: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
+		}
+	})
+}

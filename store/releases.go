@@ -504,7 +504,7 @@ func haltUnsendable(tx *Tx, ro *models.Rollout, rms []models.RolloutMachine) (bo
 	}
 	for i := range ms {
 		m := &ms[i]
-		if err := composeErrorSince(tx, m); err != nil {
+		if err := composeErrorSince(tx, m, m.Generation); err != nil {
 			return false, err
 		}
 		if m.ComposeError == "" {

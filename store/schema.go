@@ -326,16 +326,18 @@ func (s *Store) RecordHostInfo(ctx context.Context, machineID int64, hostVersion
 	return s.write(ctx, func(tx *Tx) error { return recordHostInfo(tx, machineID, hostVersion, schema) })
 }
 
-// composeErrorSince keeps m.ComposeError only while its current generation
-// has no declaration: the error is recorded by generation, and a compose
-// of the same generation that succeeded later (what a host decodes
-// changed) leaves it recorded.
-func composeErrorSince(tx *Tx, m *models.Machine) error {
+// composeErrorSince keeps m.ComposeError, of its current generation, only
+// while no declaration was composed for it since generation from: then
+// nothing could be sent to it since. A declaration of a generation in
+// between was sent, or can be, and its host may yet apply it; and a
+// compose of the current generation that succeeded after the error was
+// recorded leaves it recorded.
+func composeErrorSince(tx *Tx, m *models.Machine, from int64) error {
 	if m.ComposeError == "" || m.ComposeErrorGen != m.Generation {
 		return nil
 	}
 	var n int64
-	if err := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation = ?", m.ID, m.Generation).Count(&n).Error; err != nil {
+	if err := tx.Model(&models.Declaration{}).Where("machine_id = ? AND generation >= ?", m.ID, from).Count(&n).Error; err != nil {
 		return err
 	}
 	if n > 0 {
