@@ -83,22 +83,17 @@ func (l *addressLimiter) limitByAddress(next echo.HandlerFunc) echo.HandlerFunc 
 }
 
 // Body read deadlines: a slow sender of a body is cut off, generously for
-// uploads. A request without a body (a long poll above all) gets none:
-// when a read deadline passes while a handler waits, net/http cancels the
-// request.
+// uploads, sooner for a webhook (HookBodyDeadline). A request without a
+// body (a long poll above all) gets none: when a read deadline passes
+// while a handler waits, net/http cancels the request.
 const (
 	jsonBodyDeadline   = 30 * time.Second
 	uploadBodyDeadline = 30 * time.Minute
 )
 
-func bodyDeadline(c echo.Context, upload bool) {
-	r := c.Request()
-	if r.ContentLength == 0 {
+func bodyDeadline(c echo.Context, d time.Duration) {
+	if c.Request().ContentLength == 0 {
 		return // a GET announcing a body gets the deadline too
-	}
-	d := jsonBodyDeadline
-	if upload {
-		d = uploadBodyDeadline
 	}
 	_ = conns.BodyDeadline(c.Response().Writer, d)
 }

@@ -305,29 +305,25 @@ func (s *Server) Register(e *echo.Echo) {
 // bodyLimit caps every request body; uploads get a larger cap.
 func (s *Server) bodyLimit(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		limit, upload := int64(MaxJSONBody), false
+		limit, upload, deadline := int64(MaxJSONBody), false, jsonBodyDeadline
 		switch {
 		case (strings.HasSuffix(c.Path(), "/builds") || c.Path() == "/api/v1/host-releases") && c.Request().Method == http.MethodPost,
 			c.Path() == "/api/v1/builds/:id/artifact":
-			limit, upload = s.MaxUpload, true
+			limit, upload, deadline = s.MaxUpload, true, uploadBodyDeadline
 			if limit <= 0 {
 				limit = DefaultMaxUpload
 			}
 		case c.Path() == "/api/v1/hooks/:source":
-			limit = MaxHookBody
+			// A forge gives a delivery 10 s in all (GitHub; Gitea 5 s): a
+			// body still arriving after that is no forge's, and holds the
+			// webhooks' bodies' bound meanwhile.
+			limit, deadline = MaxHookBody, HookBodyDeadline
 		case c.Path() == "/api/v1/auth/login" || c.Path() == "/api/v1/enroll" || c.Path() == "/login":
 			// Read before any credential is checked: an outsider's slow
 			// bodies held the controller's memory a MiB a connection.
 			limit = MaxAnonymousBody
 		}
-		if c.Path() == "/api/v1/hooks/:source" {
-			// A forge gives a delivery 10 s in all (GitHub; Gitea 5 s):
-			// a body still arriving after that is no forge's, and holds
-			// the webhooks' bodies' bound meanwhile.
-			_ = conns.BodyDeadline(c.Response().Writer, HookBodyDeadline)
-		} else {
-			bodyDeadline(c, upload)
-		}
+		bodyDeadline(c, deadline)
 		r := c.Request()
 		// A long poll waits on its own deadline; a blob's download takes
 		// as long as its bytes do, each write bounded (progressWriter).

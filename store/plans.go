@@ -291,9 +291,8 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	}
 	done := 0
 	var failed []string
-	var applied []int64  // machines whose step applied before this look
-	took := 0            // steps of the tier that applied the build, now or before
-	var pinnedUp []int64 // withdrawn, pinned by a person to the build or a newer one
+	var applied []int64 // machines whose step applied before this look
+	took := 0           // steps of the tier that applied the build, now or before
 	deadline := time.Duration(mod.TierDeadlineSeconds) * time.Second
 	if deadline <= 0 {
 		deadline = DefaultTierDeadline
@@ -341,9 +340,6 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		switch st.State {
 		case models.StepWithdrawn:
 			done++
-			if b, ok := pinned[st.MachineID]; ok && b >= p.Build {
-				pinnedUp = append(pinnedUp, st.MachineID) // took it, if it runs it
-			}
 		case models.StepPending:
 			if err := reach(tx, p, &mod, st); err != nil {
 				return err
@@ -433,8 +429,8 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 		return tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error
 	}
 	if done == len(steps) {
-		if took == 0 && len(pinnedUp) > 0 {
-			n, err := runningAtLeast(tx, pinnedUp, mod.Name, p.Build)
+		if took == 0 {
+			n, err := tookByPin(tx, p, mod.Name, p.Tier)
 			if err != nil {
 				return err
 			}
@@ -445,7 +441,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			// away): no machine of it tried the build. Going on would pass
 			// the next tier (or, after the last, the module's current
 			// build) a build no gate saw applied; a person says whether to.
-			paused, err := pauseUntried(tx, p, steps)
+			paused, err := pauseUntried(tx, p, mod.Name, steps)
 			if err != nil || paused {
 				return err
 			}
@@ -463,7 +459,7 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 // having taken the build, when a later tier is still to come: paused
 // says so (the tier, the build, each step's reason), and resuming it goes
 // on to the next tier as a person's choice, on the record.
-func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error) {
+func pauseUntried(tx *Tx, p *models.Plan, module string, steps []models.PlanStep) (bool, error) {
 	var tiers int64
 	if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
 		return false, err
@@ -479,19 +475,7 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 		if ran > 0 {
 			return false, nil
 		}
-		// Or a withdrawn step's machine, pinned by a person to the build
-		// (or a newer one), whose host reports running it.
-		var pinnedUp []int64
-		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND state = ? AND machine_id IN (?)", p.ID, models.StepWithdrawn,
-			tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ? AND build >= ? AND pin_plan = 0", p.ModuleID, p.Build)).
-			Pluck("machine_id", &pinnedUp).Error; err != nil {
-			return false, err
-		}
-		var module models.Module
-		if err := tx.Select("id", "name").Where("id = ?", p.ModuleID).First(&module).Error; err != nil {
-			return false, err
-		}
-		if n, err := runningAtLeast(tx, pinnedUp, module.Name, p.Build); err != nil || n > 0 {
+		if n, err := tookByPin(tx, p, module, -1); err != nil || n > 0 {
 			return false, err
 		}
 	}
@@ -520,30 +504,31 @@ func pauseUntried(tx *Tx, p *models.Plan, steps []models.PlanStep) (bool, error)
 	p.State = models.PlanPaused
 	p.Reason = models.Clip(fmt.Sprintf("%s%s took build %d on none of its machines: resume to %s, or cancel (%s)",
 		models.UntriedTierPause, models.TierWords(p.Tier, tiers, false), p.Build, next, strings.Join(whys, "; ")), 1000)
-	var module string
-	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
-		return false, err
-	}
 	if err := audit(tx, "controller", "pause-plan", "module/"+module, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
 		return false, err
 	}
 	return true, tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason}).Error
 }
 
-// runningAtLeast counts the machines of ids whose hosts report running
-// build (or a newer one) of module: a machine pinned by a person to a
-// plan's build took it only then (a pin is no proof it applied).
-func runningAtLeast(tx *Tx, ids []int64, module string, build int64) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
+// tookByPin counts the plan's withdrawn steps (of one tier; of every tier
+// when tier < 0) whose machines a person pinned to the plan's build or a
+// newer one and whose hosts report running it: such a machine took the
+// build, though the plan did not move it (a pin alone is no proof it
+// applied).
+func tookByPin(tx *Tx, p *models.Plan, module string, tier int64) (int, error) {
+	steps := tx.Model(&models.PlanStep{}).Select("machine_id").Where("plan_id = ? AND state = ?", p.ID, models.StepWithdrawn)
+	if tier >= 0 {
+		steps = steps.Where("tier = ?", tier)
 	}
 	var ms []models.Machine
-	if err := tx.Select("id", "name", "running").Where("id IN ?", ids).Find(&ms).Error; err != nil {
+	if err := tx.Select("id", "name", "running").Where("id IN (?) AND id IN (?)", steps,
+		tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ? AND build >= ? AND pin_plan = 0", p.ModuleID, p.Build)).
+		Find(&ms).Error; err != nil {
 		return 0, err
 	}
 	n := 0
 	for i := range ms {
-		if running, err := ms[i].RunningBuilds(); err == nil && running[module].Build >= build {
+		if running, err := ms[i].RunningBuilds(); err == nil && running[module].Build >= p.Build {
 			n++
 		}
 	}
