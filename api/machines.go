@@ -102,18 +102,6 @@ func (s *Server) machineViewSent(m *models.Machine, sent map[int64]models.Pendin
 	return v
 }
 
-// currentSends reads what was sent of the current generation of those of
-// ms that are behind (their words say whether it was sent).
-func (s *Server) currentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error) {
-	var behind []int64
-	for i := range ms {
-		if ms[i].Generation > ms[i].FinishedGen {
-			behind = append(behind, ms[i].ID)
-		}
-	}
-	return s.Store.CurrentSends(ctx, behind)
-}
-
 func (s *Server) listMachines(c echo.Context) error {
 	limit, cur, err := pageID(c)
 	if err != nil {
@@ -133,7 +121,7 @@ func (s *Server) listMachines(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sent, err := s.currentSends(c.Request().Context(), ms)
+	sent, err := s.Store.CurrentSends(c.Request().Context(), ms)
 	if err != nil {
 		return err
 	}
@@ -203,7 +191,7 @@ func (s *Server) getMachine(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sent, err := s.currentSends(c.Request().Context(), []models.Machine{*m})
+	sent, err := s.Store.CurrentSends(c.Request().Context(), []models.Machine{*m})
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,12 @@
 package api
 
 import (
-	"mesh/conns"
-
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"mesh/conns"
 )
 
 // metrics builds this server's registry (no global state): this

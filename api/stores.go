@@ -17,7 +17,7 @@ import (
 type MachineStore interface {
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
-	CurrentSends(ctx context.Context, ids []int64) (map[int64]models.PendingSend, error)
+	CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error)
 	MachineStates(ctx context.Context) ([]models.Machine, error)
 	MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error)
 	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)

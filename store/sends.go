@@ -220,10 +220,17 @@ func (s *Store) CountSends(ctx context.Context) (int64, error) {
 	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)
 }
 
-// CurrentSends reads, for each machine, the sends of its current
-// generation (the overview says whether a behind machine was sent it).
-func (s *Store) CurrentSends(ctx context.Context, ids []int64) (map[int64]models.PendingSend, error) {
+// CurrentSends reads, for each of ms that is behind, the sends of its
+// current generation (its state's words say whether it was sent it); a
+// machine that finished its generation reads none.
+func (s *Store) CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error) {
 	out := map[int64]models.PendingSend{}
+	var ids []int64
+	for i := range ms {
+		if ms[i].Generation > ms[i].FinishedGen {
+			ids = append(ids, ms[i].ID)
+		}
+	}
 	err := inChunks(ids, 500, func(chunk []int64) error {
 		var rows []models.Send
 		err := s.db.WithContext(ctx).Table("sends").Select("sends.machine_id, sends.created_at, sends.instance_id").

@@ -54,13 +54,7 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	}
 	// What was sent of their current generation, for the shown machines
 	// that are behind.
-	var behind []int64
-	for i := range ms {
-		if ms[i].Generation > ms[i].FinishedGen {
-			behind = append(behind, ms[i].ID)
-		}
-	}
-	sent, err := s.Store.CurrentSends(ctx, behind)
+	sent, err := s.Store.CurrentSends(ctx, ms)
 	if err != nil {
 		return Overview{}, err
 	}
@@ -174,7 +168,7 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	if err != nil {
 		return MachineDetail{}, nil, err
 	}
-	sent, err := s.Store.CurrentSends(ctx, []int64{m.ID})
+	sent, err := s.Store.CurrentSends(ctx, []models.Machine{*m})
 	if err != nil {
 		return MachineDetail{}, nil, err
 	}
