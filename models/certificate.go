@@ -194,6 +194,7 @@ type CertificateRequest struct {
 
 // Validate checks the request's shape (the CSR itself is read by meshca).
 func (r *CertificateRequest) Validate() error {
+	idErr := ValidResourceID(r.Resource)
 	switch {
 	case r.Send == "":
 		return Invalid("send", "the send of the applied (or applying) declaration that gives the names")
@@ -201,8 +202,8 @@ func (r *CertificateRequest) Validate() error {
 		return Invalid("send", "a send id, at most 64 characters")
 	case r.Resource == "":
 		return Invalid("resource", "the certificate resource's id, like web.cert")
-	case ValidResourceID(r.Resource) != nil:
-		return Invalid("resource", ValidResourceID(r.Resource).Error())
+	case idErr != nil:
+		return Invalid("resource", idErr.Error())
 	case r.CSR == "":
 		return Invalid("csr", "a PEM CERTIFICATE REQUEST")
 	case len(r.CSR) > 16<<10:
