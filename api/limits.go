@@ -52,13 +52,11 @@ func (l *addressLimiter) takeN(addr string, n int) error {
 	r := lim.ReserveN(time.Now(), min(n, l.burst))
 	if d := r.Delay(); d > 0 {
 		r.Cancel()
-		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, roundUp(d))}
+		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, models.DurationWords(d))}
 	}
 	return nil
 }
 
-// roundUp says a wait in whole seconds, never "0s".
-func roundUp(d time.Duration) time.Duration { return max(time.Second, d.Round(time.Second)) }
 
 // blocked says, without spending, whether addr is over its limit now.
 func (l *addressLimiter) blocked(addr string) error {
@@ -69,7 +67,7 @@ func (l *addressLimiter) blocked(addr string) error {
 		return nil
 	}
 	d := time.Duration((1 - lim.Tokens()) / float64(l.every) * float64(time.Second))
-	return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, roundUp(d))}
+	return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, models.DurationWords(d))}
 }
 
 // limitByAddress is middleware spending one token per request.
@@ -179,7 +177,7 @@ func (b *bodyBudget) take(ctx context.Context, addr string, n int64) error {
 		if !fitsAddr {
 			held = fmt.Sprintf("%s of %s are being read at once from %s", models.SizeWords(b.perAddr), b.what, addr)
 		}
-		return &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s; try again in %s", models.ErrTooManyRequests, held, roundUp(b.wait))}
+		return &models.RetryAfterError{After: b.wait, Err: fmt.Errorf("%w: %s; try again in %s", models.ErrTooManyRequests, held, models.DurationWords(b.wait))}
 	}
 }
 
