@@ -67,14 +67,6 @@ func (o *storeOpts) config() controller.Config {
 	return controller.Config{DataDir: o.dataDir, DatabaseURL: o.databaseURL}
 }
 
-func logger(level string, w io.Writer) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
-}
-
 // rootCommand is the command tree. The root itself serves, so that a bare
 // `mesh-controller` (and the README's `go run ./cmd/mesh-controller`) keeps
 // starting the controller; any other word must be a subcommand.
@@ -201,7 +193,7 @@ PostgreSQL's tools (pg_restore).`,
 type serveOpts struct {
 	cfg       controller.Config
 	pprofAddr string
-	maxUpload byteSize
+	maxUpload cli.ByteSize
 	keepSends keepDuration
 	// envErr is a malformed environment variable, reported only when
 	// serving: the flags are defined for every command line.
@@ -237,7 +229,7 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 		cfg.TrustedProxies, err = web.ParseTrustedProxies(v)
 		return err
 	})
-	o.maxUpload = byteSize(api.DefaultMaxUpload)
+	o.maxUpload = cli.ByteSize(api.DefaultMaxUpload)
 	if v := os.Getenv("MESH_MAX_UPLOAD"); v != "" {
 		if err := o.maxUpload.Set(v); err != nil {
 			o.envErr = errors.Join(o.envErr, fmt.Errorf("MESH_MAX_UPLOAD: %w", err))
@@ -261,11 +253,11 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	if cfg.MaxConns < 0 {
 		return cli.Usagef("--max-conns %d: 0 or more", cfg.MaxConns)
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(st.level)); err != nil {
-		return cli.Usagef("--log-level %q: debug, info, warn or error (or MESH_LOG_LEVEL)", st.level)
+	level, err := cli.LogLevel(st.level)
+	if err != nil {
+		return err
 	}
-	cfg.Log = logger(st.level, stderr)
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	soft, hard, err := conns.RaiseFileLimit(cfg.Log)
 	if err != nil {
 		cfg.Log.Warn("open-file limit not raised", "err", err)
@@ -411,33 +403,6 @@ func (k *keepDuration) String() string {
 
 // Type names the flag's value in --help.
 func (k *keepDuration) Type() string { return "duration" }
-
-// byteSize is a flag of bytes: a number with an optional KiB, MiB or GiB.
-type byteSize int64
-
-func (b *byteSize) String() string { return models.SizeWords(int64(*b)) }
-
-// Type names the flag's value in --help.
-func (b *byteSize) Type() string { return "size" }
-
-func (b *byteSize) Set(v string) error {
-	given, mult := v, int64(1)
-	for _, u := range []struct {
-		s string
-		n int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(v, u.s) {
-			v, mult = strings.TrimSuffix(v, u.s), u.n
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return fmt.Errorf("%q: a positive size in bytes, KiB, MiB or GiB", given)
-	}
-	*b = byteSize(n * mult)
-	return nil
-}
 
 func migrate(ctx context.Context, cfg controller.Config, stdout io.Writer) error {
 	st, err := controller.OpenStore(ctx, cfg, false)

@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,7 +21,6 @@ import (
 
 	"mesh/agent"
 	"mesh/cmd/internal/cli"
-	"mesh/models"
 	"mesh/version"
 )
 
@@ -54,28 +51,6 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func (m *multi) Type() string       { return "path" }
-
-// byteSize is a flag of bytes: a number, or one with KiB, MiB or GiB.
-type byteSize int64
-
-// String says the size as it would be given: "1MiB", not 1048576.
-func (b *byteSize) String() string { return models.SizeWords(int64(*b)) }
-func (b *byteSize) Type() string   { return "size" }
-func (b *byteSize) Set(v string) error {
-	mult := int64(1)
-	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
-		if n, ok := strings.CutSuffix(v, suffix); ok {
-			v, mult = n, m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64/mult {
-		return fmt.Errorf("%q is not a positive size (bytes, or with KiB, MiB, GiB)", v)
-	}
-	*b = byteSize(n * mult)
-	return nil
-}
 
 // rootCommand is the command tree: --state is every subcommand's, so it
 // goes before or after the subcommand.
@@ -198,27 +173,18 @@ func agentFlags(fs *pflag.FlagSet, cfg *agent.Config) *string {
 	fs.DurationVar(&cfg.StopGrace, "stop-grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping a service")
 	fs.DurationVar(&cfg.CheckEvery, "check-every", 30*time.Second, "how often declared checks run between applies; a change is reported at once (outcome checked)")
 	cfg.Unpack = agent.DefaultUnpackLimits()
-	fs.Var((*byteSize)(&cfg.Unpack.MaxBytes), "unpack-max-bytes", "a tree's archive unpacks to at most this many bytes (KiB, MiB, GiB)")
-	fs.Var((*byteSize)(&cfg.Unpack.MaxFileBytes), "unpack-max-file", "at most this many bytes in any one file of a tree's archive (KiB, MiB, GiB)")
+	fs.Var((*cli.ByteSize)(&cfg.Unpack.MaxBytes), "unpack-max-bytes", "a tree's archive unpacks to at most this many bytes (KiB, MiB, GiB)")
+	fs.Var((*cli.ByteSize)(&cfg.Unpack.MaxFileBytes), "unpack-max-file", "at most this many bytes in any one file of a tree's archive (KiB, MiB, GiB)")
 	fs.IntVar(&cfg.Unpack.MaxEntries, "unpack-max-entries", cfg.Unpack.MaxEntries, "at most this many entries in a tree's archive")
 	fs.Int64Var(&cfg.Unpack.MaxRatio, "unpack-max-ratio", cfg.Unpack.MaxRatio, "a tree's archive unpacks to at most this many times its own size (1 MiB is always allowed)")
 	cfg.Logs = agent.DefaultLogLimits()
-	fs.Var((*byteSize)(&cfg.Logs.MaxBytes), "service-log-max", "a service's output file is rotated past this size (KiB, MiB, GiB; the host's own supervisor)")
+	fs.Var((*cli.ByteSize)(&cfg.Logs.MaxBytes), "service-log-max", "a service's output file is rotated past this size (KiB, MiB, GiB; the host's own supervisor)")
 	fs.IntVar(&cfg.Logs.Keep, "service-log-keep", cfg.Logs.Keep, "rotated output files kept per service")
 	return fs.String("log-level", env("MESH_LOG_LEVEL", "info"), "debug, info, warn or error")
 }
 
-// logLevel reads --log-level, refusing a word it would ignore.
-func logLevel(level string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return l, cli.Usagef("--log-level %q: debug, info, warn or error", level)
-	}
-	return l, nil
-}
-
 func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Writer) error {
-	l, err := logLevel(level)
+	l, err := cli.LogLevel(level)
 	if err != nil {
 		return err
 	}
@@ -243,7 +209,7 @@ func runAgent(ctx context.Context, cfg agent.Config, level string, stderr io.Wri
 // launch is what a service manager runs: it takes run's flags, runs the
 // known-good host, and tries staged releases with automatic rollback.
 func launch(ctx context.Context, fs *pflag.FlagSet, cfg agent.Config, level string, deadline time.Duration, stderr io.Writer) error {
-	l, err := logLevel(level)
+	l, err := cli.LogLevel(level)
 	if err != nil {
 		return err
 	}

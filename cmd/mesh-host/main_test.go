@@ -39,7 +39,7 @@ func TestRunFlags_UnpackCeilings(t *testing.T) {
 		t.Fatalf("round trip %v: %+v %v", args, again.Unpack, err)
 	}
 	for _, bad := range []string{"0", "-1", "1TiB", "x", "9999999999GiB"} {
-		var b byteSize
+		var b cli.ByteSize
 		if err := b.Set(bad); err == nil {
 			t.Errorf("%q accepted as %d", bad, b)
 		}
@@ -135,7 +135,7 @@ func TestByteSize_SaidAsGiven(t *testing.T) {
 	for _, c := range []struct {
 		in, want string
 	}{{"1MiB", "1MiB"}, {"1048576", "1MiB"}, {"1536KiB", "1536KiB"}, {"1000", "1000"}, {"2GiB", "2GiB"}} {
-		var b byteSize
+		var b cli.ByteSize
 		if err := b.Set(c.in); err != nil || b.String() != c.want {
 			t.Errorf("%q is said %q (%v), want %q", c.in, b.String(), err, c.want)
 		}

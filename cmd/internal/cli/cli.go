@@ -3,7 +3,7 @@
 // unknown subcommand refused with a suggestion instead of falling through
 // to a default, --version on every command, and the single-dash long flags
 // (-data X) the standard flag package accepted before these commands moved
-// to cobra.
+// to cobra, and the flag values both read (sizes, the log level).
 package cli
 
 import (
