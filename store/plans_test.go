@@ -39,6 +39,26 @@ func applied(t *testing.T, s *store.Store, name string, b int64) {
 		Running: map[string]models.RunningBuild{"mod": {Build: b}}})
 }
 
+// stepPlans steps every plan once, as a worker's look does.
+func stepPlans(t *testing.T, s *store.Store) {
+	t.Helper()
+	if err := s.StepPlans(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pinTo has a person pin name to build b of mod, with a reason.
+func pinTo(t *testing.T, s *store.Store, name string, b int64) {
+	t.Helper()
+	m, err := s.Machine(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetAssignments(context.Background(), "user:admin", name, &m.Generation, []models.AssignmentView{{Module: "mod", Build: &b, Reason: "hold"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func composedBuild(t *testing.T, s *store.Store, m *models.Machine) int64 {
 	t.Helper()
 	got, fails, err := s.Compose(context.Background(), []int64{m.ID}, "ctl", newSigner())
@@ -74,9 +94,7 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 			t.Fatalf("trigger %s", m.GenerationTrigger)
 		}
 		applied(t, s, "m1", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		if v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent {
 			t.Fatalf("after the canary: %+v", v)
@@ -87,16 +105,12 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 			Running: map[string]models.RunningBuild{"mod": {Build: 2}},
 			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false}}})
 		applied(t, s, "m3", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[1].State != models.StepSent {
 			t.Fatalf("an unhealthy machine counted as applied: %+v", v.Steps)
 		}
 		applied(t, s, "m2", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		mod, _ := s.Module(ctx, "mod")
 		if v.State != models.PlanDone || *mod.CurrentBuild != 2 {
@@ -225,9 +239,7 @@ func TestPlan_HaltsOnUnhealthyThenRollsBack(t *testing.T) {
 		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeApplied,
 			Running: map[string]models.RunningBuild{"mod": {Build: 2}},
 			Checks:  []models.CheckResult{{Resource: "mod.svc", OK: false, At: failingSince, Detail: "exit status 1: broken"}}})
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		if v.State != models.PlanHalted || !strings.Contains(v.Reason, "tier 1 of 2 (canary): m1 check mod.svc unhealthy since") ||
 			!strings.Contains(v.Reason, "exit status 1: broken") {
@@ -297,9 +309,7 @@ func TestPlan_OnFailureRollback(t *testing.T) {
 		}
 		m1, _ := s.Machine(ctx, "m1")
 		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeRefused, Reason: "escape: /x"})
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		if v.State != models.PlanRolledBack || !strings.Contains(v.Reason, "m1 refused") || !strings.Contains(v.Reason, "rolled back by policy:on_failure=rollback") {
 			t.Fatalf("after a refusal under on_failure=rollback: %s %q", v.State, v.Reason)
@@ -338,9 +348,7 @@ func TestPlan_APersonsPinIsNoStep(t *testing.T) {
 			for _, n := range []string{"m1", "m3"} {
 				applied(t, s, n, 2)
 			}
-			if err := s.StepPlans(ctx); err != nil {
-				t.Fatal(err)
-			}
+			stepPlans(t, s)
 		}
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
 			t.Fatalf("plan %s %q", v.State, v.Reason)
@@ -361,21 +369,12 @@ func TestPlan_APinMadeDuringThePlanWithdrawsItsStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied(t, s, "m1", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
-		m2, _ := s.Machine(ctx, "m2")
-		one := int64(1)
-		if _, err := s.SetAssignments(ctx, "user:admin", "m2", &m2.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
+		pinTo(t, s, "m2", 1)
 		applied(t, s, "m2", 1)
 		applied(t, s, "m3", 2)
-		for range 2 {
-			if err := s.StepPlans(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		stepPlans(t, s)
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		var step models.PlanStep
 		for _, st := range v.Steps {
@@ -404,9 +403,7 @@ func TestPlan_AModuleTakenAwayWithdrawsItsStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		applied(t, s, "m1", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		m2, _ := s.Machine(ctx, "m2")
 		if _, err := s.SetAssignments(ctx, "user:admin", "m2", &m2.Generation, []models.AssignmentView{}); err != nil {
 			t.Fatal(err)
@@ -415,11 +412,8 @@ func TestPlan_AModuleTakenAwayWithdrawsItsStep(t *testing.T) {
 		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied"})
 		applied(t, s, "m3", 2)
 		s.Now = func() time.Time { return time.Now().Add(time.Hour) } // past every tier's deadline
-		for range 2 {
-			if err := s.StepPlans(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		stepPlans(t, s)
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		var step models.PlanStep
 		for _, st := range v.Steps {
@@ -446,14 +440,8 @@ func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m1, _ := s.Machine(ctx, "m1")
-		one := int64(1)
-		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		pinTo(t, s, "m1", 1)
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		if v.State != models.PlanPaused || v.Tier != 0 || v.Steps[1].State != models.StepPending ||
 			!strings.Contains(v.Reason, "tier 1 of 2 (canary) took build 2 on none of its machines: resume to go on to tier 2 of 2 untried, or cancel (m1: pinned to build 1") {
@@ -473,9 +461,7 @@ func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
 		}
 		applied(t, s, "m2", 2)
 		applied(t, s, "m3", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
 			t.Fatalf("after the last tier: %s %q", v.State, v.Reason)
 		}
@@ -493,15 +479,9 @@ func TestPlan_ACanaryPinnedToThePlansBuildPasses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m1, _ := s.Machine(ctx, "m1")
-		two := int64(2)
-		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &two}}); err != nil {
-			t.Fatal(err)
-		}
+		pinTo(t, s, "m1", 2)
 		applied(t, s, "m1", 2)
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Tier != 1 {
 			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
 		}
@@ -519,16 +499,10 @@ func TestPlan_APinIsNoProof(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		pinTo(t, s, "m1", 2)
 		m1, _ := s.Machine(ctx, "m1")
-		two := int64(2)
-		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &m1.Generation, []models.AssignmentView{{Module: "mod", Build: &two}}); err != nil {
-			t.Fatal(err)
-		}
-		m1, _ = s.Machine(ctx, "m1")
 		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Reason: "exec format error"})
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || v.Tier != 0 || v.Steps[1].State != models.StepPending {
 			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
 		}
@@ -547,16 +521,10 @@ func TestPlan_NoMachineTookItWaitsBeforeCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		one := int64(1)
 		for _, n := range []string{"m1", "m2", "m3"} {
-			m, _ := s.Machine(ctx, n)
-			if _, err := s.SetAssignments(ctx, "user:admin", n, &m.Generation, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "hold"}}); err != nil {
-				t.Fatal(err)
-			}
+			pinTo(t, s, n, 1)
 		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || !strings.Contains(v.Reason, "resume to go on to tier 2 of 2 untried") {
 			t.Fatalf("after the canary tier: %s %q", v.State, v.Reason)
 		}
@@ -592,9 +560,7 @@ func TestPlan_ComposeErrorJudgedByItsGeneration(t *testing.T) {
 		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.port}", m1.Generation, m1.ID).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
 			t.Fatalf("a stale compose error: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
 		}
@@ -604,9 +570,7 @@ func TestPlan_ComposeErrorJudgedByItsGeneration(t *testing.T) {
 		if err := s.DB().Exec("DELETE FROM declarations WHERE machine_id = ?", m1.ID).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		if v.State != models.PlanHalted || v.Steps[0].State != models.StepFailed || !strings.Contains(v.Steps[0].Reason, "cannot be composed: variables: ${var.port}") {
 			t.Fatalf("a compose error of its generation: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
@@ -626,21 +590,12 @@ func TestPlan_APinnedCanaryThatRanItCountsAtTheEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pin := func(n string, b int64) {
-			m, _ := s.Machine(ctx, n)
-			if _, err := s.SetAssignments(ctx, "user:admin", n, &m.Generation, []models.AssignmentView{{Module: "mod", Build: &b, Reason: "hold"}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		pin("m1", 2)
+		pinTo(t, s, "m1", 2)
 		applied(t, s, "m1", 2)
-		pin("m2", 1)
-		pin("m3", 1)
-		for range 2 {
-			if err := s.StepPlans(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		pinTo(t, s, "m2", 1)
+		pinTo(t, s, "m3", 1)
+		stepPlans(t, s)
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
 			t.Fatalf("plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
 		}
@@ -669,9 +624,7 @@ func TestPlan_ALaterGenerationsComposeError(t *testing.T) {
 		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.other2}", m1.Generation, m1.ID).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
 			t.Fatalf("its generation sent, a later one uncomposable: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
 		}
@@ -681,9 +634,7 @@ func TestPlan_ALaterGenerationsComposeError(t *testing.T) {
 		if err := s.DB().Exec("DELETE FROM declarations WHERE machine_id = ?", m1.ID).Error; err != nil {
 			t.Fatal(err)
 		}
-		if err := s.StepPlans(ctx); err != nil {
-			t.Fatal(err)
-		}
+		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted || !strings.Contains(v.Steps[0].Reason, "cannot be composed: variables: ${var.other2}") {
 			t.Fatalf("nothing composed since its generation: plan %s %q; steps %+v", v.State, v.Reason, v.Steps)
 		}
