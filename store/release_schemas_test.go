@@ -28,6 +28,22 @@ func release(t *testing.T, s *store.Store, version, arch, schemas string) {
 	}
 }
 
+// releaseOf is the release of version as the store lists it.
+func releaseOf(t *testing.T, s *store.Store, version string) models.Release {
+	t.Helper()
+	rs, err := s.Releases(context.Background(), 10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Version == version {
+			return r
+		}
+	}
+	t.Fatalf("no release %s", version)
+	return models.Release{}
+}
+
 // TestReleases_SchemasByMigration: a release stored before migration 0019
 // (which recorded no schemas) decodes schema 1, the only one there was.
 func TestReleases_SchemasByMigration(t *testing.T) {
@@ -422,14 +438,8 @@ func TestRollout_RefusedByItsHostHalts(t *testing.T) {
 		if after.TargetHostVersion != "" || after.Generation <= cur.Generation {
 			t.Fatalf("the machine's target is %q at generation %d (was %d): not put back", after.TargetHostVersion, after.Generation, cur.Generation)
 		}
-		rels, err := s.Releases(ctx, 10, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rels {
-			if r.Version == "1.5.0" && r.State == models.ReleaseFailed {
-				t.Fatalf("a host's refusal marked the release failed: %q", r.Failure)
-			}
+		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("a host's refusal marked the release failed: %q", r.Failure)
 		}
 	})
 }
@@ -515,11 +525,8 @@ func TestRollout_LateRollbackOfAnotherRelease(t *testing.T) {
 		if ro, _ = s.Rollout(ctx, "1.6.0"); ro.State != models.RolloutRunning {
 			t.Fatalf("1.6.0's rollout is %s after a late rollback of 1.5.0: %q", ro.State, ro.Reason)
 		}
-		rs, _ := s.Releases(ctx, 10, 0)
-		for _, r := range rs {
-			if r.Version == "1.6.0" && r.State == models.ReleaseFailed {
-				t.Fatalf("1.6.0 marked failed by a rollback of 1.5.0: %q", r.Failure)
-			}
+		if r := releaseOf(t, s, "1.6.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("1.6.0 marked failed by a rollback of 1.5.0: %q", r.Failure)
 		}
 	})
 }
@@ -552,14 +559,8 @@ func TestRollout_UnsendableHaltsWithoutFailingTheRelease(t *testing.T) {
 			ro.Machines[0].State != models.UpgradeFailed {
 			t.Fatalf("rollout %s %q, machine %+v", ro.State, ro.Reason, ro.Machines[0])
 		}
-		rels, err := s.Releases(ctx, 10, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rels {
-			if r.Version == "1.5.0" && r.State == models.ReleaseFailed {
-				t.Fatalf("an unsendable machine failed the release: %q", r.Failure)
-			}
+		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("an unsendable machine failed the release: %q", r.Failure)
 		}
 	})
 }
