@@ -57,7 +57,6 @@ func (l *addressLimiter) takeN(addr string, n int) error {
 	return nil
 }
 
-
 // blocked says, without spending, whether addr is over its limit now.
 func (l *addressLimiter) blocked(addr string) error {
 	l.mu.Lock()
