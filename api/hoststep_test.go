@@ -55,7 +55,12 @@ func TestPlans_HostReleaseFirst(t *testing.T) {
 		if len(made.Items) != 1 || made.Items[0].Build != 2 || made.Items[0].HostStep != nil {
 			t.Fatalf("plans after the upload: %+v", made.Items)
 		}
-		e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/plans/%d/cancel", made.Items[0].ID), Token: e.Admin}, 200, nil)
+		// ?tier= is the tier its caller read; not a tier is a 400.
+		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/plans/%d/cancel?tier=first", made.Items[0].ID), Token: e.Admin}); resp.StatusCode != 400 ||
+			!strings.Contains(string(b), "tier") {
+			t.Fatalf("cancel ?tier=first: %d %s", resp.StatusCode, b)
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: fmt.Sprintf("/api/v1/plans/%d/cancel?tier=0", made.Items[0].ID), Token: e.Admin}, 200, nil)
 
 		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/plans", Token: e.Admin,
 			Body: map[string]any{"module": "web", "build": 2, "host_release_first": "9.9.9"}})

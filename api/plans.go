@@ -68,10 +68,27 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		v, err := s.Store.SetPlanState(c.Request().Context(), principal(c).Actor(), id, action)
+		seen, err := seenTier(c.QueryParam("tier"))
+		if err != nil {
+			return err
+		}
+		v, err := s.Store.ActOnPlan(c.Request().Context(), principal(c).Actor(), id, action, seen)
 		if err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, v)
 	}
+}
+
+// seenTier reads ?tier=, the tier the plan was at when its reader
+// decided to act (none: act on it wherever it is).
+func seenTier(q string) (*int64, error) {
+	if q == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n < 0 {
+		return nil, models.Invalid("tier", "the plan's tier as it reads it (0 is the first), a whole number")
+	}
+	return &n, nil
 }

@@ -2269,6 +2269,9 @@ type PlanID = int64
 // ReleaseVersion defines model for releaseVersion.
 type ReleaseVersion = string
 
+// SeenTier defines model for seenTier.
+type SeenTier = int64
+
 // SendCursor defines model for sendCursor.
 type SendCursor = string
 
@@ -2519,6 +2522,30 @@ type ListPlansParams struct {
 
 	// Cursor the `next_cursor` of the previous page (a row id); not a number is 400
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CancelPlanParams defines parameters for CancelPlan.
+type CancelPlanParams struct {
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+}
+
+// PausePlanParams defines parameters for PausePlan.
+type PausePlanParams struct {
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+}
+
+// ResumePlanParams defines parameters for ResumePlan.
+type ResumePlanParams struct {
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+}
+
+// RollbackPlanParams defines parameters for RollbackPlan.
+type RollbackPlanParams struct {
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
 }
 
 // ListSendsParams defines parameters for ListSends.
@@ -3993,24 +4020,24 @@ type ClientInterface interface {
 	// CancelPlan cancel the running, paused or halted plan (operator)
 	//
 	// Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
-	CancelPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CancelPlan(ctx context.Context, id PlanID, params *CancelPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PausePlan pause the running plan (operator)
 	//
 	// Corresponds with POST /api/v1/plans/{id}/pause (the `PausePlan` operationId).
-	PausePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PausePlan(ctx context.Context, id PlanID, params *PausePlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumePlan resume the paused plan (operator)
 	//
 	// Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
-	ResumePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ResumePlan(ctx context.Context, id PlanID, params *ResumePlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RollbackPlan roll a halted plan back (operator)
 	//
 	// Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
 	//
 	// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
-	RollbackPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RollbackPlan(ctx context.Context, id PlanID, params *RollbackPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSends every send, newest first (viewer)
 	//
@@ -5518,8 +5545,8 @@ func (c *Client) GetPlan(ctx context.Context, id PlanID, reqEditors ...RequestEd
 // CancelPlan cancel the running, paused or halted plan (operator)
 //
 // Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
-func (c *Client) CancelPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCancelPlanRequest(c.Server, id)
+func (c *Client) CancelPlan(ctx context.Context, id PlanID, params *CancelPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelPlanRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5533,8 +5560,8 @@ func (c *Client) CancelPlan(ctx context.Context, id PlanID, reqEditors ...Reques
 // PausePlan pause the running plan (operator)
 //
 // Corresponds with POST /api/v1/plans/{id}/pause (the `PausePlan` operationId).
-func (c *Client) PausePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPausePlanRequest(c.Server, id)
+func (c *Client) PausePlan(ctx context.Context, id PlanID, params *PausePlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPausePlanRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5548,8 +5575,8 @@ func (c *Client) PausePlan(ctx context.Context, id PlanID, reqEditors ...Request
 // ResumePlan resume the paused plan (operator)
 //
 // Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
-func (c *Client) ResumePlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewResumePlanRequest(c.Server, id)
+func (c *Client) ResumePlan(ctx context.Context, id PlanID, params *ResumePlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumePlanRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5565,8 +5592,8 @@ func (c *Client) ResumePlan(ctx context.Context, id PlanID, reqEditors ...Reques
 // Every machine the plan reached is pinned to the build it ran before, with the reason "rollback of plan N" on each pin (a machine that ran no earlier build is named in the plan's reason and left as it is). The plan ends rolled_back. A pin a rollback set is lifted, on the record, when a newer build's plan reaches that machine.
 //
 // Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
-func (c *Client) RollbackPlan(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRollbackPlanRequest(c.Server, id)
+func (c *Client) RollbackPlan(ctx context.Context, id PlanID, params *RollbackPlanParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackPlanRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -8716,7 +8743,7 @@ func NewGetPlanRequest(server string, id PlanID) (*http.Request, error) {
 }
 
 // NewCancelPlanRequest constructs an http.Request for the CancelPlan method
-func NewCancelPlanRequest(server string, id PlanID) (*http.Request, error) {
+func NewCancelPlanRequest(server string, id PlanID, params *CancelPlanParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -8741,6 +8768,33 @@ func NewCancelPlanRequest(server string, id PlanID) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tier != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -8750,7 +8804,7 @@ func NewCancelPlanRequest(server string, id PlanID) (*http.Request, error) {
 }
 
 // NewPausePlanRequest constructs an http.Request for the PausePlan method
-func NewPausePlanRequest(server string, id PlanID) (*http.Request, error) {
+func NewPausePlanRequest(server string, id PlanID, params *PausePlanParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -8775,6 +8829,33 @@ func NewPausePlanRequest(server string, id PlanID) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tier != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -8784,7 +8865,7 @@ func NewPausePlanRequest(server string, id PlanID) (*http.Request, error) {
 }
 
 // NewResumePlanRequest constructs an http.Request for the ResumePlan method
-func NewResumePlanRequest(server string, id PlanID) (*http.Request, error) {
+func NewResumePlanRequest(server string, id PlanID, params *ResumePlanParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -8809,6 +8890,33 @@ func NewResumePlanRequest(server string, id PlanID) (*http.Request, error) {
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tier != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
@@ -8818,7 +8926,7 @@ func NewResumePlanRequest(server string, id PlanID) (*http.Request, error) {
 }
 
 // NewRollbackPlanRequest constructs an http.Request for the RollbackPlan method
-func NewRollbackPlanRequest(server string, id PlanID) (*http.Request, error) {
+func NewRollbackPlanRequest(server string, id PlanID, params *RollbackPlanParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -8841,6 +8949,33 @@ func NewRollbackPlanRequest(server string, id PlanID) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tier != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -10138,21 +10273,21 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
-	CancelPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*CancelPlanResponse, error)
+	CancelPlanWithResponse(ctx context.Context, id PlanID, params *CancelPlanParams, reqEditors ...RequestEditorFn) (*CancelPlanResponse, error)
 
 	// PausePlanWithResponse pause the running plan (operator)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/plans/{id}/pause (the `PausePlan` operationId).
-	PausePlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*PausePlanResponse, error)
+	PausePlanWithResponse(ctx context.Context, id PlanID, params *PausePlanParams, reqEditors ...RequestEditorFn) (*PausePlanResponse, error)
 
 	// ResumePlanWithResponse resume the paused plan (operator)
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
-	ResumePlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error)
+	ResumePlanWithResponse(ctx context.Context, id PlanID, params *ResumePlanParams, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error)
 
 	// RollbackPlanWithResponse roll a halted plan back (operator)
 	//
@@ -10161,7 +10296,7 @@ type ClientWithResponsesInterface interface {
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
-	RollbackPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error)
+	RollbackPlanWithResponse(ctx context.Context, id PlanID, params *RollbackPlanParams, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error)
 
 	// ListSendsWithResponse every send, newest first (viewer)
 	//
@@ -17081,8 +17216,8 @@ func (c *ClientWithResponses) GetPlanWithResponse(ctx context.Context, id PlanID
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/plans/{id}/cancel (the `CancelPlan` operationId).
-func (c *ClientWithResponses) CancelPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*CancelPlanResponse, error) {
-	rsp, err := c.CancelPlan(ctx, id, reqEditors...)
+func (c *ClientWithResponses) CancelPlanWithResponse(ctx context.Context, id PlanID, params *CancelPlanParams, reqEditors ...RequestEditorFn) (*CancelPlanResponse, error) {
+	rsp, err := c.CancelPlan(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -17094,8 +17229,8 @@ func (c *ClientWithResponses) CancelPlanWithResponse(ctx context.Context, id Pla
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/plans/{id}/pause (the `PausePlan` operationId).
-func (c *ClientWithResponses) PausePlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*PausePlanResponse, error) {
-	rsp, err := c.PausePlan(ctx, id, reqEditors...)
+func (c *ClientWithResponses) PausePlanWithResponse(ctx context.Context, id PlanID, params *PausePlanParams, reqEditors ...RequestEditorFn) (*PausePlanResponse, error) {
+	rsp, err := c.PausePlan(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -17107,8 +17242,8 @@ func (c *ClientWithResponses) PausePlanWithResponse(ctx context.Context, id Plan
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/plans/{id}/resume (the `ResumePlan` operationId).
-func (c *ClientWithResponses) ResumePlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error) {
-	rsp, err := c.ResumePlan(ctx, id, reqEditors...)
+func (c *ClientWithResponses) ResumePlanWithResponse(ctx context.Context, id PlanID, params *ResumePlanParams, reqEditors ...RequestEditorFn) (*ResumePlanResponse, error) {
+	rsp, err := c.ResumePlan(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -17122,8 +17257,8 @@ func (c *ClientWithResponses) ResumePlanWithResponse(ctx context.Context, id Pla
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/plans/{id}/rollback (the `RollbackPlan` operationId).
-func (c *ClientWithResponses) RollbackPlanWithResponse(ctx context.Context, id PlanID, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error) {
-	rsp, err := c.RollbackPlan(ctx, id, reqEditors...)
+func (c *ClientWithResponses) RollbackPlanWithResponse(ctx context.Context, id PlanID, params *RollbackPlanParams, reqEditors ...RequestEditorFn) (*RollbackPlanResponse, error) {
+	rsp, err := c.RollbackPlan(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

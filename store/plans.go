@@ -697,8 +697,18 @@ func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]models.Pl
 }
 
 // SetPlanState pauses, resumes, cancels or rolls back a plan, as
-// models.PlanMove allows from its state.
+// models.PlanMove allows from its state, wherever it is now.
 func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error) {
+	return s.ActOnPlan(ctx, actor, id, action, nil)
+}
+
+// ActOnPlan is SetPlanState for a person who decided on what they saw:
+// seenTier, when given, is the tier the plan was at, and the act is
+// refused (409, nothing changed) if the plan has moved to another since.
+// A resume repeated — a double click, a retry — would otherwise answer a
+// pause the person never saw: the first resume's tier may pause untried
+// at once, and the second would send the build past it.
+func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action string, seenTier *int64) (*models.PlanView, error) {
 	var out *models.PlanView
 	err := s.write(ctx, func(tx *Tx) error {
 		var p models.Plan
@@ -710,6 +720,14 @@ func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action
 		}
 		if err := q.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
+		}
+		if seenTier != nil && *seenTier != p.Tier {
+			var tiers int64
+			if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: plan %d has moved on since it was read (at %s): it is now %s at %s; read it again and act on what it is now",
+				models.ErrConflict, id, models.TierWords(*seenTier, tiers, false), strings.ReplaceAll(p.State, "_", " "), models.TierWords(p.Tier, tiers, p.State == models.PlanDone))
 		}
 		to, ok := models.PlanMove(action, p.State)
 		if !ok {

@@ -468,6 +468,49 @@ func TestPlan_ACanaryTierNoneTriedPauses(t *testing.T) {
 	})
 }
 
+// TestPlan_ARepeatedResumeAnswersOnlyThePauseItSaw: every machine is
+// pinned away, so the canary tier pauses untried, and the resume's next
+// tier pauses at once too. A second resume of what its sender saw (a
+// double click, a retry) is refused rather than passing a pause its
+// sender never read; one that names the tier the plan is at goes on.
+func TestPlan_ARepeatedResumeAnswersOnlyThePauseItSaw(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"m1", "m2", "m3"} {
+			pinTo(t, s, m, 1)
+		}
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || v.Tier != 0 {
+			t.Fatalf("plan %s tier %d %q", v.State, v.Tier, v.Reason)
+		}
+		seen := int64(0)
+		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, &seen); err != nil {
+			t.Fatal(err)
+		}
+		if v.State != models.PlanPaused || v.Tier != 1 || !strings.HasPrefix(v.Reason, models.UntriedTierPause) {
+			t.Fatalf("after the first resume: %s tier %d %q", v.State, v.Tier, v.Reason)
+		}
+		_, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, &seen)
+		if !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "has moved on since it was read (at tier 1 of 2 (canary)): it is now paused at tier 2 of 2") {
+			t.Fatalf("the repeated resume: %v", err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || v.Tier != 1 {
+			t.Fatalf("after the refused resume: %s tier %d %q", v.State, v.Tier, v.Reason)
+		}
+		// Acting on what it is now goes on, on the record.
+		seen = 1
+		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanCancel, &seen); err != nil || v.State != models.PlanCancelled {
+			t.Fatalf("cancel at the tier it is at: %v %+v", err, v)
+		}
+	})
+}
+
 // TestPlan_ACanaryPinnedToThePlansBuildPasses: the canary is pinned to the
 // plan's own build: its step is withdrawn (the plan does not move it), but
 // it runs the build, so the tier is no untried one and the plan goes on.

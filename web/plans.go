@@ -25,14 +25,17 @@ import (
 
 // PlanDetail is the plan page's data.
 type PlanDetail struct {
-	ID      int64
-	Module  string
-	Build   int64
-	State   string
-	Words   string // the state in words: "rolled back"
-	Reason  string
-	Halted  bool
-	Where   string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
+	ID     int64
+	Module string
+	Build  int64
+	State  string
+	Words  string // the state in words: "rolled back"
+	Reason string
+	Halted bool
+	Where  string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
+	// Tier is the plan's tier as the page shows it: an act names it, so
+	// one made on a page the plan has moved on from is refused.
+	Tier    int64
 	Made    string // by whom, when, and when it ended
 	Tiers   []TierProgress
 	Actions []PlanAction
@@ -102,7 +105,7 @@ var planActionLabels = map[string]PlanAction{
 
 // planDetail says a plan for a person; can is whether they may act on it.
 func planDetail(v *models.PlanView, can bool) PlanDetail {
-	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
+	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, Tier: v.Tier, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
 		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ") // the banner says "Halted." already
@@ -218,7 +221,13 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 		if !ok {
 			return s.errorPage(c, http.StatusNotFound, "No plan "+c.Param("id")+": a plan is named by its number.")
 		}
-		v, err := s.Store.SetPlanState(c.Request().Context(), "user:"+who(c).User, id, action)
+		// The tier the page showed (a page from before this field acts
+		// wherever the plan is, as it did).
+		var seen *int64
+		if t, err := strconv.ParseInt(c.FormValue("tier"), 10, 64); err == nil {
+			seen = &t
+		}
+		v, err := s.Store.ActOnPlan(c.Request().Context(), "user:"+who(c).User, id, action, seen)
 		switch {
 		case errors.Is(err, models.ErrNotFound):
 			return s.errorPage(c, http.StatusNotFound, fmt.Sprintf("No plan %d.", id))

@@ -155,7 +155,20 @@ func TestPlanActions_RollBackFromThePage(t *testing.T) {
 		t.Fatalf("a refused rollback changed the plan: %s", v.State)
 	}
 
-	st, loc := op.post(path+"/rollback", url.Values{}, true)
+	// The page names the tier it shows; an act from a page the plan has
+	// moved on from changes nothing.
+	if _, body := op.get(path); !strings.Contains(body, `name="tier" value="0"`) {
+		t.Fatalf("the plan's actions do not say the tier they were offered at:\n%s", body)
+	}
+	st, body := op.post(path+"/rollback", url.Values{"tier": {"1"}}, true)
+	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "has moved on since it was read (at tier 2 of 2)") {
+		t.Fatalf("a rollback from a page at another tier: %d\n%.400s", st, body)
+	}
+	if v, _ := e.Ctl.Store.Plan(ctx, id); v.State != models.PlanHalted {
+		t.Fatalf("a refused rollback changed the plan: %s", v.State)
+	}
+
+	st, loc := op.post(path+"/rollback", url.Values{"tier": {"0"}}, true)
 	if st != 303 || loc != path {
 		t.Fatalf("rollback: %d %s", st, loc)
 	}
@@ -164,7 +177,7 @@ func TestPlanActions_RollBackFromThePage(t *testing.T) {
 	if v.State != models.PlanRolledBack || len(as) != 1 || as[0].Build == nil || *as[0].Build != 1 {
 		t.Fatalf("after the rollback: plan %s, m1's assignments %+v", v.State, as)
 	}
-	_, body := op.get(loc)
+	_, body = op.get(loc)
 	for _, want := range []string{"Roll back: the plan is now rolled back", `data-state="rolled_back"`, ">rolled back<",
 		"rolled back by user:olga: 1 machine(s) pinned to the build each ran before"} {
 		if !strings.Contains(body, want) {

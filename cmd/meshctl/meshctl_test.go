@@ -436,8 +436,17 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if err := json.Unmarshal([]byte(w.stdout), &halted); err != nil || halted.State != client.PlanStateHalted {
 			t.Fatalf("-o json: the final plan on stdout: %v %s", err, w.stdout)
 		}
+		// Acting on a tier the plan is not at changes nothing (the API's
+		// ?tier=); the canary is its first, as plans show says it.
+		if r := mc.run("", "plans", "rollback", strconv.Itoa(p.Id), "--tier", "2"); r.code != 1 ||
+			!strings.Contains(r.stderr, "has moved on since it was read (at tier 2 of 2): it is now halted at tier 1 of 2 (canary)") {
+			t.Fatalf("rollback --tier 2 of a plan halted at its first: %s", r)
+		}
+		if r := mc.run("", "plans", "rollback", strconv.Itoa(p.Id), "--tier", "0"); r.code == 0 || !strings.Contains(r.stderr, "tiers count from 1") {
+			t.Fatalf("rollback --tier 0: %s", r)
+		}
 		var back client.Plan
-		mc.ok(&back, "plans", "rollback", strconv.Itoa(p.Id), "-o", "json")
+		mc.ok(&back, "plans", "rollback", strconv.Itoa(p.Id), "--tier", "1", "-o", "json")
 		if back.State != client.PlanStateRolledBack {
 			t.Fatalf("rollback: %s %s", back.State, back.Reason)
 		}

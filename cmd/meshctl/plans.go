@@ -50,7 +50,7 @@ func (a *app) plansCommand() *cobra.Command {
 		Short: "A plan, its state and why, and its steps per machine",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.planAction(cmd.Context(), args[0], "show")
+			return a.planAction(cmd.Context(), args[0], "show", nil)
 		},
 	}
 	var interval time.Duration
@@ -97,14 +97,26 @@ than the current one), printing the reason.`,
 		{"cancel", "Cancel a running, paused or halted plan"},
 		{"rollback", "Roll a halted plan back: every machine it reached is pinned to the build it ran before"},
 	} {
-		cmd.AddCommand(&cobra.Command{
-			Use:   action.name + " ID",
-			Short: action.short,
-			Args:  cobra.ExactArgs(1),
+		var tier int
+		act := &cobra.Command{
+			Use:     action.name + " ID",
+			Short:   action.short,
+			Args:    cobra.ExactArgs(1),
+			Example: fmt.Sprintf("  meshctl plans %s 3\n  meshctl plans %s 3 --tier 1   # only if it is still at its first tier", action.name, action.name),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				return a.planAction(cmd.Context(), args[0], action.name)
+				var seen *int64
+				if cmd.Flags().Changed("tier") {
+					if tier < 1 {
+						return fmt.Errorf("--tier %d: tiers count from 1, as plans show says them", tier)
+					}
+					t := int64(tier - 1)
+					seen = &t
+				}
+				return a.planAction(cmd.Context(), args[0], action.name, seen)
 			},
-		})
+		}
+		act.Flags().IntVar(&tier, "tier", 0, "act only if the plan is still at this tier (as plans show says it, 1 the first); a retry or a second person then cannot answer a pause they did not see")
+		cmd.AddCommand(act)
 	}
 	return cmd
 }
@@ -152,7 +164,8 @@ func (a *app) createPlan(ctx context.Context, arg, hostFirst string) error {
 
 // planAction shows a plan, or pauses, resumes, cancels or rolls it back
 // and shows what it became.
-func (a *app) planAction(ctx context.Context, arg, action string) error {
+// seen is the tier the person read the plan at (nil: act wherever it is).
+func (a *app) planAction(ctx context.Context, arg, action string, seen *int64) error {
 	id, err := planID(arg)
 	if err != nil {
 		return err
@@ -171,22 +184,22 @@ func (a *app) planAction(ctx context.Context, arg, action string) error {
 		}
 	case "pause":
 		var r *client.PausePlanResponse
-		if r, err = c.PausePlanWithResponse(ctx, id); err == nil {
+		if r, err = c.PausePlanWithResponse(ctx, id, &client.PausePlanParams{Tier: seen}); err == nil {
 			hr, body = r.HTTPResponse, r.Body
 		}
 	case "resume":
 		var r *client.ResumePlanResponse
-		if r, err = c.ResumePlanWithResponse(ctx, id); err == nil {
+		if r, err = c.ResumePlanWithResponse(ctx, id, &client.ResumePlanParams{Tier: seen}); err == nil {
 			hr, body = r.HTTPResponse, r.Body
 		}
 	case "cancel":
 		var r *client.CancelPlanResponse
-		if r, err = c.CancelPlanWithResponse(ctx, id); err == nil {
+		if r, err = c.CancelPlanWithResponse(ctx, id, &client.CancelPlanParams{Tier: seen}); err == nil {
 			hr, body = r.HTTPResponse, r.Body
 		}
 	case "rollback":
 		var r *client.RollbackPlanResponse
-		if r, err = c.RollbackPlanWithResponse(ctx, id); err == nil {
+		if r, err = c.RollbackPlanWithResponse(ctx, id, &client.RollbackPlanParams{Tier: seen}); err == nil {
 			hr, body = r.HTTPResponse, r.Body
 		}
 	default:
