@@ -82,7 +82,7 @@ func (c *Config) defaults() {
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
-	c.Unpack.defaults()
+	c.Unpack.Defaults()
 	c.Logs.defaults()
 }
 

@@ -2,11 +2,11 @@ package agent
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"mesh/archive"
 	"os"
 	"path"
 	"strings"
@@ -37,59 +37,12 @@ func (m *machineRoot) treeLive(p, digest string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// UnpackLimits are the ceilings a tree's archive is unpacked under, so an
-// archive that expands far past what it claims (a gzip bomb, a million
-// empty entries) is refused before it fills the disk. Each is checked
-// against the entry headers before an entry's bytes are written: the tar
-// reader holds every entry to the size its header gives.
-type UnpackLimits struct {
-	// MaxBytes caps the total bytes of the regular files unpacked.
-	MaxBytes int64
-	// MaxEntries caps the number of entries (files, directories, links).
-	MaxEntries int
-	// MaxFileBytes caps any one regular file.
-	MaxFileBytes int64
-	// MaxRatio caps the total bytes unpacked as a multiple of the
-	// artifact's own size; the first RatioFloor bytes are always allowed,
-	// so a tiny archive of text is not refused for compressing well.
-	MaxRatio int64
-}
-
-// RatioFloor is what an archive may always unpack, whatever its ratio.
-const RatioFloor = 1 << 20
+// UnpackLimits are the ceilings a tree's archive is unpacked under
+// (archive.Limits: the controller judges an upload by the same rules).
+type UnpackLimits = archive.Limits
 
 // DefaultUnpackLimits are the ceilings `mesh-host run` uses unless told.
-func DefaultUnpackLimits() UnpackLimits {
-	return UnpackLimits{MaxBytes: 4 << 30, MaxEntries: 200_000, MaxFileBytes: 1 << 30, MaxRatio: 100}
-}
-
-func (l *UnpackLimits) defaults() {
-	d := DefaultUnpackLimits()
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = d.MaxBytes
-	}
-	if l.MaxEntries <= 0 {
-		l.MaxEntries = d.MaxEntries
-	}
-	if l.MaxFileBytes <= 0 {
-		l.MaxFileBytes = d.MaxFileBytes
-	}
-	if l.MaxRatio <= 0 {
-		l.MaxRatio = d.MaxRatio
-	}
-}
-
-// budget is what an archive of size bytes may unpack in total: the
-// smaller of MaxBytes and MaxRatio times its size (at least RatioFloor).
-func (l UnpackLimits) budget(size int64) (int64, string) {
-	// size*MaxRatio cannot overflow below MaxBytes/MaxRatio.
-	if size < l.MaxBytes/l.MaxRatio {
-		if b := max(size*l.MaxRatio, RatioFloor); b < l.MaxBytes {
-			return b, fmt.Sprintf("%d times the artifact's %d bytes", l.MaxRatio, size)
-		}
-	}
-	return l.MaxBytes, fmt.Sprintf("the ceiling of %d bytes", l.MaxBytes)
-}
+func DefaultUnpackLimits() UnpackLimits { return archive.DefaultLimits() }
 
 // installTree unpacks the tar.gz at archive for declared path p, under
 // limits, and swaps it in. It returns the number of regular files.
@@ -210,9 +163,8 @@ func (m *machineRoot) countFiles(dir string) int {
 // opened at dir, so even a symlink made earlier cannot lead out. An archive
 // past one of limits is refused at the first entry header that crosses it,
 // before that entry's bytes are written.
-func (m *machineRoot) unpack(dir, archive string, limits UnpackLimits) (int, error) {
-	limits.defaults()
-	f, err := os.Open(archive)
+func (m *machineRoot) unpack(dir, archivePath string, limits UnpackLimits) (int, error) {
+	f, err := os.Open(archivePath)
 	if err != nil {
 		return 0, err
 	}
@@ -221,97 +173,62 @@ func (m *machineRoot) unpack(dir, archive string, limits UnpackLimits) (int, err
 	if err != nil {
 		return 0, err
 	}
-	budget, budgetWhy := limits.budget(fi.Size())
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return 0, escapeErr("not a tar.gz: %v", err)
-	}
 	root, err := m.root.OpenRoot(dir)
 	if err != nil {
 		return 0, err
 	}
 	defer root.Close()
-	tr := tar.NewReader(gz)
-	files, entries := 0, 0
-	var total int64
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files, linksStayInside(root)
-		}
-		if err != nil {
-			return files, escapeErr("reading archive: %v", err)
-		}
-		if entries++; entries > limits.MaxEntries {
-			return files, tooLargeErr("more than %d entries", limits.MaxEntries)
-		}
-		if h.Typeflag == tar.TypeReg {
-			if h.Size > limits.MaxFileBytes {
-				return files, tooLargeErr("%s is %d bytes, over the per-file ceiling of %d", h.Name, h.Size, limits.MaxFileBytes)
-			}
-			if total += h.Size; total > budget {
-				return files, tooLargeErr("unpacks to more than %d bytes (%s) at %s", budget, budgetWhy, h.Name)
-			}
-		}
-		name, err := entryName(h.Name)
-		if err != nil {
-			return files, err
-		}
-		if name == "." {
-			continue
-		}
+	files := 0
+	err = archive.Walk(f, fi.Size(), limits, func(e archive.Entry, body io.Reader) error {
+		h, name := e.Header, e.Name
 		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-			return files, err
+			return err
 		}
 		mode := fs.FileMode(h.Mode).Perm()
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(name, 0o755); err != nil {
-				return files, err
+				return err
 			}
 			_ = root.Chmod(name, mode|0o700)
 		case tar.TypeReg:
 			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 			if err != nil {
-				return files, fmt.Errorf("%s: %w", h.Name, err)
+				return fmt.Errorf("%s: %w", h.Name, err)
 			}
 			// The tar reader yields exactly h.Size bytes (or fails), so the
-			// header checks above bound what this writes.
-			_, err = io.Copy(out, tr)
+			// header checks of archive.Walk bound what this writes.
+			_, err = io.Copy(out, body)
 			if cerr := out.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
-				return files, err
+				return err
 			}
 			_ = root.Chmod(name, mode)
 			files++
 		case tar.TypeSymlink:
-			if path.IsAbs(h.Linkname) {
-				return files, escapeErr("symlink %s points to the absolute path %s, outside the tree", h.Name, h.Linkname)
-			}
-			if t := path.Join(path.Dir(name), h.Linkname); t == ".." || strings.HasPrefix(t, "../") {
-				return files, escapeErr("symlink %s → %s leaves the tree", h.Name, h.Linkname)
-			}
 			if err := root.Symlink(h.Linkname, name); err != nil {
-				return files, err
+				return err
 			}
 		case tar.TypeLink:
-			target, err := entryName(h.Linkname)
-			if err != nil {
-				return files, escapeErr("hardlink %s → %s leaves the tree", h.Name, h.Linkname)
-			}
-			if err := root.Link(target, name); err != nil {
-				return files, escapeErr("hardlink %s → %s: %v", h.Name, h.Linkname, err)
+			if err := root.Link(e.Link, name); err != nil {
+				return escapeErr("hardlink %s → %s: %v", h.Name, h.Linkname, err)
 			}
 			files++
-		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-			return files, escapeErr("%s is a device file", h.Name)
-		case tar.TypeXGlobalHeader, tar.TypeXHeader:
-		default:
-			return files, escapeErr("%s has unsupported type %q", h.Name, h.Typeflag)
 		}
+		return nil
+	})
+	if r := (*archive.Refusal)(nil); errors.As(err, &r) {
+		if r.TooLarge {
+			return files, tooLargeErr("%s", r.Why)
+		}
+		return files, escapeErr("%s", r.Why)
 	}
+	if err != nil {
+		return files, err
+	}
+	return files, linksStayInside(root)
 }
 
 // linksStayInside refuses a tree with a symlink that, followed as the
@@ -389,23 +306,6 @@ func resolve(root *os.Root, dir []string, target string, hops *int) ([]string, b
 		}
 	}
 	return cur, true
-}
-
-// entryName cleans an archive entry name and refuses ones that escape.
-func entryName(n string) (string, error) {
-	if path.IsAbs(n) || strings.HasPrefix(n, "/") {
-		return "", escapeErr("entry %s has an absolute path", n)
-	}
-	for _, part := range strings.Split(n, "/") {
-		if part == ".." {
-			return "", escapeErr("entry %s contains ..", n)
-		}
-	}
-	c := path.Clean(n)
-	if c == ".." || strings.HasPrefix(c, "../") {
-		return "", escapeErr("entry %s escapes", n)
-	}
-	return c, nil
 }
 
 // escapeErr is an archive the host refuses (not a failure to retry).

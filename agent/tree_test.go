@@ -111,7 +111,7 @@ func TestTree_Ceilings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := testAgent(t)
 			a.cfg.Unpack = tc.limits
-			a.cfg.Unpack.defaults()
+			a.cfg.Unpack.Defaults()
 			st := a.state.clone()
 			_, err := a.applyInFull(context.Background(), treeDecl(cacheBlob(t, a, makeTar(t, tc.tar...)), "/opt/t"), st)
 			if tc.says == "" {

@@ -28,7 +28,9 @@ func TestBlobs_UploadStreamedServedByRange(t *testing.T) {
 			mw := multipart.NewWriter(&buf)
 			w, _ := mw.CreateFormFile("artifact", "a.tar.gz")
 			_, _ = w.Write(art)
-			_ = mw.WriteField("manifest", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t"}]}`)
+			// Bytes no host unpacks as a tree: a tree naming its artifact
+			// elsewhere, the build's kept as a blob.
+			_ = mw.WriteField("manifest", `{"resources": [{"name": "t", "kind": "tree", "path": "/opt/t", "artifact": {"url": "https://example.com/t.tar.gz", "digest": "`+models.DigestOf([]byte("t"))+`", "size": 1}}]}`)
 			_ = mw.WriteField("digest", d)
 			for _, k := range extra {
 				_ = mw.WriteField(k, "x")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"mesh/controller/ctltest"
+	"mesh/models"
 	"mesh/store"
 )
 
@@ -177,7 +178,18 @@ func TestRefusals_ForgedOtherMachineAndEscapes(t *testing.T) {
 	} {
 		mod := fmt.Sprintf("evil%d", i)
 		c.module(mod)
-		c.upload(mod, `{"resources": [{"name": "tree", "kind": "tree", "path": "/opt/`+mod+`"}]}`, tc.tar)
+		// The controller refuses a build whose tree every host would
+		// refuse, at its upload...
+		if resp, b := c.Upload(c.Admin, mod, `{"resources": [{"name": "tree", "kind": "tree", "path": "/opt/`+mod+`"}]}`, tc.tar, ""); resp.StatusCode != 400 ||
+			!strings.Contains(string(b), tc.says) {
+			t.Fatalf("%s: the upload of a tree no host unpacks: %d %s", tc.name, resp.StatusCode, b)
+		}
+		// ...so the host's own refusal is reached through a tree that
+		// names the archive as its artifact (another build's bytes).
+		c.upload(mod, `{"resources": [{"name": "note", "kind": "file", "path": "/opt/`+mod+`.note", "content": "x"}]}`, tc.tar)
+		d := models.DigestOf(tc.tar)
+		c.upload(mod, fmt.Sprintf(`{"resources": [{"name": "tree", "kind": "tree", "path": "/opt/%s", "artifact": {"digest": %q, "size": %d, "url": %q}}]}`,
+			mod, d, len(tc.tar), models.BlobURL(d)), nil)
 		c.assign("m1", "node-tools", mod)
 		r := c.waitReport("m1", "refused", tc.says)
 		if !strings.Contains(r.Reason, "escape") {

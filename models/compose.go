@@ -629,6 +629,17 @@ func (m *Manifest) Buildable(hasArtifact bool) error {
 	return nil
 }
 
+// UnpacksArtifact is the name of the first tree that unpacks the build's
+// own artifact ("" when none does).
+func (m *Manifest) UnpacksArtifact() string {
+	for _, r := range m.Resources {
+		if r.Kind == "tree" && r.Artifact == nil {
+			return r.Name
+		}
+	}
+	return ""
+}
+
 // checkPlaceholders refuses a "${" that is not ${machine.name} or
 // ${var.NAME}: no machine could ever compose it.
 func checkPlaceholders(field, v string) error {

@@ -352,6 +352,9 @@ type Blob struct {
 	Size      int64
 	ChunkSize int64
 	CreatedAt time.Time
+	// TreeRefused says why every host would refuse to unpack the blob as
+	// a tree ("": it unpacks), judged as it was uploaded; never stored.
+	TreeRefused string `gorm:"-"`
 }
 
 // An audit row's bounds: a target (or actor) as long as the log's filter

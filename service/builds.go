@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
+	"mesh/archive"
 	"mesh/models"
 	"mesh/store"
 )
@@ -47,7 +49,10 @@ func (r *UploadBuild) Validate() error {
 	if r.Artifact == nil && r.Digest != "" {
 		return models.Invalid("digest", "given without an artifact")
 	}
-	return checkDigest(r.Artifact, r.Digest)
+	if err := checkDigest(r.Artifact, r.Digest); err != nil {
+		return err // the bytes are not those meant: said first
+	}
+	return treeUnpacks(man, r.Artifact)
 }
 
 // FinishBuild is a builder's artifact and manifest for a build it claimed.
@@ -102,8 +107,49 @@ func checkDigest(artifact *models.Blob, given string) error {
 // addressed, for the workflow that names it. It is stored before that
 // workflow's transaction, which only names it: bytes a refused workflow
 // leaves behind are named by nothing and swept (store.BlobGrace).
+//
+// It judges the bytes as they are stored by the rules a host unpacks a
+// tree under (archive.Walk), so that a build whose tree every host would
+// refuse — an entry that escapes it, a device file, not a tar.gz — is
+// refused at its upload rather than by its canary. Only the rules every
+// host holds are judged: the ceilings are each host's own setting.
 func (s *Service) PutArtifact(ctx context.Context, r io.Reader) (*models.Blob, error) {
-	return s.Store.PutBlob(ctx, r)
+	pr, pw := io.Pipe()
+	judged := make(chan error, 1)
+	go func() {
+		err := archive.Walk(pr, math.MaxInt64, unbounded, nil)
+		// The upload is never held by its judge: what follows the
+		// archive's end, or a refused archive's rest, is read through.
+		_, _ = io.Copy(io.Discard, pr)
+		judged <- err
+	}()
+	b, err := s.Store.PutBlob(ctx, io.TeeReader(r, pw))
+	pw.CloseWithError(err)
+	why := <-judged
+	if err != nil {
+		return nil, err
+	}
+	if why != nil {
+		b.TreeRefused = why.Error()
+	}
+	return b, nil
+}
+
+// unbounded are ceilings no archive reaches (with a size of MaxInt64 its
+// budget is MaxBytes): archive.Walk then judges only what every host
+// refuses whatever its own ceilings.
+var unbounded = archive.Limits{MaxBytes: math.MaxInt64, MaxEntries: math.MaxInt, MaxFileBytes: math.MaxInt64, MaxRatio: 1}
+
+// treeUnpacks refuses a build one of whose trees unpacks its artifact
+// when no host would unpack that artifact.
+func treeUnpacks(man *models.Manifest, artifact *models.Blob) error {
+	if artifact == nil || artifact.TreeRefused == "" {
+		return nil
+	}
+	if tree := man.UnpacksArtifact(); tree != "" {
+		return models.Invalid("artifact", fmt.Sprintf("tree %s unpacks the build's artifact, and every host would refuse it: %s", tree, artifact.TreeRefused))
+	}
+	return nil
 }
 
 // BuildResult is a stored build and what it set going.
@@ -146,6 +192,9 @@ func (s *Service) FinishBuild(ctx context.Context, actor string, req *FinishBuil
 	man, perr := models.ParseManifest([]byte(req.Manifest))
 	if perr == nil {
 		perr = man.Buildable(req.Artifact != nil)
+	}
+	if perr == nil {
+		perr = treeUnpacks(man, req.Artifact)
 	}
 	if perr != nil {
 		err := s.Store.Write(ctx, func(tx *store.Tx) error { return tx.FailBuild(actor, req.ID, "manifest refused: "+perr.Error()) })

@@ -881,7 +881,9 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 		}
 		pinned = append(pinned, m.ID)
 	}
-	if err := bumpGenerations(tx, pinned, models.TriggerAssignment); err != nil {
+	// The plan's act made these generations, as its steps and its
+	// cancel's withdrawals did ("assignment" read as a person's edit).
+	if err := bumpGenerations(tx, pinned, models.TriggerPlan); err != nil {
 		return "", err
 	}
 	reason := fmt.Sprintf("rolled back by %s: %d machine(s) pinned to the build each ran before", actor, len(pinned))

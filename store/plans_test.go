@@ -318,6 +318,10 @@ func TestPlan_OnFailureRollback(t *testing.T) {
 		if as[0].Build == nil || *as[0].Build != 1 {
 			t.Fatalf("m1 not pinned back: %+v", as)
 		}
+		// Its generation was the plan's act, not a person's edit.
+		if m1, _ = s.Machine(ctx, "m1"); m1.GenerationTrigger != models.TriggerPlan {
+			t.Fatalf("the rollback's generation has trigger %q, want plan", m1.GenerationTrigger)
+		}
 	})
 }
 

@@ -230,6 +230,38 @@ func (a *app) releasesList() *cobra.Command {
 	}
 }
 
+// instancesCommand lists the controller's instances: which serve, which
+// drain or stopped, and which stopped heartbeating.
+func (a *app) instancesCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "instances",
+		Aliases: []string{"instance"},
+		Short:   "The controller's instances: their state, version and last heartbeat (viewer)",
+		Long: `The controller's instances (replicas sharing one store), newest first: serving, starting,
+draining, stopped, or unresponsive — a live state whose heartbeats stopped over a minute ago.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			is, raw, err := collect[client.Instance](0, func(_ *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListInstancesWithResponse(cmd.Context(), &client.ListInstancesParams{Limit: &n})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
+			if err != nil {
+				return err
+			}
+			return list(a, is, raw, []string{"ID", "STATE", "VERSION", "STARTED", "HEARTBEAT"}, func(i client.Instance) []string {
+				return []string{i.Id, string(i.State), i.Version, ago(&i.StartedAt), ago(&i.HeartbeatAt)}
+			})
+		},
+	}
+}
+
 // auditCommand lists the audit log, newest first, or one thing's events.
 func (a *app) auditCommand() *cobra.Command {
 	var limit int

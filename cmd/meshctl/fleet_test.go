@@ -57,6 +57,13 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 	if out := meshctl("audit", "--limit", "10"); !strings.Contains(out, "machine/m2") || !strings.Contains(out, "ACTION") {
 		t.Fatalf("audit:\n%s", out)
 	}
+	// The instance serving this test, as /instances has it.
+	var inst struct{ Items []struct{ ID string } }
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/instances", Token: e.Admin}, 200, &inst)
+	if out := meshctl("instances"); len(inst.Items) == 0 || !strings.Contains(out, "HEARTBEAT") ||
+		!strings.Contains(out, inst.Items[0].ID) || !strings.Contains(out, "serving") {
+		t.Fatalf("instances (the API has %+v):\n%s", inst.Items, out)
+	}
 	var errOut bytes.Buffer
 	if code := run(context.Background(), []string{"machines", "vars", "m1", "nokey"}, strings.NewReader(""), &bytes.Buffer{}, &errOut); code == 0 ||
 		!strings.Contains(errOut.String(), "KEY=VALUE") {

@@ -107,7 +107,7 @@ title and detail); 2 a watched plan or rollout ended other than done.`,
 	root.PersistentFlags().StringVarP(&a.output, "output", "o", "table", "output format: table or json (the API's JSON, for scripts)")
 	root.AddCommand(a.loginCommand(), a.machinesCommand(), a.assignCommand(), a.unassignCommand(), a.pushCommand(),
 		a.buildsCommand(), a.plansCommand(), a.releasesCommand(), a.tokensCommand(), a.usersCommand(),
-		a.modulesCommand(), a.logsCommand(), a.sendsCommand(), a.auditCommand(), &cobra.Command{
+		a.modulesCommand(), a.logsCommand(), a.sendsCommand(), a.auditCommand(), a.instancesCommand(), &cobra.Command{
 			Use: "version", Short: "Print meshctl's version", Args: cobra.NoArgs,
 			Run: func(*cobra.Command, []string) { fmt.Fprintln(a.out, "meshctl", version.String()) },
 		})

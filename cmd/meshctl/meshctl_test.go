@@ -673,3 +673,24 @@ func TestRun_SuggestionKeepsItsTab(t *testing.T) {
 		t.Errorf("stderr %q, want the suggestion indented by a tab", errOut.String())
 	}
 }
+
+// TestWatchHead_APausedPlanSaysWhyAndHow: plans watch of a plan paused by
+// itself said only "paused" and waited; it says why, and the resume that
+// answers that pause (naming its tier, so a retry cannot pass another).
+func TestWatchHead_APausedPlanSaysWhyAndHow(t *testing.T) {
+	p := &client.Plan{Id: 7, Build: 3, Module: "web", State: client.PlanStatePaused, Tier: 0,
+		Reason: "paused: untried: tier 1 of 2 (canary) took build 3 on none of its machines: resume to go on to tier 2 of 2 untried, or cancel (m1: pinned to build 2)"}
+	want := "(build 3 of web): paused: untried: tier 1 of 2 (canary) took build 3 on none of its machines: resume to go on to tier 2 of 2 untried, or cancel (m1: pinned to build 2)" +
+		" — waiting for a person: meshctl plans resume 7 --tier 1, or cancel"
+	if got := watchHead(p); got != want {
+		t.Errorf("paused by itself:\n got %s\nwant %s", got, want)
+	}
+	p.Reason, p.Tier = "", 1
+	if got := watchHead(p); got != "(build 3 of web): paused — waiting for a person: meshctl plans resume 7 --tier 2, or cancel" {
+		t.Errorf("paused by a person: %s", got)
+	}
+	p.State = client.PlanStateRunning
+	if got := watchHead(p); got != "(build 3 of web): running" {
+		t.Errorf("running: %s", got)
+	}
+}

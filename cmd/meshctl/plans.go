@@ -284,7 +284,7 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 		}
 		last = r
 		p := r.JSON200
-		view.show(fmt.Sprintf("(build %d of %s): %s", p.Build, p.Module, p.State), planGroups(p))
+		view.show(watchHead(p), planGroups(p))
 		return p.State != client.PlanStateRunning && p.State != client.PlanStatePaused, nil
 	})
 	view.end()
@@ -306,6 +306,20 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 	// The reason may begin with the state's own word ("halted: tier 1 …").
 	reason := strings.TrimPrefix(firstNonEmpty(p.Reason, "no reason given"), string(p.State)+": ")
 	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, reason)}
+}
+
+// watchHead is plans watch's line of a plan: its build and state, and a
+// paused plan's why and how to answer it (it waits for a person; the
+// watch said only "paused", and waited).
+func watchHead(p *client.Plan) string {
+	head := fmt.Sprintf("(build %d of %s): %s", p.Build, p.Module, p.State)
+	if p.State == client.PlanStatePaused {
+		if why := strings.TrimPrefix(p.Reason, "paused: "); why != "" {
+			head += ": " + why
+		}
+		head += fmt.Sprintf(" — waiting for a person: meshctl plans resume %d --tier %d, or cancel", p.Id, p.Tier+1)
+	}
+	return head
 }
 
 // hostStepWords says where a plan's host step is: "1.5.0 first: rollout

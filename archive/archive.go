@@ -1,0 +1,183 @@
+// Package archive holds the rules a tree's archive (a tar.gz) is read
+// under: which entries a host refuses to unpack — one that escapes the
+// tree, a device file, an archive past its ceilings — judged from the
+// entry headers alone. The host applies them as it unpacks; the controller
+// applies the same rules when a build's artifact is uploaded, so an
+// archive every host would refuse is refused then, with why, rather than
+// found by the canary.
+package archive
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// Limits are the ceilings a tree's archive is unpacked under, so an
+// archive that expands far past what it claims (a gzip bomb, a million
+// empty entries) is refused before it fills the disk. Each is checked
+// against the entry headers before an entry's bytes are written: the tar
+// reader holds every entry to the size its header gives.
+type Limits struct {
+	// MaxBytes caps the total bytes of the regular files unpacked.
+	MaxBytes int64
+	// MaxEntries caps the number of entries (files, directories, links).
+	MaxEntries int
+	// MaxFileBytes caps any one regular file.
+	MaxFileBytes int64
+	// MaxRatio caps the total bytes unpacked as a multiple of the
+	// artifact's own size; the first RatioFloor bytes are always allowed,
+	// so a tiny archive of text is not refused for compressing well.
+	MaxRatio int64
+}
+
+// RatioFloor is what an archive may always unpack, whatever its ratio.
+const RatioFloor = 1 << 20
+
+// DefaultLimits are the ceilings `mesh-host run` uses unless told.
+func DefaultLimits() Limits {
+	return Limits{MaxBytes: 4 << 30, MaxEntries: 200_000, MaxFileBytes: 1 << 30, MaxRatio: 100}
+}
+
+// Defaults fills each ceiling left at zero with its default.
+func (l *Limits) Defaults() {
+	d := DefaultLimits()
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = d.MaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = d.MaxEntries
+	}
+	if l.MaxFileBytes <= 0 {
+		l.MaxFileBytes = d.MaxFileBytes
+	}
+	if l.MaxRatio <= 0 {
+		l.MaxRatio = d.MaxRatio
+	}
+}
+
+// Budget is what an archive of size bytes may unpack in total: the
+// smaller of MaxBytes and MaxRatio times its size (at least RatioFloor).
+func (l Limits) Budget(size int64) (int64, string) {
+	// size*MaxRatio cannot overflow below MaxBytes/MaxRatio.
+	if size < l.MaxBytes/l.MaxRatio {
+		if b := max(size*l.MaxRatio, RatioFloor); b < l.MaxBytes {
+			return b, fmt.Sprintf("%d times the artifact's %d bytes", l.MaxRatio, size)
+		}
+	}
+	return l.MaxBytes, fmt.Sprintf("the ceiling of %d bytes", l.MaxBytes)
+}
+
+// A Refusal is an archive refused by these rules: the same bytes would be
+// refused again, so retrying cannot help. TooLarge tells a ceiling passed
+// from an entry that escapes or cannot be unpacked.
+type Refusal struct {
+	Why      string
+	TooLarge bool
+}
+
+func (r *Refusal) Error() string { return r.Why }
+
+func escapes(format string, a ...any) error { return &Refusal{Why: fmt.Sprintf(format, a...)} }
+
+func tooLarge(format string, a ...any) error {
+	return &Refusal{Why: fmt.Sprintf(format, a...), TooLarge: true}
+}
+
+// An Entry is one entry of an archive that passed the rules: Name is its
+// cleaned name inside the tree, Link a hardlink's cleaned target.
+type Entry struct {
+	Header *tar.Header
+	Name   string
+	Link   string
+}
+
+// Walk reads the tar.gz r of size bytes under limits and calls each for
+// every entry that passes the rules, in order, with the tar reader
+// positioned at its bytes (each may be nil: only judge). It stops at the
+// first refusal (a *Refusal) or error of each's.
+func Walk(r io.Reader, size int64, limits Limits, each func(e Entry, body io.Reader) error) error {
+	limits.Defaults()
+	budget, budgetWhy := limits.Budget(size)
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return escapes("not a tar.gz: %v", err)
+	}
+	tr := tar.NewReader(gz)
+	entries := 0
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return escapes("reading archive: %v", err)
+		}
+		if entries++; entries > limits.MaxEntries {
+			return tooLarge("more than %d entries", limits.MaxEntries)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if h.Size > limits.MaxFileBytes {
+				return tooLarge("%s is %d bytes, over the per-file ceiling of %d", h.Name, h.Size, limits.MaxFileBytes)
+			}
+			if total += h.Size; total > budget {
+				return tooLarge("unpacks to more than %d bytes (%s) at %s", budget, budgetWhy, h.Name)
+			}
+		}
+		name, err := EntryName(h.Name)
+		if err != nil {
+			return err
+		}
+		if name == "." {
+			continue
+		}
+		e := Entry{Header: h, Name: name}
+		switch h.Typeflag {
+		case tar.TypeDir, tar.TypeReg:
+		case tar.TypeSymlink:
+			if path.IsAbs(h.Linkname) {
+				return escapes("symlink %s points to the absolute path %s, outside the tree", h.Name, h.Linkname)
+			}
+			if t := path.Join(path.Dir(name), h.Linkname); t == ".." || strings.HasPrefix(t, "../") {
+				return escapes("symlink %s → %s leaves the tree", h.Name, h.Linkname)
+			}
+		case tar.TypeLink:
+			if e.Link, err = EntryName(h.Linkname); err != nil {
+				return escapes("hardlink %s → %s leaves the tree", h.Name, h.Linkname)
+			}
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			return escapes("%s is a device file", h.Name)
+		case tar.TypeXGlobalHeader, tar.TypeXHeader:
+			continue
+		default:
+			return escapes("%s has unsupported type %q", h.Name, h.Typeflag)
+		}
+		if each != nil {
+			if err := each(e, tr); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// EntryName cleans an archive entry name and refuses ones that escape.
+func EntryName(n string) (string, error) {
+	if path.IsAbs(n) || strings.HasPrefix(n, "/") {
+		return "", escapes("entry %s has an absolute path", n)
+	}
+	for _, part := range strings.Split(n, "/") {
+		if part == ".." {
+			return "", escapes("entry %s contains ..", n)
+		}
+	}
+	c := path.Clean(n)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", escapes("entry %s escapes", n)
+	}
+	return c, nil
+}
