@@ -39,11 +39,12 @@ const (
 )
 
 type sourceRequest struct {
-	Name          string `json:"name"`
-	Kind          string `json:"kind"`
-	Repository    string `json:"repository"`
-	DefaultBranch string `json:"default_branch"`
-	Secret        string `json:"secret"`
+	Name          string   `json:"name"`
+	Kind          string   `json:"kind"`
+	Repository    string   `json:"repository"`
+	DefaultBranch string   `json:"default_branch"`
+	Secret        string   `json:"secret"`
+	AllowedFrom   []string `json:"allowed_from"`
 }
 
 func (s *Server) createSource(c echo.Context) error {
@@ -63,11 +64,39 @@ func (s *Server) createSource(c echo.Context) error {
 	if len(req.Secret) < 16 {
 		return models.Invalid("secret", "at least 16 characters: the HMAC key the forge signs with")
 	}
-	src := &models.Source{Name: req.Name, Kind: req.Kind, Repository: req.Repository, DefaultBranch: req.DefaultBranch, Secret: req.Secret}
+	from, err := models.ParseAllowedFrom("allowed_from", req.AllowedFrom)
+	if err != nil {
+		return err
+	}
+	src := &models.Source{Name: req.Name, Kind: req.Kind, Repository: req.Repository, DefaultBranch: req.DefaultBranch, Secret: req.Secret, AllowedFrom: from}
 	if err := s.Store.CreateSource(c.Request().Context(), principal(c).Actor(), src); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusCreated, src)
+}
+
+// updateSource changes where a source's webhooks may come from, keeping
+// its record of deliveries and merges (deleting and making it again would
+// lose them).
+func (s *Server) updateSource(c echo.Context) error {
+	var req struct {
+		AllowedFrom *[]string `json:"allowed_from"`
+	}
+	if err := decodeStrict(c, &req); err != nil {
+		return err
+	}
+	if req.AllowedFrom == nil {
+		return models.Invalid("allowed_from", "required: the addresses and prefixes its webhooks may come from ([] for any)")
+	}
+	from, err := models.ParseAllowedFrom("allowed_from", *req.AllowedFrom)
+	if err != nil {
+		return err
+	}
+	src, err := s.Store.SetSourceAllowedFrom(c.Request().Context(), principal(c).Actor(), c.Param("source"), from)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, src)
 }
 
 func (s *Server) deleteSource(c echo.Context) error {
@@ -140,6 +169,16 @@ func (s *Server) hook(c echo.Context) error {
 	src, err := s.Store.Source(ctx, c.Param("source"))
 	if err != nil {
 		return err
+	}
+	if ip := c.RealIP(); !src.AllowedFrom.Allows(ip) {
+		// Before a byte of the body is read: from elsewhere, nothing is
+		// held, so an outsider cannot fill the bodies' bound. Once a
+		// minute per source and address on the record.
+		if due, since := s.refusals.Due(src.Name + "\x00hook-from\x00" + ip); due {
+			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
+				fmt.Sprintf("from %s: not an address the source takes webhooks from%s", ip, auth.Since(since)))
+		}
+		return fmt.Errorf("%w: source %s does not take webhooks from %s (its allowed_from)", models.ErrForbidden, src.Name, ip)
 	}
 	br := s.hookBodies.reader(ctx, c.RealIP(), c.Request().Body)
 	defer br.release()

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -461,6 +463,20 @@ func TestWebhooks_SendersWordsBounded(t *testing.T) {
 		if st != 200 || !strings.Contains(out, "ignored: push to refs/heads/xxx") || len(out) > 1000 {
 			t.Fatalf("a push to a ref of 900 KiB: %d %.300s (%d bytes)", st, out, len(out))
 		}
+		// Refused before its body is read: a sender that announces a body
+		// and sends none is answered at once, not after the body's 10 s.
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req, _ := http.NewRequest("POST", e.URL+"/api/v1/hooks/app", pr)
+		req.ContentLength = 4096
+		req.Header.Set("X-Gitea-Event", "push")
+		ctx, cancel := context.WithTimeout(context.Background(), api.HookBodyDeadline/2)
+		defer cancel()
+		if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err != nil || resp.StatusCode != 403 {
+			t.Fatalf("a body never sent from an address not allowed: %v %+v", err, resp)
+		} else {
+			resp.Body.Close()
+		}
 		var audit struct {
 			Items []struct{ Action, Detail string }
 		}
@@ -477,6 +493,73 @@ func TestWebhooks_SendersWordsBounded(t *testing.T) {
 		if st, out := post(strings.Repeat("d", 129), map[string]any{"ref": "refs/heads/main", "after": strings.Repeat("a", 40), "repository": repo}); st != 400 ||
 			!strings.Contains(out, "at most 128 bytes") {
 			t.Fatalf("a delivery id of 129 bytes: %d %s", st, out)
+		}
+	})
+}
+
+// TestWebhooks_OnlyFromAllowedAddresses: a source that lists the addresses
+// its forge sends from refuses a delivery from elsewhere, signed or not,
+// before its body is read (an outsider could otherwise hold the webhook
+// bodies' bound from a few addresses), on the record; changing the list
+// keeps the source's record. A bad address is refused saying which.
+func TestWebhooks_OnlyFromAllowedAddresses(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		var src struct {
+			AllowedFrom []string `json:"allowed_from"`
+		}
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+			Body: map[string]any{"name": "app", "kind": "gitea", "repository": "o/app", "default_branch": "main", "secret": hookSecret,
+				"allowed_from": []string{"192.0.2.0/24", "2001:db8::1"}}}, 201, &src)
+		if !slices.Equal(src.AllowedFrom, []string{"192.0.2.0/24", "2001:db8::1"}) {
+			t.Fatalf("made with allowed_from %v", src.AllowedFrom)
+		}
+		ping := []byte(`{}`)
+		post := func(delivery string) (int, string) {
+			resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/app", Body: ping,
+				Header: map[string]string{"X-Gitea-Event": "ping", "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sign(ping)}})
+			return resp.StatusCode, string(b)
+		}
+		if st, b := post("d1"); st != 403 || !strings.Contains(b, "source app does not take webhooks from 127.0.0.1") {
+			t.Fatalf("a signed delivery from an address not allowed: %d %s", st, b)
+		}
+		// Refused before its body is read: a sender that announces a body
+		// and sends none is answered at once, not after the body's 10 s.
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		req, _ := http.NewRequest("POST", e.URL+"/api/v1/hooks/app", pr)
+		req.ContentLength = 4096
+		req.Header.Set("X-Gitea-Event", "push")
+		ctx, cancel := context.WithTimeout(context.Background(), api.HookBodyDeadline/2)
+		defer cancel()
+		if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err != nil || resp.StatusCode != 403 {
+			t.Fatalf("a body never sent from an address not allowed: %v %+v", err, resp)
+		} else {
+			resp.Body.Close()
+		}
+		var audit struct {
+			Items []struct{ Action, Detail string }
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=source/app", Token: e.Admin}, 200, &audit)
+		if len(audit.Items) == 0 || audit.Items[0].Action != "webhook-refused" || !strings.Contains(audit.Items[0].Detail, "from 127.0.0.1: not an address the source takes webhooks from") {
+			t.Fatalf("the refusal is not on the record: %+v", audit.Items)
+		}
+
+		resp, b := e.Do(ctltest.Request{Method: "PATCH", Path: "/api/v1/sources/app", Token: e.Admin, Body: map[string]any{"allowed_from": []string{"10.0.0.0/8", "nope"}}})
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "allowed_from[1]") || !strings.Contains(string(b), `\"nope\" is neither an IP address nor a CIDR prefix`) {
+			t.Fatalf("a bad address: %d %s", resp.StatusCode, b)
+		}
+		e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/sources/app", Token: e.Admin, Body: map[string]any{"allowed_from": []string{"127.0.0.0/8"}}}, 200, &src)
+		if st, b := post("d2"); st != 200 {
+			t.Fatalf("a delivery from an allowed address: %d %s", st, b)
+		}
+		e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/sources/app", Token: e.Admin, Body: map[string]any{"allowed_from": []string{}}}, 200, &src)
+		var list struct{ Items []map[string]any }
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/sources", Token: e.Admin}, 200, &list)
+		if len(list.Items) != 1 || fmt.Sprint(list.Items[0]["allowed_from"]) != "[]" {
+			t.Fatalf("listed: %+v", list.Items)
+		}
+		if st, b := post("d3"); st != 200 {
+			t.Fatalf("any address again: %d %s", st, b)
 		}
 	})
 }

@@ -282,6 +282,7 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1.POST("/sources", s.createSource, admin)
 	v1.GET("/sources", s.listSources, viewer)
+	v1.PATCH("/sources/:source", s.updateSource, admin)
 	v1.DELETE("/sources/:source", s.deleteSource, admin)
 	v1.POST("/hooks/:source", s.hook)
 	v1.POST("/builds/claim", s.claimBuild, s.requireBuilder)

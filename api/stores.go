@@ -67,6 +67,7 @@ type ForgeStore interface {
 	Source(ctx context.Context, name string) (*models.Source, error)
 	Sources(ctx context.Context) ([]models.Source, error)
 	CreateSource(ctx context.Context, actor string, src *models.Source) error
+	SetSourceAllowedFrom(ctx context.Context, actor, name string, from models.AllowedFrom) (*models.Source, error)
 	Deliver(ctx context.Context, src *models.Source, deliveryID, event string, push *models.Push, status string) (*models.DeliveryOutcome, error)
 	ClaimBuild(ctx context.Context, builder string, lease time.Duration, hostModules bool) (*models.Claimed, error)
 	BuildModule(ctx context.Context, id int64) (*models.Module, error)

@@ -980,6 +980,9 @@ type APITokenRequest struct {
 // APITokenRequestRole default: the creator's; never more than it (an admin makes builders' tokens)
 type APITokenRequestRole string
 
+// AllowedFrom the addresses the source's webhooks may come from, IPs and CIDR prefixes (GitHub publishes its own as "hooks" in https://api.github.com/meta; a Gitea or Forgejo is where it runs); a delivery from elsewhere is refused 403 before its body is read, on the record. Empty or absent: any address. The address is the peer's, or the client's as --trusted-proxies allow
+type AllowedFrom = []string
+
 // Artifact defines model for Artifact.
 type Artifact struct {
 	Digest string `json:"digest"`
@@ -2135,11 +2138,13 @@ type Signatures = []struct {
 
 // Source defines model for Source.
 type Source struct {
-	CreatedAt     time.Time `json:"created_at"`
-	DefaultBranch string    `json:"default_branch"`
-	Kind          string    `json:"kind"`
-	Name          string    `json:"name"`
-	Repository    string    `json:"repository"`
+	// AllowedFrom the addresses the source's webhooks may come from, IPs and CIDR prefixes (GitHub publishes its own as "hooks" in https://api.github.com/meta; a Gitea or Forgejo is where it runs); a delivery from elsewhere is refused 403 before its body is read, on the record. Empty or absent: any address. The address is the peer's, or the client's as --trusted-proxies allow
+	AllowedFrom   AllowedFrom `json:"allowed_from"`
+	CreatedAt     time.Time   `json:"created_at"`
+	DefaultBranch string      `json:"default_branch"`
+	Kind          string      `json:"kind"`
+	Name          string      `json:"name"`
+	Repository    string      `json:"repository"`
 }
 
 // SourceList defines model for SourceList.
@@ -2150,6 +2155,8 @@ type SourceList struct {
 
 // SourceRequest defines model for SourceRequest.
 type SourceRequest struct {
+	// AllowedFrom the addresses the source's webhooks may come from, IPs and CIDR prefixes (GitHub publishes its own as "hooks" in https://api.github.com/meta; a Gitea or Forgejo is where it runs); a delivery from elsewhere is refused 403 before its body is read, on the record. Empty or absent: any address. The address is the peer's, or the client's as --trusted-proxies allow
+	AllowedFrom   *AllowedFrom      `json:"allowed_from,omitempty"`
 	DefaultBranch string            `json:"default_branch"`
 	Kind          SourceRequestKind `json:"kind"`
 	Name          string            `json:"name"`
@@ -2163,6 +2170,12 @@ type SourceRequest struct {
 
 // SourceRequestKind defines model for SourceRequest.Kind.
 type SourceRequestKind string
+
+// SourceUpdate defines model for SourceUpdate.
+type SourceUpdate struct {
+	// AllowedFrom the addresses the source's webhooks may come from, IPs and CIDR prefixes (GitHub publishes its own as "hooks" in https://api.github.com/meta; a Gitea or Forgejo is where it runs); a delivery from elsewhere is refused 403 before its body is read, on the record. Empty or absent: any address. The address is the peer's, or the client's as --trusted-proxies allow
+	AllowedFrom AllowedFrom `json:"allowed_from"`
+}
 
 // Tier exactly one of machines or percent
 type Tier struct {
@@ -2639,6 +2652,9 @@ type CreatePlanJSONRequestBody = PlanRequest
 
 // CreateSourceJSONRequestBody defines body for CreateSource for application/json ContentType.
 type CreateSourceJSONRequestBody = SourceRequest
+
+// UpdateSourceJSONRequestBody defines body for UpdateSource for application/json ContentType.
+type UpdateSourceJSONRequestBody = SourceUpdate
 
 // CreateUserJSONRequestBody defines body for CreateUser for application/json ContentType.
 type CreateUserJSONRequestBody = UserRequest
@@ -4069,6 +4085,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
 	DeleteSource(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSourceWithBody change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+	UpdateSourceWithBody(ctx context.Context, source SourceName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSource change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+	UpdateSource(ctx context.Context, source SourceName, body UpdateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListUsers users, newest first (admin); name, role and when made, never a password hash
 	//
@@ -5675,6 +5705,40 @@ func (c *Client) CreateSource(ctx context.Context, body CreateSourceJSONRequestB
 // Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
 func (c *Client) DeleteSource(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteSourceRequest(c.Server, source)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSourceWithBody change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+func (c *Client) UpdateSourceWithBody(ctx context.Context, source SourceName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateSourceRequestWithBody(c.Server, source, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSource change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+func (c *Client) UpdateSource(ctx context.Context, source SourceName, body UpdateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateSourceRequest(c.Server, source, body)
 	if err != nil {
 		return nil, err
 	}
@@ -9153,6 +9217,53 @@ func NewDeleteSourceRequest(server string, source SourceName) (*http.Request, er
 	return req, nil
 }
 
+// NewUpdateSourceRequest calls the generic UpdateSource builder with application/json body
+func NewUpdateSourceRequest(server string, source SourceName, body UpdateSourceJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateSourceRequestWithBody(server, source, "application/json", bodyReader)
+}
+
+// NewUpdateSourceRequestWithBody constructs an http.Request for the UpdateSource method, with any body, and a specified content type
+func NewUpdateSourceRequestWithBody(server string, source SourceName, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "source", source, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/sources/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListUsersRequest constructs an http.Request for the ListUsers method
 func NewListUsersRequest(server string, params *ListUsersParams) (*http.Request, error) {
 	var err error
@@ -10335,6 +10446,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /api/v1/sources/{source} (the `DeleteSource` operationId).
 	DeleteSourceWithResponse(ctx context.Context, source SourceName, reqEditors ...RequestEditorFn) (*DeleteSourceResponse, error)
 
+	// UpdateSourceWithBodyWithResponse change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+	UpdateSourceWithBodyWithResponse(ctx context.Context, source SourceName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateSourceResponse, error)
+
+	// UpdateSourceWithResponse change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+	UpdateSourceWithResponse(ctx context.Context, source SourceName, body UpdateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateSourceResponse, error)
+
 	// ListUsersWithResponse users, newest first (admin); name, role and when made, never a password hash
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -11188,6 +11313,8 @@ type ReceiveWebhookResponse struct {
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -11213,6 +11340,11 @@ func (r ReceiveWebhookResponse) GetApplicationproblemJSON400() *BadRequest {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ReceiveWebhookResponse) GetApplicationproblemJSON401() *Unauthorized {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReceiveWebhookResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
 }
 
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
@@ -15518,6 +15650,89 @@ func (r DeleteSourceResponse) ContentType() string {
 	return ""
 }
 
+type UpdateSourceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Source
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthorized
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateSourceResponse) GetJSON200() *Source {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSON400() *BadRequest {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSON401() *Unauthorized {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSON403() *Forbidden {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSON413() *TooLarge {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UpdateSourceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateSourceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateSourceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateSourceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateSourceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -17332,6 +17547,32 @@ func (c *ClientWithResponses) DeleteSourceWithResponse(ctx context.Context, sour
 	return ParseDeleteSourceResponse(rsp)
 }
 
+// UpdateSourceWithBodyWithResponse change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+func (c *ClientWithResponses) UpdateSourceWithBodyWithResponse(ctx context.Context, source SourceName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateSourceResponse, error) {
+	rsp, err := c.UpdateSourceWithBody(ctx, source, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateSourceResponse(rsp)
+}
+
+// UpdateSourceWithResponse change the addresses a source's webhooks may come from (admin), audited; its deliveries and merges are kept
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/sources/{source} (the `UpdateSource` operationId).
+func (c *ClientWithResponses) UpdateSourceWithResponse(ctx context.Context, source SourceName, body UpdateSourceJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateSourceResponse, error) {
+	rsp, err := c.UpdateSource(ctx, source, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateSourceResponse(rsp)
+}
+
 // ListUsersWithResponse users, newest first (admin); name, role and when made, never a password hash
 //
 // Returns a wrapper object for the known response body format(s).
@@ -18156,6 +18397,13 @@ func ParseReceiveWebhookResponse(rsp *http.Response) (*ReceiveWebhookResponse, e
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
 		var dest NotFound
@@ -21759,6 +22007,74 @@ func ParseDeleteSourceResponse(rsp *http.Response) (*DeleteSourceResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateSourceResponse parses an HTTP response from a UpdateSourceWithResponse call
+func ParseUpdateSourceResponse(rsp *http.Response) (*UpdateSourceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateSourceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Source
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -1,7 +1,10 @@
 package models
 
 import (
+	"database/sql/driver"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -40,13 +43,90 @@ func (b *Build) Usable() error {
 
 // Source is a forge repository whose webhooks the controller accepts.
 type Source struct {
-	ID            int64     `gorm:"primaryKey" json:"-"`
-	Name          string    `json:"name"`
-	Kind          string    `json:"kind"`
-	Repository    string    `json:"repository"`
-	DefaultBranch string    `json:"default_branch"`
-	Secret        string    `json:"-"`
-	CreatedAt     time.Time `json:"created_at"`
+	ID            int64  `gorm:"primaryKey" json:"-"`
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	Repository    string `json:"repository"`
+	DefaultBranch string `json:"default_branch"`
+	Secret        string `json:"-"`
+	// AllowedFrom are the addresses its webhooks may come from (none:
+	// any); a delivery from elsewhere is refused before its body is read.
+	AllowedFrom AllowedFrom `gorm:"column:allowed_from;type:text" json:"allowed_from"`
+	CreatedAt   time.Time   `json:"created_at"`
+}
+
+// MaxAllowedFrom is the most addresses and prefixes a source lists.
+const MaxAllowedFrom = 64
+
+// AllowedFrom are the addresses a source's webhooks may come from: IPs and
+// CIDR prefixes (a forge publishes its own: GitHub's "hooks" in
+// https://api.github.com/meta; a Gitea or Forgejo is where it runs). None
+// allows any address. Stored comma-separated.
+type AllowedFrom []string
+
+// ParseAllowedFrom checks and normalises what a person gave: each an
+// address or a prefix, at most MaxAllowedFrom.
+func ParseAllowedFrom(field string, in []string) (AllowedFrom, error) {
+	if len(in) > MaxAllowedFrom {
+		return nil, Invalid(field, fmt.Sprintf("at most %d addresses or prefixes", MaxAllowedFrom))
+	}
+	out := AllowedFrom{}
+	for i, a := range in {
+		a = strings.TrimSpace(a)
+		if p, err := netip.ParsePrefix(a); err == nil {
+			out = append(out, p.Masked().String())
+			continue
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return nil, Invalid(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q is neither an IP address nor a CIDR prefix (192.0.2.10, 140.82.112.0/20, 2001:db8::/32)", EscapeLogLine(a, 64)))
+		}
+		out = append(out, ip.Unmap().String())
+	}
+	return out, nil
+}
+
+// Allows says whether a delivery from address ip may be taken.
+func (a AllowedFrom) Allows(ip string) bool {
+	if len(a) == 0 {
+		return true
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	addr = addr.Unmap()
+	for _, s := range a {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Contains(addr) {
+			return true
+		}
+		if one, err := netip.ParseAddr(s); err == nil && one == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// Value stores the list comma-separated.
+func (a AllowedFrom) Value() (driver.Value, error) { return strings.Join(a, ","), nil }
+
+// Scan reads the stored list; empty is none (listed as [], not null).
+func (a *AllowedFrom) Scan(v any) error {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	case nil:
+	default:
+		return fmt.Errorf("allowed_from: cannot read %T", v)
+	}
+	*a = AllowedFrom{}
+	if s != "" {
+		*a = strings.Split(s, ",")
+	}
+	return nil
 }
 
 // Delivery is one webhook delivery, kept so a replay is never acted on twice.

@@ -24,7 +24,31 @@ func (s *Store) CreateSource(ctx context.Context, actor string, src *models.Sour
 			}
 			return err
 		}
-		return audit(tx, actor, "create-source", "source/"+src.Name, src.Kind+" "+src.Repository)
+		detail := src.Kind + " " + src.Repository
+		if len(src.AllowedFrom) > 0 {
+			detail += ", webhooks taken from " + strings.Join(src.AllowedFrom, ", ")
+		}
+		return audit(tx, actor, "create-source", "source/"+src.Name, detail)
+	})
+}
+
+// SetSourceAllowedFrom sets the addresses a source's webhooks may come
+// from (none: any), audited.
+func (s *Store) SetSourceAllowedFrom(ctx context.Context, actor, name string, from models.AllowedFrom) (*models.Source, error) {
+	return Write(ctx, s, func(tx *Tx) (*models.Source, error) {
+		var src models.Source
+		if err := tx.Where("name = ?", name).First(&src).Error; err != nil {
+			return nil, fmt.Errorf("source %s: %w", name, mapErr(err))
+		}
+		if err := tx.Model(&src).Update("allowed_from", from).Error; err != nil {
+			return nil, err
+		}
+		src.AllowedFrom = from
+		words := "any address"
+		if len(from) > 0 {
+			words = strings.Join(from, ", ")
+		}
+		return &src, audit(tx, actor, "source-allowed-from", "source/"+name, "webhooks taken from "+words)
 	})
 }
 
