@@ -167,6 +167,20 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		s.Hub.Add(m)
 		id = m.ID
 	}
+	if cert != nil && s.Hub.CertInUse(id) != cert.Serial {
+		// A certificate this instance has not seen the host present: its
+		// first use is recorded (retiring the one used before), or it is
+		// one that a newer, presented since, replaced. Once per
+		// certificate and instance; every later request needs no store.
+		inUse, err := s.Service.CertInUse(c.Request().Context(), name, enrolment, cert)
+		if err != nil {
+			s.recordRefusal(c, name, "replaced", err.Error())
+			return nil, err
+		}
+		if inUse == cert.Serial {
+			s.Hub.SetCertInUse(id, inUse)
+		}
+	}
 	conns.Known(c.Request(), "machine", name) // a host's connection never makes room past the cap
 	return &Principal{Machine: name, hostID: id, enrolment: enrolment, cert: cert}, nil
 }

@@ -58,6 +58,12 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 		s.recordRefusal(c, id.Machine, "spent", err.Error())
 		return nil, err
 	}
+	if s.Auth.Revoked.Revoked(models.CertRetiredID(id.Serial)) {
+		err := fmt.Errorf("%w: machine %s's client certificate %s was replaced by a newer one, which its host has presented since; "+
+			"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, id.Machine, id.Serial)
+		s.recordRefusal(c, id.Machine, "replaced", err.Error())
+		return nil, err
+	}
 	if id.Expired && !renewal {
 		// On the record: a host that never renews (an older release, a
 		// clock far off, renewals that keep failing) otherwise just goes
@@ -128,11 +134,17 @@ func (s *Server) renewCertificate(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if m.CertSerial != "" && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
-			err := fmt.Errorf("%w: machine %s holds a certificate (serial %s, valid until %s): a new one is asked with it, not with the host token; "+
+		// Unless that one was never presented: the answer that carried it
+		// was lost (a network blip as a fleet moves to TLS stranded the
+		// host, which had to enrol again), and the host asks again.
+		if m.CertSerial != "" && m.CertInUse == m.CertSerial && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
+			err := fmt.Errorf("%w: machine %s holds a certificate its host has presented (serial %s, valid until %s): a new one is asked with it, not with the host token; "+
 				"a host that lost machine.pem enrols again", models.ErrUnauthorized, p.Machine, m.CertSerial, m.CertNotAfter.UTC().Format(time.RFC3339))
 			s.recordRefusal(c, p.Machine, "bearer-certificate", err.Error())
 			return err
+		}
+		if m.CertSerial != "" && m.CertInUse != m.CertSerial && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
+			why = "first certificate, asked with the host token again: serial " + m.CertSerial + ", issued before, was never presented"
 		}
 	}
 	if p.cert != nil {

@@ -463,20 +463,6 @@ func TestWebhooks_SendersWordsBounded(t *testing.T) {
 		if st != 200 || !strings.Contains(out, "ignored: push to refs/heads/xxx") || len(out) > 1000 {
 			t.Fatalf("a push to a ref of 900 KiB: %d %.300s (%d bytes)", st, out, len(out))
 		}
-		// Refused before its body is read: a sender that announces a body
-		// and sends none is answered at once, not after the body's 10 s.
-		pr, pw := io.Pipe()
-		defer pw.Close()
-		req, _ := http.NewRequest("POST", e.URL+"/api/v1/hooks/app", pr)
-		req.ContentLength = 4096
-		req.Header.Set("X-Gitea-Event", "push")
-		ctx, cancel := context.WithTimeout(context.Background(), api.HookBodyDeadline/2)
-		defer cancel()
-		if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err != nil || resp.StatusCode != 403 {
-			t.Fatalf("a body never sent from an address not allowed: %v %+v", err, resp)
-		} else {
-			resp.Body.Close()
-		}
 		var audit struct {
 			Items []struct{ Action, Detail string }
 		}
@@ -531,7 +517,8 @@ func TestWebhooks_OnlyFromAllowedAddresses(t *testing.T) {
 		req.Header.Set("X-Gitea-Event", "push")
 		ctx, cancel := context.WithTimeout(context.Background(), api.HookBodyDeadline/2)
 		defer cancel()
-		if resp, err := http.DefaultClient.Do(req.WithContext(ctx)); err != nil || resp.StatusCode != 403 {
+		cl := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		if resp, err := cl.Do(req.WithContext(ctx)); err != nil || resp.StatusCode != 403 {
 			t.Fatalf("a body never sent from an address not allowed: %v %+v", err, resp)
 		} else {
 			resp.Body.Close()

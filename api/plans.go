@@ -68,8 +68,11 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		seen, err := seenTier(c.QueryParam("tier"))
-		if err != nil {
+		var seen models.PlanSeen
+		if seen.Tier, err = seenCount("tier", c.QueryParam("tier"), "the plan's tier as it reads it (0 is the first)"); err != nil {
+			return err
+		}
+		if seen.Moves, err = seenCount("moves", c.QueryParam("moves"), "the plan's moves as it reads them"); err != nil {
 			return err
 		}
 		v, err := s.Store.ActOnPlan(c.Request().Context(), principal(c).Actor(), id, action, seen)
@@ -80,15 +83,15 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 	}
 }
 
-// seenTier reads ?tier=, the tier the plan was at when its reader
-// decided to act (none: act on it wherever it is).
-func seenTier(q string) (*int64, error) {
+// seenCount reads ?tier= or ?moves=, what the plan was when its reader
+// decided to act (none: act on it whatever it is now).
+func seenCount(field, q, what string) (*int64, error) {
 	if q == "" {
 		return nil, nil
 	}
 	n, err := strconv.ParseInt(q, 10, 64)
 	if err != nil || n < 0 {
-		return nil, models.Invalid("tier", "the plan's tier as it reads it (0 is the first), a whole number")
+		return nil, models.Invalid(field, what+", a whole number")
 	}
 	return &n, nil
 }

@@ -49,7 +49,7 @@ type ModuleStore interface {
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
 	Plan(ctx context.Context, id int64) (*models.PlanView, error)
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
-	ActOnPlan(ctx context.Context, actor string, id int64, action string, seenTier *int64) (*models.PlanView, error)
+	ActOnPlan(ctx context.Context, actor string, id int64, action string, seen models.PlanSeen) (*models.PlanView, error)
 }
 
 // ReleaseStore is host releases and rollouts.

@@ -58,9 +58,14 @@ func TestBuilds_ATreeNoHostUnpacksIsRefusedAtUpload(t *testing.T) {
 			{tarGz(t, "bin/", "/etc/passwd"), "entry /etc/passwd has an absolute path"},
 			{tarGz(t, "bin/", "bin/up->../../.."), "symlink bin/up → ../../.. leaves the tree"},
 			{[]byte("#!/bin/sh\necho a script, not an archive\n"), "not a tar.gz"},
+			// A name no host can make is refused before it is looked at:
+			// a thousand names of a megabyte were seconds of CPU each.
+			{tarGz(t, strings.Repeat("a/", 50_000)+"f"), "is a name of 100001 bytes, over the 4096 a host can make"},
+			{tarGz(t, "bin/"+strings.Repeat("x", 300)), "has a name of 300 bytes in it, over the 255 a host can make"},
 		} {
 			resp, body := e.Upload(e.Admin, "app", tree, c.artifact, "")
-			if resp.StatusCode != 400 || !strings.Contains(string(body), "tree runtime unpacks the build's artifact, and every host would refuse it: "+c.why) {
+			if resp.StatusCode != 400 || !strings.Contains(string(body), "tree runtime unpacks the build's artifact, and every host would refuse it: ") ||
+				!strings.Contains(string(body), c.why) {
 				t.Errorf("%s: %d %s", c.why, resp.StatusCode, body)
 			}
 		}
@@ -71,6 +76,18 @@ func TestBuilds_ATreeNoHostUnpacksIsRefusedAtUpload(t *testing.T) {
 		}
 		if resp, body := e.Upload(e.Admin, "app", tree, tarGz(t, "bin/", "bin/run", "lib->bin"), ""); resp.StatusCode != 201 {
 			t.Fatalf("a tree that stays inside: %d %s", resp.StatusCode, body)
+		}
+		// What the judge reads is bounded (1 GiB of content): past it the
+		// hosts judge, so an entry announcing 2 GiB ends its reading, and
+		// what follows is not looked at.
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		_ = tw.WriteHeader(&tar.Header{Name: "big", Mode: 0o644, Typeflag: tar.TypeReg, Size: 2 << 30})
+		_, _ = tw.Write(make([]byte, 4096))
+		_ = gz.Close()
+		if resp, body := e.Upload(e.Admin, "app", tree, buf.Bytes(), ""); resp.StatusCode != 201 {
+			t.Fatalf("an archive past what is judged: %d %s", resp.StatusCode, body)
 		}
 		file := `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "x"}]}`
 		if resp, body := e.Upload(e.Admin, "app", file, []byte("not an archive, and no tree unpacks it"), ""); resp.StatusCode != 201 {

@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"mesh/controller/ctltest"
@@ -34,6 +35,13 @@ func TestReports_UpgradedRefusedAfterFailedTrial(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases/2.0.0/rollout", Token: e.Admin}, 200, &ro)
 		if ro.State != "halted" || ro.Reason != "machine m1 failed: its trial poll advertised schemas 1,2; release 2.0.0 records 1" {
 			t.Fatalf("rollout = %+v", ro)
+		}
+		// A halted rollout is over: resuming it says the way on (it said
+		// only "cannot resume it").
+		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/2.0.0/rollout/resume", Token: e.Admin}); resp.StatusCode != 409 ||
+			!strings.Contains(string(b), "a halted rollout is over (machine m1 failed: its trial poll advertised schemas 1,2; release 2.0.0 records 1); "+
+				"fix what halted it and start a new rollout of it (meshctl releases rollout 2.0.0") {
+			t.Fatalf("resuming a halted rollout: %d %s", resp.StatusCode, b)
 		}
 
 		resp, b = e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,

@@ -1705,12 +1705,15 @@ type Plan struct {
 	HostRelease string `json:"host_release"`
 
 	// HostStep the rollout of host_release to the plan's machines (its host step); null when the plan has none
-	HostStep *Rollout   `json:"host_step"`
-	Id       int        `json:"id"`
-	Module   string     `json:"module"`
-	Reason   string     `json:"reason"`
-	State    PlanState  `json:"state"`
-	Steps    []PlanStep `json:"steps"`
+	HostStep *Rollout `json:"host_step"`
+	Id       int      `json:"id"`
+	Module   string   `json:"module"`
+
+	// Moves how many times the plan has changed (its state, tier or reason); an act may name it (?moves=) to be refused once the plan has moved since
+	Moves  int64      `json:"moves"`
+	Reason string     `json:"reason"`
+	State  PlanState  `json:"state"`
+	Steps  []PlanStep `json:"steps"`
 
 	// Tier the tier in progress
 	Tier int `json:"tier"`
@@ -2282,6 +2285,9 @@ type PlanID = int64
 // ReleaseVersion defines model for releaseVersion.
 type ReleaseVersion = string
 
+// SeenMoves defines model for seenMoves.
+type SeenMoves = int64
+
 // SeenTier defines model for seenTier.
 type SeenTier = int64
 
@@ -2539,26 +2545,38 @@ type ListPlansParams struct {
 
 // CancelPlanParams defines parameters for CancelPlan.
 type CancelPlanParams struct {
-	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan is at another tier now (400 if it has no such tier)
 	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+
+	// Moves the plan's moves as the caller read them (its `moves`); when given, the act is refused with 409 and nothing changed if the plan has changed since, so that a repeated act (a double click, a retry, a second person) does not answer a pause or a halt its caller never saw
+	Moves *SeenMoves `form:"moves,omitempty" json:"moves,omitempty"`
 }
 
 // PausePlanParams defines parameters for PausePlan.
 type PausePlanParams struct {
-	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan is at another tier now (400 if it has no such tier)
 	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+
+	// Moves the plan's moves as the caller read them (its `moves`); when given, the act is refused with 409 and nothing changed if the plan has changed since, so that a repeated act (a double click, a retry, a second person) does not answer a pause or a halt its caller never saw
+	Moves *SeenMoves `form:"moves,omitempty" json:"moves,omitempty"`
 }
 
 // ResumePlanParams defines parameters for ResumePlan.
 type ResumePlanParams struct {
-	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan is at another tier now (400 if it has no such tier)
 	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+
+	// Moves the plan's moves as the caller read them (its `moves`); when given, the act is refused with 409 and nothing changed if the plan has changed since, so that a repeated act (a double click, a retry, a second person) does not answer a pause or a halt its caller never saw
+	Moves *SeenMoves `form:"moves,omitempty" json:"moves,omitempty"`
 }
 
 // RollbackPlanParams defines parameters for RollbackPlan.
 type RollbackPlanParams struct {
-	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan has moved to another tier since, so that a repeated resume (a double click, a retry) does not answer a pause its caller never saw
+	// Tier the plan's tier as the caller read it (its `tier`); when given, the act is refused with 409 and nothing changed if the plan is at another tier now (400 if it has no such tier)
 	Tier *SeenTier `form:"tier,omitempty" json:"tier,omitempty"`
+
+	// Moves the plan's moves as the caller read them (its `moves`); when given, the act is refused with 409 and nothing changed if the plan has changed since, so that a repeated act (a double click, a retry, a second person) does not answer a pause or a halt its caller never saw
+	Moves *SeenMoves `form:"moves,omitempty" json:"moves,omitempty"`
 }
 
 // ListSendsParams defines parameters for ListSends.
@@ -3838,7 +3856,7 @@ type ClientInterface interface {
 
 	// RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 	//
-	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3847,7 +3865,7 @@ type ClientInterface interface {
 
 	// RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 	//
-	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5137,7 +5155,7 @@ func (c *Client) ResolveMachine(ctx context.Context, name MachineName, reqEditor
 
 // RevokeMachineWithBody revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 //
-// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5156,7 +5174,7 @@ func (c *Client) RevokeMachineWithBody(ctx context.Context, name MachineName, co
 
 // RevokeMachine revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 //
-// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8853,6 +8871,18 @@ func NewCancelPlanRequest(server string, id PlanID, params *CancelPlanParams) (*
 
 		}
 
+		if params.Moves != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "moves", *params.Moves, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -8905,6 +8935,18 @@ func NewPausePlanRequest(server string, id PlanID, params *PausePlanParams) (*ht
 		if params.Tier != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Moves != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "moves", *params.Moves, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8975,6 +9017,18 @@ func NewResumePlanRequest(server string, id PlanID, params *ResumePlanParams) (*
 
 		}
 
+		if params.Moves != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "moves", *params.Moves, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -9027,6 +9081,18 @@ func NewRollbackPlanRequest(server string, id PlanID, params *RollbackPlanParams
 		if params.Tier != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tier", *params.Tier, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Moves != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "moves", *params.Moves, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -10166,7 +10232,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 	//
-	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10175,7 +10241,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 	//
-	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+	// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13658,6 +13724,8 @@ type RevokeMachineResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -13685,6 +13753,11 @@ func (r RevokeMachineResponse) GetApplicationproblemJSON403() *Forbidden {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RevokeMachineResponse) GetApplicationproblemJSON404() *NotFound {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RevokeMachineResponse) GetApplicationproblemJSON409() *Conflict {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -17069,7 +17142,7 @@ func (c *ClientWithResponses) ResolveMachineWithResponse(ctx context.Context, na
 
 // RevokeMachineWithBodyWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 //
-// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17084,7 +17157,7 @@ func (c *ClientWithResponses) RevokeMachineWithBodyWithResponse(ctx context.Cont
 
 // RevokeMachineWithResponse revoke a machine's identity (admin) — its token and certificates refused on every replica at once, its waiting polls closed
 //
-// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing.
+// The machine stays, in state `revoked` with the reason; delete it and enrol the machine again to bring it back. Revoking a revoked machine changes nothing; with its reason again (a retry) it is answered 200, with another 409 (its reason is kept).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -20408,6 +20481,13 @@ func ParseRevokeMachineResponse(rsp *http.Response) (*RevokeMachineResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -437,10 +437,70 @@ func TestMachineCerts_CopiedHostTokenIsNotTheMachine(t *testing.T) {
 	if resp, b := askWithToken("m2", m2.Token); resp.StatusCode != 201 {
 		t.Fatalf("m2's first certificate, asked with its token: %d %s", resp.StatusCode, b)
 	}
-	if resp, b := askWithToken("m2", m2.Token); resp.StatusCode != 401 || !strings.Contains(detail(b), "holds a certificate") {
-		t.Fatalf("a second certificate asked with m2's token: %d %s", resp.StatusCode, b)
+	// Its answer lost (never presented), the host asks again and is given
+	// one: it had to enrol again, a person and a join token, for a blip.
+	key, _ := meshca.NewKey()
+	csr, _ := meshca.NewCSR(key, "m2")
+	resp, b := copier.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Token: m2.Token, Body: map[string]string{"csr": string(csr)}})
+	if resp.StatusCode != 201 {
+		t.Fatalf("m2's first certificate asked again, the first never presented: %d %s", resp.StatusCode, b)
+	}
+	if rs := audits(t, e, "issue-certificate"); len(rs) == 0 || !strings.Contains(rs[0].Detail, "was never presented") {
+		t.Fatalf("the second issue's record: %+v", rs)
+	}
+	var got struct{ Certificate string }
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	c2 := machineCert{key: key, pem: got.Certificate}.tls(t)
+	if resp, b := poll(as(t, e, &c2), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("m2's poll with its certificate: %d %s", resp.StatusCode, b)
+	}
+	// Presented, it is the machine: the token gets no other.
+	if resp, b := askWithToken("m2", m2.Token); resp.StatusCode != 401 || !strings.Contains(detail(b), "holds a certificate its host has presented") {
+		t.Fatalf("a certificate asked with m2's token once its own was presented: %d %s", resp.StatusCode, b)
 	}
 	if resp, b := poll(copier, m2.Token, "0s"); resp.StatusCode != 200 {
 		t.Fatalf("m2's poll with its token, before any --host-bearer-until: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestMachineCerts_ANewCertificateRetiresTheOld: a renewal's certificate,
+// once its host presents it, retires the one it replaces — refused from
+// then on, saying so, on the record. Until then the old one polls and
+// renews: a renewal's answer lost must not leave the host only a refused
+// certificate.
+func TestMachineCerts_ANewCertificateRetiresTheOld(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	m, _ := enrolWithCert(t, e, "m1")
+	c := m.tls(t)
+	old := as(t, e, &c)
+	if resp, b := poll(old, "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("poll: %d %s", resp.StatusCode, b)
+	}
+	status, b, key := renew(t, old, "m1")
+	if status != 201 {
+		t.Fatalf("renewal: %d %s", status, b)
+	}
+	// The answer lost: the old certificate still polls.
+	if resp, b := poll(old, "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("the old certificate before the new one was presented: %d %s", resp.StatusCode, b)
+	}
+	var renewed struct{ Certificate string }
+	if err := json.Unmarshal(b, &renewed); err != nil {
+		t.Fatal(err)
+	}
+	nc := machineCert{key: key, pem: renewed.Certificate}.tls(t)
+	if resp, b := poll(as(t, e, &nc), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("the new certificate: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := poll(as(t, e, &c), "", "0s"); resp.StatusCode != 401 || !strings.Contains(detail(b), "was replaced by a newer one, which its host has presented since") {
+		t.Fatalf("the old certificate after the new one was presented: %d %s", resp.StatusCode, b)
+	}
+	if rs := audits(t, e, "certificate-in-use"); len(rs) == 0 || !strings.Contains(rs[0].Detail, "retired") {
+		t.Fatalf("the record: %+v", rs)
+	}
+	if rs := audits(t, e, "host-refused"); len(rs) == 0 || !strings.Contains(rs[0].Detail, "was replaced by") {
+		t.Fatalf("the refusal's record: %+v", rs)
 	}
 }

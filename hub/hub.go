@@ -114,6 +114,7 @@ type machineEntry struct {
 	hostVersion string
 	schema      string
 	tokenID     string
+	certInUse   string // the serial of the certificate its host presents, as this instance knows it
 	lastSeen    time.Time
 	polledHere  time.Time // when its host last polled this instance
 	// finishedGen and finishedSend are a send to it this instance knows
@@ -246,6 +247,9 @@ func (h *Hub) loadHeads(heads []store.MachineHead) {
 		changed := m.Generation > e.gen || e.conflict != conflict
 		e.gen, e.conflict = max(e.gen, m.Generation), conflict
 		e.hostVersion, e.schema, e.tokenID = m.HostVersion, m.Schema, m.TokenID
+		if m.CertInUse != "" {
+			e.certInUse = m.CertInUse
+		}
 		if m.LastSeen != nil && m.LastSeen.After(e.lastSeen) {
 			e.lastSeen = *m.LastSeen
 		}
@@ -272,7 +276,7 @@ func (h *Hub) Add(m *models.Machine) {
 	// Enrolled, not yet polled: no last-seen time (the overview says
 	// "never polled"); its first poll is expected here.
 	e := &machineEntry{id: m.ID, name: m.Name, gen: m.Generation, hostVersion: m.HostVersion,
-		schema: m.Schema, tokenID: m.TokenID, changed: make(chan struct{}), polledHere: time.Now()}
+		schema: m.Schema, tokenID: m.TokenID, certInUse: m.CertInUse, changed: make(chan struct{}), polledHere: time.Now()}
 	h.byID[m.ID], h.byName[m.Name] = e, e
 }
 
@@ -313,6 +317,26 @@ func (h *Hub) Authorize(name, tokenID string) (int64, bool) {
 		return 0, false
 	}
 	return e.id, true
+}
+
+// CertInUse is the serial of the certificate machine id's host presents,
+// as this instance knows it: a request presenting it needs no store.
+func (h *Hub) CertInUse(id int64) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil {
+		return e.certInUse
+	}
+	return ""
+}
+
+// SetCertInUse remembers the certificate machine id's host presents.
+func (h *Hub) SetCertInUse(id int64, serial string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e := h.byID[id]; e != nil {
+		e.certInUse = serial
+	}
 }
 
 // LastSeen is when a machine's host last polled (or polls now).

@@ -3,6 +3,8 @@ package models
 import (
 	"fmt"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // Plan states.
@@ -51,6 +53,25 @@ type Plan struct {
 	// HostRelease is the host release the plan rolls out to its machines
 	// before its first tier (its host step; "" when none).
 	HostRelease string `json:"host_release"`
+	// Moves counts the plan's changes: every update of its row (state,
+	// tier, reason) adds one (BeforeUpdate). An act may name the moves its
+	// caller saw, and is refused once the plan has moved since.
+	Moves int64 `json:"moves"`
+}
+
+// PlanSeen is what a person saw of a plan when they decided to act on it
+// (each nil: not said): its tier, and its moves. An act is refused once
+// the plan has moved from what was seen.
+type PlanSeen struct {
+	Tier  *int64
+	Moves *int64
+}
+
+// BeforeUpdate counts a move of the plan, whichever code changes it: a
+// worker's step, halt or pause, or a person's act.
+func (p *Plan) BeforeUpdate(tx *gorm.DB) error {
+	tx.Statement.SetColumn("moves", gorm.Expr("moves + 1"))
+	return nil
 }
 
 // PlanStep is a plan's progress on one machine.

@@ -203,8 +203,11 @@ type Machine struct {
 	CreatedAt         time.Time  `gorm:"column:created_at"`
 	CertSerial        string     `gorm:"column:cert_serial"`    // the client certificate last issued (hex); "": none
 	CertNotAfter      *time.Time `gorm:"column:cert_not_after"` // when it expires
-	RevokedAt         *time.Time `gorm:"column:revoked_at"`     // its identity revoked: state revoked
-	RevokedReason     string     `gorm:"column:revoked_reason"`
+	// CertInUse is the certificate its host presents (its first use
+	// recorded, Store.CertInUse); "": none presented yet.
+	CertInUse     string     `gorm:"column:cert_in_use"`
+	RevokedAt     *time.Time `gorm:"column:revoked_at"` // its identity revoked: state revoked
+	RevokedReason string     `gorm:"column:revoked_reason"`
 }
 
 // MachineVariable is one key/value of a machine, used as ${var.KEY}.
@@ -425,3 +428,7 @@ func BearerRevocationID(enrolment string) string { return "bearer:" + enrolment 
 
 // CertRevocationID is the revocation id of a machine certificate's serial.
 func CertRevocationID(serial string) string { return "cert:" + serial }
+
+// CertRetiredID is the revocation id of a machine certificate replaced by
+// a newer one its host has presented since.
+func CertRetiredID(serial string) string { return "cert-retired:" + serial }

@@ -110,22 +110,27 @@ func checkDigest(artifact *models.Blob, given string) error {
 //
 // It judges the bytes as they are stored by the rules a host unpacks a
 // tree under (archive.Walk), so that a build whose tree every host would
-// refuse — an entry that escapes it, a device file, not a tar.gz — is
-// refused at its upload rather than by its canary. Only the rules every
-// host holds are judged: the ceilings are each host's own setting.
+// refuse — an entry whose name escapes it or no host can make, a device
+// file, not a tar.gz — is refused at its upload rather than by its canary.
+// The judge reads each entry's header alone (bounded: see judged); what
+// only unpacking tells — a symlink that leads out through another, a
+// hardlink to nothing, a name given twice — each host still refuses.
 func (s *Service) PutArtifact(ctx context.Context, r io.Reader) (*models.Blob, error) {
 	pr, pw := io.Pipe()
-	judged := make(chan error, 1)
+	verdict := make(chan error, 1)
 	go func() {
-		err := archive.Walk(pr, math.MaxInt64, unbounded, nil)
+		err := archive.Walk(pr, math.MaxInt64, judged, nil)
+		if r := (*archive.Refusal)(nil); errors.As(err, &r) && r.TooLarge {
+			err = nil // past what is judged here: the hosts judge the rest
+		}
 		// The upload is never held by its judge: what follows the
 		// archive's end, or a refused archive's rest, is read through.
 		_, _ = io.Copy(io.Discard, pr)
-		judged <- err
+		verdict <- err
 	}()
 	b, err := s.Store.PutBlob(ctx, io.TeeReader(r, pw))
 	pw.CloseWithError(err)
-	why := <-judged
+	why := <-verdict
 	if err != nil {
 		return nil, err
 	}
@@ -135,10 +140,14 @@ func (s *Service) PutArtifact(ctx context.Context, r io.Reader) (*models.Blob, e
 	return b, nil
 }
 
-// unbounded are ceilings no archive reaches (with a size of MaxInt64 its
-// budget is MaxBytes): archive.Walk then judges only what every host
-// refuses whatever its own ceilings.
-var unbounded = archive.Limits{MaxBytes: math.MaxInt64, MaxEntries: math.MaxInt, MaxFileBytes: math.MaxInt64, MaxRatio: 1}
+// judged bounds what the upload's judge reads of an archive (with a size
+// of MaxInt64 its budget is MaxBytes): the entries before 1 GiB of
+// content or the host's default count of them, so that an archive made to
+// cost CPU to inflate (a gzip bomb) costs the controller a few seconds at
+// most. Past them, and past any host's own ceilings, the judge says
+// nothing: each host judges the archive whole as it unpacks it, and the
+// ceilings are each host's setting.
+var judged = archive.Limits{MaxBytes: 1 << 30, MaxEntries: archive.DefaultLimits().MaxEntries, MaxFileBytes: 1 << 30, MaxRatio: 1}
 
 // treeUnpacks refuses a build one of whose trees unpacks its artifact
 // when no host would unpack that artifact.

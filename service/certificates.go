@@ -84,6 +84,13 @@ func (s *Service) SpendGrace(ctx context.Context, name string, cert *meshca.Mach
 	return s.Store.SpendGraceRenewal(ctx, name, cert.Serial, cert.NotAfter.Add(s.Certs.CertGrace()))
 }
 
+// CertInUse records a machine's certificate presented (Store.CertInUse):
+// the one it replaces is refused for as long as any certificate issued
+// before it could still be valid and renewed.
+func (s *Service) CertInUse(ctx context.Context, name, enrolment string, cert *meshca.MachineIdentity) (string, error) {
+	return s.Store.CertInUse(ctx, name, enrolment, cert.Serial, s.Store.Now().Add(s.Certs.CertLifetime()+s.Certs.CertGrace()))
+}
+
 // RevokeMachine revokes a machine's identity (a person's act, audited):
 // its state says revoked with the reason, and its token and certificates
 // are refused on every instance at once.

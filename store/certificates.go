@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -62,10 +63,59 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 	})
 }
 
+// CertInUse records that machine name's host (of enrolment) presented its
+// client certificate serial, and returns the serial in use after it ("":
+// none recorded; not to be remembered). The first time the machine's
+// latest certificate is presented it becomes the one in use, and the one
+// used before is retired — refused on every instance until until, through
+// the one revocation mechanism, audited. So a renewal retires the old
+// certificate once the new one is known to have reached the host, never at
+// its issue, when a lost answer would leave the host only a refused one.
+// An older certificate is taken while the latest was never presented (a
+// renewal whose answer was lost: the host renews again with it), and
+// refused once the latest was.
+func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, until time.Time) (string, error) {
+	return Write(ctx, s, func(tx *Tx) (string, error) {
+		m, err := lockMachine(tx, name)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case m.TokenID != enrolment || serial == "":
+			return "", nil // not this enrolment's: its other checks say so
+		case serial == m.CertInUse:
+			return serial, nil
+		case serial == m.CertSerial:
+			prev := m.CertInUse // before the update, which sets m's field too
+			if err := tx.Model(m).Update("cert_in_use", serial).Error; err != nil {
+				return "", err
+			}
+			detail := fmt.Sprintf("serial %s presented for the first time", serial)
+			if prev != "" {
+				r := &models.Revocation{TokenID: models.CertRetiredID(prev), Kind: models.RevokedCertificate,
+					Reason: "replaced by " + serial, ExpiresAt: until}
+				if _, err := revoke(tx, "host:"+name, r); err != nil {
+					return "", err
+				}
+				detail += "; serial " + prev + ", used before it, retired"
+			}
+			return serial, audit(tx, "host:"+name, "certificate-in-use", "machine/"+name, detail)
+		case m.CertInUse != "" && m.CertInUse == m.CertSerial:
+			return "", fmt.Errorf("%w: machine %s's client certificate %s was replaced by %s, which its host has presented since; "+
+				"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, name, serial, m.CertSerial)
+		default:
+			// The latest was never presented (its answer lost, or issued
+			// before this record was kept): the host's older one stands.
+			return "", nil
+		}
+	})
+}
+
 // RevokeMachine revokes a machine's identity: its state becomes revoked
 // with the reason, and its token and every certificate issued to it are
 // refused on every instance at once. Revoking a revoked machine changes
-// nothing and is no error.
+// nothing: again with its reason (a retry) is no error, with another it
+// is a conflict saying so.
 func (s *Store) RevokeMachine(ctx context.Context, actor, name, reason string) (*models.Machine, error) {
 	return Write(ctx, s, func(tx *Tx) (*models.Machine, error) {
 		m, err := lockMachine(tx, name)
@@ -73,7 +123,13 @@ func (s *Store) RevokeMachine(ctx context.Context, actor, name, reason string) (
 			return nil, err
 		}
 		if m.RevokedAt != nil {
-			return m, nil
+			if reason != "" && reason != m.RevokedReason {
+				// Said, not done silently: a second revocation's reason
+				// read as taken, and nothing recorded it.
+				return nil, fmt.Errorf("%w: machine %s was revoked already, %s (%s); its reason is kept",
+					models.ErrConflict, name, m.RevokedAt.UTC().Format(time.RFC3339), cmp.Or(m.RevokedReason, "no reason given"))
+			}
+			return m, nil // the same revocation again: a retry
 		}
 		now := s.Now()
 		if err := tx.Model(m).Updates(map[string]any{"revoked_at": now, "revoked_reason": reason}).Error; err != nil {

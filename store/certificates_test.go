@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,8 +84,14 @@ func TestMachineCertificates(t *testing.T) {
 		if len(heard) != 1 || heard[0].TokenID != "enrol-m1" {
 			t.Fatalf("announced %+v", heard)
 		}
-		if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "again"); err != nil || len(heard) != 1 {
-			t.Fatalf("revoking twice: %v, announced %d", err, len(heard))
+		if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "stolen laptop"); err != nil || len(heard) != 1 {
+			t.Fatalf("revoking twice (a retry): %v, announced %d", err, len(heard))
+		}
+		// Again with another reason: said, not taken silently (it printed
+		// "revoked" and kept the first reason without a word).
+		if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "again"); !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "machine m1 was revoked already") || !strings.Contains(err.Error(), "(stolen laptop); its reason is kept") || len(heard) != 1 {
+			t.Fatalf("revoking twice with another reason: %v, announced %d", err, len(heard))
 		}
 		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", until, "", false); !errors.Is(err, models.ErrUnauthorized) {
 			t.Fatalf("a certificate recorded for a revoked machine: %v", err)
@@ -106,6 +113,55 @@ func TestMachineCertificates(t *testing.T) {
 		}
 		if spent, err := s.SpendGraceRenewal(ctx, "m1", "abc", until); err != nil || spent {
 			t.Fatalf("second grace renewal: %v %v", spent, err)
+		}
+	})
+}
+
+// TestCertInUse_ANewCertificateRetiresTheOldOnceUsed: a renewal's new
+// certificate retires the old one when its host first presents it — not
+// at its issue, when a lost answer would leave the host only a refused
+// certificate. Until then the old one stands (the host renews again with
+// it); after, it is refused, on every instance (a revocation), and the
+// record says so.
+func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		enrolAs(t, s, "m1", "enrol-m1")
+		until := time.Now().Add(time.Hour)
+		issue := func(serial string) {
+			t.Helper()
+			if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", serial, until, "", false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		use := func(serial string) (string, error) { return s.CertInUse(ctx, "m1", "enrol-m1", serial, until) }
+
+		issue("aa")
+		if got, err := use("aa"); err != nil || got != "aa" {
+			t.Fatalf("the first certificate presented: %q %v", got, err)
+		}
+		issue("bb") // renewed; the answer may be lost
+		if got, err := use("aa"); err != nil || got != "aa" {
+			t.Fatalf("the old certificate before the new one was presented: %q %v", got, err)
+		}
+		if _, ok := revokedIDs(t, s)[models.CertRetiredID("aa")]; ok {
+			t.Fatalf("the old certificate was retired before the new one was presented: %v", revokedIDs(t, s))
+		}
+		if got, err := use("bb"); err != nil || got != "bb" {
+			t.Fatalf("the new certificate presented: %q %v", got, err)
+		}
+		if revokedIDs(t, s)[models.CertRetiredID("aa")] != models.RevokedCertificate {
+			t.Fatalf("the old certificate not retired once the new one was presented: %v", revokedIDs(t, s))
+		}
+		if _, err := use("aa"); !errors.Is(err, models.ErrUnauthorized) || !strings.Contains(err.Error(), "was replaced by bb, which its host has presented since") {
+			t.Fatalf("the old certificate after the new one was presented: %v", err)
+		}
+		if m, _ := s.Machine(ctx, "m1"); m.CertInUse != "bb" {
+			t.Fatalf("in use: %q", m.CertInUse)
+		}
+		// Another enrolment's certificate is not this machine's to record.
+		if got, err := s.CertInUse(ctx, "m1", "enrol-other", "cc", until); err != nil || got != "" {
+			t.Fatalf("another enrolment's: %q %v", got, err)
 		}
 	})
 }

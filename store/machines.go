@@ -274,13 +274,14 @@ type MachineHead struct {
 	Schema      string
 	TokenID     string
 	LastSeen    *time.Time
+	CertInUse   string
 }
 
 // MachineHeads reads the hub's view of every machine.
 func (s *Store) MachineHeads(ctx context.Context) ([]MachineHead, error) {
 	var hs []MachineHead
 	err := s.db.WithContext(ctx).Model(&models.Machine{}).
-		Select("id, name, generation, conflict, host_version, schema, token_id, last_seen").Scan(&hs).Error
+		Select("id, name, generation, conflict, host_version, schema, token_id, last_seen, cert_in_use").Scan(&hs).Error
 	return hs, mapErr(err)
 }
 

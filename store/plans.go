@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -323,13 +324,29 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 	for _, id := range goneIDs {
 		gone[id] = true
 	}
+	// And a revoked machine: nothing is sent to it again, so its step
+	// would wait until the deadline halted the plan blaming its host.
+	var revokedMs []models.Machine
+	if err := tx.Select("id", "revoked_reason").Where("revoked_at IS NOT NULL AND id IN (?)",
+		tx.Model(&models.PlanStep{}).Select("machine_id").Where("plan_id = ? AND tier = ? AND state IN ?", p.ID, p.Tier,
+			[]string{models.StepPending, models.StepSent})).Find(&revokedMs).Error; err != nil {
+		return err
+	}
+	revoked := map[int64]string{}
+	for _, m := range revokedMs {
+		revoked[m.ID] = m.RevokedReason
+	}
 	for i := range steps {
 		st := &steps[i]
 		b, pin := pinned[st.MachineID]
-		if (pin || gone[st.MachineID]) && (st.State == models.StepPending || st.State == models.StepSent) {
+		rr, isRevoked := revoked[st.MachineID]
+		if (pin || gone[st.MachineID] || isRevoked) && (st.State == models.StepPending || st.State == models.StepSent) {
 			why := fmt.Sprintf("pinned to build %d by a person since the plan began: the plan does not move it", b)
-			if gone[st.MachineID] {
+			switch {
+			case gone[st.MachineID]:
 				why = fmt.Sprintf("no longer has module %s (taken away since the plan began, or the machine deleted): the plan does not reach it", mod.Name)
+			case isRevoked:
+				why = fmt.Sprintf("revoked (%s): nothing is sent to it, so the plan does not reach it", cmp.Or(rr, "no reason given"))
 			}
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
 				Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now, "reason": why}).Error; err != nil {
@@ -619,6 +636,11 @@ func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 }
 
 func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
+	// Its moves as the store has them: each update counted one in SQL
+	// (Plan.BeforeUpdate), which the struct in hand does not see.
+	if err := tx.Model(&models.Plan{}).Select("moves").Where("id = ?", p.ID).Scan(&p.Moves).Error; err != nil {
+		return nil, err
+	}
 	v := &models.PlanView{Plan: *p, Steps: []models.PlanStep{}}
 	var mod models.Module
 	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
@@ -699,16 +721,16 @@ func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]models.Pl
 // SetPlanState pauses, resumes, cancels or rolls back a plan, as
 // models.PlanMove allows from its state, wherever it is now.
 func (s *Store) SetPlanState(ctx context.Context, actor string, id int64, action string) (*models.PlanView, error) {
-	return s.ActOnPlan(ctx, actor, id, action, nil)
+	return s.ActOnPlan(ctx, actor, id, action, models.PlanSeen{})
 }
 
-// ActOnPlan is SetPlanState for a person who decided on what they saw:
-// seenTier, when given, is the tier the plan was at, and the act is
-// refused (409, nothing changed) if the plan has moved to another since.
-// A resume repeated — a double click, a retry — would otherwise answer a
-// pause the person never saw: the first resume's tier may pause untried
-// at once, and the second would send the build past it.
-func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action string, seenTier *int64) (*models.PlanView, error) {
+// ActOnPlan is SetPlanState for a person who decided on what they saw
+// (models.PlanSeen): the act is refused (409, nothing changed) if the
+// plan has moved since. A resume repeated — a double click, a retry, a
+// second person — would otherwise answer a pause or a halt its sender
+// never saw: the first resume's tier may pause untried at once, a halted
+// tier judged again may halt again, and a person may pause it anew.
+func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action string, seen models.PlanSeen) (*models.PlanView, error) {
 	var out *models.PlanView
 	err := s.write(ctx, func(tx *Tx) error {
 		var p models.Plan
@@ -721,13 +743,25 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 		if err := q.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
 		}
-		if seenTier != nil && *seenTier != p.Tier {
+		if seen.Tier != nil || seen.Moves != nil {
 			var tiers int64
 			if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: plan %d has moved on since it was read (at %s): it is now %s at %s; read it again and act on what it is now",
-				models.ErrConflict, id, models.TierWords(*seenTier, tiers, false), strings.ReplaceAll(p.State, "_", " "), models.TierWords(p.Tier, tiers, p.State == models.PlanDone))
+			now := fmt.Sprintf("it is now %s at %s", strings.ReplaceAll(p.State, "_", " "), models.TierWords(p.Tier, tiers, p.State == models.PlanDone))
+			if p.Reason != "" {
+				now += " (" + p.Reason + ")"
+			}
+			switch {
+			case seen.Tier != nil && (*seen.Tier < 0 || *seen.Tier >= tiers):
+				return models.Invalid("tier", fmt.Sprintf("plan %d has no tier %d: its tiers are 1 to %d", id, *seen.Tier+1, tiers))
+			case seen.Tier != nil && *seen.Tier != p.Tier:
+				return fmt.Errorf("%w: plan %d has moved on since it was read (at %s): %s; nothing was changed: read it again and act on what it is now",
+					models.ErrConflict, id, models.TierWords(*seen.Tier, tiers, false), now)
+			case seen.Moves != nil && *seen.Moves != p.Moves:
+				return fmt.Errorf("%w: plan %d has changed since it was read: %s; nothing was changed: read it again and act on what it is now",
+					models.ErrConflict, id, now)
+			}
 		}
 		to, ok := models.PlanMove(action, p.State)
 		if !ok {
@@ -739,7 +773,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 				// Done is done: going back is a choice of build, made as
 				// any other (the plan's machines keep what it gave them).
 				return fmt.Errorf("%w: plan %d is done; a finished plan is not rolled back: make the build before it current again "+
-					"(POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
+					"(meshctl modules current MODULE BUILD, POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
 					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
 			}
 			why := ""
@@ -752,6 +786,12 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 		}
 		up := map[string]any{"state": to}
 		switch {
+		case action == models.PlanPause:
+			// Who paused it, on the plan itself (it said nothing; only the
+			// audit log knew).
+			up["reason"] = "paused by " + actor
+		case action == "resume" && p.State == models.PlanPaused && !strings.HasPrefix(p.Reason, models.UntriedTierPause):
+			up["reason"] = ""
 		case to == models.PlanCancelled:
 			up["finished_at"], up["reason"] = s.Now(), "cancelled by "+actor
 			if err := cancelHostStep(tx, actor, &p); err != nil {

@@ -493,13 +493,13 @@ func TestPlan_ARepeatedResumeAnswersOnlyThePauseItSaw(t *testing.T) {
 			t.Fatalf("plan %s tier %d %q", v.State, v.Tier, v.Reason)
 		}
 		seen := int64(0)
-		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, &seen); err != nil {
+		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, models.PlanSeen{Tier: &seen}); err != nil {
 			t.Fatal(err)
 		}
 		if v.State != models.PlanPaused || v.Tier != 1 || !strings.HasPrefix(v.Reason, models.UntriedTierPause) {
 			t.Fatalf("after the first resume: %s tier %d %q", v.State, v.Tier, v.Reason)
 		}
-		_, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, &seen)
+		_, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, models.PlanSeen{Tier: &seen})
 		if !errors.Is(err, models.ErrConflict) ||
 			!strings.Contains(err.Error(), "has moved on since it was read (at tier 1 of 2 (canary)): it is now paused at tier 2 of 2") {
 			t.Fatalf("the repeated resume: %v", err)
@@ -509,8 +509,106 @@ func TestPlan_ARepeatedResumeAnswersOnlyThePauseItSaw(t *testing.T) {
 		}
 		// Acting on what it is now goes on, on the record.
 		seen = 1
-		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanCancel, &seen); err != nil || v.State != models.PlanCancelled {
+		if v, err = s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanCancel, models.PlanSeen{Tier: &seen}); err != nil || v.State != models.PlanCancelled {
 			t.Fatalf("cancel at the tier it is at: %v %+v", err, v)
+		}
+		// A tier the plan never had is no move: it is a mistake, said so.
+		seen = 5
+		if _, err := s.ActOnPlan(ctx, "user:admin", v.ID, models.PlanResume, models.PlanSeen{Tier: &seen}); !errors.Is(err, models.ErrInvalid) ||
+			!strings.Contains(err.Error(), "plan 1 has no tier 6: its tiers are 1 to 2") {
+			t.Fatalf("a tier the plan does not have: %v", err)
+		}
+	})
+}
+
+// TestPlan_AnActAnswersOnlyTheMoveItSaw: the tier alone does not tell one
+// pause or halt from the next at the same tier — a person paused, resumed
+// and another paused again; a halted tier resumed halts again, judged the
+// same. An act naming the plan's moves as its sender read them is refused
+// once the plan has moved since, and a person's pause says who paused it.
+func TestPlan_AnActAnswersOnlyTheMoveItSaw(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		act := func(who, action string, moves int64) (*models.PlanView, error) {
+			return s.ActOnPlan(ctx, who, v.ID, action, models.PlanSeen{Moves: &moves})
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		if v, err = act("user:admin", models.PlanPause, v.Moves); err != nil || v.Reason != "paused by user:admin" {
+			t.Fatalf("pause: %v %+v", err, v)
+		}
+		paused := v.Moves
+		if v, err = act("user:admin", models.PlanResume, paused); err != nil || v.State != models.PlanRunning || v.Reason != "" {
+			t.Fatalf("resume: %v %+v", err, v)
+		}
+		if v, err = act("user:carol", models.PlanPause, v.Moves); err != nil || v.Reason != "paused by user:carol" {
+			t.Fatalf("carol's pause: %v %+v", err, v)
+		}
+		// The admin's resume again (a retry), of the pause it saw.
+		if _, err = act("user:admin", models.PlanResume, paused); !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "plan 1 has changed since it was read: it is now paused at tier 1 of 2 (canary) (paused by user:carol)") {
+			t.Fatalf("a resume of a pause since answered: %v", err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || v.Reason != "paused by user:carol" {
+			t.Fatalf("after the refused resume: %s %q", v.State, v.Reason)
+		}
+		if v, err = act("user:carol", models.PlanResume, v.Moves); err != nil {
+			t.Fatal(err)
+		}
+
+		// The canary fails: halted. Resumed, its tier is judged again and
+		// halts again; a second resume of the first halt is refused.
+		m1, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Reason: "exec format error"})
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
+			t.Fatalf("after the canary failed: %s %q", v.State, v.Reason)
+		}
+		halted := v.Moves
+		if v, err = act("user:admin", models.PlanResume, halted); err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted || v.Tier != 0 {
+			t.Fatalf("the resumed tier judged again: %s tier %d %q", v.State, v.Tier, v.Reason)
+		}
+		if _, err = act("user:admin", models.PlanResume, halted); !errors.Is(err, models.ErrConflict) {
+			t.Fatalf("a second resume of the first halt: %v", err)
+		}
+	})
+}
+
+// TestPlan_ARevokedMachineIsNotWaitedFor: m2 is revoked. Nothing is sent
+// to a revoked machine, so its step waited "sent, awaiting its host's
+// report" until the tier's deadline halted the plan blaming its host. It
+// is withdrawn, saying so, and the plan goes on with the others.
+func TestPlan_ARevokedMachineIsNotWaitedFor(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RevokeMachine(ctx, "user:admin", "m2", "disk sold"); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		stepPlans(t, s)
+		applied(t, s, "m3", 2)
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanDone {
+			t.Fatalf("plan %s tier %d %q; steps %+v", v.State, v.Tier, v.Reason, v.Steps)
+		}
+		for _, st := range v.Steps {
+			if st.Machine == "m2" && (st.State != models.StepWithdrawn || st.Reason != "revoked (disk sold): nothing is sent to it, so the plan does not reach it") {
+				t.Fatalf("m2's step: %+v", st)
+			}
 		}
 	})
 }

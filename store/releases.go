@@ -253,7 +253,14 @@ func (s *Store) SetRolloutState(ctx context.Context, actor, version, action stri
 		to := map[string]string{"pause": models.RolloutPaused, "resume": models.RolloutRunning, "cancel": models.RolloutCancelled}[action]
 		active := ro.State == models.RolloutRunning || ro.State == models.RolloutPaused
 		if (from != "" && ro.State != from) || (from == "" && !active) {
-			return fmt.Errorf("%w: the rollout of %s is %s; cannot %s it", models.ErrConflict, version, ro.State, action)
+			next := ""
+			if ro.State == models.RolloutHalted {
+				// Halted is an end: say the way on.
+				next = fmt.Sprintf(": a halted rollout is over (%s); fix what halted it and start a new rollout of it "+
+					"(meshctl releases rollout %s, or POST /api/v1/host-releases/%s/rollout), or roll out another release",
+					strings.TrimPrefix(ro.Reason, "halted: "), version, version)
+			}
+			return fmt.Errorf("%w: the rollout of %s is %s; cannot %s it%s", models.ErrConflict, version, ro.State, action, next)
 		}
 		up := map[string]any{"state": to}
 		if to == models.RolloutCancelled {

@@ -33,12 +33,12 @@ type PlanDetail struct {
 	Reason string
 	Halted bool
 	Where  string // "tier 1 of 2 (canary)", "tier 2 of 2 — done"
-	// Tier is the plan's tier as the page shows it: an act names it, so
-	// one made on a page the plan has moved on from is refused.
-	Tier    int64
-	Made    string // by whom, when, and when it ended
-	Tiers   []TierProgress
-	Actions []PlanAction
+	// Tier and Moves are the plan as the page shows it: an act names
+	// them, so one made on a page the plan has moved on from is refused.
+	Tier, Moves int64
+	Made        string // by whom, when, and when it ended
+	Tiers       []TierProgress
+	Actions     []PlanAction
 	// Live: the plan can still change, so the page polls its progress.
 	Live bool
 	// HostStep is the rollout of the host release the plan rolls out
@@ -105,7 +105,7 @@ var planActionLabels = map[string]PlanAction{
 
 // planDetail says a plan for a person; can is whether they may act on it.
 func planDetail(v *models.PlanView, can bool) PlanDetail {
-	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, Tier: v.Tier, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
+	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, Tier: v.Tier, Moves: v.Moves, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
 		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ") // the banner says "Halted." already
@@ -221,18 +221,26 @@ func (s *Server) planAction(action string) echo.HandlerFunc {
 		if !ok {
 			return s.errorPage(c, http.StatusNotFound, "No plan "+c.Param("id")+": a plan is named by its number.")
 		}
-		// The tier the page showed (a page from before this field acts
-		// wherever the plan is, as it did).
-		var seen *int64
+		// What the page showed (a page from before these fields acts on
+		// the plan whatever it is, as it did): a second click, or a page
+		// another person acted on since, changes nothing.
+		var seen models.PlanSeen
 		if t, err := strconv.ParseInt(c.FormValue("tier"), 10, 64); err == nil {
-			seen = &t
+			seen.Tier = &t
+		}
+		if m, err := strconv.ParseInt(c.FormValue("moves"), 10, 64); err == nil {
+			seen.Moves = &m
 		}
 		v, err := s.Store.ActOnPlan(c.Request().Context(), "user:"+who(c).User, id, action, seen)
 		switch {
 		case errors.Is(err, models.ErrNotFound):
 			return s.errorPage(c, http.StatusNotFound, fmt.Sprintf("No plan %d.", id))
 		case errors.Is(err, models.ErrConflict):
-			return s.errorPage(c, http.StatusConflict, "Nothing was changed: "+problemText(err)+". Reload the plan to see what it is now.")
+			return s.errorPageBack(c, http.StatusConflict, "Nothing was changed: "+problemText(err)+".",
+				fmt.Sprintf("/plans/%d", id), fmt.Sprintf("Back to plan %d, as it is now", id))
+		case errors.Is(err, models.ErrInvalid):
+			return s.errorPageBack(c, http.StatusBadRequest, "Nothing was changed: "+problemText(err)+".",
+				fmt.Sprintf("/plans/%d", id), fmt.Sprintf("Back to plan %d", id))
 		case err != nil:
 			return err
 		}

@@ -157,18 +157,26 @@ func TestPlanActions_RollBackFromThePage(t *testing.T) {
 
 	// The page names the tier it shows; an act from a page the plan has
 	// moved on from changes nothing.
-	if _, body := op.get(path); !strings.Contains(body, `name="tier" value="0"`) {
-		t.Fatalf("the plan's actions do not say the tier they were offered at:\n%s", body)
+	v0, _ := e.Ctl.Store.Plan(ctx, id)
+	if _, body := op.get(path); !strings.Contains(body, `name="tier" value="0"`) || !strings.Contains(body, fmt.Sprintf(`name="moves" value="%d"`, v0.Moves)) {
+		t.Fatalf("the plan's actions do not say the plan they were offered on (moves %d):\n%s", v0.Moves, body)
 	}
 	st, body := op.post(path+"/rollback", url.Values{"tier": {"1"}}, true)
-	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "has moved on since it was read (at tier 2 of 2)") {
-		t.Fatalf("a rollback from a page at another tier: %d\n%.400s", st, body)
+	if st != 409 || !strings.Contains(body, "Nothing was changed") || !strings.Contains(body, "has moved on since it was read (at tier 2 of 2)") ||
+		!strings.Contains(body, fmt.Sprintf(`<a href="%s">Back to plan %d, as it is now</a>`, path, id)) {
+		t.Fatalf("a rollback from a page at another tier: %d\n%.2000s", st, body)
+	}
+	// A page from before the plan's last move (a second click, another
+	// person's act since) changes nothing either.
+	st, body = op.post(path+"/rollback", url.Values{"moves": {fmt.Sprint(v0.Moves - 1)}}, true)
+	if st != 409 || !strings.Contains(body, "has changed since it was read") {
+		t.Fatalf("a rollback from a page before the plan's last move: %d\n%.400s", st, body)
 	}
 	if v, _ := e.Ctl.Store.Plan(ctx, id); v.State != models.PlanHalted {
 		t.Fatalf("a refused rollback changed the plan: %s", v.State)
 	}
 
-	st, loc := op.post(path+"/rollback", url.Values{"tier": {"0"}}, true)
+	st, loc := op.post(path+"/rollback", url.Values{"tier": {"0"}, "moves": {fmt.Sprint(v0.Moves)}}, true)
 	if st != 303 || loc != path {
 		t.Fatalf("rollback: %d %s", st, loc)
 	}

@@ -237,7 +237,13 @@ func (s *Server) render(c echo.Context, status int, comp templ.Component) error 
 }
 
 func (s *Server) errorPage(c echo.Context, status int, msg string) error {
-	return s.render(c, status, ErrorPage(s.page(c, "Error"), status, msg))
+	return s.errorPageBack(c, status, msg, "/", "Back to the machines")
+}
+
+// errorPageBack is errorPage with the link back to where the person was
+// (a plan's page after an act it refused).
+func (s *Server) errorPageBack(c echo.Context, status int, msg, backTo, backWords string) error {
+	return s.render(c, status, ErrorPage(s.page(c, "Error"), status, msg, backTo, backWords))
 }
 
 // page is what every page's layout needs.

@@ -34,7 +34,7 @@ type Store interface {
 	Rollout(ctx context.Context, version string) (*models.RolloutView, error)
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
 	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
-	ActOnPlan(ctx context.Context, actor string, id int64, action string, seenTier *int64) (*models.PlanView, error)
+	ActOnPlan(ctx context.Context, actor string, id int64, action string, seen models.PlanSeen) (*models.PlanView, error)
 	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
 	LogStore

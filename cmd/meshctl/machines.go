@@ -99,6 +99,9 @@ func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) e
 	case client.None:
 		health = "none (no checks declared)"
 	}
+	if m.Health.CheckedAt != nil && healthPast(m) {
+		health += fmt.Sprintf(" — as its host last said, %s; %s now, so no fact of now", ago(m.Health.CheckedAt), m.State)
+	}
 	rows := [][]string{
 		{"Machine:", m.Name + " (" + m.Os + "/" + m.Arch + ")"},
 		{"State:", string(m.State)},
@@ -242,15 +245,22 @@ func why(m *client.Machine) string {
 }
 
 // healthColumn is a machine's health for a list, with when its host last
-// said so for an offline machine: its "passing" is its last report's, not
-// a fact of now. (An online host reports its checks when they change, so
-// its health stands however long ago that was.)
+// said so for an offline or revoked machine: its "passing" is its last
+// report's, not a fact of now (/metrics counts it unknown). (An online
+// host reports its checks when they change, so its health stands however
+// long ago that was.)
 func healthColumn(m *client.Machine) string {
 	h := string(m.Health.State)
-	if m.Health.CheckedAt != nil && m.State == client.MachineStateOffline {
+	if m.Health.CheckedAt != nil && healthPast(m) {
 		h += " (" + ago(m.Health.CheckedAt) + ")"
 	}
 	return h
+}
+
+// healthPast says whether a machine's health is only what its host last
+// said: it is offline, or revoked (nothing it says is heard).
+func healthPast(m *client.Machine) bool {
+	return m.State == client.MachineStateOffline || m.State == client.MachineStateRevoked
 }
 
 // reportedWhen says when the last outcome was reported ("" when the

@@ -450,6 +450,14 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if back.State != client.PlanStateRolledBack {
 			t.Fatalf("rollback: %s %s", back.State, back.Reason)
 		}
+		// Going back on a finished plan is a choice of build, from meshctl
+		// too (the refusal of a done plan's rollback names it).
+		if r := mc.ok(nil, "modules", "current", "app", "2"); !strings.Contains(r.stdout, "build 2 of app is current:") {
+			t.Fatalf("modules current: %s", r)
+		}
+		if r := mc.run("", "modules", "current", "app", "two"); r.code == 0 || !strings.Contains(r.stderr, "BUILD is a build's number") {
+			t.Fatalf("modules current app two: %s", r)
+		}
 	})
 
 	t.Run("TokensCreate", func(t *testing.T) {
@@ -685,8 +693,8 @@ func TestWatchHead_APausedPlanSaysWhyAndHow(t *testing.T) {
 	if got := watchHead(p); got != want {
 		t.Errorf("paused by itself:\n got %s\nwant %s", got, want)
 	}
-	p.Reason, p.Tier = "", 1
-	if got := watchHead(p); got != "(build 3 of web): paused — waiting for a person: meshctl plans resume 7 --tier 2, or cancel" {
+	p.Reason, p.Tier = "paused by user:carol", 1
+	if got := watchHead(p); got != "(build 3 of web): paused by user:carol — waiting for a person: meshctl plans resume 7 --tier 2, or cancel" {
 		t.Errorf("paused by a person: %s", got)
 	}
 	p.State = client.PlanStateRunning

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -136,6 +137,37 @@ anywhere, or that a machine reports running, is refused, naming them.`,
 			return nil
 		},
 	}
+	current := &cobra.Command{
+		Use:   "current MODULE BUILD",
+		Short: "Make a build current on every machine assigned the module at once (operator); no tiers, no canary",
+		Long: `Make a finished build of a module current everywhere at once: every machine assigned
+the module (and not pinned) gets a new generation. This is how a finished plan is gone back
+on (make the build before it current again); to roll a build out tier by tier, use plans create.`,
+		Example: `  meshctl modules current web 16   # back to build 16 everywhere`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			build, err := strconv.Atoi(args[1])
+			if err != nil || build < 1 {
+				return fmt.Errorf("%q: BUILD is a build's number (meshctl builds ls %s)", args[1], args[0])
+			}
+			c, err := a.apiClient()
+			if err != nil {
+				return err
+			}
+			r, err := c.SetCurrentBuildWithResponse(cmd.Context(), args[0], client.SetCurrentBuildJSONRequestBody{Build: build})
+			if err != nil {
+				return reach(err)
+			}
+			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
+				return err
+			}
+			if a.jsonOut() {
+				return a.printJSON(r.Body)
+			}
+			fmt.Fprintf(a.out, "build %d of %s is current: %d machine(s) given a new generation\n", build, args[0], r.JSON200.Machines)
+			return nil
+		},
+	}
 	var kind, createRepo string
 	create := &cobra.Command{
 		Use:   "create MODULE [--kind service|host|controller] [--repository R]",
@@ -173,7 +205,7 @@ anywhere, or that a machine reports running, is refused, naming them.`,
 	create.Flags().StringVar(&kind, "kind", "", "service (the default), host or controller")
 	create.Flags().StringVar(&createRepo, "repository", "", "the forge repository its merges come from")
 	_ = create.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"service", "host", "controller"}, cobra.ShellCompDirectiveNoFileComp))
-	cmd.AddCommand(ls, create, update, del)
+	cmd.AddCommand(ls, create, update, current, del)
 	return cmd
 }
 

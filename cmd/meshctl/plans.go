@@ -115,7 +115,7 @@ than the current one), printing the reason.`,
 				return a.planAction(cmd.Context(), args[0], action.name, seen)
 			},
 		}
-		act.Flags().IntVar(&tier, "tier", 0, "act only if the plan is still at this tier (as plans show says it, 1 the first); a retry or a second person then cannot answer a pause they did not see")
+		act.Flags().IntVar(&tier, "tier", 0, "act only if the plan is still at this tier (as plans show says it, 1 the first): a resume does not go on past a tier you have not seen")
 		cmd.AddCommand(act)
 	}
 	return cmd
@@ -314,8 +314,10 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 func watchHead(p *client.Plan) string {
 	head := fmt.Sprintf("(build %d of %s): %s", p.Build, p.Module, p.State)
 	if p.State == client.PlanStatePaused {
-		if why := strings.TrimPrefix(p.Reason, "paused: "); why != "" {
-			head += ": " + why
+		// Its reason says the state: "paused by user:carol", "paused:
+		// untried: …".
+		if p.Reason != "" {
+			head = fmt.Sprintf("(build %d of %s): %s", p.Build, p.Module, p.Reason)
 		}
 		head += fmt.Sprintf(" — waiting for a person: meshctl plans resume %d --tier %d, or cancel", p.Id, p.Tier+1)
 	}

@@ -148,6 +148,12 @@ func TestMachineWords_HealthAsOfWhenItWasSaid(t *testing.T) {
 	if h := healthColumn(&m); !strings.HasPrefix(h, "passing (") {
 		t.Fatalf("an offline machine's health column: %q", h)
 	}
+	// A revoked machine's too: nothing its host says is heard (it read
+	// "passing", where /metrics counts it unknown).
+	m.State = client.MachineStateRevoked
+	if h := healthColumn(&m); !strings.HasPrefix(h, "passing (") {
+		t.Fatalf("a revoked machine's health column: %q", h)
+	}
 }
 
 // TestMachineWords_BehindAsTheControllerSaysIt: a behind machine's why is
