@@ -1710,7 +1710,14 @@ type Plan struct {
 	Module   string   `json:"module"`
 
 	// Moves how many times the plan has changed (its state, tier or reason); an act may name it (?moves=) to be refused once the plan has moved since
-	Moves  int64      `json:"moves"`
+	Moves int64 `json:"moves"`
+
+	// PinnedAside the module's machines a person pins to a build now; no plan moves them, so they are no step of this one (a done plan's build is not what they run)
+	PinnedAside []struct {
+		Build   int64  `json:"build"`
+		Machine string `json:"machine"`
+		Reason  string `json:"reason"`
+	} `json:"pinned_aside"`
 	Reason string     `json:"reason"`
 	State  PlanState  `json:"state"`
 	Steps  []PlanStep `json:"steps"`

@@ -105,7 +105,21 @@ type PlanView struct {
 	// HostStep is the rollout of the plan's host release (nil: the plan
 	// has no host step).
 	HostStep *RolloutView `json:"host_step"`
+	// PinnedAside are the module's machines a person pins to a build now,
+	// which no plan moves, so they are no step of this one: a plan done
+	// said its build current while they ran another, and nothing said so.
+	PinnedAside []PinnedAside `json:"pinned_aside"`
 }
+
+// PinnedAside is a machine a person pinned to a build of a plan's module.
+type PinnedAside struct {
+	Machine string `json:"machine"`
+	Build   int64  `json:"build"`
+	Reason  string `json:"reason"`
+}
+
+// MaxPinnedAside is the most pinned machines a plan's view lists.
+const MaxPinnedAside = 100
 
 // Push is what a push webhook says.
 type Push struct {

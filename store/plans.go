@@ -670,6 +670,14 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 		}
 		v.Steps = append(v.Steps, r.PlanStep)
 	}
+	v.PinnedAside = []models.PinnedAside{}
+	if err := tx.Table("assignments").Select("machines.name AS machine, assignments.build AS build, assignments.reason AS reason").
+		Joins("JOIN machines ON machines.id = assignments.machine_id").
+		Where("assignments.module_id = ? AND assignments.build IS NOT NULL AND assignments.pin_plan = 0 AND assignments.machine_id NOT IN (?)",
+			p.ModuleID, tx.Model(&models.PlanStep{}).Select("machine_id").Where("plan_id = ?", p.ID)).
+		Order("machines.name").Limit(models.MaxPinnedAside).Scan(&v.PinnedAside).Error; err != nil {
+		return nil, err
+	}
 	if p.HostRelease != "" {
 		ro, err := hostStep(tx, p.ID)
 		if err != nil || ro == nil {
@@ -777,6 +785,9 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
 			}
 			why := ""
+			if can := models.PlanActions(p.State); len(can) > 0 && action != "rollback" {
+				why = fmt.Sprintf(" (a %s plan may be: %s)", strings.ReplaceAll(p.State, "_", " "), strings.Join(can, ", "))
+			}
 			if action == "rollback" && (p.State == models.PlanRunning || p.State == models.PlanPaused) {
 				// Rollback is from halted: say how to get there.
 				why = ": only a halted plan is rolled back; cancel it (its build is taken back from the machines that have not applied it), " +
@@ -882,9 +893,12 @@ func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 				return err
 			}
 		}
+		// A failed step keeps why it failed after the new words: the
+		// cancel is often its answer, and the why was the plan's record.
+		const why = "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
 			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
-				"reason": "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"}).Error
+				"reason": gorm.Expr("CASE WHEN reason = '' THEN ? ELSE ? || '; before: ' || reason END", why, why)}).Error
 	})
 	return len(ids), err
 }

@@ -357,6 +357,10 @@ func TestPlan_APersonsPinIsNoStep(t *testing.T) {
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
 			t.Fatalf("plan %s %q", v.State, v.Reason)
 		}
+		// Said of the plan: done, while m2 runs build 1 (nothing said so).
+		if len(v.PinnedAside) != 1 || v.PinnedAside[0] != (models.PinnedAside{Machine: "m2", Build: 1, Reason: "hold for the db migration"}) {
+			t.Fatalf("pinned aside: %+v", v.PinnedAside)
+		}
 	})
 }
 
@@ -578,6 +582,22 @@ func TestPlan_AnActAnswersOnlyTheMoveItSaw(t *testing.T) {
 		}
 		if _, err = act("user:admin", models.PlanResume, halted); !errors.Is(err, models.ErrConflict) {
 			t.Fatalf("a second resume of the first halt: %v", err)
+		}
+		// A refused act says what the plan may be instead.
+		if _, err := s.SetPlanState(ctx, "user:admin", v.ID, models.PlanPause); !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "is halted; cannot pause it (a halted plan may be: resume, cancel, rollback)") {
+			t.Fatalf("pausing a halted plan: %v", err)
+		}
+		// Cancelled, the failed step keeps why it failed after the cancel's
+		// words (they replaced it).
+		if v, err = s.SetPlanState(ctx, "user:admin", v.ID, models.PlanCancel); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range v.Steps {
+			if st.Machine == "m1" && (st.State != models.StepWithdrawn || !strings.Contains(st.Reason, "the plan was cancelled before its host applied the build") ||
+				!strings.Contains(st.Reason, "; before: ") || !strings.Contains(st.Reason, "exec format error")) {
+				t.Fatalf("m1's step after the cancel: %+v", st)
+			}
 		}
 	})
 }

@@ -44,6 +44,9 @@ type PlanDetail struct {
 	// HostStep is the rollout of the host release the plan rolls out
 	// before its first tier (nil: none).
 	HostStep *HostStepDetail
+	// PinnedAside are the module's machines a person pins, which no plan
+	// moves (models.PlanView.PinnedAside).
+	PinnedAside []models.PinnedAside
 }
 
 // HostStepDetail is a plan's host step: its rollout's state and each
@@ -106,7 +109,7 @@ var planActionLabels = map[string]PlanAction{
 // planDetail says a plan for a person; can is whether they may act on it.
 func planDetail(v *models.PlanView, can bool) PlanDetail {
 	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, Tier: v.Tier, Moves: v.Moves, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
-		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt)}
+		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt), PinnedAside: v.PinnedAside}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ") // the banner says "Halted." already
 	}

@@ -86,6 +86,15 @@ func TestPlanPage_SaysWhyAndWhere(t *testing.T) {
 	e, op, vw := fixture(t)
 	id := haltedPlan(t, e)
 	path := fmt.Sprintf("/plans/%d", id)
+	// m3 runs the module pinned by a person: no step of the plan, and the
+	// page says so (nothing did: a done plan's build read as everyone's).
+	e.Enroll("m3")
+	m3, _ := e.Ctl.Store.Machine(context.Background(), "m3")
+	one := int64(1)
+	if _, err := e.Ctl.Store.SetAssignments(context.Background(), "test", "m3", &m3.Generation,
+		[]models.AssignmentView{{Module: "node-tools", Build: &one, Reason: "held for the audit"}}); err != nil {
+		t.Fatal(err)
+	}
 
 	st, body := vw.get(path)
 	if st != 200 || !strings.Contains(body, fmt.Sprintf("<title>Plan %d · mesh</title>", id)) {
@@ -96,7 +105,7 @@ func TestPlanPage_SaysWhyAndWhere(t *testing.T) {
 		"Halted.</strong> tier 1 of 2 (canary): m1 check node-tools.svc unhealthy since", "connection refused", "not reached yet",
 		"tier 1 of 2 (canary)", "tier 2 of 2", `<progress value="0" max="1"`, "0 of 1 machine(s) applied",
 		`data-machine="m1"`, `data-machine="m2"`, `data-state="failed"`, `data-state="pending"`, ">build 1<",
-		`hx-trigger="every 2s"`,
+		`hx-trigger="every 2s"`, `id="pinned-aside"`, `<li data-machine="m3"><a href="/machines/m3">m3</a> at build 1`, "held for the audit",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the plan page lacks %q", want)

@@ -702,3 +702,25 @@ func TestWatchHead_APausedPlanSaysWhyAndHow(t *testing.T) {
 		t.Errorf("running: %s", got)
 	}
 }
+
+// TestPinnedAsideWords: a plan's machines pinned by a person are said, on
+// plans show and when plans watch ends done (a done plan's build read as
+// every machine's).
+func TestPinnedAsideWords(t *testing.T) {
+	p := &client.Plan{}
+	if w := pinnedAsideWords(p); w != "" {
+		t.Fatalf("none: %q", w)
+	}
+	p.PinnedAside = append(p.PinnedAside, struct {
+		Build   int64  `json:"build"`
+		Machine string `json:"machine"`
+		Reason  string `json:"reason"`
+	}{Build: 1, Machine: "m2", Reason: "hold for the db migration"}, struct {
+		Build   int64  `json:"build"`
+		Machine string `json:"machine"`
+		Reason  string `json:"reason"`
+	}{Build: 3, Machine: "m4"})
+	if w := pinnedAsideWords(p); w != "m2 at build 1 (hold for the db migration), m4 at build 3" {
+		t.Fatalf("%q", w)
+	}
+}

@@ -233,6 +233,9 @@ func (a *app) showPlan(p *client.Plan) error {
 		rows = append(rows, []string{"Host step:", hostStepWords(p)})
 	}
 	rows = append(rows, []string{"Tier:", tierOf(*p)}, []string{"By:", p.CreatedBy + ", " + ago(&p.CreatedAt)})
+	if aside := pinnedAsideWords(p); aside != "" {
+		rows = append(rows, []string{"Pinned aside:", aside})
+	}
 	if p.FinishedAt != nil {
 		// A halted plan has stopped, not finished: it may be resumed or
 		// rolled back.
@@ -300,12 +303,29 @@ func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration)
 	if p.State == client.PlanStateDone {
 		if !a.jsonOut() {
 			fmt.Fprintf(a.out, "plan %d done: build %d of %s is current\n", p.Id, p.Build, p.Module)
+			if aside := pinnedAsideWords(p); aside != "" {
+				fmt.Fprintf(a.out, "not moved by it, pinned by a person: %s\n", aside)
+			}
 		}
 		return nil
 	}
 	// The reason may begin with the state's own word ("halted: tier 1 …").
 	reason := strings.TrimPrefix(firstNonEmpty(p.Reason, "no reason given"), string(p.State)+": ")
 	return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, reason)}
+}
+
+// pinnedAsideWords says the module's machines a person pins, which no plan
+// moves: "m2 at build 1 (hold for the db migration)" ("" when none).
+func pinnedAsideWords(p *client.Plan) string {
+	var ws []string
+	for _, m := range p.PinnedAside {
+		w := fmt.Sprintf("%s at build %d", m.Machine, m.Build)
+		if m.Reason != "" {
+			w += " (" + m.Reason + ")"
+		}
+		ws = append(ws, w)
+	}
+	return strings.Join(ws, ", ")
 }
 
 // watchHead is plans watch's line of a plan: its build and state, and a
