@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	tarrules "mesh/archive"
 	"os"
 	"path"
 	"path/filepath"
@@ -371,6 +372,11 @@ func FuzzUnpack(f *testing.F) {
 		}
 		if err != nil {
 			return
+		}
+		// A host unpacked it: the upload's judge, which refuses a build
+		// whose tree no host would unpack, must not refuse it.
+		if jerr := tarrules.Judge(bytes.NewReader(gz.Bytes()), int64(gz.Len()), DefaultUnpackLimits()); jerr != nil {
+			t.Fatalf("the upload's judge refuses an archive a host unpacks: %v", jerr)
 		}
 		tree := filepath.Join(rootDir, "opt", "tree")
 		_ = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {

@@ -175,6 +175,7 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		inUse, err := s.Service.CertInUse(c.Request().Context(), name, enrolment, cert)
 		if err != nil {
 			s.recordRefusal(c, name, "replaced", err.Error())
+			closeAfter(c)
 			return nil, err
 		}
 		if inUse == cert.Serial {
@@ -202,4 +203,12 @@ func (s *Server) requireHostOrViewer(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return person(c)
 	}
+}
+
+// closeAfter closes the connection once its answer is written: a host's
+// kept connection goes on presenting the certificate it was made with, so
+// one refused as replaced would be refused on it again and again, where a
+// new connection presents the host's newest.
+func closeAfter(c echo.Context) {
+	c.Response().Header().Set(echo.HeaderConnection, "close")
 }

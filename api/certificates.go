@@ -62,6 +62,7 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 		err := fmt.Errorf("%w: machine %s's client certificate %s was replaced by a newer one, which its host has presented since; "+
 			"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, id.Machine, id.Serial)
 		s.recordRefusal(c, id.Machine, "replaced", err.Error())
+		closeAfter(c)
 		return nil, err
 	}
 	if id.Expired && !renewal {
@@ -134,16 +135,26 @@ func (s *Server) renewCertificate(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		// Unless that one was never presented: the answer that carried it
-		// was lost (a network blip as a fleet moves to TLS stranded the
-		// host, which had to enrol again), and the host asks again.
-		if m.CertSerial != "" && m.CertInUse == m.CertSerial && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
-			err := fmt.Errorf("%w: machine %s holds a certificate its host has presented (serial %s, valid until %s): a new one is asked with it, not with the host token; "+
-				"a host that lost machine.pem enrols again", models.ErrUnauthorized, p.Machine, m.CertSerial, m.CertNotAfter.UTC().Format(time.RFC3339))
+		// Unless none was ever presented: the answer that carried the
+		// first was lost (a network blip as a fleet moves to TLS stranded
+		// the host, which had to enrol again), and the host asks again —
+		// once a minute at most, so the token cannot mint certificates.
+		// Once one was presented, never: a renewal's answer lost leaves
+		// the host the one it presents, which renews.
+		valid := m.CertSerial != "" && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter)
+		if valid && m.CertInUse != "" {
+			err := fmt.Errorf("%w: machine %s holds a certificate its host has presented (serial %s): a new one is asked with it, not with the host token; "+
+				"a host that lost machine.pem enrols again", models.ErrUnauthorized, p.Machine, m.CertInUse)
 			s.recordRefusal(c, p.Machine, "bearer-certificate", err.Error())
 			return err
 		}
-		if m.CertSerial != "" && m.CertInUse != m.CertSerial && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter) {
+		if valid {
+			issued := m.CertNotAfter.Add(-s.Service.Certs.CertLifetime())
+			if again := issued.Add(time.Minute); s.Now().Before(again) {
+				return &models.RetryAfterError{After: again.Sub(s.Now()), Err: fmt.Errorf(
+					"%w: machine %s's first certificate (serial %s) was issued at %s and not presented yet; the host token asks again after %s",
+					models.ErrTooManyRequests, p.Machine, m.CertSerial, issued.UTC().Format(time.RFC3339), again.UTC().Format(time.RFC3339))}
+			}
 			why = "first certificate, asked with the host token again: serial " + m.CertSerial + ", issued before, was never presented"
 		}
 	}

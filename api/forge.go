@@ -173,8 +173,9 @@ func (s *Server) hook(c echo.Context) error {
 	if ip := c.RealIP(); !src.AllowedFrom.Allows(ip) {
 		// Before a byte of the body is read: from elsewhere, nothing is
 		// held, so an outsider cannot fill the bodies' bound. Once a
-		// minute per source and address on the record.
-		if due, since := s.refusals.Due(src.Name + "\x00hook-from\x00" + ip); due {
+		// minute per source on the record, whatever the address (an
+		// IPv6 /64 is addresses without end), counting the rest.
+		if due, since := s.refusals.Due(src.Name + "\x00hook-from"); due {
 			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 				fmt.Sprintf("from %s: not an address the source takes webhooks from%s", ip, auth.Since(since)))
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // tarGz is an archive of the given entries (a name ending in / is a
-// directory, one with "->" a symlink).
+// directory, one with "->" a symlink, one with "=>" a hardlink).
 func tarGz(t *testing.T, names ...string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -22,6 +22,9 @@ func tarGz(t *testing.T, names ...string) []byte {
 		switch {
 		case strings.HasSuffix(n, "/"):
 			h.Typeflag, h.Size, h.Mode = tar.TypeDir, 0, 0o755
+		case strings.Contains(n, "=>"):
+			name, link, _ := strings.Cut(n, "=>")
+			h.Name, h.Linkname, h.Typeflag, h.Size = name, link, tar.TypeLink, 0
 		case strings.Contains(n, "->"):
 			name, link, _ := strings.Cut(n, "->")
 			h.Name, h.Linkname, h.Typeflag, h.Size = name, link, tar.TypeSymlink, 0
@@ -62,6 +65,11 @@ func TestBuilds_ATreeNoHostUnpacksIsRefusedAtUpload(t *testing.T) {
 			// a thousand names of a megabyte were seconds of CPU each.
 			{tarGz(t, strings.Repeat("a/", 50_000)+"f"), "is a name of 100001 bytes, over the 4096 a host can make"},
 			{tarGz(t, "bin/"+strings.Repeat("x", 300)), "has a name of 300 bytes in it, over the 255 a host can make"},
+			// The shape the entries make, which no entry alone tells.
+			{tarGz(t, "bin/", "bin/run", "bin/run"), "entry bin/run is given twice"},
+			{tarGz(t, "bin", "bin/run"), "entry bin/run lies beneath bin, a file"},
+			{tarGz(t, "bin/", "bin/hard=>bin/nothing"), "hardlink bin/hard → bin/nothing names no file given before it"},
+			{tarGz(t, "bin/", "bin/hard=>bin"), "hardlink bin/hard → bin names a directory"},
 		} {
 			resp, body := e.Upload(e.Admin, "app", tree, c.artifact, "")
 			if resp.StatusCode != 400 || !strings.Contains(string(body), "tree runtime unpacks the build's artifact, and every host would refuse it: ") ||
@@ -74,7 +82,7 @@ func TestBuilds_ATreeNoHostUnpacksIsRefusedAtUpload(t *testing.T) {
 		if len(builds.Items) != 0 {
 			t.Fatalf("refused uploads made builds: %+v", builds.Items)
 		}
-		if resp, body := e.Upload(e.Admin, "app", tree, tarGz(t, "bin/", "bin/run", "lib->bin"), ""); resp.StatusCode != 201 {
+		if resp, body := e.Upload(e.Admin, "app", tree, tarGz(t, "./", "bin/", "bin/", "bin/run", "bin/same=>bin/run", "lib->bin", "lib/beneath-a-link", "lib/x=>bin/run"), ""); resp.StatusCode != 201 {
 			t.Fatalf("a tree that stays inside: %d %s", resp.StatusCode, body)
 		}
 		// What the judge reads is bounded (1 GiB of content): past it the

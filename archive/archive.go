@@ -199,3 +199,88 @@ func EntryName(n string) (string, error) {
 	}
 	return c, nil
 }
+
+// Judge is Walk for one who does not unpack: it also follows the shape
+// the entries make — which names are files, directories or links — and
+// refuses what a host's unpacking would fail on though each entry alone
+// passes: a name given twice, a name beneath a file, a hardlink to a name
+// not given before it (or to a directory). Beneath a symlink the shape is
+// the host's to find out: nothing there is judged by shape.
+func Judge(r io.Reader, size int64, limits Limits) error {
+	const (
+		isFile = iota + 1
+		isDir
+		isLink // a symlink
+	)
+	shape := map[string]int{}
+	// parents makes name's ancestors directories, as a host's MkdirAll
+	// does; it says whether name lies beneath a symlink (unjudged).
+	parents := func(name string) (beneathLink bool, err error) {
+		dir := path.Dir(name)
+		if dir == "." {
+			return false, nil
+		}
+		parts := strings.Split(dir, "/")
+		for i := range parts {
+			p := strings.Join(parts[:i+1], "/")
+			switch shape[p] {
+			case isLink:
+				return true, nil
+			case isFile:
+				return false, escapes("entry %s lies beneath %s, a file: no host can unpack it", name, p)
+			case 0:
+				shape[p] = isDir
+			}
+		}
+		return false, nil
+	}
+	// beneathLink says whether one of name's ancestors is a symlink.
+	beneathLink := func(name string) bool {
+		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
+			if shape[dir] == isLink {
+				return true
+			}
+		}
+		return false
+	}
+	return Walk(r, size, limits, func(e Entry, _ io.Reader) error {
+		beneath, err := parents(e.Name)
+		if err != nil || beneath {
+			return err
+		}
+		was := shape[e.Name]
+		switch e.Header.Typeflag {
+		case tar.TypeDir:
+			if was == isFile {
+				return escapes("entry %s is a directory and, before it, a file: no host can unpack it", e.Name)
+			}
+			if was == 0 {
+				shape[e.Name] = isDir
+			}
+		case tar.TypeReg, tar.TypeSymlink:
+			if was != 0 {
+				return escapes("entry %s is given twice: no host can unpack it (the name exists by then)", e.Name)
+			}
+			shape[e.Name] = isFile
+			if e.Header.Typeflag == tar.TypeSymlink {
+				shape[e.Name] = isLink
+			}
+		case tar.TypeLink:
+			if was != 0 {
+				return escapes("entry %s is given twice: no host can unpack it (the name exists by then)", e.Name)
+			}
+			if beneathLink(e.Link) || shape[e.Link] == isLink {
+				shape[e.Name] = isFile
+				return nil // where the target leads is the host's to find
+			}
+			switch shape[e.Link] {
+			case 0:
+				return escapes("hardlink %s → %s names no file given before it: no host can unpack it", e.Name, e.Header.Linkname)
+			case isDir:
+				return escapes("hardlink %s → %s names a directory: no host can unpack it", e.Name, e.Header.Linkname)
+			}
+			shape[e.Name] = isFile
+		}
+		return nil
+	})
+}

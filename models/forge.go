@@ -74,6 +74,14 @@ func ParseAllowedFrom(field string, in []string) (AllowedFrom, error) {
 	for i, a := range in {
 		a = strings.TrimSpace(a)
 		if p, err := netip.ParsePrefix(a); err == nil {
+			if p.Addr().Is4In6() {
+				// A sender's address is compared as IPv4 when it is one:
+				// an IPv4-mapped prefix would match none.
+				if p.Bits() < 96 {
+					return nil, Invalid(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("%q mixes IPv4-mapped and other IPv6 addresses: give the IPv4 prefix", EscapeLogLine(a, 64)))
+				}
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			}
 			out = append(out, p.Masked().String())
 			continue
 		}

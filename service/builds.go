@@ -112,14 +112,15 @@ func checkDigest(artifact *models.Blob, given string) error {
 // tree under (archive.Walk), so that a build whose tree every host would
 // refuse — an entry whose name escapes it or no host can make, a device
 // file, not a tar.gz — is refused at its upload rather than by its canary.
-// The judge reads each entry's header alone (bounded: see judged); what
-// only unpacking tells — a symlink that leads out through another, a
-// hardlink to nothing, a name given twice — each host still refuses.
+// The judge reads each entry's header alone (bounded: see judged), and
+// the shape they make (a name given twice, a hardlink to nothing); what
+// only unpacking tells — a symlink that leads out through another, what
+// lies beneath a symlink — each host still refuses.
 func (s *Service) PutArtifact(ctx context.Context, r io.Reader) (*models.Blob, error) {
 	pr, pw := io.Pipe()
 	verdict := make(chan error, 1)
 	go func() {
-		err := archive.Walk(pr, math.MaxInt64, judged, nil)
+		err := archive.Judge(pr, math.MaxInt64, judged)
 		if r := (*archive.Refusal)(nil); errors.As(err, &r) && r.TooLarge {
 			err = nil // past what is judged here: the hosts judge the rest
 		}

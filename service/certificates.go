@@ -88,7 +88,12 @@ func (s *Service) SpendGrace(ctx context.Context, name string, cert *meshca.Mach
 // the one it replaces is refused for as long as any certificate issued
 // before it could still be valid and renewed.
 func (s *Service) CertInUse(ctx context.Context, name, enrolment string, cert *meshca.MachineIdentity) (string, error) {
-	return s.Store.CertInUse(ctx, name, enrolment, cert.Serial, s.Store.Now().Add(s.Certs.CertLifetime()+s.Certs.CertGrace()))
+	inUse, retired, err := s.Store.CertInUse(ctx, name, enrolment, cert.Serial, s.Store.Now().Add(s.Certs.CertLifetime()+s.Certs.CertGrace()))
+	if err == nil && retired {
+		err = fmt.Errorf("%w: machine %s's client certificate %s is neither the one its host presents nor its latest: a renewal replaced it, or it is a copy's; "+
+			"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, name, cert.Serial)
+	}
+	return inUse, err
 }
 
 // RevokeMachine revokes a machine's identity (a person's act, audited):

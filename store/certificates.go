@@ -65,50 +65,59 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 
 // CertInUse records that machine name's host (of enrolment) presented its
 // client certificate serial, and returns the serial in use after it ("":
-// none recorded; not to be remembered). The first time the machine's
+// not this enrolment's, nothing recorded). The first time the machine's
 // latest certificate is presented it becomes the one in use, and the one
 // used before is retired — refused on every instance until until, through
 // the one revocation mechanism, audited. So a renewal retires the old
 // certificate once the new one is known to have reached the host, never at
-// its issue, when a lost answer would leave the host only a refused one.
-// An older certificate is taken while the latest was never presented (a
-// renewal whose answer was lost: the host renews again with it), and
-// refused once the latest was.
-func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, until time.Time) (string, error) {
-	return Write(ctx, s, func(tx *Tx) (string, error) {
+// its issue, when a lost answer would leave the host only a refused one:
+// the one in use stands until then (the host renews again with it).
+//
+// Any other certificate of the enrolment — neither the one in use nor the
+// latest — is retired at once and refused (retired true, the refusal
+// committed): it can only be one a renewal replaced or a copy's, and
+// refused in memory from then on, it costs the store nothing again. A
+// machine with none recorded in use (certified before this record was
+// kept) takes the first it sees as the one in use.
+func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, until time.Time) (inUse string, retired bool, err error) {
+	err = s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
-			return "", err
+			return err
 		}
 		switch {
 		case m.TokenID != enrolment || serial == "":
-			return "", nil // not this enrolment's: its other checks say so
+			return nil // not this enrolment's: its other checks say so
 		case serial == m.CertInUse:
-			return serial, nil
-		case serial == m.CertSerial:
+			inUse = serial
+			return nil
+		case serial == m.CertSerial || m.CertInUse == "":
 			prev := m.CertInUse // before the update, which sets m's field too
 			if err := tx.Model(m).Update("cert_in_use", serial).Error; err != nil {
-				return "", err
+				return err
 			}
+			inUse = serial
 			detail := fmt.Sprintf("serial %s presented for the first time", serial)
 			if prev != "" {
 				r := &models.Revocation{TokenID: models.CertRetiredID(prev), Kind: models.RevokedCertificate,
 					Reason: "replaced by " + serial, ExpiresAt: until}
 				if _, err := revoke(tx, "host:"+name, r); err != nil {
-					return "", err
+					return err
 				}
 				detail += "; serial " + prev + ", used before it, retired"
 			}
-			return serial, audit(tx, "host:"+name, "certificate-in-use", "machine/"+name, detail)
-		case m.CertInUse != "" && m.CertInUse == m.CertSerial:
-			return "", fmt.Errorf("%w: machine %s's client certificate %s was replaced by %s, which its host has presented since; "+
-				"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, name, serial, m.CertSerial)
+			return audit(tx, "host:"+name, "certificate-in-use", "machine/"+name, detail)
 		default:
-			// The latest was never presented (its answer lost, or issued
-			// before this record was kept): the host's older one stands.
-			return "", nil
+			retired = true
+			r := &models.Revocation{TokenID: models.CertRetiredID(serial), Kind: models.RevokedCertificate,
+				Reason: "neither in use (" + m.CertInUse + ") nor the latest (" + m.CertSerial + ")", ExpiresAt: until}
+			if _, err := revoke(tx, "host:"+name, r); err != nil {
+				return err
+			}
+			return audit(tx, "host:"+name, "revoke", r.Kind+"/"+serial[:min(8, len(serial))], "presented by machine "+name+"'s host: "+r.Reason)
 		}
 	})
+	return inUse, retired, err
 }
 
 // RevokeMachine revokes a machine's identity: its state becomes revoked
