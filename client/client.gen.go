@@ -3661,7 +3661,9 @@ type ClientInterface interface {
 	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-	// with its host token.
+	// with its host token — again, once a minute at most, while no certificate of the machine was
+	// ever presented (the answer that carried its first was lost); once one was, never.
+	// A new certificate retires the one it replaces when the host first presents it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3674,7 +3676,9 @@ type ClientInterface interface {
 	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-	// with its host token.
+	// with its host token — again, once a minute at most, while no certificate of the machine was
+	// ever presented (the answer that carried its first was lost); once one was, never.
+	// A new certificate retires the one it replaces when the host first presents it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4700,7 +4704,9 @@ func (c *Client) GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (
 // accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 // the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-// with its host token.
+// with its host token — again, once a minute at most, while no certificate of the machine was
+// ever presented (the answer that carried its first was lost); once one was, never.
+// A new certificate retires the one it replaces when the host first presents it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4723,7 +4729,9 @@ func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType strin
 // accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 // the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-// with its host token.
+// with its host token — again, once a minute at most, while no certificate of the machine was
+// ever presented (the answer that carried its first was lost); once one was, never.
+// A new certificate retires the one it replaces when the host first presents it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10009,7 +10017,9 @@ type ClientWithResponsesInterface interface {
 	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-	// with its host token.
+	// with its host token — again, once a minute at most, while no certificate of the machine was
+	// ever presented (the answer that carried its first was lost); once one was, never.
+	// A new certificate retires the one it replaces when the host first presents it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10022,7 +10032,9 @@ type ClientWithResponsesInterface interface {
 	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-	// with its host token.
+	// with its host token — again, once a minute at most, while no certificate of the machine was
+	// ever presented (the answer that carried its first was lost); once one was, never.
+	// A new certificate retires the one it replaces when the host first presents it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12070,6 +12082,11 @@ func (r GetMeshCAResponse) ContentType() string {
 	return ""
 }
 
+// RenewCertificateResponse429Headers the declared response headers of an HTTP 429 response for RenewCertificate
+type RenewCertificateResponse429Headers struct {
+	RetryAfter *string
+}
+
 type RenewCertificateResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12081,8 +12098,12 @@ type RenewCertificateResponse struct {
 	ApplicationproblemJSON401 *Unauthorized
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RenewCertificateResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12103,6 +12124,11 @@ func (r RenewCertificateResponse) GetApplicationproblemJSON401() *Unauthorized {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RenewCertificateResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RenewCertificateResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -16763,7 +16789,9 @@ func (c *ClientWithResponses) GetMeshCAWithResponse(ctx context.Context, reqEdit
 // accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 // the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-// with its host token.
+// with its host token — again, once a minute at most, while no certificate of the machine was
+// ever presented (the answer that carried its first was lost); once one was, never.
+// A new certificate retires the one it replaces when the host first presents it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16782,7 +16810,9 @@ func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.C
 // accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
 // the handshake proved the old key, and the expired certificate is revoked as it is renewed.
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
-// with its host token.
+// with its host token — again, once a minute at most, while no certificate of the machine was
+// ever presented (the answer that carried its first was lost); once one was, never.
+// A new certificate retires the one it replaces when the host first presents it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19054,6 +19084,13 @@ func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateRespons
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -19061,6 +19098,19 @@ func ParseRenewCertificateResponse(rsp *http.Response) (*RenewCertificateRespons
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers RenewCertificateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
