@@ -142,7 +142,9 @@ func (s *Server) renewCertificate(c echo.Context) error {
 		// Once one was presented, never: a renewal's answer lost leaves
 		// the host the one it presents, which renews.
 		valid := m.CertSerial != "" && m.CertNotAfter != nil && s.Now().Before(*m.CertNotAfter)
-		if valid && m.CertInUse != "" {
+		if m.CertInUse != "" {
+			// Expired or not: an expired one renews with itself in its
+			// grace, and past it the machine enrols again.
 			err := fmt.Errorf("%w: machine %s holds a certificate its host has presented (serial %s): a new one is asked with it, not with the host token; "+
 				"a host that lost machine.pem enrols again", models.ErrUnauthorized, p.Machine, m.CertInUse)
 			s.recordRefusal(c, p.Machine, "bearer-certificate", err.Error())
@@ -161,14 +163,9 @@ func (s *Server) renewCertificate(c echo.Context) error {
 	if p.cert != nil {
 		why = "renewal of " + p.cert.Serial
 		if p.cert.Expired {
-			// Once: the expired certificate is spent by this renewal.
-			spent, err := s.Service.SpendGrace(ctx, p.Machine, p.cert)
-			if err != nil {
-				return err
-			}
-			if !spent {
-				return fmt.Errorf("%w: machine %s's client certificate %s was renewed once in its grace already", models.ErrUnauthorized, p.Machine, p.cert.Serial)
-			}
+			// Until its successor is presented, which retires it
+			// (CertInUse): spent at the renewal, a lost answer left the
+			// host a certificate that could renew no more.
 			why = "renewal in the grace of " + p.cert.Serial + ", expired " + p.cert.NotAfter.UTC().Format(time.RFC3339)
 		}
 	}

@@ -82,7 +82,8 @@ func TestBuilds_ATreeNoHostUnpacksIsRefusedAtUpload(t *testing.T) {
 		if len(builds.Items) != 0 {
 			t.Fatalf("refused uploads made builds: %+v", builds.Items)
 		}
-		if resp, body := e.Upload(e.Admin, "app", tree, tarGz(t, "./", "bin/", "bin/", "bin/run", "bin/same=>bin/run", "lib->bin", "lib/beneath-a-link", "lib/x=>bin/run"), ""); resp.StatusCode != 201 {
+		if resp, body := e.Upload(e.Admin, "app", tree, tarGz(t, "./", "bin/", "bin/", "bin/run", "bin/same=>bin/run", "lib->bin", "lib/beneath-a-link", "lib/x=>bin/run",
+			"hard=>lib", "hard/beneath-a-hardlinked-symlink"), ""); resp.StatusCode != 201 {
 			t.Fatalf("a tree that stays inside: %d %s", resp.StatusCode, body)
 		}
 		// What the judge reads is bounded (1 GiB of content): past it the

@@ -270,8 +270,10 @@ func Judge(r io.Reader, size int64, limits Limits) error {
 				return escapes("entry %s is given twice: no host can unpack it (the name exists by then)", e.Name)
 			}
 			if beneathLink(e.Link) || shape[e.Link] == isLink {
-				shape[e.Name] = isFile
-				return nil // where the target leads is the host's to find
+				// What it names is the host's to find (a hardlink to a
+				// symlink is a symlink): nothing beneath it is judged.
+				shape[e.Name] = isLink
+				return nil
 			}
 			switch shape[e.Link] {
 			case 0:

@@ -3658,8 +3658,8 @@ type ClientInterface interface {
 	// RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+	// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
@@ -3673,8 +3673,8 @@ type ClientInterface interface {
 	// RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+	// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
@@ -4701,8 +4701,8 @@ func (c *Client) GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (
 // RenewCertificateWithBody a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 //
 // Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
@@ -4726,8 +4726,8 @@ func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType strin
 // RenewCertificate a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 //
 // Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
@@ -10014,8 +10014,8 @@ type ClientWithResponsesInterface interface {
 	// RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+	// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
@@ -10029,8 +10029,8 @@ type ClientWithResponsesInterface interface {
 	// RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 	//
 	// Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-	// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-	// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+	// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+	// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 	// A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
@@ -16786,8 +16786,8 @@ func (c *ClientWithResponses) GetMeshCAWithResponse(ctx context.Context, reqEdit
 // RenewCertificateWithBodyWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 //
 // Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
@@ -16807,8 +16807,8 @@ func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.C
 // RenewCertificateWithResponse a host renews its client certificate for a new key (its current certificate, or its host token when it has none)
 //
 // Authenticated by the machine certificate presented in the TLS handshake. An expired one is
-// accepted here only, within the controller's grace (`--machine-cert-grace`), and only once:
-// the handshake proved the old key, and the expired certificate is revoked as it is renewed.
+// accepted here only, within the controller's grace (`--machine-cert-grace`), until the host
+// presents the certificate it was renewed for, which retires it (the handshake proved the old key).
 // A host that has no certificate yet (enrolled over plain HTTP or before certificates) asks
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.

@@ -319,21 +319,64 @@ func TestMachineCerts_Renewal(t *testing.T) {
 	if resp, b := poll(host, "", "0s"); resp.StatusCode != 401 || !strings.Contains(string(b), "the host renews it (POST /api/v1/host/certificate)") {
 		t.Fatalf("poll with an expired certificate: %d %s", resp.StatusCode, b)
 	}
+	if status, b, _ := renew(t, host, "m1"); status != 201 {
+		t.Fatalf("renewal in the grace: %d %s", status, b)
+	}
+	// Its answer lost, the expired certificate renews again: spent at the
+	// first renewal, it left the host nothing to renew with but enrolment.
 	status, b, key := renew(t, host, "m1")
 	if status != 201 {
-		t.Fatalf("renewal in the grace: %d %s", status, b)
+		t.Fatalf("a second renewal in the grace, the first never presented: %d %s", status, b)
 	}
 	var renewed struct{ Certificate string }
 	if err := json.Unmarshal(b, &renewed); err != nil {
 		t.Fatal(err)
 	}
-	if status, b, _ := renew(t, host, "m1"); status != 401 || !strings.Contains(string(b), "renewed once in its grace already") {
-		t.Fatalf("a second renewal in the grace: %d %s", status, b)
-	}
 	nc := machineCert{key: key, pem: renewed.Certificate}.tls(t)
 	if resp, b := poll(as(t, e, &nc), "", "0s"); resp.StatusCode != 200 {
 		t.Fatalf("poll with the renewed certificate: %d %s", resp.StatusCode, b)
 	}
+	// Presented, the new one retires the expired one: it renews no more.
+	if status, b, _ := renew(t, as(t, e, &c), "m1"); status != 401 || !strings.Contains(string(b), "was replaced by a newer one") {
+		t.Fatalf("a renewal in the grace once its successor was presented: %d %s", status, b)
+	}
+
+	t.Run("TokenAsksNoMoreOnceOneWasPresented", func(t *testing.T) {
+		// A machine that moved to TLS with its token: once a certificate
+		// of it was presented, the token asks for none, expired or not (a
+		// copy of host.json got one once the host's expired, and its
+		// presenting it retired the host's).
+		e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true, MachineCertLifetime: 2 * time.Second, MachineCertGrace: time.Hour})
+		m2 := e.Enroll("m2")
+		plain := as(t, e, nil)
+		ask := func() (*http.Response, []byte, *ecdsa.PrivateKey) {
+			key, _ := meshca.NewKey()
+			csr, _ := meshca.NewCSR(key, "m2")
+			resp, b := plain.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/certificate", Token: m2.Token, Body: map[string]string{"csr": string(csr)}})
+			return resp, b, key
+		}
+		resp, b, key := ask()
+		if resp.StatusCode != 201 {
+			t.Fatalf("the first certificate: %d %s", resp.StatusCode, b)
+		}
+		var first struct{ Certificate string }
+		if err := json.Unmarshal(b, &first); err != nil {
+			t.Fatal(err)
+		}
+		mc := machineCert{key: key, pem: first.Certificate}
+		c2 := mc.tls(t)
+		if resp, b := poll(as(t, e, &c2), "", "0s"); resp.StatusCode != 200 {
+			t.Fatalf("poll with it: %d %s", resp.StatusCode, b)
+		}
+		leaf, _ := x509.ParseCertificate(c2.Certificate[0])
+		testwait.For(t, 10*time.Second, "the certificate expired", func() bool { return time.Now().After(leaf.NotAfter.Add(time.Second)) })
+		if resp, b, _ := ask(); resp.StatusCode != 401 || !strings.Contains(detail(b), "holds a certificate its host has presented") {
+			t.Fatalf("the token, once the presented certificate expired: %d %s", resp.StatusCode, b)
+		}
+		if status, b, _ := renew(t, as(t, e, &c2), "m2"); status != 201 {
+			t.Fatalf("the host's renewal in its grace: %d %s", status, b)
+		}
+	})
 
 	t.Run("PastGrace", func(t *testing.T) {
 		e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true, MachineCertLifetime: time.Second, MachineCertGrace: time.Second})

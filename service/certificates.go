@@ -78,12 +78,6 @@ func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment s
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), cert, nil
 }
 
-// SpendGrace spends an expired certificate's one renewal in its grace
-// (revoked as it is renewed); false when it was spent already.
-func (s *Service) SpendGrace(ctx context.Context, name string, cert *meshca.MachineIdentity) (bool, error) {
-	return s.Store.SpendGraceRenewal(ctx, name, cert.Serial, cert.NotAfter.Add(s.Certs.CertGrace()))
-}
-
 // CertInUse records a machine's certificate presented (Store.CertInUse):
 // the one it replaces is refused for as long as any certificate issued
 // before it could still be valid and renewed.

@@ -151,17 +151,3 @@ func (s *Store) RevokeMachine(ctx context.Context, actor, name, reason string) (
 		return m, audit(tx, actor, "revoke-machine", "machine/"+name, reason)
 	})
 }
-
-// SpendGraceRenewal revokes an expired certificate as it is renewed in
-// its grace, so it renews once: spent is false when it was spent already.
-func (s *Store) SpendGraceRenewal(ctx context.Context, name, serial string, until time.Time) (spent bool, err error) {
-	return Write(ctx, s, func(tx *Tx) (bool, error) {
-		r := &models.Revocation{TokenID: models.CertRevocationID(serial), Kind: models.RevokedCertificate,
-			Reason: "expired; renewed once in its grace", ExpiresAt: until}
-		spent, err := revoke(tx, "host:"+name, r)
-		if err != nil || !spent {
-			return spent, err
-		}
-		return true, audit(tx, "host:"+name, "revoke", r.Kind+"/"+serial[:min(8, len(serial))], r.Reason)
-	})
-}

@@ -41,8 +41,7 @@ func revokedIDs(t *testing.T, s *store.Store) map[string]string {
 // TestMachineCertificates: a certificate is recorded on its machine (one
 // issued at enrolment refuses its bearer token alone from then on); revoking the machine marks it and revokes its enrolment (announced to
 // every instance), and no certificate is recorded for it after; deleting
-// a machine revokes its enrolment too; an expired certificate is spent
-// once in its grace.
+// a machine revokes its enrolment too.
 func TestMachineCertificates(t *testing.T) {
 	ctx := context.Background()
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
@@ -107,13 +106,6 @@ func TestMachineCertificates(t *testing.T) {
 			t.Fatalf("deleting m2 left its enrolment unrevoked: %v", got)
 		}
 
-		spent, err := s.SpendGraceRenewal(ctx, "m1", "abc", until)
-		if err != nil || !spent {
-			t.Fatalf("first grace renewal: %v %v", spent, err)
-		}
-		if spent, err := s.SpendGraceRenewal(ctx, "m1", "abc", until); err != nil || spent {
-			t.Fatalf("second grace renewal: %v %v", spent, err)
-		}
 	})
 }
 
