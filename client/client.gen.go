@@ -686,6 +686,7 @@ const (
 	RolloutMachineStateStopped    RolloutMachineState = "stopped"
 	RolloutMachineStateUpgraded   RolloutMachineState = "upgraded"
 	RolloutMachineStateUpgrading  RolloutMachineState = "upgrading"
+	RolloutMachineStateWithdrawn  RolloutMachineState = "withdrawn"
 )
 
 // Valid indicates whether the value is a known member of the RolloutMachineState enum.
@@ -704,6 +705,8 @@ func (e RolloutMachineState) Valid() bool {
 	case RolloutMachineStateUpgraded:
 		return true
 	case RolloutMachineStateUpgrading:
+		return true
+	case RolloutMachineStateWithdrawn:
 		return true
 	default:
 		return false
@@ -2014,14 +2017,14 @@ type RolloutMachine struct {
 	Reason    string     `json:"reason"`
 	StartedAt *time.Time `json:"started_at"`
 
-	// State refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back
+	// State refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back. withdrawn: never reached, the rollout ended (halted, cancelled) first
 	State RolloutMachineState `json:"state"`
 
 	// Wave 0 for the canaries
 	Wave int `json:"wave"`
 }
 
-// RolloutMachineState refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back
+// RolloutMachineState refused: its host would not take the release (it does not run under mesh-host launch, or could not verify it); the rollout halts, the release is not marked failed. stopped: the rollout halted while its host was upgrading (another machine failed the release); its target was put back. withdrawn: never reached, the rollout ended (halted, cancelled) first
 type RolloutMachineState string
 
 // RolloutRequest defines model for RolloutRequest.

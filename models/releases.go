@@ -68,6 +68,9 @@ const (
 	// UpgradeStopped: the rollout halted while its host was upgrading
 	// (another machine failed the release); its target was put back.
 	UpgradeStopped = "stopped"
+	// UpgradeWithdrawn: never reached, the rollout ended first (said of a
+	// pending machine of a halted or cancelled rollout; never stored).
+	UpgradeWithdrawn = "withdrawn"
 )
 
 // Rollout moves the fleet to a host release, wave by wave.

@@ -209,8 +209,16 @@ func rolloutView(tx *Tx, ro *models.Rollout) (*models.RolloutView, error) {
 	err := tx.Table("rollout_machines").Select("rollout_machines.*, machines.name AS name").
 		Joins("JOIN machines ON machines.id = rollout_machines.machine_id").
 		Where("rollout_id = ?", ro.ID).Order("rollout_machines.wave, machines.name").Scan(&rows).Error
+	// A rollout that ended (halted, cancelled) reaches no machine it had
+	// not reached: such a machine is said withdrawn, with why, not
+	// "pending" as if still to come (as a plan's steps are).
+	ended := ro.State == models.RolloutHalted || ro.State == models.RolloutCancelled || ro.State == models.RolloutDone
 	for _, r := range rows {
 		r.RolloutMachine.Machine = r.Name
+		if ended && r.State == models.UpgradePending {
+			r.RolloutMachine.State = models.UpgradeWithdrawn
+			r.RolloutMachine.Reason = "never reached: the rollout " + ro.State + " first"
+		}
 		v.Machines = append(v.Machines, r.RolloutMachine)
 	}
 	return v, err

@@ -362,3 +362,33 @@ func TestSends_AReleaseRefusalIsNotTheDeclarationsOutcome(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_AHaltedRolloutsUnreachedMachinesAreWithdrawn: the canary
+// rolls back, the rollout halts; the machines it never reached were
+// listed "pending", as if still to come. They are said withdrawn, with
+// why, as a plan's unreached steps are.
+func TestRollout_AHaltedRolloutsUnreachedMachinesAreWithdrawn(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := fixture(t, s, "a")
+		fixture(t, s, "b")
+		fixture(t, s, "c")
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		if ro.State != models.RolloutHalted {
+			t.Fatalf("rollout %s", ro.State)
+		}
+		for _, m := range ro.Machines {
+			if m.Machine != "a" && (m.State != models.UpgradeWithdrawn || m.Reason != "never reached: the rollout halted first") {
+				t.Fatalf("%s: %s %q", m.Machine, m.State, m.Reason)
+			}
+		}
+	})
+}
