@@ -48,6 +48,15 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 	if out := meshctl("releases", "ls"); !strings.Contains(out, "1.5.0") || !strings.Contains(out, "1,2") {
 		t.Fatalf("releases:\n%s", out)
 	}
+	if out := meshctl("releases", "show", "1.5.0"); !strings.Contains(out, "PLATFORM") || !strings.Contains(out, "ready") ||
+		!strings.Contains(out, "no rollout of 1.5.0 yet") {
+		t.Fatalf("releases show:\n%s", out)
+	}
+	var showErr bytes.Buffer
+	if code := run(context.Background(), []string{"releases", "show", "9.9.9"}, strings.NewReader(""), &bytes.Buffer{}, &showErr); code == 0 ||
+		!strings.Contains(showErr.String(), "no host release 9.9.9") {
+		t.Fatalf("releases show of no release: exit %d, %s", code, showErr.String())
+	}
 	meshctl("machines", "revoke", "m2", "--reason", "disk sold")
 	if out := meshctl("machines", "show", "m2"); !strings.Contains(out, "revoked: disk sold") ||
 		(strings.Contains(out, "Health:") && strings.Contains(out, "passing") && !strings.Contains(out, "no fact of now")) {

@@ -102,7 +102,15 @@ cancelled, printing the reason.`,
 		},
 	}
 	watch.Flags().DurationVar(&interval, "interval", time.Second, "how often to poll the rollout")
-	cmd.AddCommand(a.releasesList(), upload, rollout, watch)
+	show := &cobra.Command{
+		Use:   "show VERSION",
+		Short: "A host release: each platform's build, its state and why, and its rollout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.showRelease(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(a.releasesList(), show, upload, rollout, watch)
 	for _, action := range []struct{ name, short string }{
 		{"pause", "Pause a release's running rollout: no more machines start"},
 		{"resume", "Resume a release's paused rollout"},
@@ -118,6 +126,63 @@ cancelled, printing the reason.`,
 		})
 	}
 	return cmd
+}
+
+// showRelease shows a host release's builds (one a platform) and its
+// latest rollout, if it has one.
+func (a *app) showRelease(ctx context.Context, ver string) error {
+	c, err := a.apiClient()
+	if err != nil {
+		return err
+	}
+	all, _, err := collect[client.Release](0, func(cursor *string, n int) (*http.Response, []byte, error) {
+		r, err := c.ListHostReleasesWithResponse(ctx, &client.ListHostReleasesParams{Limit: &n, Cursor: cursor})
+		if err != nil {
+			return nil, nil, err
+		}
+		return r.HTTPResponse, r.Body, nil
+	})
+	if err != nil {
+		return err
+	}
+	var rs []client.Release
+	for _, r := range all {
+		if r.Version == ver {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return fmt.Errorf("no host release %s (meshctl releases ls lists them)", ver)
+	}
+	ro, err := c.GetRolloutWithResponse(ctx, ver)
+	if err != nil {
+		return reach(err)
+	}
+	if ro.StatusCode() != http.StatusNotFound {
+		if err := expect(ro.HTTPResponse, ro.Body, http.StatusOK); err != nil {
+			return err
+		}
+	}
+	if a.jsonOut() {
+		out := map[string]any{"releases": rs, "rollout": nil}
+		if ro.JSON200 != nil {
+			out["rollout"] = ro.JSON200
+		}
+		return a.encodeJSON(out)
+	}
+	rows := [][]string{{"PLATFORM", "STATE", "SCHEMAS", "SIZE", "DIGEST", "CREATED", "BY", "FAILURE"}}
+	for _, r := range rs {
+		rows = append(rows, []string{r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size), r.Digest, ago(&r.CreatedAt), r.CreatedBy, r.Failure})
+	}
+	if err := a.table(rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.out)
+	if ro.JSON200 == nil {
+		fmt.Fprintf(a.out, "no rollout of %s yet (meshctl releases rollout %s)\n", ver, ver)
+		return nil
+	}
+	return a.showRollout(ro.JSON200)
 }
 
 // rolloutAction pauses, resumes or cancels a release's rollout and shows
