@@ -159,7 +159,7 @@ func TestHostUpgrade_RolloutAndAutomaticRollback(t *testing.T) {
 			t.Fatalf("rollout of %s: %+v", bad.version, v)
 		}
 		for _, m := range v.Machines {
-			if m.Machine != "m2" && m.State != "pending" {
+			if m.Machine != "m2" && (m.State != "withdrawn" || !strings.Contains(m.Reason, "never reached")) { // never tried: the rollout halted first
 				t.Fatalf("%s left v2 during the rollout of %s: %+v", m.Machine, bad.version, m)
 			}
 		}
