@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -393,7 +394,26 @@ func (a *app) editAssignments(ctx context.Context, machine string, edit assignme
 			return a.printJSON(put.Body)
 		}
 		fmt.Fprintf(a.out, "%s: generation %s\n", machine, strings.Trim(put.HTTPResponse.Header.Get("ETag"), `"`))
-		return a.assignmentTable(put.JSON200.Assignments)
+		if err := a.assignmentTable(put.JSON200.Assignments); err != nil {
+			return err
+		}
+		a.sayIfNotComposable(ctx, c, machine)
+		return nil
+	}
+}
+
+// sayIfNotComposable tells, on stderr, that the machine's new generation
+// cannot be composed, and why: nothing is sent to it until that is fixed
+// (an edit said only "generation N", and the why was on machines show).
+// The controller's preview composes it now; nothing is sent.
+func (a *app) sayIfNotComposable(ctx context.Context, c *client.ClientWithResponses, machine string) {
+	r, err := c.PreviewDeclarationWithResponse(ctx, machine)
+	if err != nil || r.StatusCode() != http.StatusConflict {
+		return
+	}
+	var pe *problemError
+	if err := expect(r.HTTPResponse, r.Body, http.StatusOK); errors.As(err, &pe) && pe.Problem.Detail != nil {
+		fmt.Fprintf(a.errOut, "note: %s's generation cannot be composed, so nothing is sent to it until that is fixed: %s\n", machine, *pe.Problem.Detail)
 	}
 }
 

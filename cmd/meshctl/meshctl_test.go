@@ -338,6 +338,23 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("AssignSaysAGenerationThatCannotBeComposed", func(t *testing.T) {
+		// m9's new generation needs a variable it does not have: nothing
+		// is sent to it. The edit said only "generation N".
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "needsvar"}}, 201, nil)
+		if resp, b := e.Upload(e.Admin, "needsvar", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/nv.conf", "content": "port=${var.port}\n"}]}`, nil, ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %d %s", resp.StatusCode, b)
+		}
+		e.Enroll("m9")
+		r := mc.ok(nil, "assign", "m9", "needsvar")
+		if !strings.Contains(r.stderr, "note: m9's generation cannot be composed, so nothing is sent to it until that is fixed:") || !strings.Contains(r.stderr, "port") {
+			t.Fatalf("assigning a module whose variable m9 lacks: %s", r)
+		}
+		if r := mc.ok(nil, "unassign", "m9", "needsvar"); strings.Contains(r.stderr, "cannot be composed") {
+			t.Fatalf("a composable generation said not: %s", r)
+		}
+	})
+
 	t.Run("BuildsUploadADirectory", func(t *testing.T) {
 		dir := t.TempDir()
 		files := map[string]string{"bin/run": "#!/bin/sh\necho hi\n", "share/README": "app\n"}
