@@ -98,8 +98,8 @@ type Entry struct {
 
 // Walk reads the tar.gz r of size bytes under limits and calls each for
 // every entry that passes the rules, in order, with the tar reader
-// positioned at its bytes (each may be nil: only judge). It stops at the
-// first refusal (a *Refusal) or error of each's.
+// positioned at its bytes. It stops at the first refusal (a *Refusal) or
+// error of each's.
 func Walk(r io.Reader, size int64, limits Limits, each func(e Entry, body io.Reader) error) error {
 	limits.Defaults()
 	budget, budgetWhy := limits.Budget(size)
@@ -160,10 +160,8 @@ func Walk(r io.Reader, size int64, limits Limits, each func(e Entry, body io.Rea
 		default:
 			return escapes("%s has unsupported type %q", h.Name, h.Typeflag)
 		}
-		if each != nil {
-			if err := each(e, tr); err != nil {
-				return err
-			}
+		if err := each(e, tr); err != nil {
+			return err
 		}
 	}
 }

@@ -222,9 +222,7 @@ func TestPlan_HostReleaseFirstRefused(t *testing.T) {
 				}
 			})
 		}
-		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.6.0")
 		if _, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "1.5.0"); !errors.Is(err, models.ErrConflict) {
 			t.Fatalf("with another rollout running: %v", err)
 		}

@@ -158,7 +158,7 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 			return err
 		}
 		var err2 error
-		out, err2 = planView(tx, p)
+		out, err2 = planViewAfterMoves(tx, p)
 		return err2
 	}()
 	return out, err
@@ -636,11 +636,6 @@ func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 }
 
 func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
-	// Its moves as the store has them: each update counted one in SQL
-	// (Plan.BeforeUpdate), which the struct in hand does not see.
-	if err := tx.Model(&models.Plan{}).Select("moves").Where("id = ?", p.ID).Scan(&p.Moves).Error; err != nil {
-		return nil, err
-	}
 	v := &models.PlanView{Plan: *p, Steps: []models.PlanStep{}}
 	var mod models.Module
 	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
@@ -688,6 +683,16 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 		}
 	}
 	return v, nil
+}
+
+// planViewAfterMoves is planView of a plan updated in this transaction:
+// its moves as the store has them now — each update counted one in SQL
+// (Plan.BeforeUpdate), which the struct in hand does not see.
+func planViewAfterMoves(tx *Tx, p *models.Plan) (*models.PlanView, error) {
+	if err := tx.Model(&models.Plan{}).Select("moves").Where("id = ?", p.ID).Scan(&p.Moves).Error; err != nil {
+		return nil, err
+	}
+	return planView(tx, p)
 }
 
 // Plan reads one plan with its steps.
@@ -856,7 +861,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			return err
 		}
 		var err error
-		out, err = planView(tx, &p)
+		out, err = planViewAfterMoves(tx, &p)
 		return err
 	})
 	return out, err

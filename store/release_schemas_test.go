@@ -14,6 +14,15 @@ import (
 )
 
 // release stores a host release of a few bytes that decodes schemas.
+// rollOut starts a rollout of version with one canary, one in flight and
+// a ten-minute deadline.
+func rollOut(t *testing.T, s *store.Store, version string) {
+	t.Helper()
+	if _, err := s.StartRollout(context.Background(), "test", version, "1", 1, 600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func release(t *testing.T, s *store.Store, version, arch, schemas string) {
 	t.Helper()
 	ctx := context.Background()
@@ -165,9 +174,7 @@ func TestRollout_TrialSchemas(t *testing.T) {
 
 		// A release whose trial advertises what it records upgrades.
 		release(t, s, "1.6.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.6.0")
 		if err := s.RecordHostInfo(ctx, m1.ID, "1.6.0", "2,1"); err != nil {
 			t.Fatal(err)
 		}
@@ -189,9 +196,7 @@ func TestRollout_TrialSchemasAtReport(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1") // its host advertised 1
 		release(t, s, "1.5.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		cur, _ := s.Machine(ctx, "m1")
 		err := trySentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeUpgraded, HostVersion: "1.5.0"})
 		var tf *models.TrialFailedError
@@ -219,9 +224,7 @@ func TestRollout_UpgradedRefusedAfterFailedTrial(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1")
 		release(t, s, "2.0.0", "amd64", "1") // the binary decodes 1,2
-		if _, err := s.StartRollout(ctx, "test", "2.0.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "2.0.0")
 		if err := s.RecordHostInfo(ctx, m1.ID, "2.0.0", "1,2"); err != nil {
 			t.Fatal(err)
 		}
@@ -387,9 +390,7 @@ func TestRollout_RolledBackReasonKeptShowable(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		cur, _ := s.Machine(ctx, "m1")
 		body, _ := json.Marshal(&models.Report{Generation: cur.Generation, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
 			Reason: "exited\x1b]52;c;eA==\x07" + strings.Repeat("r", 100<<10)})
@@ -420,9 +421,7 @@ func TestRollout_RefusedByItsHostHalts(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		cur, _ := s.Machine(ctx, "m1")
 		why := models.ReleaseRefused("1.5.0", "this host does not run under `mesh-host launch`")
 		sentReport(t, s, m1.ID, &models.Report{Generation: cur.Generation, Outcome: models.OutcomeRefused, HostVersion: "1.0.0", Reason: why})
@@ -452,9 +451,7 @@ func TestRollout_ActedOnAsShown(t *testing.T) {
 		ctx := context.Background()
 		fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		empty := &models.Rollout{Version: "1.5.0", State: models.RolloutDone, CreatedBy: "plan", CreatedAt: time.Now(), PlanID: 7}
 		if err := s.DB().Create(empty).Error; err != nil {
 			t.Fatal(err)
@@ -503,9 +500,7 @@ func TestRollout_LateRollbackOfAnotherRelease(t *testing.T) {
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1")
 		release(t, s, "1.6.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		// The controller fails 1.5.0's trial on m1 (by its schemas here;
 		// a deadline ends the same way).
 		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1,2"); err != nil {
@@ -541,9 +536,7 @@ func TestRollout_UnsendableHaltsWithoutFailingTheRelease(t *testing.T) {
 		ctx := context.Background()
 		fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1,2")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		m1, _ := s.Machine(ctx, "m1")
 		if err := s.DB().Exec("UPDATE machines SET compose_error = ?, compose_error_generation = ? WHERE id = ?", "variables: ${var.port}", m1.Generation, m1.ID).Error; err != nil {
 			t.Fatal(err)

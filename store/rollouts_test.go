@@ -21,9 +21,7 @@ func TestRollout_RolledBackAfterUpgraded(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		applied(t, s, "m1", 1) // the old host applies the generation naming 1.5.0
 		// The trial host (1.5.0) polls and reports upgraded; the controller accepts it.
 		upgradedTo(t, s, "m1", "1.5.0")
@@ -140,15 +138,11 @@ func TestRollout_RolledBackAfterUpgradedDuringTheNext(t *testing.T) {
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1")
 		release(t, s, "1.6.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		applied(t, s, "m1", 1)
 		upgradedTo(t, s, "m1", "1.5.0")
 		// 1.5.0 is done and the default; the next rollout starts.
-		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.6.0")
 		// The host's launcher had rolled 1.5.0 back; its report arrives now.
 		rolledBackFrom(t, s, m1.ID, "1.5.0", "it exited before completing a reconcile (killed by signal 9)")
 		ro, _ := s.Rollout(ctx, "1.5.0")
@@ -243,9 +237,7 @@ func TestRollout_RolledBackAfterUpgradedInACancelledOne(t *testing.T) {
 		a := fixture(t, s, "a")
 		fixture(t, s, "b")
 		release(t, s, "1.5.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		applied(t, s, "a", 1)
 		upgradedTo(t, s, "a", "1.5.0")
 		if _, err := s.SetRolloutState(ctx, "test", "1.5.0", "cancel"); err != nil {
@@ -340,9 +332,7 @@ func TestSends_AReleaseRefusalIsNotTheDeclarationsOutcome(t *testing.T) {
 		ctx := context.Background()
 		m1 := fixture(t, s, "m1")
 		release(t, s, "1.5.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		m, _ := s.Machine(ctx, "m1")
 		r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied}
 		sentReport(t, s, m1.ID, r)
@@ -374,9 +364,7 @@ func TestRollout_AHaltedRolloutsUnreachedMachinesAreWithdrawn(t *testing.T) {
 		fixture(t, s, "b")
 		fixture(t, s, "c")
 		release(t, s, "1.5.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600); err != nil {
-			t.Fatal(err)
-		}
+		rollOut(t, s, "1.5.0")
 		if _, err := s.InsertReport(ctx, a.ID, &models.Report{Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
 			Reason: models.RolledBackReason("1.5.0", "1.0.0", "it exited before completing a reconcile (exit status 1)")}, nil); err != nil {
 			t.Fatal(err)
