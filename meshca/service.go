@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// maxRSABits is the largest RSA key a service certificate is issued for:
+// the largest in common use (a signature's check grows with the cube of
+// the modulus's size).
+const maxRSABits = 4096
+
 // ParseCSR reads one PEM "CERTIFICATE REQUEST" and checks its signature:
 // the requester holds the key it asks a certificate for.
 func ParseCSR(b []byte) (*x509.CertificateRequest, error) {
@@ -28,17 +33,20 @@ func ParseCSR(b []byte) (*x509.CertificateRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificate request: %w", err)
 	}
-	if err := csr.CheckSignature(); err != nil {
-		return nil, fmt.Errorf("certificate request signature: %w", err)
-	}
+	// The key first, its signature after: checking a signature over an
+	// RSA modulus of 47,500 bits (a request's 16 KiB hold one) cost the
+	// controller 140 ms of CPU, for any host that asks.
 	switch k := csr.PublicKey.(type) {
 	case *ecdsa.PublicKey, ed25519.PublicKey:
 	case *rsa.PublicKey:
-		if k.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("an RSA key of %d bits; at least 2048", k.N.BitLen())
+		if n := k.N.BitLen(); n < 2048 || n > maxRSABits {
+			return nil, fmt.Errorf("an RSA key of %d bits; 2048 to %d", n, maxRSABits)
 		}
 	default:
 		return nil, fmt.Errorf("key type %T is not ECDSA, Ed25519 or RSA", csr.PublicKey)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
 	}
 	if len(csr.IPAddresses) > 0 || len(csr.EmailAddresses) > 0 || len(csr.URIs) > 0 {
 		return nil, errors.New("a service certificate names DNS names only")
