@@ -175,8 +175,11 @@ func (s *Server) createBuild(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b := res.Build
-	return c.JSON(http.StatusCreated, buildView(module, b))
+	if res.Same {
+		// A retry of an upload whose answer was lost: the build it made.
+		return c.JSON(http.StatusOK, buildView(module, res.Build))
+	}
+	return c.JSON(http.StatusCreated, buildView(module, res.Build))
 }
 
 func (s *Server) listBuilds(c echo.Context) error {

@@ -3984,14 +3984,19 @@ type ClientInterface interface {
 	//   `controller`: a plan for this build starts at once, as
 	//   POST /api/v1/plans would make it (so it may be recorded superseded
 	//   or refused, with the reason). The response is the build only; the
-	//   plan is in GET /api/v1/plans. The plan is made after the build is
-	//   stored: when making it fails, the response is an error although
-	//   the build was stored.
+	//   plan is in GET /api/v1/plans. The build and its plan are stored
+	//   in one transaction: when making the plan fails, nothing is stored.
 	// - The module's kind is `host`: the build becomes a host release
 	//   (the artifact is the binary; os, arch and schemas required) and a
 	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 	//   Only an admin uploads a `host` module's builds (a release is an
 	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
+	//
+	// An upload of what the module's newest build already holds (the same
+	// version, commit, manifest and artifact digest; that build finished
+	// and not yanked) makes nothing: the answer is 200 with that build,
+	// so a retried upload whose first answer was lost makes one build
+	// and one plan.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -5427,14 +5432,19 @@ func (c *Client) ListBuilds(ctx context.Context, module ModuleName, params *List
 //     `controller`: a plan for this build starts at once, as
 //     POST /api/v1/plans would make it (so it may be recorded superseded
 //     or refused, with the reason). The response is the build only; the
-//     plan is in GET /api/v1/plans. The plan is made after the build is
-//     stored: when making it fails, the response is an error although
-//     the build was stored.
+//     plan is in GET /api/v1/plans. The build and its plan are stored
+//     in one transaction: when making the plan fails, nothing is stored.
 //   - The module's kind is `host`: the build becomes a host release
 //     (the artifact is the binary; os, arch and schemas required) and a
 //     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 //     Only an admin uploads a `host` module's builds (a release is an
 //     admin's to make, as POST /api/v1/host-releases): 403 for others.
+//
+// An upload of what the module's newest build already holds (the same
+// version, commit, manifest and artifact digest; that build finished
+// and not yanked) makes nothing: the answer is 200 with that build,
+// so a retried upload whose first answer was lost makes one build
+// and one plan.
 //
 // Takes any type of body and a specified content type.
 //
@@ -10380,14 +10390,19 @@ type ClientWithResponsesInterface interface {
 	//   `controller`: a plan for this build starts at once, as
 	//   POST /api/v1/plans would make it (so it may be recorded superseded
 	//   or refused, with the reason). The response is the build only; the
-	//   plan is in GET /api/v1/plans. The plan is made after the build is
-	//   stored: when making it fails, the response is an error although
-	//   the build was stored.
+	//   plan is in GET /api/v1/plans. The build and its plan are stored
+	//   in one transaction: when making the plan fails, nothing is stored.
 	// - The module's kind is `host`: the build becomes a host release
 	//   (the artifact is the binary; os, arch and schemas required) and a
 	//   rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 	//   Only an admin uploads a `host` module's builds (a release is an
 	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
+	//
+	// An upload of what the module's newest build already holds (the same
+	// version, commit, manifest and artifact digest; that build finished
+	// and not yanked) makes nothing: the answer is 200 with that build,
+	// so a retried upload whose first answer was lost makes one build
+	// and one plan.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14566,6 +14581,8 @@ func (r ListBuildsResponse) ContentType() string {
 type CreateBuildResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Build
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Build
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
@@ -14582,6 +14599,11 @@ type CreateBuildResponse struct {
 	ApplicationproblemJSON422 *DigestMismatch
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateBuildResponse) GetJSON200() *Build {
+	return r.JSON200
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -17392,14 +17414,19 @@ func (c *ClientWithResponses) ListBuildsWithResponse(ctx context.Context, module
 //     `controller`: a plan for this build starts at once, as
 //     POST /api/v1/plans would make it (so it may be recorded superseded
 //     or refused, with the reason). The response is the build only; the
-//     plan is in GET /api/v1/plans. The plan is made after the build is
-//     stored: when making it fails, the response is an error although
-//     the build was stored.
+//     plan is in GET /api/v1/plans. The build and its plan are stored
+//     in one transaction: when making the plan fails, nothing is stored.
 //   - The module's kind is `host`: the build becomes a host release
 //     (the artifact is the binary; os, arch and schemas required) and a
 //     rollout of it starts, as for PUT /api/v1/builds/{id}/artifact.
 //     Only an admin uploads a `host` module's builds (a release is an
 //     admin's to make, as POST /api/v1/host-releases): 403 for others.
+//
+// An upload of what the module's newest build already holds (the same
+// version, commit, manifest and artifact digest; that build finished
+// and not yanked) makes nothing: the answer is 200 with that build,
+// so a retried upload whose first answer was lost makes one build
+// and one plan.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -21200,6 +21227,13 @@ func ParseCreateBuildResponse(rsp *http.Response) (*CreateBuildResponse, error) 
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Build
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest Build
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"testing"
@@ -141,7 +142,7 @@ func TestClient_UploadAfterFirstStartsPlan(t *testing.T) {
 	}
 	manifest := `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/tools.conf", "content": "x"}]}`
 	for n := 1; n <= 2; n++ {
-		ct, body := buildUpload(t, client.BuildUpload{Manifest: manifest, Version: ptr("1.0.0"), Commit: ptr("abc123")}, nil)
+		ct, body := buildUpload(t, client.BuildUpload{Manifest: manifest, Version: ptr(fmt.Sprintf("1.0.%d", n)), Commit: ptr("abc123")}, nil)
 		b, err := c.CreateBuildWithBodyWithResponse(ctx, "tools", ct, body, bearer(e.Admin))
 		if err != nil || b.JSON201 == nil || b.JSON201.Number != n {
 			t.Fatalf("createBuild %d: %v %d %s", n, err, b.StatusCode(), b.Body)
@@ -154,8 +155,14 @@ func TestClient_UploadAfterFirstStartsPlan(t *testing.T) {
 	if len(plans.JSON200.Items) != 1 || plans.JSON200.Items[0].Module != "tools" || plans.JSON200.Items[0].Build != 2 {
 		t.Fatalf("plans: %+v, want one of tools build 2", plans.JSON200.Items)
 	}
+	// The second upload again (a retry): its build, answered 200, typed.
+	ct, body := buildUpload(t, client.BuildUpload{Manifest: manifest, Version: ptr("1.0.2"), Commit: ptr("abc123")}, nil)
+	again, err := c.CreateBuildWithBodyWithResponse(ctx, "tools", ct, body, bearer(e.Admin))
+	if err != nil || again.JSON200 == nil || again.JSON200.Number != 2 {
+		t.Fatalf("createBuild again: %v %d %s", err, again.StatusCode(), again.Body)
+	}
 
-	ct, body := buildUpload(t, client.BuildUpload{Manifest: manifest, Digest: ptr("sha256:" + string(bytes.Repeat([]byte("0"), 64)))}, []byte("bytes"))
+	ct, body = buildUpload(t, client.BuildUpload{Manifest: manifest, Digest: ptr("sha256:" + string(bytes.Repeat([]byte("0"), 64)))}, []byte("bytes"))
 	bad, err := c.CreateBuildWithBodyWithResponse(ctx, "tools", ct, body, bearer(e.Admin))
 	if err != nil || bad.ApplicationproblemJSON422 == nil || bad.ApplicationproblemJSON422.Type != "urn:mesh:problem:digest-mismatch" {
 		t.Fatalf("createBuild with a wrong digest: %v %d %s", err, bad.StatusCode(), bad.Body)

@@ -168,10 +168,14 @@ type BuildResult struct {
 	Module  *models.Module
 	Plan    *models.PlanView
 	Rollout *models.RolloutView
+	// Same: the upload held what the module's newest build holds, so
+	// nothing was made (store.Tx.UploadBuild); Build is that build.
+	Same bool
 }
 
 // UploadBuild stores a build and what follows it (models.AfterBuild), in
-// one transaction: a refusal leaves nothing behind.
+// one transaction: a refusal leaves nothing behind. An upload of what the
+// module's newest build already holds makes nothing (BuildResult.Same).
 func (s *Service) UploadBuild(ctx context.Context, actor string, req *UploadBuild) (*BuildResult, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -181,9 +185,12 @@ func (s *Service) UploadBuild(ctx context.Context, actor string, req *UploadBuil
 		if req.Artifact != nil {
 			b.Digest, b.Size = req.Artifact.Digest, req.Artifact.Size
 		}
-		mod, err := tx.CreateBuild(actor, req.Module, b, req.Artifact)
+		mod, same, err := tx.UploadBuild(actor, req.Module, b, req.Artifact)
 		if err != nil {
 			return nil, err
+		}
+		if same != nil {
+			return &BuildResult{Build: same, Module: mod, Same: true}, nil
 		}
 		return s.follow(tx, actor, mod, b, req.Artifact, releaseOf{req.Version, req.OS, req.Arch, req.Schemas})
 	})

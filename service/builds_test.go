@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,4 +232,69 @@ func TestYankBuild_Validate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUploadBuild_ARetriedUploadMakesOneBuild: CI sends an upload again
+// when its first answer was lost. The copy — alone, or racing the first —
+// makes no second build and no second plan; it is answered with the build
+// the first made. An upload that differs in anything (another version),
+// or follows a yanked build, is a build of its own.
+func TestUploadBuild_ARetriedUploadMakesOneBuild(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		svc := newService(s)
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "app", Kind: models.KindService, SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		art, err := svc.PutArtifact(ctx, strings.NewReader("not a tarball: no tree unpacks it"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		upload := func(version string) *service.BuildResult {
+			t.Helper()
+			res, err := svc.UploadBuild(ctx, "user:ci", &service.UploadBuild{Module: "app", Version: version, Commit: "c1",
+				Manifest: `{"resources": []}`, Digest: art.Digest, Artifact: art})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		plans := func() int {
+			t.Helper()
+			ps, err := s.Plans(ctx, 100, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ps)
+		}
+		if r := upload("1.0.0"); r.Same || r.Build.Number != 1 {
+			t.Fatalf("first upload: same %v, build %d", r.Same, r.Build.Number)
+		}
+		if r := upload("2.0.0"); r.Same || r.Build.Number != 2 || plans() != 1 {
+			t.Fatalf("second build: same %v, build %d, %d plans", r.Same, r.Build.Number, plans())
+		}
+		var wg sync.WaitGroup
+		got := make([]*service.BuildResult, 3)
+		for i := range got {
+			wg.Go(func() { got[i] = upload("2.0.0") })
+		}
+		wg.Wait()
+		for i, r := range got {
+			if !r.Same || r.Build.Number != 2 {
+				t.Fatalf("copy %d of build 2's upload: same %v, build %d", i, r.Same, r.Build.Number)
+			}
+		}
+		if n := plans(); n != 1 {
+			t.Fatalf("%d plans after the copies, want 1", n)
+		}
+		if _, err := s.SetCurrent(ctx, "test", "app", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.YankBuild(ctx, "test", "app", 2, "bad"); err != nil {
+			t.Fatal(err)
+		}
+		if r := upload("2.0.0"); r.Same || r.Build.Number != 3 {
+			t.Fatalf("after build 2 was yanked: same %v, build %d", r.Same, r.Build.Number)
+		}
+	})
 }

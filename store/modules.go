@@ -58,15 +58,54 @@ func (s *Store) CreateBuild(ctx context.Context, actor, module string, b *models
 // CreateBuild is Store.CreateBuild inside tx; it returns the module as it
 // stood before the build (its current build unchanged by this one).
 func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact *models.Blob) (*models.Module, error) {
+	mod, err := lockModuleForBuild(tx, module)
+	if err != nil {
+		return nil, err
+	}
+	return tx.createBuild(actor, mod, b, artifact)
+}
+
+// UploadBuild is CreateBuild for an upload that may be a retry: when the
+// module's newest build is ready, not yanked, and holds the same version,
+// commit, manifest and artifact as b, nothing is made and that build is
+// returned as same (a CI job whose answer was lost sends its upload
+// again, and one build must not become two, nor start a second plan).
+// The module's row is locked first, so two copies of one upload at once
+// make one build.
+func (tx *Tx) UploadBuild(actor, module string, b *models.Build, artifact *models.Blob) (mod *models.Module, same *models.Build, err error) {
+	m, err := lockModuleForBuild(tx, module)
+	if err != nil {
+		return nil, nil, err
+	}
+	var newest models.Build
+	err = tx.Where("module_id = ?", m.ID).Order("number DESC").Limit(1).Take(&newest).Error
+	if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, nil, err
+	}
+	if err == nil && newest.Usable() == nil &&
+		newest.Version == b.Version && newest.Commit == b.Commit && newest.Digest == b.Digest && newest.Manifest == b.Manifest {
+		return m, &newest, nil
+	}
+	mod, err = tx.createBuild(actor, m, b, artifact)
+	return mod, nil, err
+}
+
+// lockModuleForBuild reads the module a build is added to, locked on
+// PostgreSQL: that serialises a module's build numbers across replicas.
+func lockModuleForBuild(tx *Tx, module string) (*models.Module, error) {
 	var mod models.Module
 	q := tx.DB
 	if tx.s.dialect == Postgres {
-		// Serialises numbering per module across replicas.
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
 	if err := q.Where("name = ?", module).First(&mod).Error; err != nil {
 		return nil, fmt.Errorf("module %s: %w", module, mapErr(err))
 	}
+	return &mod, nil
+}
+
+func (tx *Tx) createBuild(actor string, m *models.Module, b *models.Build, artifact *models.Blob) (*models.Module, error) {
+	mod, module := *m, m.Name
 	var last struct{ N *int64 }
 	if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
 		return nil, err

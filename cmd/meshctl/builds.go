@@ -82,13 +82,20 @@ func (a *app) uploadBuild(ctx context.Context, module, dir, manifestFile, ver, c
 	if err != nil {
 		return reach(err)
 	}
-	if err := expect(r.HTTPResponse, r.Body, http.StatusCreated); err != nil {
+	if err := expect(r.HTTPResponse, r.Body, http.StatusCreated, http.StatusOK); err != nil {
 		return err
 	}
 	if a.jsonOut() {
 		return a.printJSON(r.Body)
 	}
 	b := r.JSON201
+	if r.JSON200 != nil {
+		// The module's newest build holds this upload already (a retry):
+		// nothing new was made, and its plan is the one that started then.
+		b = r.JSON200
+		fmt.Fprintf(a.errOut, "%s build %d (uploaded %s by %s) already holds this upload: no new build, no new plan\n",
+			b.Module, b.Number, ago(&b.CreatedAt), b.CreatedBy)
+	}
 	if err := a.table([][]string{{"MODULE", "BUILD", "VERSION", "DIGEST", "SIZE"},
 		{b.Module, strconv.Itoa(b.Number), b.Version, b.Digest, strconv.Itoa(b.Size)}}); err != nil {
 		return err

@@ -439,6 +439,15 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if done.State != client.PlanStateDone {
 			t.Fatalf("plan after watch: %s", done.State)
 		}
+		// The same upload again (CI retrying one whose answer was lost):
+		// no build 3, no second plan, and meshctl says so.
+		again := mc.ok(nil, "builds", "upload", "app", src, "--manifest", manifest, "--version", "2.0.0")
+		if !strings.Contains(again.stderr, "app build 2 (uploaded") || !strings.Contains(again.stderr, "already holds this upload: no new build, no new plan") {
+			t.Fatalf("a repeated upload: %s", again)
+		}
+		if p2 := latestPlan(t, 2); p2.Id != p.Id {
+			t.Fatalf("a repeated upload started plan %d", p2.Id)
+		}
 	})
 
 	t.Run("PlansWatchHaltedExitsNonZero", func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ type Env struct {
 	HTTP  *http.Client
 
 	stopOnce sync.Once
+	uploads  atomic.Int64 // Upload's count, its commit: each upload a build of its own
 }
 
 var (
@@ -303,7 +305,9 @@ func (e *Env) Upload(token, module, manifest string, artifact []byte, digest str
 	mw := multipart.NewWriter(&buf)
 	_ = mw.WriteField("manifest", manifest)
 	_ = mw.WriteField("version", "1.0.0")
-	_ = mw.WriteField("commit", "abc123")
+	// Each upload names a commit of its own: an upload the module's newest
+	// build already holds is a retry, and makes no build.
+	_ = mw.WriteField("commit", fmt.Sprintf("abc%d", 123+e.uploads.Add(1)-1))
 	if digest != "" {
 		_ = mw.WriteField("digest", digest)
 	}
