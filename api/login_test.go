@@ -56,6 +56,38 @@ func TestLogin_GuessingIsThrottled(t *testing.T) {
 	}
 }
 
+// TestPassword_ThrottledChangesOnTheRecordOnce: a person guessing their
+// current password is throttled as a login is, and the throttled attempts
+// are one audit row, not one each (a viewer wrote 4,000 rows a second).
+func TestPassword_ThrottledChangesOnTheRecordOnce(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	tok := e.AddUser("vic", "viewer")
+	throttled := 0
+	for range 60 {
+		resp, _ := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/auth/password", Token: tok,
+			Body: map[string]string{"current_password": "a-wrong-password", "new_password": "whatever-whatever-1"}})
+		if resp.StatusCode == 429 {
+			throttled++
+		}
+	}
+	if throttled < 20 {
+		t.Fatalf("%d of 60 wrong current passwords throttled", throttled)
+	}
+	var audit struct {
+		Items []struct{ Action, Detail string }
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?limit=100", Token: e.Admin}, 200, &audit)
+	rows := 0
+	for _, a := range audit.Items {
+		if a.Action == "password-change-throttled" {
+			rows++
+		}
+	}
+	if rows != 1 {
+		t.Fatalf("%d throttled password changes made %d audit rows, want 1", throttled, rows)
+	}
+}
+
 // TestBody_NullRefused: a JSON null body (POST /join-tokens took it and
 // made a token) is refused with a clear problem.
 func TestBody_NullRefused(t *testing.T) {

@@ -77,7 +77,12 @@ const maxLoginName = 64
 func (s *Service) ChangePassword(ctx context.Context, user, current, next, addr string) error {
 	wait, done := s.Throttle.Attempt(user, addr)
 	if wait > 0 {
-		_ = s.Store.Audit(ctx, "user:"+user, "password-change-throttled", "user/"+user, addr)
+		// One row a minute, as a throttled login: a refused attempt costs
+		// no password check, so a flood of them was thousands of rows a
+		// second.
+		if due, since := s.refusals.Due("password\x00" + user + "\x00" + addr); due {
+			_ = s.Store.Audit(ctx, "user:"+user, "password-change-throttled", "user/"+user, addr+auth.Since(since))
+		}
 		return &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed attempts; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}
