@@ -36,13 +36,16 @@ type ModuleView struct {
 	TierDeadline string        `json:"tier_deadline"`
 	OnFailure    string        `json:"on_failure"`
 	CurrentBuild *int64        `json:"current_build"`
-	CreatedAt    time.Time     `json:"created_at"`
+	// CurrentReason: why a person made an older build current (going back).
+	CurrentReason string    `json:"current_reason,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
 	// Selector gives the module to every machine whose labels match it.
 	Selector string `json:"selector"`
 }
 
 func moduleView(m *models.Module) (ModuleView, error) {
-	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CreatedAt: m.CreatedAt, Selector: m.Selector,
+	v := ModuleView{Name: m.Name, Kind: m.Kind, Repository: m.Repository, CurrentBuild: m.CurrentBuild, CurrentReason: m.CurrentReason,
+		CreatedAt: m.CreatedAt, Selector: m.Selector,
 		TierDeadline: (time.Duration(m.TierDeadlineSeconds) * time.Second).String(), OnFailure: m.OnFailure}
 	var err error
 	if v.SourcePaths, err = m.SourcePathList(); err != nil {
@@ -212,6 +215,8 @@ func (s *Server) getBuild(c echo.Context) error {
 
 type currentRequest struct {
 	Build int64 `json:"build"`
+	// Reason: required to make a build older than the current one current.
+	Reason string `json:"reason"`
 }
 
 func (s *Server) setCurrent(c echo.Context) error {
@@ -222,7 +227,7 @@ func (s *Server) setCurrent(c echo.Context) error {
 	if req.Build <= 0 {
 		return models.Invalid("build", "a build number")
 	}
-	n, err := s.Store.SetCurrent(c.Request().Context(), principal(c).Actor(), c.Param("module"), req.Build)
+	n, err := s.Store.SetCurrent(c.Request().Context(), principal(c).Actor(), c.Param("module"), req.Build, req.Reason)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type ModuleStore interface {
 	CreateModule(ctx context.Context, actor string, m *models.Module) error
 	Build(ctx context.Context, module string, number int64) (*models.Build, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
-	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
+	SetCurrent(ctx context.Context, actor, module string, number int64, reason string) (int, error)
 	Plan(ctx context.Context, id int64) (*models.PlanView, error)
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
 	ActOnPlan(ctx context.Context, actor string, id int64, action string, seen models.PlanSeen) (*models.PlanView, error)

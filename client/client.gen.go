@@ -1170,6 +1170,9 @@ type Claimed struct {
 type CurrentRequest struct {
 	// Build a finished build of the module
 	Build int `json:"build"`
+
+	// Reason required when the build is older than the current one (going back, 400 without it): every machine that runs a newer build and is not pinned is moved back to it, where otherwise no machine is ever given a build older than it runs. Kept with the module until a build no older is made current.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // CurrentResponse defines model for CurrentResponse.
@@ -1607,12 +1610,15 @@ type MeshCA struct {
 
 // Module defines model for Module.
 type Module struct {
-	CreatedAt    time.Time       `json:"created_at"`
-	CurrentBuild *int            `json:"current_build"`
-	Kind         string          `json:"kind"`
-	Name         string          `json:"name"`
-	OnFailure    ModuleOnFailure `json:"on_failure"`
-	Repository   string          `json:"repository"`
+	CreatedAt    time.Time `json:"created_at"`
+	CurrentBuild *int      `json:"current_build"`
+
+	// CurrentReason why a person made this build current going back (absent unless the current build was made current over a newer one): every machine that runs a newer build, and is not pinned, is moved back to it
+	CurrentReason *string         `json:"current_reason,omitempty"`
+	Kind          string          `json:"kind"`
+	Name          string          `json:"name"`
+	OnFailure     ModuleOnFailure `json:"on_failure"`
+	Repository    string          `json:"repository"`
 
 	// Selector machines whose labels match get the module (empty: only where assigned)
 	Selector    string   `json:"selector"`
@@ -4028,12 +4034,26 @@ type ClientInterface interface {
 
 	// SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
+	// A build newer than the current one reaches every machine assigned
+	// the module and not pinned. An older one (going back, as after a
+	// finished plan whose build is bad) needs a `reason`: with it, every
+	// such machine is moved back to it, whatever newer build it runs;
+	// without one no machine is ever given a build older than it runs,
+	// so the request is refused (400) rather than changing nothing.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/modules/{module}/current (the `SetCurrentBuild` operationId).
 	SetCurrentBuildWithBody(ctx context.Context, module ModuleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
+	//
+	// A build newer than the current one reaches every machine assigned
+	// the module and not pinned. An older one (going back, as after a
+	// finished plan whose build is bad) needs a `reason`: with it, every
+	// such machine is moved back to it, whatever newer build it runs;
+	// without one no machine is ever given a build older than it runs,
+	// so the request is refused (400) rather than changing nothing.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5516,6 +5536,13 @@ func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildN
 
 // SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
+// A build newer than the current one reaches every machine assigned
+// the module and not pinned. An older one (going back, as after a
+// finished plan whose build is bad) needs a `reason`: with it, every
+// such machine is moved back to it, whatever newer build it runs;
+// without one no machine is ever given a build older than it runs,
+// so the request is refused (400) rather than changing nothing.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/modules/{module}/current (the `SetCurrentBuild` operationId).
@@ -5532,6 +5559,13 @@ func (c *Client) SetCurrentBuildWithBody(ctx context.Context, module ModuleName,
 }
 
 // SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
+//
+// A build newer than the current one reaches every machine assigned
+// the module and not pinned. An older one (going back, as after a
+// finished plan whose build is bad) needs a `reason`: with it, every
+// such machine is moved back to it, whatever newer build it runs;
+// without one no machine is ever given a build older than it runs,
+// so the request is refused (400) rather than changing nothing.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10436,12 +10470,26 @@ type ClientWithResponsesInterface interface {
 
 	// SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
+	// A build newer than the current one reaches every machine assigned
+	// the module and not pinned. An older one (going back, as after a
+	// finished plan whose build is bad) needs a `reason`: with it, every
+	// such machine is moved back to it, whatever newer build it runs;
+	// without one no machine is ever given a build older than it runs,
+	// so the request is refused (400) rather than changing nothing.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/modules/{module}/current (the `SetCurrentBuild` operationId).
 	SetCurrentBuildWithBodyWithResponse(ctx context.Context, module ModuleName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetCurrentBuildResponse, error)
 
 	// SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
+	//
+	// A build newer than the current one reaches every machine assigned
+	// the module and not pinned. An older one (going back, as after a
+	// finished plan whose build is bad) needs a `reason`: with it, every
+	// such machine is moved back to it, whatever newer build it runs;
+	// without one no machine is ever given a build older than it runs,
+	// so the request is refused (400) rather than changing nothing.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -17484,6 +17532,13 @@ func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module 
 
 // SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
+// A build newer than the current one reaches every machine assigned
+// the module and not pinned. An older one (going back, as after a
+// finished plan whose build is bad) needs a `reason`: with it, every
+// such machine is moved back to it, whatever newer build it runs;
+// without one no machine is ever given a build older than it runs,
+// so the request is refused (400) rather than changing nothing.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/modules/{module}/current (the `SetCurrentBuild` operationId).
@@ -17496,6 +17551,13 @@ func (c *ClientWithResponses) SetCurrentBuildWithBodyWithResponse(ctx context.Co
 }
 
 // SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
+//
+// A build newer than the current one reaches every machine assigned
+// the module and not pinned. An older one (going back, as after a
+// finished plan whose build is bad) needs a `reason`: with it, every
+// such machine is moved back to it, whatever newer build it runs;
+// without one no machine is ever given a build older than it runs,
+// so the request is refused (400) rather than changing nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -571,8 +571,9 @@ func envHasPlaceholder(env map[string]string) bool {
 // ChooseBuild is the build a machine gets for a module, in DESIGN.md's order:
 // its pin; else the plan's target; else the module's current build. It never
 // gives an older build than the machine reports running unless a person
-// pinned that build with a reason.
-func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, running int64) (int64, bool) {
+// chose that build with a reason: pinned it, or made it current with one
+// (currentReason: going back everywhere at once).
+func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, currentReason string, running int64) (int64, bool) {
 	if pin != nil {
 		if *pin < running && pinReason == "" {
 			return running, true
@@ -580,10 +581,11 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, runni
 		return *pin, true
 	}
 	var b *int64
+	back := false
 	if planTarget != nil {
 		b = planTarget
 	} else if current != nil {
-		b = current
+		b, back = current, currentReason != ""
 	}
 	if b == nil {
 		if running > 0 {
@@ -591,7 +593,7 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, runni
 		}
 		return 0, false
 	}
-	if *b < running {
+	if *b < running && !back {
 		return running, true
 	}
 	return *b, true

@@ -226,6 +226,10 @@ type Module struct {
 	SourcePaths  string // JSON array
 	Tiers        string // JSON array
 	CurrentBuild *int64
+	// CurrentReason is why a person made an older build current: machines
+	// that run a newer one move back to it (ChooseBuild). Empty once a
+	// build no older than the one before is made current.
+	CurrentReason string
 	// TierDeadlineSeconds is how long a plan's tier may take before it halts.
 	TierDeadlineSeconds int64 `gorm:"default:600"`
 	// OnFailure is what a failing tier does to its plan: OnFailureHalt, or

@@ -287,7 +287,7 @@ func TestUploadBuild_ARetriedUploadMakesOneBuild(t *testing.T) {
 		if n := plans(); n != 1 {
 			t.Fatalf("%d plans after the copies, want 1", n)
 		}
-		if _, err := s.SetCurrent(ctx, "test", "app", 1); err != nil {
+		if _, err := s.SetCurrent(ctx, "test", "app", 1, "build 2 is bad"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.YankBuild(ctx, "test", "app", 2, "bad"); err != nil {

@@ -176,29 +176,77 @@ func lockBuild(tx *Tx, moduleID, number int64, strength string) (*models.Build, 
 }
 
 // SetCurrent makes a build current everywhere at once: every machine
-// assigned the module gets a new generation.
-func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64) (int, error) {
+// assigned the module gets a new generation. A build older than the
+// current one is made current only with a reason, and then every machine
+// that runs a newer build (and is not pinned) is moved back to it: going
+// back is a person's choice, made once for the module, where without a
+// reason no machine is ever given a build older than it runs.
+func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64, reason string) (int, error) {
+	if len(reason) > MaxCurrentReason {
+		return 0, models.Invalid("reason", fmt.Sprintf("at most %d bytes", MaxCurrentReason))
+	}
 	touched := 0
 	err := s.write(ctx, func(tx *Tx) error {
 		var mod models.Module
 		if err := tx.Where("name = ?", module).First(&mod).Error; err != nil {
 			return fmt.Errorf("module %s: %w", module, mapErr(err))
 		}
+		// A build that can never be current says so first: no reason helps.
+		if err := usableBuild(tx, &mod, number); err != nil {
+			return err
+		}
+		back := mod.CurrentBuild != nil && number < *mod.CurrentBuild
+		switch {
+		case back && reason == "":
+			return models.Invalid("reason", fmt.Sprintf("build %d is older than module %s's current build %d: going back moves every machine "+
+				"that runs a newer build back to it, and that needs a reason (meshctl modules current %s %d --reason …)",
+				number, module, *mod.CurrentBuild, module, number))
+		case !back && mod.CurrentBuild != nil && number == *mod.CurrentBuild && reason == "":
+			reason = mod.CurrentReason // made current again: still as far back as it was
+		case !back && (mod.CurrentBuild == nil || number > *mod.CurrentBuild):
+			reason = "" // forward: nothing is moved back
+		}
 		before := len(tx.bumps)
-		if err := setCurrent(tx, &mod, number); err != nil {
+		if err := setCurrentWhy(tx, &mod, number, reason); err != nil {
 			return err
 		}
 		touched = len(tx.bumps) - before
-		return audit(tx, actor, "set-current", "module/"+module, fmt.Sprintf("build %d, %d machine(s)", number, touched))
+		detail := fmt.Sprintf("build %d, %d machine(s)", number, touched)
+		if reason != "" {
+			detail += "; back: " + reason
+		}
+		return audit(tx, actor, "set-current", "module/"+module, detail)
 	})
 	return touched, err
 }
 
+// MaxCurrentReason bounds the reason an older build is made current for.
+const MaxCurrentReason = 500
+
 // setCurrent makes a build current, on every path (by hand, a finished
 // plan, a module's first build). Only a usable build becomes current: the
 // build is read with a share lock, so a yank that commits first is seen
-// and one that comes after waits.
+// and one that comes after waits. A build a plan or a first upload makes
+// current is never a going back: any reason the module held is dropped.
 func setCurrent(tx *Tx, mod *models.Module, number int64) error {
+	return setCurrentWhy(tx, mod, number, "")
+}
+
+// setCurrentWhy is setCurrent with the reason a person went back for
+// (empty: not back; see models.ChooseBuild).
+func setCurrentWhy(tx *Tx, mod *models.Module, number int64, reason string) error {
+	if err := usableBuild(tx, mod, number); err != nil {
+		return err
+	}
+	if err := tx.Model(mod).Updates(map[string]any{"current_build": number, "current_reason": reason}).Error; err != nil {
+		return err
+	}
+	return bumpAssigned(tx, mod.ID, models.TriggerCurrent)
+}
+
+// usableBuild reads a module's build with a share lock and refuses it
+// unless it may become current.
+func usableBuild(tx *Tx, mod *models.Module, number int64) error {
 	b, err := lockBuild(tx, mod.ID, number, "SHARE")
 	if err != nil {
 		return fmt.Errorf("module %s build %d: %w", mod.Name, number, err)
@@ -206,10 +254,7 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 	if err := b.Usable(); err != nil {
 		return fmt.Errorf("module %s: %w; it never becomes current", mod.Name, err)
 	}
-	if err := tx.Model(mod).Update("current_build", number).Error; err != nil {
-		return err
-	}
-	return bumpAssigned(tx, mod.ID, models.TriggerCurrent)
+	return nil
 }
 
 // Assignments reads a machine's assignments, by module name.

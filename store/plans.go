@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -785,9 +786,21 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			if action == "rollback" && p.State == models.PlanDone {
 				// Done is done: going back is a choice of build, made as
 				// any other (the plan's machines keep what it gave them).
-				return fmt.Errorf("%w: plan %d is done; a finished plan is not rolled back: make the build before it current again "+
-					"(meshctl modules current MODULE BUILD, POST /api/v1/modules/{module}/current, or the module's page), or pin a machine to it with a reason "+
-					"(meshctl assign MACHINE MODULE@BUILD --reason …)", models.ErrConflict, id)
+				var mod struct {
+					Name   string
+					Before *int64
+				}
+				if err := tx.Raw("SELECT name, (SELECT MAX(number) FROM builds WHERE module_id = modules.id AND number < ? AND state IN (?, '')) AS before "+
+					"FROM modules WHERE id = ?", p.Build, models.BuildReady, p.ModuleID).Scan(&mod).Error; err != nil {
+					return err
+				}
+				before := "BUILD"
+				if mod.Before != nil {
+					before = strconv.FormatInt(*mod.Before, 10)
+				}
+				return fmt.Errorf("%w: plan %d is done; a finished plan is not rolled back: make the build before it current again, with a reason "+
+					"(meshctl modules current %s %s --reason …, POST /api/v1/modules/%s/current, or the module's page), or pin a machine to it with a reason "+
+					"(meshctl assign MACHINE %s@%s --reason …)", models.ErrConflict, id, mod.Name, before, mod.Name, mod.Name, before)
 			}
 			why := ""
 			if can := models.PlanActions(p.State); len(can) > 0 && action != "rollback" {

@@ -116,6 +116,12 @@ func TestPlan_TiersThenCurrent(t *testing.T) {
 		if v.State != models.PlanDone || *mod.CurrentBuild != 2 {
 			t.Fatalf("plan %s, current %d", v.State, *mod.CurrentBuild)
 		}
+		// A done plan is gone back on by a choice of build, which the
+		// refusal gives whole: the build before, and the reason it needs.
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "rollback"); !errors.Is(err, models.ErrConflict) ||
+			!strings.Contains(err.Error(), "meshctl modules current mod 1 --reason …") {
+			t.Fatalf("rollback of a done plan: %v", err)
+		}
 	})
 }
 

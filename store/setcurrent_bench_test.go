@@ -27,7 +27,7 @@ func BenchmarkSetCurrent_10000(b *testing.B) {
 			b.ResetTimer()
 			for n := range b.N {
 				cpu0 := processCPU()
-				touched, err := s.SetCurrent(ctx, "t", "mod", int64(2-n%2))
+				touched, err := s.SetCurrent(ctx, "t", "mod", int64(2-n%2), "the bench goes back and forth")
 				if err != nil || touched != len(ids) {
 					b.Fatal(touched, err)
 				}

@@ -264,7 +264,7 @@ func TestGenerations_BumpInTheSameTransaction(t *testing.T) {
 		if *mod.CurrentBuild != 1 {
 			t.Fatalf("build 2 became current by arriving")
 		}
-		n, err := s.SetCurrent(ctx, "test", "mod", 2)
+		n, err := s.SetCurrent(ctx, "test", "mod", 2, "")
 		if err != nil || n != 1 {
 			t.Fatalf("set current: %d %v", n, err)
 		}
@@ -326,7 +326,7 @@ func TestSetCurrent_AnnouncesWhatItStores(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := s.SetCurrent(ctx, "test", mod, 2); err != nil {
+			if _, err := s.SetCurrent(ctx, "test", mod, 2, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -351,8 +351,11 @@ func TestSetCurrent_AnnouncesWhatItStores(t *testing.T) {
 }
 
 // TestCompose_NeverOlderThanRunning: a machine that reports running build 2
-// is not given build 1 when build 1 is made current again, unless pinned
-// with a reason.
+// is not given build 1, the current one, unless a person chose build 1
+// with a reason: pinned it, or went back to it for the module. Going back
+// without a reason is refused, not taken as a change that moves nothing
+// (it printed "3 machine(s) given a new generation" and every machine
+// stayed on the newer build).
 func TestCompose_NeverOlderThanRunning(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
@@ -360,16 +363,21 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: manifest}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.SetCurrent(ctx, "test", "mod", 2); err != nil {
+		assign := func(a models.AssignmentView) error {
+			m, _ := s.Machine(ctx, "m1")
+			g := m.Generation
+			_, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{a})
+			return err
+		}
+		two, one := int64(2), int64(1)
+		if err := assign(models.AssignmentView{Module: "mod", Build: &two}); err != nil {
 			t.Fatal(err)
 		}
 		m, _ = s.Machine(ctx, "m1")
 		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: "applied",
 			Running: map[string]models.RunningBuild{"mod": {Build: 2}}})
-		if _, err := s.SetCurrent(ctx, "test", "mod", 1); err != nil {
-			t.Fatal(err)
-		}
 		buildOf := func() int64 {
+			t.Helper()
 			got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
 			if err != nil || fails[m.ID] != nil {
 				t.Fatalf("compose: %v %v", err, fails[m.ID])
@@ -380,20 +388,47 @@ func TestCompose_NeverOlderThanRunning(t *testing.T) {
 			decode(t, env.Payload, &p)
 			return p.Resources[0].Build
 		}
-		if b := buildOf(); b != 2 {
-			t.Fatalf("composed build %d for a machine running 2", b)
+		// Unpinned, with build 1 current: it keeps the 2 it runs.
+		if err := assign(models.AssignmentView{Module: "mod"}); err != nil {
+			t.Fatal(err)
 		}
-		m, _ = s.Machine(ctx, "m1")
-		g := m.Generation
-		one := int64(1)
-		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod", Build: &one}}); !errors.Is(err, models.ErrDowngrade) {
+		if b := buildOf(); b != 2 {
+			t.Fatalf("composed build %d for a machine running 2, current 1", b)
+		}
+		if _, err := s.SetCurrent(ctx, "test", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		var inv *models.InvalidError
+		if _, err := s.SetCurrent(ctx, "test", "mod", 1, ""); !errors.As(err, &inv) || inv.Field != "reason" {
+			t.Fatalf("back to build 1 without a reason: %v", err)
+		}
+		if mod, _ := s.Module(ctx, "mod"); *mod.CurrentBuild != 2 || buildOf() != 2 {
+			t.Fatalf("a refused going back moved current to %d", *mod.CurrentBuild)
+		}
+		if err := assign(models.AssignmentView{Module: "mod", Build: &one}); !errors.Is(err, models.ErrDowngrade) {
 			t.Fatalf("pin to an older build without a reason: %v", err)
 		}
-		if _, err := s.SetAssignments(ctx, "test", "m1", &g, []models.AssignmentView{{Module: "mod", Build: &one, Reason: "build 2 leaks"}}); err != nil {
+		if err := assign(models.AssignmentView{Module: "mod", Build: &one, Reason: "build 2 leaks"}); err != nil {
 			t.Fatal(err)
 		}
 		if b := buildOf(); b != 1 {
 			t.Fatalf("pinned with a reason, composed build %d", b)
+		}
+		if err := assign(models.AssignmentView{Module: "mod"}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.SetCurrent(ctx, "test", "mod", 1, "build 2 leaks"); err != nil || n != 1 {
+			t.Fatalf("back to build 1 with a reason: %d machine(s), %v", n, err)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentReason != "build 2 leaks" || buildOf() != 1 {
+			t.Fatalf("gone back with a reason: module's reason %q, composed %d", mod.CurrentReason, buildOf())
+		}
+		// Forward again: the reason is dropped, and the rule holds again.
+		if _, err := s.SetCurrent(ctx, "test", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentReason != "" || buildOf() != 2 {
+			t.Fatalf("forward to 2: module's reason %q, composed %d", mod.CurrentReason, buildOf())
 		}
 	})
 }

@@ -20,7 +20,7 @@ func (s *Server) modulesPage(c echo.Context) error {
 	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	var out []ModuleView
 	for _, m := range mods {
-		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none"}
+		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none", CurrentReason: m.CurrentReason}
 		if m.CurrentBuild != nil {
 			v.Current = strconv.FormatInt(*m.CurrentBuild, 10)
 		}
@@ -33,8 +33,17 @@ func (s *Server) modulesPage(c echo.Context) error {
 			if len(d) > 19 {
 				d = d[:19] + "…"
 			}
-			v.Builds = append(v.Builds, BuildRow{Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: d,
-				CreatedBy: b.CreatedBy, CreatedAt: stamp(b.CreatedAt), Current: m.CurrentBuild != nil && *m.CurrentBuild == b.Number})
+			row := BuildRow{Number: b.Number, Version: b.Version, Commit: b.Commit, Digest: d,
+				CreatedBy: b.CreatedBy, CreatedAt: stamp(b.CreatedAt), Current: m.CurrentBuild != nil && *m.CurrentBuild == b.Number,
+				Older: m.CurrentBuild != nil && b.Number < *m.CurrentBuild, State: b.State}
+			switch b.State {
+			case models.BuildYanked:
+				row.Unusable = "yanked: " + b.YankReason
+			case models.BuildReady, "":
+			default:
+				row.Unusable = b.State
+			}
+			v.Builds = append(v.Builds, row)
 		}
 		out = append(out, v)
 	}
@@ -47,7 +56,7 @@ func (s *Server) promote(c echo.Context) error {
 	if err != nil {
 		return s.errorPage(c, http.StatusBadRequest, "Not a build number.")
 	}
-	if _, err := s.Store.SetCurrent(c.Request().Context(), "user:"+who(c).User, c.Param("module"), n); err != nil {
+	if _, err := s.Store.SetCurrent(c.Request().Context(), "user:"+who(c).User, c.Param("module"), n, c.FormValue("reason")); err != nil {
 		return s.errorPage(c, http.StatusBadRequest, "Not made current: "+problemText(err))
 	}
 	return c.Redirect(http.StatusSeeOther, "/modules")

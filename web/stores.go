@@ -35,7 +35,7 @@ type Store interface {
 	Sends(ctx context.Context, machineID int64, limit int, cursor string) ([]models.SendView, error)
 	SetAssignments(ctx context.Context, actor, name string, ifMatch *int64, as []models.AssignmentView) (*models.Machine, error)
 	ActOnPlan(ctx context.Context, actor string, id int64, action string, seen models.PlanSeen) (*models.PlanView, error)
-	SetCurrent(ctx context.Context, actor, module string, number int64) (int, error)
+	SetCurrent(ctx context.Context, actor, module string, number int64, reason string) (int, error)
 	Variables(ctx context.Context, name string) (map[string]string, *models.Machine, error)
 	LogStore
 	Labels(ctx context.Context, name string) (map[string]string, *models.Machine, error)

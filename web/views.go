@@ -163,7 +163,9 @@ type ModuleView struct {
 	Name    string
 	Kind    string
 	Current string
-	Builds  []BuildRow
+	// CurrentReason: why a person went back to the current build.
+	CurrentReason string
+	Builds        []BuildRow
 }
 
 // BuildRow is one build.
@@ -175,6 +177,12 @@ type BuildRow struct {
 	CreatedBy string
 	CreatedAt string
 	Current   bool
+	// Older: older than the current build (making it current is going
+	// back, which asks for a reason).
+	Older bool
+	// State is the build's (ready, yanked, queued…); Unusable says why it
+	// cannot become current (yanked, not finished), empty when it can.
+	State, Unusable string
 }
 
 // ReleaseRow is a host release with its latest rollout.

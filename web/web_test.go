@@ -362,3 +362,32 @@ func TestLogin_ThrottledSaysSo(t *testing.T) {
 	}
 	t.Fatal("40 wrong passwords were never throttled")
 }
+
+// TestModules_GoingBackAsksWhy: the modules page offers a build older than
+// the current one as going back, with the reason it needs, and says why
+// the module went back; a yanked build is marked, not offered (its button
+// led to "build 3 is yanked").
+func TestModules_GoingBackAsksWhy(t *testing.T) {
+	e, op, _ := fixture(t)
+	for range 2 {
+		if resp, b := e.Upload(e.Admin, "node-tools", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/x.conf", "content": "y\n"}]}`, nil, ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %s", b)
+		}
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules/node-tools/current", Token: e.Admin, Body: map[string]any{"build": 2, "reason": "3 breaks"}}, 200, nil)
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules/node-tools/builds/3/yank", Token: e.Admin, Body: map[string]any{"reason": "check broken"}}, 200, nil)
+	st, body := op.get("/modules")
+	if st != 200 || !strings.Contains(body, "Gone back to build 2: 3 breaks.") || !strings.Contains(body, `name="reason" required`) || !strings.Contains(body, "Go back to build 1") ||
+		strings.Contains(body, "Make build 3 current") || !strings.Contains(body, "yanked: check broken") {
+		t.Fatalf("modules page: %d\n%s", st, body)
+	}
+	if st, body := op.post("/modules/node-tools/current", url.Values{"build": {"1"}}, true); st != 400 || !strings.Contains(body, "needs a reason") {
+		t.Fatalf("going back without a reason: %d %.300s", st, body)
+	}
+	if st, loc := op.post("/modules/node-tools/current", url.Values{"build": {"1"}, "reason": {"build 2 leaks"}}, true); st != 303 || loc != "/modules" {
+		t.Fatalf("going back with a reason: %d %s", st, loc)
+	}
+	if _, body := op.get("/modules"); !strings.Contains(body, "Gone back to build 1: build 2 leaks.") {
+		t.Fatalf("the page does not say why the module went back:\n%s", body)
+	}
+}

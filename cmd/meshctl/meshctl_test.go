@@ -484,6 +484,15 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		if r := mc.run("", "modules", "current", "app", "two"); r.code == 0 || !strings.Contains(r.stderr, "BUILD is a build's number") {
 			t.Fatalf("modules current app two: %s", r)
 		}
+		// Back past the current build: only with a reason, which then
+		// moves the machines on newer builds back (it moved none).
+		if r := mc.run("", "modules", "current", "app", "1"); r.code != 1 || !strings.Contains(r.stderr, "needs a reason (meshctl modules current app 1 --reason …)") {
+			t.Fatalf("modules current app 1 without a reason: %s", r)
+		}
+		if r := mc.ok(nil, "modules", "current", "app", "1", "--reason", "build 2 leaks"); !strings.Contains(r.stdout, "build 1 of app is current (gone back: build 2 leaks;") {
+			t.Fatalf("modules current app 1 --reason: %s", r)
+		}
+		mc.ok(nil, "modules", "current", "app", "2")
 	})
 
 	t.Run("TokensCreate", func(t *testing.T) {

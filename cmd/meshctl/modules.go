@@ -137,14 +137,19 @@ anywhere, or that a machine reports running, is refused, naming them.`,
 			return nil
 		},
 	}
+	var currentReason string
 	current := &cobra.Command{
-		Use:   "current MODULE BUILD",
+		Use:   "current MODULE BUILD [--reason WHY]",
 		Short: "Make a build current on every machine assigned the module at once (operator); no tiers, no canary",
 		Long: `Make a finished build of a module current everywhere at once: every machine assigned
 the module (and not pinned) gets a new generation. This is how a finished plan is gone back
-on (make the build before it current again); to roll a build out tier by tier, use plans create.`,
-		Example: `  meshctl modules current web 16   # back to build 16 everywhere`,
-		Args:    cobra.ExactArgs(2),
+on: make the build before it current again, with --reason. Going back to a build older than
+the current one needs the reason, and moves every machine that runs a newer build back to it
+(without one, no machine is ever given a build older than it runs). To roll a build out tier
+by tier, use plans create.`,
+		Example: `  meshctl modules current web 16 --reason "17 leaks memory"   # back to build 16 everywhere
+  meshctl modules current web 18                                # forward to 18 everywhere`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			build, err := strconv.Atoi(args[1])
 			if err != nil || build < 1 {
@@ -154,7 +159,11 @@ on (make the build before it current again); to roll a build out tier by tier, u
 			if err != nil {
 				return err
 			}
-			r, err := c.SetCurrentBuildWithResponse(cmd.Context(), args[0], client.SetCurrentBuildJSONRequestBody{Build: build})
+			body := client.SetCurrentBuildJSONRequestBody{Build: build}
+			if currentReason != "" {
+				body.Reason = &currentReason
+			}
+			r, err := c.SetCurrentBuildWithResponse(cmd.Context(), args[0], body)
 			if err != nil {
 				return reach(err)
 			}
@@ -164,10 +173,15 @@ on (make the build before it current again); to roll a build out tier by tier, u
 			if a.jsonOut() {
 				return a.printJSON(r.Body)
 			}
-			fmt.Fprintf(a.out, "build %d of %s is current: %d machine(s) given a new generation\n", build, args[0], r.JSON200.Machines)
+			back := ""
+			if why := r.JSON200.Module.CurrentReason; why != nil && *why != "" {
+				back = " (gone back: " + *why + "; machines on a newer build move back to it)"
+			}
+			fmt.Fprintf(a.out, "build %d of %s is current%s: %d machine(s) given a new generation\n", build, args[0], back, r.JSON200.Machines)
 			return nil
 		},
 	}
+	current.Flags().StringVar(&currentReason, "reason", "", "why: required to go back to a build older than the current one")
 	var kind, createRepo string
 	create := &cobra.Command{
 		Use:   "create MODULE [--kind service|host|controller] [--repository R]",
