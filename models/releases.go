@@ -68,8 +68,9 @@ const (
 	// UpgradeStopped: the rollout halted while its host was upgrading
 	// (another machine failed the release); its target was put back.
 	UpgradeStopped = "stopped"
-	// UpgradeWithdrawn: never reached, the rollout ended first (said of a
-	// pending machine of a halted or cancelled rollout; never stored).
+	// UpgradeWithdrawn: never reached — the rollout ended first (said of
+	// a pending machine of a halted or cancelled rollout, not stored), or
+	// the machine was revoked (stored, with why).
 	UpgradeWithdrawn = "withdrawn"
 )
 

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,6 +125,12 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 	}
 	if n > 0 {
 		return nil, fmt.Errorf("%w: another host rollout is running or paused; finish or cancel it first", models.ErrConflict)
+	}
+	// A revoked machine is sent nothing, so its host would never report
+	// the upgrade: waiting on it failed a good release at the deadline.
+	eligible = slices.DeleteFunc(eligible, func(m models.Machine) bool { return m.RevokedAt != nil })
+	if len(eligible) == 0 {
+		return nil, models.Invalid("version", "every machine it would reach is revoked: nothing is sent to a revoked machine")
 	}
 	canaries, err := canaryCount(ro.Canary, len(eligible))
 	if err != nil {
@@ -333,6 +341,9 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		return err
 	}
 	deadline := time.Duration(ro.DeadlineSeconds) * time.Second
+	if err := withdrawRevoked(tx, rms); err != nil {
+		return err
+	}
 	if halted, err := haltUnsendable(tx, ro, rms); err != nil || halted {
 		return err
 	}
@@ -493,6 +504,36 @@ func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now tim
 func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 	return tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
 		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error
+}
+
+// withdrawRevoked takes the machines revoked since the rollout began out
+// of it (in rms too), before or during their upgrade: nothing is sent to a
+// revoked machine, so its host would never report, and the deadline would
+// fail the release for a machine that was never sent it.
+func withdrawRevoked(tx *Tx, rms []models.RolloutMachine) error {
+	var ids []int64
+	for _, rm := range rms {
+		if rm.State == models.UpgradePending || rm.State == models.UpgradeUpgrading {
+			ids = append(ids, rm.MachineID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var revoked []models.Machine
+	if err := tx.Select("id", "revoked_reason").Where("id IN ? AND revoked_at IS NOT NULL", ids).Find(&revoked).Error; err != nil {
+		return err
+	}
+	now := tx.s.Now()
+	for _, m := range revoked {
+		i := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == m.ID })
+		reason := fmt.Sprintf("revoked (%s): nothing is sent to it, so the rollout does not reach it", cmp.Or(m.RevokedReason, "no reason given"))
+		if err := endUpgrade(tx, &rms[i], models.UpgradeWithdrawn, reason, now); err != nil {
+			return err
+		}
+		rms[i].State, rms[i].Reason, rms[i].FinishedAt = models.UpgradeWithdrawn, reason, &now
+	}
+	return nil
 }
 
 // haltUnsendable halts a rollout on a machine it is upgrading whose

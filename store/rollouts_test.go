@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -377,6 +378,44 @@ func TestRollout_AHaltedRolloutsUnreachedMachinesAreWithdrawn(t *testing.T) {
 			if m.Machine != "a" && (m.State != models.UpgradeWithdrawn || m.Reason != "never reached: the rollout halted first") {
 				t.Fatalf("%s: %s %q", m.Machine, m.State, m.Reason)
 			}
+		}
+	})
+}
+
+// TestRollout_ARevokedMachineIsNotWaitedFor: a machine revoked before a
+// rollout is not in it; one revoked during it is withdrawn, saying so,
+// and the rollout finishes without it. Waited for, its silence failed a
+// good release at the deadline, blaming its host.
+func TestRollout_ARevokedMachineIsNotWaitedFor(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a")
+		fixture(t, s, "b")
+		fixture(t, s, "c")
+		if _, err := s.RevokeMachine(ctx, "user:admin", "c", "disk stolen"); err != nil {
+			t.Fatal(err)
+		}
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		if _, err := s.RevokeMachine(ctx, "user:admin", "b", "decommissioned"); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "a", 1)
+		upgradedTo(t, s, "a", "1.5.0")
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		states := map[string]string{}
+		for _, m := range ro.Machines {
+			states[m.Machine] = m.State + " " + m.Reason
+		}
+		if ro.State != models.RolloutDone || len(ro.Machines) != 2 || !strings.HasPrefix(states["a"], models.UpgradeUpgraded) ||
+			states["b"] != "withdrawn revoked (decommissioned): nothing is sent to it, so the rollout does not reach it" {
+			t.Fatalf("rollout %s (%s): %v", ro.State, ro.Reason, states)
+		}
+		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("the release failed: %s", r.Failure)
 		}
 	})
 }
