@@ -216,11 +216,53 @@ func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
 // transaction, so none runs twice.
 func (s *Store) StepPlans(ctx context.Context) error {
 	var ids []int64
-	if err := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state = ?", models.PlanRunning).Order("id").Pluck("id", &ids).Error; err != nil {
+	if err := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state IN ?", []string{models.PlanRunning, models.PlanPaused}).Order("id").Pluck("id", &ids).Error; err != nil {
 		return mapErr(err)
 	}
 	for _, id := range ids {
 		if err := s.StepPlan(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// judgePaused records, while a plan is paused, the steps of its tier whose
+// machines have applied its build since: a pause stops the plan reaching
+// machines and moving on, not the record of what its machines did (its
+// page said "awaiting its host's report" of a canary that had reported,
+// just when a person paused to look at it). Nothing is failed while it is
+// paused — no deadline runs out on a person's look — and a failure is
+// judged when it resumes, as before.
+func judgePaused(tx *Tx, p *models.Plan) error {
+	var steps []models.PlanStep
+	if err := tx.Where("plan_id = ? AND tier = ? AND state = ?", p.ID, p.Tier, models.StepSent).Order("machine_id").Find(&steps).Error; err != nil {
+		return err
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	var module string
+	if err := tx.Model(&models.Module{}).Where("id = ?", p.ModuleID).Pluck("name", &module).Error; err != nil {
+		return err
+	}
+	now := tx.s.Now()
+	for i := range steps {
+		st := &steps[i]
+		var m models.Machine
+		if err := tx.Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+			return err
+		}
+		running, err := m.RunningBuilds()
+		if err != nil {
+			return err
+		}
+		v := models.JudgeStep(tx.s.Rules, &m, running[module].Build, st, p.Build, math.MaxInt64, now)
+		if v.State != models.StepApplied {
+			continue
+		}
+		if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).
+			Updates(map[string]any{"state": models.StepApplied, "finished_at": now, "reason": v.Reason}).Error; err != nil {
 			return err
 		}
 	}
@@ -246,6 +288,9 @@ func (s *Store) StepPlan(ctx context.Context, id int64) error {
 }
 
 func stepPlan(tx *Tx, p *models.Plan) error {
+	if p.State == models.PlanPaused {
+		return judgePaused(tx, p)
+	}
 	if p.State != models.PlanRunning {
 		return nil
 	}

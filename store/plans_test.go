@@ -811,3 +811,35 @@ func TestPlan_ALaterGenerationsComposeError(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_APausedPlanRecordsWhatItsMachinesDid: a person pauses a plan
+// to look at its canary; the canary's report that it applied the build is
+// recorded on the plan at once (its step said "sent, awaiting its host's
+// report" until the resume), while the plan still reaches no further
+// machine and stays at its tier. Resumed, it goes on from there.
+func TestPlan_APausedPlanRecordsWhatItsMachinesDid(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "pause"); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanPaused || v.Tier != 0 || v.Steps[0].State != models.StepApplied || v.Steps[1].State != models.StepPending {
+			t.Fatalf("paused, after the canary applied: %s at tier %d, steps %+v", v.State, v.Tier, v.Steps)
+		}
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "resume"); err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.Tier != 1 || v.Steps[1].State != models.StepSent {
+			t.Fatalf("resumed: %s at tier %d, steps %+v", v.State, v.Tier, v.Steps)
+		}
+	})
+}
