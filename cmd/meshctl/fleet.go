@@ -193,7 +193,14 @@ reads them again and applies only these changes to the fresh ones.`,
 				if a.jsonOut() {
 					return a.printJSON(r.Body)
 				}
-				fmt.Fprintf(a.out, "%s: variables written\n", machine)
+				gen := ""
+				if e := strings.Trim(r.HTTPResponse.Header.Get("ETag"), `"`); e != "" {
+					gen = ", generation " + e
+				}
+				fmt.Fprintf(a.out, "%s: variables written%s\n", machine, gen)
+				// A variable removed that a manifest names holds the
+				// machine back: said here, not only in machines show.
+				a.sayIfNotComposable(cmd.Context(), c, machine)
 				return nil
 			}
 		},

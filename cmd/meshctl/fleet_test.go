@@ -45,6 +45,20 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 	if len(vars.Variables) != 1 || vars.Variables["port"] != "9000" {
 		t.Fatalf("the store's variables: %v", vars.Variables)
 	}
+	// Removing a variable a manifest names holds the machine back: the
+	// edit says so (it said only "variables written").
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+	if resp, b := e.Upload(e.Admin, "web", `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/web.conf", "content": "port=${var.port}\n"}]}`, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	meshctl("assign", "m1", "web")
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"machines", "vars", "m1", "port="}, strings.NewReader(""), &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "m1: variables written, generation ") ||
+		!strings.Contains(errOut.String(), "note: m1's generation cannot be composed") || !strings.Contains(errOut.String(), "${var.port}") {
+		t.Fatalf("vars m1 port=: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	meshctl("machines", "vars", "m1", "port=9000")
 	if out := meshctl("releases", "ls"); !strings.Contains(out, "1.5.0") || !strings.Contains(out, "1,2") {
 		t.Fatalf("releases:\n%s", out)
 	}
@@ -74,7 +88,7 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 		!strings.Contains(out, inst.Items[0].ID) || !strings.Contains(out, "serving") {
 		t.Fatalf("instances (the API has %+v):\n%s", inst.Items, out)
 	}
-	var errOut bytes.Buffer
+	errOut.Reset()
 	if code := run(context.Background(), []string{"machines", "vars", "m1", "nokey"}, strings.NewReader(""), &bytes.Buffer{}, &errOut); code == 0 ||
 		!strings.Contains(errOut.String(), "KEY=VALUE") {
 		t.Fatalf("a bad variable: exit %d, %s", code, errOut.String())

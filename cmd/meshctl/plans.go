@@ -255,7 +255,14 @@ func (a *app) showPlan(p *client.Plan) error {
 		if s.PreviousBuild != nil && *s.PreviousBuild > 0 {
 			prev = strconv.Itoa(*s.PreviousBuild)
 		}
-		steps = append(steps, []string{s.Machine, strconv.Itoa(s.Tier + 1), string(s.State), strconv.Itoa(s.Generation), prev, s.Reason})
+		state, why := string(s.State), s.Reason
+		if s.State == client.PlanStepStateSent && why == "" {
+			// The plan made the machine's generation; whether it was sent
+			// is its host's poll's doing (machines show says): said as
+			// what was checked, as the dashboard says it.
+			state, why = "awaiting", fmt.Sprintf("generation %d made for it, awaiting its host's report", s.Generation)
+		}
+		steps = append(steps, []string{s.Machine, strconv.Itoa(s.Tier + 1), state, strconv.Itoa(s.Generation), prev, why})
 	}
 	return a.table(steps)
 }

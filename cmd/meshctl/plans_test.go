@@ -131,6 +131,22 @@ func TestShowPlan_AHaltedPlanIsNotFinished(t *testing.T) {
 	}
 }
 
+// TestShowPlan_AStepMadeIsNotSaidSent: a step whose generation the plan
+// made says that, and that it awaits its host's report, as the dashboard
+// does: "sent" claimed a send that its host, stopped, never polled for.
+func TestShowPlan_AStepMadeIsNotSaidSent(t *testing.T) {
+	var out bytes.Buffer
+	a := &app{out: &out, errOut: &out}
+	p := &client.Plan{Id: 8, Module: "web", Build: 3, State: client.PlanStateRunning, CreatedAt: time.Now(),
+		Steps: []client.PlanStep{{Machine: "op-4", Tier: 0, State: client.PlanStepStateSent, Generation: 5}}}
+	if err := a.showPlan(p); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "awaiting") || !strings.Contains(s, "generation 5 made for it, awaiting its host's report") || strings.Contains(s, " sent ") {
+		t.Fatalf("a made step:\n%s", s)
+	}
+}
+
 // TestMachineWords_HealthAsOfWhenItWasSaid: a current machine whose check
 // fails within the grace says so in its why (it read "applied generation
 // N, the latest" only), and an offline machine's health is said with when
