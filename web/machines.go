@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -444,22 +445,31 @@ func (s *Server) refused(c echo.Context, name string, saveErr error, typed map[s
 	if errors.Is(saveErr, models.ErrStaleGeneration) {
 		status = http.StatusConflict
 		sent, _ := formGeneration(c)
-		as, _, _ := s.Store.Assignments(ctx, name)
+		// What is stored now of what the person edited: their variables
+		// or their assignments (the variables' page listed assignments).
 		names := []string{}
-		for _, a := range as {
-			n := a.Module
-			if a.Build != nil {
-				n += fmt.Sprintf(" (pinned to %d)", *a.Build)
+		if what == "variables" {
+			vars, _, _ := s.Store.Variables(ctx, name)
+			for _, k := range slices.Sorted(maps.Keys(vars)) {
+				names = append(names, k+"="+vars[k])
 			}
-			names = append(names, n)
+		} else {
+			as, _, _ := s.Store.Assignments(ctx, name)
+			for _, a := range as {
+				n := a.Module
+				if a.Build != nil {
+					n += fmt.Sprintf(" (pinned to %d)", *a.Build)
+				}
+				names = append(names, n)
+			}
 		}
 		stored := "none"
 		if len(names) > 0 {
 			stored = strings.Join(names, ", ")
 		}
 		d.Notice = fmt.Sprintf("Not saved: %s changed since you opened this page (generation %d then, %d now: %s at %s). "+
-			"Nothing was overwritten. Your %s are kept below; the assignments stored now are: %s. Review, then save again to replace them.",
-			name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt), what, stored)
+			"Nothing was overwritten. Your %s are kept below; the %s stored now are: %s. Review, then save again to replace them.",
+			name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt), what, what, stored)
 	} else {
 		d.Notice = "Not saved: " + problemText(saveErr)
 	}

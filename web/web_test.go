@@ -202,6 +202,12 @@ func TestStaleEdit_ConflictLosesNothing(t *testing.T) {
 	if len(as.Assignments) != 0 {
 		t.Fatal("the stale save overwrote the store")
 	}
+	// A stale save of variables lists the variables stored now (it
+	// listed the assignments).
+	st, body = op.post("/machines/m1/variables", url.Values{"generation": {"1"}, "variables": {"port=7000"}}, true)
+	if st != 409 || !strings.Contains(body, "the variables stored now are: port=9000.") {
+		t.Fatalf("stale save of variables: %d\n%s", st, body)
+	}
 }
 
 func TestStatic_HashedAndCached(t *testing.T) {

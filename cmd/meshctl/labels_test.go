@@ -72,6 +72,10 @@ func TestMeshctl_LabelsSelectorsTokensUsers(t *testing.T) {
 		if r := mc.run("", "modules", "delete", "web"); r.code != 1 || !strings.Contains(r.stderr, "m1") {
 			t.Fatalf("delete of a selected module: %s", r)
 		}
+		// Unassigning what a selector gives says where it comes from.
+		if r := mc.run("", "unassign", "m1", "web"); r.code != 1 || !strings.Contains(r.stderr, "m1 is not assigned web, its selector gives it: change the machine's labels") {
+			t.Fatalf("unassign of a selected module: %s", r)
+		}
 	})
 
 	t.Run("APITokens", func(t *testing.T) {

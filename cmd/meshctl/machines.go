@@ -281,7 +281,7 @@ const maxAttempts = 5
 // says false when the list already is as asked. It is applied to the list
 // as read, and again to a fresh read after a 412, so only this command's
 // own edit is ever written over what others did.
-type assignmentEdit func(list []client.Assignment) ([]client.Assignment, bool, error)
+type assignmentEdit func(list, selected []client.Assignment) ([]client.Assignment, bool, error)
 
 func (a *app) assignCommand() *cobra.Command {
 	var reason string
@@ -306,7 +306,7 @@ Pinning an older build than the machine runs needs --reason.`,
 			if reason != "" {
 				want.Reason = &reason
 			}
-			return a.editAssignments(cmd.Context(), args[0], func(list []client.Assignment) ([]client.Assignment, bool, error) {
+			return a.editAssignments(cmd.Context(), args[0], func(list, _ []client.Assignment) ([]client.Assignment, bool, error) {
 				i := slices.IndexFunc(list, func(x client.Assignment) bool { return x.Module == module })
 				if i < 0 {
 					return append(list, want), true, nil
@@ -333,8 +333,14 @@ removes everything the mesh put there.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			module := args[1]
-			return a.editAssignments(cmd.Context(), args[0], func(list []client.Assignment) ([]client.Assignment, bool, error) {
+			return a.editAssignments(cmd.Context(), args[0], func(list, selected []client.Assignment) ([]client.Assignment, bool, error) {
 				i := slices.IndexFunc(list, func(x client.Assignment) bool { return x.Module == module })
+				if i < 0 && slices.ContainsFunc(selected, func(x client.Assignment) bool { return x.Module == module }) {
+					// Its labels give it the module: taking it away is a
+					// matter of those, not of its assignments.
+					return nil, false, fmt.Errorf("%s is not assigned %s, its selector gives it: change the machine's labels "+
+						"(meshctl machines label %s KEY-) or the module's selector (meshctl modules update %s --selector …)", args[0], module, args[0], module)
+				}
 				if i < 0 {
 					return nil, false, fmt.Errorf("%s is not assigned %s", args[0], module)
 				}
@@ -360,7 +366,11 @@ func (a *app) editAssignments(ctx context.Context, machine string, edit assignme
 			return err
 		}
 		etag := got.HTTPResponse.Header.Get("ETag")
-		list, changed, err := edit(slices.Clone(got.JSON200.Assignments))
+		var selected []client.Assignment
+		if got.JSON200.Selected != nil {
+			selected = *got.JSON200.Selected
+		}
+		list, changed, err := edit(slices.Clone(got.JSON200.Assignments), selected)
 		if err != nil {
 			return err
 		}
