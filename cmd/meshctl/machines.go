@@ -306,7 +306,7 @@ Pinning an older build than the machine runs needs --reason.`,
 			if reason != "" {
 				want.Reason = &reason
 			}
-			return a.editAssignments(cmd.Context(), args[0], func(list, _ []client.Assignment) ([]client.Assignment, bool, error) {
+			err = a.editAssignments(cmd.Context(), args[0], func(list, _ []client.Assignment) ([]client.Assignment, bool, error) {
 				i := slices.IndexFunc(list, func(x client.Assignment) bool { return x.Module == module })
 				if i < 0 {
 					return append(list, want), true, nil
@@ -317,6 +317,10 @@ Pinning an older build than the machine runs needs --reason.`,
 				list[i] = want
 				return list, true, nil
 			})
+			if err == nil && build == nil && !a.jsonOut() {
+				a.sayIfNoBuild(cmd.Context(), module)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (needed to pin an older build than the machine runs)")
@@ -409,6 +413,20 @@ func (a *app) editAssignments(ctx context.Context, machine string, edit assignme
 		}
 		a.sayIfNotComposable(ctx, c, machine)
 		return nil
+	}
+}
+
+// sayIfNoBuild tells, on stderr, that a module assigned has no build yet:
+// the machine is given nothing of it (and stays current) until its first
+// build, where the table's "current" read as if something were deployed.
+func (a *app) sayIfNoBuild(ctx context.Context, module string) {
+	c, err := a.apiClient()
+	if err != nil {
+		return
+	}
+	r, err := c.GetModuleWithResponse(ctx, module)
+	if err == nil && r.JSON200 != nil && r.JSON200.CurrentBuild == nil {
+		fmt.Fprintf(a.errOut, "note: %s has no build yet: nothing of it is deployed until its first build (meshctl builds upload %s …)\n", module, module)
 	}
 }
 

@@ -338,6 +338,17 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("AssignSaysAModuleHasNoBuild", func(t *testing.T) {
+		// Its table said "current", and the machine stayed current with
+		// nothing of it deployed.
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "nobuild"}}, 201, nil)
+		r := mc.ok(nil, "assign", "m2", "nobuild")
+		if !strings.Contains(r.stderr, "note: nobuild has no build yet: nothing of it is deployed until its first build") {
+			t.Fatalf("assign of a module with no build: %s", r)
+		}
+		mc.ok(nil, "unassign", "m2", "nobuild")
+	})
+
 	t.Run("AssignSaysAGenerationThatCannotBeComposed", func(t *testing.T) {
 		// m9's new generation needs a variable it does not have: nothing
 		// is sent to it. The edit said only "generation N".
@@ -347,6 +358,9 @@ func TestMeshctl_ADayOfAnOperator(t *testing.T) {
 		}
 		e.Enroll("m9")
 		r := mc.ok(nil, "assign", "m9", "needsvar")
+		if strings.Contains(r.stderr, "no build yet") {
+			t.Fatalf("a module with a build said to have none: %s", r)
+		}
 		if !strings.Contains(r.stderr, "note: m9's generation cannot be composed, so nothing is sent to it until that is fixed:") || !strings.Contains(r.stderr, "port") {
 			t.Fatalf("assigning a module whose variable m9 lacks: %s", r)
 		}
