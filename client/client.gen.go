@@ -3777,6 +3777,8 @@ type ClientInterface interface {
 
 	// DeleteMachine remove a machine and its records (admin); its host token stops working
 	//
+	// Its sends, reports, declarations, assignments, variables and labels go with it; its steps in plans and its place in host rollouts stay on their record, under its name, said "(deleted)".
+	//
 	// Corresponds with DELETE /api/v1/machines/{name} (the `DeleteMachine` operationId).
 	DeleteMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -4968,6 +4970,8 @@ func (c *Client) ListMachines(ctx context.Context, params *ListMachinesParams, r
 }
 
 // DeleteMachine remove a machine and its records (admin); its host token stops working
+//
+// Its sends, reports, declarations, assignments, variables and labels go with it; its steps in plans and its place in host rollouts stay on their record, under its name, said "(deleted)".
 //
 // Corresponds with DELETE /api/v1/machines/{name} (the `DeleteMachine` operationId).
 func (c *Client) DeleteMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10180,6 +10184,8 @@ type ClientWithResponsesInterface interface {
 	ListMachinesWithResponse(ctx context.Context, params *ListMachinesParams, reqEditors ...RequestEditorFn) (*ListMachinesResponse, error)
 
 	// DeleteMachineWithResponse remove a machine and its records (admin); its host token stops working
+	//
+	// Its sends, reports, declarations, assignments, variables and labels go with it; its steps in plans and its place in host rollouts stay on their record, under its name, said "(deleted)".
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17056,6 +17062,8 @@ func (c *ClientWithResponses) ListMachinesWithResponse(ctx context.Context, para
 }
 
 // DeleteMachineWithResponse remove a machine and its records (admin); its host token stops working
+//
+// Its sends, reports, declarations, assignments, variables and labels go with it; its steps in plans and its place in host rollouts stay on their record, under its name, said "(deleted)".
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -88,6 +88,9 @@ type PlanStep struct {
 	// PreviousBuild is the build the machine ran before the plan reached
 	// it (0: none), where a rollback pins it.
 	PreviousBuild int64 `json:"previous_build"`
+	// MachineName is kept when the machine is deleted, so the step stays
+	// on the plan's record under its name.
+	MachineName string `json:"-"`
 }
 
 // MachineTarget is the build a plan has reached a machine with. It only

@@ -103,6 +103,9 @@ type RolloutMachine struct {
 	Reason     string     `json:"reason"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
+	// MachineName is kept when the machine is deleted, so its place in
+	// the rollout stays on the record under its name.
+	MachineName string `json:"-"`
 }
 
 // Setting is a fleet-wide value (the default host release).

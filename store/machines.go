@@ -525,12 +525,27 @@ func (s *Store) Push(ctx context.Context, actor, name string, ifMatch *int64) (*
 	return out, err
 }
 
-// DeleteMachine removes a machine and everything recorded of it.
+// deletedOrName is the SQL for the name of the machine of a row of table
+// (plan_steps, rollout_machines) joined LEFT to machines: its name, or the
+// one kept when it was deleted, said so.
+func deletedOrName(table string) string {
+	return "CASE WHEN machines.id IS NULL THEN " + table + ".machine_name || ' (deleted)' ELSE machines.name END"
+}
+
+// DeleteMachine removes a machine and everything recorded of it but its
+// place in the plans and rollouts that reached it.
 func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 	return s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
 			return err
+		}
+		// Its steps in plans and its places in host rollouts stay, under
+		// its name: they are the plans' and rollouts' record.
+		for _, t := range []any{&models.PlanStep{}, &models.RolloutMachine{}} {
+			if err := tx.Model(t).Where("machine_id = ?", m.ID).Update("machine_name", m.Name).Error; err != nil {
+				return err
+			}
 		}
 		for _, t := range []any{&models.ReportRow{}, &models.Send{}, &models.Declaration{}, &models.Assignment{}, &models.MachineVariable{}, &models.MachineLabel{}} {
 			if err := tx.Where("machine_id = ?", m.ID).Delete(t).Error; err != nil {

@@ -692,9 +692,9 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 		models.PlanStep
 		Name string
 	}
-	err := tx.Table("plan_steps").Select("plan_steps.*, machines.name AS name").
-		Joins("JOIN machines ON machines.id = plan_steps.machine_id").
-		Where("plan_id = ?", p.ID).Order("plan_steps.tier, machines.name").Scan(&rows).Error
+	err := tx.Table("plan_steps").Select("plan_steps.*, "+deletedOrName("plan_steps")+" AS name").
+		Joins("LEFT JOIN machines ON machines.id = plan_steps.machine_id").
+		Where("plan_id = ?", p.ID).Order("plan_steps.tier, name").Scan(&rows).Error
 	if err != nil {
 		return nil, err
 	}
@@ -981,7 +981,12 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 	why := fmt.Sprintf("rollback of plan %d", p.ID)
 	for _, st := range steps {
 		var m models.Machine
-		if err := tx.Select("id", "name").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+		err := tx.Select("id", "name").Where("id = ?", st.MachineID).First(&m).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			left = append(left, st.MachineName+" was deleted")
+			continue
+		}
+		if err != nil {
 			return "", err
 		}
 		if st.PreviousBuild <= 0 {

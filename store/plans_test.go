@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -840,6 +841,58 @@ func TestPlan_APausedPlanRecordsWhatItsMachinesDid(t *testing.T) {
 		stepPlans(t, s)
 		if v, _ = s.Plan(ctx, v.ID); v.Tier != 1 || v.Steps[1].State != models.StepSent {
 			t.Fatalf("resumed: %s at tier %d, steps %+v", v.State, v.Tier, v.Steps)
+		}
+	})
+}
+
+// TestPlan_ADeletedMachineStaysOnTheRecord: a machine deleted after a plan
+// and a host rollout reached it stays in both, under its name, said
+// deleted: the plan's page lost its step (and a tier) when it was. The
+// rollout, still running, withdraws it rather than wait on it, and the
+// plan, halted, rolls back the machines still there.
+func TestPlan_ADeletedMachineStaysOnTheRecord(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		applied(t, s, "m1", 2)
+		stepPlans(t, s) // the canary applied: tier 2 (m2, m3) reached
+		if err := s.DeleteMachine(ctx, "user:admin", "m1"); err != nil {
+			t.Fatal(err)
+		}
+		v, _ = s.Plan(ctx, v.ID)
+		names := []string{}
+		for _, st := range v.Steps {
+			names = append(names, st.Machine+" "+st.State)
+		}
+		if len(v.Steps) != 3 || v.Tiers() != 2 || !slices.Contains(names, "m1 (deleted) applied") {
+			t.Fatalf("plan after m1 was deleted: %d tiers, steps %v", v.Tiers(), names)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		names = names[:0]
+		for _, m := range ro.Machines {
+			names = append(names, m.Machine+" "+m.State+" "+m.Reason)
+		}
+		if len(ro.Machines) != 3 || !slices.Contains(names, "m1 (deleted) withdrawn deleted: the rollout does not reach it") {
+			t.Fatalf("rollout after m1 was deleted: %v", names)
+		}
+		m2, _ := s.Machine(ctx, "m2")
+		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: models.OutcomeFailed, Reason: "exec format error"})
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
+			t.Fatalf("plan %s: %s", v.State, v.Reason)
+		}
+		back, err := s.SetPlanState(ctx, "user:olga", v.ID, "rollback")
+		if err != nil || back.State != models.PlanRolledBack || !strings.Contains(back.Reason, "m1 was deleted") {
+			t.Fatalf("rollback of a plan whose canary was deleted: %v %+v", err, back)
 		}
 	})
 }

@@ -214,9 +214,9 @@ func rolloutView(tx *Tx, ro *models.Rollout) (*models.RolloutView, error) {
 		models.RolloutMachine
 		Name string
 	}
-	err := tx.Table("rollout_machines").Select("rollout_machines.*, machines.name AS name").
-		Joins("JOIN machines ON machines.id = rollout_machines.machine_id").
-		Where("rollout_id = ?", ro.ID).Order("rollout_machines.wave, machines.name").Scan(&rows).Error
+	err := tx.Table("rollout_machines").Select("rollout_machines.*, "+deletedOrName("rollout_machines")+" AS name").
+		Joins("LEFT JOIN machines ON machines.id = rollout_machines.machine_id").
+		Where("rollout_id = ?", ro.ID).Order("rollout_machines.wave, name").Scan(&rows).Error
 	// A rollout that ended (halted, cancelled) reaches no machine it had
 	// not reached: such a machine is said withdrawn, with why, not
 	// "pending" as if still to come (as a plan's steps are).
@@ -341,7 +341,7 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		return err
 	}
 	deadline := time.Duration(ro.DeadlineSeconds) * time.Second
-	if err := withdrawRevoked(tx, rms); err != nil {
+	if err := withdrawUnreachable(tx, rms); err != nil {
 		return err
 	}
 	if halted, err := haltUnsendable(tx, ro, rms); err != nil || halted {
@@ -506,11 +506,12 @@ func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error
 }
 
-// withdrawRevoked takes the machines revoked since the rollout began out
-// of it (in rms too), before or during their upgrade: nothing is sent to a
-// revoked machine, so its host would never report, and the deadline would
-// fail the release for a machine that was never sent it.
-func withdrawRevoked(tx *Tx, rms []models.RolloutMachine) error {
+// withdrawUnreachable takes the machines revoked or deleted since the
+// rollout began out of it (in rms too), before or during their upgrade:
+// nothing is sent to a revoked machine, and a deleted one has no host
+// here any more, so neither would report, and the deadline would fail the
+// release for a machine that was never sent it.
+func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
 	var ids []int64
 	for _, rm := range rms {
 		if rm.State == models.UpgradePending || rm.State == models.UpgradeUpgrading {
@@ -520,14 +521,26 @@ func withdrawRevoked(tx *Tx, rms []models.RolloutMachine) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	var revoked []models.Machine
-	if err := tx.Select("id", "revoked_reason").Where("id IN ? AND revoked_at IS NOT NULL", ids).Find(&revoked).Error; err != nil {
+	var ms []models.Machine
+	if err := tx.Select("id", "revoked_at", "revoked_reason").Where("id IN ?", ids).Find(&ms).Error; err != nil {
 		return err
 	}
+	why := map[int64]string{}
+	for _, id := range ids {
+		why[id] = "deleted: the rollout does not reach it"
+	}
+	for _, m := range ms {
+		delete(why, m.ID)
+		if m.RevokedAt != nil {
+			why[m.ID] = fmt.Sprintf("revoked (%s): nothing is sent to it, so the rollout does not reach it", cmp.Or(m.RevokedReason, "no reason given"))
+		}
+	}
 	now := tx.s.Now()
-	for _, m := range revoked {
-		i := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == m.ID })
-		reason := fmt.Sprintf("revoked (%s): nothing is sent to it, so the rollout does not reach it", cmp.Or(m.RevokedReason, "no reason given"))
+	for i := range rms {
+		reason, out := why[rms[i].MachineID]
+		if !out {
+			continue
+		}
 		if err := endUpgrade(tx, &rms[i], models.UpgradeWithdrawn, reason, now); err != nil {
 			return err
 		}
