@@ -958,7 +958,8 @@ func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 		}
 		// A failed step keeps why it failed after the new words: the
 		// cancel is often its answer, and the why was the plan's record.
-		const why = "the plan was cancelled before its host applied the build: its target removed (a host that holds the declaration already may still apply it, and keeps it)"
+		const why = "the plan was cancelled before its host applied the build: its target removed, so its next generation names the module's current build again " +
+			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed)"
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
 			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
 				"reason": gorm.Expr("CASE WHEN reason = '' THEN ? ELSE ? || '; before: ' || reason END", why, why)}).Error
