@@ -1171,7 +1171,7 @@ type CurrentRequest struct {
 	// Build a finished build of the module
 	Build int `json:"build"`
 
-	// Reason required when the build is older than the current one (going back, 400 without it): every machine that runs a newer build and is not pinned is moved back to it, where otherwise no machine is ever given a build older than it runs. Kept with the module until a build no older is made current.
+	// Reason required when the build is older than the current one (going back, 400 without it): every machine that runs one of the builds there are now and is not pinned is moved back to it, where otherwise no machine is ever given a build older than it runs. Kept with the module until a build no older is made current; ignored when not going back.
 	Reason *string `json:"reason,omitempty"`
 }
 
@@ -1613,7 +1613,7 @@ type Module struct {
 	CreatedAt    time.Time `json:"created_at"`
 	CurrentBuild *int      `json:"current_build"`
 
-	// CurrentReason why a person made this build current going back (absent unless the current build was made current over a newer one): every machine that runs a newer build, and is not pinned, is moved back to it
+	// CurrentReason why a person made this build current going back (absent unless the current build was made current over a newer one): every machine that runs one of the builds gone back from, and is not pinned, is moved back to it
 	CurrentReason *string         `json:"current_reason,omitempty"`
 	Kind          string          `json:"kind"`
 	Name          string          `json:"name"`
@@ -4000,11 +4000,14 @@ type ClientInterface interface {
 	//   Only an admin uploads a `host` module's builds (a release is an
 	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
 	//
-	// An upload of what the module's newest build already holds (the same
-	// version, commit, manifest and artifact digest; that build finished
-	// and not yanked) makes nothing: the answer is 200 with that build,
-	// so a retried upload whose first answer was lost makes one build
-	// and one plan.
+	// An upload of what the module's newest finished build already holds
+	// (the same version, commit, manifest and artifact digest; builds a
+	// merge queued and not yet finished do not count) makes nothing: the
+	// answer is 200 with that build, so a retried upload whose first
+	// answer was lost makes one build and one plan. When that build was
+	// yanked the upload is refused (409): its content is never rolled out
+	// again. A `host` module's uploads are never taken as retries (the
+	// same binary may be another platform's release).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4039,9 +4042,14 @@ type ClientInterface interface {
 	// A build newer than the current one reaches every machine assigned
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
-	// such machine is moved back to it, whatever newer build it runs;
-	// without one no machine is ever given a build older than it runs,
-	// so the request is refused (400) rather than changing nothing.
+	// such machine that runs one of the builds there are now is moved
+	// back to it, and plan targets of newer builds are dropped; without
+	// one no machine is ever given a build older than it runs, so the
+	// request is refused (400) rather than changing nothing. Going back
+	// is refused (409) while a plan of a newer build is running, paused
+	// or halted (cancel it, or roll it back, first), and on a
+	// `controller` module. A plan made later of a newer build is that
+	// build chosen anew: the going back no longer covers it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4053,9 +4061,14 @@ type ClientInterface interface {
 	// A build newer than the current one reaches every machine assigned
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
-	// such machine is moved back to it, whatever newer build it runs;
-	// without one no machine is ever given a build older than it runs,
-	// so the request is refused (400) rather than changing nothing.
+	// such machine that runs one of the builds there are now is moved
+	// back to it, and plan targets of newer builds are dropped; without
+	// one no machine is ever given a build older than it runs, so the
+	// request is refused (400) rather than changing nothing. Going back
+	// is refused (409) while a plan of a newer build is running, paused
+	// or halted (cancel it, or roll it back, first), and on a
+	// `controller` module. A plan made later of a newer build is that
+	// build chosen anew: the going back no longer covers it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5464,11 +5477,14 @@ func (c *Client) ListBuilds(ctx context.Context, module ModuleName, params *List
 //     Only an admin uploads a `host` module's builds (a release is an
 //     admin's to make, as POST /api/v1/host-releases): 403 for others.
 //
-// An upload of what the module's newest build already holds (the same
-// version, commit, manifest and artifact digest; that build finished
-// and not yanked) makes nothing: the answer is 200 with that build,
-// so a retried upload whose first answer was lost makes one build
-// and one plan.
+// An upload of what the module's newest finished build already holds
+// (the same version, commit, manifest and artifact digest; builds a
+// merge queued and not yet finished do not count) makes nothing: the
+// answer is 200 with that build, so a retried upload whose first
+// answer was lost makes one build and one plan. When that build was
+// yanked the upload is refused (409): its content is never rolled out
+// again. A `host` module's uploads are never taken as retries (the
+// same binary may be another platform's release).
 //
 // Takes any type of body and a specified content type.
 //
@@ -5543,9 +5559,14 @@ func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildN
 // A build newer than the current one reaches every machine assigned
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
-// such machine is moved back to it, whatever newer build it runs;
-// without one no machine is ever given a build older than it runs,
-// so the request is refused (400) rather than changing nothing.
+// such machine that runs one of the builds there are now is moved
+// back to it, and plan targets of newer builds are dropped; without
+// one no machine is ever given a build older than it runs, so the
+// request is refused (400) rather than changing nothing. Going back
+// is refused (409) while a plan of a newer build is running, paused
+// or halted (cancel it, or roll it back, first), and on a
+// `controller` module. A plan made later of a newer build is that
+// build chosen anew: the going back no longer covers it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5567,9 +5588,14 @@ func (c *Client) SetCurrentBuildWithBody(ctx context.Context, module ModuleName,
 // A build newer than the current one reaches every machine assigned
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
-// such machine is moved back to it, whatever newer build it runs;
-// without one no machine is ever given a build older than it runs,
-// so the request is refused (400) rather than changing nothing.
+// such machine that runs one of the builds there are now is moved
+// back to it, and plan targets of newer builds are dropped; without
+// one no machine is ever given a build older than it runs, so the
+// request is refused (400) rather than changing nothing. Going back
+// is refused (409) while a plan of a newer build is running, paused
+// or halted (cancel it, or roll it back, first), and on a
+// `controller` module. A plan made later of a newer build is that
+// build chosen anew: the going back no longer covers it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10438,11 +10464,14 @@ type ClientWithResponsesInterface interface {
 	//   Only an admin uploads a `host` module's builds (a release is an
 	//   admin's to make, as POST /api/v1/host-releases): 403 for others.
 	//
-	// An upload of what the module's newest build already holds (the same
-	// version, commit, manifest and artifact digest; that build finished
-	// and not yanked) makes nothing: the answer is 200 with that build,
-	// so a retried upload whose first answer was lost makes one build
-	// and one plan.
+	// An upload of what the module's newest finished build already holds
+	// (the same version, commit, manifest and artifact digest; builds a
+	// merge queued and not yet finished do not count) makes nothing: the
+	// answer is 200 with that build, so a retried upload whose first
+	// answer was lost makes one build and one plan. When that build was
+	// yanked the upload is refused (409): its content is never rolled out
+	// again. A `host` module's uploads are never taken as retries (the
+	// same binary may be another platform's release).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10479,9 +10508,14 @@ type ClientWithResponsesInterface interface {
 	// A build newer than the current one reaches every machine assigned
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
-	// such machine is moved back to it, whatever newer build it runs;
-	// without one no machine is ever given a build older than it runs,
-	// so the request is refused (400) rather than changing nothing.
+	// such machine that runs one of the builds there are now is moved
+	// back to it, and plan targets of newer builds are dropped; without
+	// one no machine is ever given a build older than it runs, so the
+	// request is refused (400) rather than changing nothing. Going back
+	// is refused (409) while a plan of a newer build is running, paused
+	// or halted (cancel it, or roll it back, first), and on a
+	// `controller` module. A plan made later of a newer build is that
+	// build chosen anew: the going back no longer covers it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10493,9 +10527,14 @@ type ClientWithResponsesInterface interface {
 	// A build newer than the current one reaches every machine assigned
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
-	// such machine is moved back to it, whatever newer build it runs;
-	// without one no machine is ever given a build older than it runs,
-	// so the request is refused (400) rather than changing nothing.
+	// such machine that runs one of the builds there are now is moved
+	// back to it, and plan targets of newer builds are dropped; without
+	// one no machine is ever given a build older than it runs, so the
+	// request is refused (400) rather than changing nothing. Going back
+	// is refused (409) while a plan of a newer build is running, paused
+	// or halted (cancel it, or roll it back, first), and on a
+	// `controller` module. A plan made later of a newer build is that
+	// build chosen anew: the going back no longer covers it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -17478,11 +17517,14 @@ func (c *ClientWithResponses) ListBuildsWithResponse(ctx context.Context, module
 //     Only an admin uploads a `host` module's builds (a release is an
 //     admin's to make, as POST /api/v1/host-releases): 403 for others.
 //
-// An upload of what the module's newest build already holds (the same
-// version, commit, manifest and artifact digest; that build finished
-// and not yanked) makes nothing: the answer is 200 with that build,
-// so a retried upload whose first answer was lost makes one build
-// and one plan.
+// An upload of what the module's newest finished build already holds
+// (the same version, commit, manifest and artifact digest; builds a
+// merge queued and not yet finished do not count) makes nothing: the
+// answer is 200 with that build, so a retried upload whose first
+// answer was lost makes one build and one plan. When that build was
+// yanked the upload is refused (409): its content is never rolled out
+// again. A `host` module's uploads are never taken as retries (the
+// same binary may be another platform's release).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17543,9 +17585,14 @@ func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module 
 // A build newer than the current one reaches every machine assigned
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
-// such machine is moved back to it, whatever newer build it runs;
-// without one no machine is ever given a build older than it runs,
-// so the request is refused (400) rather than changing nothing.
+// such machine that runs one of the builds there are now is moved
+// back to it, and plan targets of newer builds are dropped; without
+// one no machine is ever given a build older than it runs, so the
+// request is refused (400) rather than changing nothing. Going back
+// is refused (409) while a plan of a newer build is running, paused
+// or halted (cancel it, or roll it back, first), and on a
+// `controller` module. A plan made later of a newer build is that
+// build chosen anew: the going back no longer covers it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17563,9 +17610,14 @@ func (c *ClientWithResponses) SetCurrentBuildWithBodyWithResponse(ctx context.Co
 // A build newer than the current one reaches every machine assigned
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
-// such machine is moved back to it, whatever newer build it runs;
-// without one no machine is ever given a build older than it runs,
-// so the request is refused (400) rather than changing nothing.
+// such machine that runs one of the builds there are now is moved
+// back to it, and plan targets of newer builds are dropped; without
+// one no machine is ever given a build older than it runs, so the
+// request is refused (400) rather than changing nothing. Going back
+// is refused (409) while a plan of a newer build is running, paused
+// or halted (cancel it, or roll it back, first), and on a
+// `controller` module. A plan made later of a newer build is that
+// build chosen anew: the going back no longer covers it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -568,12 +568,26 @@ func envHasPlaceholder(env map[string]string) bool {
 	return false
 }
 
+// GoneBack is a module's going back: a person made an older build current
+// for Reason, over builds up to From.
+type GoneBack struct {
+	Reason string
+	From   int64
+}
+
+// Back is the module's going back (zero when it has not gone back).
+func (m *Module) Back() GoneBack { return GoneBack{Reason: m.CurrentReason, From: m.CurrentBackFrom} }
+
+// covers says whether a machine running build running is moved back: a
+// build the person went back from, not one a plan reached it with since.
+func (g GoneBack) covers(running int64) bool { return g.Reason != "" && running <= g.From }
+
 // ChooseBuild is the build a machine gets for a module, in DESIGN.md's order:
 // its pin; else the plan's target; else the module's current build. It never
 // gives an older build than the machine reports running unless a person
-// chose that build with a reason: pinned it, or made it current with one
-// (currentReason: going back everywhere at once).
-func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, currentReason string, running int64) (int64, bool) {
+// chose that build with a reason: pinned it, or made it current going back
+// from the build it runs (back: going back everywhere at once).
+func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back GoneBack, running int64) (int64, bool) {
 	if pin != nil {
 		if *pin < running && pinReason == "" {
 			return running, true
@@ -581,11 +595,11 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, curre
 		return *pin, true
 	}
 	var b *int64
-	back := false
+	goBack := false
 	if planTarget != nil {
 		b = planTarget
 	} else if current != nil {
-		b, back = current, currentReason != ""
+		b, goBack = current, back.covers(running)
 	}
 	if b == nil {
 		if running > 0 {
@@ -593,7 +607,7 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, curre
 		}
 		return 0, false
 	}
-	if *b < running && !back {
+	if *b < running && !goBack {
 		return running, true
 	}
 	return *b, true

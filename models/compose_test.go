@@ -288,29 +288,31 @@ func TestChooseBuild(t *testing.T) {
 		pin       *int64
 		reason    string
 		plan, cur *int64
-		curReason string
+		back      GoneBack
 		running   int64
 		want      int64
 		ok        bool
 	}{
-		{"Current", nil, "", nil, i64(5), "", 0, 5, true},
-		{"PlanBeforeCurrent", nil, "", i64(6), i64(5), "", 0, 6, true},
-		{"PinBeforePlan", i64(4), "", i64(6), i64(5), "", 0, 4, true},
-		{"PinNewerThanRunning", i64(9), "", nil, i64(5), "", 7, 9, true},
-		{"PinEqualRunning", i64(7), "", nil, nil, "", 7, 7, true},
-		{"PinOlderWithoutReason_KeepsRunning", i64(3), "", nil, i64(5), "", 7, 7, true},
-		{"PinOlderWithReason_Rollback", i64(3), "bad build", nil, i64(5), "", 7, 3, true},
-		{"CurrentOlderThanRunning_KeepsRunning", nil, "", nil, i64(5), "", 8, 8, true},
-		{"PlanOlderThanRunning_KeepsRunning", nil, "", i64(6), i64(9), "", 8, 8, true},
-		{"ReasonIgnoredWithoutPin", nil, "why", nil, i64(2), "", 8, 8, true},
-		{"NothingKnown", nil, "", nil, nil, "", 0, 0, false},
-		{"NoCurrent_KeepsRunning", nil, "", nil, nil, "", 4, 4, true},
-		{"CurrentOlderWithReason_GoesBack", nil, "", nil, i64(5), "build 8 leaks", 8, 5, true},
-		{"PlanOlderWithCurrentReason_KeepsRunning", nil, "", i64(6), i64(5), "back", 8, 8, true},
-		{"PinOlderWithoutReason_CurrentReasonDoesNotCount", i64(3), "", nil, i64(5), "back", 7, 7, true},
+		{"Current", nil, "", nil, i64(5), GoneBack{}, 0, 5, true},
+		{"PlanBeforeCurrent", nil, "", i64(6), i64(5), GoneBack{}, 0, 6, true},
+		{"PinBeforePlan", i64(4), "", i64(6), i64(5), GoneBack{}, 0, 4, true},
+		{"PinNewerThanRunning", i64(9), "", nil, i64(5), GoneBack{}, 7, 9, true},
+		{"PinEqualRunning", i64(7), "", nil, nil, GoneBack{}, 7, 7, true},
+		{"PinOlderWithoutReason_KeepsRunning", i64(3), "", nil, i64(5), GoneBack{}, 7, 7, true},
+		{"PinOlderWithReason_Rollback", i64(3), "bad build", nil, i64(5), GoneBack{}, 7, 3, true},
+		{"CurrentOlderThanRunning_KeepsRunning", nil, "", nil, i64(5), GoneBack{}, 8, 8, true},
+		{"PlanOlderThanRunning_KeepsRunning", nil, "", i64(6), i64(9), GoneBack{}, 8, 8, true},
+		{"ReasonIgnoredWithoutPin", nil, "why", nil, i64(2), GoneBack{}, 8, 8, true},
+		{"NothingKnown", nil, "", nil, nil, GoneBack{}, 0, 0, false},
+		{"NoCurrent_KeepsRunning", nil, "", nil, nil, GoneBack{}, 4, 4, true},
+		{"CurrentOlderWithReason_GoesBack", nil, "", nil, i64(5), GoneBack{"build 8 leaks", 9}, 8, 5, true},
+		{"PlanOlderWithCurrentReason_KeepsRunning", nil, "", i64(6), i64(5), GoneBack{"back", 9}, 8, 8, true},
+		{"PinOlderWithoutReason_CurrentReasonDoesNotCount", i64(3), "", nil, i64(5), GoneBack{"back", 9}, 7, 7, true},
+		{"NewerThanGoneBackFrom_KeepsRunning", nil, "", nil, i64(5), GoneBack{"7 leaks", 7}, 8, 8, true},
+		{"GoneBackFromExactly_GoesBack", nil, "", nil, i64(5), GoneBack{"7 leaks", 7}, 7, 5, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := ChooseBuild(tc.pin, tc.reason, tc.plan, tc.cur, tc.curReason, tc.running)
+			got, ok := ChooseBuild(tc.pin, tc.reason, tc.plan, tc.cur, tc.back, tc.running)
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("ChooseBuild = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
 			}
@@ -327,9 +329,13 @@ func TestChooseBuild(t *testing.T) {
 					for _, running := range []int64{0, 1, 5, 9} {
 						for _, reasons := range [][2]string{{"", ""}, {"r", ""}, {"", "r"}, {"r", "r"}} {
 							reason, curReason := reasons[0], reasons[1]
-							got, ok := ChooseBuild(pin, reason, plan, cur, curReason, running)
+							back := GoneBack{}
+							if curReason != "" {
+								back = GoneBack{curReason, 9}
+							}
+							got, ok := ChooseBuild(pin, reason, plan, cur, back, running)
 							pinned := pin != nil && reason != "" && *pin == got
-							wentBack := pin == nil && plan == nil && cur != nil && curReason != "" && *cur == got
+							wentBack := pin == nil && plan == nil && cur != nil && curReason != "" && running <= 9 && *cur == got
 							if ok && got < running && !pinned && !wentBack {
 								t.Errorf("pin %v reason %q plan %v current %v (%q) running %d: got %d", pin, reason, plan, cur, curReason, running, got)
 							}

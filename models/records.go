@@ -226,10 +226,13 @@ type Module struct {
 	SourcePaths  string // JSON array
 	Tiers        string // JSON array
 	CurrentBuild *int64
-	// CurrentReason is why a person made an older build current: machines
-	// that run a newer one move back to it (ChooseBuild). Empty once a
-	// build no older than the one before is made current.
-	CurrentReason string
+	// CurrentReason is why a person made an older build current, and
+	// CurrentBackFrom the newest build gone back from: machines that run
+	// a build newer than the current one, up to that, move back to it
+	// (GoneBack, ChooseBuild). Both cleared once a build no older than
+	// the one before is made current.
+	CurrentReason   string
+	CurrentBackFrom int64
 	// TierDeadlineSeconds is how long a plan's tier may take before it halts.
 	TierDeadlineSeconds int64 `gorm:"default:600"`
 	// OnFailure is what a failing tier does to its plan: OnFailureHalt, or

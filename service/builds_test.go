@@ -290,11 +290,70 @@ func TestUploadBuild_ARetriedUploadMakesOneBuild(t *testing.T) {
 		if _, err := s.SetCurrent(ctx, "test", "app", 1, "build 2 is bad"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.YankBuild(ctx, "test", "app", 2, "bad"); err != nil {
+		if _, err := s.YankBuild(ctx, "test", "app", 2, "corrupts data"); err != nil {
 			t.Fatal(err)
 		}
-		if r := upload("2.0.0"); r.Same || r.Build.Number != 3 {
-			t.Fatalf("after build 2 was yanked: same %v, build %d", r.Same, r.Build.Number)
+		// A retry after a yank would roll the yanked bytes out again under
+		// a new number: refused, saying so.
+		_, err = svc.UploadBuild(ctx, "user:ci", &service.UploadBuild{Module: "app", Version: "2.0.0", Commit: "c1",
+			Manifest: `{"resources": []}`, Digest: art.Digest, Artifact: art})
+		if !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "build 2 of app holds this upload and was yanked (corrupts data)") {
+			t.Fatalf("the upload of a yanked build again: %v", err)
+		}
+		// A build a merge queued since (not finished) does not hide the
+		// newest finished one: the retry is still one.
+		if err := s.CreateBuild(ctx, "test", "app", &models.Build{Version: "3.0.0", Commit: "c3", Manifest: `{"resources": []}`}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r := upload("4.0.0"); r.Same || r.Build.Number != 4 {
+			t.Fatalf("build 4: same %v, build %d", r.Same, r.Build.Number)
+		}
+		if err := s.DB().Exec("INSERT INTO builds (module_id, number, state, manifest, created_at) SELECT module_id, 5, ?, '', created_at FROM builds WHERE number = 4",
+			models.BuildQueued).Error; err != nil {
+			t.Fatal(err)
+		}
+		if r := upload("4.0.0"); !r.Same || r.Build.Number != 4 {
+			t.Fatalf("the retry of build 4's upload after a merge queued build 5: same %v, build %d", r.Same, r.Build.Number)
+		}
+	})
+}
+
+// TestUploadBuild_AHostReleaseForAnotherPlatformIsNoRetry: the same
+// mesh-host binary uploaded for another platform (or schemas) is that
+// platform's release, not a retry of the first's.
+func TestUploadBuild_AHostReleaseForAnotherPlatformIsNoRetry(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		svc := newService(s)
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "mesh-host", Kind: models.KindHost, SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{"amd64", "arm64"} {
+			if err := s.CreateJoinToken(ctx, "test", "hash-"+a, time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Enroll(ctx, "hash-"+a, "m-"+a, "linux", a, "1.4.0", "1", "tok"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bin, err := svc.PutArtifact(ctx, strings.NewReader("#!/bin/sh\n# a mesh-host for any platform\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []string{"amd64", "arm64"} {
+			res, err := svc.UploadBuild(ctx, "user:admin", &service.UploadBuild{Module: "mesh-host", Version: "1.5.0", Commit: "c1",
+				Manifest: `{"resources": []}`, Digest: bin.Digest, Artifact: bin, OS: "linux", Arch: a, Schemas: "1,2"})
+			if err != nil || res.Same {
+				t.Fatalf("the %s release: %v (same %v)", a, err, res != nil && res.Same)
+			}
+			// Its rollout started; one runs at a time.
+			if _, err := s.SetRolloutState(ctx, "user:admin", "1.5.0", "cancel"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rs, _ := s.Releases(ctx, 10, 0)
+		if len(rs) != 2 {
+			t.Fatalf("%d releases, want amd64 and arm64", len(rs))
 		}
 	})
 }

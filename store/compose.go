@@ -342,7 +342,7 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 			if t, ok := in.planTargets[[2]int64{m.ID, mod.ID}]; ok && (mod.CurrentBuild == nil || t >= *mod.CurrentBuild) {
 				target = &t // never older than the current build either
 			}
-			n, ok := models.ChooseBuild(a.Build, a.Reason, target, mod.CurrentBuild, mod.CurrentReason, running[mod.Name].Build)
+			n, ok := models.ChooseBuild(a.Build, a.Reason, target, mod.CurrentBuild, mod.Back(), running[mod.Name].Build)
 			if !ok {
 				continue // a module with no build yet declares nothing
 			}

@@ -251,3 +251,20 @@ func TestPlan_CancelCancelsHostStep(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_AHostStepNoMachineNeeds: a plan with a host release first whose
+// machines all decode what the build needs already has a host step of no
+// machine, and runs (it was refused as if every machine were revoked).
+func TestPlan_AHostStepNoMachineNeeds(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, ms := hostStepFixture(t, s)
+		if err := s.RecordHostInfo(ctx, ms[0].ID, "1.5.0", "1,2"); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "1.5.0")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan of build 2, host release 1.5.0 first, no host needing it: %v %+v", err, v)
+		}
+	})
+}

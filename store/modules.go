@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -66,25 +67,35 @@ func (tx *Tx) CreateBuild(actor, module string, b *models.Build, artifact *model
 }
 
 // UploadBuild is CreateBuild for an upload that may be a retry: when the
-// module's newest build is ready, not yanked, and holds the same version,
-// commit, manifest and artifact as b, nothing is made and that build is
-// returned as same (a CI job whose answer was lost sends its upload
-// again, and one build must not become two, nor start a second plan).
-// The module's row is locked first, so two copies of one upload at once
-// make one build.
+// module's newest finished build holds the same version, commit, manifest
+// and artifact as b, nothing is made and that build is returned as same (a
+// CI job whose answer was lost sends its upload again, and one build must
+// not become two, nor start a second plan); builds a merge queued since
+// are not finished and do not count. When that build was yanked the
+// upload is refused: its bytes are never rolled out again, under any
+// number. A mesh-host module's uploads are never taken as retries: the
+// same binary may be another platform's release (a release's version and
+// platform are unique, so a retry of one is refused there). The module's
+// row is locked first, so two copies of one upload at once make one build.
 func (tx *Tx) UploadBuild(actor, module string, b *models.Build, artifact *models.Blob) (mod *models.Module, same *models.Build, err error) {
 	m, err := lockModuleForBuild(tx, module)
 	if err != nil {
 		return nil, nil, err
 	}
-	var newest models.Build
-	err = tx.Where("module_id = ?", m.ID).Order("number DESC").Limit(1).Take(&newest).Error
-	if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
-		return nil, nil, err
-	}
-	if err == nil && newest.Usable() == nil &&
-		newest.Version == b.Version && newest.Commit == b.Commit && newest.Digest == b.Digest && newest.Manifest == b.Manifest {
-		return m, &newest, nil
+	if m.Kind != models.KindHost {
+		var newest models.Build
+		err = tx.Where("module_id = ? AND state IN ?", m.ID, []string{models.BuildReady, "", models.BuildYanked}).
+			Order("number DESC").Limit(1).Take(&newest).Error
+		if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+			return nil, nil, err
+		}
+		if err == nil && newest.Version == b.Version && newest.Commit == b.Commit && newest.Digest == b.Digest && newest.Manifest == b.Manifest {
+			if newest.State == models.BuildYanked {
+				return nil, nil, fmt.Errorf("%w: build %d of %s holds this upload and was yanked (%s): a yanked build's content is never rolled out again; "+
+					"upload a fixed one", models.ErrConflict, newest.Number, module, newest.YankReason)
+			}
+			return m, &newest, nil
+		}
 	}
 	mod, err = tx.createBuild(actor, m, b, artifact)
 	return mod, nil, err
@@ -177,47 +188,98 @@ func lockBuild(tx *Tx, moduleID, number int64, strength string) (*models.Build, 
 
 // SetCurrent makes a build current everywhere at once: every machine
 // assigned the module gets a new generation. A build older than the
-// current one is made current only with a reason, and then every machine
-// that runs a newer build (and is not pinned) is moved back to it: going
-// back is a person's choice, made once for the module, where without a
-// reason no machine is ever given a build older than it runs.
+// current one is made current only with a reason — going back, a person's
+// choice made once for the module — and then every unpinned machine that
+// runs a build newer than it, up to the one gone back from, is moved back
+// to it, whatever plan reached it; without a reason no machine is ever
+// given a build older than it runs. Going back is refused while a plan of
+// a newer build is running, paused or halted (it would reach machines
+// again with what the person left), and for a mesh-controller module (a
+// controller may not know the store a newer one left).
 func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64, reason string) (int, error) {
 	if len(reason) > MaxCurrentReason {
 		return 0, models.Invalid("reason", fmt.Sprintf("at most %d bytes", MaxCurrentReason))
 	}
 	touched := 0
 	err := s.write(ctx, func(tx *Tx) error {
-		var mod models.Module
-		if err := tx.Where("name = ?", module).First(&mod).Error; err != nil {
-			return fmt.Errorf("module %s: %w", module, mapErr(err))
-		}
-		// A build that can never be current says so first: no reason helps.
-		if err := usableBuild(tx, &mod, number); err != nil {
+		// Locked: whether this goes back is judged on the current build
+		// as it is, not as a plan finishing or a person meanwhile left it.
+		mod, err := lockModuleForBuild(tx, module)
+		if err != nil {
 			return err
 		}
-		back := mod.CurrentBuild != nil && number < *mod.CurrentBuild
-		switch {
-		case back && reason == "":
-			return models.Invalid("reason", fmt.Sprintf("build %d is older than module %s's current build %d: going back moves every machine "+
-				"that runs a newer build back to it, and that needs a reason (meshctl modules current %s %d --reason …)",
-				number, module, *mod.CurrentBuild, module, number))
-		case !back && mod.CurrentBuild != nil && number == *mod.CurrentBuild && reason == "":
-			reason = mod.CurrentReason // made current again: still as far back as it was
-		case !back && (mod.CurrentBuild == nil || number > *mod.CurrentBuild):
-			reason = "" // forward: nothing is moved back
+		// A build that can never be current says so first: no reason helps.
+		if err := usableBuild(tx, mod, number); err != nil {
+			return err
+		}
+		back := mod.Back()
+		switch cur := mod.CurrentBuild; {
+		case cur != nil && number < *cur:
+			if reason == "" {
+				return models.Invalid("reason", fmt.Sprintf("build %d is older than module %s's current build %d: going back moves every machine "+
+					"that runs a newer build back to it, and that needs a reason (meshctl modules current %s %d --reason …)",
+					number, module, *cur, module, number))
+			}
+			if err := mayGoBack(tx, mod, number); err != nil {
+				return err
+			}
+			// It goes back from every build there is now: a machine that
+			// runs any of them (a cancelled plan's, say) is moved back.
+			var newest int64
+			if err := tx.Model(&models.Build{}).Select("COALESCE(MAX(number), 0)").Where("module_id = ?", mod.ID).Scan(&newest).Error; err != nil {
+				return err
+			}
+			back = models.GoneBack{Reason: reason, From: max(*cur, back.From, newest)}
+			// No plan's target of a build it leaves holds a machine there.
+			if err := tx.Where("module_id = ? AND build > ?", mod.ID, number).Delete(&models.MachineTarget{}).Error; err != nil {
+				return err
+			}
+		case cur != nil && number == *cur:
+			if back.Reason != "" && reason != "" {
+				back.Reason = reason // still gone back, said anew
+			}
+		default:
+			back = models.GoneBack{} // forward: nothing is moved back
 		}
 		before := len(tx.bumps)
-		if err := setCurrentWhy(tx, &mod, number, reason); err != nil {
+		if err := setCurrentWhy(tx, mod, number, back); err != nil {
 			return err
 		}
 		touched = len(tx.bumps) - before
 		detail := fmt.Sprintf("build %d, %d machine(s)", number, touched)
-		if reason != "" {
-			detail += "; back: " + reason
+		if back.Reason != "" {
+			detail += fmt.Sprintf("; gone back from build %d: %s", back.From, back.Reason)
 		}
 		return audit(tx, actor, "set-current", "module/"+module, detail)
 	})
 	return touched, err
+}
+
+// mayGoBack refuses going back to build number while a plan of a newer
+// build may still reach machines, and on a mesh-controller module.
+func mayGoBack(tx *Tx, mod *models.Module, number int64) error {
+	if mod.Kind == models.KindController {
+		return fmt.Errorf("%w: module %s is a mesh-controller module: it is not gone back on for the whole fleet "+
+			"(a controller may not know the store a newer one left); pin a control node to a build with a reason if you must", models.ErrConflict, mod.Name)
+	}
+	var active []models.Plan
+	if err := tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, number,
+		[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).Order("id").Find(&active).Error; err != nil {
+		return err
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	var which []string
+	for _, p := range active {
+		act := "cancel it"
+		if p.State == models.PlanHalted {
+			act = "roll it back or cancel it"
+		}
+		which = append(which, fmt.Sprintf("plan %d of build %d is %s (%s: meshctl plans cancel %d)", p.ID, p.Build, p.State, act, p.ID))
+	}
+	return fmt.Errorf("%w: module %s is not gone back to build %d while a plan of a newer build may still reach its machines: %s",
+		models.ErrConflict, mod.Name, number, strings.Join(which, "; "))
 }
 
 // MaxCurrentReason bounds the reason an older build is made current for.
@@ -227,18 +289,18 @@ const MaxCurrentReason = 500
 // plan, a module's first build). Only a usable build becomes current: the
 // build is read with a share lock, so a yank that commits first is seen
 // and one that comes after waits. A build a plan or a first upload makes
-// current is never a going back: any reason the module held is dropped.
+// current is never a going back: any going back the module held ends.
 func setCurrent(tx *Tx, mod *models.Module, number int64) error {
-	return setCurrentWhy(tx, mod, number, "")
+	return setCurrentWhy(tx, mod, number, models.GoneBack{})
 }
 
-// setCurrentWhy is setCurrent with the reason a person went back for
-// (empty: not back; see models.ChooseBuild).
-func setCurrentWhy(tx *Tx, mod *models.Module, number int64, reason string) error {
+// setCurrentWhy is setCurrent with the module's going back (zero: none;
+// see models.ChooseBuild).
+func setCurrentWhy(tx *Tx, mod *models.Module, number int64, back models.GoneBack) error {
 	if err := usableBuild(tx, mod, number); err != nil {
 		return err
 	}
-	if err := tx.Model(mod).Updates(map[string]any{"current_build": number, "current_reason": reason}).Error; err != nil {
+	if err := tx.Model(mod).Updates(map[string]any{"current_build": number, "current_reason": back.Reason, "current_back_from": back.From}).Error; err != nil {
 		return err
 	}
 	return bumpAssigned(tx, mod.ID, models.TriggerCurrent)

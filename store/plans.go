@@ -50,6 +50,24 @@ func controllerFloor(tx *Tx, mod *models.Module, controllerBuild int64) (int64, 
 	return floor, runs, nil
 }
 
+// narrowGoneBack: a plan of a build newer than the current one, on a
+// module gone back, is that build chosen anew, and the going back no
+// longer covers it (a machine that applies it and keeps it, its plan
+// cancelled, is not moved back for a reason given of older builds); it
+// still covers the builds below it.
+func narrowGoneBack(tx *Tx, mod *models.Module, build int64) error {
+	back := mod.Back()
+	if back.Reason == "" || mod.CurrentBuild == nil || build <= *mod.CurrentBuild || back.From < build {
+		return nil
+	}
+	back.From = build - 1
+	if back.From <= *mod.CurrentBuild {
+		back = models.GoneBack{}
+	}
+	mod.CurrentReason, mod.CurrentBackFrom = back.Reason, back.From
+	return tx.Model(mod).Updates(map[string]any{"current_reason": back.Reason, "current_back_from": back.From}).Error
+}
+
 // instanceAlive is how recently an instance must have touched its row to
 // count as running (several heartbeats).
 const instanceAlive = 2 * time.Minute
@@ -140,6 +158,9 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 				return err
 			}
 			if err := planSteps(tx, p, &mod); err != nil {
+				return err
+			}
+			if err := narrowGoneBack(tx, &mod, build); err != nil {
 				return err
 			}
 		}
@@ -666,6 +687,15 @@ const DefaultTierDeadline = 10 * time.Minute
 // finishPlan makes the build current (never lowering it) and ends the plan.
 func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 	now := tx.s.Now()
+	// Read again, locked: a person who made a newer build current since
+	// the plan was read is not taken back to the plan's.
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	if err := q.Where("id = ?", mod.ID).First(mod).Error; err != nil {
+		return err
+	}
 	if mod.CurrentBuild == nil || *mod.CurrentBuild < p.Build {
 		if err := setCurrent(tx, mod, p.Build); err != nil {
 			return err

@@ -128,8 +128,9 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 	}
 	// A revoked machine is sent nothing, so its host would never report
 	// the upgrade: waiting on it failed a good release at the deadline.
+	had := len(eligible)
 	eligible = slices.DeleteFunc(eligible, func(m models.Machine) bool { return m.RevokedAt != nil })
-	if len(eligible) == 0 {
+	if had > 0 && len(eligible) == 0 && ro.PlanID == 0 {
 		return nil, models.Invalid("version", "every machine it would reach is revoked: nothing is sent to a revoked machine")
 	}
 	canaries, err := canaryCount(ro.Canary, len(eligible))
@@ -347,7 +348,10 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 	if halted, err := haltUnsendable(tx, ro, rms); err != nil || halted {
 		return err
 	}
-	inFlight, canaryLeft, pending := 0, 0, 0
+	if err := replaceWithdrawnCanaries(tx, rms); err != nil {
+		return err
+	}
+	inFlight, canaryLeft, pending, upgraded := 0, 0, 0, 0
 	for i := range rms {
 		rm := &rms[i]
 		if rm.State == models.UpgradeUpgrading && rm.StartedAt != nil && now.Sub(*rm.StartedAt) > deadline {
@@ -358,6 +362,8 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 			return nil
 		}
 		switch rm.State {
+		case models.UpgradeUpgraded:
+			upgraded++
 		case models.UpgradeUpgrading:
 			inFlight++
 			if rm.Wave == 0 {
@@ -369,6 +375,17 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 				canaryLeft++
 			}
 		}
+	}
+	if pending == 0 && inFlight == 0 && upgraded == 0 && ro.PlanID == 0 && len(rms) > 0 {
+		// Every machine it reached was withdrawn (revoked, deleted): no
+		// host tried the release, so it does not become the fleet's
+		// default untried. Halted, saying so; the release is not failed.
+		why := "no machine tried it: every machine it reached was withdrawn (revoked or deleted); the fleet default is unchanged"
+		if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutHalted, "reason": why, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		ro.State, ro.Reason, ro.FinishedAt = models.RolloutHalted, why, &now
+		return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
 	}
 	if pending == 0 && inFlight == 0 {
 		if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutDone, "finished_at": now}).Error; err != nil {
@@ -547,6 +564,28 @@ func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
 		rms[i].State, rms[i].Reason, rms[i].FinishedAt = models.UpgradeWithdrawn, reason, &now
 	}
 	return nil
+}
+
+// replaceWithdrawnCanaries gives the canary wave, when every canary of it
+// was withdrawn before one tried the release, the next machine still to
+// come (in rms too): the waves after it wait for a canary that upgraded,
+// and a withdrawn one let them all go untried.
+func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine) error {
+	canaries, next := 0, -1
+	for i, rm := range rms {
+		switch {
+		case rm.Wave == 0 && rm.State != models.UpgradeWithdrawn:
+			canaries++
+		case rm.Wave > 0 && rm.State == models.UpgradePending && next < 0:
+			next = i
+		}
+	}
+	if canaries > 0 || next < 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
+		return nil
+	}
+	rms[next].Wave = 0
+	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rms[next].RolloutID, rms[next].MachineID).
+		Update("wave", 0).Error
 }
 
 // haltUnsendable halts a rollout on a machine it is upgrading whose

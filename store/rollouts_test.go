@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -416,6 +417,60 @@ func TestRollout_ARevokedMachineIsNotWaitedFor(t *testing.T) {
 		}
 		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
 			t.Fatalf("the release failed: %s", r.Failure)
+		}
+	})
+}
+
+// TestRollout_NoMachineTriedItIsNotTheDefault: a rollout whose every
+// machine was withdrawn (revoked) halts saying no machine tried it: it
+// ended done and made the release the fleet default, run by no host.
+func TestRollout_NoMachineTriedItIsNotTheDefault(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a")
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		if _, err := s.RevokeMachine(ctx, "user:admin", "a", "stolen"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		def, _ := s.HostDefault(ctx)
+		if def == "1.5.0" || ro.State != models.RolloutHalted || !strings.Contains(ro.Reason, "no machine tried it") {
+			t.Fatalf("rollout %s (%q), fleet default %q", ro.State, ro.Reason, def)
+		}
+		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("the release failed: %s", r.Failure)
+		}
+	})
+}
+
+// TestRollout_AWithdrawnCanaryIsReplaced: the one canary revoked before it
+// tried the release gives its place to the next machine; the rest wait
+// for it (they were all reached at once, the release tried by none).
+func TestRollout_AWithdrawnCanaryIsReplaced(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a")
+		fixture(t, s, "b")
+		fixture(t, s, "c")
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0") // one canary (a), then b and c
+		if _, err := s.RevokeMachine(ctx, "user:admin", "a", "stolen"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		got := map[string]string{}
+		for _, m := range ro.Machines {
+			got[m.Machine] = fmt.Sprintf("wave %d %s", m.Wave, m.State)
+		}
+		if got["a"] != "wave 0 withdrawn" || got["b"] != "wave 0 upgrading" || got["c"] != "wave 1 pending" {
+			t.Fatalf("rollout %s: %v", ro.State, got)
 		}
 	})
 }

@@ -20,7 +20,7 @@ func (s *Server) modulesPage(c echo.Context) error {
 	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	var out []ModuleView
 	for _, m := range mods {
-		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none", CurrentReason: m.CurrentReason}
+		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none", CurrentReason: m.CurrentReason, BackFrom: m.CurrentBackFrom}
 		if m.CurrentBuild != nil {
 			v.Current = strconv.FormatInt(*m.CurrentBuild, 10)
 		}

@@ -163,8 +163,10 @@ type ModuleView struct {
 	Name    string
 	Kind    string
 	Current string
-	// CurrentReason: why a person went back to the current build.
+	// CurrentReason: why a person went back to the current build, from
+	// builds up to BackFrom.
 	CurrentReason string
+	BackFrom      int64
 	Builds        []BuildRow
 }
 

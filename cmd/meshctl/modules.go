@@ -175,7 +175,7 @@ by tier, use plans create.`,
 			}
 			back := ""
 			if why := r.JSON200.Module.CurrentReason; why != nil && *why != "" {
-				back = " (gone back: " + *why + "; machines on a newer build move back to it)"
+				back = " (gone back: " + *why + "; machines on the builds it left move back to it)"
 			}
 			fmt.Fprintf(a.out, "build %d of %s is current%s: %d machine(s) given a new generation\n", build, args[0], back, r.JSON200.Machines)
 			return nil

@@ -1,0 +1,181 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// goneBackFrom2: builds 1, 2 and 3 of mod; 2 made current and run by m1,
+// m2 and m3, then the module gone back to 1 for a reason and run by all.
+func goneBackFrom2(t *testing.T, s *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	planFixture(t, s)
+	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"m1", "m2", "m3"} {
+		applied(t, s, n, 2)
+	}
+	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 2 leaks"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"m1", "m2", "m3"} {
+		applied(t, s, n, 1)
+	}
+}
+
+// TestGoneBack_APlanAfterItChoosesItsBuildAnew: going back covers the
+// builds there were then; a plan of build 3 made since chooses 3 anew, so
+// a machine whose host applies 3 after the plan was cancelled keeps it
+// (as any cancelled plan's), not moved back for a reason given of 2.
+func TestGoneBack_APlanAfterItChoosesItsBuildAnew(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		goneBackFrom2(t, s)
+		v, err := s.CreatePlan(ctx, "user:olga", "mod", 3, 0, "")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan: %v %+v", err, v)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		held := m1.Generation // the canary's step: its host holds it
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		sentReport(t, s, m1.ID, &models.Report{Generation: held, Outcome: "applied", Running: map[string]models.RunningBuild{"mod": {Build: 3}}})
+		if b := composedBuild(t, s, m1); b != 3 {
+			t.Fatalf("m1 runs build 3 (its cancelled plan's, applied): composed build %d", b)
+		}
+		// Build 2, gone back from, is still taken back from a machine.
+		m2, _ := s.Machine(ctx, "m2")
+		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied", Running: map[string]models.RunningBuild{"mod": {Build: 2}}})
+		if b := composedBuild(t, s, m2); b != 1 {
+			t.Fatalf("m2 reports build 2, gone back from: composed build %d", b)
+		}
+	})
+}
+
+// TestGoneBack_RefusedWhileANewerPlanMayReachMachines: going back while a
+// plan of a newer build runs (or is paused or halted) is refused, naming
+// the plan and what to do: the plan would go on reaching machines with
+// the build the person left, and finish by making it current.
+func TestGoneBack_RefusedWhileANewerPlanMayReachMachines(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "user:olga", "mod", 3, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.SetCurrent(ctx, "user:ivan", "mod", 1, "2 and 3 leak")
+		if !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "plan 1 of build 3 is running") {
+			t.Fatalf("going back while plan %d runs: %v", v.ID, err)
+		}
+		if mod, _ := s.Module(ctx, "mod"); *mod.CurrentBuild != 2 || mod.CurrentReason != "" {
+			t.Fatalf("a refused going back changed the module: current %d, reason %q", *mod.CurrentBuild, mod.CurrentReason)
+		}
+		if _, err := s.SetPlanState(ctx, "user:ivan", v.ID, "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "user:ivan", "mod", 1, "2 and 3 leak"); err != nil {
+			t.Fatalf("going back once the plan is cancelled: %v", err)
+		}
+	})
+}
+
+// TestGoneBack_AReasonWithoutGoingBackIsNotKept: a reason given with a
+// build that is no older than the current one is not kept: it would move
+// machines back from then on, for no going back.
+func TestGoneBack_AReasonWithoutGoingBackIsNotKept(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, "just because"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, "forward"); err != nil {
+			t.Fatal(err)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentReason != "" || mod.CurrentBackFrom != 0 {
+			t.Fatalf("no going back, yet current_reason %q (from %d) kept", mod.CurrentReason, mod.CurrentBackFrom)
+		}
+	})
+}
+
+// TestGoneBack_AMeshControllerModuleIsNotGoneBackOn: the control nodes
+// would be moved to a controller that may not know the store.
+func TestGoneBack_AMeshControllerModuleIsNotGoneBackOn(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "ctl", Kind: models.KindController, SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := s.CreateBuild(ctx, "test", "ctl", &models.Build{Manifest: manifest}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.SetCurrent(ctx, "test", "ctl", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "test", "ctl", 1, "2 is bad"); !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "mesh-controller module") {
+			t.Fatalf("going back on a mesh-controller module: %v", err)
+		}
+	})
+}
+
+// TestGoneBack_JudgedOnTheCurrentBuildAsItIs: with two replicas, a plan
+// finishing (current 1 → 3) while a person makes build 2 current is not
+// read as going forward from 1: the module's row is locked, so build 2 is
+// judged against 3 — going back, which needs a reason.
+func TestGoneBack_JudgedOnTheCurrentBuildAsItIs(t *testing.T) {
+	s := storetest.MustOpen(t, store.Postgres)
+	ctx := context.Background()
+	planFixture(t, s) // current 1; builds 2 and 3
+	tx := s.DB().Begin()
+	if err := tx.Exec("UPDATE modules SET current_build = 3 WHERE name = 'mod'").Error; err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SetCurrent(ctx, "user:olga", "mod", 2, "")
+		done <- err
+	}()
+	// The person's write waits on the module's row lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := s.DB().Raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND query ILIKE '%modules%'").Scan(&waiting).Error; err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			tx.Rollback()
+			t.Fatal("the person's write never waited on the module's row")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit().Error; err != nil {
+		t.Fatal(err)
+	}
+	var inv *models.InvalidError
+	if err := <-done; !errors.As(err, &inv) || inv.Field != "reason" {
+		mod, _ := s.Module(ctx, "mod")
+		t.Fatalf("build 2 over 3 without a reason: %v (current now %d)", err, *mod.CurrentBuild)
+	}
+}
