@@ -4043,13 +4043,14 @@ type ClientInterface interface {
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
-	// back to it, and plan targets of newer builds are dropped; without
+	// back to it, plan targets of newer builds are dropped and plan
+	// rollbacks' pins to them lifted (a person's pin stays); without
 	// one no machine is ever given a build older than it runs, so the
 	// request is refused (400) rather than changing nothing. Going back
 	// is refused (409) while a plan of a newer build is running, paused
 	// or halted (cancel it, or roll it back, first), and on a
-	// `controller` module. A plan made later of a newer build is that
-	// build chosen anew: the going back no longer covers it.
+	// `controller` module. A plan made later reaches machines on builds
+	// gone back from with its own build, though older.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4062,13 +4063,14 @@ type ClientInterface interface {
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
-	// back to it, and plan targets of newer builds are dropped; without
+	// back to it, plan targets of newer builds are dropped and plan
+	// rollbacks' pins to them lifted (a person's pin stays); without
 	// one no machine is ever given a build older than it runs, so the
 	// request is refused (400) rather than changing nothing. Going back
 	// is refused (409) while a plan of a newer build is running, paused
 	// or halted (cancel it, or roll it back, first), and on a
-	// `controller` module. A plan made later of a newer build is that
-	// build chosen anew: the going back no longer covers it.
+	// `controller` module. A plan made later reaches machines on builds
+	// gone back from with its own build, though older.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -5560,13 +5562,14 @@ func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildN
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
-// back to it, and plan targets of newer builds are dropped; without
+// back to it, plan targets of newer builds are dropped and plan
+// rollbacks' pins to them lifted (a person's pin stays); without
 // one no machine is ever given a build older than it runs, so the
 // request is refused (400) rather than changing nothing. Going back
 // is refused (409) while a plan of a newer build is running, paused
 // or halted (cancel it, or roll it back, first), and on a
-// `controller` module. A plan made later of a newer build is that
-// build chosen anew: the going back no longer covers it.
+// `controller` module. A plan made later reaches machines on builds
+// gone back from with its own build, though older.
 //
 // Takes any type of body and a specified content type.
 //
@@ -5589,13 +5592,14 @@ func (c *Client) SetCurrentBuildWithBody(ctx context.Context, module ModuleName,
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
-// back to it, and plan targets of newer builds are dropped; without
+// back to it, plan targets of newer builds are dropped and plan
+// rollbacks' pins to them lifted (a person's pin stays); without
 // one no machine is ever given a build older than it runs, so the
 // request is refused (400) rather than changing nothing. Going back
 // is refused (409) while a plan of a newer build is running, paused
 // or halted (cancel it, or roll it back, first), and on a
-// `controller` module. A plan made later of a newer build is that
-// build chosen anew: the going back no longer covers it.
+// `controller` module. A plan made later reaches machines on builds
+// gone back from with its own build, though older.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10509,13 +10513,14 @@ type ClientWithResponsesInterface interface {
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
-	// back to it, and plan targets of newer builds are dropped; without
+	// back to it, plan targets of newer builds are dropped and plan
+	// rollbacks' pins to them lifted (a person's pin stays); without
 	// one no machine is ever given a build older than it runs, so the
 	// request is refused (400) rather than changing nothing. Going back
 	// is refused (409) while a plan of a newer build is running, paused
 	// or halted (cancel it, or roll it back, first), and on a
-	// `controller` module. A plan made later of a newer build is that
-	// build chosen anew: the going back no longer covers it.
+	// `controller` module. A plan made later reaches machines on builds
+	// gone back from with its own build, though older.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10528,13 +10533,14 @@ type ClientWithResponsesInterface interface {
 	// the module and not pinned. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
-	// back to it, and plan targets of newer builds are dropped; without
+	// back to it, plan targets of newer builds are dropped and plan
+	// rollbacks' pins to them lifted (a person's pin stays); without
 	// one no machine is ever given a build older than it runs, so the
 	// request is refused (400) rather than changing nothing. Going back
 	// is refused (409) while a plan of a newer build is running, paused
 	// or halted (cancel it, or roll it back, first), and on a
-	// `controller` module. A plan made later of a newer build is that
-	// build chosen anew: the going back no longer covers it.
+	// `controller` module. A plan made later reaches machines on builds
+	// gone back from with its own build, though older.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -17586,13 +17592,14 @@ func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module 
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
-// back to it, and plan targets of newer builds are dropped; without
+// back to it, plan targets of newer builds are dropped and plan
+// rollbacks' pins to them lifted (a person's pin stays); without
 // one no machine is ever given a build older than it runs, so the
 // request is refused (400) rather than changing nothing. Going back
 // is refused (409) while a plan of a newer build is running, paused
 // or halted (cancel it, or roll it back, first), and on a
-// `controller` module. A plan made later of a newer build is that
-// build chosen anew: the going back no longer covers it.
+// `controller` module. A plan made later reaches machines on builds
+// gone back from with its own build, though older.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -17611,13 +17618,14 @@ func (c *ClientWithResponses) SetCurrentBuildWithBodyWithResponse(ctx context.Co
 // the module and not pinned. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
-// back to it, and plan targets of newer builds are dropped; without
+// back to it, plan targets of newer builds are dropped and plan
+// rollbacks' pins to them lifted (a person's pin stays); without
 // one no machine is ever given a build older than it runs, so the
 // request is refused (400) rather than changing nothing. Going back
 // is refused (409) while a plan of a newer build is running, paused
 // or halted (cancel it, or roll it back, first), and on a
-// `controller` module. A plan made later of a newer build is that
-// build chosen anew: the going back no longer covers it.
+// `controller` module. A plan made later reaches machines on builds
+// gone back from with its own build, though older.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

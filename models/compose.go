@@ -585,8 +585,9 @@ func (g GoneBack) covers(running int64) bool { return g.Reason != "" && running 
 // ChooseBuild is the build a machine gets for a module, in DESIGN.md's order:
 // its pin; else the plan's target; else the module's current build. It never
 // gives an older build than the machine reports running unless a person
-// chose that build with a reason: pinned it, or made it current going back
-// from the build it runs (back: going back everywhere at once).
+// chose that build with a reason: pinned it, or went back from the build it
+// runs (back: for the whole module at once), so that what it is given —
+// the current build, or a plan's made since — is given whatever it runs.
 func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back GoneBack, running int64) (int64, bool) {
 	if pin != nil {
 		if *pin < running && pinReason == "" {
@@ -595,11 +596,11 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back 
 		return *pin, true
 	}
 	var b *int64
-	goBack := false
+	goBack := back.covers(running)
 	if planTarget != nil {
 		b = planTarget
 	} else if current != nil {
-		b, goBack = current, back.covers(running)
+		b = current
 	}
 	if b == nil {
 		if running > 0 {

@@ -306,7 +306,8 @@ func TestChooseBuild(t *testing.T) {
 		{"NothingKnown", nil, "", nil, nil, GoneBack{}, 0, 0, false},
 		{"NoCurrent_KeepsRunning", nil, "", nil, nil, GoneBack{}, 4, 4, true},
 		{"CurrentOlderWithReason_GoesBack", nil, "", nil, i64(5), GoneBack{"build 8 leaks", 9}, 8, 5, true},
-		{"PlanOlderWithCurrentReason_KeepsRunning", nil, "", i64(6), i64(5), GoneBack{"back", 9}, 8, 8, true},
+		{"PlanOlderWhenGoneBackFromRunning_GoesToPlan", nil, "", i64(6), i64(5), GoneBack{"back", 9}, 8, 6, true},
+		{"PlanOlderNotGoneBackFromRunning_KeepsRunning", nil, "", i64(6), i64(5), GoneBack{"back", 7}, 8, 8, true},
 		{"PinOlderWithoutReason_CurrentReasonDoesNotCount", i64(3), "", nil, i64(5), GoneBack{"back", 9}, 7, 7, true},
 		{"NewerThanGoneBackFrom_KeepsRunning", nil, "", nil, i64(5), GoneBack{"7 leaks", 7}, 8, 8, true},
 		{"GoneBackFromExactly_GoesBack", nil, "", nil, i64(5), GoneBack{"7 leaks", 7}, 7, 5, true},
@@ -335,7 +336,11 @@ func TestChooseBuild(t *testing.T) {
 							}
 							got, ok := ChooseBuild(pin, reason, plan, cur, back, running)
 							pinned := pin != nil && reason != "" && *pin == got
-							wentBack := pin == nil && plan == nil && cur != nil && curReason != "" && running <= 9 && *cur == got
+							given := cur
+							if plan != nil {
+								given = plan
+							}
+							wentBack := pin == nil && given != nil && curReason != "" && running <= 9 && *given == got
 							if ok && got < running && !pinned && !wentBack {
 								t.Errorf("pin %v reason %q plan %v current %v (%q) running %d: got %d", pin, reason, plan, cur, curReason, running, got)
 							}

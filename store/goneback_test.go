@@ -32,11 +32,11 @@ func goneBackFrom2(t *testing.T, s *store.Store) {
 	}
 }
 
-// TestGoneBack_APlanAfterItChoosesItsBuildAnew: going back covers the
-// builds there were then; a plan of build 3 made since chooses 3 anew, so
-// a machine whose host applies 3 after the plan was cancelled keeps it
-// (as any cancelled plan's), not moved back for a reason given of 2.
-func TestGoneBack_APlanAfterItChoosesItsBuildAnew(t *testing.T) {
+// TestGoneBack_CoversACancelledPlansBuild: going back covers every build
+// there was then; a plan of build 3 made since and cancelled, whose host
+// applied it as the cancel landed, is taken back from it: the person went
+// back from 3, then cancelled what would have brought it.
+func TestGoneBack_CoversACancelledPlansBuild(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		goneBackFrom2(t, s)
@@ -50,14 +50,11 @@ func TestGoneBack_APlanAfterItChoosesItsBuildAnew(t *testing.T) {
 			t.Fatal(err)
 		}
 		sentReport(t, s, m1.ID, &models.Report{Generation: held, Outcome: "applied", Running: map[string]models.RunningBuild{"mod": {Build: 3}}})
-		if b := composedBuild(t, s, m1); b != 3 {
-			t.Fatalf("m1 runs build 3 (its cancelled plan's, applied): composed build %d", b)
+		if b := composedBuild(t, s, m1); b != 1 {
+			t.Fatalf("m1 runs build 3, gone back from, its plan cancelled: composed build %d", b)
 		}
-		// Build 2, gone back from, is still taken back from a machine.
-		m2, _ := s.Machine(ctx, "m2")
-		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: "applied", Running: map[string]models.RunningBuild{"mod": {Build: 2}}})
-		if b := composedBuild(t, s, m2); b != 1 {
-			t.Fatalf("m2 reports build 2, gone back from: composed build %d", b)
+		if v, _ = s.Plan(ctx, v.ID); !strings.Contains(v.Steps[0].Reason, "and its module has not gone back from that build") {
+			t.Fatalf("the cancelled step's words: %q", v.Steps[0].Reason)
 		}
 	})
 }
@@ -178,4 +175,116 @@ func TestGoneBack_JudgedOnTheCurrentBuildAsItIs(t *testing.T) {
 		mod, _ := s.Module(ctx, "mod")
 		t.Fatalf("build 2 over 3 without a reason: %v (current now %d)", err, *mod.CurrentBuild)
 	}
+}
+
+// TestGoneBack_APlanOfABuildInBetweenMovesOnlyWhatItReaches:
+// build 3 made current by a person, run by all; gone back to 1 ("3
+// leaks"); m3 is offline and still runs 3. A plan of build 2 (between)
+// narrows current_back_from to 1 and so clears the going back whole: m3,
+// running 3, which nobody chose anew, is never moved back — not by the
+// plan (its target 2 is older than 3), not after it (current 2 < 3).
+func TestGoneBack_APlanOfABuildInBetweenMovesOnlyWhatItReaches(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, ""); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 3)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 3 leaks"); err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 1)
+		applied(t, s, "m2", 1) // m3 offline: still runs 3
+		v, err := s.CreatePlan(ctx, "user:ivan", "mod", 2, 0, "")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan of 2: %v %+v", err, v)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentReason != "build 3 leaks" || mod.CurrentBackFrom != 3 {
+			t.Fatalf("the plan of 2 changed the going back: reason %q, from %d", mod.CurrentReason, mod.CurrentBackFrom)
+		}
+		applied(t, s, "m1", 2)
+		stepPlans(t, s) // tier 2 (m2, m3) reached with build 2
+		m3, _ := s.Machine(ctx, "m3")
+		if b := composedBuild(t, s, m3); b != 2 {
+			t.Fatalf("m3, on build 3 gone back from, reached by the plan of 2: composed build %d", b)
+		}
+	})
+}
+
+// TestGoneBack_ABuildInBetweenIsNotSupersededByOneGoneBackFrom:
+// build 3 rolled out by a plan (done), gone back to 1 for a reason; a
+// person then plans build 2. It is "superseded: plan 1 already rolls out
+// build 3", a done plan of the build the person went back from: build 2
+// can never be rolled out by a plan, and the state word is not true.
+func TestGoneBack_ABuildInBetweenIsNotSupersededByOneGoneBackFrom(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		p3, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 3)
+		stepPlans(t, s)
+		applied(t, s, "m2", 3)
+		applied(t, s, "m3", 3)
+		stepPlans(t, s)
+		if p3, _ = s.Plan(ctx, p3.ID); p3.State != models.PlanDone {
+			t.Fatalf("plan of 3: %s %s", p3.State, p3.Reason)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 3 leaks"); err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "user:ivan", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.State != models.PlanRunning {
+			t.Fatalf("plan of build 2 after going back from 3 to 1: %s (%s)", v.State, v.Reason)
+		}
+	})
+}
+
+// TestGoneBack_LiftsAPlanRollbacksPin: build 2
+// current and run by all; a plan of 3 halts on its canary m1 and is
+// rolled back (m1 pinned to 2, pin_plan). A person then goes back to 1
+// because build 2 leaks: m1 stays on 2, the build gone back from, held
+// by the controller's rollback pin, and SetCurrent does not say so.
+func TestGoneBack_LiftsAPlanRollbacksPin(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 2)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeFailed, Reason: "exec format error"})
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
+			t.Fatalf("plan %s", v.State)
+		}
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "rollback"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 2 leaks"); err != nil {
+			t.Fatal(err)
+		}
+		m1, _ = s.Machine(ctx, "m1")
+		if evs, _ := s.AuditEventsWhere(ctx, 10, 0, models.AuditFilter{Target: "machine/m1"}); len(evs) == 0 || evs[0].Action != "unpin" {
+			t.Fatalf("the lifted pin is not on m1's record: %+v", evs)
+		}
+		if b := composedBuild(t, s, m1); b != 1 {
+			t.Fatalf("gone back from 2 to 1, m1 (pinned to 2 by plan %d's rollback) composed build %d", v.ID, b)
+		}
+	})
 }

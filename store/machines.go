@@ -541,11 +541,24 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 			return err
 		}
 		// Its steps in plans and its places in host rollouts stay, under
-		// its name: they are the plans' and rollouts' record.
+		// its name: they are the plans' and rollouts' record. Those still
+		// to come end here, withdrawn: nothing will be sent to it, and a
+		// step said "sent" or "upgrading" for good was waited on (a paused
+		// plan's look at it stopped every plan's stepping).
+		const why = "deleted: the machine is gone"
+		now := s.Now()
 		for _, t := range []any{&models.PlanStep{}, &models.RolloutMachine{}} {
 			if err := tx.Model(t).Where("machine_id = ?", m.ID).Update("machine_name", m.Name).Error; err != nil {
 				return err
 			}
+		}
+		if err := tx.Model(&models.PlanStep{}).Where("machine_id = ? AND state IN ?", m.ID, []string{models.StepPending, models.StepSent}).
+			Updates(map[string]any{"state": models.StepWithdrawn, "reason": why, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		if err := tx.Model(&models.RolloutMachine{}).Where("machine_id = ? AND state IN ?", m.ID, []string{models.UpgradePending, models.UpgradeUpgrading}).
+			Updates(map[string]any{"state": models.UpgradeWithdrawn, "reason": why, "finished_at": now}).Error; err != nil {
+			return err
 		}
 		for _, t := range []any{&models.ReportRow{}, &models.Send{}, &models.Declaration{}, &models.Assignment{}, &models.MachineVariable{}, &models.MachineLabel{}} {
 			if err := tx.Where("machine_id = ?", m.ID).Delete(t).Error; err != nil {

@@ -230,9 +230,28 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 				return err
 			}
 			back = models.GoneBack{Reason: reason, From: max(*cur, back.From, newest)}
-			// No plan's target of a build it leaves holds a machine there.
+			// No plan's target of a build it leaves holds a machine there,
+			// nor a plan rollback's pin (the build before that plan, not
+			// a person's choice of it): lifted, on the record.
 			if err := tx.Where("module_id = ? AND build > ?", mod.ID, number).Delete(&models.MachineTarget{}).Error; err != nil {
 				return err
+			}
+			var lifted []string
+			if err := tx.Table("assignments").Joins("JOIN machines ON machines.id = assignments.machine_id").
+				Where("assignments.module_id = ? AND assignments.pin_plan > 0 AND assignments.build > ?", mod.ID, number).
+				Order("machines.name").Pluck("machines.name", &lifted).Error; err != nil {
+				return err
+			}
+			if len(lifted) > 0 {
+				if err := tx.Model(&models.Assignment{}).Where("module_id = ? AND pin_plan > 0 AND build > ?", mod.ID, number).
+					Updates(map[string]any{"build": nil, "reason": "", "pin_plan": 0}).Error; err != nil {
+					return err
+				}
+				for _, name := range lifted {
+					if err := audit(tx, actor, "unpin", "machine/"+name, fmt.Sprintf("module %s gone back to build %d: its plan rollback's pin lifted", module, number)); err != nil {
+						return err
+					}
+				}
 			}
 		case cur != nil && number == *cur:
 			if back.Reason != "" && reason != "" {

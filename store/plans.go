@@ -50,24 +50,6 @@ func controllerFloor(tx *Tx, mod *models.Module, controllerBuild int64) (int64, 
 	return floor, runs, nil
 }
 
-// narrowGoneBack: a plan of a build newer than the current one, on a
-// module gone back, is that build chosen anew, and the going back no
-// longer covers it (a machine that applies it and keeps it, its plan
-// cancelled, is not moved back for a reason given of older builds); it
-// still covers the builds below it.
-func narrowGoneBack(tx *Tx, mod *models.Module, build int64) error {
-	back := mod.Back()
-	if back.Reason == "" || mod.CurrentBuild == nil || build <= *mod.CurrentBuild || back.From < build {
-		return nil
-	}
-	back.From = build - 1
-	if back.From <= *mod.CurrentBuild {
-		back = models.GoneBack{}
-	}
-	mod.CurrentReason, mod.CurrentBackFrom = back.Reason, back.From
-	return tx.Model(mod).Updates(map[string]any{"current_reason": back.Reason, "current_back_from": back.From}).Error
-}
-
 // instanceAlive is how recently an instance must have touched its row to
 // count as running (several heartbeats).
 const instanceAlive = 2 * time.Minute
@@ -126,8 +108,14 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 			}
 		}
 		var newer models.Plan
-		err = tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone}).
-			Order("build DESC").First(&newer).Error
+		q = tx.Where("module_id = ? AND build > ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused, models.PlanDone})
+		if back := mod.Back(); back.Reason != "" && mod.CurrentBuild != nil {
+			// A done plan of a build the module went back from rolls
+			// nothing out any more: a plan of a build in between is not
+			// superseded by it.
+			q = q.Where("NOT (state = ? AND build > ? AND build <= ?)", models.PlanDone, *mod.CurrentBuild, back.From)
+		}
+		err = q.Order("build DESC").First(&newer).Error
 		switch {
 		case b.State == models.BuildYanked:
 			p.State = models.PlanRefused
@@ -158,9 +146,6 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 				return err
 			}
 			if err := planSteps(tx, p, &mod); err != nil {
-				return err
-			}
-			if err := narrowGoneBack(tx, &mod, build); err != nil {
 				return err
 			}
 		}
@@ -224,7 +209,7 @@ func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
 			upto = len(ms)
 		}
 		for ; i < upto; i++ {
-			if err := tx.Create(&models.PlanStep{PlanID: p.ID, MachineID: ms[i].ID, Tier: int64(t), State: models.StepPending}).Error; err != nil {
+			if err := tx.Create(&models.PlanStep{PlanID: p.ID, MachineID: ms[i].ID, Tier: int64(t), State: models.StepPending, MachineName: ms[i].Name}).Error; err != nil {
 				return err
 			}
 		}
@@ -240,12 +225,18 @@ func (s *Store) StepPlans(ctx context.Context) error {
 	if err := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state IN ?", []string{models.PlanRunning, models.PlanPaused}).Order("id").Pluck("id", &ids).Error; err != nil {
 		return mapErr(err)
 	}
+	// One plan that cannot be stepped does not hold up the plans after
+	// it: each is stepped, and what failed is said together.
+	var errs []error
 	for _, id := range ids {
 		if err := s.StepPlan(ctx, id); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return err
+			}
+			errs = append(errs, fmt.Errorf("plan %d: %w", id, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // judgePaused records, while a plan is paused, the steps of its tier whose
@@ -271,7 +262,11 @@ func judgePaused(tx *Tx, p *models.Plan) error {
 	for i := range steps {
 		st := &steps[i]
 		var m models.Machine
-		if err := tx.Where("id = ?", st.MachineID).First(&m).Error; err != nil {
+		err := tx.Where("id = ?", st.MachineID).First(&m).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			continue // deleted: DeleteMachine withdrew its step
+		}
+		if err != nil {
 			return err
 		}
 		running, err := m.RunningBuilds()
@@ -576,7 +571,7 @@ func pauseUntried(tx *Tx, p *models.Plan, module string, steps []models.PlanStep
 	for i, st := range steps {
 		n, ok := name[st.MachineID]
 		if !ok {
-			n = fmt.Sprintf("a deleted machine (#%d)", st.MachineID)
+			n = cmp.Or(st.MachineName, fmt.Sprintf("#%d", st.MachineID)) + " (deleted)"
 		}
 		whys[i] = n + ": " + st.Reason
 	}
@@ -989,7 +984,8 @@ func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 		// A failed step keeps why it failed after the new words: the
 		// cancel is often its answer, and the why was the plan's record.
 		const why = "the plan was cancelled before its host applied the build: its target removed, so its next generation names the module's current build again " +
-			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed)"
+			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed, " +
+			"and its module has not gone back from that build)"
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
 			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
 				"reason": gorm.Expr("CASE WHEN reason = '' THEN ? ELSE ? || '; before: ' || reason END", why, why)}).Error

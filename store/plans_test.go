@@ -881,7 +881,7 @@ func TestPlan_ADeletedMachineStaysOnTheRecord(t *testing.T) {
 		for _, m := range ro.Machines {
 			names = append(names, m.Machine+" "+m.State+" "+m.Reason)
 		}
-		if len(ro.Machines) != 3 || !slices.Contains(names, "m1 (deleted) withdrawn deleted: the rollout does not reach it") {
+		if len(ro.Machines) != 3 || !slices.Contains(names, "m1 (deleted) withdrawn deleted: the machine is gone") {
 			t.Fatalf("rollout after m1 was deleted: %v", names)
 		}
 		m2, _ := s.Machine(ctx, "m2")
@@ -893,6 +893,41 @@ func TestPlan_ADeletedMachineStaysOnTheRecord(t *testing.T) {
 		back, err := s.SetPlanState(ctx, "user:olga", v.ID, "rollback")
 		if err != nil || back.State != models.PlanRolledBack || !strings.Contains(back.Reason, "m1 was deleted") {
 			t.Fatalf("rollback of a plan whose canary was deleted: %v %+v", err, back)
+		}
+	})
+}
+
+// TestPlan_APausedPlansDeletedMachineHoldsUpNoPlan: a person pauses a
+// plan whose canary was sent the build, then deletes the canary. The
+// paused plan's judgePaused reads the machine of each sent step and fails
+// on the missing row: StepPlans errors on every look, and every plan
+// after it (by id) is never stepped again.
+func TestPlan_APausedPlansDeletedMachineHoldsUpNoPlan(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Steps[0].State != models.StepSent {
+			t.Fatalf("canary step %s", v.Steps[0].State)
+		}
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "pause"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteMachine(ctx, "user:admin", v.Steps[0].Machine); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepPlans(ctx); err != nil {
+			t.Fatalf("stepping plans after a paused plan's sent machine was deleted: %v", err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); v.Steps[0].State != models.StepWithdrawn || v.Steps[0].Reason != "deleted: the machine is gone" {
+			t.Fatalf("the deleted canary's step: %+v", v.Steps[0])
+		}
+		// And resuming it works.
+		if _, err := s.SetPlanState(ctx, "user:olga", v.ID, "resume"); err != nil {
+			t.Fatalf("resume: %v", err)
 		}
 	})
 }

@@ -137,28 +137,9 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 	if err != nil {
 		return nil, err
 	}
-	var flagged []int64
-	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
+	if err := canariesFirst(tx, eligible); err != nil {
 		return nil, err
 	}
-	isCanary := map[int64]bool{}
-	for _, id := range flagged {
-		isCanary[id] = true
-	}
-	// Canaries first: those an admin flagged, then machines whose host
-	// was heard from lately (by name). A canary that is offline only
-	// waits out the rollout's deadline before the rollout can go on.
-	now := tx.s.Now()
-	live := func(m *models.Machine) bool {
-		return m.LastSeen != nil && now.Sub(*m.LastSeen) <= tx.s.Rules.OfflineAfter
-	}
-	sort.SliceStable(eligible, func(i, j int) bool {
-		a, b := &eligible[i], &eligible[j]
-		if isCanary[a.ID] != isCanary[b.ID] {
-			return isCanary[a.ID]
-		}
-		return live(a) && !live(b)
-	})
 	def, err := hostDefault(tx.DB)
 	if err != nil {
 		return nil, err
@@ -176,7 +157,8 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 		if prev == "" {
 			prev = def
 		}
-		if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev}).Error; err != nil {
+		if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev,
+			MachineName: m.Name}).Error; err != nil {
 			return nil, err
 		}
 	}
@@ -566,25 +548,68 @@ func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
 	return nil
 }
 
+// canariesFirst orders ms (by name) as a rollout takes its canaries: those
+// an admin flagged (variable canary=true), then machines whose host was
+// heard from lately. A canary that is offline only waits out the
+// rollout's deadline, which fails the release.
+func canariesFirst(tx *Tx, ms []models.Machine) error {
+	var flagged []int64
+	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
+		return err
+	}
+	isCanary := map[int64]bool{}
+	for _, id := range flagged {
+		isCanary[id] = true
+	}
+	now := tx.s.Now()
+	live := func(m *models.Machine) bool {
+		return m.LastSeen != nil && now.Sub(*m.LastSeen) <= tx.s.Rules.OfflineAfter
+	}
+	sort.SliceStable(ms, func(i, j int) bool {
+		a, b := &ms[i], &ms[j]
+		if isCanary[a.ID] != isCanary[b.ID] {
+			return isCanary[a.ID]
+		}
+		return live(a) && !live(b)
+	})
+	return nil
+}
+
 // replaceWithdrawnCanaries gives the canary wave, when every canary of it
 // was withdrawn before one tried the release, the next machine still to
 // come (in rms too): the waves after it wait for a canary that upgraded,
 // and a withdrawn one let them all go untried.
 func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine) error {
-	canaries, next := 0, -1
-	for i, rm := range rms {
+	canaries := 0
+	var waiting []int64
+	for _, rm := range rms {
 		switch {
 		case rm.Wave == 0 && rm.State != models.UpgradeWithdrawn:
 			canaries++
-		case rm.Wave > 0 && rm.State == models.UpgradePending && next < 0:
-			next = i
+		case rm.Wave > 0 && rm.State == models.UpgradePending:
+			waiting = append(waiting, rm.MachineID)
 		}
 	}
-	if canaries > 0 || next < 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
+	if canaries > 0 || len(waiting) == 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
 		return nil
 	}
+	// The next canary as the first were taken: flagged, then heard from.
+	var ms []models.Machine
+	if err := tx.Select("id", "name", "last_seen").Where("id IN ?", waiting).Order("name").Find(&ms).Error; err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	if err := canariesFirst(tx, ms); err != nil {
+		return err
+	}
+	next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })
 	rms[next].Wave = 0
-	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rms[next].RolloutID, rms[next].MachineID).
+	rolloutID, machineID := rms[next].RolloutID, rms[next].MachineID
+	// rms stays in wave order, as read: the canary is started first.
+	slices.SortStableFunc(rms, func(a, b models.RolloutMachine) int { return cmp.Compare(a.Wave, b.Wave) })
+	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rolloutID, machineID).
 		Update("wave", 0).Error
 }
 

@@ -474,3 +474,68 @@ func TestRollout_AWithdrawnCanaryIsReplaced(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_AReplacementCanaryIsAMachineHeardFrom: a (heard from), b
+// (quiet for an hour), c (heard from): the canary is a; b and c wait.
+// a is revoked; its replacement is picked by machine id, so b, the quiet
+// one, becomes the canary, though c was heard from: beginRollout puts
+// machines heard from first because an offline canary waits out the
+// deadline, which then fails the release ("no upgraded report").
+func TestRollout_AReplacementCanaryIsAMachineHeardFrom(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b, c := fixture(t, s, "a"), fixture(t, s, "b"), fixture(t, s, "c")
+		for _, m := range []*models.Machine{a, c} {
+			if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now(), m.ID).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now().Add(-time.Hour), b.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		if _, err := s.RevokeMachine(ctx, "user:admin", "a", "stolen"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		got := map[string]string{}
+		for _, m := range ro.Machines {
+			got[m.Machine] = fmt.Sprintf("wave %d %s", m.Wave, m.State)
+		}
+		if got["c"] != "wave 0 upgrading" {
+			t.Fatalf("replacement canary: %v (b has been quiet for an hour, c was heard from)", got)
+		}
+	})
+}
+
+// TestRollout_ADeletedMachineIsNotLeftUpgrading: a paused
+// rollout's canary, upgrading, is deleted; the rollout is cancelled. Its
+// place says "upgrading" for ever on an ended rollout.
+func TestRollout_ADeletedMachineIsNotLeftUpgrading(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a")
+		fixture(t, s, "b")
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		if _, err := s.SetRolloutState(ctx, "user:olga", "1.5.0", "pause"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteMachine(ctx, "user:admin", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetRolloutState(ctx, "user:olga", "1.5.0", "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		for _, m := range ro.Machines {
+			if m.State == models.UpgradeUpgrading {
+				t.Fatalf("cancelled rollout shows %s %s", m.Machine, m.State)
+			}
+		}
+	})
+}
