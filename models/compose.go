@@ -578,9 +578,20 @@ type GoneBack struct {
 // Back is the module's going back (zero when it has not gone back).
 func (m *Module) Back() GoneBack { return GoneBack{Reason: m.CurrentReason, From: m.CurrentBackFrom} }
 
-// covers says whether a machine running build running is moved back: a
+// Forward is the going back once build number is made current, going
+// forward: kept while number is no newer than the builds gone back from
+// (a machine still on one of them, offline, is moved to it), ended past
+// them.
+func (g GoneBack) Forward(number int64) GoneBack {
+	if g.Reason == "" || number > g.From {
+		return GoneBack{}
+	}
+	return g
+}
+
+// Covers says whether a machine running build running is moved back: a
 // build the person went back from, not one a plan reached it with since.
-func (g GoneBack) covers(running int64) bool { return g.Reason != "" && running <= g.From }
+func (g GoneBack) Covers(running int64) bool { return g.Reason != "" && running <= g.From }
 
 // ChooseBuild is the build a machine gets for a module, in DESIGN.md's order:
 // its pin; else the plan's target; else the module's current build. It never
@@ -596,7 +607,7 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back 
 		return *pin, true
 	}
 	var b *int64
-	goBack := back.covers(running)
+	goBack := back.Covers(running)
 	if planTarget != nil {
 		b = planTarget
 	} else if current != nil {

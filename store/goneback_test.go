@@ -288,3 +288,120 @@ func TestGoneBack_LiftsAPlanRollbacksPin(t *testing.T) {
 		}
 	})
 }
+
+// goneBackFrom3WithM3Behind: build 3 current and run by all; gone back to
+// 1 ("build 3 leaks"); m1 and m2 went back, m3 still runs 3.
+func goneBackFrom3WithM3Behind(t *testing.T, s *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	planFixture(t, s)
+	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"m1", "m2", "m3"} {
+		applied(t, s, n, 3)
+	}
+	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 3 leaks"); err != nil {
+		t.Fatal(err)
+	}
+	applied(t, s, "m1", 1)
+	applied(t, s, "m2", 1)
+}
+
+// TestGoneBack_APlanRollbackDoesNotPinABuildGoneBackFrom: a plan of build
+// 2 made since reached m3, still on 3 (gone back from, offline then),
+// halted and was rolled back: the rollback pinned m3 to the build it ran
+// before, 3, with a reason, and held it there for good. It pins it to the
+// current build instead, saying so.
+func TestGoneBack_APlanRollbackDoesNotPinABuildGoneBackFrom(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		goneBackFrom3WithM3Behind(t, s)
+		v, err := s.CreatePlan(ctx, "user:ivan", "mod", 2, 0, "")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan of 2: %v %+v", err, v)
+		}
+		applied(t, s, "m1", 2)
+		stepPlans(t, s) // tier 2: m2, m3 reached with 2
+		m3, _ := s.Machine(ctx, "m3")
+		sentReport(t, s, m3.ID, &models.Report{Generation: m3.Generation, Outcome: "failed", Reason: "disk full",
+			Running: map[string]models.RunningBuild{"mod": {Build: 3}}})
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
+			t.Fatalf("plan: %s %s", v.State, v.Reason)
+		}
+		if _, err := s.SetPlanState(ctx, "user:ivan", v.ID, "rollback"); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ = s.Plan(ctx, v.ID); !strings.Contains(v.Reason, "m3 ran build 3 before, which the module went back from: pinned to the current build 1") {
+			t.Fatalf("the rollback's words: %q", v.Reason)
+		}
+		m3, _ = s.Machine(ctx, "m3")
+		if b := composedBuild(t, s, m3); b == 3 {
+			t.Fatalf("m3 is held on build 3, which the module went back from (reason %q), by a plan rollback's pin nobody chose", "build 3 leaks")
+		}
+	})
+}
+
+// TestGoneBack_ForwardToABuildInBetweenStillCoversTheRest: gone back from
+// 3 to 1 with m3 offline on 3; build 2 made current (forward, no reason)
+// ended the going back whole, and m3 stayed on 3. The going back is kept
+// until the current build is past every build it went back from.
+func TestGoneBack_ForwardToABuildInBetweenStillCoversTheRest(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		goneBackFrom3WithM3Behind(t, s)
+		if _, err := s.SetCurrent(ctx, "user:ivan", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		m3, _ := s.Machine(ctx, "m3")
+		if b := composedBuild(t, s, m3); b == 3 {
+			t.Fatalf("m3 still given build 3 (gone back from) after build 2 made current")
+		}
+	})
+}
+
+// TestGoneBack_CoversOnlyBuildsFinishedThen: a build queued (not built)
+// when the module went back is not one it went back from: m1, whose host
+// applies it as its plan is cancelled, keeps it.
+func TestGoneBack_CoversOnlyBuildsFinishedThen(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 2)
+		}
+		if err := s.DB().Exec("UPDATE builds SET state = ? WHERE number = 3", models.BuildQueued).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 2 leaks"); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"m1", "m2", "m3"} {
+			applied(t, s, n, 1)
+		}
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentBackFrom != 3 {
+			t.Logf("current_back_from %d", mod.CurrentBackFrom)
+		}
+		if err := s.DB().Exec("UPDATE builds SET state = ? WHERE number = 3", models.BuildReady).Error; err != nil {
+			t.Fatal(err)
+		}
+		v, err := s.CreatePlan(ctx, "user:ivan", "mod", 3, 0, "")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan of 3: %v %+v", err, v)
+		}
+		m1, _ := s.Machine(ctx, "m1")
+		held := m1.Generation // the canary's step: its host holds it
+		if _, err := s.SetPlanState(ctx, "user:ivan", v.ID, "cancel"); err != nil {
+			t.Fatal(err)
+		}
+		sentReport(t, s, m1.ID, &models.Report{Generation: held, Outcome: "applied", Running: map[string]models.RunningBuild{"mod": {Build: 3}}})
+		m1, _ = s.Machine(ctx, "m1")
+		if b := composedBuild(t, s, m1); b < 3 {
+			t.Fatalf("m1 runs build 3 (not built when the module went back from 2), chosen anew by a plan: moved back to %d", b)
+		}
+	})
+}

@@ -226,7 +226,8 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 			// It goes back from every build there is now: a machine that
 			// runs any of them (a cancelled plan's, say) is moved back.
 			var newest int64
-			if err := tx.Model(&models.Build{}).Select("COALESCE(MAX(number), 0)").Where("module_id = ?", mod.ID).Scan(&newest).Error; err != nil {
+			if err := tx.Model(&models.Build{}).Select("COALESCE(MAX(number), 0)").
+				Where("module_id = ? AND state IN ?", mod.ID, []string{models.BuildReady, "", models.BuildYanked}).Scan(&newest).Error; err != nil {
 				return err
 			}
 			back = models.GoneBack{Reason: reason, From: max(*cur, back.From, newest)}
@@ -258,7 +259,7 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 				back.Reason = reason // still gone back, said anew
 			}
 		default:
-			back = models.GoneBack{} // forward: nothing is moved back
+			back = back.Forward(number) // forward: past what was gone back from, nothing is moved back
 		}
 		before := len(tx.bumps)
 		if err := setCurrentWhy(tx, mod, number, back); err != nil {
@@ -308,9 +309,10 @@ const MaxCurrentReason = 500
 // plan, a module's first build). Only a usable build becomes current: the
 // build is read with a share lock, so a yank that commits first is seen
 // and one that comes after waits. A build a plan or a first upload makes
-// current is never a going back: any going back the module held ends.
+// current is never a going back: the module's going back ends once its
+// current build is past every build it went back from (GoneBack.Forward).
 func setCurrent(tx *Tx, mod *models.Module, number int64) error {
-	return setCurrentWhy(tx, mod, number, models.GoneBack{})
+	return setCurrentWhy(tx, mod, number, mod.Back().Forward(number))
 }
 
 // setCurrentWhy is setCurrent with the module's going back (zero: none;

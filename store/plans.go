@@ -1003,8 +1003,12 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 		Order("machine_id").Find(&steps).Error; err != nil {
 		return "", err
 	}
+	var mod models.Module
+	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
+		return "", err
+	}
 	var pinned []int64
-	var left []string
+	var left []string // what the rollback did otherwise than pin the build before
 	why := fmt.Sprintf("rollback of plan %d", p.ID)
 	for _, st := range steps {
 		var m models.Machine
@@ -1021,6 +1025,12 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 			continue
 		}
 		prev := st.PreviousBuild
+		if back := mod.Back(); mod.CurrentBuild != nil && back.Covers(prev) && prev > *mod.CurrentBuild {
+			// The build before the plan is one the module went back
+			// from: the rollback does not pin it there again.
+			left = append(left, fmt.Sprintf("%s ran build %d before, which the module went back from: pinned to the current build %d", m.Name, prev, *mod.CurrentBuild))
+			prev = *mod.CurrentBuild
+		}
 		if err := tx.Model(&models.Assignment{}).Where("machine_id = ? AND module_id = ?", m.ID, p.ModuleID).
 			Updates(map[string]any{"build": prev, "reason": why, "pin_plan": p.ID}).Error; err != nil {
 			return "", err
