@@ -202,7 +202,7 @@ func fanout(url string, hosts []host, pub, admin, module string, keep bool) {
 			fired.Store(true)
 			stop := profile()
 			start, cpu0 := time.Now(), cpuTime()
-			req, _ := http.NewRequest("POST", url+"/api/v1/modules/"+module+"/current", strings.NewReader(`{"build": `+arg+`}`))
+			req, _ := http.NewRequest("POST", url+"/api/v1/modules/"+module+"/current", strings.NewReader(`{"build": `+arg+`, "reason": "the benchmark's change goes back and forth"}`))
 			req.Header.Set("Authorization", "Bearer "+admin)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
