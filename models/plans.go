@@ -107,6 +107,9 @@ type MachineTarget struct {
 type StepVerdict struct {
 	State  string
 	Reason string
+	// Unreported: failed for no report within the deadline from a host
+	// heard from lately; whether it was ever sent is the store's to say.
+	Unreported bool
 }
 
 // JudgeStep decides a sent step from its machine's records: applied (and
@@ -162,7 +165,9 @@ func JudgeStep(r StateRules, m *Machine, running int64, st *PlanStep, build int6
 			}
 			return fail("offline since %s", m.LastSeen.UTC().Format("15:04:05"))
 		}
-		return fail("did not report generation %d within %s", st.Generation, deadline)
+		v := fail("did not report generation %d within %s", st.Generation, deadline)
+		v.Unreported = true
+		return v
 	}
 	return StepVerdict{}
 }

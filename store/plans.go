@@ -442,6 +442,17 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			if v.State == "" {
 				continue
 			}
+			if v.Unreported {
+				// Its host was heard from but never polled for the step's
+				// generation: said so, not only that it did not report.
+				var sends int64
+				if err := tx.Model(&models.Send{}).Where("machine_id = ? AND generation >= ?", m.ID, st.Generation).Count(&sends).Error; err != nil {
+					return err
+				}
+				if sends == 0 {
+					v.Reason += fmt.Sprintf(": it was never sent (its host last polled %s)", models.Ago(*m.LastSeen, now))
+				}
+			}
 			up := map[string]any{"state": v.State, "finished_at": now, "reason": v.Reason}
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).Updates(up).Error; err != nil {
 				return err

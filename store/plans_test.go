@@ -931,3 +931,28 @@ func TestPlan_APausedPlansDeletedMachineHoldsUpNoPlan(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_AStepNeverSentSaysSo: a canary whose host, heard from lately,
+// never polled for the step's generation fails at the deadline saying it
+// was never sent, not only that it "did not report" (which blamed a host
+// that was never given it).
+func TestPlan_AStepNeverSentSaysSo(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Hour) // past the tier's deadline
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", later.Add(-5*time.Second), ms[0].ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		s.Now = func() time.Time { return later }
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanHalted || !strings.Contains(v.Reason, "m1 did not report generation") || !strings.Contains(v.Reason, ": it was never sent (its host last polled 5s ago)") {
+			t.Fatalf("plan %s: %q", v.State, v.Reason)
+		}
+	})
+}
