@@ -1171,7 +1171,7 @@ type CurrentRequest struct {
 	// Build a finished build of the module
 	Build int `json:"build"`
 
-	// Reason required when the build is older than the current one (going back, 400 without it): every machine that runs one of the builds there are now and is not pinned is moved back to it, where otherwise no machine is ever given a build older than it runs. Kept with the module until a build newer than every build gone back from is made current; ignored when not going back.
+	// Reason required when the build is older than the current one (going back, 400 without it): every machine that runs one of the builds there are now and is not pinned is moved back to it, where otherwise no machine is ever given a build older than it runs. Kept with the module until the newest build gone back from, or a newer one, is made current again; ignored when not going back.
 	Reason *string `json:"reason,omitempty"`
 }
 

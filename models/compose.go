@@ -579,11 +579,11 @@ type GoneBack struct {
 func (m *Module) Back() GoneBack { return GoneBack{Reason: m.CurrentReason, From: m.CurrentBackFrom} }
 
 // Forward is the going back once build number is made current, going
-// forward: kept while number is no newer than the builds gone back from
-// (a machine still on one of them, offline, is moved to it), ended past
-// them.
+// forward: kept while number is older than the newest build gone back
+// from (a machine still on that one, offline, is moved to it), ended once
+// that build or a newer one is current again.
 func (g GoneBack) Forward(number int64) GoneBack {
-	if g.Reason == "" || number > g.From {
+	if g.Reason == "" || number >= g.From {
 		return GoneBack{}
 	}
 	return g
