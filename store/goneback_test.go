@@ -12,24 +12,38 @@ import (
 	"mesh/store/storetest"
 )
 
+// madeCurrent has a person make build b of mod current (going back, with
+// reason) and the named machines — m1, m2 and m3 when none is named —
+// report applying it.
+func madeCurrent(t *testing.T, s *store.Store, b int64, reason string, names ...string) {
+	t.Helper()
+	if _, err := s.SetCurrent(context.Background(), "user:olga", "mod", b, reason); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) == 0 {
+		names = []string{"m1", "m2", "m3"}
+	}
+	for _, n := range names {
+		applied(t, s, n, b)
+	}
+}
+
 // goneBackFrom2: builds 1, 2 and 3 of mod; 2 made current and run by m1,
 // m2 and m3, then the module gone back to 1 for a reason and run by all.
 func goneBackFrom2(t *testing.T, s *store.Store) {
 	t.Helper()
-	ctx := context.Background()
 	planFixture(t, s)
-	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"m1", "m2", "m3"} {
-		applied(t, s, n, 2)
-	}
-	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 2 leaks"); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"m1", "m2", "m3"} {
-		applied(t, s, n, 1)
-	}
+	madeCurrent(t, s, 2, "")
+	madeCurrent(t, s, 1, "build 2 leaks")
+}
+
+// goneBackFrom3WithM3Behind: build 3 current and run by all; gone back to
+// 1 ("build 3 leaks"); m1 and m2 went back, m3 (offline) still runs 3.
+func goneBackFrom3WithM3Behind(t *testing.T, s *store.Store) {
+	t.Helper()
+	planFixture(t, s)
+	madeCurrent(t, s, 3, "")
+	madeCurrent(t, s, 1, "build 3 leaks", "m1", "m2")
 }
 
 // TestGoneBack_CoversACancelledPlansBuild: going back covers every build
@@ -186,18 +200,7 @@ func TestGoneBack_JudgedOnTheCurrentBuildAsItIs(t *testing.T) {
 func TestGoneBack_APlanOfABuildInBetweenMovesOnlyWhatItReaches(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, ""); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 3)
-		}
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 3 leaks"); err != nil {
-			t.Fatal(err)
-		}
-		applied(t, s, "m1", 1)
-		applied(t, s, "m2", 1) // m3 offline: still runs 3
+		goneBackFrom3WithM3Behind(t, s)
 		v, err := s.CreatePlan(ctx, "user:ivan", "mod", 2, 0, "")
 		if err != nil || v.State != models.PlanRunning {
 			t.Fatalf("plan of 2: %v %+v", err, v)
@@ -257,12 +260,7 @@ func TestGoneBack_LiftsAPlanRollbacksPin(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		planFixture(t, s)
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 2)
-		}
+		madeCurrent(t, s, 2, "")
 		v, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
 		if err != nil {
 			t.Fatal(err)
@@ -287,25 +285,6 @@ func TestGoneBack_LiftsAPlanRollbacksPin(t *testing.T) {
 			t.Fatalf("gone back from 2 to 1, m1 (pinned to 2 by plan %d's rollback) composed build %d", v.ID, b)
 		}
 	})
-}
-
-// goneBackFrom3WithM3Behind: build 3 current and run by all; gone back to
-// 1 ("build 3 leaks"); m1 and m2 went back, m3 still runs 3.
-func goneBackFrom3WithM3Behind(t *testing.T, s *store.Store) {
-	t.Helper()
-	ctx := context.Background()
-	planFixture(t, s)
-	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, ""); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"m1", "m2", "m3"} {
-		applied(t, s, n, 3)
-	}
-	if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 3 leaks"); err != nil {
-		t.Fatal(err)
-	}
-	applied(t, s, "m1", 1)
-	applied(t, s, "m2", 1)
 }
 
 // TestGoneBack_APlanRollbackDoesNotPinABuildGoneBackFrom: a plan of build
@@ -368,23 +347,13 @@ func TestGoneBack_CoversOnlyBuildsFinishedThen(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		planFixture(t, s)
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 2)
-		}
+		madeCurrent(t, s, 2, "")
 		if err := s.DB().Exec("UPDATE builds SET state = ? WHERE number = 3", models.BuildQueued).Error; err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 1, "build 2 leaks"); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"m1", "m2", "m3"} {
-			applied(t, s, n, 1)
-		}
-		if mod, _ := s.Module(ctx, "mod"); mod.CurrentBackFrom != 3 {
-			t.Logf("current_back_from %d", mod.CurrentBackFrom)
+		madeCurrent(t, s, 1, "build 2 leaks")
+		if mod, _ := s.Module(ctx, "mod"); mod.CurrentBackFrom != 2 {
+			t.Fatalf("gone back from 2 while 3 was queued: current_back_from %d", mod.CurrentBackFrom)
 		}
 		if err := s.DB().Exec("UPDATE builds SET state = ? WHERE number = 3", models.BuildReady).Error; err != nil {
 			t.Fatal(err)

@@ -525,6 +525,10 @@ func (s *Store) Push(ctx context.Context, actor, name string, ifMatch *int64) (*
 	return out, err
 }
 
+// withdrawnDeleted is why a plan step or rollout place of a machine
+// deleted is withdrawn.
+const withdrawnDeleted = "deleted: the machine is gone"
+
 // deletedOrName is the SQL for the name of the machine of a row of table
 // (plan_steps, rollout_machines) joined LEFT to machines: its name, or the
 // one kept when it was deleted, said so.
@@ -545,7 +549,7 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 		// to come end here, withdrawn: nothing will be sent to it, and a
 		// step said "sent" or "upgrading" for good was waited on (a paused
 		// plan's look at it stopped every plan's stepping).
-		const why = "deleted: the machine is gone"
+		const why = withdrawnDeleted
 		now := s.Now()
 		for _, t := range []any{&models.PlanStep{}, &models.RolloutMachine{}} {
 			if err := tx.Model(t).Where("machine_id = ?", m.ID).Update("machine_name", m.Name).Error; err != nil {

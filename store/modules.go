@@ -84,7 +84,7 @@ func (tx *Tx) UploadBuild(actor, module string, b *models.Build, artifact *model
 	}
 	if m.Kind != models.KindHost {
 		var newest models.Build
-		err = tx.Where("module_id = ? AND state IN ?", m.ID, []string{models.BuildReady, "", models.BuildYanked}).
+		err = tx.Where("module_id = ? AND state IN ?", m.ID, finishedBuild).
 			Order("number DESC").Limit(1).Take(&newest).Error
 		if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil, nil, err
@@ -100,6 +100,11 @@ func (tx *Tx) UploadBuild(actor, module string, b *models.Build, artifact *model
 	mod, err = tx.createBuild(actor, m, b, artifact)
 	return mod, nil, err
 }
+
+// finishedBuild are the states of a build that was finished: usable
+// (ready; "" in rows older than states) or yanked since. A build a merge
+// queued and no builder finished yet is none of them.
+var finishedBuild = []string{models.BuildReady, "", models.BuildYanked}
 
 // lockModuleForBuild reads the module a build is added to, locked on
 // PostgreSQL: that serialises a module's build numbers across replicas.
@@ -227,7 +232,7 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 			// runs any of them (a cancelled plan's, say) is moved back.
 			var newest int64
 			if err := tx.Model(&models.Build{}).Select("COALESCE(MAX(number), 0)").
-				Where("module_id = ? AND state IN ?", mod.ID, []string{models.BuildReady, "", models.BuildYanked}).Scan(&newest).Error; err != nil {
+				Where("module_id = ? AND state IN ?", mod.ID, finishedBuild).Scan(&newest).Error; err != nil {
 				return err
 			}
 			back = models.GoneBack{Reason: reason, From: max(*cur, back.From, newest)}
@@ -312,15 +317,16 @@ const MaxCurrentReason = 500
 // current is never a going back: the module's going back ends once its
 // current build is past every build it went back from (GoneBack.Forward).
 func setCurrent(tx *Tx, mod *models.Module, number int64) error {
-	return setCurrentWhy(tx, mod, number, mod.Back().Forward(number))
-}
-
-// setCurrentWhy is setCurrent with the module's going back (zero: none;
-// see models.ChooseBuild).
-func setCurrentWhy(tx *Tx, mod *models.Module, number int64, back models.GoneBack) error {
 	if err := usableBuild(tx, mod, number); err != nil {
 		return err
 	}
+	return setCurrentWhy(tx, mod, number, mod.Back().Forward(number))
+}
+
+// setCurrentWhy writes build number current with the module's going back
+// (zero: none; see models.ChooseBuild); the caller has found the build
+// usable (usableBuild).
+func setCurrentWhy(tx *Tx, mod *models.Module, number int64, back models.GoneBack) error {
 	if err := tx.Model(mod).Updates(map[string]any{"current_build": number, "current_reason": back.Reason, "current_back_from": back.From}).Error; err != nil {
 		return err
 	}

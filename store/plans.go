@@ -261,19 +261,10 @@ func judgePaused(tx *Tx, p *models.Plan) error {
 	now := tx.s.Now()
 	for i := range steps {
 		st := &steps[i]
-		var m models.Machine
-		err := tx.Where("id = ?", st.MachineID).First(&m).Error
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			continue // deleted: DeleteMachine withdrew its step
-		}
+		v, err := judgeSent(tx, st, module, p.Build, math.MaxInt64, now)
 		if err != nil {
 			return err
 		}
-		running, err := m.RunningBuilds()
-		if err != nil {
-			return err
-		}
-		v := models.JudgeStep(tx.s.Rules, &m, running[module].Build, st, p.Build, math.MaxInt64, now)
 		if v.State != models.StepApplied {
 			continue
 		}
@@ -283,6 +274,46 @@ func judgePaused(tx *Tx, p *models.Plan) error {
 		}
 	}
 	return nil
+}
+
+// judgeSent judges a sent step of build by its machine's records
+// (models.JudgeStep), with the store's answers to what the machine's row
+// cannot say: whether a held-back or compose error still stands, and
+// whether a generation its host did not report within the deadline was
+// ever sent. A machine deleted meanwhile gives no verdict (DeleteMachine
+// withdrew its step).
+func judgeSent(tx *Tx, st *models.PlanStep, module string, build int64, deadline time.Duration, now time.Time) (models.StepVerdict, error) {
+	var m models.Machine
+	err := tx.Where("id = ?", st.MachineID).First(&m).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return models.StepVerdict{}, nil
+	}
+	if err != nil {
+		return models.StepVerdict{}, err
+	}
+	running, err := m.RunningBuilds()
+	if err != nil {
+		return models.StepVerdict{}, err
+	}
+	if err := heldBackSince(tx, &m); err != nil {
+		return models.StepVerdict{}, err
+	}
+	if err := composeErrorSince(tx, &m, st.Generation); err != nil {
+		return models.StepVerdict{}, err
+	}
+	v := models.JudgeStep(tx.s.Rules, &m, running[module].Build, st, build, deadline, now)
+	if v.Unreported {
+		// Its host was heard from but never polled for the step's
+		// generation: said so, not only that it did not report.
+		var sends int64
+		if err := tx.Model(&models.Send{}).Where("machine_id = ? AND generation >= ?", m.ID, st.Generation).Count(&sends).Error; err != nil {
+			return models.StepVerdict{}, err
+		}
+		if sends == 0 {
+			v.Reason += fmt.Sprintf(": it was never sent (its host last polled %s)", models.Ago(*m.LastSeen, now))
+		}
+	}
+	return v, nil
 }
 
 // StepPlan advances one plan if it is running.
@@ -424,34 +455,12 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 				return err
 			}
 		case models.StepSent:
-			var m models.Machine
-			if err := tx.Where("id = ?", st.MachineID).First(&m).Error; err != nil {
-				return err
-			}
-			running, err := m.RunningBuilds()
+			v, err := judgeSent(tx, st, mod.Name, p.Build, deadline, now)
 			if err != nil {
 				return err
 			}
-			if err := heldBackSince(tx, &m); err != nil {
-				return err
-			}
-			if err := composeErrorSince(tx, &m, st.Generation); err != nil {
-				return err
-			}
-			v := models.JudgeStep(tx.s.Rules, &m, running[mod.Name].Build, st, p.Build, deadline, now)
 			if v.State == "" {
 				continue
-			}
-			if v.Unreported {
-				// Its host was heard from but never polled for the step's
-				// generation: said so, not only that it did not report.
-				var sends int64
-				if err := tx.Model(&models.Send{}).Where("machine_id = ? AND generation >= ?", m.ID, st.Generation).Count(&sends).Error; err != nil {
-					return err
-				}
-				if sends == 0 {
-					v.Reason += fmt.Sprintf(": it was never sent (its host last polled %s)", models.Ago(*m.LastSeen, now))
-				}
 			}
 			up := map[string]any{"state": v.State, "finished_at": now, "reason": v.Reason}
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id = ?", p.ID, st.MachineID).Updates(up).Error; err != nil {

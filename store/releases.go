@@ -511,28 +511,32 @@ func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 // here any more, so neither would report, and the deadline would fail the
 // release for a machine that was never sent it.
 func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
-	var ids []int64
-	for _, rm := range rms {
-		if rm.State == models.UpgradePending || rm.State == models.UpgradeUpgrading {
-			ids = append(ids, rm.MachineID)
-		}
-	}
-	if len(ids) == 0 {
+	if len(rms) == 0 {
 		return nil
 	}
-	var ms []models.Machine
-	if err := tx.Select("id", "revoked_at", "revoked_reason").Where("id IN ?", ids).Find(&ms).Error; err != nil {
+	// Found by subqueries, not a list of ids: a fleet's rollout holds more
+	// machines than a statement takes parameters.
+	open := func() *gorm.DB {
+		return tx.Model(&models.RolloutMachine{}).Select("machine_id").
+			Where("rollout_id = ? AND state IN ?", rms[0].RolloutID, []string{models.UpgradePending, models.UpgradeUpgrading})
+	}
+	var revoked []models.Machine
+	if err := tx.Select("id", "revoked_reason").Where("revoked_at IS NOT NULL AND id IN (?)", open()).Find(&revoked).Error; err != nil {
+		return err
+	}
+	var gone []int64
+	if err := open().Where("machine_id NOT IN (?)", tx.Model(&models.Machine{}).Select("id")).Pluck("machine_id", &gone).Error; err != nil {
 		return err
 	}
 	why := map[int64]string{}
-	for _, id := range ids {
-		why[id] = "deleted: the rollout does not reach it"
+	for _, id := range gone {
+		why[id] = withdrawnDeleted
 	}
-	for _, m := range ms {
-		delete(why, m.ID)
-		if m.RevokedAt != nil {
-			why[m.ID] = fmt.Sprintf("revoked (%s): nothing is sent to it, so the rollout does not reach it", cmp.Or(m.RevokedReason, "no reason given"))
-		}
+	for _, m := range revoked {
+		why[m.ID] = fmt.Sprintf("revoked (%s): nothing is sent to it, so the rollout does not reach it", cmp.Or(m.RevokedReason, "no reason given"))
+	}
+	if len(why) == 0 {
+		return nil
 	}
 	now := tx.s.Now()
 	for i := range rms {
@@ -580,22 +584,23 @@ func canariesFirst(tx *Tx, ms []models.Machine) error {
 // come (in rms too): the waves after it wait for a canary that upgraded,
 // and a withdrawn one let them all go untried.
 func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine) error {
-	canaries := 0
-	var waiting []int64
+	canaries, waiting := 0, 0
 	for _, rm := range rms {
 		switch {
 		case rm.Wave == 0 && rm.State != models.UpgradeWithdrawn:
 			canaries++
 		case rm.Wave > 0 && rm.State == models.UpgradePending:
-			waiting = append(waiting, rm.MachineID)
+			waiting++
 		}
 	}
-	if canaries > 0 || len(waiting) == 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
+	if canaries > 0 || waiting == 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
 		return nil
 	}
-	// The next canary as the first were taken: flagged, then heard from.
+	// The next canary as the first were taken: flagged, then heard from
+	// (by a subquery: the waiting are as many as the fleet).
 	var ms []models.Machine
-	if err := tx.Select("id", "name", "last_seen").Where("id IN ?", waiting).Order("name").Find(&ms).Error; err != nil {
+	if err := tx.Select("id", "name", "last_seen").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
+		Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending)).Order("name").Find(&ms).Error; err != nil {
 		return err
 	}
 	if len(ms) == 0 {
