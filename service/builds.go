@@ -256,7 +256,7 @@ func (s *Service) follow(tx *store.Tx, actor string, mod *models.Module, b *mode
 		if err := tx.CreateRelease(actor, r, artifact); err != nil {
 			return nil, err
 		}
-		ro, err := tx.StartRollout(actor, version, "1", 1, int64(DefaultRolloutDeadline.Seconds()))
+		ro, err := tx.RollOutRelease(actor, version, int64(DefaultRolloutDeadline.Seconds()))
 		if err != nil {
 			return nil, err
 		}

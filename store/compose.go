@@ -327,11 +327,17 @@ func (in *composeInput) compose(now time.Time, by string, fails map[int64]error)
 	for i, m := range in.todo {
 		ci := models.ComposeInput{Machine: m.Name, Generation: m.Generation, EmptyOK: m.EmptyOK,
 			ComposedAt: now, ComposedBy: by, Variables: in.varsOf[m.ID]}
-		target := m.TargetHostVersion
-		if target == "" {
+		target, byDefault := m.TargetHostVersion, m.TargetHostVersion == ""
+		if byDefault {
 			target = in.hostDef
 		}
 		targetRel := in.releases[target+" "+m.OS+"/"+m.Arch]
+		if byDefault && targetRel != nil && targetRel.RolledOutAt == nil {
+			// The default's release for this platform was uploaded after
+			// its version became the default: it reaches these machines
+			// through a rollout, canary first, never all at once.
+			targetRel = nil
+		}
 		if targetRel != nil {
 			ci.Host = targetRel.Wire()
 		}

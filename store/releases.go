@@ -36,7 +36,61 @@ func (tx *Tx) CreateRelease(actor string, r *models.Release, binary *models.Blob
 		}
 		return err
 	}
-	return audit(tx, actor, "create-host-release", "host-release/"+r.Version, fmt.Sprintf("%s/%s %s", r.OS, r.Arch, r.Digest))
+	if err := audit(tx, actor, "create-host-release", "host-release/"+r.Version, fmt.Sprintf("%s/%s %s", r.OS, r.Arch, r.Digest)); err != nil {
+		return err
+	}
+	return joinRollout(tx, actor, r)
+}
+
+// joinRollout adds r's platform to the fleet's rollout of its version when
+// one runs or is paused: a release is uploaded a platform at a time, and
+// the machines of a platform released while the rollout runs are taken
+// in as its first were, canaries first (their binary is not the one the
+// first canaries tried), not left to meet the version untried once it is
+// the default.
+func joinRollout(tx *Tx, actor string, r *models.Release) error {
+	var ros []models.Rollout
+	if err := tx.Where("version = ? AND plan_id = 0 AND state IN ?", r.Version, []string{models.RolloutRunning, models.RolloutPaused}).
+		Order("id DESC").Limit(1).Find(&ros).Error; err != nil || len(ros) == 0 {
+		return err
+	}
+	ro := &ros[0]
+	var ms []models.Machine
+	if err := tx.Where("os = ? AND arch = ? AND revoked_at IS NULL", r.OS, r.Arch).
+		Where("id NOT IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").Where("rollout_id = ?", ro.ID)).
+		Order("name").Find(&ms).Error; err != nil || len(ms) == 0 {
+		return err
+	}
+	canaries, err := canaryCount(ro.Canary, len(ms))
+	if err != nil {
+		return err
+	}
+	if err := canariesFirst(tx, ms, ro.Version); err != nil {
+		return err
+	}
+	if err := placeMachines(tx, ro, ms, canaries); err != nil {
+		return err
+	}
+	if err := audit(tx, actor, "join-rollout", "host-release/"+ro.Version,
+		fmt.Sprintf("%s/%s joined the running rollout: %d machine(s), canary %s", r.OS, r.Arch, len(ms), ro.Canary)); err != nil {
+		return err
+	}
+	return stepRollout(tx, ro)
+}
+
+// RollOutRelease is what a host module's finished build starts: the
+// rollout of its version, or, when one runs already (the release of
+// another platform began it), that one, which the release joined.
+func (tx *Tx) RollOutRelease(actor, version string, deadline int64) (*models.RolloutView, error) {
+	var ros []models.Rollout
+	if err := tx.Where("version = ? AND plan_id = 0 AND state IN ?", version, []string{models.RolloutRunning, models.RolloutPaused}).
+		Order("id DESC").Limit(1).Find(&ros).Error; err != nil {
+		return nil, err
+	}
+	if len(ros) == 1 {
+		return rolloutView(tx, &ros[0])
+	}
+	return tx.StartRollout(actor, version, "1", 1, deadline)
 }
 
 // Releases lists host releases, newest first.
@@ -137,30 +191,15 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 	if err != nil {
 		return nil, err
 	}
-	if err := canariesFirst(tx, eligible); err != nil {
-		return nil, err
-	}
-	def, err := hostDefault(tx.DB)
-	if err != nil {
+	if err := canariesFirst(tx, eligible, ro.Version); err != nil {
 		return nil, err
 	}
 	ro.State, ro.CreatedBy, ro.CreatedAt = models.RolloutRunning, actor, tx.s.Now()
 	if err := tx.Create(ro).Error; err != nil {
 		return nil, err
 	}
-	for i, m := range eligible {
-		wave := int64(1)
-		if i < canaries {
-			wave = 0
-		}
-		prev := m.TargetHostVersion
-		if prev == "" {
-			prev = def
-		}
-		if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev,
-			MachineName: m.Name}).Error; err != nil {
-			return nil, err
-		}
+	if err := placeMachines(tx, ro, eligible, canaries); err != nil {
+		return nil, err
 	}
 	what := fmt.Sprintf("%d machine(s), canary %s, max in flight %d", len(eligible), ro.Canary, ro.MaxInFlight)
 	if ro.PlanID > 0 {
@@ -173,6 +212,40 @@ func beginRollout(tx *Tx, actor string, ro *models.Rollout, eligible []models.Ma
 		return nil, err
 	}
 	return rolloutView(tx, ro)
+}
+
+// placeMachines gives each of ms a place in ro, pending: the first
+// canaries of them in the canary wave, the rest after it. A place keeps
+// the release the machine was to run before (its own target, else the
+// fleet default where that reached it), which a failed trial puts back.
+func placeMachines(tx *Tx, ro *models.Rollout, ms []models.Machine, canaries int) error {
+	def, err := hostDefault(tx.DB)
+	if err != nil {
+		return err
+	}
+	var tried []models.Release
+	if err := tx.Where("version = ? AND state = ? AND rolled_out_at IS NOT NULL", def, models.ReleaseReady).Find(&tried).Error; err != nil {
+		return err
+	}
+	defaultFor := map[string]bool{}
+	for _, r := range tried {
+		defaultFor[r.OS+"/"+r.Arch] = true
+	}
+	for i, m := range ms {
+		wave := int64(1)
+		if i < canaries {
+			wave = 0
+		}
+		prev := m.TargetHostVersion
+		if prev == "" && defaultFor[m.OS+"/"+m.Arch] {
+			prev = def
+		}
+		if err := tx.Create(&models.RolloutMachine{RolloutID: ro.ID, MachineID: m.ID, Wave: wave, State: models.UpgradePending, Previous: prev,
+			MachineName: m.Name}).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // canaryCount reads a canary size: a count ("1") or a percent ("10%").
@@ -330,7 +403,7 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 	if halted, err := haltUnsendable(tx, ro, rms); err != nil || halted {
 		return err
 	}
-	if err := replaceWithdrawnCanaries(tx, rms); err != nil {
+	if err := replaceWithdrawnCanaries(tx, rms, ro.Version); err != nil {
 		return err
 	}
 	inFlight, canaryLeft, pending, upgraded := 0, 0, 0, 0
@@ -382,6 +455,13 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 				fmt.Sprintf("host step of plan %d: its machines run %s; the fleet default is unchanged", ro.PlanID, ro.Version))
 		}
 		if err := tx.Clauses(clause.OnConflict{UpdateAll: true}).Create(&models.Setting{Key: models.SettingHostDefault, Value: ro.Version}).Error; err != nil {
+			return err
+		}
+		// Its platforms are tried: the default reaches their machines.
+		// A release of the version for another platform, uploaded later,
+		// has no such mark until a rollout of it is done.
+		if err := tx.Model(&models.Release{}).Where("version = ? AND state = ? AND rolled_out_at IS NULL", ro.Version, models.ReleaseReady).
+			Update("rolled_out_at", now).Error; err != nil {
 			return err
 		}
 		ro.State = models.RolloutDone
@@ -552,11 +632,13 @@ func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
 	return nil
 }
 
-// canariesFirst orders ms (by name) as a rollout takes its canaries: those
-// an admin flagged (variable canary=true), then machines whose host was
-// heard from lately. A canary that is offline only waits out the
-// rollout's deadline, which fails the release.
-func canariesFirst(tx *Tx, ms []models.Machine) error {
+// canariesFirst orders ms (by name) as a rollout of version takes its
+// canaries: machines whose host does not run version already (one that
+// does is upgraded at once and tries nothing), then those an admin
+// flagged (variable canary=true), then machines whose host was heard from
+// lately. A canary that is offline only waits out the rollout's deadline,
+// which fails the release.
+func canariesFirst(tx *Tx, ms []models.Machine, version string) error {
 	var flagged []int64
 	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {
 		return err
@@ -571,6 +653,9 @@ func canariesFirst(tx *Tx, ms []models.Machine) error {
 	}
 	sort.SliceStable(ms, func(i, j int) bool {
 		a, b := &ms[i], &ms[j]
+		if ranA, ranB := a.HostVersion == version, b.HostVersion == version; ranA != ranB {
+			return ranB
+		}
 		if isCanary[a.ID] != isCanary[b.ID] {
 			return isCanary[a.ID]
 		}
@@ -583,7 +668,7 @@ func canariesFirst(tx *Tx, ms []models.Machine) error {
 // was withdrawn before one tried the release, the next machine still to
 // come (in rms too): the waves after it wait for a canary that upgraded,
 // and a withdrawn one let them all go untried.
-func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine) error {
+func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version string) error {
 	canaries, waiting := 0, 0
 	for _, rm := range rms {
 		switch {
@@ -599,14 +684,14 @@ func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine) error {
 	// The next canary as the first were taken: flagged, then heard from
 	// (by a subquery: the waiting are as many as the fleet).
 	var ms []models.Machine
-	if err := tx.Select("id", "name", "last_seen").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
+	if err := tx.Select("id", "name", "last_seen", "host_version").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
 		Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending)).Order("name").Find(&ms).Error; err != nil {
 		return err
 	}
 	if len(ms) == 0 {
 		return nil
 	}
-	if err := canariesFirst(tx, ms); err != nil {
+	if err := canariesFirst(tx, ms, version); err != nil {
 		return err
 	}
 	next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })

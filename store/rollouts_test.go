@@ -289,10 +289,10 @@ func rolledBackFrom(t *testing.T, s *store.Store, id int64, from, why string) {
 
 // TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce: m1's host runs
 // 1.5.0 already (a plan's host step put it there) when a fleet rollout of
-// 1.5.0 begins with m1 its canary. Its host has nothing to do and never
-// reports an upgrade: m1 is upgraded at once, with why, and the rollout
-// goes on to m2 — where it waited for the deadline and then failed a good
-// release fleet-wide.
+// 1.5.0 begins. Its host has nothing to do and never reports an upgrade:
+// m1 is not the canary (it would try nothing), and when its wave comes it
+// is upgraded at once, with why — where it waited for the deadline and
+// then failed a good release fleet-wide.
 func TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
@@ -310,14 +310,16 @@ func TestRollout_AMachineRunningTheReleaseIsUpgradedAtOnce(t *testing.T) {
 		for _, m := range ro.Machines {
 			state[m.Machine] = m
 		}
-		if m := state["m1"]; m.State != models.UpgradeUpgraded || m.Reason != "its host ran 1.5.0 already" || m.FinishedAt == nil {
-			t.Fatalf("m1, running 1.5.0: %+v", m)
-		}
-		if m := state["m2"]; m.State != models.UpgradeUpgrading || ro.State != models.RolloutRunning {
-			t.Fatalf("the rollout (%s) did not go on to m2: %+v", ro.State, m)
+		if m := state["m2"]; m.Wave != 0 || m.State != models.UpgradeUpgrading || ro.State != models.RolloutRunning {
+			t.Fatalf("the rollout (%s) did not take m2, which does not run 1.5.0, as its canary: %+v", ro.State, m)
 		}
 		upgradedTo(t, s, "m2", "1.5.0")
 		ro, _ = s.Rollout(ctx, "1.5.0")
+		for _, m := range ro.Machines {
+			if m.Machine == "m1" && (m.State != models.UpgradeUpgraded || m.Reason != "its host ran 1.5.0 already" || m.FinishedAt == nil) {
+				t.Fatalf("m1, running 1.5.0: %+v", m)
+			}
+		}
 		rs, _ := s.Releases(ctx, 10, 0)
 		if def, _ := s.HostDefault(ctx); ro.State != models.RolloutDone || rs[0].State == models.ReleaseFailed || def != "1.5.0" {
 			t.Fatalf("rollout %s (%q), release %s, fleet default %q", ro.State, ro.Reason, rs[0].State, def)
@@ -535,6 +537,136 @@ func TestRollout_ADeletedMachineIsNotLeftUpgrading(t *testing.T) {
 		for _, m := range ro.Machines {
 			if m.State == models.UpgradeUpgrading {
 				t.Fatalf("cancelled rollout shows %s %s", m.Machine, m.State)
+			}
+		}
+	})
+}
+
+// armFixture enrols an arm64 machine with the fixture's module.
+func armFixture(t *testing.T, s *store.Store, name string) *models.Machine {
+	t.Helper()
+	m := fixture(t, s, name)
+	if err := s.DB().Exec("UPDATE machines SET arch = 'arm64' WHERE id = ?", m.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	m.Arch = "arm64"
+	return m
+}
+
+// composedHost is the host release m's next declaration names ("" for none).
+func composedHost(t *testing.T, s *store.Store, m *models.Machine) string {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := s.Machine(ctx, m.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetVariables(ctx, "test", m.Name, &cur.Generation, map[string]string{"port": fmt.Sprint(1000 + cur.Generation)}); err != nil {
+		t.Fatal(err)
+	}
+	got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
+	if err != nil || fails[m.ID] != nil {
+		t.Fatalf("compose: %v %v", err, fails[m.ID])
+	}
+	var env models.Envelope
+	var p models.DeclarationPayload
+	decode(t, got[m.ID].Sealed(), &env)
+	decode(t, env.Payload, &p)
+	if p.Host == nil {
+		return ""
+	}
+	return p.Host.Version + " " + p.Host.Arch
+}
+
+// TestRollout_TheDefaultReachesOnlyTriedPlatforms: 1.5.0 was rolled out
+// to the amd64 machines and is the fleet default; its arm64 build is
+// uploaded after. The arm64 machines are not given it at their next
+// generation, untried and all at once: it reaches them through a rollout,
+// canary first — whose canary is an arm64 machine, not an amd64 one that
+// runs 1.5.0 already — and the default reaches them once that is done.
+func TestRollout_TheDefaultReachesOnlyTriedPlatforms(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a1")
+		b1 := armFixture(t, s, "b1")
+		armFixture(t, s, "b2")
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		upgradedTo(t, s, "a1", "1.5.0")
+		if def, _ := s.HostDefault(ctx); def != "1.5.0" {
+			t.Fatalf("fleet default %q", def)
+		}
+		release(t, s, "1.5.0", "arm64", "1")
+		if got := composedHost(t, s, b1); got != "" {
+			t.Fatalf("b1 (arm64) is given %q, untried on its platform, outside any rollout", got)
+		}
+		ro, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := map[string]models.RolloutMachine{}
+		for _, m := range ro.Machines {
+			state[m.Machine] = m
+		}
+		if c := ro.Machines[0]; c.Wave != 0 || c.Machine == "a1" || c.State != models.UpgradeUpgrading {
+			t.Fatalf("the canary is %+v; want an arm64 machine upgrading (a1 runs 1.5.0 already): %+v", c, ro.Machines)
+		}
+		// A failed trial puts back what the machine ran before: nothing
+		// named, where the default had not reached it.
+		if p := state[ro.Machines[0].Machine].Previous; p != "" {
+			t.Fatalf("the canary's target before: %q", p)
+		}
+		for _, n := range []string{"b1", "b2"} {
+			if st, _ := s.Rollout(ctx, "1.5.0"); st.State == models.RolloutRunning {
+				upgradedTo(t, s, n, "1.5.0")
+				if err := s.StepRollouts(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		ro, _ = s.Rollout(ctx, "1.5.0")
+		if ro.State != models.RolloutDone {
+			t.Fatalf("the second rollout: %s %q %+v", ro.State, ro.Reason, ro.Machines)
+		}
+		if got := composedHost(t, s, b1); got != "1.5.0 arm64" {
+			t.Fatalf("b1 after arm64's rollout: %q", got)
+		}
+	})
+}
+
+// TestRollout_AnotherPlatformJoinsTheRunningRollout: the arm64 build of
+// 1.5.0 uploaded while its amd64 rollout runs joins it — its machines
+// with a canary of their own, started at once, the rest waiting for it —
+// where it was refused, "another host rollout is running".
+func TestRollout_AnotherPlatformJoinsTheRunningRollout(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a1")
+		fixture(t, s, "a2")
+		armFixture(t, s, "b1")
+		armFixture(t, s, "b2")
+		release(t, s, "1.5.0", "amd64", "1")
+		rollOut(t, s, "1.5.0")
+		release(t, s, "1.5.0", "arm64", "1")
+		ro, err := s.Rollout(ctx, "1.5.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waves := map[string]string{}
+		for _, m := range ro.Machines {
+			waves[m.Machine] = fmt.Sprintf("%d %s", m.Wave, m.State)
+		}
+		t.Logf("rollout %s: %v", ro.State, waves)
+		if len(ro.Machines) != 4 || waves["b1"] != "0 upgrading" || waves["b2"] != "1 pending" || waves["a1"] != "0 upgrading" {
+			t.Fatalf("the arm64 machines did not join the running rollout with a canary of their own: %v", waves)
+		}
+		// The amd64 canary's success does not let arm64's second machine go
+		// before its own canary has tried the binary.
+		upgradedTo(t, s, "a1", "1.5.0")
+		ro, _ = s.Rollout(ctx, "1.5.0")
+		for _, m := range ro.Machines {
+			if m.Machine == "b2" && m.State != models.UpgradePending {
+				t.Fatalf("b2 went before arm64's canary upgraded: %+v", ro.Machines)
 			}
 		}
 	})
