@@ -35,13 +35,14 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	o := Overview{State: state, Q: q, Total: len(all), Legend: legend(s.Rules)}
 	counts := map[string]int{}
 	var shown []int64
+	lq := strings.ToLower(q) // once, not once a machine
 	for i := range all {
 		st := s.Rules.State(&all[i], s.lastSeen(&all[i]), now)
 		counts[st]++
 		if state != "" && st != state {
 			continue
 		}
-		if q != "" && !strings.Contains(all[i].Name, strings.ToLower(q)) {
+		if lq != "" && !strings.Contains(all[i].Name, lq) {
 			continue
 		}
 		o.Matching++
@@ -107,9 +108,18 @@ func (s *Server) lastSeen(m *models.Machine) *time.Time {
 
 // knownState refuses a state filter that names no state: the page would
 // count the whole fleet over an empty table.
+// MaxSearch bounds the overview's search: a machine's name is at most 63
+// characters.
+const MaxSearch = 63
+
 func (s *Server) knownState(c echo.Context) error {
 	if st := c.QueryParam("state"); st != "" && !slices.Contains(AllStates, st) {
 		return s.errorPage(c, http.StatusBadRequest, fmt.Sprintf("No state is named %q; the states are %s.", st, strings.Join(AllStates, ", ")))
+	}
+	// The search is a machine's name or part of one: a longer one matches
+	// nothing, and each machine's name is searched for it.
+	if q := c.QueryParam("q"); len(q) > MaxSearch {
+		return s.errorPage(c, http.StatusBadRequest, fmt.Sprintf("The search is a machine's name or part of one: at most %d characters, not %d.", MaxSearch, len(q)))
 	}
 	return nil
 }

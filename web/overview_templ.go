@@ -53,7 +53,7 @@ func OverviewPage(p Page, o Overview) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" placeholder=\"machine name\" hx-get=\"/ui/machines\" hx-trigger=\"input changed delay:300ms\" hx-target=\"#machines\" hx-swap=\"outerHTML\" hx-include=\"closest form\"> <label for=\"state\">State</label> <select id=\"state\" name=\"state\" hx-get=\"/ui/machines\" hx-trigger=\"change\" hx-target=\"#machines\" hx-swap=\"outerHTML\" hx-include=\"closest form\"><option value=\"\"")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "\" maxlength=\"63\" placeholder=\"machine name\" hx-get=\"/ui/machines\" hx-trigger=\"input changed delay:300ms\" hx-target=\"#machines\" hx-swap=\"outerHTML\" hx-include=\"closest form\"> <label for=\"state\">State</label> <select id=\"state\" name=\"state\" hx-get=\"/ui/machines\" hx-trigger=\"change\" hx-target=\"#machines\" hx-swap=\"outerHTML\" hx-include=\"closest form\"><option value=\"\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -360,3 +360,19 @@ func TestOverview_UnknownStateRefused(t *testing.T) {
 		t.Errorf("GET /?state=unhealthy: %d", code)
 	}
 }
+
+// A search longer than a machine's name is refused, saying so: it matches
+// nothing, and each machine of the fleet was searched for it.
+func TestOverview_ALongSearchRefused(t *testing.T) {
+	_, op, _ := fixture(t)
+	long := strings.Repeat("A", 64)
+	for _, path := range []string{"/?q=" + long, "/ui/machines?q=" + long} {
+		code, body := op.get(path)
+		if code != http.StatusBadRequest || !strings.Contains(body, "at most 63 characters, not 64") {
+			t.Errorf("GET %s: %d\n%.800s", path, code, body)
+		}
+	}
+	if code, _ := op.get("/?q=" + strings.Repeat("a", 63)); code != http.StatusOK {
+		t.Errorf("a search of 63 characters: %d", code)
+	}
+}
