@@ -19,7 +19,15 @@ const (
 	UploadBodyTimeout = 30 * time.Minute
 )
 
-// ServerTimeouts sets srv's timeouts for a server that holds long polls.
+// MaxHeaderBytes bounds a request's header. Every header a client of the
+// controller sends is small (a token, a few X-Mesh- fields); net/http's
+// default of 1 MiB let anyone hold a MiB of the controller's memory a
+// connection with a header left unfinished until ReadHeaderTimeout. A
+// larger header is answered 431.
+const MaxHeaderBytes = 64 << 10
+
+// ServerTimeouts sets srv's timeouts for a server that holds long polls,
+// and bounds its request headers (MaxHeaderBytes).
 //
 //   - ReadHeaderTimeout cuts a client that trickles its header (slowloris):
 //     without it a connection that never finishes a request holds a
@@ -37,6 +45,7 @@ func ServerTimeouts(srv *http.Server) {
 	srv.IdleTimeout = IdleTimeout
 	srv.ReadTimeout = 0
 	srv.WriteTimeout = 0
+	srv.MaxHeaderBytes = MaxHeaderBytes
 }
 
 // BodyDeadline sets the read deadline of w's connection d from now, for the
