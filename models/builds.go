@@ -51,11 +51,11 @@ func ValidVersion(field, v string, required bool) error {
 	switch {
 	case v == "" && required:
 		return Invalid(field, "required")
-	case !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, notShown):
+	case !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxVersionLen || strings.ContainsFunc(v, hidden):
 		// A host release's version is what its hosts then say they run
 		// (a report, a poll's X-Mesh-Host-Version, an enrolment), checked
 		// by this same rule: one that uploads can run.
-		return Invalid(field, fmt.Sprintf("at most %d characters, none of them a control character", MaxVersionLen))
+		return Invalid(field, fmt.Sprintf("at most %d characters, none of them a control or bidirectional formatting character", MaxVersionLen))
 	}
 	return nil
 }

@@ -152,8 +152,15 @@ func ValidateLogs(ls []ServiceLog) error {
 // PostgreSQL's TEXT refuses).
 func notShown(r rune) bool { return r != '\t' && unicode.IsControl(r) }
 
+// hidden is a character words from outside are not shown with as they
+// are: notShown, and the bidirectional controls (U+202A–U+202E, U+2066–
+// U+2069, the marks), which reorder what follows them — a host version
+// "\u202e0.3.1" was shown as "1.3.0" while compared as sent.
+func hidden(r rune) bool { return notShown(r) || unicode.Is(unicode.Bidi_Control, r) }
+
 // EscapeLogLine makes one line of a service's output showable: invalid
-// UTF-8 and control characters (but tabs) become \xNN escapes, and the
+// UTF-8 and control characters (but tabs) become \xNN escapes, the
+// bidirectional controls \uNNNN ones (hidden), and the
 // line is cut to max bytes (marked with "…"), on a character boundary.
 func EscapeLogLine(s string, limit int) string {
 	var b strings.Builder
@@ -162,7 +169,7 @@ func EscapeLogLine(s string, limit int) string {
 		switch {
 		case r == utf8.RuneError && size <= 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case notShown(r):
+		case hidden(r):
 			if r < 0x100 {
 				fmt.Fprintf(&b, `\x%02x`, r)
 			} else {
