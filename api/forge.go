@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -151,11 +152,57 @@ type pushPayload struct {
 		Login    string `json:"login"`
 		Username string `json:"username"`
 	} `json:"pusher"`
-	Commits []struct {
+	Commits pushCommits `json:"commits"`
+}
+
+// maxPushCommits is the most commits of a push whose paths are read.
+// GitHub lists at most 2,048; a push naming more (a signed body of
+// millions of empty commits decoded whole was 400 MiB of heap) is taken
+// as touching every module, as one naming no paths is.
+const maxPushCommits = 4096
+
+// pushCommits is the paths a push's commits name, each once, decoded a
+// commit at a time into one value: a commit's list is not kept.
+type pushCommits struct {
+	paths []string
+	// more: the push named more than maxPushCommits commits; paths is not
+	// all they touch.
+	more bool
+}
+
+func (pc *pushCommits) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('[') {
+		return fmt.Errorf("commits: not a list")
+	}
+	seen := map[string]bool{}
+	var c struct {
 		Added    []string `json:"added"`
 		Removed  []string `json:"removed"`
 		Modified []string `json:"modified"`
-	} `json:"commits"`
+	}
+	for n := 0; d.More(); n++ {
+		if n == maxPushCommits {
+			pc.paths, pc.more = nil, true
+			return nil
+		}
+		c.Added, c.Removed, c.Modified = c.Added[:0], c.Removed[:0], c.Modified[:0]
+		if err := d.Decode(&c); err != nil {
+			return fmt.Errorf("commits[%d]: %w", n, err)
+		}
+		for _, l := range [][]string{c.Added, c.Removed, c.Modified} {
+			for _, p := range l {
+				if !seen[p] {
+					seen[p] = true
+					pc.paths = append(pc.paths, p)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // maxHookHeader is the most of a refused webhook's event and delivery
@@ -261,11 +308,8 @@ func (s *Server) hook(c echo.Context) error {
 		default:
 			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository,
 				Author: word(firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username))}
-			for _, cm := range p.Commits {
-				push.Paths = append(push.Paths, cm.Added...)
-				push.Paths = append(push.Paths, cm.Removed...)
-				push.Paths = append(push.Paths, cm.Modified...)
-			}
+			// More commits than are read: every module is touched.
+			push.Paths = p.Commits.paths
 		}
 	default:
 		status = "ignored: event " + event
