@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"net/http"
 	"time"
 
@@ -86,6 +87,14 @@ func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
 	}
 }
 
+// recordThrottled puts a host's request refused by a limit on the record,
+// once a minute per machine and kind, counting the rest.
+func (s *Server) recordThrottled(c echo.Context, machine, action string, err error) {
+	if due, since := s.refusals.Due(machine + "\x00" + action); due {
+		_ = s.Store.Audit(c.Request().Context(), "host:"+machine, action, "machine/"+machine, fmt.Sprintf("%v%s", err, auth.Since(since)))
+	}
+}
+
 type certificateRequest struct {
 	CSR string `json:"csr"`
 }
@@ -110,6 +119,13 @@ func (s *Server) renewCertificate(c echo.Context) error {
 	}
 	p, err := s.hostAuth(c, true)
 	if err != nil {
+		return err
+	}
+	if err := s.certLimit().take("machine " + p.Machine); err != nil {
+		// A host renews at two thirds of its certificate's life; each
+		// renewal is a signature, writes, and (once presented) its
+		// predecessor's revocation row, which every instance reads again.
+		s.recordThrottled(c, p.Machine, "certificate-refused", err)
 		return err
 	}
 	var req certificateRequest
@@ -222,4 +238,17 @@ func (s *Server) CloseRevoked(rs []models.Revocation) {
 func goneResponse() *answer {
 	body, _ := json.Marshal(problemOf(fmt.Errorf("%w: this machine was revoked (or deleted)", models.ErrUnauthorized)))
 	return &answer{status: http.StatusUnauthorized, headers: [][2]string{{"Content-Type", "application/problem+json"}}, body: body}
+}
+
+// certLimit bounds how often one machine is issued a client certificate:
+// ten at once, then one each hundredth of a certificate's lifetime (7.2 h
+// at the default 30 days). A host asks at two thirds of the lifetime; a
+// host credential asking without end was ~300 certificates a second,
+// each renewed and presented leaving a revocation row kept for the
+// lifetime and read at every instance's heartbeat.
+func (s *Server) certLimit() *addressLimiter {
+	s.certLimitOnce.Do(func() {
+		s.certLimiter = newAddressLimiter("certificates", rate.Every(max(s.Service.Certs.CertLifetime()/100, time.Millisecond)), 10)
+	})
+	return s.certLimiter
 }

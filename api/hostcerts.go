@@ -14,6 +14,12 @@ import (
 // machine's own: the key never leaves the machine, only its CSR comes.
 func (s *Server) postServiceCertificate(c echo.Context) error {
 	p := principal(c)
+	// A hundred at once (a machine's certificate resources at its first
+	// apply), then one every 10 s: each is a signature and an audit row.
+	if err := s.serviceCertLimit.take("machine " + p.Machine); err != nil {
+		s.recordThrottled(c, p.Machine, "service-certificate-refused", err)
+		return err
+	}
 	var req models.CertificateRequest
 	if err := decodeStrict(c, &req); err != nil {
 		return err

@@ -117,6 +117,12 @@ type Server struct {
 	// few times a rollout; a poll past the limit is refused, nothing of it
 	// recorded, and the host polls again.
 	hostInfoLimit *addressLimiter
+	// certLimiter bounds a machine's client certificates (certLimit);
+	// serviceCertLimit its service certificates: a host asks for each of
+	// its certificate resources at two thirds of its life, at least 10 s.
+	certLimitOnce    sync.Once
+	certLimiter      *addressLimiter
+	serviceCertLimit *addressLimiter
 	// MaxUpload caps an upload's body (a build's artifact, a host
 	// release); 0 is DefaultMaxUpload. An upload is streamed into the
 	// store, so this bounds the store's growth, not memory.
@@ -143,12 +149,13 @@ type Server struct {
 func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, signer models.Signer, instance string, log *slog.Logger, spec []byte) *Server {
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
-		enrolLimit:    newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
-		hookLimit:     newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
-		hookBodies:    newBodyBudget("webhooks' bodies", HookBodies, HookBodiesPerAddress, HookBodyWait),
-		reportLimit:   newAddressLimiter("reports", rate.Every(time.Second), 60),
-		reportBytes:   newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
-		hostInfoLimit: newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		enrolLimit:       newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
+		hookLimit:        newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
+		hookBodies:       newBodyBudget("webhooks' bodies", HookBodies, HookBodiesPerAddress, HookBodyWait),
+		reportLimit:      newAddressLimiter("reports", rate.Every(time.Second), 60),
+		reportBytes:      newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
+		hostInfoLimit:    newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10),
+		serviceCertLimit: newAddressLimiter("service certificates", rate.Every(10*time.Second), 100), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	hub.Claim, hub.Answer = s.claim, s.answerClaims
 	return s

@@ -3676,6 +3676,7 @@ type ClientInterface interface {
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
 	// A new certificate retires the one it replaces when the host first presents it.
+	// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3691,6 +3692,7 @@ type ClientInterface interface {
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
 	// A new certificate retires the one it replaces when the host first presents it.
+	// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4755,6 +4757,7 @@ func (c *Client) GetMeshCA(ctx context.Context, reqEditors ...RequestEditorFn) (
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
 // A new certificate retires the one it replaces when the host first presents it.
+// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4780,6 +4783,7 @@ func (c *Client) RenewCertificateWithBody(ctx context.Context, contentType strin
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
 // A new certificate retires the one it replaces when the host first presents it.
+// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -10104,6 +10108,7 @@ type ClientWithResponsesInterface interface {
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
 	// A new certificate retires the one it replaces when the host first presents it.
+	// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10119,6 +10124,7 @@ type ClientWithResponsesInterface interface {
 	// with its host token — again, once a minute at most, while no certificate of the machine was
 	// ever presented (the answer that carried its first was lost); once one was, never.
 	// A new certificate retires the one it replaces when the host first presents it.
+	// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12488,6 +12494,11 @@ func (r CreateReportResponse) ContentType() string {
 	return ""
 }
 
+// CreateServiceCertificateResponse429Headers the declared response headers of an HTTP 429 response for CreateServiceCertificate
+type CreateServiceCertificateResponse429Headers struct {
+	RetryAfter *string
+}
+
 type CreateServiceCertificateResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -12508,8 +12519,12 @@ type CreateServiceCertificateResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *TooLarge
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateServiceCertificateResponse429Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -12542,6 +12557,11 @@ func (r CreateServiceCertificateResponse) GetApplicationproblemJSON403() *Proble
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateServiceCertificateResponse) GetApplicationproblemJSON413() *TooLarge {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateServiceCertificateResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -16919,6 +16939,7 @@ func (c *ClientWithResponses) GetMeshCAWithResponse(ctx context.Context, reqEdit
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
 // A new certificate retires the one it replaces when the host first presents it.
+// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16940,6 +16961,7 @@ func (c *ClientWithResponses) RenewCertificateWithBodyWithResponse(ctx context.C
 // with its host token — again, once a minute at most, while no certificate of the machine was
 // ever presented (the answer that carried its first was lost); once one was, never.
 // A new certificate retires the one it replaces when the host first presents it.
+// A machine is issued ten at once, then one each hundredth of a certificate's lifetime.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -19544,6 +19566,13 @@ func ParseCreateServiceCertificateResponse(rsp *http.Response) (*CreateServiceCe
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -19551,6 +19580,19 @@ func ParseCreateServiceCertificateResponse(rsp *http.Response) (*CreateServiceCe
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers CreateServiceCertificateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
