@@ -263,7 +263,7 @@ func (s *Server) enroll(c echo.Context) error {
 		// leaves it for a corrected one.
 		var err error
 		// Anonymous: its refusals are kept sparse by the sender's address.
-		due := func() (bool, int) { return s.refusals.Due(c.RealIP() + "\x00enroll-csr") }
+		due := func(row auth.Row) (bool, int) { return s.refusals.Due(c.RealIP()+"\x00enroll-csr", row) }
 		if csr, err = s.Service.CheckCSR(ctx, "anonymous", req.Name, req.CSR, c.RealIP(), due); err != nil {
 			return err
 		}
@@ -275,8 +275,9 @@ func (s *Server) enroll(c echo.Context) error {
 		// guessed join token, or a good one and an enrolled machine's
 		// name. Once a minute per address, with how many more: an
 		// outsider's guesses are not a row each.
-		if due, since := s.refusals.Due(c.RealIP() + "\x00enroll"); due {
-			_ = s.Store.Audit(ctx, "anonymous", "enroll-refused", "machine/"+req.Name, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
+		row := auth.Row{Actor: "anonymous", Action: "enroll-refused", Target: "machine/" + req.Name}
+		if due, since := s.refusals.Due(c.RealIP()+"\x00enroll", row); due {
+			_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
 		}
 	}
 	if err != nil {

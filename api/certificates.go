@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"mesh/auth"
 	"mesh/meshca"
 	"mesh/models"
+	"mesh/service"
 )
 
 // peerCertificates is the chain a client presented in its handshake (the
@@ -45,7 +47,7 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 		if ce.Forged {
 			key = c.RealIP() + "\x00forged"
 		}
-		if due, since := s.refusals.Due(key); due {
+		if due, since := s.refusals.Due(key, service.CertificateRefusedRow(ce)); due {
 			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP()+auth.Since(since))
 		}
 		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, ce)
@@ -81,8 +83,9 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 // recordRefusal audits a refused host credential, at most once a minute
 // per machine and reason (auth.Refusals).
 func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
-	if due, since := s.refusals.Due(machine + "\x00" + reason); due {
-		_ = s.Store.Audit(c.Request().Context(), "anonymous", "host-refused", "machine/"+machine,
+	row := auth.Row{Actor: "anonymous", Action: "host-refused", Target: "machine/" + machine}
+	if due, since := s.refusals.Due(machine+"\x00"+reason, row); due {
+		_ = s.Store.Audit(c.Request().Context(), row.Actor, row.Action, row.Target,
 			fmt.Sprintf("%s (from %s)%s", detail, c.RealIP(), auth.Since(since)))
 	}
 }
@@ -90,8 +93,9 @@ func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
 // recordThrottled puts a host's request refused by a limit on the record,
 // once a minute per machine and kind, counting the rest.
 func (s *Server) recordThrottled(c echo.Context, machine, action string, err error) {
-	if due, since := s.refusals.Due(machine + "\x00" + action); due {
-		_ = s.Store.Audit(c.Request().Context(), "host:"+machine, action, "machine/"+machine, fmt.Sprintf("%v%s", err, auth.Since(since)))
+	row := auth.Row{Actor: "host:" + machine, Action: action, Target: "machine/" + machine}
+	if due, since := s.refusals.Due(machine+"\x00"+action, row); due {
+		_ = s.Store.Audit(c.Request().Context(), row.Actor, row.Action, row.Target, fmt.Sprintf("%v%s", err, auth.Since(since)))
 	}
 }
 
@@ -137,7 +141,7 @@ func (s *Server) renewCertificate(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	actor := "host:" + p.Machine
-	csr, err := s.Service.CheckCSR(ctx, actor, p.Machine, req.CSR, c.RealIP(), func() (bool, int) { return true, 0 })
+	csr, err := s.Service.CheckCSR(ctx, actor, p.Machine, req.CSR, c.RealIP(), func(auth.Row) (bool, int) { return true, 0 })
 	if err != nil {
 		return err
 	}
@@ -251,4 +255,14 @@ func (s *Server) certLimit() *addressLimiter {
 		s.certLimiter = newAddressLimiter("certificates", rate.Every(max(s.Service.Certs.CertLifetime()/100, time.Millisecond)), 10)
 	})
 	return s.certLimiter
+}
+
+// RecordOverdueRefusals writes the refusals counted since their key's
+// last audit row and carried by no later one (auth.Refusals.Overdue).
+func (s *Server) RecordOverdueRefusals(ctx context.Context) error {
+	var errs []error
+	for _, u := range s.refusals.Overdue() {
+		errs = append(errs, s.Store.Audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
+	}
+	return errors.Join(errs...)
 }

@@ -222,7 +222,7 @@ func (s *Server) hook(c echo.Context) error {
 		// held, so an outsider cannot fill the bodies' bound. Once a
 		// minute per source on the record, whatever the address (an
 		// IPv6 /64 is addresses without end), counting the rest.
-		if due, since := s.refusals.Due(src.Name + "\x00hook-from"); due {
+		if due, since := s.refusals.Due(src.Name+"\x00hook-from", hookRefused(src.Name)); due {
 			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 				fmt.Sprintf("from %s: not an address the source takes webhooks from%s", ip, auth.Since(since)))
 		}
@@ -235,7 +235,7 @@ func (s *Server) hook(c echo.Context) error {
 	var ra *models.RetryAfterError
 	if errors.As(err, &ra) {
 		// On the record: a forge does not send a delivery again by itself.
-		if due, since := s.refusals.Due(src.Name + "\x00hook-bodies"); due {
+		if due, since := s.refusals.Due(src.Name+"\x00hook-bodies", hookRefused(src.Name)); due {
 			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 				fmt.Sprintf("from %s: %v%s", c.RealIP(), err, auth.Since(since)))
 		}
@@ -265,7 +265,7 @@ func (s *Server) hook(c echo.Context) error {
 		// The headers are the sender's, unchecked: a line of each (a
 		// forge's event name and delivery id are short). Once a minute per
 		// source and address, the next record counting the rest.
-		if due, since := s.refusals.Due(key + "\x00hook"); due {
+		if due, since := s.refusals.Due(key+"\x00hook", hookRefused(src.Name)); due {
 			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
 				fmt.Sprintf("event %q delivery %q from %s: %s%s",
 					models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), why, auth.Since(since)))
@@ -319,6 +319,11 @@ func (s *Server) hook(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// hookRefused is the audit row of a refused webhook of source src.
+func hookRefused(src string) auth.Row {
+	return auth.Row{Actor: "forge:" + src, Action: "webhook-refused", Target: "source/" + src}
 }
 
 // commitID is a git commit id: SHA-1 or SHA-256, in hex.

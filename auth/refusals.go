@@ -21,6 +21,21 @@ type Refusals struct {
 type refused struct {
 	at    time.Time
 	since int // refused since at, not audited
+	row   Row
+}
+
+// Row is what a refusal's audit row is: who, what and of what. Refusals
+// keeps each key's, so the refusals counted after its last row and never
+// followed by another are put on the record (Overdue) rather than lost.
+type Row struct{ Actor, Action, Target string }
+
+// Unrecorded is a key's refusals counted since its last row, a minute or
+// more ago, with no refusal since to carry them.
+type Unrecorded struct {
+	Row
+	N int
+	// Last is when the key's last row was written.
+	Last time.Time
 }
 
 // refusalsKept bounds the keys remembered; past it they are forgotten
@@ -28,14 +43,11 @@ type refused struct {
 // refusal of each always is).
 const refusalsKept = 100_000
 
-// Due says whether the refusal keyed by key is to be audited now and,
-// when it is, how many of the same key were refused since the last row
-// without one.
-func (r *Refusals) Due(key string) (due bool, since int) {
-	now := time.Now()
-	if r.Now != nil {
-		now = r.Now()
-	}
+// Due says whether the refusal keyed by key, whose audit row is row, is
+// to be audited now and, when it is, how many of the same key were refused
+// since the last row without one.
+func (r *Refusals) Due(key string, row Row) (due bool, since int) {
+	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil || len(r.last) > refusalsKept {
@@ -47,8 +59,39 @@ func (r *Refusals) Due(key string) (due bool, since int) {
 	} else if ok {
 		since = e.since
 	}
-	r.last[key] = &refused{at: now}
+	r.last[key] = &refused{at: now, row: row}
 	return true, since
+}
+
+// Overdue takes the refusals counted since their key's last row, a minute
+// or more ago, that no later refusal carried onto the record: a burst
+// followed by silence was one row for its first refusal, the rest never
+// written. Each is counted as written now (the key's next row is a minute
+// on). The controller writes them at its heartbeat.
+func (r *Refusals) Overdue() []Unrecorded {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Unrecorded
+	for _, e := range r.last {
+		if e.since > 0 && now.Sub(e.at) >= time.Minute {
+			out = append(out, Unrecorded{Row: e.row, N: e.since, Last: e.at})
+			e.at, e.since = now, 0
+		}
+	}
+	return out
+}
+
+func (r *Refusals) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// Words is the detail of an Unrecorded's row.
+func (u Unrecorded) Words() string {
+	return fmt.Sprintf("%d more refused after the record of %s, none since", u.N, u.Last.UTC().Format(time.RFC3339))
 }
 
 // Since is what an audit row adds for the refusals of its key that were

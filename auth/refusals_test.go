@@ -11,22 +11,56 @@ import (
 func TestRefusals(t *testing.T) {
 	now := time.Now()
 	r := Refusals{Now: func() time.Time { return now }}
-	if due, since := r.Due("a"); !due || since != 0 {
+	if due, since := r.Due("a", Row{}); !due || since != 0 {
 		t.Fatalf("first refusal: due %v, since %d", due, since)
 	}
 	for range 5 {
-		if due, _ := r.Due("a"); due {
+		if due, _ := r.Due("a", Row{}); due {
 			t.Fatal("a refusal within the minute was due")
 		}
 	}
-	if due, _ := r.Due("b"); !due {
+	if due, _ := r.Due("b", Row{}); !due {
 		t.Fatal("another key's first refusal was not due")
 	}
 	now = now.Add(time.Minute)
-	if due, since := r.Due("a"); !due || since != 5 {
+	if due, since := r.Due("a", Row{}); !due || since != 5 {
 		t.Fatalf("a minute on: due %v, since %d; want due with the 5 unaudited", due, since)
 	}
 	if got := Since(5); got != "; 5 more refused since the last record of it" || Since(0) != "" {
 		t.Fatalf("Since: %q", got)
+	}
+}
+
+// TestRefusals_OverdueAreTaken: refusals counted after a key's row and
+// followed by silence are taken, a minute after that row, with the row
+// they belong to, once: a burst of 200 refused enrolments then silence was
+// one row for the first, the other 199 never written.
+func TestRefusals_OverdueAreTaken(t *testing.T) {
+	now := time.Now()
+	r := Refusals{Now: func() time.Time { return now }}
+	row := Row{Actor: "anonymous", Action: "enroll-refused", Target: "machine/m1"}
+	for range 200 {
+		r.Due("10.0.0.1\x00enroll", row)
+	}
+	r.Due("quiet", Row{Action: "other"})
+	if got := r.Overdue(); len(got) != 0 {
+		t.Fatalf("within the minute: %+v", got)
+	}
+	first := now
+	now = now.Add(time.Minute)
+	got := r.Overdue()
+	if len(got) != 1 || got[0].Row != row || got[0].N != 199 || !got[0].Last.Equal(first) {
+		t.Fatalf("a minute on: %+v", got)
+	}
+	if w := got[0].Words(); w != "199 more refused after the record of "+first.UTC().Format(time.RFC3339)+", none since" {
+		t.Fatalf("words: %q", w)
+	}
+	if again := r.Overdue(); len(again) != 0 {
+		t.Fatalf("taken twice: %+v", again)
+	}
+	// Taken counts as a row: the key's next refusal within the minute is
+	// counted, not written.
+	if due, _ := r.Due("10.0.0.1\x00enroll", row); due {
+		t.Fatal("a refusal just after the overdue ones were taken was due")
 	}
 }

@@ -499,6 +499,11 @@ func (c *Controller) heartbeat(ctx context.Context) {
 			if err := c.Store.AnnounceRevocations(ctx, c.Server.Auth.Revoked.Revoked); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("reading revocations", "err", err)
 			}
+			// Refusals counted after their key's last audit row, with none
+			// since to carry them onto the record.
+			if err := errors.Join(c.Server.RecordOverdueRefusals(ctx), c.Server.Service.RecordOverdueRefusals(ctx)); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("recording refusals", "err", err)
+			}
 			// API tokens' last use, noted in memory at most once a minute each.
 			if uses := c.Server.Auth.Used.Take(); len(uses) > 0 {
 				if err := c.Store.TouchAPITokens(ctx, uses); err != nil && ctx.Err() == nil {

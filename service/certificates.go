@@ -48,15 +48,16 @@ func (c MachineCerts) CertGrace() time.Duration {
 // audited with what it asked for when due says so (it returns how many
 // went unaudited since the last record: the caller keeps an anonymous
 // sender's refusals sparse), and answered as invalid input.
-func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string, due func() (bool, int)) (*x509.CertificateRequest, error) {
+func (s *Service) CheckCSR(ctx context.Context, actor, name, csrPEM, from string, due func(auth.Row) (bool, int)) (*x509.CertificateRequest, error) {
 	if s.Certs.CA == nil {
 		return nil, models.Invalid("csr", "this controller issues no machine certificates")
 	}
 	csr, err := meshca.CheckCSR([]byte(csrPEM), name)
 	var ce *meshca.CSRError
 	if errors.As(err, &ce) {
-		if ok, since := due(); ok {
-			_ = s.Store.Audit(ctx, actor, "certificate-refused", "machine/"+name, fmt.Sprintf("%s (from %s); nothing issued%s", ce.Reason, from, auth.Since(since)))
+		row := auth.Row{Actor: actor, Action: "certificate-refused", Target: "machine/" + name}
+		if ok, since := due(row); ok {
+			_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target, fmt.Sprintf("%s (from %s); nothing issued%s", ce.Reason, from, auth.Since(since)))
 		}
 		return nil, models.Invalid("csr", ce.Reason)
 	}
@@ -112,13 +113,19 @@ const maxRefusalReason = 1 << 10
 // the certificate is this CA's own for the machine's current enrolment and
 // past its renewal grace, so a forged or stale certificate can never
 // change what a machine's state says.
-func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError, from string) {
+// CertificateRefusedRow is the audit row of a refused client certificate.
+func CertificateRefusedRow(ce *meshca.ClientError) auth.Row {
 	target := "machine/" + ce.Machine
 	if ce.Machine == "" {
 		target = "machine/?"
 	}
+	return auth.Row{Actor: "anonymous", Action: "certificate-refused", Target: target}
+}
+
+func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError, from string) {
+	row := CertificateRefusedRow(ce)
 	// Its reason quotes what the certificate said: kept to a line.
-	_ = s.Store.Audit(ctx, "anonymous", "certificate-refused", target,
+	_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target,
 		fmt.Sprintf("%s (from %s)", models.EscapeLogLine(ce.Reason, maxRefusalReason), from))
 	if !ce.PastGrace || ce.Machine == "" {
 		return
@@ -128,4 +135,14 @@ func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError
 		return
 	}
 	_, _ = s.Store.RevokeMachine(ctx, "controller", ce.Machine, "its certificate "+ce.Reason)
+}
+
+// RecordOverdueRefusals writes the refusals counted since their key's
+// last audit row and carried by no later one (auth.Refusals.Overdue).
+func (s *Service) RecordOverdueRefusals(ctx context.Context) error {
+	var errs []error
+	for _, u := range s.refusals.Overdue() {
+		errs = append(errs, s.Store.Audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
+	}
+	return errors.Join(errs...)
 }
