@@ -87,11 +87,12 @@ type PlanAction struct {
 	Hint   string
 }
 
-// made says who made a plan or rollout, when, and when it ended.
-func made(by string, at time.Time, finished *time.Time) string {
+// made says who made a plan or rollout, when, and when it ended or
+// halted (a halted one may be resumed: it has not ended).
+func made(by string, at time.Time, state string, finished *time.Time) string {
 	s := "Made by " + by + " at " + stamp(at)
 	if finished != nil {
-		s += "; ended " + stamp(*finished)
+		s += "; " + stateWords(state) + " " + stamp(*finished) // "halted …", "done …"
 	}
 	return s + "."
 }
@@ -109,7 +110,7 @@ var planActionLabels = map[string]PlanAction{
 // planDetail says a plan for a person; can is whether they may act on it.
 func planDetail(v *models.PlanView, can bool) PlanDetail {
 	d := PlanDetail{ID: v.ID, Module: v.Module, Build: v.Build, Tier: v.Tier, Moves: v.Moves, State: v.State, Words: stateWords(v.State), Reason: v.Reason,
-		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt), PinnedAside: v.PinnedAside}
+		Halted: v.State == models.PlanHalted, Where: v.TierWords(), Made: made(v.CreatedBy, v.CreatedAt, v.State, v.FinishedAt), PinnedAside: v.PinnedAside}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ") // the banner says "Halted." already
 	}
@@ -291,7 +292,7 @@ type RolloutMachineRow struct {
 func rolloutDetail(v *models.RolloutView) RolloutDetail {
 	d := RolloutDetail{Version: v.Version, State: v.State, Words: stateWords(v.State), Reason: v.Reason, Halted: v.State == models.RolloutHalted,
 		Canary: orNone(v.Canary), InFlight: v.MaxInFlight, Deadline: (time.Duration(v.DeadlineSeconds) * time.Second).String(),
-		Made: made(v.CreatedBy, v.CreatedAt, v.FinishedAt), Plan: v.PlanID}
+		Made: made(v.CreatedBy, v.CreatedAt, v.State, v.FinishedAt), Plan: v.PlanID}
 	if d.Halted {
 		d.Reason = strings.TrimPrefix(d.Reason, "halted: ")
 	}

@@ -376,3 +376,15 @@ func TestOverview_ALongSearchRefused(t *testing.T) {
 		t.Errorf("a search of 63 characters: %d", code)
 	}
 }
+
+// TestPlanPage_AHaltedPlanHasNotEnded: a plan halted at its canary offers
+// Resume; its page said it "ended" at the time it halted.
+func TestPlanPage_AHaltedPlanHasNotEnded(t *testing.T) {
+	e, _, vw := fixture(t)
+	id := haltedPlan(t, e)
+	st, body := vw.get(fmt.Sprintf("/plans/%d", id))
+	if st != 200 || strings.Contains(body, "; ended ") || !strings.Contains(body, "; halted ") {
+		i := strings.Index(body, "Made by")
+		t.Fatalf("a halted plan's page: %d %.120s", st, body[max(i, 0):])
+	}
+}
