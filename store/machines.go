@@ -513,6 +513,11 @@ func (s *Store) Push(ctx context.Context, actor, name string, ifMatch *int64) (*
 		if err := checkIfMatch(m, ifMatch); err != nil {
 			return err
 		}
+		if m.RevokedAt != nil {
+			// A push is a send again, and nothing is sent to a revoked
+			// machine: a new generation would say it was pushed.
+			return fmt.Errorf("%w: machine %s is revoked (%s): nothing is sent to it; enrol it again to push", models.ErrConflict, name, m.RevokedReason)
+		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerPush); err != nil {
 			return err
 		}
