@@ -47,6 +47,7 @@ func (s *Server) getPlan(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	v.MarkOffline(s.Rules, s.Hub.LastSeen, s.Now())
 	return c.JSON(http.StatusOK, v)
 }
 

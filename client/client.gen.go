@@ -1766,8 +1766,11 @@ type PlanStep struct {
 	FinishedAt *time.Time `json:"finished_at"`
 
 	// Generation the generation the step made
-	Generation int    `json:"generation"`
-	Machine    string `json:"machine"`
+	Generation int `json:"generation"`
+
+	// HostOfflineSince of a sent step whose machine's host is offline (not heard from within --offline-after): when it was last heard from (or enrolled, if never); left out otherwise. Nothing reaches the machine until its host polls again. Said by GET /api/v1/plans/{id}
+	HostOfflineSince *time.Time `json:"host_offline_since,omitempty"`
+	Machine          string     `json:"machine"`
 
 	// PreviousBuild the build the machine ran before the plan reached it (0 none); where a rollback pins it
 	PreviousBuild *int       `json:"previous_build,omitempty"`

@@ -91,6 +91,42 @@ type PlanStep struct {
 	// MachineName is kept when the machine is deleted, so the step stays
 	// on the plan's record under its name.
 	MachineName string `json:"-"`
+	// HostOfflineSince is when the host of a sent step's machine was last
+	// heard from, said only when that is long enough ago to call it
+	// offline (PlanView.MarkOffline): the step waits for a host that is
+	// not polling, which "awaiting its host's report" alone hid until the
+	// tier's deadline.
+	HostOfflineSince *time.Time `gorm:"-" json:"host_offline_since,omitempty"`
+	// seen is the store's last_seen of the machine, its created_at when
+	// never heard from (read with the plan).
+	lastSeen, created *time.Time
+}
+
+// SetMachineSeen is what the store read of the step's machine: when its
+// host was last heard from (nil: never), and when it was enrolled.
+func (st *PlanStep) SetMachineSeen(lastSeen, created *time.Time) {
+	st.lastSeen, st.created = lastSeen, created
+}
+
+// MarkOffline says, of every sent step of v, whether its machine's host
+// is offline by rules at now, heard giving what this instance heard
+// since the store's last_seen (as the machine list judges it).
+func (v *PlanView) MarkOffline(rules StateRules, heard func(id int64) *time.Time, now time.Time) {
+	for i := range v.Steps {
+		st := &v.Steps[i]
+		if st.State != StepSent || st.created == nil {
+			continue
+		}
+		seen := LastSeen(heard(st.MachineID), &Machine{LastSeen: st.lastSeen})
+		since := seen
+		if since == nil {
+			since = st.created
+		}
+		if now.Sub(*since) > rules.OfflineAfter {
+			t := *since
+			st.HostOfflineSince = &t
+		}
+	}
 }
 
 // MachineTarget is the build a plan has reached a machine with. It only

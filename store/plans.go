@@ -735,9 +735,10 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 	v.Module = mod.Name
 	var rows []struct {
 		models.PlanStep
-		Name string
+		Name               string
+		SeenAt, EnrolledAt *time.Time
 	}
-	err := tx.Table("plan_steps").Select("plan_steps.*, "+deletedOrName("plan_steps")+" AS name").
+	err := tx.Table("plan_steps").Select("plan_steps.*, "+deletedOrName("plan_steps")+" AS name, machines.last_seen AS seen_at, machines.created_at AS enrolled_at").
 		Joins("LEFT JOIN machines ON machines.id = plan_steps.machine_id").
 		Where("plan_id = ?", p.ID).Order("plan_steps.tier, name").Scan(&rows).Error
 	if err != nil {
@@ -749,6 +750,7 @@ func planView(tx *Tx, p *models.Plan) (*models.PlanView, error) {
 	ended := p.State != models.PlanRunning && p.State != models.PlanPaused && p.State != models.PlanHalted
 	for _, r := range rows {
 		r.PlanStep.Machine = r.Name
+		r.PlanStep.SetMachineSeen(r.SeenAt, r.EnrolledAt)
 		if ended && r.State == models.StepPending {
 			r.PlanStep.State = models.StepWithdrawn
 			r.PlanStep.Reason = "never reached: the plan was " + strings.ReplaceAll(p.State, "_", " ") + " first"

@@ -156,6 +156,10 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 			// is its host's poll's doing (the machine's page shows its
 			// sends): said as what was checked.
 			r.Words = fmt.Sprintf("generation %d made for it, awaiting its host's report", st.Generation)
+			if st.HostOfflineSince != nil {
+				r.Words = fmt.Sprintf("generation %d made for it; its host is offline, last heard from %s: nothing reaches the machine until it polls again",
+					st.Generation, stamp(*st.HostOfflineSince))
+			}
 		}
 		tp.Steps = append(tp.Steps, r)
 	}
@@ -208,6 +212,7 @@ func (s *Server) planPage(c echo.Context) error {
 		return err
 	}
 	p := s.page(c, fmt.Sprintf("Plan %d", id))
+	v.MarkOffline(s.Rules, s.Seen.LastSeen, time.Now())
 	d := planDetail(v, p.Viewer.can(models.RoleOperator))
 	c.Response().Header().Add(echo.HeaderVary, HeaderHXRequest)
 	if c.Request().Header.Get(HeaderHXRequest) != "" {

@@ -261,6 +261,10 @@ func (a *app) showPlan(p *client.Plan) error {
 			// is its host's poll's doing (machines show says): said as
 			// what was checked, as the dashboard says it.
 			state, why = "awaiting", fmt.Sprintf("generation %d made for it, awaiting its host's report", s.Generation)
+			if s.HostOfflineSince != nil {
+				state, why = "offline", fmt.Sprintf("generation %d made for it; its host is offline, last heard from %s: nothing reaches the machine until it polls again",
+					s.Generation, ago(s.HostOfflineSince))
+			}
 		}
 		steps = append(steps, []string{s.Machine, strconv.Itoa(s.Tier + 1), state, strconv.Itoa(s.Generation), prev, why})
 	}
