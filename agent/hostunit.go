@@ -60,31 +60,120 @@ func isHostUnit(p string) bool {
 }
 
 // checkHostUnit refuses a declared unit of the host that does not start
-// the stable path: its last ExecStart= (a drop-in may set none; an empty
-// one only resets) must be `<stable path> launch …`.
+// the stable path: every ExecStart it sets must be `<stable path> launch …`
+// (an empty one only resets the list), and the last must not be a reset (a
+// drop-in may set none). The unit is read as systemd reads it (see
+// unitAssignments), so spacing around '=' or a continued line cannot slip
+// another command past the check.
 func checkHostUnit(d *models.DeclarationPayload, stateDir string) error {
 	want := StablePath(stateDir) + " launch"
 	for _, r := range d.Resources {
 		if r.Kind != "file" || !isHostUnit(r.Path) || r.Content == nil {
 			continue
 		}
+		joined, err := unitAssignments(*r.Content, true)
+		if err != nil {
+			return refuse("bad field: %s declares the host's unit %s, which cannot be read: %v", r.ID, r.Path, err)
+		}
+		// Each line on its own too: were a continuation read otherwise
+		// than systemd reads it, a line taken here as part of another
+		// key's value could be an ExecStart to systemd.
+		lines, _ := unitAssignments(*r.Content, false)
 		last, set := "", false
-		sc := bufio.NewScanner(strings.NewReader(*r.Content))
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
-				last, set = strings.TrimSpace(v), true
+		for i, kv := range append(joined, lines...) {
+			if !strings.EqualFold(kv[0], "ExecStart") {
+				continue
+			}
+			v := kv[1]
+			if i < len(joined) {
+				last, set = v, true
+			} else {
+				v = strings.TrimSpace(strings.TrimSuffix(v, "\\"))
+			}
+			if v != "" && !startsStable(v, want) {
+				return refuse("bad field: %s declares the host's unit %s starting %q; it must start the stable path: %s …, which the launcher flips to a release once that release has proved itself",
+					r.ID, r.Path, v, want)
 			}
 		}
 		if !set && path.Clean(r.Path) == unitDir+HostUnit {
 			return refuse("bad field: %s declares the host's unit %s without an ExecStart; it must start %s", r.ID, r.Path, want)
 		}
-		if set && last != want && !strings.HasPrefix(last, want+" ") {
-			return refuse("bad field: %s declares the host's unit %s starting %q; it must start the stable path: %s …, which the launcher flips to a release once that release has proved itself",
-				r.ID, r.Path, last, want)
+		if set && last == "" {
+			return refuse("bad field: %s declares the host's unit %s whose last ExecStart only resets it; it must start the stable path: %s …",
+				r.ID, r.Path, want)
 		}
 	}
 	return nil
+}
+
+// startsStable says whether an ExecStart value is the stable path with
+// launch and arguments of its own, one command (no ';' word, which an older
+// systemd took to start a second command).
+func startsStable(v, want string) bool {
+	if v != want && !strings.HasPrefix(v, want+" ") && !strings.HasPrefix(v, want+"\t") {
+		return false
+	}
+	for _, w := range strings.Fields(v) {
+		if w == ";" {
+			return false
+		}
+	}
+	return true
+}
+
+// unitAssignments reads a unit file's assignments, in order, as systemd
+// does: lines starting with '#' or ';' are comments, "[…]" opens a
+// section, and a key is followed by optional whitespace, '=', and its
+// value, trimmed of whitespace. With join, a line ending in a backslash
+// goes on with the next (the backslash becomes a space; a comment line
+// within is an error); without, each line is read on its own. The key
+// keeps its case; which section a key is in is not kept (the check is
+// stricter for it: an ExecStart anywhere counts).
+func unitAssignments(content string, join bool) ([][2]string, error) {
+	var out [][2]string
+	add := func(line string) {
+		if line == "" || strings.HasPrefix(line, "[") {
+			return
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out = append(out, [2]string{strings.TrimSpace(k), strings.TrimSpace(v)})
+		}
+	}
+	var cont strings.Builder
+	continuing := false
+	sc := bufio.NewScanner(strings.NewReader(content))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+			if join && continuing {
+				// systemd releases differ on whether it is skipped or
+				// joined: a unit that leaves it to them is not taken.
+				return nil, fmt.Errorf("a comment line within a continued line")
+			}
+			continue
+		}
+		if !join {
+			add(line)
+			continue
+		}
+		if l, ok := strings.CutSuffix(line, "\\"); ok {
+			cont.WriteString(l)
+			cont.WriteByte(' ')
+			continuing = true
+			continue
+		}
+		if continuing {
+			cont.WriteString(line)
+			line, continuing = strings.TrimSpace(cont.String()), false
+			cont.Reset()
+		}
+		add(line)
+	}
+	if continuing {
+		add(strings.TrimSpace(cont.String()))
+	}
+	return out, sc.Err()
 }
 
 // daemonReload makes systemd read the unit files an apply changed.

@@ -154,3 +154,30 @@ func TestHostUnit_MustStartTheStablePath(t *testing.T) {
 		})
 	}
 }
+
+// TestHostUnit_SpacedExecStartIsRefused: the unit is read as systemd reads
+// it. systemd takes "ExecStart = /x" (whitespace around '=') and a line
+// continued with a backslash; a declared unit or drop-in that, so written,
+// resets ExecStart and starts something else (here sleep, which would take
+// the machine out of the mesh at its next restart) is refused, as is one
+// hiding an ExecStart in a continued line.
+func TestHostUnit_SpacedExecStartIsRefused(t *testing.T) {
+	state := t.TempDir()
+	stable := StablePath(state)
+	for _, d := range []*models.DeclarationPayload{
+		unitDecl("host.unit", "/etc/systemd/system/mesh-host.service", shippedUnit(t, state)+"\n[Service]\nExecStart =\nExecStart = /usr/bin/sleep infinity\n"),
+		unitDecl("host.dropin", "/etc/systemd/system/mesh-host.service.d/10-x.conf", "[Service]\nExecStart =\nExecStart = /usr/bin/sleep infinity\n"),
+		unitDecl("host.dropin", "/etc/systemd/system/mesh-host.service.d/10-x.conf", "[Service]\n\tExecStart\t=\t/usr/bin/sleep infinity\n"),
+		unitDecl("host.dropin", "/etc/systemd/system/mesh-host.service.d/10-x.conf", "[Service]\nEnvironment=A=1 \\\nExecStart=/usr/bin/sleep infinity\n"),
+		unitDecl("host.dropin", "/etc/systemd/system/mesh-host.service.d/10-x.conf", "[Service]\nExecStart="+stable+" launch \\\n# x\n; /usr/bin/sleep\n"),
+	} {
+		if err := checkHostUnit(d, state); err == nil {
+			t.Errorf("%s, which has systemd start something else than %s launch, passed checkHostUnit:\n%s", d.Resources[0].Path, stable, *d.Resources[0].Content)
+		}
+	}
+	// Spaced and continued, the stable path passes.
+	ok := "[Service]\nExecStart =\nExecStart = " + stable + " launch \\\n  --state " + state + "\n"
+	if err := checkHostUnit(unitDecl("host.dropin", "/etc/systemd/system/mesh-host.service.d/10-x.conf", ok), state); err != nil {
+		t.Errorf("refused %q: %v", ok, err)
+	}
+}
