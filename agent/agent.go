@@ -563,8 +563,9 @@ func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, rea
 // rows, a second one harms nothing).
 //
 // It reports whether the report and the state were both written (the
-// journal aside): what depends on them (a rollback's record) is removed
-// only then.
+// journal aside), a report the outbox could not write counting only once
+// it was sent: what depends on them (a rollback's record) is removed only
+// then.
 func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) (kept bool) {
 	now := time.Now().UTC()
 	r.FinishedAt = &now
@@ -579,7 +580,9 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	}
 	queued := true
 	if _, err := a.outbox.put(r); err != nil {
-		a.cfg.Log.Error("outbox", "err", err)
+		// Held in memory by the outbox and sent from there below: the
+		// controller must hear of the apply even when the disk is full.
+		a.cfg.Log.Error("outbox: the report could not be written", "generation", r.Generation, "err", err)
 		queued = false
 	}
 	saved := a.saveState() == nil
@@ -587,13 +590,11 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
 	}
-	if !queued {
-		return false
-	}
-	if err := a.outbox.flush(ctx, a.client); err != nil {
+	err := a.outbox.flush(ctx, a.client)
+	if err != nil {
 		a.cfg.Log.Warn("report waits in the outbox", "err", err)
 	}
-	return saved
+	return saved && (queued || err == nil)
 }
 
 func (a *Agent) saveState() error {

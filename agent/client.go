@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -315,39 +316,81 @@ func fileHasDigest(path, digest string) (bool, error) {
 }
 
 // outbox keeps reports until the controller has them: nothing is lost to
-// an outage.
+// an outage. A report that cannot be written to it (a full or read-only
+// state dir) is held in memory, after every one on disk, and sent from
+// there: the controller still hears of what the host did, though a restart
+// before it is sent loses it.
 type outbox struct {
 	dir      string // state/outbox
 	stateDir string // where the journal is
 	log      *slog.Logger
+
+	mu   sync.Mutex
+	held [][]byte // reports not written to dir, oldest first
 }
 
-func (o outbox) put(r models.Report) (string, error) {
-	if err := os.MkdirAll(o.dir, 0o700); err != nil {
-		return "", err
-	}
+// maxHeld bounds the reports held in memory; past it the oldest is
+// dropped (the disk has been full for that long).
+const maxHeld = 1000
+
+// put queues r. Held reports go to disk first, so that order is kept; when
+// the disk will not take r it is held, and the error says why.
+func (o *outbox) put(r models.Report) (string, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
+		return "", err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.held) > 0 {
+		if _, err := o.write(o.held[0]); err != nil {
+			break
+		}
+		o.held = o.held[1:]
+	}
+	if len(o.held) == 0 {
+		name, err := o.write(b)
+		if err == nil {
+			return name, nil
+		}
+		o.hold(b)
+		return "", fmt.Errorf("held in memory, to be sent from there: %w", err)
+	}
+	o.hold(b)
+	return "", fmt.Errorf("held in memory behind %d report(s) the outbox could not take", len(o.held)-1)
+}
+
+func (o *outbox) hold(b []byte) {
+	if len(o.held) >= maxHeld {
+		if o.log != nil {
+			o.log.Error("outbox: a report held in memory is dropped, the state dir having taken none of the last ones", "held", len(o.held))
+		}
+		o.held = o.held[1:]
+	}
+	o.held = append(o.held, b)
+}
+
+func (o *outbox) write(b []byte) (string, error) {
+	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return "", err
 	}
 	name := filepath.Join(o.dir, fmt.Sprintf("%020d.json", time.Now().UnixNano()))
 	return name, writeFileAtomic(name, b, 0o600)
 }
 
-// flush sends every queued report in order; it stops at the first that
-// cannot be sent now (a network error, a 5xx, 401, 408, 429), to be sent
-// again later. A report the controller refuses (any other 4xx) is moved to
-// the journal with the status and the problem's detail, never sent again,
-// and the next report goes on: one report the controller will never take
-// must not hold back every report after it.
-func (o outbox) flush(ctx context.Context, c *client) error {
+// flush sends every queued report in order, those on disk and then those
+// held in memory; it stops at the first that cannot be sent now (a network
+// error, a 5xx, 401, 408, 429), to be sent again later. A report the
+// controller refuses (any other 4xx) is moved to the journal with the
+// status and the problem's detail, never sent again, and the next report
+// goes on: one report the controller will never take must not hold back
+// every report after it.
+func (o *outbox) flush(ctx context.Context, c *client) error {
 	ents, err := os.ReadDir(o.dir)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
+	if err != nil && !os.IsNotExist(err) && !o.heldAny() {
 		return err
 	}
+	dirErr := err
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
@@ -357,31 +400,64 @@ func (o outbox) flush(ctx context.Context, c *client) error {
 		if err != nil {
 			return err
 		}
-		// A controller that cannot take it now: try the others in turn.
-		err = c.postReport(ctx, b)
-		for tries := 1; errors.Is(err, errSwitch) && tries < len(c.urls()) && ctx.Err() == nil; tries++ {
-			c.next()
-			err = c.postReport(ctx, b)
-		}
-		var refused *reportRefused
-		if errors.As(err, &refused) {
-			// Journaled first: a crash before the remove only journals it twice.
-			if err := o.journalRefused(b, refused); err != nil {
-				return fmt.Errorf("journaling a refused report: %w", err)
-			}
-		} else if err != nil {
+		if err := o.send(ctx, c, b); err != nil {
 			return err
 		}
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}
+	for {
+		o.mu.Lock()
+		if len(o.held) == 0 {
+			o.mu.Unlock()
+			break
+		}
+		b := o.held[0]
+		o.mu.Unlock()
+		if err := o.send(ctx, c, b); err != nil {
+			return err
+		}
+		o.mu.Lock()
+		if len(o.held) > 0 && &o.held[0][0] == &b[0] {
+			o.held = o.held[1:]
+		}
+		o.mu.Unlock()
+	}
+	if dirErr != nil && !os.IsNotExist(dirErr) {
+		return dirErr
+	}
 	return nil
+}
+
+func (o *outbox) heldAny() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.held) > 0
+}
+
+// send posts one report, to each controller in turn while one cannot take
+// it now; a report the controller refuses is journaled and counts as sent.
+func (o *outbox) send(ctx context.Context, c *client, b []byte) error {
+	err := c.postReport(ctx, b)
+	for tries := 1; errors.Is(err, errSwitch) && tries < len(c.urls()) && ctx.Err() == nil; tries++ {
+		c.next()
+		err = c.postReport(ctx, b)
+	}
+	var refused *reportRefused
+	if errors.As(err, &refused) {
+		// Journaled first: a crash before the remove only journals it twice.
+		if err := o.journalRefused(b, refused); err != nil {
+			return fmt.Errorf("journaling a refused report: %w", err)
+		}
+		return nil
+	}
+	return err
 }
 
 // journalRefused appends a report the controller refused to the journal,
 // as the entry it would have been, with why it was refused.
-func (o outbox) journalRefused(b []byte, refused *reportRefused) error {
+func (o *outbox) journalRefused(b []byte, refused *reportRefused) error {
 	var r models.Report
 	if err := json.Unmarshal(b, &r); err != nil {
 		// Not a report this host wrote: keep its bytes in the reason.

@@ -348,3 +348,75 @@ func TestTrial_MarkerByHalfTheDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestOutbox_ReportSentWhenTheOutboxCannotBeWritten: a state dir that will
+// not take the report (here the outbox's directory cannot be made, as on a
+// full disk) does not keep an apply from the controller: the report is
+// held in memory and sent from there, and the generation is finished on
+// the host, so nothing else would ever tell the controller of it.
+func TestOutbox_ReportSentWhenTheOutboxCannotBeWritten(t *testing.T) {
+	srv := newReportServer(t)
+	a := m1Host(t, srv)
+	a.services = &fakeServices{}
+	if err := os.WriteFile(filepath.Join(a.cfg.StateDir, "outbox"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	content := "x=1\n"
+	env, _ := signDecl(t, models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 6, Resources: []models.Resource{
+		{ID: "new.conf", Module: "new", Build: 1, Kind: "file", Path: "/etc/new.conf", Content: &content}}})
+	a.handle(context.Background(), &pollResult{body: env, send: "0193b1f2-0000-7000-8000-000000000006", etag: `"6"`})
+	if a.state.Applied != 6 {
+		t.Fatalf("generation 6 was not applied (applied %d)", a.state.Applied)
+	}
+	if rs := srv.reports(); len(rs) != 1 || rs[0].Generation != 6 || rs[0].Outcome != models.OutcomeApplied {
+		t.Fatalf("reports %+v, want generation 6 applied", rs)
+	}
+	if a.outbox.heldAny() {
+		t.Fatal("a report sent is still held")
+	}
+}
+
+// TestOutbox_HeldReportsKeepTheirOrder: reports the disk would not take are
+// held in memory while the controller is away, and go out after those
+// queued before them, in order, once it is back; the next report the disk
+// takes writes the held ones first.
+func TestOutbox_HeldReportsKeepTheirOrder(t *testing.T) {
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	queue(t, a, models.Report{Generation: 1, Reason: "on disk"})
+	down := newClient(&Identity{Controllers: []string{"http://127.0.0.1:1"}, Token: "t"})
+	blocker := a.outbox.dir + ".moved"
+	if err := os.Rename(a.outbox.dir, blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.outbox.dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"held 1", "held 2"} {
+		if _, err := a.outbox.put(models.Report{Generation: 2, Reason: r}); err == nil {
+			t.Fatal("put said a report was written where the outbox is a file")
+		}
+	}
+	if err := a.outbox.flush(context.Background(), down); err == nil {
+		t.Fatal("flush said all was sent to a controller that is not there")
+	}
+	// The disk takes reports again.
+	if err := os.Remove(a.outbox.dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(blocker, a.outbox.dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.outbox.put(models.Report{Generation: 3, Reason: "after"}); err != nil {
+		t.Fatal(err)
+	}
+	if a.outbox.heldAny() || queued(t, a) != 4 {
+		t.Fatalf("%d queued on disk (held: %v), want all 4", queued(t, a), a.outbox.heldAny())
+	}
+	if err := a.outbox.flush(context.Background(), a.client); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(srv.sent(), " | "); got != "on disk | held 1 | held 2 | after" {
+		t.Fatalf("sent %q", got)
+	}
+}

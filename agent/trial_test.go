@@ -61,7 +61,8 @@ func TestRollback_RecordKeptUntilWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &Agent{cfg: Config{StateDir: dir, Log: slog.New(slog.DiscardHandler)}, state: &State{Resources: map[string]*Managed{}},
-		outbox: outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, log: slog.New(slog.DiscardHandler)}, logs: &logShipper{}}
+		outbox: outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, log: slog.New(slog.DiscardHandler)}, logs: &logShipper{},
+		client: newClient(&Identity{Controllers: []string{"http://127.0.0.1:1"}, Token: "t"})} // the report, held, is not sent either
 	a.reportRollback(context.Background())
 	if _, err := os.Stat(rollbackPath(dir)); err != nil {
 		t.Fatalf("the rollback's record was removed though neither the report nor the refusal was written: %v", err)

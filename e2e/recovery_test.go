@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mesh/store"
+	"mesh/testwait"
 )
 
 // TestHostKilledMidApply_ConvergesWithOneCopy: the host is killed -9 as
@@ -160,5 +161,44 @@ func TestFailingApply_NewerGenerationTakenBetweenAttempts(t *testing.T) {
 	}
 	if failed != 1 {
 		t.Fatalf("the superseded generation failed %d times, want once (it was not attempted again)", failed)
+	}
+}
+
+// TestFullStateDir_ApplyIsReported: the host's state dir fills up (here:
+// its outbox directory cannot be made) while the controller is fine. A new
+// generation applied on the machine is still reported: the host holds the
+// report it could not queue in memory and sends it from there, so the
+// controller learns the generation was applied.
+func TestFullStateDir_ApplyIsReported(t *testing.T) {
+	c := startController(t, store.SQLite)
+	c.module("conf")
+	c.upload("conf", `{"resources": [{"name": "f", "kind": "file", "path": "/etc/conf", "content": "x=${var.x}\n"}]}`, nil)
+	h := enroll(t, c, "m1", c.URL)
+	h.start()
+	c.setVars("m1", map[string]string{"x": "1"})
+	c.assign("m1", "conf")
+	c.waitApplied("m1", 30*time.Second)
+	ob := filepath.Join(h.State, "outbox")
+	if err := os.RemoveAll(ob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ob, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gen := c.setVars("m1", map[string]string{"x": "2"})
+	conf := filepath.Join(h.Root, "etc/conf")
+	waitFor(t, 30*time.Second, "generation applied on the machine", func() bool { b, _ := os.ReadFile(conf); return string(b) == "x=2\n" })
+	reported := func() bool {
+		for _, r := range c.reports("m1") {
+			if r.Generation == gen && r.Outcome == "applied" {
+				return true
+			}
+		}
+		return false
+	}
+	if !testwait.Until(15*time.Second, reported) {
+		m := c.machine("m1")
+		t.Fatalf("generation %d is applied on m1, yet the controller has no report of it (machine: state %q, applied %d, finished %d, last %q %q)",
+			gen, m.State, m.AppliedGeneration, m.FinishedGen, m.LastOutcome, m.LastReason)
 	}
 }
