@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -130,6 +131,11 @@ type launcher struct {
 	probe func(path string) error
 	// look is how often a trial's marker is looked for (0: every 100 ms).
 	look time.Duration
+	// unwritten is a rollback whose record could not be written (a full
+	// state dir): written when the known-good host is next started, and
+	// handed to it in its environment (EnvRollback) until then. Only the
+	// loop's goroutine uses it.
+	unwritten *rollback
 }
 
 // save writes launcher.json; the caller holds stMu.
@@ -210,8 +216,16 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			l.stMu.Lock()
 			path, v := l.st.KnownGoodPath, l.st.KnownGood
 			l.stMu.Unlock()
+			var env []string
+			if rb := l.unwritten; rb != nil {
+				if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err == nil {
+					l.unwritten = nil
+				} else if b, err := json.Marshal(rb); err == nil {
+					env = append(env, EnvRollback+"="+string(b))
+				}
+			}
 			var err error
-			p, exited, err = l.start(path)
+			p, exited, err = l.start(path, env...)
 			if err != nil {
 				return fmt.Errorf("starting known-good %s: %w", path, err)
 			}
@@ -385,14 +399,22 @@ func (l *launcher) keep(pd pending) error {
 }
 
 // rollBack puts known-good back and records why, for the restored host to
-// report (rolled_back) and to refuse the release from then on.
+// report (rolled_back) and to refuse the release from then on. A record
+// that cannot be written (a full state dir) does not keep known-good from
+// starting: it is kept in memory, written at the next start of known-good
+// that can, and handed to the host in its environment meanwhile.
 func (l *launcher) rollBack(pd pending, reason string) error {
 	l.stMu.Lock()
 	to := l.st.KnownGood
 	l.stMu.Unlock()
 	l.cfg.Log.Warn("rolling back", "from", pd.Version, "to", to, "reason", reason)
-	return writeJSONAtomic(rollbackPath(l.cfg.StateDir), rollback{From: pd.Version, To: to, Digest: pd.Digest,
-		Reason: reason, At: time.Now().UTC()}, 0o600)
+	rb := rollback{From: pd.Version, To: to, Digest: pd.Digest, Reason: reason, At: time.Now().UTC()}
+	if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err != nil {
+		l.cfg.Log.Error("the rollback's record could not be written; known-good is started and told of it in its environment",
+			"from", pd.Version, "err", err)
+		l.unwritten = &rb
+	}
+	return nil
 }
 
 // stop ends a host: SIGTERM, then SIGKILL after ten seconds.

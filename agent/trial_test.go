@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -147,5 +148,67 @@ func TestLauncher_TrialFailedThenHandedBackIsARollback(t *testing.T) {
 	}
 	if _, err := os.Stat(trialRefusedPath(dir, "9.9.9")); err == nil {
 		t.Fatal("the refused trial's note was left behind")
+	}
+}
+
+// TestLauncher_RollbackOnAFullDiskStartsKnownGood: release 9.9.9 crashes
+// on trial while the state dir cannot take a new file (full disk; here
+// rollback.json is in the way). Known-good is started all the same (the
+// launcher exited, and no host ran), told of the rollback in its
+// environment, to report it and refuse the release.
+func TestLauncher_RollbackOnAFullDiskStartsKnownGood(t *testing.T) {
+	dir := t.TempDir()
+	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dg := script(t, rel, "exit 1\n")
+	kg := filepath.Join(dir, "known-good")
+	ran := filepath.Join(dir, "known-good-ran")
+	// Known-good hands over to 9.9.9 once, then runs.
+	script(t, kg, `if [ ! -e `+dir+`/handed ]; then touch `+dir+`/handed
+printf '{"version":"9.9.9","digest":"`+dg+`","path":"`+rel+`"}' > `+pendingPath(dir)+`; exit 3; fi
+printf %s "$`+EnvRollback+`" > `+ran+`; exec sleep 600
+`)
+	// The rollback record cannot be written.
+	if err := os.Mkdir(rollbackPath(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)}, self: kg,
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: kg, Launcher: "1.0.0"}, exits: map[int]chan syscall.WaitStatus{}}
+	l.probe = func(string) error { return os.ErrPermission }
+	reapCtx, stopReap := context.WithCancel(context.Background())
+	defer stopReap()
+	go l.reap(reapCtx)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if err := l.loop(ctx, nil); err != nil {
+		t.Fatalf("the launcher gave up after the trial failed, and no host runs: %v", err)
+	}
+	b, err := os.ReadFile(ran)
+	if err != nil {
+		t.Fatal("known-good was not started again after the failed trial")
+	}
+	var rb rollback
+	if err := json.Unmarshal(b, &rb); err != nil || rb.From != "9.9.9" || rb.To != "1.0.0" || rb.Digest != dg {
+		t.Fatalf("known-good was told of the rollback %q (%v), want 9.9.9 to 1.0.0", b, err)
+	}
+}
+
+// TestRollback_FromTheEnvironmentIsReported: a rollback the launcher could
+// not record in rollback.json comes in the host's environment, and is
+// reported and its release refused as a recorded one is.
+func TestRollback_FromTheEnvironmentIsReported(t *testing.T) {
+	b, _ := json.Marshal(rollback{From: "9.9.9", To: "1.0.0", Digest: "sha256:r", Reason: "exited early"})
+	t.Setenv(EnvRollback, string(b))
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.id = &Identity{}
+	a.reportRollback(context.Background())
+	if got := srv.reports(); len(got) != 1 || got[0].Outcome != "rolled_back" || !strings.Contains(got[0].Reason, "9.9.9") {
+		t.Fatalf("reports %+v, want the rollback from 9.9.9", got)
+	}
+	if len(a.state.RefusedReleases) != 1 || a.state.RefusedReleases[0] != "sha256:r" {
+		t.Fatalf("refused releases %v", a.state.RefusedReleases)
 	}
 }

@@ -33,6 +33,9 @@ const (
 	// EnvTrialDeadline is the trial's deadline in seconds (a launcher of
 	// an earlier release does not set it).
 	EnvTrialDeadline = "MESH_TRIAL_DEADLINE"
+	// EnvRollback is a rollback (its record's JSON) the launcher could not
+	// write to rollback.json, for the host to report.
+	EnvRollback = "MESH_ROLLBACK"
 )
 
 // pending is a staged release waiting for the launcher (launch.json).
@@ -222,17 +225,27 @@ func (a *Agent) trialReconciled() {
 
 // reportRollback reports a rollback the launcher recorded, and remembers
 // the release so it is not fetched again.
+//
+// A rollback whose record the launcher could not write comes in the
+// environment (EnvRollback) instead: reported the same way, with no record
+// to remove. The launcher hands it to each host it starts until the record
+// can be written, so a host started again on a full disk reports it again.
 func (a *Agent) reportRollback(ctx context.Context) {
 	var rb rollback
+	fromEnv := false
 	if err := readJSON(rollbackPath(a.cfg.StateDir), &rb); err != nil {
-		return
+		s := os.Getenv(EnvRollback)
+		if s == "" || json.Unmarshal([]byte(s), &rb) != nil {
+			return
+		}
+		fromEnv = true
 	}
 	if rb.Digest != "" && !slices.Contains(a.state.RefusedReleases, rb.Digest) {
 		a.state.RefusedReleases = append(a.state.RefusedReleases, rb.Digest)
 	}
 	kept := a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
 		Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason)}, nil, nil)
-	if !kept {
+	if !kept || fromEnv {
 		// Neither the report nor the refusal of the release may be lost
 		// (a full disk): the record stays, and the next start tries again.
 		return
