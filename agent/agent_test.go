@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/models"
 )
@@ -232,6 +233,47 @@ func TestJournal_WordsAPersonReads(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("journal line lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestJournal_TornLineIsSkipped: a power loss mid-append leaves the
+// journal's last line torn (no newline). The next entry starts a line of
+// its own rather than joining it, and the torn line is skipped and named:
+// the entries before and after it stay on the record (ReadJournal stopped
+// at the torn line, and `mesh-host journal` printed nothing at all).
+func TestJournal_TornLineIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(identityPath(dir), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendJournal(dir, Entry{Time: time.Now().UTC(), Send: "s5", Generation: 5, Outcome: models.OutcomeApplied}); err != nil {
+		t.Fatal(err)
+	}
+	// The power goes mid-append of generation 6's entry.
+	f, err := os.OpenFile(journalPath(dir), os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"time":"2026-12-06T10:00:00Z","send":"s6","generation":6,"dig`)
+	f.Close()
+	// The host starts again and goes on.
+	if err := appendJournal(dir, Entry{Time: time.Now().UTC(), Send: "s7", Generation: 7, Outcome: models.OutcomeApplied}); err != nil {
+		t.Fatal(err)
+	}
+	es, err := ReadJournal(dir)
+	var damage *JournalDamage
+	if len(es) != 2 || es[0].Generation != 5 || es[1].Generation != 7 || !errors.As(err, &damage) || fmt.Sprint(damage.Lines) != "[2]" {
+		t.Fatalf("read %+v, %v; want generations 5 and 7, line 2 named", es, err)
+	}
+	var out strings.Builder
+	err = PrintJournal(dir, &out, true)
+	if !strings.Contains(out.String(), `"generation":5`) || !strings.Contains(out.String(), `"generation":7`) || !errors.As(err, &damage) {
+		t.Fatalf("mesh-host journal --json after one torn line printed %q (err %v): want generations 5 and 7, and the torn line named", out.String(), err)
+	}
+	out.Reset()
+	if err := PrintJournal(dir, &out, false); err != nil || !strings.Contains(out.String(), "generation 7") ||
+		!strings.Contains(out.String(), "could not be read and were skipped") {
+		t.Fatalf("mesh-host journal after one torn line printed %q (err %v)", out.String(), err)
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,7 +40,10 @@ type ReportRefusal struct {
 func journalPath(dir string) string { return filepath.Join(dir, "journal.jsonl") }
 
 // appendJournal appends one entry and syncs it: the journal is what settles
-// "which image did that declaration name?", so it must survive a crash.
+// "which image did that declaration name?", so it must survive a crash. A
+// journal whose last line was torn (a power loss mid-append leaves no
+// newline) is given one first, so the entry starts a line of its own and
+// only the torn line is lost.
 func appendJournal(dir string, e Entry) error {
 	if e.Actions == nil {
 		e.Actions = []models.Action{}
@@ -48,18 +52,39 @@ func appendJournal(dir string, e Entry) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(journalPath(dir), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(journalPath(dir), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	line := append(b, '\n')
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, fi.Size()-1); err == nil && last[0] != '\n' {
+			line = append([]byte{'\n'}, line...)
+		}
+	}
+	if _, err := f.Write(line); err != nil {
 		return err
 	}
 	return f.Sync()
 }
 
-// ReadJournal reads every entry.
+// JournalDamage says which lines of the journal could not be read: a line
+// torn by a power loss mid-append, or one damaged otherwise. ReadJournal
+// skips them and returns it with every entry it could read.
+type JournalDamage struct {
+	Lines []int // 1-based
+}
+
+func (d *JournalDamage) Error() string {
+	return fmt.Sprintf("%d journal line(s) could not be read and were skipped (a line torn by a crash mid-append, or damaged): line(s) %s",
+		len(d.Lines), strings.Trim(fmt.Sprint(d.Lines), "[]"))
+}
+
+// ReadJournal reads every entry. Lines that do not parse are skipped, not
+// the end of the journal: the entries before and after them are returned,
+// with a *JournalDamage naming them. Empty lines are nothing.
 func ReadJournal(dir string) ([]Entry, error) {
 	f, err := os.Open(journalPath(dir))
 	if err != nil {
@@ -70,25 +95,40 @@ func ReadJournal(dir string) ([]Entry, error) {
 	}
 	defer f.Close()
 	var es []Entry
+	var damage JournalDamage
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
+		if len(strings.TrimSpace(sc.Text())) == 0 {
+			continue
+		}
 		var e Entry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return es, fmt.Errorf("journal line %d: %w", len(es)+1, err)
+			damage.Lines = append(damage.Lines, n)
+			continue
 		}
 		es = append(es, e)
 	}
-	return es, sc.Err()
+	if err := sc.Err(); err != nil {
+		return es, err
+	}
+	if len(damage.Lines) > 0 {
+		return es, &damage
+	}
+	return es, nil
 }
 
-// PrintJournal writes the journal for a person, or as JSON lines.
+// PrintJournal writes the journal for a person, or as JSON lines. Lines
+// that could not be read are skipped: in words, a last line says which;
+// as JSON (where every line is an entry) the error says it, after every
+// entry is written.
 func PrintJournal(dir string, w io.Writer, asJSON bool) error {
 	es, err := ReadJournal(dir)
-	if err != nil {
+	var damage *JournalDamage
+	if err != nil && !errors.As(err, &damage) {
 		return err
 	}
-	if len(es) == 0 {
+	if len(es) == 0 && damage == nil {
 		// Nothing printed would read as a host that did nothing, whether
 		// or not the directory is a host's.
 		if _, err := os.Stat(identityPath(dir)); err != nil {
@@ -106,6 +146,12 @@ func PrintJournal(dir string, w io.Writer, asJSON bool) error {
 			continue
 		}
 		fmt.Fprintln(w, e.String())
+	}
+	if damage != nil {
+		if asJSON {
+			return damage
+		}
+		fmt.Fprintln(w, damage.Error())
 	}
 	return nil
 }
