@@ -327,6 +327,7 @@ type outbox struct {
 
 	mu   sync.Mutex
 	held [][]byte // reports not written to dir, oldest first
+	last uint64   // the number of the last report written (see write)
 }
 
 // maxHeld bounds the reports held in memory; past it the oldest is
@@ -370,12 +371,37 @@ func (o *outbox) hold(b []byte) {
 	o.held = append(o.held, b)
 }
 
+// write queues b under the next name. Names are numbers in the order
+// written, twenty digits so that they sort: the highest queued (or, when
+// none is, the last this process wrote) plus one. The clock has no say: one
+// stepped back (NTP after a VM resumed) put a report written later before
+// those written earlier, and the controller took the older as the last
+// word on its generation. Names of the clock's (an earlier release's
+// UnixNano) are read as numbers too, and the sequence goes on past them.
 func (o *outbox) write(b []byte) (string, error) {
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return "", err
 	}
-	name := filepath.Join(o.dir, fmt.Sprintf("%020d.json", time.Now().UnixNano()))
-	return name, writeFileAtomic(name, b, 0o600)
+	ents, err := os.ReadDir(o.dir)
+	if err != nil {
+		return "", err
+	}
+	next := o.last + 1
+	for _, e := range ents {
+		num, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseUint(num, 10, 63); err == nil && n >= next {
+			next = n + 1
+		}
+	}
+	name := filepath.Join(o.dir, fmt.Sprintf("%020d.json", next))
+	if err := writeFileAtomic(name, b, 0o600); err != nil {
+		return "", err
+	}
+	o.last = next
+	return name, nil
 }
 
 // flush sends every queued report in order, those on disk and then those

@@ -420,3 +420,35 @@ func TestOutbox_HeldReportsKeepTheirOrder(t *testing.T) {
 		t.Fatalf("sent %q", got)
 	}
 }
+
+// TestOutbox_OrderIsTheOrderWritten: the controller is out of reach;
+// generation 7's first attempt fails (report "failed" queued, named as an
+// earlier release named it, by the clock), the clock is then stepped back
+// an hour (NTP after a VM resumed), and the second attempt applies it
+// (report "applied" queued). Reports leave in the order they were queued:
+// named by the clock, "applied" went first and "failed" last, and the
+// controller (which takes the last report of the latest generation as its
+// outcome) showed generation 7 failed though it was applied.
+func TestOutbox_OrderIsTheOrderWritten(t *testing.T) {
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	if err := os.MkdirAll(a.outbox.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Queued before the clock was stepped back an hour.
+	b, _ := json.Marshal(models.Report{Send: "s7", Generation: 7, Outcome: models.OutcomeFailed, Reason: "attempt 1 failed", Attempt: 1})
+	before := filepath.Join(a.outbox.dir, fmt.Sprintf("%020d.json", time.Now().Add(time.Hour).UnixNano()))
+	if err := os.WriteFile(before, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Queued after it.
+	if _, err := a.outbox.put(models.Report{Send: "s7", Generation: 7, Outcome: models.OutcomeApplied, Reason: "attempt 2 applied", Attempt: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.outbox.flush(context.Background(), a.client); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(srv.sent(), " | "); got != "attempt 1 failed | attempt 2 applied" {
+		t.Fatalf("sent in the order %q: the controller's last word on generation 7 is that it failed", got)
+	}
+}
