@@ -104,6 +104,9 @@ type Agent struct {
 	// declaration gives.
 	applyingSend string
 	renewWait    time.Duration // backoff of a failing renewal
+	// obtained are the service certificates this process obtained, by
+	// resource: when (by the monotonic clock) and which (see renewalAt).
+	obtained map[string]obtainedCert
 	// newer is a declaration that arrived while a failing one waited for
 	// its next attempt: the poll loop takes it before polling again.
 	newer *pollResult

@@ -1,10 +1,20 @@
 package agent
 
 import (
+	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"mesh/models"
 )
@@ -97,3 +107,93 @@ func TestCheckResources_Certificates(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceCert_ClockAheadDoesNotRenewInALoop: the host's clock runs
+// 45 min ahead of the controller's (a VM resumed with a bad RTC, NTP down)
+// and it manages a service certificate with a 1 h lifetime. Every
+// certificate the controller signs is already due by the host's clock;
+// judged by it, renewDue renewed it again at every turn of the poll loop
+// (each poll held 1 s), restarting the on_renew services every second.
+// A certificate this process obtained is judged by how long it has held it
+// against its own dates: renewed once two thirds of its lifetime have
+// passed since, and the poll is held no shorter for it.
+func TestServiceCert_ClockAheadDoesNotRenewInALoop(t *testing.T) {
+	ca := newCA(t)
+	var mu sync.Mutex
+	signed := 0
+	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/host/service-certificates" {
+			w.WriteHeader(http.StatusCreated) // reports
+			return
+		}
+		var req models.CertificateRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		blk, _ := pem.Decode([]byte(req.CSR))
+		csr, err := x509.ParseCertificateRequest(blk.Bytes)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		// The controller's clock: 45 minutes behind the host's.
+		chain, _, err := ca.IssueService(csr, csr.DNSNames, time.Now().Add(-45*time.Minute), time.Hour)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		mu.Lock()
+		signed++
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]string{"chain": string(chain)})
+	}))
+	defer ctl.Close()
+
+	a := testAgent(t)
+	a.id = &Identity{Machine: "m1", Controllers: []string{ctl.URL}, Token: "t", ca: ca.Cert}
+	a.client = newClient(a.id)
+	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+	a.logs = &logShipper{}
+	rs := &renewCounter{}
+	a.services = rs
+	cert := models.Resource{ID: "web.cert", Module: "web", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
+		Path: "/etc/web/chain.pem", KeyPath: "/etc/web/key.pem", Lifetime: "1h", OnRenew: []models.OnRenew{{Service: "web.service"}}}
+	a.state.Applied, a.state.AppliedSend = 3, "0193b1f2-0000-7000-8000-000000000003"
+	a.state.Resources[cert.ID] = &Managed{Kind: cert.Kind, Module: "web", Build: 1, Path: cert.Path, Digest: "sha256:c", Resource: &cert}
+	a.state.Resources["web.service"] = &Managed{Kind: "service", Module: "web", Build: 1, Digest: "sha256:s"}
+	if err := os.MkdirAll(filepath.Join(a.root.dir, "etc/web"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Three turns of the poll loop.
+	for range 3 {
+		a.renewDue(context.Background())
+	}
+	mu.Lock()
+	n := signed
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("the certificate was signed %d times (web.service restarted %d times) in three turns of the poll loop, the next poll held %s: "+
+			"each certificate the controller signs is already due by the host's clock", n, rs.n.Load(), a.holdForRenewal(50*time.Second))
+	}
+	if h := a.holdForRenewal(50 * time.Second); h != 50*time.Second {
+		t.Fatalf("the poll is held %s for a certificate obtained just now", h)
+	}
+	// 41 minutes on, by the time it has been held, it is due.
+	o := a.obtained[cert.ID]
+	o.at = o.at.Add(-41 * time.Minute)
+	a.obtained[cert.ID] = o
+	a.renewDue(context.Background())
+	mu.Lock()
+	n = signed
+	mu.Unlock()
+	if n != 2 || rs.n.Load() != 2 {
+		t.Fatalf("held two thirds of its lifetime, the certificate was signed %d times in all (web.service restarted %d times), want 2 (2)", n, rs.n.Load())
+	}
+}
+
+// renewCounter counts the services restarted for a renewal.
+type renewCounter struct {
+	fakeServices
+	n atomic.Int32
+}
+
+func (r *renewCounter) Renewed(ctx context.Context, id, signal string) error { r.n.Add(1); return nil }

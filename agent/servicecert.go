@@ -68,13 +68,69 @@ func (a *Agent) certificateOnDisk(r models.Resource) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	return models.RenewAt(leaf.NotAfter, lifetime), nil
+	return a.renewalAt(r.ID, leaf, lifetime), nil
+}
+
+// obtainedCert is a service certificate this process obtained: when, by
+// the monotonic clock, and which (its NotAfter).
+type obtainedCert struct {
+	at       time.Time
+	notAfter time.Time
+}
+
+// minRenewal is the least part of a lifetime between two renewals of a
+// certificate this process obtained, whatever the clocks say.
+const minRenewal = 10
+
+// renewalAt is when a certificate is to be renewed. One this process
+// obtained is judged by its own dates as issued, counted on the monotonic
+// clock from when it was obtained: due once as long has passed as lies
+// between its issue and its renewal point (two thirds of its lifetime,
+// models.RenewAt), and never before a tenth of its lifetime has. The
+// host's wall clock has no say in it: a clock ahead of the controller's by
+// more than a third of the lifetime found every certificate due as it was
+// issued, and renewed it (restarting its on_renew services) at every turn
+// of the poll loop. Another (written before this process started) is
+// judged by the wall clock against its renewal point.
+func (a *Agent) renewalAt(id string, leaf *x509.Certificate, lifetime time.Duration) time.Time {
+	wall := models.RenewAt(leaf.NotAfter, lifetime)
+	o, ok := a.obtained[id]
+	if !ok || !o.notAfter.Equal(leaf.NotAfter) {
+		return wall
+	}
+	// Issued at its NotAfter less the lifetime by the controller's clock
+	// (its NotBefore is set back a few minutes for peers' clocks behind);
+	// never before its NotBefore.
+	issued := leaf.NotAfter.Add(-lifetime)
+	if issued.Before(leaf.NotBefore) {
+		issued = leaf.NotBefore
+	}
+	return o.at.Add(max(wall.Sub(issued), lifetime/minRenewal))
+}
+
+// noteObtained records a certificate just obtained for resource id, and
+// says once when the host's clock already finds it due: the clocks
+// disagree by more than a third of its lifetime.
+func (a *Agent) noteObtained(id string, leaf *x509.Certificate, lifetime time.Duration, at time.Time) {
+	if a.obtained == nil {
+		a.obtained = map[string]obtainedCert{}
+	}
+	a.obtained[id] = obtainedCert{at: at, notAfter: leaf.NotAfter}
+	if wall := models.RenewAt(leaf.NotAfter, lifetime); !at.Before(wall) || at.Before(leaf.NotBefore) {
+		a.once("clock:"+id, "the certificate of %s the controller just signed is valid from %s to %s, and this host's clock says %s: "+
+			"the clocks disagree; it is renewed by how long it has been held, not by this host's clock",
+			id, leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
+	}
 }
 
 // issueCertificate makes a key, has the controller sign a CSR for the
 // resource's names (naming the send whose declaration gives them), and
 // writes the key and then the chain. It returns the certificate's expiry.
 func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Resource) (time.Time, error) {
+	lifetime, err := models.CertificateLifetime(r.Lifetime)
+	if err != nil {
+		return time.Time{}, err
+	}
 	key, err := meshca.NewKey()
 	if err != nil {
 		return time.Time{}, err
@@ -116,6 +172,7 @@ func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Reso
 	if err := a.chown(r); err != nil {
 		return time.Time{}, err
 	}
+	a.noteObtained(r.ID, leaf, lifetime, time.Now())
 	return leaf.NotAfter, nil
 }
 
