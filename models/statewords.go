@@ -110,6 +110,9 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		w.Since = "reported " + reported
 	case StateFailed:
 		w.Badge = "failed: " + m.LastReason
+		if m.LastOutcomeGen > 0 {
+			w.Badge = fmt.Sprintf("generation %d failed (it applied %d): %s", m.LastOutcomeGen, m.AppliedGeneration, m.LastReason)
+		}
 		w.Since = "reported " + reported
 	case StateRejected:
 		w.Badge = "rejected: " + m.LastReason
@@ -125,6 +128,12 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		w.Since = "last seen " + lastSeen
 		if !Polled(seen, m.CreatedAt) {
 			w.Since = "enrolled " + Ago(m.CreatedAt, now) + ", never polled"
+		}
+		if m.Generation > m.FinishedGen {
+			// Offline is the headline; that it is behind too, and since
+			// when, is what a person looking for machines behind needs.
+			w.Badge = fmt.Sprintf("offline, behind by %d generation(s)", m.Generation-m.FinishedGen)
+			w.Since += fmt.Sprintf("; generation %d made %s (%s), %d the last it finished", m.Generation, Ago(m.GenerationAt, now), m.GenerationTrigger, m.FinishedGen)
 		}
 	case StateUpgrading:
 		w.Badge = fmt.Sprintf("upgrading: host %s, target %s", m.HostVersion, m.TargetHostVersion)

@@ -194,7 +194,14 @@ func why(m *client.Machine) string {
 		if !models.Polled(m.LastSeen, m.CreatedAt) {
 			return "its host has never polled (enrolled " + ago(&m.CreatedAt) + ")"
 		}
-		return "no poll since " + m.LastSeen.Local().Format(localTime)
+		w := "no poll since " + m.LastSeen.Local().Format(localTime)
+		if m.Generation > m.FinishedGeneration {
+			// Offline is the state; that it is behind, and since when, is
+			// what a person looking for machines behind needs too.
+			w += fmt.Sprintf("; behind by %d generation(s): %d made %s (%s), %d the last it finished",
+				m.Generation-m.FinishedGeneration, m.Generation, ago(&m.GenerationAt), m.GenerationTrigger, m.FinishedGeneration)
+		}
+		return w
 	case client.MachineStateUnhealthy:
 		w := fmt.Sprintf("check %s failing since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
 		if m.Health.CheckedAt != nil {
@@ -202,9 +209,10 @@ func why(m *client.Machine) string {
 		}
 		return w
 	case client.MachineStateFailed:
-		// A failed attempt finishes nothing: its generation is past the
-		// finished one, which applied fine.
-		return fmt.Sprintf("the last attempt failed (generation %d is the last finished): %s%s", m.FinishedGeneration, m.LastReason, reportedWhen(m))
+		// A failed attempt finishes nothing: it names the generation that
+		// failed, and the one the host applied (the last finished may be
+		// one it rejected).
+		return fmt.Sprintf("generation %d failed (it applied %d): %s%s", m.LastOutcomeGeneration, m.AppliedGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
 		if m.LastOutcomeGeneration == 0 {
 			// Tied to no send: it says nothing of a generation.
