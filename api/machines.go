@@ -47,6 +47,8 @@ type MachineView struct {
 	Yanked        []models.YankedRun `json:"yanked,omitempty"`
 	CertNotAfter  *time.Time         `json:"certificate_not_after"`
 	RevokedReason string             `json:"revoked_reason"`
+	RevokedAt     *time.Time         `json:"revoked_at"`
+	RevokedBy     string             `json:"revoked_by"`
 	// StateWords say the state whole, as the dashboard does
 	// (models.SayState). A behind machine's are said only where what was
 	// sent of its generation is read (its page, the lists): nil elsewhere.
@@ -86,7 +88,7 @@ func (s *Server) machineViewSent(m *models.Machine, sent map[int64]models.Pendin
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, now), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
 		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
-		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason}
+		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason, RevokedAt: m.RevokedAt, RevokedBy: m.RevokedBy}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {
 		v.Health.State = models.HealthNone

@@ -1493,6 +1493,12 @@ type Machine struct {
 	Name                  string     `json:"name"`
 	Os                    string     `json:"os"`
 
+	// RevokedAt when the machine was revoked (null: it is not)
+	RevokedAt *time.Time `json:"revoked_at"`
+
+	// RevokedBy who revoked it: user:NAME, token:ID, or controller (a certificate past its grace); empty when not revoked, or revoked before this was recorded
+	RevokedBy string `json:"revoked_by"`
+
 	// RevokedReason why the machine is revoked (state revoked): a person revoked it, or it presented its certificate past the renewal grace
 	RevokedReason string                  `json:"revoked_reason"`
 	Running       map[string]RunningBuild `json:"running"`

@@ -208,6 +208,7 @@ type Machine struct {
 	CertInUse     string     `gorm:"column:cert_in_use"`
 	RevokedAt     *time.Time `gorm:"column:revoked_at"` // its identity revoked: state revoked
 	RevokedReason string     `gorm:"column:revoked_reason"`
+	RevokedBy     string     `gorm:"column:revoked_by"` // who: a person, or "controller"
 }
 
 // MachineVariable is one key/value of a machine, used as ${var.KEY}.

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -36,6 +37,11 @@ func LastSeenWords(m *Machine, seen *time.Time, now time.Time) string {
 type StateWords struct {
 	Badge string `json:"badge"`
 	Since string `json:"since"`
+}
+
+// RevokedWhen says when and by whom a machine was revoked.
+func RevokedWhen(by string, at, now time.Time) string {
+	return "revoked " + Stamp(at) + " (" + Ago(at, now) + ") by " + cmp.Or(by, "someone before this was recorded")
 }
 
 // SayState says a machine's state (as StateRules.State judged it) whole:
@@ -123,6 +129,9 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 	case StateRevoked:
 		w.Badge = "revoked: " + m.RevokedReason
 		w.Since = "its token and certificates are refused; delete it and enrol the machine again"
+		if m.RevokedAt != nil {
+			w.Since = RevokedWhen(m.RevokedBy, *m.RevokedAt, now) + "; " + w.Since
+		}
 	case StateOffline:
 		w.Badge = "offline"
 		w.Since = "last seen " + lastSeen

@@ -141,10 +141,10 @@ func (s *Store) RevokeMachine(ctx context.Context, actor, name, reason string) (
 			return m, nil // the same revocation again: a retry
 		}
 		now := s.Now()
-		if err := tx.Model(m).Updates(map[string]any{"revoked_at": now, "revoked_reason": reason}).Error; err != nil {
+		if err := tx.Model(m).Updates(map[string]any{"revoked_at": now, "revoked_reason": reason, "revoked_by": actor}).Error; err != nil {
 			return nil, err
 		}
-		m.RevokedAt, m.RevokedReason = &now, reason
+		m.RevokedAt, m.RevokedReason, m.RevokedBy = &now, reason, actor
 		if err := revokeEnrolment(tx, actor, m, reason); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -189,7 +190,11 @@ func why(m *client.Machine) string {
 	case client.MachineStateConflict:
 		return models.ConflictWhy(int64(m.ConflictHostGeneration), int64(m.Generation)) + ": an admin must resolve it"
 	case client.MachineStateRevoked:
-		return "revoked: " + m.RevokedReason + "; delete it and enrol the machine again to bring it back"
+		w := "revoked: " + m.RevokedReason
+		if m.RevokedAt != nil {
+			w += "; " + models.RevokedWhen(m.RevokedBy, *m.RevokedAt, time.Now())
+		}
+		return w + "; delete it and enrol the machine again to bring it back"
 	case client.MachineStateOffline:
 		if !models.Polled(m.LastSeen, m.CreatedAt) {
 			return "its host has never polled (enrolled " + ago(&m.CreatedAt) + ")"
