@@ -932,10 +932,14 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			p.Tier++
 		case action == "resume" && p.State == models.PlanHalted:
 			// Re-evaluated from now: the failed steps of its tier are
-			// judged again, their deadline restarted.
+			// judged again, their deadline restarted, each on its
+			// machine's generation now — the one that failed may never
+			// have been composed (a variable missing, set since: a new
+			// generation, which carries the plan's build).
 			up["finished_at"], up["reason"] = nil, ""
 			if err := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND state = ?", p.ID, models.StepFailed).
-				Updates(map[string]any{"state": models.StepSent, "reason": "", "finished_at": nil, "started_at": s.Now()}).Error; err != nil {
+				Updates(map[string]any{"state": models.StepSent, "reason": "", "finished_at": nil, "started_at": s.Now(),
+					"generation": gorm.Expr("COALESCE((SELECT generation FROM machines WHERE machines.id = plan_steps.machine_id), plan_steps.generation)")}).Error; err != nil {
 				return err
 			}
 		case to == models.PlanRolledBack:
