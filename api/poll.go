@@ -145,6 +145,14 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 		case pollNotModified:
 			return c.NoContent(http.StatusNotModified)
 		case pollSend:
+			// The same generation sent again and again is a host that does
+			// not say what it has (no If-None-Match): each is a send row.
+			// A host asks again only when an answer was lost or it
+			// restarted; a new generation is a bucket of its own.
+			if err := s.resendLimit.take(fmt.Sprintf("machine %s generation %d", p.Machine, st.comp.Generation)); err != nil {
+				s.recordThrottled(c, p.Machine, "poll-refused", err)
+				return err
+			}
 			body, err := ps.envelope(ctx, st.comp)
 			if err != nil {
 				return err

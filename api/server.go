@@ -123,6 +123,11 @@ type Server struct {
 	certLimitOnce    sync.Once
 	certLimiter      *addressLimiter
 	serviceCertLimit *addressLimiter
+	// resendLimit bounds how often one generation is sent to its machine
+	// at a poll's own asking (not a parked poll's wake-up): ten, then one
+	// every 30 s. A poll without If-None-Match was a send row each, ~240
+	// a second from one host credential.
+	resendLimit *addressLimiter
 	// MaxUpload caps an upload's body (a build's artifact, a host
 	// release); 0 is DefaultMaxUpload. An upload is streamed into the
 	// store, so this bounds the store's growth, not memory.
@@ -155,7 +160,8 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		reportLimit:      newAddressLimiter("reports", rate.Every(time.Second), 60),
 		reportBytes:      newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
 		hostInfoLimit:    newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10),
-		serviceCertLimit: newAddressLimiter("service certificates", rate.Every(10*time.Second), 100), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
+		serviceCertLimit: newAddressLimiter("service certificates", rate.Every(10*time.Second), 100),
+		resendLimit:      newAddressLimiter("sends of one generation", rate.Every(30*time.Second), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	hub.Claim, hub.Answer = s.claim, s.answerClaims
 	return s
