@@ -204,3 +204,20 @@ func TestNoRoute_SaysWhichAndWhere(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// TestMethodNotAllowed_SaysWhichAndWhatItTakes: a method a route does not
+// take was answered "Method Not Allowed" and no more.
+func TestMethodNotAllowed_SaysWhichAndWhatItTakes(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	req, _ := http.NewRequest("DELETE", e.URL+"/api/v1/host/declaration", nil) // in no spec: sent as is
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 405 || !strings.Contains(string(b), "DELETE is not allowed on /api/v1/host/declaration; it takes ") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}

@@ -114,6 +114,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		// No route at all (not a thing the route did not find): say which,
 		// and where the routes are, rather than "Not Found".
 		p.Detail = fmt.Sprintf("no route %s %s: the API's routes are in /openapi.yaml", c.Request().Method, models.Clip(c.Request().URL.Path, 200))
+	} else if errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed {
+		// Which method, on what, and what it takes (echo sets Allow).
+		p.Detail = fmt.Sprintf("%s is not allowed on %s", c.Request().Method, models.Clip(c.Request().URL.Path, 200))
+		if allow := c.Response().Header().Get(echo.HeaderAllow); allow != "" {
+			p.Detail += "; it takes " + allow
+		}
 	}
 	var ra *models.RetryAfterError
 	if errors.As(err, &ra) {

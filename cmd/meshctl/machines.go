@@ -100,6 +100,10 @@ func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) e
 		health = fmt.Sprintf("failing: %s since %s: %s", m.Health.Check, ago(m.Health.Since), m.Health.Detail)
 	case client.None:
 		health = "none (no checks declared)"
+		if m.AppliedGeneration == 0 {
+			// Nothing applied yet: no check ran, whatever is declared.
+			health = "none yet: its host has applied nothing, so no check has run"
+		}
 	}
 	if m.Health.CheckedAt != nil && healthPast(m) {
 		health += fmt.Sprintf(" — as its host last said, %s; %s now, so no fact of now", ago(m.Health.CheckedAt), m.State)

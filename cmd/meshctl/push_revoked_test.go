@@ -23,3 +23,16 @@ func TestMeshctl_PushToARevokedMachineSaysSo(t *testing.T) {
 		t.Fatalf("push to a revoked machine: exit 0, said only %q (nothing will be sent to it)", strings.TrimSpace(out+errOut))
 	}
 }
+
+// TestMeshctl_HealthOfAMachineThatAppliedNothing: a machine whose host has
+// applied nothing said "Health: none (no checks declared)" though its
+// module declares a check: none ran yet.
+func TestMeshctl_HealthOfAMachineThatAppliedNothing(t *testing.T) {
+	e := ctltest.Start(t, store.SQLite)
+	e.Enroll("m6")
+	meshctl := asAdmin(t, e)
+	out, errOut, code := meshctl("machines", "show", "m6")
+	if code != 0 || !strings.Contains(out, "none yet: its host has applied nothing, so no check has run") {
+		t.Fatalf("machines show of a machine that applied nothing: %d %s %s", code, out, errOut)
+	}
+}
