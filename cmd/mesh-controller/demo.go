@@ -137,7 +137,10 @@ func demoModules(ctx context.Context, st *store.Store) error {
 	if err := st.CreateBuild(ctx, "demo", "motd", &models.Build{Version: "1.0.0", Commit: "demo", Manifest: demoMotd}, nil); err != nil {
 		return err
 	}
-	script := "#!/bin/sh\nif [ \"$1\" = --check ]; then test -f \"$MESH_ROOT/etc/hello.conf\"; exit $?; fi\necho \"hello, serving under $MESH_ROOT\"\nexec sleep 2147483647\n"
+	// The check says what it found: a health that says "what it said"
+	// should have words to say.
+	script := "#!/bin/sh\nif [ \"$1\" = --check ]; then\n  if [ -f \"$MESH_ROOT/etc/hello.conf\" ]; then echo \"hello.conf is there\"; exit 0; fi\n" +
+		"  echo \"$MESH_ROOT/etc/hello.conf is missing\"; exit 1\nfi\necho \"hello, serving under $MESH_ROOT\"\nexec sleep 2147483647\n"
 	art, err := demoTar(map[string]string{"bin/hello": script, "README": "the hello module of the mesh demo\n"})
 	if err != nil {
 		return err

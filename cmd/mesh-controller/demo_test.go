@@ -94,7 +94,7 @@ func TestDemo_ALivingMesh(t *testing.T) {
 	if !testwait.Until(time.Minute, func() bool {
 		by = machines()
 		h := by["demo-2"].Health
-		return h.State == "failing" && h.Check == "hello.service" && strings.Contains(h.Detail, "exit status 1")
+		return h.State == "failing" && h.Check == "hello.service" && strings.Contains(h.Detail, "exit status 1") && strings.Contains(h.Detail, "hello.conf is missing")
 	}) {
 		t.Fatalf("demo-2's health after the try line: %+v", by["demo-2"])
 	}
