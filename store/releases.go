@@ -941,3 +941,22 @@ func releasesFor(tx *Tx, ms []models.Machine) (map[string]*models.Release, strin
 	}
 	return out, def, nil
 }
+
+// LastUpgrade is machine id's place in the newest rollout that reached it,
+// with the rollout's version (nil: none did). A host's rollback is over in
+// moments (its next generation is applied at once, and the machine reads
+// current again): the machine's page says it from here.
+func (s *Store) LastUpgrade(ctx context.Context, machineID int64) (*models.RolloutMachine, string, error) {
+	var rows []struct {
+		models.RolloutMachine
+		Version string
+	}
+	err := s.db.WithContext(ctx).Table("rollout_machines").Select("rollout_machines.*, rollouts.version AS version").
+		Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Where("rollout_machines.machine_id = ? AND rollout_machines.state <> ?", machineID, models.UpgradePending).
+		Order("rollout_machines.rollout_id DESC").Limit(1).Scan(&rows).Error
+	if err != nil || len(rows) == 0 {
+		return nil, "", err
+	}
+	return &rows[0].RolloutMachine, rows[0].Version, nil
+}

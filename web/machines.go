@@ -204,7 +204,27 @@ func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *model
 	if d.Logs, err = s.logBlocks(ctx, m, time.Now()); err != nil {
 		return d, m, err
 	}
+	up, version, err := s.Store.LastUpgrade(ctx, m.ID)
+	if err != nil || up == nil {
+		return d, m, err
+	}
+	d.Upgrade = upgradeWords(up, version)
 	return d, m, nil
+}
+
+// upgradeWords says how a machine's newest host upgrade went.
+func upgradeWords(up *models.RolloutMachine, version string) string {
+	w := "to " + version + ": " + stateWords(up.State)
+	switch {
+	case up.FinishedAt != nil:
+		w += " " + stamp(*up.FinishedAt)
+	case up.StartedAt != nil:
+		w += " since " + stamp(*up.StartedAt)
+	}
+	if up.Reason != "" {
+		w += " — " + up.Reason
+	}
+	return w
 }
 
 // reportLine says a report in the journal's words, at most

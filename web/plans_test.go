@@ -388,3 +388,25 @@ func TestPlanPage_AHaltedPlanHasNotEnded(t *testing.T) {
 		t.Fatalf("a halted plan's page: %d %.120s", st, body[max(i, 0):])
 	}
 }
+
+// TestMachinePage_SaysItsLastHostUpgrade: a host's rollback is over in
+// moments (its next generation is applied at once, and it reads current
+// again), so its machine's page said nothing of it; it says the newest
+// upgrade that reached the machine, how it ended, when and why.
+func TestMachinePage_SaysItsLastHostUpgrade(t *testing.T) {
+	e, _, vw := fixture(t)
+	if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+		t.Fatalf("release: %s", b)
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host-releases/1.5.0/rollout", Token: e.Admin, Body: map[string]any{"canary": 1}}, 201, nil)
+	if _, body := vw.get("/machines/m1"); !strings.Contains(body, "Last upgrade") || !strings.Contains(body, "to 1.5.0: upgrading since ") {
+		t.Fatalf("the machine page of a machine upgrading: %.2000s", body)
+	}
+	if err := e.Ctl.Store.DB().Exec("UPDATE rollout_machines SET state = 'rolled_back', reason = 'it exited before completing a reconcile (exit status 3)', finished_at = ?",
+		time.Now().UTC()).Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, body := vw.get("/machines/m1"); !strings.Contains(body, "to 1.5.0: rolled back ") || !strings.Contains(body, "it exited before completing a reconcile (exit status 3)") {
+		t.Fatalf("the machine page after its host rolled back: %.2000s", body)
+	}
+}

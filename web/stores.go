@@ -22,6 +22,7 @@ type Store interface {
 	CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error)
 	Declaration(ctx context.Context, machineID, generation int64) (*models.Declaration, error)
 	HostDefault(ctx context.Context) (string, error)
+	LastUpgrade(ctx context.Context, machineID int64) (*models.RolloutMachine, string, error)
 	Instances(ctx context.Context, limit int) ([]models.Instance, error)
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)

@@ -156,6 +156,9 @@ type MachineDetail struct {
 	// Labels its labels, "k=v, …".
 	Running []RunningRow
 	Labels  string
+	// Upgrade says the machine's newest host upgrade ("" for none): how
+	// it ended, when, and why.
+	Upgrade string
 }
 
 // ModuleView is a module with its builds.
