@@ -239,7 +239,7 @@ type logShipper struct {
 
 	mu      sync.Mutex
 	pending map[string]string    // resource → why
-	shipped map[string]time.Time // resource → when its lines last rode a report
+	shipped map[string]time.Time // resource → when its lines last rode a report marked restarted
 	counts  map[string]int       // restarts counted at the last look
 	now     func() time.Time     // the clock (tests move it)
 }
@@ -258,8 +258,10 @@ func (l *logShipper) clock() time.Time {
 	return time.Now()
 }
 
-// due says whether id's lines, marked for why, may ride a report now.
-// Called with mu held.
+// due says whether id's lines, marked for why, may ride a report now: a
+// restart is counted from the last time its lines shipped for a restart,
+// whatever shipped for another reason since (lines of an unhealthy check
+// are not a crash loop's first restart). Called with mu held.
 func (l *logShipper) due(id, why string, now time.Time) bool {
 	last, ok := l.shipped[id]
 	return why != models.LogRestarted || !ok || now.Sub(last) >= reshipRestartsEvery
@@ -354,10 +356,12 @@ func (l *logShipper) take(ctx context.Context) []models.ServiceLog {
 		if why := l.pending[id]; len(ids) < models.MaxLogServices && l.due(id, why, now) {
 			ids, whys = append(ids, id), append(whys, why)
 			delete(l.pending, id)
-			if l.shipped == nil {
-				l.shipped = map[string]time.Time{}
+			if why == models.LogRestarted {
+				if l.shipped == nil {
+					l.shipped = map[string]time.Time{}
+				}
+				l.shipped[id] = now
 			}
-			l.shipped[id] = now
 		}
 	}
 	l.mu.Unlock()

@@ -428,3 +428,46 @@ func TestSupervisor_StopSaidAsAStop(t *testing.T) {
 		t.Fatalf("a stop on purpose is said as an exit:\n%s", b)
 	}
 }
+
+// TestLogShipper_FirstRestartAfterUnhealthyShips: a service whose check
+// failed (its lines shipped "unhealthy"), then a minute later starts
+// crash-looping: its first restart ships at once (DESIGN: "A service that
+// keeps restarting ships at its first restart"), where the reship interval
+// was counted from the unrelated unhealthy ship and `meshctl logs` showed
+// only the previous build's lines for 5 minutes. Later restarts still ship
+// at most every reshipRestartsEvery.
+func TestLogShipper_FirstRestartAfterUnhealthyShips(t *testing.T) {
+	src := tailFunc(func(id string) []string { return []string{"last of " + id} })
+	now := time.Unix(1_800_000_000, 0)
+	ship := &logShipper{src: src, now: func() time.Time { return now }}
+	ctx := context.Background()
+	took := func() string {
+		var s []string
+		for _, l := range ship.take(ctx) {
+			s = append(s, l.Resource+":"+l.Why)
+		}
+		return strings.Join(s, ",")
+	}
+
+	ship.mark("web.service", models.LogUnhealthy)
+	if got := took(); got != "web.service:unhealthy" {
+		t.Fatalf("unhealthy: %q", got)
+	}
+	now = now.Add(time.Minute)
+	ship.mark("web.service", models.LogRestarted) // its first restart
+	if !ship.waiting() {
+		t.Fatal("the service's first restart is not due: an unhealthy ship a minute before held its lines back")
+	}
+	if got := took(); got != "web.service:restarted" {
+		t.Fatalf("first restart: %q", got)
+	}
+	now = now.Add(time.Minute)
+	ship.mark("web.service", models.LogRestarted)
+	if ship.waiting() || took() != "" {
+		t.Fatal("a restart a minute after the first shipped again")
+	}
+	now = now.Add(reshipRestartsEvery)
+	if got := took(); got != "web.service:restarted" {
+		t.Fatalf("a restart after the interval: %q", got)
+	}
+}
