@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,9 +134,13 @@ type Agent struct {
 	// reported.
 	reported     map[string]bool
 	reportedGen  int64             // the generation reported is of
-	checkTargets []models.Resource // the services with checks, for checkLoop
+	checkTargets []models.Resource // the services, for checkLoop
 	checkGen     int64             // the applied generation and its send, which checked reports name
 	checkSend    string
+	// lookNow wakes the check loop before its tick: a service exited, so
+	// a check changed (DESIGN: a checked report goes out the moment one
+	// does).
+	lookNow chan struct{}
 	// applying is set while a declaration is applied: the services are
 	// being replaced, so what the check loop sees then is of neither
 	// generation (the apply's own report carries its checks).
@@ -218,6 +223,7 @@ func newAgent(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
 		outbox:     outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
 		checkedOut: outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
+		lookNow:    make(chan struct{}, 1),
 	}
 	a.checkedClient = a.client.sibling()
 	switch cfg.Services {
@@ -228,6 +234,7 @@ func newAgent(cfg Config) (*Agent, error) {
 		}
 		sup.limits = cfg.Logs
 		sup.onRestart = func(id string) { a.logs.mark(id, models.LogRestarted) }
+		sup.onExit = func(string) { a.lookSoon() }
 		a.services = sup
 	case "systemd":
 		a.services = newSystemd(root)
@@ -466,7 +473,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		// has proved it can; its retries need not hold the verdict.
 		a.trialReconciled()
 		if err == nil {
-			checks := checkAll(ctx, a.root, a.id.ca, v.decl.Resources, 15*time.Second)
+			checks := a.checkAll(ctx, v.decl.Resources, 15*time.Second)
 			for _, c := range checks {
 				if !c.OK {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
@@ -604,7 +611,8 @@ func (a *Agent) saveState() error {
 	var targets []models.Resource
 	var services []string
 	for _, id := range sortedIDs(a.state.Resources) {
-		if m := a.state.Resources[id]; m.Kind == "service" && m.Resource != nil && m.Resource.Check != nil {
+		// Every service: one its supervisor restarted fails without a check.
+		if m := a.state.Resources[id]; m.Kind == "service" && m.Resource != nil {
 			targets = append(targets, *m.Resource)
 		}
 		if a.state.Resources[id].Kind == "service" {
@@ -686,6 +694,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.lookNow:
 		}
 		rs, gen, send, applying, applies := a.snapshotChecks()
 		if applying {
@@ -696,7 +705,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		if err := a.logs.countRestarts(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("counting services' restarts", "err", err)
 		}
-		res := checkAll(ctx, a.root, a.id.ca, rs, 0)
+		res := a.checkAll(ctx, rs, 0)
 		cur := map[string]bool{}
 		for _, c := range res {
 			cur[c.Resource] = c.OK
@@ -720,6 +729,25 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		if err := a.checkedOut.flush(ctx, a.checkedClient); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Warn("checked report waits in the outbox", "err", err)
 		}
+	}
+}
+
+// checkAll runs the checks of rs as checkServices does, with what the
+// host's supervisor knows of the services it restarted.
+func (a *Agent) checkAll(ctx context.Context, rs []models.Resource, settle time.Duration) []models.CheckResult {
+	var ca *x509.Certificate
+	if a.id != nil {
+		ca = a.id.ca
+	}
+	sh, _ := a.services.(serviceHealth)
+	return checkServices(ctx, a.root, ca, rs, settle, sh)
+}
+
+// lookSoon wakes the check loop (never blocks).
+func (a *Agent) lookSoon() {
+	select {
+	case a.lookNow <- struct{}{}:
+	default:
 	}
 }
 

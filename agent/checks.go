@@ -101,16 +101,52 @@ func runExecCheck(ctx context.Context, root *machineRoot, r models.Resource) che
 // up to settle to pass (a service just started needs a moment); a check
 // whose command cannot run fails at once.
 func checkAll(ctx context.Context, root *machineRoot, ca *x509.Certificate, rs []models.Resource, settle time.Duration) []models.CheckResult {
+	return checkServices(ctx, root, ca, rs, settle, nil)
+}
+
+// serviceHealth is a services implementation that knows whether a service
+// had to be restarted (the host's supervisor).
+type serviceHealth interface {
+	health(id string) svcHealth
+}
+
+// checkServices is checkAll where sup (nil: none) tells of the services it
+// restarted: such a service is a failing check of itself, declared check
+// or not, saying how it exited and how often it was restarted since when,
+// until it has stayed up for the supervisor's settle (then a service
+// without a check says nothing again: healthy is said only of what a check
+// ran). Its state is read after its check ran, so what is reported is the
+// supervisor's word at the report; a service just started is not called
+// healthy before it has run upMoment, waited for within settle like a
+// check that does not pass yet.
+func checkServices(ctx context.Context, root *machineRoot, ca *x509.Certificate, rs []models.Resource, settle time.Duration, sup serviceHealth) []models.CheckResult {
 	var out []models.CheckResult
 	for _, r := range rs {
-		if r.Kind != "service" || r.Check == nil {
+		if r.Kind != "service" || r.Check == nil && sup == nil {
 			continue
 		}
 		deadline := time.Now().Add(settle)
 		for {
-			res := runCheck(ctx, root, ca, r)
-			if res.ok || res.final || time.Now().After(deadline) || ctx.Err() != nil {
-				out = append(out, models.CheckResult{Resource: r.ID, OK: res.ok, At: time.Now().UTC(), Detail: res.detail})
+			res := checkResult{ok: true}
+			if r.Check != nil {
+				res = runCheck(ctx, root, ca, r)
+			}
+			young := false
+			if sup != nil {
+				h := sup.health(r.ID)
+				switch {
+				case h.failing:
+					// It cannot pass before it stayed up for settle.
+					res = checkResult{final: true, detail: h.detail}
+				case h.known && h.up < upMoment:
+					young = true
+				}
+			}
+			past := time.Now().After(deadline)
+			if res.ok && !young || res.final || past || ctx.Err() != nil {
+				if r.Check != nil || !res.ok {
+					out = append(out, models.CheckResult{Resource: r.ID, OK: res.ok, At: time.Now().UTC(), Detail: res.detail})
+				}
 				break
 			}
 			select {

@@ -435,6 +435,26 @@ func (s *supervisor) noteExit(id string, pid int, err error) {
 		return
 	}
 	fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited: %s\n", id, pid, why)
+	// Its health turns now, not at the watch's next tick.
+	s.mu.Lock()
+	sv := s.svcs[id]
+	s.mu.Unlock()
+	watched, news := false, false
+	if sv != nil {
+		sv.mu.Lock()
+		if watched = sv.pid.PID == pid; watched {
+			news = sv.exited(s, pid, time.Now())
+			sv.why = why // a look may have found it exited first
+		}
+		sv.mu.Unlock()
+	}
+	if !watched {
+		// Not watched yet (it exited at once): its watch reads it.
+		s.exitWhy.Store(pid, why)
+	}
+	if news && s.onExit != nil {
+		s.onExit(id)
+	}
 }
 
 // Tail implements serviceTail: the end of the service's log and its

@@ -58,6 +58,15 @@ type supervisor struct {
 	// service started again after it exited (set before any is watched).
 	limits    LogLimits
 	onRestart func(id string)
+	// onExit hears of a service's process found exited (not stopped by
+	// this host): its health just turned (set before any is watched).
+	onExit func(id string)
+	// settle is how long a service the supervisor restarted must stay up
+	// before it counts as passing again (restartSettle by default).
+	settle time.Duration
+	// exitWhy holds how the processes this host started exited (pid →
+	// "exit status 1"), for the watch that notices the exit.
+	exitWhy sync.Map
 	// stopping holds the pids this host is stopping on purpose: their
 	// exit (a SIGTERM's 143) is said as a stop, not as a crash.
 	stopping sync.Map
@@ -72,6 +81,99 @@ type supervised struct {
 
 	mu  sync.Mutex
 	pid pidRecord
+	// What its runs came to, for the machine's health (health):
+	upSince   time.Time // when its current process was started (or adopted)
+	down      bool      // its process exited and is not started again yet
+	why       string    // how its process last exited
+	restarts  int       // restarts since firstExit; 0 once it stayed up for settle
+	firstExit time.Time // the first exit of the restarts counted
+}
+
+// restartSettle is how long a service its supervisor had to restart must
+// stay up before it counts as passing again: 30 s, the longest restart
+// backoff, so a service that cannot stay up as long as the supervisor
+// waits between its starts never looks passing between two crashes, and
+// the host's default check interval, so a look between applies (the
+// check loop) sees it failing at least once.
+const restartSettle = 30 * time.Second
+
+// upMoment is how long a service just started must have run before an
+// apply's checks may call it healthy (they wait for it within their
+// settle, as for a check that does not pass yet): a service that exits at
+// once is seen exited, not reported healthy by a check that looks at
+// something else. One second: the supervisor's first restart backoff.
+const upMoment = time.Second
+
+// svcHealth is what the supervisor knows of a service's runs.
+type svcHealth struct {
+	known   bool          // the supervisor runs it
+	failing bool          // it exited, and has not stayed up for settle since its restart
+	detail  string        // why it fails: "exited: exit status 1; restarted 3 times since 17:02:10"
+	up      time.Duration // how long its current process has run
+}
+
+// health says whether id exited since its supervisor last found it
+// settled: a failing check of that service, from the exit until it has
+// stayed up for settle after its restart.
+func (s *supervisor) health(id string) svcHealth {
+	s.mu.Lock()
+	sv := s.svcs[id]
+	s.mu.Unlock()
+	if sv == nil {
+		return svcHealth{}
+	}
+	now := time.Now()
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if !sv.down && !alive(sv.pid) {
+		// Exited since the watch last looked: said now, not at its tick.
+		sv.exited(s, sv.pid.PID, now)
+	}
+	s.settled(sv, now)
+	h := svcHealth{known: true}
+	if !sv.down {
+		h.up = now.Sub(sv.upSince)
+	}
+	if sv.down || sv.restarts > 0 {
+		h.failing = true
+		h.detail = "exited: " + sv.why
+		if sv.restarts > 0 {
+			times := "times"
+			if sv.restarts == 1 {
+				times = "time"
+			}
+			h.detail += fmt.Sprintf("; restarted %d %s since %s", sv.restarts, times, sv.firstExit.UTC().Format("15:04:05"))
+		}
+	}
+	return h
+}
+
+// exited records that sv's process pid exited (sv.mu held); it says
+// whether that is news.
+func (sv *supervised) exited(s *supervisor, pid int, now time.Time) bool {
+	if sv.down || sv.pid.PID != pid {
+		return false
+	}
+	sv.down = true
+	sv.why = "not running"
+	if w, ok := s.exitWhy.LoadAndDelete(pid); ok {
+		sv.why = w.(string)
+	}
+	if sv.firstExit.IsZero() {
+		sv.firstExit = now
+	}
+	return true
+}
+
+// settled forgets sv's restarts once it has stayed up for settle (sv.mu held).
+func (s *supervisor) settled(sv *supervised, now time.Time) {
+	settle := s.settle
+	if settle <= 0 {
+		settle = restartSettle
+	}
+	if !sv.down && now.Sub(sv.upSince) >= settle {
+		sv.restarts, sv.firstExit = 0, time.Time{}
+	}
 }
 
 func newSupervisor(stateDir string, root *machineRoot, log *slog.Logger, grace time.Duration) (*supervisor, error) {
@@ -188,7 +290,7 @@ func serviceEnv(root string, env map[string]string) []string {
 // backoff (1 s doubling to 30 s, reset after a minute of running).
 func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 	ctx, cancel := context.WithCancel(context.Background())
-	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p}
+	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p, upSince: time.Now()}
 	s.mu.Lock()
 	s.svcs[r.ID] = sv
 	s.mu.Unlock()
@@ -207,9 +309,17 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			s.rotate(r.ID)
 			sv.mu.Lock()
 			cur := sv.pid
+			s.settled(sv, time.Now())
 			sv.mu.Unlock()
 			if alive(cur) {
 				continue
+			}
+			sv.mu.Lock()
+			news := sv.exited(s, cur.PID, time.Now())
+			sv.mu.Unlock()
+			s.exitWhy.Delete(cur.PID)
+			if news && s.onExit != nil {
+				s.onExit(r.ID)
 			}
 			if time.Since(startedAt) > time.Minute {
 				backoff = time.Second
@@ -229,6 +339,8 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			startedAt = time.Now()
 			sv.mu.Lock()
 			sv.pid = np
+			sv.down, sv.upSince = false, startedAt
+			sv.restarts++
 			sv.mu.Unlock()
 			if s.onRestart != nil {
 				s.onRestart(r.ID)

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/models"
+	"mesh/testwait"
+)
+
+// TestCrashLoop_ServiceRestartedFailsItsCheck (operator's scenario): a
+// build whose service exits at once ("exit 1") while its declared check,
+// a separate command, passes. The apply's report said the service healthy
+// and the check loop kept saying so while the supervisor restarted it
+// every 30 s, so a plan's canary passed and the build went fleet-wide. A
+// service its supervisor had to restart is a failing check of itself,
+// saying how it exited and how often it was restarted since when, in the
+// apply's report and in the checked reports after; once it stays up for
+// the settle it passes again.
+func TestCrashLoop_ServiceRestartedFailsItsCheck(t *testing.T) {
+	a, srv := checkingAgent(t, 200*time.Millisecond)
+	sup := a.services.(*supervisor)
+	sup.settle = 2 * time.Second
+	a.lookNow = make(chan struct{}, 1)
+	sup.onExit = func(string) { a.lookSoon() }
+	sup.onRestart = func(id string) { a.logs.mark(id, models.LogRestarted) }
+	a.logs.src = sup
+	marker := filepath.Join(t.TempDir(), "fixed")
+	script := "#!/bin/sh\n" +
+		`if [ "$1" = --check ]; then exit 0; fi` + "\n" +
+		`if [ -f ` + marker + ` ]; then exec sleep 1000; fi` + "\n" +
+		"echo 'fatal: cannot bind port' >&2\nexit 1\n"
+	d := checkedService(t, a, script, []string{"/opt/x/bin/run", "--check"})
+	d.Generation = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t.Cleanup(func() { _ = a.services.Stop(context.Background(), "mod.service") })
+
+	a.applyWithRetries(ctx, "s2", &verified{digest: "sha256:2", decl: *d})
+	check := func(r models.Report) *models.CheckResult {
+		for i, c := range r.Checks {
+			if c.Resource == "mod.service" {
+				return &r.Checks[i]
+			}
+		}
+		return nil
+	}
+	var applied *models.Report
+	for _, r := range srv.reports() {
+		if r.Outcome == models.OutcomeApplied && r.Generation == 2 {
+			applied = &r
+		}
+	}
+	if applied == nil {
+		t.Fatalf("no applied report: %+v", srv.reports())
+	}
+	if c := check(*applied); c == nil || c.OK || !strings.Contains(c.Detail, "exited: exit status 1") {
+		t.Fatalf("the apply's report says of a service that exited at once: %+v", applied.Checks)
+	}
+
+	go a.checkLoop(ctx)
+	// Between applies: failing, with the restarts and since when.
+	lastChecked := func() *models.CheckResult {
+		rs := srv.reports()
+		for i := len(rs) - 1; i >= 0; i-- {
+			if rs[i].Outcome == models.OutcomeChecked && rs[i].Generation == 2 {
+				return check(rs[i])
+			}
+		}
+		return nil
+	}
+	seen := ""
+	testwait.For(t, 20*time.Second, "a checked report of the restarts", func() bool {
+		// What a look says now (a checked report goes out only when the
+		// word changes: it stays failing here).
+		for _, c := range a.checkAll(ctx, d.Resources, 0) {
+			if c.Resource == "mod.service" && !c.OK && strings.Contains(c.Detail, "; restarted ") {
+				seen = c.Detail
+			}
+		}
+		return seen != ""
+	})
+	if !strings.HasPrefix(seen, "exited: exit status 1; restarted ") || !strings.Contains(seen, " since ") {
+		t.Fatalf("a restarted service's check says %q", seen)
+	}
+	for _, r := range srv.reports() {
+		if c := check(r); c != nil && c.OK {
+			t.Fatalf("a report called the crash-looping service healthy: %s %+v", r.Outcome, r.Checks)
+		}
+	}
+	shipped := false
+	for _, r := range srv.reports() {
+		for _, l := range r.Logs {
+			shipped = shipped || l.Resource == "mod.service" && strings.Contains(strings.Join(l.Lines, "\n"), "fatal: cannot bind port")
+		}
+	}
+	if !shipped {
+		t.Fatalf("the crash loop's last lines were not shipped: %+v", srv.reports())
+	}
+
+	// Fixed: it stays up past the settle, and a checked report says so.
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 40*time.Second, "a checked report of the service passing", func() bool {
+		c := lastChecked()
+		return c != nil && c.OK
+	})
+}
