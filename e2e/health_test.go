@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"fmt"
 	"strings"
 	"testing"
@@ -81,5 +82,70 @@ func TestPlan_HaltsOnFailingCheckThenRollsBack(t *testing.T) {
 	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/assignments", Token: c.Admin}, 200, &as)
 	if as.Assignments[0].Build != nil {
 		t.Fatalf("build 3's plan did not lift the rollback's pin: build %d %q", *as.Assignments[0].Build, as.Assignments[0].Reason)
+	}
+}
+
+// TestPlan_CrashLoopingCanaryHalts, with real hosts (the operator's
+// scenario): build 2's service exits at once ("exit 1") while its declared
+// check, a separate command, passes. The host's supervisor restarted it
+// again and again, yet the canary was judged applied a second after its
+// report, the plan went fleet-wide, the build became current and every
+// machine read current and passing. The restarted service is a failing
+// check of itself: the plan halts at its canary, saying which service and
+// why, the second tier never receives build 2, and the crash loop's own
+// lines are what the canary shipped.
+func TestPlan_CrashLoopingCanaryHalts(t *testing.T) {
+	c := startController(t, store.SQLite, "--unhealthy-after", "2s")
+	c.module("node-tools")
+	c.upload("node-tools", runtimeManifest, runtimeTree(t))
+	for _, n := range []string{"m1", "m2"} {
+		h := enroll(t, c, n, c.URL)
+		h.start("--check-every", "1s")
+		c.setVars(n, map[string]string{"port": freePort(t)})
+		c.assign(n, "node-tools")
+		c.waitApplied(n, 60*time.Second)
+	}
+	plan := func() planView {
+		var ps struct{ Items []planView }
+		c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: c.Admin}, 200, &ps)
+		return ps.Items[0]
+	}
+
+	crash := `{"resources": [
+  {"name": "runtime", "kind": "tree", "path": "/opt/node-tools"},
+  {"name": "service", "kind": "service", "command": ["/opt/node-tools/bin/run"], "after": ["runtime"],
+   "check": {"exec": ["/opt/node-tools/bin/check"]}}
+]}`
+	tree := tarball(t,
+		entry{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		entry{name: "bin/run", body: "#!/bin/sh\necho 'fatal: cannot bind port' >&2\nexit 1\n", mode: 0o755},
+		entry{name: "bin/check", body: "#!/bin/sh\nexit 0\n", mode: 0o755})
+	c.upload("node-tools", crash, tree) // build 2: a plan
+	var p planView
+	waitFor(t, 90*time.Second, "the plan of build 2 halted (or done)", func() bool {
+		p = plan()
+		return p.State == "halted" || p.State == "done"
+	})
+	if p.State != "halted" || !strings.Contains(p.Reason, "tier 1 of 2 (canary): m1 check node-tools.service unhealthy since") ||
+		!strings.Contains(p.Reason, "exited: exit status 1; restarted ") {
+		t.Fatalf("the plan of a crash-looping build: %s %q", p.State, p.Reason)
+	}
+	m1 := c.machine("m1")
+	if m1.State != "unhealthy" || m1.Health.State != "failing" || m1.Health.Check != "node-tools.service" ||
+		!strings.HasPrefix(m1.Health.Detail, "exited: exit status 1") {
+		t.Fatalf("the canary: state %s, health %+v", m1.State, m1.Health)
+	}
+	if b := c.machine("m2").Running["node-tools"].Build; b != 1 || p.Steps[1].State != "pending" {
+		t.Fatalf("the second tier was reached: m2 runs build %d, step %s", b, p.Steps[1].State)
+	}
+	var l struct {
+		Items []struct {
+			Why   string   `json:"why"`
+			Lines []string `json:"lines"`
+		}
+	}
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/logs?resource=node-tools.service", Token: c.Admin}, 200, &l)
+	if len(l.Items) != 1 || !strings.Contains(strings.Join(l.Items[0].Lines, "\n"), "fatal: cannot bind port") {
+		t.Fatalf("m1's shipped lines of the service: %+v", l.Items)
 	}
 }
