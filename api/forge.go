@@ -155,6 +155,11 @@ type pushPayload struct {
 	Commits pushCommits `json:"commits"`
 }
 
+// maxPushPaths is the most distinct paths of a push kept: past it, as
+// past maxPushCommits, the push is taken as touching every module (one
+// commit naming 664,000 paths in a signed 5 MiB body was 179 MiB).
+const maxPushPaths = 10_000
+
 // maxPushCommits is the most commits of a push whose paths are read.
 // GitHub lists at most 2,048; a push naming more (a signed body of
 // millions of empty commits decoded whole was 400 MiB of heap) is taken
@@ -165,8 +170,8 @@ const maxPushCommits = 4096
 // commit at a time into one value: a commit's list is not kept.
 type pushCommits struct {
 	paths []string
-	// more: the push named more than maxPushCommits commits; paths is not
-	// all they touch.
+	// more: the push named more than maxPushCommits commits or
+	// maxPushPaths paths; paths is not all they touch.
 	more bool
 }
 
@@ -179,30 +184,85 @@ func (pc *pushCommits) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("commits: not a list")
 	}
 	seen := map[string]bool{}
-	var c struct {
-		Added    []string `json:"added"`
-		Removed  []string `json:"removed"`
-		Modified []string `json:"modified"`
+	// add keeps p once; false once the paths are past maxPushPaths.
+	add := func(p string) bool {
+		if seen[p] {
+			return true
+		}
+		if len(pc.paths) == maxPushPaths {
+			return false
+		}
+		seen[p] = true
+		pc.paths = append(pc.paths, p)
+		return true
 	}
 	for n := 0; d.More(); n++ {
 		if n == maxPushCommits {
 			pc.paths, pc.more = nil, true
 			return nil
 		}
-		c.Added, c.Removed, c.Modified = c.Added[:0], c.Removed[:0], c.Modified[:0]
-		if err := d.Decode(&c); err != nil {
+		full, err := pc.commit(d, add)
+		if err != nil {
 			return fmt.Errorf("commits[%d]: %w", n, err)
 		}
-		for _, l := range [][]string{c.Added, c.Removed, c.Modified} {
-			for _, p := range l {
-				if !seen[p] {
-					seen[p] = true
-					pc.paths = append(pc.paths, p)
-				}
-			}
+		if full {
+			pc.paths, pc.more = nil, true
+			return nil
 		}
 	}
 	return nil
+}
+
+// commit reads one commit of d a token at a time, giving add each path of
+// its added, removed and modified lists (a commit's lists are not kept
+// whole: one commit may name hundreds of thousands); full when add took
+// no more.
+func (pc *pushCommits) commit(d *json.Decoder, add func(string) bool) (full bool, err error) {
+	t, err := d.Token()
+	if err != nil || t == nil {
+		return false, err // null: a commit of nothing
+	}
+	if t != json.Delim('{') {
+		return false, fmt.Errorf("not an object")
+	}
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			return false, err
+		}
+		if key, _ := k.(string); key != "added" && key != "removed" && key != "modified" {
+			var skip json.RawMessage
+			if err := d.Decode(&skip); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if t, err := d.Token(); err != nil {
+			return false, err
+		} else if t == nil {
+			continue // null: no paths
+		} else if t != json.Delim('[') {
+			return false, fmt.Errorf("%s: not a list of paths", k)
+		}
+		for d.More() {
+			t, err := d.Token()
+			if err != nil {
+				return false, err
+			}
+			p, ok := t.(string)
+			if !ok {
+				return false, fmt.Errorf("%s: a path is a string", k)
+			}
+			if !add(p) {
+				return true, nil
+			}
+		}
+		if _, err := d.Token(); err != nil { // ]
+			return false, err
+		}
+	}
+	_, err = d.Token() // }
+	return false, err
 }
 
 // maxHookHeader is the most of a refused webhook's event and delivery

@@ -457,10 +457,14 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 		if err := tx.Clauses(clause.OnConflict{UpdateAll: true}).Create(&models.Setting{Key: models.SettingHostDefault, Value: ro.Version}).Error; err != nil {
 			return err
 		}
-		// Its platforms are tried: the default reaches their machines.
-		// A release of the version for another platform, uploaded later,
-		// has no such mark until a rollout of it is done.
-		if err := tx.Model(&models.Release{}).Where("version = ? AND state = ? AND rolled_out_at IS NULL", ro.Version, models.ReleaseReady).
+		// The platforms a machine of it upgraded on are tried: the
+		// default reaches their machines. A release for a platform none
+		// of its machines ran, or uploaded later, has no such mark until
+		// a rollout upgrades a machine on it.
+		tried := tx.Table("rollout_machines").Select("1").Joins("JOIN machines ON machines.id = rollout_machines.machine_id").
+			Where("rollout_machines.rollout_id = ? AND rollout_machines.state = ? AND machines.os = host_releases.os AND machines.arch = host_releases.arch",
+				ro.ID, models.UpgradeUpgraded)
+		if err := tx.Model(&models.Release{}).Where("version = ? AND state = ? AND rolled_out_at IS NULL AND EXISTS (?)", ro.Version, models.ReleaseReady, tried).
 			Update("rolled_out_at", now).Error; err != nil {
 			return err
 		}

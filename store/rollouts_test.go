@@ -671,3 +671,27 @@ func TestRollout_AnotherPlatformJoinsTheRunningRollout(t *testing.T) {
 		}
 	})
 }
+
+// TestRollout_APlatformNoMachineRanIsNotTried: a rollout done marks the
+// releases of the platforms its machines upgraded on, not one released
+// for a platform none of them runs: a machine of that platform enrolled
+// later would have been given it untried.
+func TestRollout_APlatformNoMachineRanIsNotTried(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "a1")
+		release(t, s, "1.5.0", "amd64", "1")
+		release(t, s, "1.5.0", "riscv64", "1")
+		rollOut(t, s, "1.5.0")
+		upgradedTo(t, s, "a1", "1.5.0")
+		rs, err := s.Releases(ctx, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if tried := r.RolledOutAt != nil; tried != (r.Arch == "amd64") {
+				t.Errorf("%s/%s: rolled out at %v", r.OS, r.Arch, r.RolledOutAt)
+			}
+		}
+	})
+}
