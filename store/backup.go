@@ -466,7 +466,7 @@ func (s *Store) carryRevocations(ctx context.Context, rs []models.Revocation, ou
 			if m.ID == 0 {
 				continue
 			}
-			if err := tx.Model(&m).Updates(map[string]any{"revoked_at": r.RevokedAt, "revoked_reason": r.Reason}).Error; err != nil {
+			if err := tx.Model(&m).Updates(map[string]any{"revoked_at": r.RevokedAt, "revoked_reason": r.Reason, "revoked_by": r.RevokedBy}).Error; err != nil {
 				return err
 			}
 			out.Machines = append(out.Machines, m.Name)

@@ -106,12 +106,13 @@ func (s *Server) lastSeen(m *models.Machine) *time.Time {
 	return models.LastSeen(s.Seen.LastSeen(m.ID), m)
 }
 
-// knownState refuses a state filter that names no state: the page would
-// count the whole fleet over an empty table.
 // MaxSearch bounds the overview's search: a machine's name is at most 63
 // characters.
 const MaxSearch = 63
 
+// knownState refuses a state filter that names no state: the page would
+// count the whole fleet over an empty table; and a search longer than a
+// name.
 func (s *Server) knownState(c echo.Context) error {
 	if st := c.QueryParam("state"); st != "" && !slices.Contains(AllStates, st) {
 		return s.errorPage(c, http.StatusBadRequest, fmt.Sprintf("No state is named %q; the states are %s.", st, strings.Join(AllStates, ", ")))

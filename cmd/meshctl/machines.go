@@ -221,6 +221,9 @@ func why(m *client.Machine) string {
 		// A failed attempt finishes nothing: it names the generation that
 		// failed, and the one the host applied (the last finished may be
 		// one it rejected).
+		if m.LastOutcomeGeneration == 0 {
+			return fmt.Sprintf("failed (of no generation; it applied %d): %s%s", m.AppliedGeneration, m.LastReason, reportedWhen(m))
+		}
 		return fmt.Sprintf("generation %d failed (it applied %d): %s%s", m.LastOutcomeGeneration, m.AppliedGeneration, m.LastReason, reportedWhen(m))
 	case client.MachineStateRefused, client.MachineStateRejected, client.MachineStateRolledBack:
 		if m.LastOutcomeGeneration == 0 {
