@@ -673,38 +673,68 @@ func canariesFirst(tx *Tx, ms []models.Machine, version string) error {
 // come (in rms too): the waves after it wait for a canary that upgraded,
 // and a withdrawn one let them all go untried.
 func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version string) error {
-	canaries, waiting := 0, 0
+	if !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 && rm.State == models.UpgradeWithdrawn }) {
+		return nil
+	}
+	// By platform: a platform that joined the rollout has canaries of its
+	// own (its binary is not the one the others tried), and another
+	// platform's canary that upgraded says nothing of it. A deleted
+	// machine's platform is unknown: it counts for none.
+	var plats []models.Machine
+	if err := tx.Select("id", "os", "arch").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
+		Where("rollout_id = ?", rms[0].RolloutID)).Find(&plats).Error; err != nil {
+		return err
+	}
+	platform := map[int64]string{}
+	for _, m := range plats {
+		platform[m.ID] = m.OS + "/" + m.Arch
+	}
+	type count struct{ had, canaries, waiting int }
+	by := map[string]*count{}
 	for _, rm := range rms {
-		switch {
-		case rm.Wave == 0 && rm.State != models.UpgradeWithdrawn:
-			canaries++
-		case rm.Wave > 0 && rm.State == models.UpgradePending:
-			waiting++
+		p := platform[rm.MachineID]
+		if by[p] == nil {
+			by[p] = &count{}
+		}
+		switch c := by[p]; {
+		case rm.Wave == 0:
+			c.had++
+			if rm.State != models.UpgradeWithdrawn {
+				c.canaries++
+			}
+		case rm.State == models.UpgradePending:
+			c.waiting++
 		}
 	}
-	if canaries > 0 || waiting == 0 || !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 }) {
-		return nil
+	for p, c := range by {
+		if p == "" || c.had == 0 || c.canaries > 0 || c.waiting == 0 {
+			continue
+		}
+		os, arch, _ := strings.Cut(p, "/")
+		// The next canary as the first were taken: flagged, then heard
+		// from (by a subquery: the waiting are as many as the fleet).
+		var ms []models.Machine
+		if err := tx.Select("id", "name", "last_seen", "host_version").Where("os = ? AND arch = ? AND id IN (?)", os, arch,
+			tx.Model(&models.RolloutMachine{}).Select("machine_id").
+				Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending)).Order("name").Find(&ms).Error; err != nil {
+			return err
+		}
+		if len(ms) == 0 {
+			continue
+		}
+		if err := canariesFirst(tx, ms, version); err != nil {
+			return err
+		}
+		next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })
+		rms[next].Wave = 0
+		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rms[next].RolloutID, rms[next].MachineID).
+			Update("wave", 0).Error; err != nil {
+			return err
+		}
 	}
-	// The next canary as the first were taken: flagged, then heard from
-	// (by a subquery: the waiting are as many as the fleet).
-	var ms []models.Machine
-	if err := tx.Select("id", "name", "last_seen", "host_version").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
-		Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending)).Order("name").Find(&ms).Error; err != nil {
-		return err
-	}
-	if len(ms) == 0 {
-		return nil
-	}
-	if err := canariesFirst(tx, ms, version); err != nil {
-		return err
-	}
-	next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })
-	rms[next].Wave = 0
-	rolloutID, machineID := rms[next].RolloutID, rms[next].MachineID
-	// rms stays in wave order, as read: the canary is started first.
+	// rms stays in wave order, as read: a canary is started first.
 	slices.SortStableFunc(rms, func(a, b models.RolloutMachine) int { return cmp.Compare(a.Wave, b.Wave) })
-	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rolloutID, machineID).
-		Update("wave", 0).Error
+	return nil
 }
 
 // haltUnsendable halts a rollout on a machine it is upgrading whose
