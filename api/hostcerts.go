@@ -15,7 +15,8 @@ import (
 func (s *Server) postServiceCertificate(c echo.Context) error {
 	p := principal(c)
 	// A hundred at once (a machine's certificate resources at its first
-	// apply), then one every 10 s: each is a signature and an audit row.
+	// apply), then one a second: each reads the store; the signatures are
+	// paced per resource by the service.
 	if err := s.serviceCertLimit.take("machine " + p.Machine); err != nil {
 		s.recordThrottled(c, p.Machine, "service-certificate-refused", err)
 		return err

@@ -118,8 +118,9 @@ type Server struct {
 	// recorded, and the host polls again.
 	hostInfoLimit *addressLimiter
 	// certLimiter bounds a machine's client certificates (certLimit);
-	// serviceCertLimit its service certificates: a host asks for each of
-	// its certificate resources at two thirds of its life, at least 10 s.
+	// serviceCertLimit its requests for service certificates, before
+	// anything of them is read (each resource's certificates are paced by
+	// the service, by their lifetime).
 	certLimitOnce    sync.Once
 	certLimiter      *addressLimiter
 	serviceCertLimit *addressLimiter
@@ -160,7 +161,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 		reportLimit:      newAddressLimiter("reports", rate.Every(time.Second), 60),
 		reportBytes:      newAddressLimiter("KiB of reports", ReportKiBPerSecond, ReportKiBBurst),
 		hostInfoLimit:    newAddressLimiter("changes of host version or schemas", rate.Every(time.Minute), 10),
-		serviceCertLimit: newAddressLimiter("service certificates", rate.Every(10*time.Second), 100),
+		serviceCertLimit: newAddressLimiter("service certificate requests", rate.Every(time.Second), 100),
 		resendLimit:      newAddressLimiter("sends of one generation", rate.Every(30*time.Second), 10), drainCh: make(chan struct{}), parkedCh: make(chan *parkedPoll, 4096), runCtx: context.Background()}
 	hub.Dispatch = s.dispatch
 	hub.Claim, hub.Answer = s.claim, s.answerClaims

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"mesh/auth"
 	"mesh/meshca"
@@ -64,6 +67,10 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 	if err := s.Certs.notTheControllers(csr.DNSNames); err != nil {
 		return refuse(err)
 	}
+	if err := s.serviceCerts.take(machine+"\x00"+req.Resource, lifetime, time.Now()); err != nil {
+		// Not audited here: the API's limit records it, once a minute.
+		return nil, err
+	}
 	chain, leaf, err := ca.IssueService(csr, csr.DNSNames, s.Store.Now(), lifetime)
 	if err != nil {
 		return nil, err
@@ -74,6 +81,44 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 		return nil, err
 	}
 	return out, nil
+}
+
+// certPace bounds how often one certificate resource of a machine is
+// signed: three at once, then one each third of its lifetime. A host
+// renews at two thirds, so a host that follows the protocol is never
+// refused, whatever the lifetime (at least 10 s), while a host credential
+// asking without end gets a certificate — a signature and an audit row —
+// a third of a lifetime at a time per resource its declaration gives.
+type certPace struct {
+	mu sync.Mutex
+	by map[string]*rate.Limiter
+}
+
+// maxPaced bounds the resources remembered; past it they start over.
+const maxPaced = 100_000
+
+func (p *certPace) take(key string, lifetime time.Duration, now time.Time) error {
+	every := rate.Every(max(lifetime/3, time.Second))
+	p.mu.Lock()
+	if p.by == nil || len(p.by) >= maxPaced {
+		p.by = map[string]*rate.Limiter{}
+	}
+	lim := p.by[key]
+	if lim == nil {
+		lim = rate.NewLimiter(every, 3)
+		p.by[key] = lim
+	} else if lim.Limit() != every {
+		lim.SetLimit(every) // the declaration changed its lifetime
+	}
+	p.mu.Unlock()
+	r := lim.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.Cancel()
+		_, resource, _ := strings.Cut(key, "\x00")
+		return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: %s was issued three times within a third of its lifetime (%s); try again in %s",
+			models.ErrTooManyRequests, resource, lifetime, models.DurationWords(d))}
+	}
+	return nil
 }
 
 // notTheControllers refuses a service certificate any of whose names (a

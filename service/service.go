@@ -34,6 +34,8 @@ type Service struct {
 	Certs MachineCerts
 	// refusals keeps the audit of repeated refusals sparse.
 	refusals auth.Refusals
+	// serviceCerts paces the service certificates signed (certPace).
+	serviceCerts certPace
 }
 
 // DefaultRolloutDeadline is how long a machine has to report upgraded.
