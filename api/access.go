@@ -263,7 +263,11 @@ func (s *Server) enroll(c echo.Context) error {
 		// leaves it for a corrected one.
 		var err error
 		// Anonymous: its refusals are kept sparse by the sender's address.
-		due := func(row auth.Row) (bool, int) { return s.refusals.Due(c.RealIP()+"\x00enroll-csr", row) }
+		due := func(row auth.Row) (bool, int) {
+			// Counted by address: the rows the count belongs to name it.
+			row.Target, row.Of = "address/"+c.RealIP(), "certificate requests at enrolment from "+c.RealIP()+", whatever machine each named"
+			return s.refusals.Due(c.RealIP()+"\x00enroll-csr", row)
+		}
 		if csr, err = s.Service.CheckCSR(ctx, "anonymous", req.Name, req.CSR, c.RealIP(), due); err != nil {
 			return err
 		}
@@ -275,9 +279,10 @@ func (s *Server) enroll(c echo.Context) error {
 		// guessed join token, or a good one and an enrolled machine's
 		// name. Once a minute per address, with how many more: an
 		// outsider's guesses are not a row each.
-		row := auth.Row{Actor: "anonymous", Action: "enroll-refused", Target: "machine/" + req.Name}
+		row := auth.Row{Actor: "anonymous", Action: "enroll-refused", Target: "address/" + c.RealIP(),
+			Of: "enrolments from " + c.RealIP() + ", whatever machine each named"}
 		if due, since := s.refusals.Due(c.RealIP()+"\x00enroll", row); due {
-			_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
+			_ = s.Store.Audit(ctx, row.Actor, row.Action, "machine/"+req.Name, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
 		}
 	}
 	if err != nil {

@@ -47,7 +47,11 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 		if ce.Forged {
 			key = c.RealIP() + "\x00forged"
 		}
-		if due, since := s.refusals.Due(key, service.CertificateRefusedRow(ce)); due {
+		row := service.CertificateRefusedRow(ce)
+		if ce.Forged {
+			row.Target, row.Of = "address/"+c.RealIP(), "certificates of another CA from "+c.RealIP()+", whatever machine each claimed"
+		}
+		if due, since := s.refusals.Due(key, row); due {
 			s.Service.CertificateRefused(c.Request().Context(), ce, c.RealIP()+auth.Since(since))
 		}
 		return nil, fmt.Errorf("%w: %v", models.ErrUnauthorized, ce)
@@ -260,8 +264,18 @@ func (s *Server) certLimit() *addressLimiter {
 // RecordOverdueRefusals writes the refusals counted since their key's
 // last audit row and carried by no later one (auth.Refusals.Overdue).
 func (s *Server) RecordOverdueRefusals(ctx context.Context) error {
+	return s.recordRefusals(ctx, s.refusals.Overdue())
+}
+
+// RecordPendingRefusals writes every refusal counted since its key's last
+// row, however recent: what a stopping controller would otherwise lose.
+func (s *Server) RecordPendingRefusals(ctx context.Context) error {
+	return s.recordRefusals(ctx, s.refusals.Pending())
+}
+
+func (s *Server) recordRefusals(ctx context.Context, us []auth.Unrecorded) error {
 	var errs []error
-	for _, u := range s.refusals.Overdue() {
+	for _, u := range us {
 		errs = append(errs, s.Store.Audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
 	}
 	return errors.Join(errs...)

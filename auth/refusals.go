@@ -27,7 +27,12 @@ type refused struct {
 // Row is what a refusal's audit row is: who, what and of what. Refusals
 // keeps each key's, so the refusals counted after its last row and never
 // followed by another are put on the record (Overdue) rather than lost.
-type Row struct{ Actor, Action, Target string }
+type Row struct {
+	Actor, Action, Target string
+	// Of says what a key counts when its rows' targets differ (a sender's
+	// enrolments, whatever machine each named), for the row Overdue's are.
+	Of string
+}
 
 // Unrecorded is a key's refusals counted since its last row, a minute or
 // more ago, with no refusal since to carry them.
@@ -68,13 +73,19 @@ func (r *Refusals) Due(key string, row Row) (due bool, since int) {
 // followed by silence was one row for its first refusal, the rest never
 // written. Each is counted as written now (the key's next row is a minute
 // on). The controller writes them at its heartbeat.
-func (r *Refusals) Overdue() []Unrecorded {
+func (r *Refusals) Overdue() []Unrecorded { return r.take(time.Minute) }
+
+// Pending takes every refusal counted since its key's last row, however
+// recent: what a stopping controller writes before it goes.
+func (r *Refusals) Pending() []Unrecorded { return r.take(0) }
+
+func (r *Refusals) take(age time.Duration) []Unrecorded {
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Unrecorded
 	for _, e := range r.last {
-		if e.since > 0 && now.Sub(e.at) >= time.Minute {
+		if e.since > 0 && now.Sub(e.at) >= age {
 			out = append(out, Unrecorded{Row: e.row, N: e.since, Last: e.at})
 			e.at, e.since = now, 0
 		}
@@ -91,7 +102,11 @@ func (r *Refusals) now() time.Time {
 
 // Words is the detail of an Unrecorded's row.
 func (u Unrecorded) Words() string {
-	return fmt.Sprintf("%d more refused after the record of %s, none since", u.N, u.Last.UTC().Format(time.RFC3339))
+	of := ""
+	if u.Of != "" {
+		of = " (" + u.Of + ")"
+	}
+	return fmt.Sprintf("%d more refused%s after the record of %s, none since", u.N, of, u.Last.UTC().Format(time.RFC3339))
 }
 
 // Since is what an audit row adds for the refusals of its key that were

@@ -575,6 +575,10 @@ func (c *Controller) Stop() error {
 	defer cancel()
 	err := c.Echo.Shutdown(sctx)
 	<-c.done
+	// The refusals counted and not yet on the record, whatever their age.
+	if err := errors.Join(c.Server.RecordPendingRefusals(ctx), c.Server.Service.RecordPendingRefusals(ctx)); err != nil {
+		c.cfg.Log.Warn("recording refusals", "err", err)
+	}
 	c.cancel()
 	c.workers.Wait() // the last last-seen flush is written before the store closes
 	_ = c.Store.SetInstanceState(ctx, c.Instance, models.InstanceStopped)
