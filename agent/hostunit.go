@@ -141,10 +141,15 @@ func unitAssignments(content string, join bool) ([][2]string, error) {
 	}
 	var cont strings.Builder
 	continuing := false
+	// systemd ends a line at a lone carriage return and at NUL too, not
+	// only at a newline: read as one line, "ExecStart=<stable> launch\r
+	// ExecStart=\rExecStart=/usr/bin/sleep infinity" passed for the first.
+	content = strings.NewReplacer("\r\n", "\n", "\r", "\n", "\x00", "\n").Replace(content)
 	sc := bufio.NewScanner(strings.NewReader(content))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+		raw := sc.Text()
+		line := strings.TrimSpace(raw)
 		if strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
 			if join && continuing {
 				// systemd releases differ on whether it is skipped or
@@ -157,8 +162,8 @@ func unitAssignments(content string, join bool) ([][2]string, error) {
 			add(line)
 			continue
 		}
-		if l, ok := strings.CutSuffix(line, "\\"); ok {
-			cont.WriteString(l)
+		if continues(raw) {
+			cont.WriteString(strings.TrimSpace(strings.TrimSuffix(raw, "\\")))
 			cont.WriteByte(' ')
 			continuing = true
 			continue
@@ -174,6 +179,22 @@ func unitAssignments(content string, join bool) ([][2]string, error) {
 		add(strings.TrimSpace(cont.String()))
 	}
 	return out, sc.Err()
+}
+
+// continues says whether raw (a line as read, its newline gone) goes on
+// with the next, as systemd's parser says it: its last character is a
+// backslash that no backslash before it escapes. "X=a\\\\" ends in an
+// escaped backslash and "X=a\\ " in a space: neither goes on.
+func continues(raw string) bool {
+	escaped := false
+	for i := 0; i < len(raw); i++ {
+		if escaped {
+			escaped = false
+		} else if raw[i] == '\\' {
+			escaped = true
+		}
+	}
+	return escaped
 }
 
 // daemonReload makes systemd read the unit files an apply changed.

@@ -181,3 +181,36 @@ func TestHostUnit_SpacedExecStartIsRefused(t *testing.T) {
 		t.Errorf("refused %q: %v", ok, err)
 	}
 }
+
+// TestHostUnit_CarriageReturnHidesExecStart: systemd ends a line at a lone
+// '\r' and at NUL as well as at '\n' (systemd-analyze verify reports
+// "Unknown key 'X'" for "ExecStart=/bin/true\rX=1"). A unit whose
+// ExecStart line carried "\rExecStart=\rExecStart=/usr/bin/sleep infinity"
+// passed the guard as one ExecStart of the stable path; systemd would
+// have started sleep.
+func TestHostUnit_CarriageReturnHidesExecStart(t *testing.T) {
+	state := t.TempDir()
+	stable := StablePath(state)
+	for name, content := range map[string]string{
+		"CR":  "[Service]\nExecStart=" + stable + " launch --state " + state + "\rExecStart=\rExecStart=/usr/bin/sleep infinity\n",
+		"NUL": "[Service]\nExecStart=" + stable + " launch --state " + state + "\x00ExecStart=\x00ExecStart=/usr/bin/sleep infinity\n",
+	} {
+		if err := checkHostUnit(unitDecl("host.unit", "/etc/systemd/system/mesh-host.service", content), state); err == nil {
+			t.Errorf("%s: a unit that systemd reads as ExecStart=/usr/bin/sleep infinity passed checkHostUnit: %q", name, content)
+		}
+	}
+}
+
+// TestHostUnit_EscapedBackslashIsNoContinuation: systemd continues a line
+// only on an unescaped trailing backslash; "X-Foo=bar\\\\" ends the line, so
+// the following "ExecStart=" resets the list and the unit has no ExecStart
+// (systemd-analyze verify: "Service has no ExecStart=... Refusing", no host
+// at the next restart). The guard joins it into X-Foo's value and passes it.
+func TestHostUnit_EscapedBackslashIsNoContinuation(t *testing.T) {
+	state := t.TempDir()
+	stable := StablePath(state)
+	content := "[Service]\nExecStart=" + stable + " launch --state " + state + "\nX-Foo=bar\\\\\nExecStart=\n"
+	if err := checkHostUnit(unitDecl("host.unit", "/etc/systemd/system/mesh-host.service", content), state); err == nil {
+		t.Errorf("a unit whose last ExecStart (to systemd) only resets it passed checkHostUnit: %q", content)
+	}
+}

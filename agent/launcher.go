@@ -217,7 +217,12 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			path, v := l.st.KnownGoodPath, l.st.KnownGood
 			l.stMu.Unlock()
 			var env []string
-			if rb := l.unwritten; rb != nil {
+			if rb := l.unwritten; rb != nil && rb.To != v {
+				// Another release was kept since: the rollback was to a
+				// known-good this one is not, and it is not this host's
+				// to report.
+				l.unwritten = nil
+			} else if rb != nil {
 				if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err == nil {
 					l.unwritten = nil
 				} else if b, err := json.Marshal(rb); err == nil {
