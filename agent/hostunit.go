@@ -141,10 +141,14 @@ func unitAssignments(content string, join bool) ([][2]string, error) {
 	}
 	var cont strings.Builder
 	continuing := false
-	// systemd ends a line at a lone carriage return and at NUL too, not
-	// only at a newline: read as one line, "ExecStart=<stable> launch\r
-	// ExecStart=\rExecStart=/usr/bin/sleep infinity" passed for the first.
-	content = strings.NewReplacer("\r\n", "\n", "\r", "\n", "\x00", "\n").Replace(content)
+	// systemd ends a line at a carriage return and at NUL too, and takes
+	// some pairs of them ("\n\r", "\r\0") as one end: read as one line,
+	// "ExecStart=<stable> launch\rExecStart=\rExecStart=/usr/bin/sleep
+	// infinity" passed for the first, and read as two ends, a pair broke a
+	// continuation systemd goes on with. A unit of the host holds neither.
+	if i := strings.IndexAny(content, "\r\x00"); i >= 0 {
+		return nil, fmt.Errorf("a carriage return or NUL at byte %d (systemd ends a line there, in ways that differ by what follows): write the unit with newlines only", i)
+	}
 	sc := bufio.NewScanner(strings.NewReader(content))
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
 	for sc.Scan() {

@@ -676,8 +676,48 @@ func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version strin
 	if !slices.ContainsFunc(rms, func(rm models.RolloutMachine) bool { return rm.Wave == 0 && rm.State == models.UpgradeWithdrawn }) {
 		return nil
 	}
-	// By platform: a platform that joined the rollout has canaries of its
-	// own (its binary is not the one the others tried), and another
+	// promote makes the next machine still to come (of platform p, or of
+	// any when p is "") a canary, as the first were taken: flagged, then
+	// heard from (by a subquery: the waiting are as many as the fleet).
+	promote := func(p string) (string, error) {
+		q := tx.Select("id", "name", "last_seen", "host_version", "os", "arch").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
+			Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending))
+		if os, arch, ok := strings.Cut(p, "/"); ok {
+			q = q.Where("os = ? AND arch = ?", os, arch)
+		}
+		var ms []models.Machine
+		if err := q.Order("name").Find(&ms).Error; err != nil || len(ms) == 0 {
+			return "", err
+		}
+		if err := canariesFirst(tx, ms, version); err != nil {
+			return "", err
+		}
+		next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })
+		rms[next].Wave = 0
+		return ms[0].OS + "/" + ms[0].Arch, tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rms[next].RolloutID, rms[next].MachineID).
+			Update("wave", 0).Error
+	}
+	// The rollout's canaries all withdrawn (revoked, deleted) before one
+	// tried the release: the waves after them wait for a canary that
+	// upgraded, so the next machine to come takes the place.
+	live, waiting := 0, 0
+	for _, rm := range rms {
+		switch {
+		case rm.Wave == 0 && rm.State != models.UpgradeWithdrawn:
+			live++
+		case rm.Wave > 0 && rm.State == models.UpgradePending:
+			waiting++
+		}
+	}
+	promoted := ""
+	if live == 0 && waiting > 0 {
+		var err error
+		if promoted, err = promote(""); err != nil {
+			return err
+		}
+	}
+	// And by platform: a platform that joined the rollout has canaries of
+	// its own (its binary is not the one the others tried), and another
 	// platform's canary that upgraded says nothing of it. A deleted
 	// machine's platform is unknown: it counts for none.
 	var plats []models.Machine
@@ -689,7 +729,7 @@ func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version strin
 	for _, m := range plats {
 		platform[m.ID] = m.OS + "/" + m.Arch
 	}
-	type count struct{ had, canaries, waiting int }
+	type count struct{ had, live, waiting int }
 	by := map[string]*count{}
 	for _, rm := range rms {
 		p := platform[rm.MachineID]
@@ -700,35 +740,17 @@ func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version strin
 		case rm.Wave == 0:
 			c.had++
 			if rm.State != models.UpgradeWithdrawn {
-				c.canaries++
+				c.live++
 			}
 		case rm.State == models.UpgradePending:
 			c.waiting++
 		}
 	}
 	for p, c := range by {
-		if p == "" || c.had == 0 || c.canaries > 0 || c.waiting == 0 {
+		if p == "" || p == promoted || c.had == 0 || c.live > 0 || c.waiting == 0 {
 			continue
 		}
-		os, arch, _ := strings.Cut(p, "/")
-		// The next canary as the first were taken: flagged, then heard
-		// from (by a subquery: the waiting are as many as the fleet).
-		var ms []models.Machine
-		if err := tx.Select("id", "name", "last_seen", "host_version").Where("os = ? AND arch = ? AND id IN (?)", os, arch,
-			tx.Model(&models.RolloutMachine{}).Select("machine_id").
-				Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending)).Order("name").Find(&ms).Error; err != nil {
-			return err
-		}
-		if len(ms) == 0 {
-			continue
-		}
-		if err := canariesFirst(tx, ms, version); err != nil {
-			return err
-		}
-		next := slices.IndexFunc(rms, func(rm models.RolloutMachine) bool { return rm.MachineID == ms[0].ID })
-		rms[next].Wave = 0
-		if err := tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rms[next].RolloutID, rms[next].MachineID).
-			Update("wave", 0).Error; err != nil {
+		if _, err := promote(p); err != nil {
 			return err
 		}
 	}
