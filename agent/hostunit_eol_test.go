@@ -7,10 +7,10 @@ import "testing"
 // "ExecStart=\\" + "\n\r" + "/usr/bin/sleep infinity" is, to systemd, the
 // continued line "ExecStart= /usr/bin/sleep infinity", and
 // "Description=x \\" + "\n\r" + "ExecStart=<stable> launch" is one
-// Description value. The guard makes each of those two-character ends two
-// line ends (an empty line between), which ends its continuation: it reads
-// a reset, then ExecStart=<stable> launch last, and passes a unit whose one
-// ExecStart to systemd is /usr/bin/sleep infinity.
+// Description value. Read as two line ends (an empty line between), the
+// continuation ended: the guard read a reset, then ExecStart=<stable>
+// launch last, and passed a unit whose one ExecStart to systemd is
+// /usr/bin/sleep infinity. Such a unit is refused.
 func TestHostUnit_TwoCharacterLineEndsAreOneEnd(t *testing.T) {
 	state := t.TempDir()
 	stable := StablePath(state)
