@@ -60,6 +60,9 @@ func (s *Server) listPlans(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	for i := range ps {
+		ps[i].MarkOffline(s.Rules, s.Hub.LastSeen, s.Now())
+	}
 	return c.JSON(http.StatusOK, listOf(ps, limit, func(p models.PlanView) string { return strconv.FormatInt(p.ID, 10) }))
 }
 

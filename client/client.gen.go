@@ -1774,7 +1774,7 @@ type PlanStep struct {
 	// Generation the generation the step made
 	Generation int `json:"generation"`
 
-	// HostOfflineSince of a sent step whose machine's host is offline (not heard from within --offline-after): when it was last heard from (or enrolled, if never); left out otherwise. Nothing reaches the machine until its host polls again. Said by GET /api/v1/plans/{id}
+	// HostOfflineSince of a sent step whose machine's host is offline (not heard from within --offline-after): when it was last heard from (or enrolled, if never); left out otherwise. Nothing reaches the machine until its host polls again. Said by GET /api/v1/plans/{id} and the list of plans
 	HostOfflineSince *time.Time `json:"host_offline_since,omitempty"`
 	Machine          string     `json:"machine"`
 

@@ -62,4 +62,15 @@ func TestPlanPage_AStepWaitingOnAnOfflineHostSaysOffline(t *testing.T) {
 	if len(v.Steps) != 1 || v.Steps[0].HostOfflineSince == nil || time.Since(*v.Steps[0].HostOfflineSince) < 4*time.Minute {
 		t.Fatalf("the API's step: %+v", v.Steps)
 	}
+	var l struct {
+		Items []struct {
+			Steps []struct {
+				HostOfflineSince *time.Time `json:"host_offline_since"`
+			}
+		}
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: e.Admin}, 200, &l)
+	if len(l.Items) != 1 || len(l.Items[0].Steps) != 1 || l.Items[0].Steps[0].HostOfflineSince == nil {
+		t.Fatalf("the API's list of plans: %+v", l.Items)
+	}
 }
