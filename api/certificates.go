@@ -87,20 +87,15 @@ func (s *Server) verifyMachineCert(c echo.Context, chain []*x509.Certificate, re
 // recordRefusal audits a refused host credential, at most once a minute
 // per machine and reason (auth.Refusals).
 func (s *Server) recordRefusal(c echo.Context, machine, reason, detail string) {
-	row := auth.Row{Actor: "anonymous", Action: "host-refused", Target: "machine/" + machine}
-	if due, since := s.refusals.Due(machine+"\x00"+reason, row); due {
-		_ = s.Store.Audit(c.Request().Context(), row.Actor, row.Action, row.Target,
-			fmt.Sprintf("%s (from %s)%s", detail, c.RealIP(), auth.Since(since)))
-	}
+	_ = s.refusals.Record(c.Request().Context(), s.Store.Audit, machine+"\x00"+reason,
+		auth.Row{Actor: "anonymous", Action: "host-refused", Target: "machine/" + machine}, fmt.Sprintf("%s (from %s)", detail, c.RealIP()))
 }
 
 // recordThrottled puts a host's request refused by a limit on the record,
 // once a minute per machine and kind, counting the rest.
 func (s *Server) recordThrottled(c echo.Context, machine, action string, err error) {
-	row := auth.Row{Actor: "host:" + machine, Action: action, Target: "machine/" + machine}
-	if due, since := s.refusals.Due(machine+"\x00"+action, row); due {
-		_ = s.Store.Audit(c.Request().Context(), row.Actor, row.Action, row.Target, fmt.Sprintf("%v%s", err, auth.Since(since)))
-	}
+	_ = s.refusals.Record(c.Request().Context(), s.Store.Audit, machine+"\x00"+action,
+		auth.Row{Actor: "host:" + machine, Action: action, Target: "machine/" + machine}, err.Error())
 }
 
 type certificateRequest struct {
@@ -264,19 +259,11 @@ func (s *Server) certLimit() *addressLimiter {
 // RecordOverdueRefusals writes the refusals counted since their key's
 // last audit row and carried by no later one (auth.Refusals.Overdue).
 func (s *Server) RecordOverdueRefusals(ctx context.Context) error {
-	return s.recordRefusals(ctx, s.refusals.Overdue())
+	return s.refusals.RecordOverdue(ctx, s.Store.Audit)
 }
 
 // RecordPendingRefusals writes every refusal counted since its key's last
 // row, however recent: what a stopping controller would otherwise lose.
 func (s *Server) RecordPendingRefusals(ctx context.Context) error {
-	return s.recordRefusals(ctx, s.refusals.Pending())
-}
-
-func (s *Server) recordRefusals(ctx context.Context, us []auth.Unrecorded) error {
-	var errs []error
-	for _, u := range us {
-		errs = append(errs, s.Store.Audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
-	}
-	return errors.Join(errs...)
+	return s.refusals.RecordPending(ctx, s.Store.Audit)
 }

@@ -201,7 +201,7 @@ func (pc *pushCommits) UnmarshalJSON(b []byte) error {
 			pc.paths, pc.more = nil, true
 			return nil
 		}
-		full, err := pc.commit(d, add)
+		full, err := readCommit(d, add)
 		if err != nil {
 			return fmt.Errorf("commits[%d]: %w", n, err)
 		}
@@ -213,11 +213,11 @@ func (pc *pushCommits) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// commit reads one commit of d a token at a time, giving add each path of
+// readCommit reads one commit of d a token at a time, giving add each path of
 // its added, removed and modified lists (a commit's lists are not kept
 // whole: one commit may name hundreds of thousands); full when add took
 // no more.
-func (pc *pushCommits) commit(d *json.Decoder, add func(string) bool) (full bool, err error) {
+func readCommit(d *json.Decoder, add func(string) bool) (full bool, err error) {
 	t, err := d.Token()
 	if err != nil || t == nil {
 		return false, err // null: a commit of nothing
@@ -282,10 +282,8 @@ func (s *Server) hook(c echo.Context) error {
 		// held, so an outsider cannot fill the bodies' bound. Once a
 		// minute per source on the record, whatever the address (an
 		// IPv6 /64 is addresses without end), counting the rest.
-		if due, since := s.refusals.Due(src.Name+"\x00hook-from", hookRefused(src.Name)); due {
-			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
-				fmt.Sprintf("from %s: not an address the source takes webhooks from%s", ip, auth.Since(since)))
-		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, src.Name+"\x00hook-from", hookRefused(src.Name),
+			fmt.Sprintf("from %s: not an address the source takes webhooks from", ip))
 		return fmt.Errorf("%w: source %s does not take webhooks from %s (its allowed_from)", models.ErrForbidden, src.Name, ip)
 	}
 	br := s.hookBodies.reader(ctx, c.RealIP(), c.Request().Body)
@@ -295,10 +293,7 @@ func (s *Server) hook(c echo.Context) error {
 	var ra *models.RetryAfterError
 	if errors.As(err, &ra) {
 		// On the record: a forge does not send a delivery again by itself.
-		if due, since := s.refusals.Due(src.Name+"\x00hook-bodies", hookRefused(src.Name)); due {
-			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
-				fmt.Sprintf("from %s: %v%s", c.RealIP(), err, auth.Since(since)))
-		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, src.Name+"\x00hook-bodies", hookRefused(src.Name), fmt.Sprintf("from %s: %v", c.RealIP(), err))
 	}
 	if err != nil {
 		return err
@@ -325,11 +320,8 @@ func (s *Server) hook(c echo.Context) error {
 		// The headers are the sender's, unchecked: a line of each (a
 		// forge's event name and delivery id are short). Once a minute per
 		// source and address, the next record counting the rest.
-		if due, since := s.refusals.Due(key+"\x00hook", hookRefused(src.Name)); due {
-			_ = s.Store.Audit(ctx, "forge:"+src.Name, "webhook-refused", "source/"+src.Name,
-				fmt.Sprintf("event %q delivery %q from %s: %s%s",
-					models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), why, auth.Since(since)))
-		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, key+"\x00hook", hookRefused(src.Name), fmt.Sprintf("event %q delivery %q from %s: %s",
+			models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), why))
 		if sig == "" {
 			return fmt.Errorf("%w: the webhook is not signed: set the source's secret in the forge's webhook", models.ErrUnauthorized)
 		}

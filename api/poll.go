@@ -116,12 +116,9 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	if changed {
 		if err := s.hostInfoLimit.take("machine " + p.Machine); err != nil {
 			s.Hub.HostInfoNotRecorded(p.hostID, hv, schema)
-			row := auth.Row{Actor: "host:" + p.Machine, Action: "host-refused", Target: "machine/" + p.Machine}
-			if due, since := s.refusals.Due(p.Machine+"\x00host-info", row); due {
-				_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target,
-					fmt.Sprintf("poll refused: its host version or schemas changed more than 10 times within minutes (now %s, %s) (from %s)%s",
-						hv, schema, c.RealIP(), auth.Since(since)))
-			}
+			_ = s.refusals.Record(ctx, s.Store.Audit, p.Machine+"\x00host-info",
+				auth.Row{Actor: "host:" + p.Machine, Action: "host-refused", Target: "machine/" + p.Machine},
+				fmt.Sprintf("poll refused: its host version or schemas changed more than 10 times within minutes (now %s, %s) (from %s)", hv, schema, c.RealIP()))
 			return err
 		}
 		if err := s.Store.RecordHostInfo(ctx, p.hostID, hv, schema); err != nil {

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -98,6 +100,37 @@ func (r *Refusals) now() time.Time {
 		return r.Now()
 	}
 	return time.Now()
+}
+
+// Auditor writes an audit row: the store's Audit.
+type Auditor func(ctx context.Context, actor, action, target, detail string) error
+
+// Record puts the refusal keyed by key on the record as row, with detail
+// and how many of the key went unrecorded since, when it is due (Due).
+func (r *Refusals) Record(ctx context.Context, audit Auditor, key string, row Row, detail string) error {
+	if due, since := r.Due(key, row); due {
+		return audit(ctx, row.Actor, row.Action, row.Target, detail+Since(since))
+	}
+	return nil
+}
+
+// RecordOverdue writes what Overdue takes; RecordPending what Pending
+// takes.
+func (r *Refusals) RecordOverdue(ctx context.Context, audit Auditor) error {
+	return recordAll(ctx, audit, r.Overdue())
+}
+
+// RecordPending: see RecordOverdue.
+func (r *Refusals) RecordPending(ctx context.Context, audit Auditor) error {
+	return recordAll(ctx, audit, r.Pending())
+}
+
+func recordAll(ctx context.Context, audit Auditor, us []Unrecorded) error {
+	var errs []error
+	for _, u := range us {
+		errs = append(errs, audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
+	}
+	return errors.Join(errs...)
 }
 
 // Words is the detail of an Unrecorded's row.

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -62,5 +64,32 @@ func TestRefusals_OverdueAreTaken(t *testing.T) {
 	// counted, not written.
 	if due, _ := r.Due("10.0.0.1\x00enroll", row); due {
 		t.Fatal("a refusal just after the overdue ones were taken was due")
+	}
+}
+
+// TestRefusals_RecordWritesWhatIsDue: Record writes a key's refusal when it
+// is due, with how many went unrecorded since, and nothing in between;
+// RecordPending writes what a burst left.
+func TestRefusals_RecordWritesWhatIsDue(t *testing.T) {
+	now := time.Now()
+	r := Refusals{Now: func() time.Time { return now }}
+	var rows []string
+	audit := func(_ context.Context, actor, action, target, detail string) error {
+		rows = append(rows, actor+" "+action+" "+target+": "+detail)
+		return nil
+	}
+	row := Row{Actor: "anonymous", Action: "login-throttled", Target: "user/bob"}
+	for range 3 {
+		if err := r.Record(context.Background(), audit, "bob", row, "10.0.0.1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Minute)
+	_ = r.Record(context.Background(), audit, "bob", row, "10.0.0.1")
+	_ = r.Record(context.Background(), audit, "bob", row, "10.0.0.1")
+	_ = r.RecordPending(context.Background(), audit)
+	want := []string{"anonymous login-throttled user/bob: 10.0.0.1", "anonymous login-throttled user/bob: 10.0.0.1; 2 more refused since the last record of it"}
+	if len(rows) != 3 || rows[0] != want[0] || rows[1] != want[1] || !strings.HasPrefix(rows[2], "anonymous login-throttled user/bob: 1 more refused after the record of ") {
+		t.Fatalf("rows: %q", rows)
 	}
 }

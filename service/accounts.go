@@ -21,10 +21,7 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	if wait > 0 {
 		// One row a minute for a name and address: each attempt refused
 		// while throttled is not a write of its own.
-		row := auth.Row{Actor: "anonymous", Action: "login-throttled", Target: "user/" + user}
-		if due, since := s.refusals.Due(user+"\x00"+addr, row); due {
-			_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target, addr+auth.Since(since))
-		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, user+"\x00"+addr, auth.Row{Actor: "anonymous", Action: "login-throttled", Target: "user/" + user}, addr)
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}
@@ -81,10 +78,8 @@ func (s *Service) ChangePassword(ctx context.Context, user, current, next, addr 
 		// One row a minute, as a throttled login: a refused attempt costs
 		// no password check, so a flood of them was thousands of rows a
 		// second.
-		row := auth.Row{Actor: "user:" + user, Action: "password-change-throttled", Target: "user/" + user}
-		if due, since := s.refusals.Due("password\x00"+user+"\x00"+addr, row); due {
-			_ = s.Store.Audit(ctx, row.Actor, row.Action, row.Target, addr+auth.Since(since))
-		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, "password\x00"+user+"\x00"+addr,
+			auth.Row{Actor: "user:" + user, Action: "password-change-throttled", Target: "user/" + user}, addr)
 		return &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed attempts; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}

@@ -140,19 +140,11 @@ func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError
 // RecordOverdueRefusals writes the refusals counted since their key's
 // last audit row and carried by no later one (auth.Refusals.Overdue).
 func (s *Service) RecordOverdueRefusals(ctx context.Context) error {
-	return s.recordRefusals(ctx, s.refusals.Overdue())
+	return s.refusals.RecordOverdue(ctx, s.Store.Audit)
 }
 
 // RecordPendingRefusals writes every refusal counted since its key's last
 // row, however recent: what a stopping controller would otherwise lose.
 func (s *Service) RecordPendingRefusals(ctx context.Context) error {
-	return s.recordRefusals(ctx, s.refusals.Pending())
-}
-
-func (s *Service) recordRefusals(ctx context.Context, us []auth.Unrecorded) error {
-	var errs []error
-	for _, u := range us {
-		errs = append(errs, s.Store.Audit(ctx, u.Actor, u.Action, u.Target, u.Words()))
-	}
-	return errors.Join(errs...)
+	return s.refusals.RecordPending(ctx, s.Store.Audit)
 }

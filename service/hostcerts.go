@@ -39,12 +39,9 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 		// how many more since): a host repeating a refused request must
 		// not write the store full of its refusals.
 		if errors.Is(err, models.ErrForbidden) || errors.Is(err, models.ErrInvalid) {
-			row := auth.Row{Actor: actor, Action: "service-certificate-refused", Target: target}
-			if due, since := s.refusals.Due(machine+"\x00service-certificate", row); due {
-				if aerr := s.Store.Audit(ctx, row.Actor, row.Action, row.Target,
-					models.Clip(req.Resource, 130)+": "+err.Error()+auth.Since(since)); aerr != nil {
-					return nil, aerr
-				}
+			if aerr := s.refusals.Record(ctx, s.Store.Audit, machine+"\x00service-certificate",
+				auth.Row{Actor: actor, Action: "service-certificate-refused", Target: target}, models.Clip(req.Resource, 130)+": "+err.Error()); aerr != nil {
+				return nil, aerr
 			}
 		}
 		return nil, err
