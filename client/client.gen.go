@@ -1831,7 +1831,7 @@ type Release struct {
 	KeyId     string    `json:"key_id"`
 	Os        string    `json:"os"`
 
-	// RolledOutAt when a fleet rollout of the version finished done with this platform in it (null: not yet). The fleet default reaches a machine without a target of its own only through a release so tried; one uploaded for another platform while the version's rollout runs joins it (its machines with a canary of their own), and one uploaded after it is done waits for a rollout of its own
+	// RolledOutAt when a fleet rollout of the version finished done having upgraded a machine of this platform (null: not yet). The fleet default reaches a machine without a target of its own only through a release so tried; one uploaded for another platform while the version's rollout runs joins it (its machines with a canary of their own), and one uploaded after it is done waits for a rollout of its own
 	RolledOutAt *time.Time `json:"rolled_out_at"`
 
 	// Schemas the declaration schemas the release decodes, canonical (ascending, no repeats); releases stored before this was recorded decode 1

@@ -24,7 +24,7 @@ type Release struct {
 	CreatedBy string    `json:"created_by"`
 	CreatedAt time.Time `json:"created_at"`
 	// RolledOutAt is when a fleet rollout of the version finished done
-	// with this platform in it. Only such a release carries the fleet
+	// having upgraded a machine of this platform. Only such a release carries the fleet
 	// default to a machine without a target of its own: one uploaded for
 	// another platform after its version became the default reaches that
 	// platform's machines through a rollout, canary first, not all at

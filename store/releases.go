@@ -49,12 +49,10 @@ func (tx *Tx) CreateRelease(actor string, r *models.Release, binary *models.Blob
 // first canaries tried), not left to meet the version untried once it is
 // the default.
 func joinRollout(tx *Tx, actor string, r *models.Release) error {
-	var ros []models.Rollout
-	if err := tx.Where("version = ? AND plan_id = 0 AND state IN ?", r.Version, []string{models.RolloutRunning, models.RolloutPaused}).
-		Order("id DESC").Limit(1).Find(&ros).Error; err != nil || len(ros) == 0 {
+	ro, err := fleetRolloutGoing(tx, r.Version)
+	if err != nil || ro == nil {
 		return err
 	}
-	ro := &ros[0]
 	var ms []models.Machine
 	if err := tx.Where("os = ? AND arch = ? AND revoked_at IS NULL", r.OS, r.Arch).
 		Where("id NOT IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").Where("rollout_id = ?", ro.ID)).
@@ -82,15 +80,25 @@ func joinRollout(tx *Tx, actor string, r *models.Release) error {
 // rollout of its version, or, when one runs already (the release of
 // another platform began it), that one, which the release joined.
 func (tx *Tx) RollOutRelease(actor, version string, deadline int64) (*models.RolloutView, error) {
-	var ros []models.Rollout
-	if err := tx.Where("version = ? AND plan_id = 0 AND state IN ?", version, []string{models.RolloutRunning, models.RolloutPaused}).
-		Order("id DESC").Limit(1).Find(&ros).Error; err != nil {
+	ro, err := fleetRolloutGoing(tx, version)
+	if err != nil {
 		return nil, err
 	}
-	if len(ros) == 1 {
-		return rolloutView(tx, &ros[0])
+	if ro != nil {
+		return rolloutView(tx, ro)
 	}
 	return tx.StartRollout(actor, version, "1", 1, deadline)
+}
+
+// fleetRolloutGoing is the fleet's rollout of version that runs or is
+// paused (nil: none); a plan's host step is not the fleet's.
+func fleetRolloutGoing(tx *Tx, version string) (*models.Rollout, error) {
+	var ros []models.Rollout
+	if err := tx.Where("version = ? AND plan_id = 0 AND state IN ?", version, []string{models.RolloutRunning, models.RolloutPaused}).
+		Order("id DESC").Limit(1).Find(&ros).Error; err != nil || len(ros) == 0 {
+		return nil, err
+	}
+	return &ros[0], nil
 }
 
 // Releases lists host releases, newest first.
