@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,7 +58,40 @@ type launcherState struct {
 	// cannot reap rather than run a second one beside it.
 	HostPID   int    `json:"host_pid,omitempty"`
 	HostStart uint64 `json:"host_start,omitempty"`
+	// Previous is the known-good before the release kept last: that
+	// release is rolled back to it if its host crash-loops (exits
+	// crashLoopExits times in a row, each within a minute of its start)
+	// before it has run provenAfter in one go. Its trial proved one
+	// reconcile, not every start: a release that dies at the next
+	// generation or the next boot ran on, restarted for good, with no
+	// host reaching the controller. Cleared when proven or used.
+	Previous *keptRelease `json:"previous,omitempty"`
+	// LauncherInterrupted counts, by digest, the launcher trials the
+	// machine's restart interrupted: such a trial is tried again (up to
+	// launcherRetries times) rather than refused for good.
+	LauncherInterrupted map[string]int `json:"launcher_interrupted,omitempty"`
+	// LauncherRetry is a launcher trial interrupted by the machine's
+	// restart, tried again once the known-good host runs.
+	LauncherRetry *launcherTrial `json:"launcher_retry,omitempty"`
 }
+
+// keptRelease is a host release the launcher has kept as known-good.
+type keptRelease struct {
+	Version string `json:"version"`
+	Path    string `json:"path"`
+	Digest  string `json:"digest,omitempty"`
+}
+
+const (
+	// crashLoopExits is how many exits in a row, each within a minute of
+	// its start, make a kept release's host crash-looping.
+	crashLoopExits = 5
+	// provenAfter is how long a kept release's host runs in one go before
+	// a crash loop is no longer taken as the release's doing (the release
+	// before it is forgotten): after that, the machine or its
+	// declarations changed, and an older release would not mend it.
+	provenAfter = time.Hour
+)
 
 func launcherPath(dir string) string { return filepath.Join(dir, "launcher.json") }
 
@@ -136,6 +170,15 @@ type launcher struct {
 	// handed to it in its environment (EnvRollback) until then. Only the
 	// loop's goroutine uses it.
 	unwritten *rollback
+	// firstWait is the wait before a host that exited is started again,
+	// doubled at each exit in a row up to 30 s (0: a second).
+	firstWait time.Duration
+	// provenIn is how long a kept release's host runs in one go to be
+	// proven (0: provenAfter).
+	provenIn time.Duration
+	// own is the binary started when known-good's cannot be ("": this
+	// launcher's own image, /proc/<pid>/exe).
+	own string
 }
 
 // save writes launcher.json; the caller holds stMu.
@@ -204,55 +247,63 @@ func (l *launcher) recordHost(pid int) {
 }
 
 // loop supervises the known-good host: adopted (a host the launcher ran
-// before it re-executed itself) or started here.
+// before it re-executed itself) or started here. A host that exits is
+// started again after a wait that doubles; a kept release whose host
+// crash-loops is rolled back to the release before it (crashRollBack).
 func (l *launcher) loop(ctx context.Context, adopted *child) error {
-	backoff := time.Second
+	first := l.firstWait
+	if first <= 0 {
+		first = time.Second
+	}
+	backoff, crashes := first, 0
 	for {
 		var p *os.Process
 		var exited chan syscall.WaitStatus
+		// own: the launcher's own binary runs in known-good's place, whose
+		// crash loop is not known-good's to be rolled back for.
+		own := false
 		if adopted != nil {
 			p, exited, adopted = adopted.p, adopted.exited, nil
 		} else {
-			l.stMu.Lock()
-			path, v := l.st.KnownGoodPath, l.st.KnownGood
-			l.stMu.Unlock()
-			var env []string
-			if rb := l.unwritten; rb != nil && rb.To != v {
-				// Another release was kept since: the rollback was to a
-				// known-good this one is not, and it is not this host's
-				// to report.
-				l.unwritten = nil
-			} else if rb != nil {
-				if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err == nil {
-					l.unwritten = nil
-				} else if b, err := json.Marshal(rb); err == nil {
-					env = append(env, EnvRollback+"="+string(b))
-				}
-			}
 			var err error
-			p, exited, err = l.start(path, env...)
-			if err != nil {
-				return fmt.Errorf("starting known-good %s: %w", path, err)
+			if p, exited, own, err = l.startKnownGood(); err != nil {
+				return err
 			}
-			l.cfg.Log.Info("launched", "version", v, "pid", p.Pid)
+			l.retryLauncher(ctx, p.Pid)
 		}
 		started := time.Now()
+		var proven <-chan time.Time
+		l.stMu.Lock()
+		if l.st.Previous != nil && !own {
+			proven = time.After(cmp.Or(l.provenIn, provenAfter))
+		}
+		l.stMu.Unlock()
 		var ws syscall.WaitStatus
-		select {
-		case <-ctx.Done():
-			stop(p, exited)
-			return nil
-		case ws = <-exited:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				stop(p, exited)
+				return nil
+			case <-proven:
+				proven = nil
+				l.proven()
+			case ws = <-exited:
+				break wait
+			}
 		}
 		if ws.Exited() && ws.ExitStatus() == ExitUpgrade {
 			if err := l.tryRelease(ctx); err != nil {
 				return err
 			}
-			backoff = time.Second
+			backoff, crashes = first, 0
 			continue
 		}
 		if time.Since(started) > time.Minute {
-			backoff = time.Second
+			backoff, crashes = first, 0
+		} else if crashes++; crashes >= crashLoopExits && !own && l.crashRollBack(crashes, ws) {
+			backoff, crashes = first, 0
+			continue
 		}
 		l.cfg.Log.Warn("host exited; starting it again", "status", ws, "in", backoff)
 		select {
@@ -262,6 +313,121 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// startKnownGood starts the known-good host, handing it a rollback whose
+// record could not be written. A known-good binary that does not match its
+// digest, or cannot be started, is not retried for good while no host
+// runs: the launcher's own binary (a host too, and proven: it runs) is
+// started in its place. That host, of another version than the machine's
+// target, fetches the release again, and its trial makes it known-good.
+func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStatus, own bool, err error) {
+	l.stMu.Lock()
+	path, v, dg := l.st.KnownGoodPath, l.st.KnownGood, l.st.KnownGoodDigest
+	l.stMu.Unlock()
+	var env []string
+	if rb := l.unwritten; rb != nil && rb.To != v {
+		// Another release was kept since: the rollback was to a
+		// known-good this one is not, and it is not this host's
+		// to report.
+		l.unwritten = nil
+	} else if rb != nil {
+		if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err == nil {
+			l.unwritten = nil
+		} else if b, err := json.Marshal(rb); err == nil {
+			env = append(env, EnvRollback+"="+string(b))
+		}
+	}
+	why := ""
+	if dg != "" {
+		if ok, err := fileHasDigest(path, dg); err != nil {
+			why = err.Error()
+		} else if !ok {
+			why = "it is missing or does not match its digest " + dg
+		}
+	}
+	if why == "" {
+		if p, exited, err = l.start(path, env...); err == nil {
+			l.cfg.Log.Info("launched", "version", v, "pid", p.Pid)
+			return p, exited, false, nil
+		}
+		why = "it could not be started: " + err.Error()
+	}
+	// The running launcher's image, whatever has become of the file it
+	// was started from.
+	self := cmp.Or(l.own, "/proc/"+strconv.Itoa(os.Getpid())+"/exe")
+	l.cfg.Log.Error("known-good's binary cannot be run; running the launcher's own binary in its place, until the release is fetched again",
+		"known_good", v, "path", path, "why", why, "instead", version.Version)
+	if p, exited, err = l.start(self, env...); err != nil {
+		return nil, nil, true, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
+	}
+	return p, exited, true, nil
+}
+
+// proven forgets the release before known-good: known-good's host has run
+// provenAfter in one go.
+func (l *launcher) proven() {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	if l.st.Previous == nil {
+		return
+	}
+	l.cfg.Log.Info("kept release proven: a crash loop from now on is not rolled back", "version", l.st.KnownGood, "ran", provenAfter)
+	l.st.Previous = nil
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+}
+
+// crashRollBack puts back the release known-good replaced when known-good,
+// kept after its trial and not yet proven, exited n times in a row, each
+// within a minute of its start. The rollback is recorded as a failed
+// trial's is: the host started next reports it and refuses the release,
+// and the controller fails the release (its rollout halts, done or not).
+// False when there is no release to go back to (or its binary is not
+// intact): the host is started again as before.
+func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
+	l.stMu.Lock()
+	prev := l.st.Previous
+	if prev == nil {
+		l.stMu.Unlock()
+		return false
+	}
+	l.st.Previous = nil
+	if ok, err := intact(prev); !ok {
+		l.cfg.Log.Error("the kept release crash-loops, and the release before it cannot be run to go back to",
+			"version", l.st.KnownGood, "previous", prev.Version, "path", prev.Path, "err", err)
+		if err := l.save(); err != nil {
+			l.cfg.Log.Error("writing launcher.json", "err", err)
+		}
+		l.stMu.Unlock()
+		return false
+	}
+	from := pending{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
+	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = prev.Version, prev.Path, prev.Digest
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+	l.stMu.Unlock()
+	_ = l.rollBack(from, fmt.Sprintf("it was kept after its trial, then its host exited %d times in a row, each within a minute of starting (the last: %s)",
+		n, describeExit(ws)))
+	return true
+}
+
+// intact says whether a kept release's binary can be run: it matches its
+// digest (the binary installed first has none recorded: it exists).
+func intact(r *keptRelease) (bool, error) {
+	if r.Digest != "" {
+		ok, err := fileHasDigest(r.Path, r.Digest)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s is missing or does not match its digest", r.Path)
+		}
+		return ok, err
+	}
+	if _, err := os.Stat(r.Path); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // tryRelease runs a staged release on trial; it becomes known-good only if
@@ -399,6 +565,9 @@ func (l *launcher) stagedVersion(path string) (string, bool) {
 func (l *launcher) keep(pd pending) error {
 	l.stMu.Lock()
 	defer l.stMu.Unlock()
+	if l.st.KnownGood != pd.Version {
+		l.st.Previous = &keptRelease{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
+	}
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = pd.Version, pd.Path, pd.Digest
 	return l.save()
 }

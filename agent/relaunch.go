@@ -56,6 +56,26 @@ type launcherTrial struct {
 	From     string    `json:"from"`
 	FromPath string    `json:"from_path"`
 	Started  time.Time `json:"started"`
+	// Boot is the machine's boot id when the trial started: a stable path
+	// started again under another boot id was the machine restarting,
+	// not the launcher on trial failing.
+	Boot string `json:"boot,omitempty"`
+}
+
+// launcherRetries is how many times a launcher trial interrupted by the
+// machine's restart is tried again before it is refused.
+const launcherRetries = 2
+
+// bootIDPath is where the kernel says this boot's id.
+var bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// bootID is this boot's id ("" if it cannot be read).
+func bootID() string {
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // EnsureStablePath makes the stable path name target when it names
@@ -175,9 +195,25 @@ func (l *launcher) startUp() error {
 		case stableTarget(l.cfg.StateDir) == t.Path:
 			// Flipped, and stopped before it said so.
 			l.st.LauncherTrial = nil
+		case t.Boot != "" && t.Boot != bootID() && l.st.LauncherInterrupted[t.Digest] < launcherRetries:
+			// The machine restarted during the trial: nothing was learnt
+			// of the launcher, so it is tried again once the known-good
+			// host runs (retryLauncher), not refused for good.
+			if l.st.LauncherInterrupted == nil {
+				l.st.LauncherInterrupted = map[string]int{}
+			}
+			l.st.LauncherInterrupted[t.Digest]++
+			l.cfg.Log.Warn("the machine restarted during a launcher trial; trying that launcher again",
+				"version", t.Version, "interrupted", l.st.LauncherInterrupted[t.Digest], "of", launcherRetries)
+			l.st.LauncherRetry, l.st.LauncherTrial = t, nil
+			_ = os.Remove(launcherMarkerPath(l.cfg.StateDir, t.Version))
 		default:
-			l.failLauncherTrial(fmt.Sprintf("launcher %s did not complete its trial: the stable path was started again during it, naming %s (%s)",
-				t.Version, t.FromPath, t.From))
+			why := "the stable path was started again during it"
+			if t.Boot != "" && t.Boot != bootID() {
+				why = fmt.Sprintf("the machine restarted during it %d times", launcherRetries+1)
+			}
+			l.failLauncherTrial(fmt.Sprintf("launcher %s did not complete its trial: %s, naming %s (%s)",
+				t.Version, why, t.FromPath, t.From))
 		}
 	} else if l.reexeced && prev != "" && prev != version.Version {
 		l.cfg.Log.Info("launcher re-executed in place", "from", prev, "to", version.Version, "pid", os.Getpid())
@@ -259,7 +295,8 @@ func (l *launcher) moveTo(ctx context.Context, pd pending, hostPID int) {
 	if fromPath == "" {
 		fromPath = l.self
 	}
-	l.st.LauncherTrial = &launcherTrial{Version: pd.Version, Path: pd.Path, Digest: pd.Digest, From: from, FromPath: fromPath, Started: time.Now().UTC()}
+	l.st.LauncherTrial = &launcherTrial{Version: pd.Version, Path: pd.Path, Digest: pd.Digest, From: from, FromPath: fromPath,
+		Started: time.Now().UTC(), Boot: bootID()}
 	_ = os.Remove(launcherMarkerPath(l.cfg.StateDir, pd.Version))
 	if err := l.save(); err != nil {
 		l.st.LauncherTrial = nil
@@ -289,6 +326,29 @@ func (l *launcher) moveTo(ctx context.Context, pd pending, hostPID int) {
 	if err := l.save(); err != nil {
 		l.cfg.Log.Error("writing launcher.json", "err", err)
 	}
+}
+
+// retryLauncher tries again a launcher trial the machine's restart
+// interrupted, now that the known-good host hostPID runs: the release's
+// launcher is moved to as after its host's trial (moveTo). Only the
+// release known-good is: a later one kept meanwhile brings its own.
+func (l *launcher) retryLauncher(ctx context.Context, hostPID int) {
+	l.stMu.Lock()
+	r := l.st.LauncherRetry
+	if r == nil {
+		l.stMu.Unlock()
+		return
+	}
+	l.st.LauncherRetry = nil
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+	kg := pending{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
+	l.stMu.Unlock()
+	if kg.Version != r.Version || kg.Digest != r.Digest {
+		return
+	}
+	l.moveTo(ctx, kg, hostPID)
 }
 
 // probeHandover asks a release's binary whether its launcher adopts a
@@ -396,6 +456,7 @@ func (l *launcher) launcherTrial(ctx context.Context) {
 			err := flipStable(l.cfg.StateDir, t.Path)
 			if err == nil {
 				l.st.LauncherTrial, l.st.LauncherFailure = nil, ""
+				delete(l.st.LauncherInterrupted, t.Digest)
 				err = l.save()
 			}
 			l.stMu.Unlock()
