@@ -68,8 +68,11 @@ func TestMain(m *testing.M) {
 		"svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
 		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
 		"tlssvc": {"./testdata/tlssvc", "1.0.0"}, "pollsonce": {"./testdata/pollsonce", "1.9.0"},
+		"mesh-host-6": {"../cmd/mesh-host", "6.0.0"},
+		"keptthencrash": {"./testdata/keptthencrash", "6.0.0"},
 	} {
-		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version="+b.version+" -X mesh/version.Build=1", "-o", filepath.Join(dir, name), b.pkg)
+		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version="+b.version+" -X mesh/version.Build=1"+
+			" -X main.real="+filepath.Join(dir, "mesh-host-6"), "-o", filepath.Join(dir, name), b.pkg)
 		pkg := b.pkg
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
@@ -410,6 +413,7 @@ type machineView struct {
 	LastOutcome       string `json:"last_outcome"`
 	LastReason        string `json:"last_reason"`
 	HostVersion       string `json:"host_version"`
+	TargetHostVersion string `json:"target_host_version"`
 	Health            struct {
 		State  string `json:"state"`
 		Check  string `json:"check"`

@@ -327,3 +327,59 @@ func TestHostUpgrade_ResumedAfterAKill(t *testing.T) {
 		t.Fatalf("m1 runs %s, want 2.0.0", v)
 	}
 }
+
+// TestHostUpgrade_KeptReleaseThatCrashLoopsIsRolledBack: release 6.0.0
+// wins its trial on m1 (a real host build on trial), is kept, its rollout
+// done and its version the fleet's default — and then its host dies at
+// every start. The launcher started it again for good, and the machine
+// went offline on the release its controller called good. Now, after five
+// quick exits in a row, the launcher puts 1.0.0 back; that host reports
+// rolled_back saying why, and the controller fails the release even though
+// its rollout was done, puts m1's target back, and the default goes.
+func TestHostUpgrade_KeptReleaseThatCrashLoopsIsRolledBack(t *testing.T) {
+	c := startController(t, store.SQLite)
+	h := enroll(t, c, "m1", c.URL)
+	h.launch = true
+	h.start("--trial-deadline", "8s")
+	c.waitApplied("m1", 30*time.Second)
+
+	c.release("keptthencrash", "6.0.0")
+	c.rollout("6.0.0")
+	if v := c.waitRollout("6.0.0", 90*time.Second, "done", "halted"); v.State != "done" {
+		t.Fatalf("rollout of 6.0.0: %+v", v)
+	}
+	// The launcher moves to 6.0.0 and completes its own trial: the host it
+	// runs is the one the trial started.
+	var st struct {
+		Launcher string          `json:"launcher"`
+		Trial    json.RawMessage `json:"launcher_trial"`
+		HostPID  int             `json:"host_pid"`
+	}
+	waitFor(t, 30*time.Second, "the launcher on 6.0.0, its trial done", func() bool {
+		b, err := os.ReadFile(filepath.Join(h.State, "launcher.json"))
+		st.Trial = nil
+		return err == nil && json.Unmarshal(b, &st) == nil && st.Launcher == "6.0.0" && len(st.Trial) == 0 && st.HostPID > 0
+	})
+	// The host dies; from now on 6.0.0's host exits at every start.
+	if err := syscall.Kill(st.HostPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := c.waitReport("m1", "rolled_back", "rolled back from 6.0.0 to 1.0.0")
+	if !strings.Contains(r.Reason, "exited 5 times in a row") || !strings.Contains(r.Reason, "exit status 1") {
+		t.Fatalf("the rolled_back report says %q", r.Reason)
+	}
+	waitFor(t, 30*time.Second, "m1 on 1.0.0, its target back", func() bool {
+		m := c.machine("m1")
+		return m.HostVersion == "1.0.0" && m.TargetHostVersion != "6.0.0"
+	})
+	var rels struct{ Items []models.Release }
+	c.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/host-releases", Token: c.Admin}, 200, &rels)
+	for _, r := range rels.Items {
+		if r.Version == "6.0.0" && (r.State != "failed" || !strings.Contains(r.Failure, "exited 5 times in a row")) {
+			t.Fatalf("release 6.0.0 after its kept host crash-looped: %+v", r)
+		}
+	}
+	if v := c.waitRollout("6.0.0", 10*time.Second, "halted"); !strings.Contains(v.Reason, "rolled back") {
+		t.Fatalf("rollout of 6.0.0: %+v", v)
+	}
+}
