@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 		"svc": {"./testdata/svc", "1.0.0"}, "meshctl": {"../cmd/meshctl", "1.0.0"},
 		"exitatstart": {"./testdata/exitatstart", "3.0.0"}, "neverpolls": {"./testdata/neverpolls", "4.0.0"},
 		"tlssvc": {"./testdata/tlssvc", "1.0.0"}, "pollsonce": {"./testdata/pollsonce", "1.9.0"},
-		"mesh-host-6": {"../cmd/mesh-host", "6.0.0"},
+		"mesh-host-6":   {"../cmd/mesh-host", "6.0.0"},
 		"keptthencrash": {"./testdata/keptthencrash", "6.0.0"},
 	} {
 		cmd := exec.Command("go", "build", "-ldflags", "-X mesh/version.Version="+b.version+" -X mesh/version.Build=1"+
