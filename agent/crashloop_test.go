@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,4 +111,52 @@ func TestCrashLoop_ServiceRestartedFailsItsCheck(t *testing.T) {
 		c := lastChecked()
 		return c != nil && c.OK
 	})
+}
+
+// TestCrashLoop_RestartsOutliveTheHostsRestart: a service restarted by
+// the supervisor is failing until it has stayed up for settle. A host
+// started again (an upgrade, a crash of the host) adopted it with no
+// restarts counted, so it read passing at once between two crashes. The
+// pidfile now carries the restarts, and the next host adopts them.
+func TestCrashLoop_RestartsOutliveTheHostsRestart(t *testing.T) {
+	rootDir, state := t.TempDir(), t.TempDir()
+	root, err := openMachineRoot(rootDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(rootDir, "opt", "run")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	count := filepath.Join(state, "starts")
+	// It exits at its first two starts, then stays up.
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho x >> "+count+"\n[ $(wc -l < "+count+") -ge 3 ] && exec sleep 60\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/run"}}
+	ctx := context.Background()
+	first, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Ensure(ctx, r, "sha256:1"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 20*time.Second, "the service up after two restarts", func() bool {
+		h := first.health(r.ID)
+		return h.failing && h.up > 0 && strings.Contains(h.detail, "restarted 2 times")
+	})
+	// The host stops (its services run on) and starts again.
+	first.Close()
+	next, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = next.Stop(ctx, r.ID); next.Close() })
+	if got, err := next.Ensure(ctx, r, "sha256:1"); err != nil || got != "unchanged" {
+		t.Fatalf("the service was not adopted: %q %v", got, err)
+	}
+	if h := next.health(r.ID); !h.failing || !strings.Contains(h.detail, "exited: exit status 1; restarted 2 times") {
+		t.Fatalf("after the host's restart the service that restarted twice reads %+v", h)
+	}
 }

@@ -39,6 +39,14 @@ type pidRecord struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
 	Digest    string `json:"digest"`
+	// Restarts, FirstExit and Why are what the supervisor knew of the
+	// service's restarts when it wrote the record (its health): a host
+	// started again adopts them with the process, so a service that
+	// crash-loops does not read passing for a settle after each host
+	// restart (an upgrade, a crash of the host).
+	Restarts  int        `json:"restarts,omitempty"`
+	FirstExit *time.Time `json:"first_exit,omitempty"`
+	Why       string     `json:"why,omitempty"`
 }
 
 // supervisor is the host's own service manager. Each service runs in its
@@ -87,6 +95,7 @@ type supervised struct {
 	why       string    // how its process last exited
 	restarts  int       // restarts since firstExit; 0 once it stayed up for settle
 	firstExit time.Time // the first exit of the restarts counted
+	stopped   bool      // Stop took it: its pidfile is not written again
 }
 
 // restartSettle is how long a service its supervisor had to restart must
@@ -171,8 +180,19 @@ func (s *supervisor) settled(sv *supervised, now time.Time) {
 	if settle <= 0 {
 		settle = restartSettle
 	}
-	if !sv.down && now.Sub(sv.upSince) >= settle {
+	if !sv.down && now.Sub(sv.upSince) >= settle && sv.restarts > 0 {
 		sv.restarts, sv.firstExit = 0, time.Time{}
+		sv.pid.Restarts, sv.pid.FirstExit, sv.pid.Why = 0, nil, ""
+		if !sv.stopped {
+			s.record(sv.id, sv.pid)
+		}
+	}
+}
+
+// record writes a service's pidfile again, with what its health now is.
+func (s *supervisor) record(id string, p pidRecord) {
+	if err := writeJSONAtomic(s.pidPath(id), p, 0o600); err != nil {
+		s.log.Error("writing a service's pidfile", "service", id, "err", err)
 	}
 }
 
@@ -291,6 +311,11 @@ func serviceEnv(root string, env map[string]string) []string {
 func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p, upSince: time.Now()}
+	if p.Restarts > 0 && p.FirstExit != nil {
+		// Adopted from an earlier run of the host, restarted then and not
+		// settled yet: counted on, its settle from now.
+		sv.restarts, sv.firstExit, sv.why = p.Restarts, *p.FirstExit, p.Why
+	}
 	s.mu.Lock()
 	s.svcs[r.ID] = sv
 	s.mu.Unlock()
@@ -338,10 +363,13 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			}
 			startedAt = time.Now()
 			sv.mu.Lock()
-			sv.pid = np
 			sv.down, sv.upSince = false, startedAt
 			sv.restarts++
+			first := sv.firstExit
+			np.Restarts, np.FirstExit, np.Why = sv.restarts, &first, sv.why
+			sv.pid = np
 			sv.mu.Unlock()
+			s.record(r.ID, np)
 			if s.onRestart != nil {
 				s.onRestart(r.ID)
 			}
@@ -360,7 +388,9 @@ func (s *supervisor) Stop(ctx context.Context, id string) error {
 	if sv != nil {
 		sv.cancel()
 		<-sv.done
-		p = sv.pid
+		sv.mu.Lock()
+		p, sv.stopped = sv.pid, true
+		sv.mu.Unlock()
 	} else if rec, ok := s.readPid(id); ok {
 		p = rec
 	}
