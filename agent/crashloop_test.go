@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"mesh/models"
 	"mesh/testwait"
@@ -158,5 +161,82 @@ func TestCrashLoop_RestartsOutliveTheHostsRestart(t *testing.T) {
 	}
 	if h := next.health(r.ID); !h.failing || !strings.Contains(h.detail, "exited: exit status 1; restarted 2 times") {
 		t.Fatalf("after the host's restart the service that restarted twice reads %+v", h)
+	}
+}
+
+// TestSystemd_RestartedUnitFailsItsCheck: under --services systemd,
+// systemd restarts a unit that exits (Restart=always), and only the
+// declared check counted: a service that exits at every start beside a
+// check that passes read passing. A unit between two starts, or restarted
+// and not yet up for restartSettle, is now a failing check of its
+// service, as under the host's own supervisor. (systemctl is a stand-in
+// that says what systemd would: no systemd runs here.)
+func TestSystemd_RestartedUnitFailsItsCheck(t *testing.T) {
+	dir := t.TempDir()
+	root, err := openMachineRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := filepath.Join(t.TempDir(), "props")
+	stand := filepath.Join(t.TempDir(), "systemctl")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\ncat "+props+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newSystemd(root)
+	s.systemctl = stand
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	say := func(state, sub string, restarts int, upFor time.Duration, code, status int) {
+		t.Helper()
+		started := (ts.Nano() - upFor.Nanoseconds()) / 1000
+		b := fmt.Sprintf("ActiveState=%s\nSubState=%s\nNRestarts=%d\nExecMainStartTimestampMonotonic=%d\nExecMainCode=%d\nExecMainStatus=%d\n",
+			state, sub, restarts, started, code, status)
+		if err := os.WriteFile(props, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The declared check passes throughout.
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "ok"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check := []string{"/bin/ok"}
+	rs := []models.Resource{{ID: "web.service", Kind: "service", Command: []string{"/bin/false"}, Check: &models.Check{Exec: check}}}
+	look := func() models.CheckResult {
+		t.Helper()
+		out := checkServices(context.Background(), root, nil, rs, 0, s)
+		if len(out) != 1 {
+			t.Fatalf("checks %+v", out)
+		}
+		return out[0]
+	}
+
+	say("active", "running", 0, time.Hour, 0, 0)
+	if c := look(); !c.OK {
+		t.Fatalf("a unit up an hour, never restarted: %+v", c)
+	}
+	say("activating", "auto-restart", 1, 0, 1, 3)
+	if c := look(); c.OK || !strings.Contains(c.Detail, "exited: exit status 3 (systemd: activating/auto-restart)") {
+		t.Fatalf("a unit between two starts: %+v", c)
+	}
+	say("active", "running", 2, 5*time.Second, 0, 0)
+	if c := look(); c.OK || !strings.Contains(c.Detail, "restarted by systemd 2 times since") {
+		t.Fatalf("a unit restarted twice, up 5 s: %+v", c)
+	}
+	say("active", "running", 2, time.Minute, 0, 0)
+	if c := look(); !c.OK {
+		t.Fatalf("a unit up a minute since its last restart: %+v", c)
+	}
+	say("active", "running", 3, 2*time.Second, 0, 0)
+	if c := look(); c.OK || !strings.Contains(c.Detail, "restarted by systemd 1 time since") {
+		t.Fatalf("restarted once more since it settled: %+v", c)
+	}
+	say("failed", "failed", 3, 0, 2, 9)
+	if c := look(); c.OK || !strings.Contains(c.Detail, "exited: killed by SIGKILL (systemd: failed/failed)") {
+		t.Fatalf("a unit systemd gave up on: %+v", c)
 	}
 }

@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"mesh/models"
 )
@@ -17,6 +22,13 @@ type systemdServices struct {
 	root       *machineRoot
 	systemctl  string
 	journalctl string
+
+	// mu guards what health remembers of each unit: its NRestarts when
+	// it last stayed up for restartSettle, and when a look first found it
+	// restarted since.
+	mu        sync.Mutex
+	settledAt map[string]int
+	firstSeen map[string]time.Time
 }
 
 func newSystemd(root *machineRoot) *systemdServices {
@@ -120,3 +132,86 @@ func (s *systemdServices) Renewed(ctx context.Context, id, signal string) error 
 
 // Close implements services.
 func (s *systemdServices) Close() {}
+
+// health implements serviceHealth under systemd, which restarts a unit
+// itself (Restart=always): a unit not active now (between two starts, or
+// given up on) is a failing check of its service, saying how its process
+// last ended; one that systemd restarted (NRestarts above the count it had
+// when it last stayed up for restartSettle) fails until it has stayed up
+// that long — as the host's own supervisor says of the services it runs.
+// A systemctl that does not answer says nothing: the declared checks
+// alone count then.
+func (s *systemdServices) health(id string) svcHealth {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.systemctl, "show", "--property",
+		"ActiveState,SubState,NRestarts,ExecMainStartTimestampMonotonic,ExecMainCode,ExecMainStatus", UnitName(id)).Output()
+	if err != nil {
+		return svcHealth{}
+	}
+	p := map[string]string{}
+	for _, l := range splitLines(out) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok {
+			p[k] = v
+		}
+	}
+	n, err := strconv.Atoi(p["NRestarts"])
+	if err != nil || p["ActiveState"] == "" {
+		return svcHealth{}
+	}
+	h := svcHealth{known: true}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.settledAt == nil {
+		s.settledAt, s.firstSeen = map[string]int{}, map[string]time.Time{}
+	}
+	if st := p["ActiveState"]; st != "active" && st != "reloading" {
+		h.failing = true
+		h.detail = "exited: " + mainExit(p["ExecMainCode"], p["ExecMainStatus"]) + " (systemd: " + p["ActiveState"] + "/" + p["SubState"] + ")"
+		if _, ok := s.firstSeen[id]; !ok {
+			s.firstSeen[id] = time.Now()
+		}
+		return h
+	}
+	var ts unix.Timespec
+	start, err := strconv.ParseInt(p["ExecMainStartTimestampMonotonic"], 10, 64)
+	if err == nil && start > 0 && unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+		h.up = time.Duration(ts.Nano()-start*1000) * time.Nanosecond
+	}
+	base := s.settledAt[id]
+	if n < base {
+		// Started by hand since (a restart resets the count).
+		base = 0
+	}
+	if h.up >= restartSettle || n == base {
+		s.settledAt[id] = n
+		delete(s.firstSeen, id)
+		return h
+	}
+	first, ok := s.firstSeen[id]
+	if !ok {
+		first = time.Now()
+		s.firstSeen[id] = first
+	}
+	times := "times"
+	if n-base == 1 {
+		times = "time"
+	}
+	h.failing = true
+	h.detail = fmt.Sprintf("exited; restarted by systemd %d %s since %s", n-base, times, first.UTC().Format("15:04:05"))
+	return h
+}
+
+// mainExit says how a unit's main process ended, from systemctl's
+// ExecMainCode (a CLD_* code) and ExecMainStatus.
+func mainExit(code, status string) string {
+	switch code {
+	case "1":
+		return "exit status " + status
+	case "2", "3":
+		if n, err := strconv.Atoi(status); err == nil {
+			return "killed by " + unix.SignalName(unix.Signal(n))
+		}
+	}
+	return "not running"
+}
