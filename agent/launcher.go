@@ -3,12 +3,16 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"mesh/models"
 	"mesh/version"
 )
 
@@ -259,14 +264,11 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 	for {
 		var p *os.Process
 		var exited chan syscall.WaitStatus
-		// own: the launcher's own binary runs in known-good's place, whose
-		// crash loop is not known-good's to be rolled back for.
-		own := false
 		if adopted != nil {
 			p, exited, adopted = adopted.p, adopted.exited, nil
 		} else {
 			var err error
-			if p, exited, own, err = l.startKnownGood(); err != nil {
+			if p, exited, err = l.startKnownGood(); err != nil {
 				return err
 			}
 			l.retryLauncher(ctx, p.Pid)
@@ -274,7 +276,7 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 		started := time.Now()
 		var proven <-chan time.Time
 		l.stMu.Lock()
-		if l.st.Previous != nil && !own {
+		if l.st.Previous != nil {
 			proven = time.After(cmp.Or(l.provenIn, provenAfter))
 		}
 		l.stMu.Unlock()
@@ -293,15 +295,19 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			}
 		}
 		if ws.Exited() && ws.ExitStatus() == ExitUpgrade {
-			if err := l.tryRelease(ctx); err != nil {
+			kept, err := l.tryRelease(ctx)
+			if err != nil {
 				return err
 			}
+			// A release kept and not moved to: its host, running, is
+			// supervised from here like any known-good host.
+			adopted = kept
 			backoff, crashes = first, 0
 			continue
 		}
 		if time.Since(started) > time.Minute {
 			backoff, crashes = first, 0
-		} else if crashes++; crashes >= crashLoopExits && !own && l.crashRollBack(crashes, ws) {
+		} else if crashes++; crashes >= crashLoopExits && l.crashRollBack(crashes, ws) {
 			backoff, crashes = first, 0
 			continue
 		}
@@ -319,9 +325,10 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 // record could not be written. A known-good binary that does not match its
 // digest, or cannot be started, is not retried for good while no host
 // runs: the launcher's own binary (a host too, and proven: it runs) is
-// started in its place. That host, of another version than the machine's
-// target, fetches the release again, and its trial makes it known-good.
-func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStatus, own bool, err error) {
+// known-good in its place. That host, of another version than the
+// machine's target, fetches the release again, and its trial makes it
+// known-good again.
+func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStatus, err error) {
 	l.stMu.Lock()
 	path, v, dg := l.st.KnownGoodPath, l.st.KnownGood, l.st.KnownGoodDigest
 	l.stMu.Unlock()
@@ -349,19 +356,46 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 	if why == "" {
 		if p, exited, err = l.start(path, env...); err == nil {
 			l.cfg.Log.Info("launched", "version", v, "pid", p.Pid)
-			return p, exited, false, nil
+			return p, exited, nil
 		}
 		why = "it could not be started: " + err.Error()
 	}
 	// The running launcher's image, whatever has become of the file it
-	// was started from.
+	// was started from, becomes known-good: the release of the binary
+	// that cannot be run is fetched again by its host, and tried, and a
+	// failed trial of it goes back to this one (not to itself). The
+	// release before is forgotten: it was known-good's, not this one's.
 	self := cmp.Or(l.own, "/proc/"+strconv.Itoa(os.Getpid())+"/exe")
-	l.cfg.Log.Error("known-good's binary cannot be run; running the launcher's own binary in its place, until the release is fetched again",
+	l.cfg.Log.Error("known-good's binary cannot be run; the launcher's own binary is known-good in its place, until the release is fetched again",
 		"known_good", v, "path", path, "why", why, "instead", version.Version)
-	if p, exited, err = l.start(self, env...); err != nil {
-		return nil, nil, true, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
+	ownDigest, err := digestOf(self)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting known-good %s (%s), and reading the launcher's own binary: %w", path, why, err)
 	}
-	return p, exited, true, nil
+	l.stMu.Lock()
+	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest, l.st.Previous = version.Version, cmp.Or(l.own, l.self, self), ownDigest, nil
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+	l.stMu.Unlock()
+	if p, exited, err = l.start(self, env...); err != nil {
+		return nil, nil, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
+	}
+	return p, exited, nil
+}
+
+// digestOf is a file's sha256 digest, as releases name theirs.
+func digestOf(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // proven forgets the release before known-good: known-good's host has run
@@ -404,13 +438,32 @@ func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
 		return false
 	}
 	from := pending{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
+	rb := rollback{From: from.Version, To: prev.Version, Digest: from.Digest, At: time.Now().UTC(),
+		Reason: fmt.Sprintf("it was kept after its trial, then its host exited %d times in a row, each within a minute of starting (the last: %s)",
+			n, describeExit(ws))}
+	// A rollback no host has reported yet (the kept release died before
+	// it could: a trial of another release failed, and left what it
+	// cannot start on) is carried in this record, not written over: the
+	// host started next refuses that release too, and says so.
+	var before rollback
+	if l.unwritten != nil {
+		before, l.unwritten = *l.unwritten, nil
+	} else if readJSON(rollbackPath(l.cfg.StateDir), &before) != nil {
+		before = rollback{}
+	}
+	if before.Digest != "" && before.Digest != rb.Digest {
+		rb.Also = append(slices.Clone(before.Also), before.Digest)
+		rb.Reason += "; before that, " + models.RolledBackReason(before.From, before.To, before.Reason)
+	}
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = prev.Version, prev.Path, prev.Digest
 	if err := l.save(); err != nil {
 		l.cfg.Log.Error("writing launcher.json", "err", err)
 	}
+	// Recorded before the state is let go: the launcher's own trial,
+	// ending now, re-executes as soon as it may, and the image after it
+	// must find the record.
+	l.record(rb)
 	l.stMu.Unlock()
-	_ = l.rollBack(from, fmt.Sprintf("it was kept after its trial, then its host exited %d times in a row, each within a minute of starting (the last: %s)",
-		n, describeExit(ws)))
 	return true
 }
 
@@ -431,22 +484,24 @@ func intact(r *keptRelease) (bool, error) {
 }
 
 // tryRelease runs a staged release on trial; it becomes known-good only if
-// it completes a reconcile before the deadline.
-func (l *launcher) tryRelease(ctx context.Context) error {
+// it completes a reconcile before the deadline. A release kept whose host
+// still runs, the launcher not moved to it, is returned for the loop to
+// supervise.
+func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 	var pd pending
 	if err := readJSON(pendingPath(l.cfg.StateDir), &pd); err != nil {
 		l.cfg.Log.Error("the host asked for a hand-over but staged nothing", "err", err)
-		return nil
+		return nil, nil
 	}
 	_ = os.Remove(pendingPath(l.cfg.StateDir))
 	if ok, _ := fileHasDigest(pd.Path, pd.Digest); !ok {
-		return l.rollBack(pd, "the staged binary does not match its digest")
+		return nil, l.rollBack(pd, "the staged binary does not match its digest")
 	}
 	if v, ok := l.stagedVersion(pd.Path); ok && v != pd.Version {
 		// A binary published under another version's name (an upload of
 		// the wrong file): on trial it would see its release named and
 		// stage it again, exiting, and the rollback would say only that.
-		return l.rollBack(pd, fmt.Sprintf("its binary is mesh-host %s, not %s: the release was published with another version's binary", v, pd.Version))
+		return nil, l.rollBack(pd, fmt.Sprintf("its binary is mesh-host %s, not %s: the release was published with another version's binary", v, pd.Version))
 	}
 	marker := markerPath(l.cfg.StateDir, pd.Version)
 	_ = os.Remove(marker)
@@ -456,7 +511,7 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 	p, exited, err := l.start(pd.Path, EnvTrialVersion+"="+pd.Version, EnvTrialFrom+"="+from,
 		EnvTrialDeadline+"="+strconv.Itoa(int(l.cfg.TrialDeadline/time.Second)))
 	if err != nil {
-		return l.rollBack(pd, "could not start: "+err.Error())
+		return nil, l.rollBack(pd, "could not start: "+err.Error())
 	}
 	l.setOnTrial(true)
 	defer l.setOnTrial(false)
@@ -473,7 +528,7 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			stop(p, exited)
-			return nil
+			return nil, nil
 		case ws := <-exited:
 			if _, err := os.Stat(marker); err == nil {
 				// It completed its reconcile (the controller accepted its
@@ -483,10 +538,10 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				// release its controller has recorded it as running.
 				_ = os.Remove(marker)
 				if err := l.keep(pd); err != nil {
-					return err
+					return nil, err
 				}
 				l.cfg.Log.Warn("release is known-good; it exited after its reconcile, starting it again", "version", pd.Version, "status", ws)
-				return nil
+				return nil, nil
 			}
 			var next pending
 			_, failed := os.Stat(trialRefusedPath(l.cfg.StateDir, pd.Version))
@@ -502,9 +557,9 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 				_ = os.Remove(pendingPath(l.cfg.StateDir))
 				l.cfg.Log.Warn("release on trial handed over before its verdict; back to known-good, the release not refused",
 					"version", pd.Version, "asked_for", next.Version)
-				return nil
+				return nil, nil
 			}
-			return l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
+			return nil, l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
 		case <-deadline.C:
 			// The marker is looked for once more: written since the last
 			// tick, the trial completed its reconcile (its upgraded report
@@ -512,7 +567,7 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			// the controller has recorded it as leaving.
 			if _, err := os.Stat(marker); err != nil {
 				stop(p, exited)
-				return l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
+				return nil, l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
 			}
 		case <-tick.C:
 			if _, err := os.Stat(marker); err != nil {
@@ -520,25 +575,15 @@ func (l *launcher) tryRelease(ctx context.Context) error {
 			}
 			_ = os.Remove(marker)
 			if err := l.keep(pd); err != nil {
-				return err
+				return nil, err
 			}
 			l.cfg.Log.Info("release is known-good", "version", pd.Version)
 			l.setOnTrial(false)
 			// The launcher follows the host it keeps: it re-executes in
 			// place as that release (no return when it does).
 			l.moveTo(ctx, pd, p.Pid)
-			// Supervise it as the known-good host from here.
-			select {
-			case <-ctx.Done():
-				stop(p, exited)
-				return nil
-			case ws := <-exited:
-				if ws.Exited() && ws.ExitStatus() == ExitUpgrade {
-					return l.tryRelease(ctx)
-				}
-				l.cfg.Log.Warn("host exited; starting it again", "status", ws)
-				return nil
-			}
+			// Not moved: the loop supervises it as the known-good host.
+			return &child{p: p, exited: exited}, nil
 		}
 	}
 }
@@ -581,14 +626,20 @@ func (l *launcher) rollBack(pd pending, reason string) error {
 	l.stMu.Lock()
 	to := l.st.KnownGood
 	l.stMu.Unlock()
-	l.cfg.Log.Warn("rolling back", "from", pd.Version, "to", to, "reason", reason)
-	rb := rollback{From: pd.Version, To: to, Digest: pd.Digest, Reason: reason, At: time.Now().UTC()}
+	l.record(rollback{From: pd.Version, To: to, Digest: pd.Digest, Reason: reason, At: time.Now().UTC()})
+	return nil
+}
+
+// record writes a rollback's record for the host started next; one that
+// cannot be written is held in memory (unwritten) and handed to it in its
+// environment.
+func (l *launcher) record(rb rollback) {
+	l.cfg.Log.Warn("rolling back", "from", rb.From, "to", rb.To, "reason", rb.Reason)
 	if err := writeJSONAtomic(rollbackPath(l.cfg.StateDir), rb, 0o600); err != nil {
 		l.cfg.Log.Error("the rollback's record could not be written; known-good is started and told of it in its environment",
-			"from", pd.Version, "err", err)
+			"from", rb.From, "err", err)
 		l.unwritten = &rb
 	}
-	return nil
 }
 
 // stop ends a host: SIGTERM, then SIGKILL after ten seconds.

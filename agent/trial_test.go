@@ -106,8 +106,13 @@ func tryScript(t *testing.T, body func(dir string) string, deadline, look time.D
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.reap(ctx)
-	if err := l.tryRelease(ctx); err != nil {
+	kept, err := l.tryRelease(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if kept != nil {
+		// Kept and running: the loop would supervise it.
+		stop(kept.p, kept.exited)
 	}
 	return dir, rel, l
 }

@@ -54,6 +54,10 @@ type rollback struct {
 	Digest string    `json:"digest"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Also are the digests of releases rolled back on this host before,
+	// whose record this one took the place of before any host reported
+	// it: refused too.
+	Also []string `json:"also,omitempty"`
 }
 
 func pendingPath(dir string) string  { return filepath.Join(dir, "launch.json") }
@@ -240,8 +244,10 @@ func (a *Agent) reportRollback(ctx context.Context) {
 		}
 		fromEnv = true
 	}
-	if rb.Digest != "" && !slices.Contains(a.state.RefusedReleases, rb.Digest) {
-		a.state.RefusedReleases = append(a.state.RefusedReleases, rb.Digest)
+	for _, dg := range append([]string{rb.Digest}, rb.Also...) {
+		if dg != "" && !slices.Contains(a.state.RefusedReleases, dg) {
+			a.state.RefusedReleases = append(a.state.RefusedReleases, dg)
+		}
 	}
 	kept := a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
 		Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason)}, nil, nil)
