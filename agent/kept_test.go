@@ -533,3 +533,45 @@ func TestRollback_AlsoRefused(t *testing.T) {
 		t.Fatalf("refused releases %v, want both", a.state.RefusedReleases)
 	}
 }
+
+// TestLauncher_DamagedKnownGoodOfTheLaunchersReleaseIsMended: the
+// launcher moved to known-good's release, so the stable path names the
+// file that no longer matches its digest. Running its own image in its
+// place kept a host up, but a restart of the machine found nothing to
+// start. The launcher's image is that release: it writes the file back.
+func TestLauncher_DamagedKnownGoodOfTheLaunchersReleaseIsMended(t *testing.T) {
+	dir := t.TempDir()
+	own := filepath.Join(dir, "own")
+	dg := script(t, own, `touch "$0.ran"; exec sleep 600
+`)
+	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rel, []byte("\x7fELF truncated"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, Log: slog.New(slog.DiscardHandler)},
+		st:    launcherState{KnownGood: "9.9.9", KnownGoodPath: rel, KnownGoodDigest: dg, Launcher: "9.9.9"},
+		exits: map[int]chan syscall.WaitStatus{}, own: own}
+	reapCtx, stopReap := context.WithCancel(context.Background())
+	defer stopReap()
+	go l.reap(reapCtx)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.loop(ctx, nil) }()
+	testwait.For(t, 10*time.Second, "known-good started from its own path", func() bool {
+		_, err := os.Stat(rel + ".ran")
+		return err == nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := fileHasDigest(rel, dg); !ok {
+		t.Fatal("known-good's binary was not put back")
+	}
+	if l.st.KnownGood != "9.9.9" || l.st.KnownGoodPath != rel {
+		t.Fatalf("known-good is %s at %s, want 9.9.9 at its own path", l.st.KnownGood, l.st.KnownGoodPath)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -78,6 +79,18 @@ type launcherState struct {
 	// LauncherRetry is a launcher trial interrupted by the machine's
 	// restart, tried again once the known-good host runs.
 	LauncherRetry *launcherTrial `json:"launcher_retry,omitempty"`
+	// CrashRolledBack is the release a crash rollback left, while the
+	// release put back has not run a minute in one go: if that one
+	// crash-loops too, the machine is at fault, not the release, and the
+	// rollback is withdrawn while no host has reported it.
+	CrashRolledBack *crashRollback `json:"crash_rolled_back,omitempty"`
+}
+
+// crashRollback is a crash rollback that may yet be withdrawn: the release
+// it left, and the unreported record it carried (put back if it is).
+type crashRollback struct {
+	From   keptRelease `json:"from"`
+	Before *rollback   `json:"before,omitempty"`
 }
 
 // keptRelease is a host release the launcher has kept as known-good.
@@ -307,9 +320,16 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 		}
 		if time.Since(started) > time.Minute {
 			backoff, crashes = first, 0
-		} else if crashes++; crashes >= crashLoopExits && l.crashRollBack(crashes, ws) {
-			backoff, crashes = first, 0
-			continue
+			l.crashRollbackStands()
+		} else if crashes++; crashes >= crashLoopExits {
+			if l.withdrawCrashRollback() {
+				// Known-good is the release left again; it too is
+				// started again for good, with the backoff as it is.
+				crashes = 0
+			} else if l.crashRollBack(crashes, ws) {
+				backoff, crashes = first, 0
+				continue
+			}
 		}
 		l.cfg.Log.Warn("host exited; starting it again", "status", ws, "in", backoff)
 		select {
@@ -372,6 +392,17 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting known-good %s (%s), and reading the launcher's own binary: %w", path, why, err)
 	}
+	if dg != "" && ownDigest == dg {
+		// The launcher runs known-good's own release (it moved to it):
+		// its image mends the file, which the stable path may name too,
+		// where a restart of the machine would find nothing to start.
+		if l.mend(self, path, dg) {
+			l.cfg.Log.Warn("known-good's binary put back from the launcher's own image", "known_good", v, "path", path, "was", why)
+			if p, exited, err = l.start(path, env...); err == nil {
+				return p, exited, nil
+			}
+		}
+	}
 	l.stMu.Lock()
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest, l.st.Previous = version.Version, cmp.Or(l.own, l.self, self), ownDigest, nil
 	if err := l.save(); err != nil {
@@ -382,6 +413,20 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 		return nil, nil, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
 	}
 	return p, exited, nil
+}
+
+// mend writes the binary from over path and says whether path then
+// matches digest.
+func (l *launcher) mend(from, path, digest string) bool {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return false
+	}
+	if err := copyFile(from, path, 0o755); err != nil {
+		l.cfg.Log.Error("putting known-good's binary back", "path", path, "err", err)
+		return false
+	}
+	ok, _ := fileHasDigest(path, digest)
+	return ok
 }
 
 // digestOf is a file's sha256 digest, as releases name theirs.
@@ -451,11 +496,14 @@ func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
 	} else if readJSON(rollbackPath(l.cfg.StateDir), &before) != nil {
 		before = rollback{}
 	}
+	cr := &crashRollback{From: keptRelease{Version: from.Version, Path: from.Path, Digest: from.Digest}}
 	if before.Digest != "" && before.Digest != rb.Digest {
 		rb.Also = append(slices.Clone(before.Also), before.Digest)
 		rb.Reason += "; before that, " + models.RolledBackReason(before.From, before.To, before.Reason)
+		cr.Before = &before
 	}
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = prev.Version, prev.Path, prev.Digest
+	l.st.CrashRolledBack = cr
 	if err := l.save(); err != nil {
 		l.cfg.Log.Error("writing launcher.json", "err", err)
 	}
@@ -464,6 +512,71 @@ func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
 	// must find the record.
 	l.record(rb)
 	l.stMu.Unlock()
+	return true
+}
+
+// crashRollbackStands forgets how to withdraw a crash rollback: the host
+// put back ran a minute in one go.
+func (l *launcher) crashRollbackStands() {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	if l.st.CrashRolledBack == nil {
+		return
+	}
+	l.st.CrashRolledBack = nil
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
+}
+
+// withdrawCrashRollback undoes a crash rollback whose release put back
+// crash-loops as well: the machine is at fault (a state dir it cannot
+// read, a root gone), and an older release does not mend it. Known-good
+// is the release left again, and the rollback's record, which no host has
+// reported yet, is taken back (the one it carried put back in its place),
+// so the release is not refused here nor failed fleet-wide for one
+// machine's trouble. False when there is nothing to withdraw, or a host
+// has reported it already (then it stands).
+func (l *launcher) withdrawCrashRollback() bool {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	cr := l.st.CrashRolledBack
+	if cr == nil {
+		return false
+	}
+	l.st.CrashRolledBack = nil
+	var rb rollback
+	switch {
+	case l.unwritten != nil && l.unwritten.Digest == cr.From.Digest:
+		l.unwritten = cr.Before
+	case readJSON(rollbackPath(l.cfg.StateDir), &rb) == nil && rb.Digest == cr.From.Digest:
+		var err error
+		if cr.Before != nil {
+			err = writeJSONAtomic(rollbackPath(l.cfg.StateDir), *cr.Before, 0o600)
+		} else if err = os.Remove(rollbackPath(l.cfg.StateDir)); errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+		if err != nil {
+			l.cfg.Log.Error("the crash rollback's record cannot be taken back; it stands", "err", err)
+			if err := l.save(); err != nil {
+				l.cfg.Log.Error("writing launcher.json", "err", err)
+			}
+			return false
+		}
+	default:
+		// Reported: the host put back refused the release, and the
+		// controller heard it.
+		if err := l.save(); err != nil {
+			l.cfg.Log.Error("writing launcher.json", "err", err)
+		}
+		return false
+	}
+	l.cfg.Log.Warn("the release put back crash-loops as well: the machine is at fault, not the release; the crash rollback is withdrawn",
+		"put_back", l.st.KnownGood, "known_good", cr.From.Version)
+	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest, l.st.Previous = cr.From.Version, cr.From.Path, cr.From.Digest, nil
+	if err := l.save(); err != nil {
+		l.cfg.Log.Error("writing launcher.json", "err", err)
+	}
 	return true
 }
 
@@ -614,6 +727,7 @@ func (l *launcher) keep(pd pending) error {
 		l.st.Previous = &keptRelease{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
 	}
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = pd.Version, pd.Path, pd.Digest
+	l.st.CrashRolledBack = nil
 	return l.save()
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -241,6 +242,20 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 		if err := s.kill(p); err != nil {
 			return "", err
 		}
+	} else if p.Digest == digest && p.Restarts > 0 && p.FirstExit != nil {
+		// It was restarted and had not settled when an earlier run of
+		// the host last wrote its pidfile, and it is down now (it exited
+		// again while no host watched: most of a crash loop is its
+		// backoff). Started again here, it is one restart more, not a
+		// service that never failed.
+		np, err := s.start(r, digest)
+		if err != nil {
+			return "", err
+		}
+		np.Restarts, np.FirstExit, np.Why = p.Restarts+1, p.FirstExit, cmp.Or(p.Why, "not running")
+		s.record(r.ID, np)
+		s.watch(r, digest, np)
+		return "unchanged", nil
 	}
 	p, err := s.start(r, digest)
 	if err != nil {
@@ -311,9 +326,15 @@ func serviceEnv(root string, env map[string]string) []string {
 func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p, upSince: time.Now()}
+	if up, ok := runningFor(p.StartTime); ok {
+		// Adopted: up since its process started, not since this host
+		// found it (a service that stayed up long since its restarts,
+		// under a host that wrote no pidfile, has settled).
+		sv.upSince = time.Now().Add(-up)
+	}
 	if p.Restarts > 0 && p.FirstExit != nil {
-		// Adopted from an earlier run of the host, restarted then and not
-		// settled yet: counted on, its settle from now.
+		// Started again, or adopted from an earlier run of the host,
+		// restarted then and not settled yet: counted on.
 		sv.restarts, sv.firstExit, sv.why = p.Restarts, *p.FirstExit, p.Why
 	}
 	s.mu.Lock()
@@ -482,6 +503,27 @@ func alive(p pidRecord) bool {
 	}
 	st, state, err := procStat(p.PID)
 	return err == nil && state != "Z" && st == p.StartTime
+}
+
+// runningFor is how long a process that started at start (clock ticks
+// since boot, as /proc/<pid>/stat says) has run; false when it cannot be
+// told.
+func runningFor(start uint64) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil || start == 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	since, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, false
+	}
+	// USER_HZ is 100 on every Linux the host runs on.
+	up := time.Duration((since - float64(start)/100) * float64(time.Second))
+	return max(up, 0), true
 }
 
 func startTime(pid int) (uint64, error) {

@@ -27,8 +27,15 @@ type systemdServices struct {
 	// it last stayed up for restartSettle, and when a look first found it
 	// restarted since.
 	mu        sync.Mutex
-	settledAt map[string]int
+	settledAt map[string]unitRun
 	firstSeen map[string]time.Time
+}
+
+// unitRun is a unit's NRestarts and its main process's start (systemd's
+// monotonic µs), as a look found them.
+type unitRun struct {
+	restarts int
+	start    int64
 }
 
 func newSystemd(root *machineRoot) *systemdServices {
@@ -163,7 +170,7 @@ func (s *systemdServices) health(id string) svcHealth {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.settledAt == nil {
-		s.settledAt, s.firstSeen = map[string]int{}, map[string]time.Time{}
+		s.settledAt, s.firstSeen = map[string]unitRun{}, map[string]time.Time{}
 	}
 	if st := p["ActiveState"]; st != "active" && st != "reloading" {
 		h.failing = true
@@ -178,13 +185,22 @@ func (s *systemdServices) health(id string) svcHealth {
 	if err == nil && start > 0 && unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
 		h.up = time.Duration(ts.Nano()-start*1000) * time.Nanosecond
 	}
-	base := s.settledAt[id]
-	if n < base {
-		// Started by hand since (a restart resets the count).
-		base = 0
+	settled := s.settledAt[id]
+	since := n - settled.restarts
+	switch {
+	case n < settled.restarts:
+		// Started by hand since (a start resets the count): every
+		// restart counted now came after it.
+		since = n
+	case since == 0 && settled.restarts > 0 && start != settled.start:
+		// As many restarts as when it settled, yet another process:
+		// started by hand since, and restarted as often again.
+		since = n
 	}
-	if h.up >= restartSettle || n == base {
-		s.settledAt[id] = n
+	if h.up >= restartSettle || since == 0 {
+		if h.up >= restartSettle {
+			s.settledAt[id] = unitRun{restarts: n, start: start}
+		}
 		delete(s.firstSeen, id)
 		return h
 	}
@@ -194,11 +210,11 @@ func (s *systemdServices) health(id string) svcHealth {
 		s.firstSeen[id] = first
 	}
 	times := "times"
-	if n-base == 1 {
+	if since == 1 {
 		times = "time"
 	}
 	h.failing = true
-	h.detail = fmt.Sprintf("exited; restarted by systemd %d %s since %s", n-base, times, first.UTC().Format("15:04:05"))
+	h.detail = fmt.Sprintf("exited; restarted by systemd %d %s since %s", since, times, first.UTC().Format("15:04:05"))
 	return h
 }
 
