@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,26 +121,10 @@ func TestCrashLoop_ServiceRestartedFailsItsCheck(t *testing.T) {
 // restarts counted, so it read passing at once between two crashes. The
 // pidfile now carries the restarts, and the next host adopts them.
 func TestCrashLoop_RestartsOutliveTheHostsRestart(t *testing.T) {
-	rootDir, state := t.TempDir(), t.TempDir()
-	root, err := openMachineRoot(rootDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(rootDir, "opt", "run")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	count := filepath.Join(state, "starts")
 	// It exits at its first two starts, then stays up.
-	if err := os.WriteFile(p, []byte("#!/bin/sh\necho x >> "+count+"\n[ $(wc -l < "+count+") -ge 3 ] && exec sleep 60\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/run"}}
+	r, _, host := scriptedService(t, "[ $(wc -l < \"$STARTS\") -ge 3 ] && exec sleep 60\nexit 1\n")
 	ctx := context.Background()
-	first, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := host()
 	if _, err := first.Ensure(ctx, r, "sha256:1"); err != nil {
 		t.Fatal(err)
 	}
@@ -151,10 +134,7 @@ func TestCrashLoop_RestartsOutliveTheHostsRestart(t *testing.T) {
 	})
 	// The host stops (its services run on) and starts again.
 	first.Close()
-	next, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := host()
 	t.Cleanup(func() { _ = next.Stop(ctx, r.ID); next.Close() })
 	if got, err := next.Ensure(ctx, r, "sha256:1"); err != nil || got != "unchanged" {
 		t.Fatalf("the service was not adopted: %q %v", got, err)

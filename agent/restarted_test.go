@@ -25,27 +25,11 @@ import (
 // carried: the service read passing at once. A service down that was
 // restarted and not settled is started again as one restart more.
 func TestCrashLoop_RestartsKeptWhenTheHostRestartsInTheBackoff(t *testing.T) {
-	rootDir, state := t.TempDir(), t.TempDir()
-	root, err := openMachineRoot(rootDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(rootDir, "opt", "run")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	count := filepath.Join(state, "starts")
 	// It exits at its first two starts, then stays up (a crash loop the
 	// next host happens to catch in a run that lasts).
-	if err := os.WriteFile(p, []byte("#!/bin/sh\necho x >> "+count+"\n[ $(wc -l < "+count+") -ge 3 ] && exec sleep 60\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/run"}}
+	r, _, host := scriptedService(t, "[ $(wc -l < \"$STARTS\") -ge 3 ] && exec sleep 60\nexit 1\n")
 	ctx := context.Background()
-	first, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := host()
 	if _, err := first.Ensure(ctx, r, "sha256:1"); err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +44,7 @@ func TestCrashLoop_RestartsKeptWhenTheHostRestartsInTheBackoff(t *testing.T) {
 	}
 	// The host stops now (its services run on; this one is down).
 	first.Close()
-	next, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := host()
 	t.Cleanup(func() { _ = next.Stop(ctx, r.ID); next.Close() })
 	if _, err := next.Ensure(ctx, r, "sha256:1"); err != nil {
 		t.Fatal(err)
@@ -160,27 +141,12 @@ func TestSystemd_CountBackToItsSettledValueStillFails(t *testing.T) {
 // far longer than that since the restart. An adopted process is up since
 // it started.
 func TestCrashLoop_AdoptedIsUpSinceItsProcessStarted(t *testing.T) {
-	rootDir, state := t.TempDir(), t.TempDir()
-	root, err := openMachineRoot(rootDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(rootDir, "opt", "run")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	count, up := filepath.Join(state, "starts"), filepath.Join(state, "up2")
 	// It exits at its first start; its second runs on (saying when it
 	// has run 2 s in one go).
-	if err := os.WriteFile(p, []byte("#!/bin/sh\necho x >> "+count+"\n[ $(wc -l < "+count+") -ge 2 ] || exit 1\nsleep 2; touch "+up+"\nexec sleep 60\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/run"}}
+	r, state, host := scriptedService(t, "[ $(wc -l < \"$STARTS\") -ge 2 ] || exit 1\nsleep 2; touch \"$(dirname \"$STARTS\")/up2\"\nexec sleep 60\n")
+	up := filepath.Join(state, "up2")
 	ctx := context.Background()
-	first, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := host()
 	if _, err := first.Ensure(ctx, r, "sha256:1"); err != nil {
 		t.Fatal(err)
 	}
@@ -195,10 +161,7 @@ func TestCrashLoop_AdoptedIsUpSinceItsProcessStarted(t *testing.T) {
 		_, err := os.Stat(up)
 		return err == nil
 	})
-	next, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := host()
 	next.settle = time.Second
 	t.Cleanup(func() { _ = next.Stop(ctx, r.ID); next.Close() })
 	if got, err := next.Ensure(ctx, r, "sha256:1"); err != nil || got != "unchanged" {
@@ -207,4 +170,35 @@ func TestCrashLoop_AdoptedIsUpSinceItsProcessStarted(t *testing.T) {
 	if h := next.health(r.ID); h.failing {
 		t.Fatalf("a service up 2 s in one go since its restart (settle 1 s) reads failing after adoption: %+v", h)
 	}
+}
+
+// scriptedService is a service web.service whose command is the shell
+// script body (its starts counted in <state>/starts, $STARTS to the body), under a machine root and a host state dir of their own; host
+// makes a supervisor of that state dir, as each run of the host does. The
+// service runs under the first host started.
+func scriptedService(t *testing.T, body string) (r models.Resource, state string, host func() *supervisor) {
+	t.Helper()
+	rootDir := t.TempDir()
+	state = t.TempDir()
+	root, err := openMachineRoot(rootDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(rootDir, "opt", "run")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	starts := filepath.Join(state, "starts")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nSTARTS="+starts+"\necho x >> \"$STARTS\"\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	host = func() *supervisor {
+		t.Helper()
+		sup, err := newSupervisor(state, root, slog.New(slog.DiscardHandler), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sup
+	}
+	return models.Resource{ID: "web.service", Kind: "service", Command: []string{"/opt/run"}}, state, host
 }
