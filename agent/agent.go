@@ -577,6 +577,13 @@ func (a *Agent) refused(ctx context.Context, send string, gen int64, digest, rea
 // it was sent: what depends on them (a rollback's record) is removed only
 // then.
 func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) (kept bool) {
+	sent, saved := a.recordReport(ctx, r, actions, checks)
+	return sent && saved
+}
+
+// recordReport is record, saying apart whether the report is on its way
+// (queued in the outbox, or sent) and whether the state was saved.
+func (a *Agent) recordReport(ctx context.Context, r models.Report, actions []models.Action, checks []models.CheckResult) (sent, saved bool) {
 	now := time.Now().UTC()
 	r.FinishedAt = &now
 	r.HostVersion = version.Version
@@ -595,7 +602,7 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 		a.cfg.Log.Error("outbox: the report could not be written", "generation", r.Generation, "err", err)
 		queued = false
 	}
-	saved := a.saveState() == nil
+	saved = a.saveState() == nil
 	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
 		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
@@ -604,7 +611,7 @@ func (a *Agent) record(ctx context.Context, r models.Report, actions []models.Ac
 	if err != nil {
 		a.cfg.Log.Warn("report waits in the outbox", "err", err)
 	}
-	return saved && (queued || err == nil)
+	return queued || err == nil, saved
 }
 
 func (a *Agent) saveState() error {

@@ -575,3 +575,49 @@ func TestLauncher_DamagedKnownGoodOfTheLaunchersReleaseIsMended(t *testing.T) {
 		t.Fatalf("known-good is %s at %s, want 9.9.9 at its own path", l.st.KnownGood, l.st.KnownGoodPath)
 	}
 }
+
+// TestRollback_ReportedButNotSavedIsKeptAsReported: the host sent the
+// rolled_back report but could not save its state (the refusal of the
+// release). The record stayed as rollback.json, which the launcher takes
+// for a rollback no host has reported (it may withdraw one). It is now
+// kept as rollback.reported.json: the next start refuses the release
+// again without a second report, and then removes it.
+func TestRollback_ReportedButNotSavedIsKeptAsReported(t *testing.T) {
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.id = &Identity{}
+	dir := a.cfg.StateDir
+	if err := writeJSONAtomic(rollbackPath(dir), rollback{From: "9.9.9", To: "1.0.0", Digest: "sha256:9", Reason: "x"}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The state file cannot be written: a directory in its place.
+	if err := os.Mkdir(statePath(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a.reportRollback(context.Background())
+	if got := srv.reports(); len(got) != 1 || got[0].Outcome != "rolled_back" {
+		t.Fatalf("reports %+v", got)
+	}
+	if _, err := os.Stat(rollbackPath(dir)); err == nil {
+		t.Fatal("a rollback reported is left as rollback.json, which the launcher takes for unreported")
+	}
+	if _, err := os.Stat(reportedRollbackPath(dir)); err != nil {
+		t.Fatalf("the reported record, whose refusal is not saved, is gone: %v", err)
+	}
+	// The next start: the state saves now.
+	if err := os.Remove(statePath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	next := agentReportingTo(t, srv)
+	next.id, next.cfg.StateDir = &Identity{}, dir
+	next.reportRollback(context.Background())
+	if got := srv.reports(); len(got) != 1 {
+		t.Fatalf("the rollback was reported again: %+v", got)
+	}
+	if !slices.Contains(next.state.RefusedReleases, "sha256:9") {
+		t.Fatalf("refused releases %v", next.state.RefusedReleases)
+	}
+	if _, err := os.Stat(reportedRollbackPath(dir)); err == nil {
+		t.Fatal("the reported record stays after its refusal was saved")
+	}
+}

@@ -287,10 +287,13 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			l.retryLauncher(ctx, p.Pid)
 		}
 		started := time.Now()
-		var proven <-chan time.Time
+		var proven, stands <-chan time.Time
 		l.stMu.Lock()
 		if l.st.Previous != nil {
 			proven = time.After(cmp.Or(l.provenIn, provenAfter))
+		}
+		if l.st.CrashRolledBack != nil {
+			stands = time.After(time.Minute)
 		}
 		l.stMu.Unlock()
 		var ws syscall.WaitStatus
@@ -303,6 +306,9 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			case <-proven:
 				proven = nil
 				l.proven()
+			case <-stands:
+				stands = nil
+				l.crashRollbackStands()
 			case ws = <-exited:
 				break wait
 			}
@@ -320,7 +326,6 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 		}
 		if time.Since(started) > time.Minute {
 			backoff, crashes = first, 0
-			l.crashRollbackStands()
 		} else if crashes++; crashes >= crashLoopExits {
 			if l.withdrawCrashRollback() {
 				// Known-good is the release left again; it too is
@@ -392,7 +397,7 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting known-good %s (%s), and reading the launcher's own binary: %w", path, why, err)
 	}
-	if dg != "" && ownDigest == dg {
+	if dg != "" && ownDigest == dg && l.staged(path) {
 		// The launcher runs known-good's own release (it moved to it):
 		// its image mends the file, which the stable path may name too,
 		// where a restart of the machine would find nothing to start.
@@ -413,6 +418,15 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 		return nil, nil, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
 	}
 	return p, exited, nil
+}
+
+// staged says whether path is a release binary the host staged itself
+// (versions/<v>/mesh-host): the only files the launcher writes back. The
+// launcher's own binary may be an installed one (a package's), which an
+// upgrade of the package replaces while the launcher runs on.
+func (l *launcher) staged(path string) bool {
+	rel, err := filepath.Rel(filepath.Join(l.cfg.StateDir, "versions"), path)
+	return err == nil && filepath.IsLocal(rel) && filepath.Base(rel) == "mesh-host" && filepath.Dir(filepath.Dir(rel)) == "."
 }
 
 // mend writes the binary from over path and says whether path then
@@ -547,8 +561,13 @@ func (l *launcher) withdrawCrashRollback() bool {
 	l.st.CrashRolledBack = nil
 	var rb rollback
 	switch {
-	case l.unwritten != nil && l.unwritten.Digest == cr.From.Digest:
-		l.unwritten = cr.Before
+	case l.unwritten != nil:
+		// Handed to each host in its environment: a host may have
+		// reported it (it cannot say so), and then it stands.
+		if err := l.save(); err != nil {
+			l.cfg.Log.Error("writing launcher.json", "err", err)
+		}
+		return false
 	case readJSON(rollbackPath(l.cfg.StateDir), &rb) == nil && rb.Digest == cr.From.Digest:
 		var err error
 		if cr.Before != nil {
@@ -564,8 +583,9 @@ func (l *launcher) withdrawCrashRollback() bool {
 			return false
 		}
 	default:
-		// Reported: the host put back refused the release, and the
-		// controller heard it.
+		// Reported (a host that reported it removes the record, or
+		// renames it rollback.reported.json until it has saved the
+		// refusal): the controller heard it, and it stands.
 		if err := l.save(); err != nil {
 			l.cfg.Log.Error("writing launcher.json", "err", err)
 		}

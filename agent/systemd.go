@@ -34,8 +34,9 @@ type systemdServices struct {
 // unitRun is a unit's NRestarts and its main process's start (systemd's
 // monotonic µs), as a look found them.
 type unitRun struct {
-	restarts int
-	start    int64
+	restarts   int
+	start      int64
+	invocation string
 }
 
 func newSystemd(root *machineRoot) *systemdServices {
@@ -152,7 +153,7 @@ func (s *systemdServices) health(id string) svcHealth {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, s.systemctl, "show", "--property",
-		"ActiveState,SubState,NRestarts,ExecMainStartTimestampMonotonic,ExecMainCode,ExecMainStatus", UnitName(id)).Output()
+		"ActiveState,SubState,NRestarts,ExecMainStartTimestampMonotonic,ExecMainCode,ExecMainStatus,InvocationID", UnitName(id)).Output()
 	if err != nil {
 		return svcHealth{}
 	}
@@ -192,14 +193,14 @@ func (s *systemdServices) health(id string) svcHealth {
 		// Started by hand since (a start resets the count): every
 		// restart counted now came after it.
 		since = n
-	case since == 0 && settled.restarts > 0 && start != settled.start:
-		// As many restarts as when it settled, yet another process:
-		// started by hand since, and restarted as often again.
+	case since == 0 && settled.restarts > 0 && anotherRun(settled, p["InvocationID"], start):
+		// As many restarts as when it settled, yet another run of the
+		// unit: started by hand since, and restarted as often again.
 		since = n
 	}
 	if h.up >= restartSettle || since == 0 {
 		if h.up >= restartSettle {
-			s.settledAt[id] = unitRun{restarts: n, start: start}
+			s.settledAt[id] = unitRun{restarts: n, start: start, invocation: p["InvocationID"]}
 		}
 		delete(s.firstSeen, id)
 		return h
@@ -216,6 +217,18 @@ func (s *systemdServices) health(id string) svcHealth {
 	h.failing = true
 	h.detail = fmt.Sprintf("exited; restarted by systemd %d %s since %s", since, times, first.UTC().Format("15:04:05"))
 	return h
+}
+
+// anotherRun says whether a unit runs another time than it did when it
+// settled: a new invocation (systemd gives each start, by hand or by its
+// Restart=, one of its own; a new main process of the same run, as a
+// daemon re-executing on reload makes, is none). Without invocation ids
+// (an older systemd), another main process's start stands for one.
+func anotherRun(settled unitRun, invocation string, start int64) bool {
+	if invocation != "" && settled.invocation != "" {
+		return invocation != settled.invocation
+	}
+	return start != settled.start
 }
 
 // mainExit says how a unit's main process ended, from systemctl's

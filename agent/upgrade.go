@@ -63,6 +63,12 @@ type rollback struct {
 func pendingPath(dir string) string  { return filepath.Join(dir, "launch.json") }
 func rollbackPath(dir string) string { return filepath.Join(dir, "rollback.json") }
 
+// reportedRollbackPath is a rollback record whose report is on its way
+// (queued or sent) while the refusal of its release is not saved yet: read
+// again at the next start for the refusal, not reported again. The
+// launcher takes rollback.json alone for a rollback no host has reported.
+func reportedRollbackPath(dir string) string { return filepath.Join(dir, "rollback.reported.json") }
+
 // trialRefusedPath is where a trial host notes that the controller
 // refused its upgraded report (failed its trial): a hand-over it then makes
 // is the release's rollback, not a move the controller made around it.
@@ -236,6 +242,14 @@ func (a *Agent) trialReconciled() {
 // can be written, so a host started again on a full disk reports it again.
 func (a *Agent) reportRollback(ctx context.Context) {
 	var rb rollback
+	if readJSON(reportedRollbackPath(a.cfg.StateDir), &rb) == nil {
+		// Reported by an earlier start, its refusal not saved then.
+		a.refuseRolledBack(rb)
+		if a.saveState() == nil {
+			_ = os.Remove(reportedRollbackPath(a.cfg.StateDir))
+		}
+		rb = rollback{}
+	}
 	fromEnv := false
 	if err := readJSON(rollbackPath(a.cfg.StateDir), &rb); err != nil {
 		s := os.Getenv(EnvRollback)
@@ -244,19 +258,32 @@ func (a *Agent) reportRollback(ctx context.Context) {
 		}
 		fromEnv = true
 	}
+	a.refuseRolledBack(rb)
+	sent, saved := a.recordReport(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
+		Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason)}, nil, nil)
+	switch {
+	case fromEnv || !sent:
+		// Neither the report nor the refusal of the release may be lost
+		// (a full disk): the record stays, and the next start tries again.
+	case !saved:
+		// On its way, the refusal not saved: the next start refuses it
+		// again without reporting it twice, and the launcher sees it
+		// reported (it withdraws only a record no host has reported).
+		if err := os.Rename(rollbackPath(a.cfg.StateDir), reportedRollbackPath(a.cfg.StateDir)); err != nil {
+			a.cfg.Log.Error("noting the rollback reported", "err", err)
+		}
+	default:
+		_ = os.Remove(rollbackPath(a.cfg.StateDir))
+	}
+}
+
+// refuseRolledBack refuses the releases a rollback record names.
+func (a *Agent) refuseRolledBack(rb rollback) {
 	for _, dg := range append([]string{rb.Digest}, rb.Also...) {
 		if dg != "" && !slices.Contains(a.state.RefusedReleases, dg) {
 			a.state.RefusedReleases = append(a.state.RefusedReleases, dg)
 		}
 	}
-	kept := a.record(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
-		Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason)}, nil, nil)
-	if !kept || fromEnv {
-		// Neither the report nor the refusal of the release may be lost
-		// (a full disk): the record stays, and the next start tries again.
-		return
-	}
-	_ = os.Remove(rollbackPath(a.cfg.StateDir))
 }
 
 func (a *Agent) once(key, format string, args ...any) {
