@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -378,19 +379,28 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 			why = "it is missing or does not match its digest " + dg
 		}
 	}
+	self := cmp.Or(l.own, "/proc/"+strconv.Itoa(os.Getpid())+"/exe")
 	if why == "" {
 		if p, exited, err = l.start(path, env...); err == nil {
 			l.cfg.Log.Info("launched", "version", v, "pid", p.Pid)
 			return p, exited, nil
 		}
 		why = "it could not be started: " + err.Error()
+		if !unrunnable(err) {
+			// Of the moment (no memory, too many processes): the
+			// launcher's own image runs this once, and known-good stays.
+			l.cfg.Log.Error("known-good could not be started; running the launcher's own binary this once", "known_good", v, "path", path, "err", err)
+			if p, exited, err = l.start(self, env...); err != nil {
+				return nil, nil, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
+			}
+			return p, exited, nil
+		}
 	}
 	// The running launcher's image, whatever has become of the file it
 	// was started from, becomes known-good: the release of the binary
 	// that cannot be run is fetched again by its host, and tried, and a
 	// failed trial of it goes back to this one (not to itself). The
 	// release before is forgotten: it was known-good's, not this one's.
-	self := cmp.Or(l.own, "/proc/"+strconv.Itoa(os.Getpid())+"/exe")
 	l.cfg.Log.Error("known-good's binary cannot be run; the launcher's own binary is known-good in its place, until the release is fetched again",
 		"known_good", v, "path", path, "why", why, "instead", version.Version)
 	ownDigest, err := digestOf(self)
@@ -418,6 +428,13 @@ func (l *launcher) startKnownGood() (p *os.Process, exited chan syscall.WaitStat
 		return nil, nil, fmt.Errorf("starting known-good %s (%s), and the launcher's own binary: %w", path, why, err)
 	}
 	return p, exited, nil
+}
+
+// unrunnable says whether a start failed for the binary itself (gone,
+// not an executable, not allowed), not for the moment.
+func unrunnable(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+		errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP)
 }
 
 // staged says whether path is a release binary the host staged itself

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -252,10 +251,10 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 		if err != nil {
 			return "", err
 		}
-		np.Restarts, np.FirstExit, np.Why = p.Restarts+1, p.FirstExit, cmp.Or(p.Why, "not running")
+		np.Restarts, np.FirstExit, np.Why = p.Restarts+1, p.FirstExit, "exited while no host watched it"
 		s.record(r.ID, np)
 		s.watch(r, digest, np)
-		return "unchanged", nil
+		return action, nil
 	}
 	p, err := s.start(r, digest)
 	if err != nil {
