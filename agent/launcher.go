@@ -275,6 +275,9 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 		first = time.Second
 	}
 	backoff, crashes := first, 0
+	// withdrawn: a crash rollback was withdrawn (the machine at fault),
+	// so crash rollbacks from here on keep the backoff growing.
+	withdrawn := false
 	for {
 		var p *os.Process
 		var exited chan syscall.WaitStatus
@@ -326,15 +329,19 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			continue
 		}
 		if time.Since(started) > time.Minute {
-			backoff, crashes = first, 0
+			backoff, crashes, withdrawn = first, 0, false
 		} else if crashes++; crashes >= crashLoopExits {
 			if l.withdrawCrashRollback() {
-				// Known-good is the release left again; it too is
-				// started again for good, with the backoff as it is.
-				crashes = 0
+				// Known-good is the release left again, started with the
+				// backoff as it is: while the machine stays broken, the
+				// two releases take turns no faster than it allows.
+				crashes, withdrawn = 0, true
 			} else if l.crashRollBack(crashes, ws) {
-				backoff, crashes = first, 0
-				continue
+				crashes = 0
+				if !withdrawn {
+					backoff = first
+					continue
+				}
 			}
 		}
 		l.cfg.Log.Warn("host exited; starting it again", "status", ws, "in", backoff)
@@ -610,7 +617,10 @@ func (l *launcher) withdrawCrashRollback() bool {
 	}
 	l.cfg.Log.Warn("the release put back crash-loops as well: the machine is at fault, not the release; the crash rollback is withdrawn",
 		"put_back", l.st.KnownGood, "known_good", cr.From.Version)
-	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest, l.st.Previous = cr.From.Version, cr.From.Path, cr.From.Digest, nil
+	// The release put back stays the one to go back to: once the machine
+	// is mended, a release that still crash-loops is rolled back then.
+	back := &keptRelease{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
+	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest, l.st.Previous = cr.From.Version, cr.From.Path, cr.From.Digest, back
 	if err := l.save(); err != nil {
 		l.cfg.Log.Error("writing launcher.json", "err", err)
 	}

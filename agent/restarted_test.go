@@ -80,8 +80,41 @@ func TestLauncher_CrashRollbackWithdrawnWhenThePutBackCrashLoopsToo(t *testing.T
 		t.Fatalf("the release put back crash-loops as 9.9.9 did, yet the record blaming 9.9.9 stands (reported, 9.9.9 is refused and failed fleet-wide): %+v", rb)
 	}
 	var st launcherState
-	if err := readJSON(launcherPath(dir), &st); err != nil || st.KnownGood != "9.9.9" || st.Previous != nil {
-		t.Fatalf("launcher.json after the withdrawal: %+v %v, want 9.9.9 known-good, no release before it", st, err)
+	if err := readJSON(launcherPath(dir), &st); err != nil || st.KnownGood != "9.9.9" || st.Previous == nil || st.Previous.Version != "1.0.0" {
+		t.Fatalf("launcher.json after the withdrawal: %+v %v, want 9.9.9 known-good, 1.0.0 still the release before it", st, err)
+	}
+}
+
+// TestLauncher_AfterAWithdrawalAMendedMachineStillRollsBack: the crash
+// rollback of 9.9.9 was withdrawn (1.0.0 crash-looped too: the machine
+// was broken). The machine is then mended, and 9.9.9 still exits at
+// every start: it was the release's doing after all. The withdrawal
+// forgot 1.0.0, so 9.9.9 was started again for good with no host
+// running; 1.0.0 stays the release to go back to, and is.
+func TestLauncher_AfterAWithdrawalAMendedMachineStillRollsBack(t *testing.T) {
+	var broken string
+	dir, dg := keptLauncher(t, func(dir, _ string) string {
+		broken = filepath.Join(dir, "broken")
+		if err := os.WriteFile(broken, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return `echo x >> ` + dir + `/back-starts; [ -e ` + broken + ` ] && exit 1; touch ` + dir + `/back; exec sleep 600
+`
+	}, trialThenCrash)
+	testwait.For(t, 25*time.Second, "the crash rollback withdrawn, 9.9.9 started again", func() bool {
+		return countIn(filepath.Join(dir, "back-starts")) >= crashLoopExits && countIn(filepath.Join(dir, "starts")) >= 1+crashLoopExits+1
+	})
+	// Mended.
+	if err := os.Remove(broken); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "1.0.0 running after 9.9.9 crash-looped again", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "back"))
+		return err == nil
+	})
+	var rb rollback
+	if err := readJSON(rollbackPath(dir), &rb); err != nil || rb.From != "9.9.9" || rb.To != "1.0.0" || rb.Digest != dg {
+		t.Fatalf("rollback %+v (%v), want 9.9.9 to 1.0.0", rb, err)
 	}
 }
 
