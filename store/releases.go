@@ -418,6 +418,9 @@ func stepRollout(tx *Tx, ro *models.Rollout) error {
 	for i := range rms {
 		rm := &rms[i]
 		if rm.State == models.UpgradeUpgrading && rm.StartedAt != nil && now.Sub(*rm.StartedAt) > deadline {
+			if never, err := neverTried(tx, ro, rm, deadline); err != nil || never {
+				return err
+			}
 			reason := fmt.Sprintf("no upgraded report within %s", deadline)
 			if err := failMachine(tx, ro, rm, models.UpgradeFailed, reason); err != nil {
 				return err
@@ -585,6 +588,36 @@ func haltOnMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state,
 	return audit(tx, "controller", "rollout-halted", "host-release/"+ro.Version, why)
 }
 
+// neverTried withdraws a machine whose upgrade ran out its deadline with
+// no sign of its host since the upgrade started (no poll, nor a poll held:
+// last_seen is flushed each heartbeat, a held poll's as the flush's time).
+// Its host never had the declaration naming the release, so the deadline
+// says nothing of the release: failing it failed a good release for good
+// over one machine that stopped polling before it was picked (a canary
+// heard from minutes before). The machine's target goes back, and a
+// canary is replaced at the next step, as for a machine revoked.
+func neverTried(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, deadline time.Duration) (bool, error) {
+	var m models.Machine
+	if err := tx.Select("id", "name", "last_seen").Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
+		return false, err
+	}
+	if m.LastSeen != nil && !m.LastSeen.Before(*rm.StartedAt) {
+		return false, nil
+	}
+	seen := "never heard from"
+	if m.LastSeen != nil {
+		seen = "last heard from " + m.LastSeen.UTC().Format(time.RFC3339)
+	}
+	reason := fmt.Sprintf("no upgraded report within %s, and no poll from its host since its upgrade started (%s): the release was never tried there", deadline, seen)
+	if err := endUpgrade(tx, rm, models.UpgradeWithdrawn, reason, tx.s.Now()); err != nil {
+		return false, err
+	}
+	if err := putTargetBack(tx, m.ID, ro.Version, rm.Previous); err != nil {
+		return false, err
+	}
+	return true, audit(tx, "controller", "rollout-withdrew", "host-release/"+ro.Version, fmt.Sprintf("machine %s: %s", m.Name, reason))
+}
+
 // endUpgrade records how a machine's upgrade in a rollout ended.
 func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now time.Time) error {
 	return tx.Model(&models.RolloutMachine{}).Where("rollout_id = ? AND machine_id = ?", rm.RolloutID, rm.MachineID).
@@ -649,7 +682,7 @@ func withdrawUnreachable(tx *Tx, rms []models.RolloutMachine) error {
 // does is upgraded at once and tries nothing), then those an admin
 // flagged (variable canary=true), then machines whose host was heard from
 // lately. A canary that is offline only waits out the rollout's deadline,
-// which fails the release.
+// and is then withdrawn and replaced (neverTried).
 func canariesFirst(tx *Tx, ms []models.Machine, version string) error {
 	var flagged []int64
 	if err := tx.Model(&models.MachineVariable{}).Where("key = ? AND value = ?", "canary", "true").Pluck("machine_id", &flagged).Error; err != nil {

@@ -482,7 +482,7 @@ func TestRollout_AWithdrawnCanaryIsReplaced(t *testing.T) {
 // a is revoked; its replacement is picked by machine id, so b, the quiet
 // one, becomes the canary, though c was heard from: beginRollout puts
 // machines heard from first because an offline canary waits out the
-// deadline, which then fails the release ("no upgraded report").
+// deadline before it is withdrawn and replaced.
 func TestRollout_AReplacementCanaryIsAMachineHeardFrom(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
@@ -692,6 +692,68 @@ func TestRollout_APlatformNoMachineRanIsNotTried(t *testing.T) {
 			if tried := r.RolledOutAt != nil; tried != (r.Arch == "amd64") {
 				t.Errorf("%s/%s: rolled out at %v", r.OS, r.Arch, r.RolledOutAt)
 			}
+		}
+	})
+}
+
+// TestRollout_ACanaryThatNeverPolledFailsNoRelease: the canary a was last
+// heard from before its upgrade started (it stopped polling minutes
+// before, not yet offline). Its deadline ran out with no upgraded report,
+// and the release was failed for good — "release a new version" — though
+// a's host never had the declaration naming it. Now a is withdrawn, saying
+// so, its target goes back, the release stays ready and the rollout goes
+// on with b as its canary.
+func TestRollout_ACanaryThatNeverPolledFailsNoRelease(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now().Add(-2*time.Minute), a.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		release(t, s, "1.5.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.5.0", "1", 1, 60); err != nil {
+			t.Fatal(err)
+		}
+		// b polls on; a's upgrade started (pick a as the canary) and its
+		// deadline ran out.
+		if err := s.DB().Exec("UPDATE machines SET last_seen = ? WHERE id = ?", time.Now(), b.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		ro, _ := s.Rollout(ctx, "1.5.0")
+		canary := ""
+		for _, m := range ro.Machines {
+			if m.State == models.UpgradeUpgrading {
+				canary = m.Machine
+			}
+		}
+		if canary != "a" {
+			// a is picked as a machine heard from lately (2 minutes is
+			// not offline); b was not yet heard from at the start.
+			t.Fatalf("the canary is %q, want a: %+v", canary, ro.Machines)
+		}
+		if err := s.DB().Exec("UPDATE rollout_machines SET started_at = ? WHERE machine_id = ?", time.Now().Add(-2*time.Minute), a.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StepRollouts(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ro, _ = s.Rollout(ctx, "1.5.0")
+		got := map[string]string{}
+		for _, m := range ro.Machines {
+			got[m.Machine] = m.State + ": " + m.Reason
+		}
+		if ro.State != models.RolloutRunning || !strings.HasPrefix(got["a"], "withdrawn: no upgraded report within 1m0s, and no poll from its host since its upgrade started") ||
+			!strings.HasPrefix(got["b"], "upgrading") {
+			t.Fatalf("rollout %s (%s): %v", ro.State, ro.Reason, got)
+		}
+		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
+			t.Fatalf("release 1.5.0 failed over a canary that never polled: %s", r.Failure)
+		}
+		if m := composedHost(t, s, a); m == "1.5.0" {
+			t.Fatal("a's declaration still names 1.5.0")
 		}
 	})
 }
