@@ -624,10 +624,48 @@ func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now tim
 		Updates(map[string]any{"state": state, "reason": reason, "finished_at": now}).Error
 }
 
-// failRelease marks a release failed for m's platform, with why.
+// failRelease marks a release failed for m's platform, with why, and
+// puts back the target of every machine of that platform that upgraded to
+// it (a rollout done, or canaries that upgraded before another failed): a
+// failed release is named by no declaration (only ready ones are
+// composed), and those machines read "current" on it while their hosts
+// ran a release known to fail, restarted or rebooted into it at any time.
+// Each goes back to the release it left, as its own host's trial.
 func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
-	return tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
-		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error
+	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
+		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+		return err
+	}
+	var rows []struct {
+		MachineID int64
+		Name      string
+		Previous  string
+	}
+	if err := tx.Table("rollout_machines").Select("rollout_machines.machine_id, machines.name, rollout_machines.previous").
+		Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
+		Joins("JOIN machines ON machines.id = rollout_machines.machine_id").
+		Where("rollouts.version = ? AND rollout_machines.state = ? AND machines.os = ? AND machines.arch = ? AND machines.target_host_version = ?",
+			version, models.UpgradeUpgraded, m.OS, m.Arch, version).
+		Order("rollout_machines.rollout_id DESC, machines.name").Scan(&rows).Error; err != nil {
+		return err
+	}
+	var back []string
+	done := map[int64]bool{}
+	for _, r := range rows {
+		if done[r.MachineID] {
+			continue
+		}
+		done[r.MachineID] = true
+		if err := putTargetBack(tx, r.MachineID, version, r.Previous); err != nil {
+			return err
+		}
+		back = append(back, r.Name+" to "+cmp.Or(r.Previous, "the fleet default"))
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return audit(tx, "controller", "targets-back", "host-release/"+version,
+		fmt.Sprintf("release %s failed (%s/%s): the machines that upgraded to it go back: %s", version, m.OS, m.Arch, strings.Join(back, ", ")))
 }
 
 // withdrawUnreachable takes the machines revoked or deleted since the

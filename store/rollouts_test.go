@@ -752,8 +752,44 @@ func TestRollout_ACanaryThatNeverPolledFailsNoRelease(t *testing.T) {
 		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed {
 			t.Fatalf("release 1.5.0 failed over a canary that never polled: %s", r.Failure)
 		}
-		if m := composedHost(t, s, a); m == "1.5.0" {
+		if m := composedHost(t, s, a); strings.HasPrefix(m, "1.5.0 ") {
 			t.Fatal("a's declaration still names 1.5.0")
+		}
+	})
+}
+
+// TestRollout_AFailedReleaseTakesBackTheMachinesOnIt: 1.5.0 and then 1.6.0
+// are rolled out to a and b, both done. a's host then crash-loops on
+// 1.6.0 and its launcher rolls it back: the release fails, the fleet
+// default goes back. b ran 1.6.0 on, its target naming a failed release
+// that no declaration carries, reading current — until its own host
+// restarted into it. b's target now goes back to the release it left.
+func TestRollout_AFailedReleaseTakesBackTheMachinesOnIt(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		for _, v := range []string{"1.5.0", "1.6.0"} {
+			release(t, s, v, "amd64", "1")
+			if _, err := s.StartRollout(ctx, "test", v, "2", 2, 600); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []string{"a", "b"} {
+				applied(t, s, n, 1)
+				upgradedTo(t, s, n, v)
+			}
+			if ro, _ := s.Rollout(ctx, v); ro.State != models.RolloutDone {
+				t.Fatalf("rollout of %s: %s %+v", v, ro.State, ro.Machines)
+			}
+		}
+		m, _ := s.Machine(ctx, "a")
+		sentReport(t, s, a.ID, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeRolledBack, HostVersion: "1.5.0",
+			Reason: models.RolledBackReason("1.6.0", "1.5.0", "it was kept after its trial, then its host exited 5 times in a row")})
+		if r := releaseOf(t, s, "1.6.0"); r.State != models.ReleaseFailed {
+			t.Fatalf("release 1.6.0 is %s", r.State)
+		}
+		mb, _ := s.Machine(ctx, "b")
+		if mb.TargetHostVersion != "1.5.0" || !strings.HasPrefix(composedHost(t, s, b), "1.5.0 ") {
+			t.Fatalf("b runs the failed 1.6.0 with its target %q (declaration names %q), want back to 1.5.0", mb.TargetHostVersion, composedHost(t, s, b))
 		}
 	})
 }
