@@ -621,3 +621,50 @@ func TestRollback_ReportedButNotSavedIsKeptAsReported(t *testing.T) {
 		t.Fatal("the reported record stays after its refusal was saved")
 	}
 }
+
+// TestLauncher_FollowsTheHostBackOnACrashRollback: the launcher had moved
+// to the kept release, whose host then crash-looped and was rolled back.
+// The launcher stayed on the failed release: the stable path named it,
+// and its own image, which stands in for a damaged known-good, was a
+// release known to fail. It now moves to the release put back, as it
+// moved to the one kept (a launcher trial of its own).
+func TestLauncher_FollowsTheHostBackOnACrashRollback(t *testing.T) {
+	dir := t.TempDir()
+	rel := filepath.Join(dir, "versions", version.Version, "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dg := script(t, rel, "exit 1\n")
+	prev := filepath.Join(dir, "versions", "1.0.0", "mesh-host")
+	if err := os.MkdirAll(filepath.Dir(prev), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pdg := script(t, prev, "exec sleep 600\n")
+	if err := EnsureStablePath(dir, rel); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	moved := ""
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)}, self: rel,
+		st: launcherState{KnownGood: version.Version, KnownGoodPath: rel, KnownGoodDigest: dg, Launcher: version.Version,
+			Previous: &keptRelease{Version: "1.0.0", Path: prev, Digest: pdg}},
+		exits: map[int]chan syscall.WaitStatus{}, firstWait: 10 * time.Millisecond}
+	l.probe = func(string) error { return nil }
+	l.exec = func(path string, _, _ []string) error {
+		mu.Lock()
+		moved = path
+		mu.Unlock()
+		return syscall.ENOSYS
+	}
+	runLoop(t, l)
+	testwait.For(t, 20*time.Second, "the launcher moving to 1.0.0", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return moved != ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if moved != prev {
+		t.Fatalf("the launcher moved to %q, want the release put back %s", moved, prev)
+	}
+}

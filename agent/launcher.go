@@ -542,6 +542,13 @@ func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
 	}
 	l.st.KnownGood, l.st.KnownGoodPath, l.st.KnownGoodDigest = prev.Version, prev.Path, prev.Digest
 	l.st.CrashRolledBack = cr
+	if from.Version == version.Version {
+		// The launcher moved to the release rolled back: it follows the
+		// host back (retryLauncher, once the host put back runs), so the
+		// stable path and the launcher's own image, which stands in for
+		// a damaged known-good, are not a release known to fail.
+		l.st.LauncherRetry = &launcherTrial{Version: prev.Version, Path: prev.Path, Digest: prev.Digest}
+	}
 	if err := l.save(); err != nil {
 		l.cfg.Log.Error("writing launcher.json", "err", err)
 	}

@@ -329,9 +329,10 @@ func (l *launcher) moveTo(ctx context.Context, pd pending, hostPID int) {
 }
 
 // retryLauncher tries again a launcher trial the machine's restart
-// interrupted, now that the known-good host hostPID runs: the release's
-// launcher is moved to as after its host's trial (moveTo). Only the
-// release known-good is: a later one kept meanwhile brings its own.
+// interrupted, or moves the launcher back with a crash rollback, now that
+// the known-good host hostPID runs: the release's launcher is moved to as
+// after its host's trial (moveTo). Only the release known-good is: a later
+// one kept meanwhile brings its own.
 func (l *launcher) retryLauncher(ctx context.Context, hostPID int) {
 	l.stMu.Lock()
 	r := l.st.LauncherRetry
