@@ -382,4 +382,14 @@ func TestHostUpgrade_KeptReleaseThatCrashLoopsIsRolledBack(t *testing.T) {
 	if v := c.waitRollout("6.0.0", 10*time.Second, "halted"); !strings.Contains(v.Reason, "rolled back") {
 		t.Fatalf("rollout of 6.0.0: %+v", v)
 	}
+	// The launcher follows the host back to 1.0.0, trial and all: the
+	// stable path names no release known to fail.
+	waitFor(t, 30*time.Second, "the launcher back on 1.0.0, its trial done", func() bool {
+		b, err := os.ReadFile(filepath.Join(h.State, "launcher.json"))
+		st.Trial = nil
+		return err == nil && json.Unmarshal(b, &st) == nil && st.Launcher == "1.0.0" && len(st.Trial) == 0
+	})
+	if target, err := os.Readlink(filepath.Join(h.State, "bin", "mesh-host")); err != nil || strings.Contains(target, "6.0.0") {
+		t.Fatalf("the stable path names %q (%v), a release known to fail", target, err)
+	}
 }
