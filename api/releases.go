@@ -38,6 +38,13 @@ func (s *Server) listReleases(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	def, err := s.Store.HostDefault(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	for i := range rs {
+		rs[i].FleetDefault = def != "" && rs[i].Version == def
+	}
 	return c.JSON(http.StatusOK, listOf(rs, limit, func(r models.Release) string { return strconv.FormatInt(rs[len(rs)-1].ID, 10) }))
 }
 

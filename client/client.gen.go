@@ -1828,8 +1828,11 @@ type Release struct {
 	CreatedBy string    `json:"created_by"`
 	Digest    string    `json:"digest"`
 	Failure   string    `json:"failure"`
-	KeyId     string    `json:"key_id"`
-	Os        string    `json:"os"`
+
+	// FleetDefault the version is the fleet's default now (a fleet rollout of it finished done, and no release failure sent the default back since): machines without a target of their own run it, on the platforms a rollout tried
+	FleetDefault bool   `json:"fleet_default"`
+	KeyId        string `json:"key_id"`
+	Os           string `json:"os"`
 
 	// RolledOutAt when a fleet rollout of the version finished done having upgraded a machine of this platform (null: not yet). The fleet default reaches a machine without a target of its own only through a release so tried; one uploaded for another platform while the version's rollout runs joins it (its machines with a canary of their own), and one uploaded after it is done waits for a rollout of its own
 	RolledOutAt *time.Time `json:"rolled_out_at"`

@@ -30,6 +30,9 @@ type Release struct {
 	// platform's machines through a rollout, canary first, not all at
 	// once at their next generation.
 	RolledOutAt *time.Time `json:"rolled_out_at"`
+	// FleetDefault says the release's version is the fleet's default now
+	// (read with the list, not stored with the release).
+	FleetDefault bool `gorm:"-" json:"fleet_default"`
 }
 
 // TableName keeps the table's name.

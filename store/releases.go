@@ -632,7 +632,10 @@ func endUpgrade(tx *Tx, rm *models.RolloutMachine, state, reason string, now tim
 // ran a release known to fail, restarted or rebooted into it at any time.
 // Each goes back to the release it left, as its own host's trial.
 func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
-	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ?", version, m.OS, m.Arch).
+	// The first failure is the release's word: a later one (another
+	// machine's rollback of it, reported late) is on the rollout's record
+	// and in the audit, not written over it.
+	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ? AND state <> ?", version, m.OS, m.Arch, models.ReleaseFailed).
 		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
 		return err
 	}

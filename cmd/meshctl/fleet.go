@@ -229,8 +229,12 @@ func (a *app) releasesList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return list(a, rs, raw, []string{"VERSION", "PLATFORM", "STATE", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}, func(r client.Release) []string {
-				return []string{r.Version, r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size),
+			return list(a, rs, raw, []string{"VERSION", "PLATFORM", "STATE", "DEFAULT", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}, func(r client.Release) []string {
+				def := ""
+				if r.FleetDefault {
+					def = "fleet default"
+				}
+				return []string{r.Version, r.Os + "/" + r.Arch, string(r.State), def, r.Schemas, strconv.Itoa(r.Size),
 					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)}
 			})
 		},

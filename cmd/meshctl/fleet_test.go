@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"mesh/controller/ctltest"
+	"mesh/models"
 	"mesh/store"
 )
 
@@ -59,8 +60,15 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 		t.Fatalf("vars m1 port=: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 	meshctl("machines", "vars", "m1", "port=9000")
-	if out := meshctl("releases", "ls"); !strings.Contains(out, "1.5.0") || !strings.Contains(out, "1,2") {
+	if out := meshctl("releases", "ls"); !strings.Contains(out, "1.5.0") || !strings.Contains(out, "1,2") || strings.Contains(out, "fleet default") {
 		t.Fatalf("releases:\n%s", out)
+	}
+	// The fleet's default is said (only the dashboard said it).
+	if err := e.Ctl.Store.DB().Create(&models.Setting{Key: models.SettingHostDefault, Value: "1.5.0"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if out := meshctl("releases", "ls"); !strings.Contains(out, "fleet default") {
+		t.Fatalf("releases, 1.5.0 the fleet default:\n%s", out)
 	}
 	if out := meshctl("releases", "show", "1.5.0"); !strings.Contains(out, "PLATFORM") || !strings.Contains(out, "ready") ||
 		!strings.Contains(out, "no rollout of 1.5.0 yet") {
