@@ -597,18 +597,36 @@ func haltOnMachine(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, state,
 // heard from minutes before). The machine's target goes back, and a
 // canary is replaced at the next step, as for a machine revoked.
 func neverTried(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, deadline time.Duration) (bool, error) {
-	var m models.Machine
-	if err := tx.Select("id", "name", "last_seen").Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
-		return false, err
-	}
-	if m.LastSeen != nil && !m.LastSeen.Before(*rm.StartedAt) {
+	if ro.PlanID != 0 {
+		// A plan's host step with no machine that took the release is
+		// not done: it fails as before, and the plan halts.
 		return false, nil
 	}
-	seen := "never heard from"
-	if m.LastSeen != nil {
-		seen = "last heard from " + m.LastSeen.UTC().Format(time.RFC3339)
+	var m models.Machine
+	if err := tx.Select("id", "name", "last_seen", "conflict").Where("id = ?", rm.MachineID).First(&m).Error; err != nil {
+		return false, err
 	}
-	reason := fmt.Sprintf("no upgraded report within %s, and no poll from its host since its upgrade started (%s): the release was never tried there", deadline, seen)
+	var reason string
+	if m.Conflict {
+		reason = fmt.Sprintf("no upgraded report within %s: the machine is in conflict, and nothing is sent to it until an admin resolves it, so the release was never tried there", deadline)
+	} else {
+		if m.LastSeen != nil && !m.LastSeen.Before(*rm.StartedAt) {
+			return false, nil
+		}
+		// A declaration sent since (the minute before: the instances'
+		// clocks and the flush of last_seen may lag) reached the host:
+		// the release was tried, and the deadline is its failure.
+		var sent int64
+		if err := tx.Model(&models.Send{}).Where("machine_id = ? AND created_at >= ?", m.ID, rm.StartedAt.Add(-time.Minute)).
+			Limit(1).Count(&sent).Error; err != nil || sent > 0 {
+			return false, err
+		}
+		seen := "never heard from"
+		if m.LastSeen != nil {
+			seen = "last heard from " + m.LastSeen.UTC().Format(time.RFC3339)
+		}
+		reason = fmt.Sprintf("no upgraded report within %s, and no poll from its host since its upgrade started (%s): the release was never tried there", deadline, seen)
+	}
 	if err := endUpgrade(tx, rm, models.UpgradeWithdrawn, reason, tx.s.Now()); err != nil {
 		return false, err
 	}
@@ -655,7 +673,9 @@ func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 	var back []string
 	done := map[int64]bool{}
 	for _, r := range rows {
-		if done[r.MachineID] {
+		if done[r.MachineID] || r.Previous == version {
+			// A rollout of the version again found the machine on it
+			// already: the release it left is an older row's.
 			continue
 		}
 		done[r.MachineID] = true
@@ -742,6 +762,10 @@ func canariesFirst(tx *Tx, ms []models.Machine, version string) error {
 		if ranA, ranB := a.HostVersion == version, b.HostVersion == version; ranA != ranB {
 			return ranB
 		}
+		if a.Conflict != b.Conflict {
+			// Sent nothing until an admin resolves it: no canary.
+			return b.Conflict
+		}
 		if isCanary[a.ID] != isCanary[b.ID] {
 			return isCanary[a.ID]
 		}
@@ -762,7 +786,7 @@ func replaceWithdrawnCanaries(tx *Tx, rms []models.RolloutMachine, version strin
 	// any when p is "") a canary, as the first were taken: flagged, then
 	// heard from (by a subquery: the waiting are as many as the fleet).
 	promote := func(p string) (string, error) {
-		q := tx.Select("id", "name", "last_seen", "host_version", "os", "arch").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
+		q := tx.Select("id", "name", "last_seen", "host_version", "os", "arch", "conflict").Where("id IN (?)", tx.Model(&models.RolloutMachine{}).Select("machine_id").
 			Where("rollout_id = ? AND wave > 0 AND state = ?", rms[0].RolloutID, models.UpgradePending))
 		if os, arch, ok := strings.Cut(p, "/"); ok {
 			q = q.Where("os = ? AND arch = ?", os, arch)
@@ -882,6 +906,19 @@ func haltUnsendable(tx *Tx, ro *models.Rollout, rms []models.RolloutMachine) (bo
 // done may come while the machine upgrades in the next one, whose target
 // stays.
 func putTargetBack(tx *Tx, machineID int64, version, previous string) error {
+	if previous != "" {
+		// A release that failed since the machine left it is named by no
+		// declaration: the machine follows the fleet default instead.
+		var failed int64
+		if err := tx.Model(&models.Release{}).Where("version = ? AND state = ? AND os = (?) AND arch = (?)", previous, models.ReleaseFailed,
+			tx.Model(&models.Machine{}).Select("os").Where("id = ?", machineID),
+			tx.Model(&models.Machine{}).Select("arch").Where("id = ?", machineID)).Count(&failed).Error; err != nil {
+			return err
+		}
+		if failed > 0 {
+			previous = ""
+		}
+	}
 	res := tx.Model(&models.Machine{}).Where("id = ? AND target_host_version = ?", machineID, version).Update("target_host_version", previous)
 	if res.Error != nil || res.RowsAffected == 0 {
 		return res.Error
@@ -963,6 +1000,15 @@ func rolledBackAfterUpgraded(tx *Tx, m *models.Machine, r *models.Report) error 
 	}
 	if len(rms) == 0 {
 		return nil
+	}
+	// A machine upgraded by a later rollout since has left this release
+	// behind: a host sent back to it (the later release failed, and its
+	// target went back) whose trial of it fails says nothing of the
+	// rollout that once upgraded it, nor of the release the fleet ran.
+	var later int64
+	if err := tx.Model(&models.RolloutMachine{}).Where("machine_id = ? AND rollout_id > ? AND state = ?", m.ID, rms[0].RolloutID, models.UpgradeUpgraded).
+		Count(&later).Error; err != nil || later > 0 {
+		return err
 	}
 	var ro models.Rollout
 	if err := tx.Where("id = ?", rms[0].RolloutID).First(&ro).Error; err != nil {
