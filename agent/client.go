@@ -3,9 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -299,20 +297,14 @@ func (c *client) download(ctx context.Context, digest, part string) error {
 	return f.Sync()
 }
 
+// fileHasDigest says whether the file at path has digest (false, no
+// error, when there is no file).
 func fileHasDigest(path, digest string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return false, nil
-		}
-		return false, err
+	got, err := digestOf(path)
+	if os.IsNotExist(err) {
+		return false, nil
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return false, err
-	}
-	return "sha256:"+hex.EncodeToString(h.Sum(nil)) == digest, nil
+	return err == nil && got == digest, err
 }
 
 // outbox keeps reports until the controller has them: nothing is lost to
