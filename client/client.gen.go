@@ -1827,7 +1827,12 @@ type Release struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
 	Digest    string    `json:"digest"`
-	Failure   string    `json:"failure"`
+
+	// FailedAt when the release failed on its platform (null while ready, and for a release that failed before this was recorded)
+	FailedAt *time.Time `json:"failed_at"`
+
+	// Failure why the release failed on its platform: its first failure's words (empty while ready)
+	Failure string `json:"failure"`
 
 	// FleetDefault the version is the fleet's default now (a fleet rollout of it finished done, and no release failure sent the default back since): machines without a target of their own run it, on the platforms a rollout tried
 	FleetDefault bool   `json:"fleet_default"`

@@ -16,13 +16,16 @@ type Release struct {
 	Size    int64  `json:"size"`
 	// Schemas is the declaration schemas the release's host decodes,
 	// canonical ("1,2"): what its poll must advertise once it runs.
-	Schemas   string    `json:"schemas"`
-	KeyID     string    `json:"key_id"`
-	Signature []byte    `json:"signature"`
-	State     string    `json:"state"` // ready or failed
-	Failure   string    `json:"failure"`
-	CreatedBy string    `json:"created_by"`
-	CreatedAt time.Time `json:"created_at"`
+	Schemas   string `json:"schemas"`
+	KeyID     string `json:"key_id"`
+	Signature []byte `json:"signature"`
+	State     string `json:"state"` // ready or failed
+	Failure   string `json:"failure"`
+	// FailedAt is when the release failed on its platform, with Failure
+	// (nil: not failed, or failed before this was recorded).
+	FailedAt  *time.Time `json:"failed_at"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
 	// RolledOutAt is when a fleet rollout of the version finished done
 	// having upgraded a machine of this platform. Only such a release carries the fleet
 	// default to a machine without a target of its own: one uploaded for

@@ -654,7 +654,7 @@ func failRelease(tx *Tx, version string, m *models.Machine, why string) error {
 	// machine's rollback of it, reported late) is on the rollout's record
 	// and in the audit, not written over it.
 	if err := tx.Model(&models.Release{}).Where("version = ? AND os = ? AND arch = ? AND state <> ?", version, m.OS, m.Arch, models.ReleaseFailed).
-		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why}).Error; err != nil {
+		Updates(map[string]any{"state": models.ReleaseFailed, "failure": why, "failed_at": tx.s.Now()}).Error; err != nil {
 		return err
 	}
 	var rows []struct {

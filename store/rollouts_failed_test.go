@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,42 @@ func TestRollout_AFailedPutBackTrialFailsNoReleaseBefore(t *testing.T) {
 		mc, _ := s.Machine(ctx, "c")
 		if r := releaseOf(t, s, "1.5.0"); r.State == models.ReleaseFailed || def != "1.5.0" || mc.TargetHostVersion != "1.5.0" {
 			t.Fatalf("b's failed trial back to 1.5.0 failed 1.5.0 (%s: %q); fleet default %q; c's target %q", r.State, r.Failure, def, mc.TargetHostVersion)
+		}
+	})
+}
+
+// TestRelease_FailedSaysWhenAndWhyFirst: 1.6.0, rolled out to a and b, is
+// rolled back by a's launcher, and an hour later by b's. The release reads
+// failed with when and why of its first failure: the state word was shown
+// without when, and each later failure wrote its words over the first.
+func TestRelease_FailedSaysWhenAndWhyFirst(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a, b := fixture(t, s, "a"), fixture(t, s, "b")
+		release(t, s, "1.6.0", "amd64", "1")
+		if _, err := s.StartRollout(ctx, "test", "1.6.0", "2", 2, 600); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"a", "b"} {
+			applied(t, s, n, 1)
+			upgradedTo(t, s, n, "1.6.0")
+		}
+		if r := releaseOf(t, s, "1.6.0"); r.FailedAt != nil {
+			t.Fatalf("a ready release says it failed at %v", r.FailedAt)
+		}
+		first := time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Second)
+		at := first
+		s.Now = func() time.Time { return at }
+		for i, id := range []int64{a.ID, b.ID} {
+			m, _ := s.Machine(ctx, []string{"a", "b"}[i])
+			sentReport(t, s, id, &models.Report{Generation: m.AppliedGeneration, Outcome: models.OutcomeRolledBack, HostVersion: "1.0.0",
+				Reason: models.RolledBackReason("1.6.0", "1.0.0", fmt.Sprintf("its host exited 5 times in a row on %s", m.Name))})
+			at = at.Add(time.Hour)
+		}
+		r := releaseOf(t, s, "1.6.0")
+		t.Logf("1.6.0: %s at %v: %s", r.State, r.FailedAt, r.Failure)
+		if r.State != models.ReleaseFailed || r.FailedAt == nil || !r.FailedAt.Equal(first) || !strings.Contains(r.Failure, "on a") {
+			t.Fatalf("1.6.0 is %s, failed at %v (want %v), why %q (want a's)", r.State, r.FailedAt, first, r.Failure)
 		}
 	})
 }

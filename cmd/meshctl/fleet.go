@@ -234,7 +234,7 @@ func (a *app) releasesList() *cobra.Command {
 				if r.FleetDefault {
 					def = "fleet default"
 				}
-				return []string{r.Version, r.Os + "/" + r.Arch, string(r.State), def, r.Schemas, strconv.Itoa(r.Size),
+				return []string{r.Version, r.Os + "/" + r.Arch, releaseState(r), def, r.Schemas, strconv.Itoa(r.Size),
 					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)}
 			})
 		},

@@ -128,6 +128,17 @@ cancelled, printing the reason.`,
 	return cmd
 }
 
+// releaseState says a release's state word, a failed one with when.
+func releaseState(r client.Release) string {
+	switch {
+	case r.State != client.ReleaseStateFailed:
+		return string(r.State)
+	case r.FailedAt == nil:
+		return "failed (when not recorded)"
+	}
+	return "failed " + ago(r.FailedAt)
+}
+
 // showRelease shows a host release's builds (one a platform) and its
 // latest rollout, if it has one.
 func (a *app) showRelease(ctx context.Context, ver string) error {
@@ -172,7 +183,7 @@ func (a *app) showRelease(ctx context.Context, ver string) error {
 	}
 	rows := [][]string{{"PLATFORM", "STATE", "SCHEMAS", "SIZE", "DIGEST", "CREATED", "BY", "FAILURE"}}
 	for _, r := range rs {
-		rows = append(rows, []string{r.Os + "/" + r.Arch, string(r.State), r.Schemas, strconv.Itoa(r.Size), r.Digest, ago(&r.CreatedAt), r.CreatedBy, r.Failure})
+		rows = append(rows, []string{r.Os + "/" + r.Arch, releaseState(r), r.Schemas, strconv.Itoa(r.Size), r.Digest, ago(&r.CreatedAt), r.CreatedBy, r.Failure})
 	}
 	if err := a.table(rows); err != nil {
 		return err
