@@ -475,7 +475,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		if err == nil {
 			checks := a.checkAll(ctx, v.decl.Resources, 15*time.Second)
 			for _, c := range checks {
-				if !c.OK {
+				if !c.OK && c.Resource != models.HostStateCheck {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
 				}
 			}
@@ -718,7 +718,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			cur[c.Resource] = c.OK
 			if was, ok := prev[c.Resource]; !ok || was != c.OK {
 				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
-				if !c.OK {
+				if !c.OK && c.Resource != models.HostStateCheck {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
 				}
 			}
@@ -747,7 +747,11 @@ func (a *Agent) checkAll(ctx context.Context, rs []models.Resource, settle time.
 		ca = a.id.ca
 	}
 	sh, _ := a.services.(serviceHealth)
-	return checkServices(ctx, a.root, ca, rs, settle, sh)
+	res := checkServices(ctx, a.root, ca, rs, settle, sh)
+	if c := stateDirCheck(a.cfg.StateDir); c != nil {
+		res = append(res, *c)
+	}
+	return res
 }
 
 // lookSoon wakes the check loop (never blocks).

@@ -148,6 +148,11 @@ const (
 	HealthNone    = "none" // no checks declared
 )
 
+// HostStateCheck names the host's own check among a report's checks: that
+// its state dir takes writes. Only its failure is reported. The colon
+// keeps it apart from every resource a declaration can name.
+const HostStateCheck = "mesh-host:state-dir"
+
 // ValidOutcome reports whether o is a report outcome.
 func ValidOutcome(o string) bool {
 	switch o {

@@ -75,7 +75,7 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 // legend says what offline and unhealthy mean on this controller (its
 // --offline-after and --unhealthy-after).
 func legend(r models.StateRules) string {
-	return fmt.Sprintf("offline: the host has not polled for %s. unhealthy: a declared check has failed for %s "+
+	return fmt.Sprintf("offline: the host has not polled for %s. unhealthy: a declared check (or the host's own, of its state dir) has failed for %s "+
 		"(the grace, so a service still starting is not flagged); within it the machine stays current and says its check is failing.",
 		span(r.OfflineAfter), span(r.UnhealthyAfter))
 }

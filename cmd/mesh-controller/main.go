@@ -204,7 +204,7 @@ func (o *serveOpts) flags(fs *pflag.FlagSet) {
 	cfg := &o.cfg
 	fs.StringVar(&cfg.Listen, "listen", env("MESH_LISTEN", "127.0.0.1:8080"), "address to serve on (MESH_LISTEN)")
 	fs.DurationVar(&cfg.Rules.OfflineAfter, "offline-after", models.OfflineAfter, "a machine whose host has not polled for this long is offline")
-	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check has failed for this long is unhealthy (a service still starting is not)")
+	fs.DurationVar(&cfg.Rules.UnhealthyAfter, "unhealthy-after", models.UnhealthyAfter, "a machine whose declared check (or its host's own, of its state dir) has failed for this long is unhealthy (a service still starting is not)")
 	o.keepSends = keepDuration(models.DefaultKeepSends)
 	if v := os.Getenv("MESH_KEEP_SENDS"); v != "" {
 		if err := o.keepSends.Set(v); err != nil {
