@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"mesh/models"
@@ -26,13 +27,16 @@ func stateDirCheck(dir string) *models.CheckResult {
 
 // probeWrite writes a block to a file in dir, synced, and removes it. A
 // block, not an empty file: a full filesystem may still have inodes. The
-// sync: one that allocates late says so only then.
+// sync: one that allocates late says so only then. One name, truncated:
+// a host killed between the write and the removal leaves one file, not
+// one a look.
 func probeWrite(dir string) error {
-	f, err := os.CreateTemp(dir, ".probe-*")
+	path := filepath.Join(dir, ".probe")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer os.Remove(path)
 	_, err = f.Write(make([]byte, 4096))
 	if err == nil {
 		err = f.Sync()
