@@ -30,6 +30,7 @@ type MachineView struct {
 	FinishedGen       int64                          `json:"finished_generation"`
 	HostVersion       string                         `json:"host_version"`
 	TargetHostVersion string                         `json:"target_host_version"`
+	LauncherVersion   string                         `json:"launcher_version"`
 	Schema            string                         `json:"schema"`
 	State             string                         `json:"state"`
 	LastOutcome       string                         `json:"last_outcome"`
@@ -84,7 +85,7 @@ func (s *Server) machineViewSent(m *models.Machine, sent map[int64]models.Pendin
 	}
 	v := MachineView{Name: m.Name, OS: m.OS, Arch: m.Arch, Generation: m.Generation,
 		GenerationTrigger: m.GenerationTrigger, GenerationAt: m.GenerationAt,
-		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion,
+		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion, LauncherVersion: m.LauncherVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, now), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
 		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,

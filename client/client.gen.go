@@ -1490,8 +1490,11 @@ type Machine struct {
 	LastOutcomeGeneration int        `json:"last_outcome_generation"`
 	LastReason            string     `json:"last_reason"`
 	LastSeen              *time.Time `json:"last_seen"`
-	Name                  string     `json:"name"`
-	Os                    string     `json:"os"`
+
+	// LauncherVersion the launcher running its host (mesh-host launch), as the host's last report said; empty for a host run without one. The launcher follows a host release once that has won its trial
+	LauncherVersion string `json:"launcher_version"`
+	Name            string `json:"name"`
+	Os              string `json:"os"`
 
 	// RevokedAt when the machine was revoked (null: it is not)
 	RevokedAt *time.Time `json:"revoked_at"`

@@ -414,6 +414,7 @@ type machineView struct {
 	LastReason        string `json:"last_reason"`
 	HostVersion       string `json:"host_version"`
 	TargetHostVersion string `json:"target_host_version"`
+	LauncherVersion   string `json:"launcher_version"`
 	Health            struct {
 		State  string `json:"state"`
 		Check  string `json:"check"`

@@ -140,6 +140,9 @@ func TestLauncher_FollowsTheReleaseInPlace(t *testing.T) {
 	if vs := c.launcherVersions("m1"); len(vs) == 0 || vs[0] != "applied@2.1.0" {
 		t.Fatalf("the latest report (outcome@launcher): %v", vs)
 	}
+	if m := c.machine("m1"); m.LauncherVersion != "2.1.0" {
+		t.Fatalf("the machine says launcher %q, its latest report 2.1.0", m.LauncherVersion)
+	}
 	if svcPID(t, h) != svc {
 		t.Fatal("the service was restarted")
 	}

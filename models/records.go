@@ -169,11 +169,14 @@ func (jt *JoinToken) Spendable(now time.Time) bool { return jt.State(now) == Joi
 
 // Machine is a computer registered with the controller.
 type Machine struct {
-	ID                int64      `gorm:"primaryKey"`
-	Name              string     `gorm:"column:name"`
-	OS                string     `gorm:"column:os"`
-	Arch              string     `gorm:"column:arch"`
-	HostVersion       string     `gorm:"column:host_version"`
+	ID          int64  `gorm:"primaryKey"`
+	Name        string `gorm:"column:name"`
+	OS          string `gorm:"column:os"`
+	Arch        string `gorm:"column:arch"`
+	HostVersion string `gorm:"column:host_version"`
+	// LauncherVersion is the launcher running the host, as its last
+	// report said ("" without one).
+	LauncherVersion   string     `gorm:"column:launcher_version"`
 	Schema            string     `gorm:"column:schema"`
 	Generation        int64      `gorm:"column:generation"`
 	GenerationTrigger string     `gorm:"column:generation_trigger"`

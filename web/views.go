@@ -30,6 +30,7 @@ type MachineRow struct {
 	Generation  int64
 	Applied     int64
 	HostVersion string
+	Launcher    string // the launcher running the host ("" without one)
 	Target      string
 	LastSeen    string
 }
@@ -90,7 +91,7 @@ func stamp(t time.Time) string { return models.Stamp(t) }
 // row computes a machine's badge from its records; sent is what was sent
 // of its current generation (nil: nothing).
 func row(rules models.StateRules, m *models.Machine, seen *time.Time, sent *models.PendingSend, now time.Time) MachineRow {
-	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion,
+	r := MachineRow{Name: m.Name, Generation: m.Generation, Applied: m.AppliedGeneration, HostVersion: m.HostVersion, Launcher: m.LauncherVersion,
 		Target: m.TargetHostVersion, LastSeen: models.LastSeenWords(m, seen, now)}
 	r.State = rules.State(m, seen, now)
 	w := models.SayState(r.State, m, seen, sent, now)

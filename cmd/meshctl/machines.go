@@ -114,7 +114,7 @@ func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) e
 		{"Why:", why(m)},
 		{"Health:", health},
 		{"Generation:", fmt.Sprintf("%d (%s, %s); applied %d; finished %d", m.Generation, m.GenerationTrigger, ago(&m.GenerationAt), m.AppliedGeneration, m.FinishedGeneration)},
-		{"Host:", firstNonEmpty(m.HostVersion, "-") + targetWords(m)},
+		{"Host:", firstNonEmpty(m.HostVersion, "-") + targetWords(m) + launcherWords(m)},
 		{"Last seen:", lastSeenWords(m)},
 	}
 	if m.LastOutcome != "" {
@@ -179,6 +179,14 @@ func (a *app) showMachine(m *client.Machine, as, selected []client.Assignment) e
 		}
 	}
 	return a.table(rows)
+}
+
+// launcherWords names the launcher running the host, when it has one.
+func launcherWords(m *client.Machine) string {
+	if m.LauncherVersion == "" {
+		return ""
+	}
+	return "; launcher " + m.LauncherVersion
 }
 
 func targetWords(m *client.Machine) string {

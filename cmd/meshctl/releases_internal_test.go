@@ -25,3 +25,14 @@ func TestReleaseState_FailedSaysWhen(t *testing.T) {
 		}
 	}
 }
+
+// TestLauncherWords: meshctl machines show names the launcher running the
+// host beside its version, and nothing for a host run without one.
+func TestLauncherWords(t *testing.T) {
+	if got := launcherWords(&client.Machine{LauncherVersion: "2.1.0"}); got != "; launcher 2.1.0" {
+		t.Errorf("with a launcher: %q", got)
+	}
+	if got := launcherWords(&client.Machine{}); got != "" {
+		t.Errorf("without one: %q", got)
+	}
+}

@@ -1,0 +1,39 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestMachine_LauncherAsItsLastReportSaid: a host's reports say which
+// launcher runs it; the machine keeps what the last one said, none for a
+// host run without one. Both ways of storing a report: the common one
+// (on PostgreSQL without a transaction of its own) and one with service
+// output.
+func TestMachine_LauncherAsItsLastReportSaid(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		m := fixture(t, s, "m1")
+		for _, c := range []struct {
+			launcher string
+			logs     bool
+		}{{"1.0.0", false}, {"1.1.0", true}, {"", false}} {
+			r := &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied, HostVersion: "1.1.0", LauncherVersion: c.launcher}
+			if c.logs {
+				r.Logs = []models.ServiceLog{{Resource: "mod.service", Why: models.LogFailed, Lines: []string{"x"}}}
+			}
+			sentReport(t, s, m.ID, r)
+			got, err := s.Machine(ctx, "m1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.LauncherVersion != c.launcher || got.HostVersion != "1.1.0" {
+				t.Fatalf("after a report saying launcher %q (service output %v): machine's launcher %q, host %q", c.launcher, c.logs, got.LauncherVersion, got.HostVersion)
+			}
+		}
+	})
+}
