@@ -151,6 +151,7 @@ type Agent struct {
 	// checked reports go through an outbox and a client of their own, so
 	// the check loop never shares the poll loop's.
 	checkedOut    outbox
+	writes        stateWrites // what the host's writes to its state dir last met
 	checkedClient *client
 	// logs are the services whose last lines ride the next report.
 	logs *logShipper
@@ -221,10 +222,10 @@ func newAgent(cfg Config) (*Agent, error) {
 		}
 	}
 	a := &Agent{cfg: cfg, id: id, client: newClient(id), root: root, state: st,
-		outbox:     outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log},
-		checkedOut: outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log},
-		lookNow:    make(chan struct{}, 1),
+		lookNow: make(chan struct{}, 1),
 	}
+	a.outbox = outbox{dir: filepath.Join(cfg.StateDir, "outbox"), stateDir: cfg.StateDir, log: cfg.Log, writes: &a.writes}
+	a.checkedOut = outbox{dir: filepath.Join(cfg.StateDir, "outbox-checked"), stateDir: cfg.StateDir, log: cfg.Log, writes: &a.writes}
 	a.checkedClient = a.client.sibling()
 	switch cfg.Services {
 	case "host":
@@ -603,7 +604,7 @@ func (a *Agent) recordReport(ctx context.Context, r models.Report, actions []mod
 		queued = false
 	}
 	saved = a.saveState() == nil
-	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
+	if err := a.journal(Entry{Time: now, Send: r.Send, Generation: r.Generation, Digest: r.Digest,
 		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, Actions: actions, Checks: checks}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
 	}
@@ -631,10 +632,13 @@ func (a *Agent) saveState() error {
 	a.checkTargets = targets
 	a.checkGen, a.checkSend = a.state.Applied, a.state.AppliedSend
 	a.checksMu.Unlock()
-	if err := a.state.Save(a.cfg.StateDir); err != nil {
+	err := a.state.Save(a.cfg.StateDir)
+	if err != nil {
 		a.cfg.Log.Error("saving state", "err", err)
+		a.writes.note("state", sizeOf(a.state), err)
 		return err
 	}
+	a.writes.note("state", 0, nil)
 	return nil
 }
 
@@ -748,7 +752,7 @@ func (a *Agent) checkAll(ctx context.Context, rs []models.Resource, settle time.
 	}
 	sh, _ := a.services.(serviceHealth)
 	res := checkServices(ctx, a.root, ca, rs, settle, sh)
-	if c := stateDirCheck(a.cfg.StateDir); c != nil {
+	if c := a.writes.stateDirCheck(a.cfg.StateDir); c != nil {
 		res = append(res, *c)
 	}
 	return res
@@ -762,6 +766,18 @@ func (a *Agent) lookSoon() {
 	}
 }
 
+// journal appends e to the journal, noting how the write ended for the
+// state dir's check.
+func (a *Agent) journal(e Entry) error {
+	err := appendJournal(a.cfg.StateDir, e)
+	if err != nil {
+		a.writes.note("journal", sizeOf(e), err)
+	} else {
+		a.writes.note("journal", 0, nil)
+	}
+	return err
+}
+
 // reportChecked queues a checked report and journals it.
 func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res []models.CheckResult) {
 	now := time.Now().UTC()
@@ -770,7 +786,7 @@ func (a *Agent) reportChecked(ctx context.Context, gen int64, send string, res [
 	if _, err := a.checkedOut.put(r); err != nil {
 		a.cfg.Log.Error("outbox", "err", err)
 	}
-	if err := appendJournal(a.cfg.StateDir, Entry{Time: now, Send: send, Generation: gen, Outcome: r.Outcome, Checks: res}); err != nil {
+	if err := a.journal(Entry{Time: now, Send: send, Generation: gen, Outcome: r.Outcome, Checks: res}); err != nil {
 		a.cfg.Log.Error("journal", "err", err)
 	}
 }

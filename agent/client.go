@@ -317,6 +317,8 @@ type outbox struct {
 	stateDir string // where the journal is
 	log      *slog.Logger
 
+	writes *stateWrites // told how each write ended (nil: nobody)
+
 	mu   sync.Mutex
 	held [][]byte // reports not written to dir, oldest first
 	last uint64   // the number of the last report written (see write)
@@ -371,6 +373,12 @@ func (o *outbox) hold(b []byte) {
 // word on its generation. Names of the clock's (an earlier release's
 // UnixNano) are read as numbers too, and the sequence goes on past them.
 func (o *outbox) write(b []byte) (string, error) {
+	name, err := o.writeNext(b)
+	o.writes.note("outbox", len(b), err)
+	return name, err
+}
+
+func (o *outbox) writeNext(b []byte) (string, error) {
 	if err := os.MkdirAll(o.dir, 0o700); err != nil {
 		return "", err
 	}

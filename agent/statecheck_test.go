@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"mesh/models"
+)
+
+// smallTmpfs mounts a tmpfs of size for a state dir: the full disk (the
+// tests run as root, as a host does).
+func smallTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		t.Fatalf("mounting a tmpfs for a state dir (the tests run as root): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// fillUp writes name in dir until the filesystem says ENOSPC.
+func fillUp(t *testing.T, dir, name string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := make([]byte, 4096)
+	for err == nil {
+		_, err = f.Write(block)
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling %s: %v", dir, err)
+	}
+}
+
+// TestStateDirCheck_FailsWhileTheHostsWritesDoNotFit: the probe alone is
+// a block, and the host's writes are larger: a state dir with a few KiB
+// free (or with a probe left by a host killed mid-look, whose block the
+// next probe takes back) passed while a report with its services' lines
+// could not be queued and waited in memory. The check now probes as
+// large as the write that failed, and passes again once that fits.
+func TestStateDirCheck_FailsWhileTheHostsWritesDoNotFit(t *testing.T) {
+	for name, leave := range map[string]func(t *testing.T, dir string){
+		"AFewKiBFree": func(t *testing.T, dir string) {
+			spare := filepath.Join(dir, "spare")
+			if err := os.WriteFile(spare, make([]byte, 8192), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fillUp(t, dir, "filler")
+			if err := os.Remove(spare); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"ALeftoverProbe": func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, ".probe"), make([]byte, 4096), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fillUp(t, dir, "filler")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := smallTmpfs(t, "1m")
+			leave(t, dir)
+			var w stateWrites
+			o := outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, writes: &w}
+			_, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeApplied,
+				Logs: []models.ServiceLog{{Resource: "mod.svc", Why: models.LogFailed, Lines: []string{strings.Repeat("x", 12000)}}}})
+			if err == nil {
+				t.Fatal("a 12 KB report was queued on a full state dir")
+			}
+			c := w.stateDirCheck(dir)
+			if c == nil || !strings.Contains(c.Detail, "its outbox") || !strings.Contains(c.Detail, "no space left on device") {
+				t.Fatalf("the report waits in memory (%v), and the state dir's check says %+v", err, c)
+			}
+			if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+				t.Fatal(err)
+			}
+			if c := w.stateDirCheck(dir); c != nil {
+				t.Fatalf("with the space back: %s", c.Detail)
+			}
+		})
+	}
+}
