@@ -635,10 +635,10 @@ func (a *Agent) saveState() error {
 	err := a.state.Save(a.cfg.StateDir)
 	if err != nil {
 		a.cfg.Log.Error("saving state", "err", err)
-		a.writes.note("state", sizeOf(a.state), err)
+		a.writes.note("state", a.cfg.StateDir, "", sizeOf(a.state), err)
 		return err
 	}
-	a.writes.note("state", 0, nil)
+	a.writes.note("state", a.cfg.StateDir, "", 0, nil)
 	return nil
 }
 
@@ -770,11 +770,11 @@ func (a *Agent) lookSoon() {
 // state dir's check.
 func (a *Agent) journal(e Entry) error {
 	err := appendJournal(a.cfg.StateDir, e)
+	size := 0
 	if err != nil {
-		a.writes.note("journal", sizeOf(e), err)
-	} else {
-		a.writes.note("journal", 0, nil)
+		size = sizeOf(e)
 	}
+	a.writes.note("journal", a.cfg.StateDir, journalPath(a.cfg.StateDir), size, err)
 	return err
 }
 

@@ -374,7 +374,7 @@ func (o *outbox) hold(b []byte) {
 // UnixNano) are read as numbers too, and the sequence goes on past them.
 func (o *outbox) write(b []byte) (string, error) {
 	name, err := o.writeNext(b)
-	o.writes.note("outbox", len(b), err)
+	o.writes.note(filepath.Base(o.dir), o.dir, "", len(b), err)
 	return name, err
 }
 

@@ -21,19 +21,30 @@ const (
 	maxProbe = 4 << 20
 )
 
-// stateWrites keeps what the host's own writes to its state dir last met,
-// by kind (its state, its journal, its outbox): a block of a probe may
+// stateWrites keeps the host's own writes to its state dir that failed,
+// by kind (its state, its journal, each outbox): a block of a probe may
 // fit where they do not (a whole state file, a report with its services'
-// lines, a leftover probe's block taken back), and the machine read
-// healthy while none of them were saved.
+// lines, a leftover probe's block taken back), or a write may fail for
+// another reason than space (an outbox that is not a directory), and the
+// machine read healthy while none of them were saved.
 type stateWrites struct {
 	mu     sync.Mutex
-	failed map[string]error // kind → the error of its last write, while it fails
-	need   int              // the largest write that failed since space was last found
+	failed map[string]failedWrite
+	seq    uint64
 }
 
-// note records a write of kind, of size bytes, and how it ended.
-func (w *stateWrites) note(kind string, size int, err error) {
+// failedWrite is the last write of a kind, which failed.
+type failedWrite struct {
+	err  error
+	size int    // bytes it wrote
+	dir  string // the directory it wrote in
+	file string // the file it appends to, if it appends ("": it writes a new one)
+	seq  uint64 // which failure: one noted during a look is not cleared by it
+}
+
+// note records a write of kind, of size bytes in dir (appended to file,
+// if not ""), and how it ended: a write that worked clears the kind.
+func (w *stateWrites) note(kind, dir, file string, size int, err error) {
 	if w == nil {
 		return
 	}
@@ -44,35 +55,62 @@ func (w *stateWrites) note(kind string, size int, err error) {
 		return
 	}
 	if w.failed == nil {
-		w.failed = map[string]error{}
+		w.failed = map[string]failedWrite{}
 	}
-	w.failed[kind] = err
-	w.need = max(w.need, min(size, maxProbe))
+	w.seq++
+	w.failed[kind] = failedWrite{err: err, size: min(size, maxProbe), dir: dir, file: file, seq: w.seq}
+}
+
+// retry makes a write like f where f wrote (a probe of its size, and the
+// file it appends to opened for appending): a kind of write is cleared
+// once one like it works, so a host that writes nothing while it waits
+// (an idle one: its reports held in memory and sent from there) is
+// healthy again once the space is back.
+func (f failedWrite) retry() error {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return err
+	}
+	if f.file != "" {
+		a, err := os.OpenFile(f.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		a.Close()
+	}
+	return probeWrite(f.dir, max(minProbe, f.size))
 }
 
 // stateDirCheck is the host's own check, run with the services' checks:
 // that its state dir takes its writes. A full or read-only state dir keeps
 // the host from saving its state and journal, and its reports wait in
 // memory, lost at its next restart, while every service it runs may pass
-// its checks: the machine read healthy. The probe is as large as the
-// largest of the host's writes that failed since it last passed: once
-// that fits, they will when next made. Only a failure is reported (nil
-// otherwise), as for a service without a check of its own, so a machine
-// whose state dir is fine reads as it did.
+// its checks: the machine read healthy. It probes the state dir with a
+// block, and retries each kind of the host's writes that failed (a write
+// as large, where it wrote); it fails naming each that still fails. Only
+// a failure is reported (nil otherwise), as for a service without a check
+// of its own, so a machine whose state dir is fine reads as it did.
 func (w *stateWrites) stateDirCheck(dir string) *models.CheckResult {
 	w.mu.Lock()
-	size := max(minProbe, w.need)
+	pending := maps.Clone(w.failed)
 	w.mu.Unlock()
-	err := probeWrite(dir, size)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err == nil {
-		w.failed, w.need = nil, 0
-		return nil
+	var why []string
+	if err := probeWrite(dir, minProbe); err != nil {
+		why = append(why, fmt.Sprintf("%d bytes: %v", minProbe, err))
 	}
-	why := []string{fmt.Sprintf("%d bytes: %v", size, err)}
-	for _, k := range slices.Sorted(maps.Keys(w.failed)) {
-		why = append(why, fmt.Sprintf("its %s: %v", k, w.failed[k]))
+	for _, kind := range slices.Sorted(maps.Keys(pending)) {
+		f := pending[kind]
+		if err := f.retry(); err != nil {
+			why = append(why, fmt.Sprintf("its %s (%d bytes): %v", kind, f.size, f.err))
+			continue
+		}
+		w.mu.Lock()
+		if w.failed[kind].seq == f.seq {
+			delete(w.failed, kind)
+		}
+		w.mu.Unlock()
+	}
+	if len(why) == 0 {
+		return nil
 	}
 	return &models.CheckResult{Resource: models.HostStateCheck, At: time.Now().UTC(),
 		Detail: fmt.Sprintf("the host's state dir takes no writes (%s): its state and journal are not saved, and its reports wait in memory, lost if it restarts",

@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +94,65 @@ func TestStateDirCheck_FailsWhileTheHostsWritesDoNotFit(t *testing.T) {
 				t.Fatalf("with the space back: %s", c.Detail)
 			}
 		})
+	}
+}
+
+// TestStateDirCheck_ClearsOnceTheHostsWritesFitAgain: a 12 KB report could
+// not be queued on a state dir with a few KiB free and was held in memory;
+// the controller then took it from memory, and the host's next writes are
+// small ones that fit. The check kept probing as large as the write that
+// had failed and read unhealthy until 12 KB were free: a kind of write is
+// cleared by one like it that works.
+func TestStateDirCheck_ClearsOnceTheHostsWritesFitAgain(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	dir := smallTmpfs(t, "1m")
+	spare := filepath.Join(dir, "spare")
+	if err := os.WriteFile(spare, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fillUp(t, dir, "filler")
+	if err := os.Remove(spare); err != nil {
+		t.Fatal(err)
+	}
+	var w stateWrites
+	o := outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, writes: &w}
+	if _, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeApplied,
+		Logs: []models.ServiceLog{{Resource: "mod.svc", Why: models.LogFailed, Lines: []string{strings.Repeat("x", 12000)}}}}); err == nil {
+		t.Fatal("a 12 KB report was queued on a full state dir")
+	}
+	c := newClient(&Identity{Controllers: []string{srv.URL}, Token: "t"})
+	if err := o.flush(context.Background(), c); err != nil || o.heldAny() {
+		t.Fatalf("flush: %v, held %v", err, o.heldAny())
+	}
+	if _, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeChecked}); err != nil {
+		t.Fatalf("a small report: %v", err)
+	}
+	if c := w.stateDirCheck(dir); c != nil {
+		t.Fatalf("nothing held in memory, every write since fits, and the check says: %s", c.Detail)
+	}
+}
+
+// TestStateDirCheck_FailsWhileTheOutboxTakesNoWrites: the outbox cannot be
+// written for another reason than space (its path is not a directory); the
+// report waits in memory. The check's probe fit in the state dir, and it
+// passed, forgetting the outbox's failure: the machine read healthy.
+func TestStateDirCheck_FailsWhileTheOutboxTakesNoWrites(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "outbox"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var w stateWrites
+	o := outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, writes: &w}
+	_, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeApplied})
+	if err == nil || !o.heldAny() {
+		t.Fatalf("put: %v, held %v", err, o.heldAny())
+	}
+	for range 2 {
+		if c := w.stateDirCheck(dir); c == nil || !strings.Contains(c.Detail, "not a directory") {
+			t.Fatalf("the report waits in memory (%v), and the state dir's check says %+v", err, c)
+		}
 	}
 }

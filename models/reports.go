@@ -34,10 +34,14 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 	up := map[string]any{}
 	if r.HostVersion != "" {
 		up["host_version"] = r.HostVersion
-		// Said with every report of a host that says its version: none
-		// is a host run without a launcher (or of a release before
-		// launchers said theirs).
-		up["launcher_version"] = r.LauncherVersion
+		// Said with every report of a host that says its version (none:
+		// a host run without a launcher, or of a release before
+		// launchers said theirs), and taken from one of the latest
+		// generation or a host upgrade's: an older report replayed from
+		// an outbox after the launcher moved says the launcher before.
+		if r.Generation >= m.FinishedGen || r.Outcome == OutcomeUpgraded || r.Outcome == OutcomeRolledBack {
+			up["launcher_version"] = r.LauncherVersion
+		}
 	}
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {
