@@ -48,6 +48,19 @@ func fillUp(t *testing.T, dir, name string) {
 	}
 }
 
+// aFewKiBFree fills dir but for 8 KiB.
+func aFewKiBFree(t *testing.T, dir string) {
+	t.Helper()
+	spare := filepath.Join(dir, "spare")
+	if err := os.WriteFile(spare, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fillUp(t, dir, "filler")
+	if err := os.Remove(spare); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStateDirCheck_FailsWhileTheHostsWritesDoNotFit: the probe alone is
 // a block, and the host's writes are larger: a state dir with a few KiB
 // free (or with a probe left by a host killed mid-look, whose block the
@@ -56,16 +69,7 @@ func fillUp(t *testing.T, dir, name string) {
 // large as the write that failed, and passes again once that fits.
 func TestStateDirCheck_FailsWhileTheHostsWritesDoNotFit(t *testing.T) {
 	for name, leave := range map[string]func(t *testing.T, dir string){
-		"AFewKiBFree": func(t *testing.T, dir string) {
-			spare := filepath.Join(dir, "spare")
-			if err := os.WriteFile(spare, make([]byte, 8192), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			fillUp(t, dir, "filler")
-			if err := os.Remove(spare); err != nil {
-				t.Fatal(err)
-			}
-		},
+		"AFewKiBFree": aFewKiBFree,
 		"ALeftoverProbe": func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, ".probe"), make([]byte, 4096), 0o600); err != nil {
 				t.Fatal(err)
@@ -109,14 +113,7 @@ func TestStateDirCheck_ClearsOnceTheHostsWritesFitAgain(t *testing.T) {
 	}))
 	defer srv.Close()
 	dir := smallTmpfs(t, "1m")
-	spare := filepath.Join(dir, "spare")
-	if err := os.WriteFile(spare, make([]byte, 8192), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fillUp(t, dir, "filler")
-	if err := os.Remove(spare); err != nil {
-		t.Fatal(err)
-	}
+	aFewKiBFree(t, dir)
 	var w stateWrites
 	o := outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, writes: &w}
 	if _, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeApplied,
