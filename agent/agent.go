@@ -635,7 +635,7 @@ func (a *Agent) saveState() error {
 	err := a.state.Save(a.cfg.StateDir)
 	if err != nil {
 		a.cfg.Log.Error("saving state", "err", err)
-		a.writes.note("state", a.cfg.StateDir, "", sizeOf(a.state), err)
+		a.writes.note("state", a.cfg.StateDir, "", sizeOfIndented(a.state), err)
 		return err
 	}
 	a.writes.note("state", a.cfg.StateDir, "", 0, nil)

@@ -337,8 +337,9 @@ func (o *outbox) put(r models.Report) (string, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var werr error
 	for len(o.held) > 0 {
-		if _, err := o.write(o.held[0]); err != nil {
+		if _, werr = o.write(o.held[0]); werr != nil {
 			break
 		}
 		o.held = o.held[1:]
@@ -352,6 +353,13 @@ func (o *outbox) put(r models.Report) (string, error) {
 		return "", fmt.Errorf("held in memory, to be sent from there: %w", err)
 	}
 	o.hold(b)
+	// The failed write was the oldest held report's; the check's retry
+	// must fit the largest one held, b too.
+	largest := 0
+	for _, h := range o.held {
+		largest = max(largest, len(h))
+	}
+	o.writes.note(filepath.Base(o.dir), o.dir, "", largest, werr)
 	return "", fmt.Errorf("held in memory behind %d report(s) the outbox could not take", len(o.held)-1)
 }
 

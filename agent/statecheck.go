@@ -142,8 +142,15 @@ func probeWrite(dir string, size int) error {
 	return err
 }
 
-// sizeOf is v's size as JSON, for a failed write's note.
+// sizeOf is v's size as a line of JSON (a journal entry), for a failed
+// write's note.
 func sizeOf(v any) int {
 	b, _ := json.Marshal(v)
+	return len(b) + 1
+}
+
+// sizeOfIndented is v's size as writeJSONAtomic writes it (the state).
+func sizeOfIndented(v any) int {
+	b, _ := json.MarshalIndent(v, "", "  ")
 	return len(b) + 1
 }

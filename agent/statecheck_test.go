@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -151,5 +153,69 @@ func TestStateDirCheck_FailsWhileTheOutboxTakesNoWrites(t *testing.T) {
 		if c := w.stateDirCheck(dir); c == nil || !strings.Contains(c.Detail, "not a directory") {
 			t.Fatalf("the report waits in memory (%v), and the state dir's check says %+v", err, c)
 		}
+	}
+}
+
+// TestStateDirCheck_TheStateAsSaved: a failed save was noted at the
+// state's size as compact JSON, and the state is written indented, half
+// as large again: on a state dir with room for the one and not the other,
+// the check's retry fit and cleared it while the state could not be
+// saved, and an idle host read healthy.
+func TestStateDirCheck_TheStateAsSaved(t *testing.T) {
+	st := &State{Resources: map[string]*Managed{}}
+	for i := range 300 {
+		st.Resources[fmt.Sprintf("mod.svc%03d", i)] = &Managed{Kind: "file", Module: "mod", Build: 1,
+			Digest: "sha256:0123456789abcdef", Extra: map[string]string{"a": "b"}}
+	}
+	dir := smallTmpfs(t, "1m")
+	spare := filepath.Join(dir, "spare")
+	if err := os.WriteFile(spare, make([]byte, (sizeOf(st)+4095)/4096*4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fillUp(t, dir, "filler")
+	if err := os.Remove(spare); err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: Config{StateDir: dir, Log: slog.New(slog.DiscardHandler)}, state: st}
+	err := a.saveState()
+	if err == nil {
+		t.Fatal("the state was saved")
+	}
+	c := a.writes.stateDirCheck(dir)
+	if a.saveState() == nil {
+		t.Fatal("the state was saved after the check")
+	}
+	if c == nil || !strings.Contains(c.Detail, "its state") {
+		t.Fatalf("the state cannot be saved (%v), and the state dir's check says %+v", err, c)
+	}
+}
+
+// TestStateDirCheck_HeldBehindASmallerReport: a small report could not be
+// queued on a full state dir and was held; a 12 KB one was held behind it
+// without a write of its own, so the outbox's failure was noted at the
+// small one's size. With 8 KiB back, the check's retry fit and cleared
+// the outbox while the 12 KB report, still in memory (the controller not
+// taking it), could not be written.
+func TestStateDirCheck_HeldBehindASmallerReport(t *testing.T) {
+	dir := smallTmpfs(t, "1m")
+	fillUp(t, dir, "filler")
+	var w stateWrites
+	o := outbox{dir: filepath.Join(dir, "outbox"), stateDir: dir, writes: &w}
+	if _, err := o.put(models.Report{Generation: 1, Outcome: models.OutcomeApplied}); err == nil {
+		t.Fatal("a report was queued on a full state dir")
+	}
+	if _, err := o.put(models.Report{Generation: 2, Outcome: models.OutcomeApplied,
+		Logs: []models.ServiceLog{{Resource: "mod.svc", Why: models.LogFailed, Lines: []string{strings.Repeat("x", 12000)}}}}); err == nil {
+		t.Fatal("a 12 KB report was queued on a full state dir")
+	}
+	fi, err := os.Stat(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "filler"), fi.Size()-8192); err != nil {
+		t.Fatal(err)
+	}
+	if c := w.stateDirCheck(dir); c == nil || !o.heldAny() {
+		t.Fatalf("a 12 KB report waits in memory (%v) with 8 KiB free, and the state dir's check says %+v", o.heldAny(), c)
 	}
 }
