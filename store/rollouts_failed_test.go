@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,21 @@ func upgradingIn(t *testing.T, s *store.Store, version string) string {
 		}
 	}
 	return ""
+}
+
+// rolledOutToAll uploads version and rolls it out to names at once (all
+// canaries), each host applying the generation naming it and reporting
+// upgraded.
+func rolledOutToAll(t *testing.T, s *store.Store, version string, names ...string) {
+	t.Helper()
+	release(t, s, version, "amd64", "1")
+	if _, err := s.StartRollout(context.Background(), "test", version, strconv.Itoa(len(names)), int64(len(names)), 600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		applied(t, s, n, 1)
+		upgradedTo(t, s, n, version)
+	}
 }
 
 // TestRollout_ADeliveredReleaseThatSilencesItsHostsFails: the
@@ -139,14 +155,7 @@ func TestRollout_ARolloutOfTheSameVersionAgainTakesBackToTheReleaseBefore(t *tes
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		a, b := fixture(t, s, "a"), fixture(t, s, "b")
-		release(t, s, "1.5.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.5.0", "2", 2, 600); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"a", "b"} {
-			applied(t, s, n, 1)
-			upgradedTo(t, s, n, "1.5.0")
-		}
+		rolledOutToAll(t, s, "1.5.0", "a", "b")
 		release(t, s, "1.6.0", "amd64", "1")
 		if _, err := s.StartRollout(ctx, "test", "1.6.0", "1", 1, 600); err != nil {
 			t.Fatal(err)
@@ -196,14 +205,7 @@ func TestRollout_APreviousFailedSinceIsNotPutBack(t *testing.T) {
 		ctx := context.Background()
 		a, b := fixture(t, s, "a"), fixture(t, s, "b")
 		for _, v := range []string{"1.5.0", "1.6.0"} {
-			release(t, s, v, "amd64", "1")
-			if _, err := s.StartRollout(ctx, "test", v, "2", 2, 600); err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range []string{"a", "b"} {
-				applied(t, s, n, 1)
-				upgradedTo(t, s, n, v)
-			}
+			rolledOutToAll(t, s, v, "a", "b")
 		}
 		release(t, s, "1.7.0", "amd64", "1")
 		if _, err := s.StartRollout(ctx, "test", "1.7.0", "1", 1, 600); err != nil {
@@ -326,14 +328,7 @@ func TestRelease_FailedSaysWhenAndWhyFirst(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		a, b := fixture(t, s, "a"), fixture(t, s, "b")
-		release(t, s, "1.6.0", "amd64", "1")
-		if _, err := s.StartRollout(ctx, "test", "1.6.0", "2", 2, 600); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []string{"a", "b"} {
-			applied(t, s, n, 1)
-			upgradedTo(t, s, n, "1.6.0")
-		}
+		rolledOutToAll(t, s, "1.6.0", "a", "b")
 		if r := releaseOf(t, s, "1.6.0"); r.FailedAt != nil {
 			t.Fatalf("a ready release says it failed at %v", r.FailedAt)
 		}

@@ -769,14 +769,7 @@ func TestRollout_AFailedReleaseTakesBackTheMachinesOnIt(t *testing.T) {
 		ctx := context.Background()
 		a, b := fixture(t, s, "a"), fixture(t, s, "b")
 		for _, v := range []string{"1.5.0", "1.6.0"} {
-			release(t, s, v, "amd64", "1")
-			if _, err := s.StartRollout(ctx, "test", v, "2", 2, 600); err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range []string{"a", "b"} {
-				applied(t, s, n, 1)
-				upgradedTo(t, s, n, v)
-			}
+			rolledOutToAll(t, s, v, "a", "b")
 			if ro, _ := s.Rollout(ctx, v); ro.State != models.RolloutDone {
 				t.Fatalf("rollout of %s: %s %+v", v, ro.State, ro.Machines)
 			}
