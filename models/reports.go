@@ -32,16 +32,16 @@ func CheckReportSend(machineID int64, r *Report, send *Send) error {
 // only make the machine look worse (rolled_back, refused), never better.
 func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]any {
 	up := map[string]any{}
-	if r.HostVersion != "" {
+	// The host's and its launcher's versions are taken from a report of
+	// the latest generation or a host upgrade's: an older report replayed
+	// from an outbox after an upgrade says the versions before it (and a
+	// host version put back would be a change at the host's next poll,
+	// counted against its limit). The launcher's is said with every
+	// report of a host that says its version (none: a host run without a
+	// launcher, or of a release before launchers said theirs).
+	if r.HostVersion != "" && (r.Generation >= m.FinishedGen || r.Outcome == OutcomeUpgraded || r.Outcome == OutcomeRolledBack) {
 		up["host_version"] = r.HostVersion
-		// Said with every report of a host that says its version (none:
-		// a host run without a launcher, or of a release before
-		// launchers said theirs), and taken from one of the latest
-		// generation or a host upgrade's: an older report replayed from
-		// an outbox after the launcher moved says the launcher before.
-		if r.Generation >= m.FinishedGen || r.Outcome == OutcomeUpgraded || r.Outcome == OutcomeRolledBack {
-			up["launcher_version"] = r.LauncherVersion
-		}
+		up["launcher_version"] = r.LauncherVersion
 	}
 	if !tied {
 		if r.Outcome == OutcomeRolledBack || r.Outcome == OutcomeRefused {

@@ -38,23 +38,24 @@ func TestMachine_LauncherAsItsLastReportSaid(t *testing.T) {
 	})
 }
 
-// TestMachine_LauncherNotMovedBackByAStaleReplay: a host's outbox replays
+// TestMachine_VersionsNotMovedBackByAStaleReplay: a host's outbox replays
 // a report of an earlier generation, made before its launcher moved
-// (1.0.0 → 2.0.0), after its report of the latest generation. The machine
-// went back to the launcher the stale report said.
-func TestMachine_LauncherNotMovedBackByAStaleReplay(t *testing.T) {
+// (1.0.0 → 2.0.0) and its host (1.1.0 → 1.2.0), after its report of the
+// latest generation. The machine went back to the versions the stale
+// report said.
+func TestMachine_VersionsNotMovedBackByAStaleReplay(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		m := fixture(t, s, "m1")
-		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied, HostVersion: "1.1.0", LauncherVersion: "2.0.0"})
+		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied, HostVersion: "1.2.0", LauncherVersion: "2.0.0"})
 		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation - 1, Outcome: models.OutcomeApplied, HostVersion: "1.1.0", LauncherVersion: "1.0.0"})
 		got, err := s.Machine(ctx, "m1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.AppliedGeneration != m.Generation || got.LauncherVersion != "2.0.0" {
-			t.Fatalf("applied %d with launcher 2.0.0; after a stale replay of generation %d the machine says launcher %q (applied %d)",
-				m.Generation, m.Generation-1, got.LauncherVersion, got.AppliedGeneration)
+		if got.AppliedGeneration != m.Generation || got.LauncherVersion != "2.0.0" || got.HostVersion != "1.2.0" {
+			t.Fatalf("applied %d with host 1.2.0 and launcher 2.0.0; after a stale replay of generation %d the machine says host %q, launcher %q (applied %d)",
+				m.Generation, m.Generation-1, got.HostVersion, got.LauncherVersion, got.AppliedGeneration)
 		}
 	})
 }
