@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -31,6 +32,26 @@ type stateWrites struct {
 	mu     sync.Mutex
 	failed map[string]failedWrite
 	seq    uint64
+	// look is the look at the state dir under way (nil: none). A
+	// state dir that hangs (a stuck network filesystem) holds it, and
+	// the check says so after hangAfter rather than holding the host's
+	// check loop, and every service's check, with it.
+	look      *stateLook
+	hangAfter time.Duration // 0: defaultHangAfter
+}
+
+// defaultHangAfter is how long a look at the state dir may take before
+// the check fails saying it has not finished: a synced block takes
+// milliseconds on a disk that works.
+const defaultHangAfter = 10 * time.Second
+
+// stateLook is a look at the state dir: every check asked for while it
+// runs waits for it, so a state dir that hangs holds one goroutine, not
+// one a look.
+type stateLook struct {
+	began time.Time
+	done  chan struct{}
+	res   *models.CheckResult // set before done is closed
 }
 
 // failedWrite is the last write of a kind, which failed.
@@ -89,7 +110,40 @@ func (f failedWrite) retry() error {
 // as large, where it wrote); it fails naming each that still fails. Only
 // a failure is reported (nil otherwise), as for a service without a check
 // of its own, so a machine whose state dir is fine reads as it did.
+//
+// A look that has not finished after hangAfter fails saying so, and goes
+// on: the next check waits for it, not for one of its own.
 func (w *stateWrites) stateDirCheck(dir string) *models.CheckResult {
+	w.mu.Lock()
+	l := w.look
+	if l == nil {
+		l = &stateLook{began: time.Now(), done: make(chan struct{})}
+		w.look = l
+		go func() {
+			res := w.lookAt(dir)
+			w.mu.Lock()
+			l.res, w.look = res, nil
+			w.mu.Unlock()
+			close(l.done)
+		}()
+	}
+	wait := cmp.Or(w.hangAfter, defaultHangAfter) - time.Since(l.began)
+	w.mu.Unlock()
+	t := time.NewTimer(max(wait, 0))
+	defer t.Stop()
+	select {
+	case <-l.done:
+		return l.res
+	case <-t.C:
+		return &models.CheckResult{Resource: models.HostStateCheck, At: time.Now().UTC(),
+			Detail: fmt.Sprintf("the host's state dir has not finished a write begun %s ago (a filesystem that hangs): its state and journal are not saved, and its reports wait in memory, lost if it restarts",
+				time.Since(l.began).Round(time.Second))}
+	}
+}
+
+// lookAt probes dir and retries each kind of write that failed: the
+// check's look, on a goroutine of its own.
+func (w *stateWrites) lookAt(dir string) *models.CheckResult {
 	w.mu.Lock()
 	pending := maps.Clone(w.failed)
 	w.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,10 +13,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"mesh/models"
+	"mesh/testwait"
 )
 
 // smallTmpfs mounts a tmpfs of size for a state dir: the full disk (the
@@ -218,4 +221,54 @@ func TestStateDirCheck_HeldBehindASmallerReport(t *testing.T) {
 	if c := w.stateDirCheck(dir); c == nil || !o.heldAny() {
 		t.Fatalf("a 12 KB report waits in memory (%v) with 8 KiB free, and the state dir's check says %+v", o.heldAny(), c)
 	}
+}
+
+// TestStateDirCheck_AStateDirThatHangsFailsInTime: a write to a state dir
+// on a filesystem that hangs (a stuck network mount) never returns. The
+// check's look hung with it, and with it the host's check loop: no
+// service's check was run or reported again, and the machine read as its
+// last look left it. Here the probe's file is a FIFO no one reads, whose
+// open waits for a reader as a hung filesystem's write waits. The check
+// fails in time saying so, the next check waits for the same look (one
+// goroutine held, not one a look), and the check passes once the write
+// has gone through.
+func TestStateDirCheck_AStateDirThatHangsFailsInTime(t *testing.T) {
+	dir := t.TempDir()
+	probe := filepath.Join(dir, ".probe")
+	if err := unix.Mkfifo(probe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &stateWrites{hangAfter: 200 * time.Millisecond}
+	check := func() *models.CheckResult {
+		got := make(chan *models.CheckResult, 1)
+		go func() { got <- w.stateDirCheck(dir) }()
+		select {
+		case c := <-got:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("the check has not returned after 10s: it hangs with the state dir")
+			return nil
+		}
+	}
+	for i := range 2 {
+		c := check()
+		if c == nil || c.Resource != models.HostStateCheck || !strings.Contains(c.Detail, "has not finished a write begun") {
+			t.Fatalf("look %d at a state dir that hangs: %+v", i+1, c)
+		}
+	}
+	w.mu.Lock()
+	first := w.look
+	w.mu.Unlock()
+	if first == nil {
+		t.Fatal("no look under way while the state dir hangs")
+	}
+
+	// The write goes through: a reader takes the FIFO's bytes.
+	r, err := os.OpenFile(probe, os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go io.Copy(io.Discard, r)
+	testwait.For(t, 10*time.Second, "the check passes once the state dir takes writes", func() bool { return check() == nil })
 }
