@@ -1,6 +1,7 @@
 package models
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -132,12 +133,19 @@ func (r StateRules) Unhealthy(m *Machine, now time.Time) bool {
 }
 
 // HealthOf reads a report's checks: none when no check ran, failing with
-// the first failing check (since when it began failing, kept across
-// reports of the same failure), else passing.
-func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, detail string, since time.Time) {
+// the check that has failed longest, else passing. failing is each
+// failing check's "since" (JSON, kept in the machine's health_failing): a
+// check failing in one report and the next failed in between, since a
+// host reports each change of a check's result, so each keeps its own
+// "since" across reports — not only the one shown (a second check
+// failing for minutes started again from the report in which the first
+// recovered, and the machine read current, "within the grace").
+func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, detail string, since time.Time, failing string) {
 	if len(checks) == 0 {
-		return HealthNone, "", "", now
+		return HealthNone, "", "", now, ""
 	}
+	before := m.failingSince()
+	sinces := map[string]time.Time{}
 	for _, c := range checks {
 		if c.OK {
 			continue
@@ -148,20 +156,47 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		// the future, where it never failed long enough to be unhealthy;
 		// one behind, before anything was heard of it, skipping the
 		// grace. Otherwise it is when the controller heard it.
-		since = now
+		s := now
 		if !c.At.IsZero() && c.At.Before(now) && m.HealthAt != nil && c.At.After(*m.HealthAt) {
-			since = c.At
+			s = c.At
 		}
-		if m.Health == HealthFailing && m.HealthCheck == c.Resource && m.HealthSince != nil {
-			since = *m.HealthSince
+		if t, ok := before[c.Resource]; ok {
+			s = t
 		}
-		return HealthFailing, c.Resource, c.Detail, since
+		if _, dup := sinces[c.Resource]; dup {
+			continue
+		}
+		sinces[c.Resource] = s
+		if health == "" || s.Before(since) {
+			health, check, detail, since = HealthFailing, c.Resource, c.Detail, s
+		}
+	}
+	if health == HealthFailing {
+		b, _ := json.Marshal(sinces)
+		return health, check, detail, since, string(b)
 	}
 	since = now
 	if m.Health == HealthPassing && m.HealthSince != nil {
 		since = *m.HealthSince
 	}
-	return HealthPassing, "", "", since
+	return HealthPassing, "", "", since, ""
+}
+
+// failingSince is when each of m's failing checks began failing, as its
+// reports said: none unless m is failing. A machine failing before
+// health_failing was kept has its one failing check's.
+func (m *Machine) failingSince() map[string]time.Time {
+	if m.Health != HealthFailing {
+		return nil
+	}
+	var sinces map[string]time.Time
+	if m.HealthFailing != "" && json.Unmarshal([]byte(m.HealthFailing), &sinces) == nil {
+		return sinces
+	}
+	if m.HealthCheck != "" && m.HealthSince != nil {
+		return map[string]time.Time{m.HealthCheck: *m.HealthSince}
+	}
+	return nil
 }
 
 // ConflictWhy says why a machine is in conflict, from the generation its

@@ -195,6 +195,7 @@ type Machine struct {
 	HealthCheck       string     `gorm:"column:health_check"`             // the failing check
 	HealthDetail      string     `gorm:"column:health_detail"`            // what it said
 	HealthSince       *time.Time `gorm:"column:health_since"`             // failing (or passing) since
+	HealthFailing     string     `gorm:"column:health_failing"`           // JSON: each failing check → since when ("" when none)
 	HealthAt          *time.Time `gorm:"column:health_at"`                // when the host last checked
 	ComposeError      string     `gorm:"column:compose_error"`            // why ComposeErrorGen could not be composed
 	ComposeErrorGen   int64      `gorm:"column:compose_error_generation"` // 0: none recorded

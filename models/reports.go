@@ -179,6 +179,7 @@ const MaxRunning = 1024
 
 // health sets the health columns from checks.
 func health(up map[string]any, m *Machine, checks []CheckResult, now time.Time) {
-	h, check, detail, since := HealthOf(m, checks, now)
+	h, check, detail, since, failing := HealthOf(m, checks, now)
 	up["health"], up["health_check"], up["health_detail"], up["health_since"], up["health_at"] = h, check, detail, since, now
+	up["health_failing"] = failing
 }

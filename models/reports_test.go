@@ -179,7 +179,7 @@ func TestHealthOf_FailingSinceWithinWhatWasHeard(t *testing.T) {
 		{"SinceTheLastWord", now.Add(-30 * time.Second), Machine{Health: HealthPassing, HealthAt: &heard}, now.Add(-30 * time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, _, since := HealthOf(&tc.m, []CheckResult{{Resource: "web.check", At: tc.at}}, now)
+			_, _, _, since, _ := HealthOf(&tc.m, []CheckResult{{Resource: "web.check", At: tc.at}}, now)
 			if !since.Equal(tc.want) {
 				t.Fatalf("failing since %s, want %s", since, tc.want)
 			}

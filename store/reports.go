@@ -131,13 +131,13 @@ func upgrade(r *models.Report) bool {
 func (subj *reportSubject) fields() []any {
 	m := &subj.Machine
 	return []any{&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
-		&m.HealthSince, &m.HealthAt, &subj.SendMachineID, &subj.SendGeneration}
+		&m.HealthSince, &m.HealthAt, &m.HealthFailing, &subj.SendMachineID, &subj.SendGeneration}
 }
 
 // reportSubjectQuery reads a report's machine and its send (fields).
 const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
 		machines.finished_generation, machines.health, machines.health_check, machines.health_since,
-		machines.health_at, sends.machine_id, sends.generation
+		machines.health_at, machines.health_failing, sends.machine_id, sends.generation
 	FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`
 
 // insertReportAtOnce stores the common report on PostgreSQL in two
@@ -181,10 +181,10 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	up["last_report_at"] = now
 	set, vals := setColumns(up)
 	// The guard names every column ReportUpdates compared.
-	vals = append(vals, machineID, m.Schema, m.AppliedGeneration, m.FinishedGen, m.Health, m.HealthCheck, m.HealthSince, m.HealthAt)
+	vals = append(vals, machineID, m.Schema, m.AppliedGeneration, m.FinishedGen, m.Health, m.HealthCheck, m.HealthSince, m.HealthAt, m.HealthFailing)
 	q := `WITH m AS (UPDATE machines SET ` + set + ` WHERE id = ? AND schema = ? AND applied_generation = ?
 			AND finished_generation = ? AND health = ? AND health_check = ? AND health_since IS NOT DISTINCT FROM CAST(? AS timestamptz)
-			AND health_at IS NOT DISTINCT FROM CAST(? AS timestamptz)
+			AND health_at IS NOT DISTINCT FROM CAST(? AS timestamptz) AND health_failing = ?
 			RETURNING id),
 		r AS (INSERT INTO reports (` + reportColumns + `) SELECT ` + reportCasts + ` FROM m RETURNING id)
 		SELECT id FROM r`
