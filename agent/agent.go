@@ -505,7 +505,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 			Reason: err.Error(), Attempt: attempt, StartedAt: &started}, actions, nil)
 		d := min(a.cfg.RetryBase<<(attempt-1), 30*time.Second)
 		a.cfg.Log.Warn("apply failed; retrying", "generation", v.decl.Generation, "attempt", attempt, "in", d, "err", err)
-		if a.newer = a.newerWithin(ctx, v.decl.Generation, d); a.newer != nil {
+		if a.newer = a.newerWithin(ctx, v.decl.Generation, send, d); a.newer != nil {
 			a.saveState()
 			a.cfg.Log.Warn("a newer generation arrived; the failing one is left", "generation", v.decl.Generation, "attempt", attempt)
 			return
@@ -521,10 +521,16 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 // is returned at once rather than after the failing generation's
 // remaining attempts, which back off up to 30 s each. Without one (a 304,
 // or the controller unreachable) it returns nil when d has passed.
-func (a *Agent) newerWithin(ctx context.Context, gen int64, d time.Duration) *pollResult {
+//
+// The poll names gen's send as the one that delivered it, as every poll
+// names its generation's: a store restored from a backup that never made
+// that send is a conflict (nothing sent), where a poll naming none was
+// answered with the restored store's newer generation, applied in full
+// over what the lost timeline gave the host.
+func (a *Agent) newerWithin(ctx context.Context, gen int64, send string, d time.Duration) *pollResult {
 	until := time.Now().Add(d)
 	if d >= time.Second {
-		res, err := a.client.poll(ctx, gen, "", d)
+		res, err := a.client.poll(ctx, gen, send, d)
 		if err == nil && !res.notModified && res.body != nil {
 			return res
 		}
