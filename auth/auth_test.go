@@ -174,3 +174,31 @@ func TestThrottle_AttemptsCountBeforeTheirCheck(t *testing.T) {
 		t.Fatalf("after 4 failed at once: wait %v, want 1s", w)
 	}
 }
+
+// TestCheckNoUser_CostsWhatAWrongPasswordDoesInAnyForm: a wrong password
+// not in NFC (a decomposed "é") cost a known user two bcrypt comparisons
+// and an unknown one a single one, so a failed login's time told which
+// user names exist (~150 against ~75 ms). Each is timed at its fastest
+// of five, interleaved: the same number of comparisons takes about the
+// same time, twice as many about twice as long.
+func TestCheckNoUser_CostsWhatAWrongPasswordDoesInAnyForm(t *testing.T) {
+	h, err := HashPassword("the-right-password-café")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wrong = "a-wrong-password-cafe\u0301" // not NFC
+	known, unknown := time.Hour, time.Hour
+	for range 5 {
+		start := time.Now()
+		if CheckPassword(h, wrong) {
+			t.Fatal("a wrong password matched")
+		}
+		known = min(known, time.Since(start))
+		start = time.Now()
+		CheckNoUser(wrong)
+		unknown = min(unknown, time.Since(start))
+	}
+	if float64(known) > 1.5*float64(unknown) || float64(unknown) > 1.5*float64(known) {
+		t.Fatalf("a wrong password not in NFC: %v for a known user, %v for an unknown one", known, unknown)
+	}
+}

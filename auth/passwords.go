@@ -32,14 +32,21 @@ func HashPassword(pw string) (string, error) {
 
 // CheckPassword reports whether pw is the password hashed as hash. A
 // password typed in another Unicode normal form matches too.
-func CheckPassword(hash, pw string) bool {
+func CheckPassword(hash, pw string) bool { return check([]byte(hash), pw) }
+
+// check compares pw with hash as typed in NFC (how HashPassword stores
+// it) and, when that differs, as typed (a hash made before passwords were
+// normalised). The second comparison only when the forms differ: a wrong
+// password cost two bcrypt checks, doubling what a guesser made the
+// server spend. Unknown users go through here too (CheckNoUser), so a
+// wrong password costs a known user and an unknown one the same number
+// of comparisons whatever its form.
+func check(hash []byte, pw string) bool {
 	nfc := norm.NFC.String(pw)
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(nfc)) == nil {
+	if bcrypt.CompareHashAndPassword(hash, []byte(nfc)) == nil {
 		return true
 	}
-	// The second comparison only when the forms differ: a wrong password
-	// cost two bcrypt checks, doubling what a guesser made the server spend.
-	return nfc != pw && bcrypt.CompareHashAndPassword([]byte(hash), []byte(pw)) == nil
+	return nfc != pw && bcrypt.CompareHashAndPassword(hash, []byte(pw)) == nil
 }
 
 // dummyHash is compared against when a user does not exist, so an unknown
@@ -50,8 +57,11 @@ var dummyHash = sync.OnceValue(func() []byte {
 	return h
 })
 
-// CheckNoUser spends the time a password check takes, and fails.
+// CheckNoUser spends the time a password check takes, and fails. It ran
+// one comparison whatever the password's form, where a known user's
+// wrong password not in NFC ran two: which names exist showed in a failed
+// login's time.
 func CheckNoUser(pw string) bool {
-	_ = bcrypt.CompareHashAndPassword(dummyHash(), []byte(pw))
+	_ = check(dummyHash(), pw)
 	return false
 }
