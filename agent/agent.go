@@ -165,6 +165,7 @@ type Agent struct {
 // Run runs the host until ctx ends: adopt what an earlier run left, then
 // poll, verify, apply, journal, report — one poll at a time.
 func Run(ctx context.Context, cfg Config) error {
+	ready := readyPipe()
 	a, err := newAgent(cfg)
 	if err != nil {
 		return err
@@ -174,6 +175,9 @@ func Run(ctx context.Context, cfg Config) error {
 	a.saveState()
 	a.reportRollback(ctx)
 	go a.checkLoop(ctx)
+	// Through its start: a release kept after its trial that hangs here
+	// at a later start is stopped by its launcher, as one that exits.
+	tellReady(ready)
 	return a.loop(ctx)
 }
 

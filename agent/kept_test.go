@@ -23,6 +23,14 @@ import (
 // background until the test ends.
 func keptLauncher(t *testing.T, kgBody, relBody func(dir, rel string) string) (dir, dg string) {
 	t.Helper()
+	return keptLauncherWith(t, kgBody, relBody, nil)
+}
+
+// keptLauncherWith is keptLauncher with the launcher's settings changed
+// by set (nil: none) before it runs. A host has 300 ms to say it got
+// through its start.
+func keptLauncherWith(t *testing.T, kgBody, relBody func(dir, rel string) string, set func(*launcher)) (dir, dg string) {
+	t.Helper()
 	dir = t.TempDir()
 	rel := filepath.Join(dir, "versions", "9.9.9", "mesh-host")
 	if err := os.MkdirAll(filepath.Dir(rel), 0o700); err != nil {
@@ -35,8 +43,11 @@ printf '{"version":"9.9.9","digest":"`+dg+`","path":"`+rel+`"}' > `+pendingPath(
 `+kgBody(dir, rel))
 	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)}, self: kg,
 		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: kg, Launcher: "1.0.0"}, exits: map[int]chan syscall.WaitStatus{},
-		firstWait: 10 * time.Millisecond, look: 10 * time.Millisecond}
+		firstWait: 10 * time.Millisecond, look: 10 * time.Millisecond, readyIn: 300 * time.Millisecond}
 	l.probe = func(string) error { return os.ErrPermission }
+	if set != nil {
+		set(l)
+	}
 	reapCtx, stopReap := context.WithCancel(context.Background())
 	t.Cleanup(stopReap)
 	go l.reap(reapCtx)

@@ -85,6 +85,12 @@ type launcherState struct {
 	// crash-loops too, the machine is at fault, not the release, and the
 	// rollback is withdrawn while no host has reported it.
 	CrashRolledBack *crashRollback `json:"crash_rolled_back,omitempty"`
+	// SaysReady are the digests (or, for a release known by none, the
+	// versions) of the releases whose host has told the launcher it got
+	// through its start (EnvReadyFD): such a release's host that does not
+	// at a later start, while a crash loop of it is still rolled back or
+	// withdrawn, is stopped and counted as one that exited.
+	SaysReady []string `json:"says_ready,omitempty"`
 }
 
 // crashRollback is a crash rollback that may yet be withdrawn: the release
@@ -105,6 +111,12 @@ const (
 	// crashLoopExits is how many exits in a row, each within a minute of
 	// its start, make a kept release's host crash-looping.
 	crashLoopExits = 5
+	// readyWithin is how long a kept release's host has, at each start, to
+	// say it got through it (its state read, its services adopted): its
+	// trial, from the same start, had the trial's deadline (two minutes)
+	// to complete a whole reconcile. A release that hangs at its start
+	// (no exit, no poll) was kept for good, and then proven.
+	readyWithin = 2 * time.Minute
 	// provenAfter is how long a kept release's host runs in one go before
 	// a crash loop is no longer taken as the release's doing (the release
 	// before it is forgotten): after that, the machine or its
@@ -165,7 +177,10 @@ type launcher struct {
 	cfg   LaunchConfig
 	self  string // this launcher's binary
 	exits map[int]chan syscall.WaitStatus
-	mu    sync.Mutex // guards exits
+	// ready is closed, by host process, when it says it got through its
+	// start (EnvReadyFD).
+	ready map[int]chan struct{}
+	mu    sync.Mutex // guards exits and ready
 
 	// stMu guards st and launcher.json, which the loop and the launcher's
 	// own trial both write.
@@ -195,6 +210,9 @@ type launcher struct {
 	// provenIn is how long a kept release's host runs in one go to be
 	// proven (0: provenAfter).
 	provenIn time.Duration
+	// readyIn is how long a watched host has to say it got through its
+	// start (0: readyWithin).
+	readyIn time.Duration
 	// own is the binary started when known-good's cannot be ("": this
 	// launcher's own image, /proc/<pid>/exe).
 	own string
@@ -240,18 +258,86 @@ func (l *launcher) reap(ctx context.Context) {
 // start runs a host binary with run's flags; env adds to the environment.
 func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.WaitStatus, error) {
 	ch := make(chan syscall.WaitStatus, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, err := os.StartProcess(path, append([]string{path, "run"}, l.cfg.RunArgs...), &os.ProcAttr{
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Env:   append(append(os.Environ(), EnvLauncher+"=1"), env...),
-	})
+	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, err := os.StartProcess(path, append([]string{path, "run"}, l.cfg.RunArgs...), &os.ProcAttr{
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, w},
+		Env:   append(append(os.Environ(), EnvLauncher+"=1", EnvReadyFD+"=3"), env...),
+	})
+	w.Close()
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
 	l.exits[p.Pid] = ch
+	if l.ready == nil {
+		l.ready = map[int]chan struct{}{}
+	}
+	ready := make(chan struct{})
+	l.ready[p.Pid] = ready
+	go l.awaitReady(r, ready, path)
 	l.recordHost(p.Pid)
 	return p, ch, nil
+}
+
+// awaitReady closes ready when the host writes its line on r (EnvReadyFD),
+// and notes that its release says so. It ends when the host closes r's
+// other end, written or not (at its exit at the latest).
+func (l *launcher) awaitReady(r *os.File, ready chan struct{}, path string) {
+	defer r.Close()
+	var b [1]byte
+	if n, _ := r.Read(b[:]); n == 0 {
+		return
+	}
+	close(ready)
+	key := path
+	if dg, err := digestOf(path); err == nil {
+		key = dg
+	}
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	if !slices.Contains(l.st.SaysReady, key) {
+		// The latest few: the releases a machine goes back and forth
+		// between, not every one it ever ran.
+		l.st.SaysReady = append(l.st.SaysReady[max(0, len(l.st.SaysReady)-15):], key)
+		if err := l.save(); err != nil {
+			l.cfg.Log.Error("writing launcher.json", "err", err)
+		}
+	}
+}
+
+// readyOf is the channel closed when host pid says it got through its
+// start, forgotten once asked for.
+func (l *launcher) readyOf(pid int) chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := l.ready[pid]
+	delete(l.ready, pid)
+	return ch
+}
+
+// watchStart says whether known-good's host must say, at its start, that
+// it got through it: a release kept and not yet proven (or put back by a
+// crash rollback that may yet be withdrawn) whose host has said so before
+// — a release of an earlier launcher's time never does, and is not
+// stopped for it.
+func (l *launcher) watchStart() bool {
+	l.stMu.Lock()
+	defer l.stMu.Unlock()
+	if l.st.Previous == nil && l.st.CrashRolledBack == nil {
+		return false
+	}
+	key := cmp.Or(l.st.KnownGoodDigest, l.st.KnownGoodPath)
+	if l.st.KnownGoodDigest == "" {
+		if dg, err := digestOf(l.st.KnownGoodPath); err == nil {
+			key = dg
+		}
+	}
+	return slices.Contains(l.st.SaysReady, key)
 }
 
 // recordHost notes the host process the launcher runs in launcher.json.
@@ -281,6 +367,10 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 	for {
 		var p *os.Process
 		var exited chan syscall.WaitStatus
+		// ready is closed when a watched host says it got through its
+		// start; hung fires if it has not within readyWithin.
+		var ready chan struct{}
+		var hung <-chan time.Time
 		if adopted != nil {
 			p, exited, adopted = adopted.p, adopted.exited, nil
 		} else {
@@ -288,25 +378,49 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			if p, exited, err = l.startKnownGood(); err != nil {
 				return err
 			}
+			if ready = l.readyOf(p.Pid); ready != nil && l.watchStart() {
+				hung = time.After(l.readyLimit())
+			} else {
+				ready = nil
+			}
 			l.retryLauncher(ctx, p.Pid)
 		}
 		started := time.Now()
 		var proven, stands <-chan time.Time
-		l.stMu.Lock()
-		if l.st.Previous != nil {
-			proven = time.After(cmp.Or(l.provenIn, provenAfter))
+		arm := func() {
+			l.stMu.Lock()
+			defer l.stMu.Unlock()
+			if l.st.Previous != nil {
+				proven = time.After(cmp.Or(l.provenIn, provenAfter))
+			}
+			if l.st.CrashRolledBack != nil {
+				stands = time.After(time.Minute)
+			}
 		}
-		if l.st.CrashRolledBack != nil {
-			stands = time.After(time.Minute)
+		if hung == nil {
+			arm()
 		}
-		l.stMu.Unlock()
 		var ws syscall.WaitStatus
+		// stuck: the host was stopped for not getting through its start
+		// (its wait status is the stop's): a crash, however long it took.
+		stuck := false
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				stop(p, exited)
 				return nil
+			case <-ready:
+				// A host hung at its start is neither proven nor the
+				// rollback's release standing: counted from here.
+				ready, hung = nil, nil
+				l.cfg.Log.Info("the host got through its start", "pid", p.Pid)
+				arm()
+			case <-hung:
+				l.cfg.Log.Error("the host did not get through its start; stopping it, as a host that exited",
+					"within", l.readyLimit(), "pid", p.Pid)
+				ws, stuck = stopped(p, exited), true
+				break wait
 			case <-proven:
 				proven = nil
 				l.proven()
@@ -328,7 +442,11 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 			backoff, crashes = first, 0
 			continue
 		}
-		if time.Since(started) > time.Minute {
+		last := describeExit(ws)
+		if stuck {
+			last = fmt.Sprintf("it did not get through its start within %s, and was stopped", l.readyLimit())
+		}
+		if time.Since(started) > time.Minute && !stuck {
 			backoff, crashes, withdrawn = first, 0, false
 		} else if crashes++; crashes >= crashLoopExits {
 			if l.withdrawCrashRollback() {
@@ -336,7 +454,7 @@ func (l *launcher) loop(ctx context.Context, adopted *child) error {
 				// backoff as it is: while the machine stays broken, the
 				// two releases take turns no faster than it allows.
 				crashes, withdrawn = 0, true
-			} else if l.crashRollBack(crashes, ws) {
+			} else if l.crashRollBack(crashes, last) {
 				crashes = 0
 				if !withdrawn {
 					backoff = first
@@ -503,7 +621,7 @@ func (l *launcher) proven() {
 // and the controller fails the release (its rollout halts, done or not).
 // False when there is no release to go back to (or its binary is not
 // intact): the host is started again as before.
-func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
+func (l *launcher) crashRollBack(n int, last string) bool {
 	l.stMu.Lock()
 	prev := l.st.Previous
 	if prev == nil {
@@ -522,8 +640,8 @@ func (l *launcher) crashRollBack(n int, ws syscall.WaitStatus) bool {
 	}
 	from := pending{Version: l.st.KnownGood, Path: l.st.KnownGoodPath, Digest: l.st.KnownGoodDigest}
 	rb := rollback{From: from.Version, To: prev.Version, Digest: from.Digest, At: time.Now().UTC(),
-		Reason: fmt.Sprintf("it was kept after its trial, then its host exited %d times in a row, each within a minute of starting (the last: %s)",
-			n, describeExit(ws))}
+		Reason: fmt.Sprintf("it was kept after its trial, then its host exited %d times in a row, each within a minute of starting or stopped for not getting through its start (the last: %s)",
+			n, last)}
 	// A rollback no host has reported yet (the kept release died before
 	// it could: a trial of another release failed, and left what it
 	// cannot start on) is carried in this record, not written over: the
@@ -680,6 +798,9 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 	if err != nil {
 		return nil, l.rollBack(pd, "could not start: "+err.Error())
 	}
+	// Its trial judges it by a whole reconcile; that it says it got
+	// through its start is noted for its later starts (awaitReady).
+	l.readyOf(p.Pid)
 	l.setOnTrial(true)
 	defer l.setOnTrial(false)
 	l.cfg.Log.Info("release on trial", "version", pd.Version, "pid", p.Pid, "deadline", l.cfg.TrialDeadline)
@@ -811,15 +932,22 @@ func (l *launcher) record(rb rollback) {
 }
 
 // stop ends a host: SIGTERM, then SIGKILL after ten seconds.
-func stop(p *os.Process, exited chan syscall.WaitStatus) {
+func stop(p *os.Process, exited chan syscall.WaitStatus) { stopped(p, exited) }
+
+// stopped is stop, saying how the host ended.
+func stopped(p *os.Process, exited chan syscall.WaitStatus) syscall.WaitStatus {
 	_ = p.Signal(syscall.SIGTERM)
 	select {
-	case <-exited:
+	case ws := <-exited:
+		return ws
 	case <-time.After(10 * time.Second):
 		_ = p.Kill()
-		<-exited
+		return <-exited
 	}
 }
+
+// readyLimit is how long a watched host has to get through its start.
+func (l *launcher) readyLimit() time.Duration { return cmp.Or(l.readyIn, readyWithin) }
 
 func describeExit(ws syscall.WaitStatus) string {
 	switch {

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"mesh/models"
@@ -36,7 +37,33 @@ const (
 	// EnvRollback is a rollback (its record's JSON) the launcher could not
 	// write to rollback.json, for the host to report.
 	EnvRollback = "MESH_ROLLBACK"
+	// EnvReadyFD is a descriptor the host writes a line to, and closes,
+	// once it has got through its start (its state read, its services
+	// adopted) and begins to poll (tellReady): a launcher of an earlier
+	// release does not set it.
+	EnvReadyFD = "MESH_HOST_READY_FD"
 )
+
+// readyPipe is the launcher's descriptor to tell it the host got through
+// its start (EnvReadyFD), nil when it gave none. It is closed on exec at
+// once: a service the host starts meanwhile does not hold it.
+func readyPipe() *os.File {
+	fd, err := strconv.Atoi(os.Getenv(EnvReadyFD))
+	if err != nil || fd < 3 {
+		return nil
+	}
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "launcher-ready")
+}
+
+// tellReady writes the line the launcher waits for, once.
+func tellReady(f *os.File) {
+	if f == nil {
+		return
+	}
+	_, _ = f.WriteString("ready\n")
+	_ = f.Close()
+}
 
 // pending is a staged release waiting for the launcher (launch.json).
 type pending struct {

@@ -159,6 +159,13 @@ func TestLauncher_FollowsTheReleaseInPlace(t *testing.T) {
 	if got := exeOf(t, h.cmd.Process.Pid); got != filepath.Join(h.State, "versions", "2.1.0", "mesh-host") {
 		t.Fatalf("the restarted service runs %s", got)
 	}
+	// 2.1.0 is kept and not yet proven, and said at its trial that it got
+	// through its start: its launcher waits for it to say so at this start
+	// too, and stops a host that does not (a release that hangs there).
+	pid := readLauncher(t, h).HostPID
+	waitFor(t, 30*time.Second, "the restarted host saying it got through its start", func() bool {
+		return strings.Contains(h.log.String(), `msg="the host got through its start" pid=`+strconv.Itoa(pid))
+	})
 	c.setVars("m1", map[string]string{"port": port, "note": "restarted"})
 	c.waitApplied("m1", 30*time.Second)
 	if c.hostVersion("m1") != "2.1.0" || svcPID(t, h) != svc || copies(port) != 1 {
