@@ -3,6 +3,7 @@ package models
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -180,6 +181,28 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		since = *m.HealthSince
 	}
 	return HealthPassing, "", "", since, ""
+}
+
+// alsoFailing says which other checks of m fail beside the one shown
+// ("" when none, or when the row was read without them): three by name,
+// then how many more.
+func (m *Machine) alsoFailing() string {
+	var others []string
+	for c := range m.failingSince() {
+		if c != m.HealthCheck {
+			others = append(others, c)
+		}
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	slices.Sort(others)
+	more := ""
+	if len(others) > 3 {
+		more = fmt.Sprintf(" and %d more", len(others)-3)
+		others = others[:3]
+	}
+	return " (also failing: " + strings.Join(others, ", ") + more + ")"
 }
 
 // failingSince is when each of m's failing checks began failing, as its

@@ -66,7 +66,7 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		w.Since = "applied, reported " + reported
 		switch m.Health {
 		case HealthFailing:
-			w.Badge += " — check " + m.HealthCheck + " failing, within the grace"
+			w.Badge += " — check " + m.HealthCheck + " failing, within the grace" + m.alsoFailing()
 		case HealthPassing:
 			if m.HealthAt != nil {
 				// The host checks every --check-every and reports a change at
@@ -77,7 +77,7 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 			w.Badge += " — no checks declared"
 		}
 	case StateUnhealthy:
-		w.Badge = "unhealthy: check " + m.HealthCheck + ": " + m.HealthDetail
+		w.Badge = "unhealthy: check " + m.HealthCheck + ": " + m.HealthDetail + m.alsoFailing()
 		if m.HealthSince != nil {
 			w.Since = "failing since " + Stamp(*m.HealthSince) + " (" + Ago(*m.HealthSince, now) + ")"
 		}

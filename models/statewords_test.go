@@ -23,3 +23,25 @@ func TestSayState_OfflineAndBehindSaysBoth(t *testing.T) {
 		t.Fatalf("offline, not behind: %q", w.Badge)
 	}
 }
+
+// TestSayState_UnhealthySaysTheOtherFailingChecks: a machine whose checks
+// a, b, c, d and e fail was said unhealthy by the one failing longest
+// alone: an operator mending it learnt of the others one by one.
+func TestSayState_UnhealthySaysTheOtherFailingChecks(t *testing.T) {
+	now := time.Now().UTC()
+	since := now.Add(-5 * time.Minute)
+	m := &Machine{Name: "m1", Generation: 3, FinishedGen: 3, AppliedGeneration: 3, Health: HealthFailing,
+		HealthCheck: "a.svc", HealthDetail: "a down", HealthSince: &since}
+	if w := SayState(StateUnhealthy, m, &now, nil, now); w.Badge != "unhealthy: check a.svc: a down" {
+		t.Fatalf("one check failing: %q", w.Badge)
+	}
+	m.HealthFailing = `{"a.svc":"` + since.Format(time.RFC3339Nano) + `","e.svc":"` + now.Format(time.RFC3339Nano) +
+		`","b.svc":"` + now.Format(time.RFC3339Nano) + `","d.svc":"` + now.Format(time.RFC3339Nano) + `","c.svc":"` + now.Format(time.RFC3339Nano) + `"}`
+	if w := SayState(StateUnhealthy, m, &now, nil, now); w.Badge != "unhealthy: check a.svc: a down (also failing: b.svc, c.svc, d.svc and 1 more)" {
+		t.Fatalf("five checks failing: %q", w.Badge)
+	}
+	m.HealthFailing = `{"a.svc":"` + since.Format(time.RFC3339Nano) + `","b.svc":"` + now.Format(time.RFC3339Nano) + `"}`
+	if w := SayState(StateCurrent, m, &now, nil, now); !strings.HasSuffix(w.Badge, "— check a.svc failing, within the grace (also failing: b.svc)") {
+		t.Fatalf("two checks failing within the grace: %q", w.Badge)
+	}
+}
