@@ -85,11 +85,11 @@ type launcherState struct {
 	// crash-loops too, the machine is at fault, not the release, and the
 	// rollback is withdrawn while no host has reported it.
 	CrashRolledBack *crashRollback `json:"crash_rolled_back,omitempty"`
-	// SaysReady are the digests (or, for a release known by none, the
-	// versions) of the releases whose host has told the launcher it got
+	// SaysReady are the digests (or the paths, of a binary that could not
+	// be read) of the releases whose host has told the launcher it got
 	// through its start (EnvReadyFD): such a release's host that does not
-	// at a later start, while a crash loop of it is still rolled back or
-	// withdrawn, is stopped and counted as one that exited.
+	// at a later start, while a crash loop of it would still be rolled
+	// back or withdrawn, is stopped and counted as one that exited.
 	SaysReady []string `json:"says_ready,omitempty"`
 }
 
