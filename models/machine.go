@@ -1,8 +1,10 @@
 package models
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -173,6 +175,16 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 		}
 	}
 	if health == HealthFailing {
+		if len(sinces) > MaxFailingKept {
+			// What a host says is bounded where it is kept: the checks
+			// failing longest (a report may carry any number of them).
+			names := slices.SortedFunc(maps.Keys(sinces), func(a, b string) int {
+				return cmp.Or(sinces[a].Compare(sinces[b]), strings.Compare(a, b))
+			})
+			for _, n := range names[MaxFailingKept:] {
+				delete(sinces, n)
+			}
+		}
 		b, _ := json.Marshal(sinces)
 		return health, check, detail, since, string(b)
 	}
@@ -204,6 +216,10 @@ func (m *Machine) alsoFailing() string {
 	}
 	return " (also failing: " + strings.Join(others, ", ") + more + ")"
 }
+
+// MaxFailingKept is how many failing checks a machine keeps the "since"
+// of (health_failing): those failing longest.
+const MaxFailingKept = 16
 
 // failingSince is when each of m's failing checks began failing, as its
 // reports said: none unless m is failing. A machine failing before

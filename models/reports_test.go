@@ -227,3 +227,25 @@ func TestDecodeReport_RunningBounded(t *testing.T) {
 		t.Fatalf("%+v %v", r.Running, err)
 	}
 }
+
+// TestHealthOf_FailingKeptBounded: a report may carry any number of
+// failing checks (a host's words): the machine keeps the "since" of the
+// MaxFailingKept failing longest, the one shown among them.
+func TestHealthOf_FailingKeptBounded(t *testing.T) {
+	now := time.Now().UTC()
+	old := now.Add(-time.Hour)
+	m := &Machine{Health: HealthFailing, HealthCheck: "old.svc", HealthSince: &old, HealthAt: &old}
+	checks := []CheckResult{}
+	for i := range 1000 {
+		checks = append(checks, CheckResult{Resource: fmt.Sprintf("c%04d.svc", i), Detail: "down"})
+	}
+	checks = append(checks, CheckResult{Resource: "old.svc", Detail: "down"})
+	h, check, _, since, failing := HealthOf(m, checks, now)
+	var kept map[string]time.Time
+	if err := json.Unmarshal([]byte(failing), &kept); err != nil {
+		t.Fatal(err)
+	}
+	if h != HealthFailing || check != "old.svc" || !since.Equal(old) || len(kept) != MaxFailingKept || !kept["old.svc"].Equal(old) {
+		t.Fatalf("1001 failing checks: %s %s since %v, %d kept (%v)", h, check, since, len(kept), kept["old.svc"])
+	}
+}
