@@ -139,10 +139,7 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 			return err
 		}
 		if p.State == models.PlanRunning {
-			// Older plans still running are overtaken.
-			if err := tx.Model(&models.Plan{}).Where("module_id = ? AND build < ? AND state IN ?", mod.ID, build, []string{models.PlanRunning, models.PlanPaused}).
-				Updates(map[string]any{"state": models.PlanSuperseded, "finished_at": now,
-					"reason": fmt.Sprintf("superseded by plan %d for build %d", p.ID, build)}).Error; err != nil {
+			if err := supersedeOlder(tx, p, now); err != nil {
 				return err
 			}
 			if err := planSteps(tx, p, &mod); err != nil {
@@ -918,7 +915,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			if err := cancelHostStep(tx, actor, &p); err != nil {
 				return err
 			}
-			withdrawn, err := withdrawUnapplied(tx, &p)
+			withdrawn, err := withdrawUnapplied(tx, &p, "the plan was cancelled before its host applied the build")
 			if err != nil {
 				return err
 			}
@@ -976,6 +973,37 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 	return out, err
 }
 
+// supersedeOlder ends the module's older plans that have not finished
+// (running, paused, or halted) as overtaken by p, and takes their build
+// back from the machines whose hosts have not applied it, as a cancel
+// does. A halted one was left live: a person's rollback of it after p had
+// moved its machines on pinned them to the build before it, below p's, and
+// its resume judged its canary by p's build and sent the build p replaced
+// to its next tier. And a target of a plan no longer running was still
+// composed: a machine it had reached but not moved kept being sent its
+// build once p was cancelled before reaching it.
+func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
+	var older []models.Plan
+	if err := tx.Where("module_id = ? AND build < ? AND state IN ?", p.ModuleID, p.Build,
+		[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).Order("id").Find(&older).Error; err != nil {
+		return err
+	}
+	for i := range older {
+		why := fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build)
+		n, err := withdrawUnapplied(tx, &older[i], "the plan was superseded before its host applied the build")
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			why += fmt.Sprintf("; its target removed from %d machine(s) whose hosts had not applied it", n)
+		}
+		if err := tx.Model(&older[i]).Updates(map[string]any{"state": models.PlanSuperseded, "finished_at": now, "reason": why}).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // withdrawUnapplied takes a cancelled plan's build back from the machines
 // it was sent to whose hosts have not applied it (offline, or failing to):
 // their target from this plan is removed (a new generation), so a host
@@ -984,7 +1012,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 // one whose host held the declaration already and applies it meanwhile:
 // composing never names a build older than what a machine runs. So the
 // step says its target was removed, not that the build is gone.
-func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
+func withdrawUnapplied(tx *Tx, p *models.Plan, ended string) (int, error) {
 	var ids []int64
 	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
 		Where("plan_steps.plan_id = ? AND plan_steps.state IN ? AND machines.applied_generation < plan_steps.generation",
@@ -1009,7 +1037,7 @@ func withdrawUnapplied(tx *Tx, p *models.Plan) (int, error) {
 		}
 		// A failed step keeps why it failed after the new words: the
 		// cancel is often its answer, and the why was the plan's record.
-		const why = "the plan was cancelled before its host applied the build: its target removed, so its next generation names the module's current build again " +
+		why := ended + ": its target removed, so its next generation names the module's current build again " +
 			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed, " +
 			"and its module has not gone back from that build)"
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
