@@ -1078,6 +1078,17 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 			left = append(left, m.Name+" ran no earlier build and is left as it is")
 			continue
 		}
+		// A person's pin made since the plan reached the machine wins, as
+		// it does over the plan's steps: the rollback wrote over it, its
+		// reason lost.
+		var a models.Assignment
+		if err := tx.Where("machine_id = ? AND module_id = ?", m.ID, p.ModuleID).First(&a).Error; err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+			return "", err
+		}
+		if a.Build != nil && a.PinPlan == 0 {
+			left = append(left, fmt.Sprintf("%s is pinned by a person to build %d (%s) and is left as it is", m.Name, *a.Build, a.Reason))
+			continue
+		}
 		prev := st.PreviousBuild
 		if back := mod.Back(); mod.CurrentBuild != nil && back.Covers(prev) && prev > *mod.CurrentBuild {
 			// The build before the plan is one the module went back
