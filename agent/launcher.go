@@ -177,9 +177,9 @@ type launcher struct {
 	cfg   LaunchConfig
 	self  string // this launcher's binary
 	exits map[int]chan syscall.WaitStatus
-	// ready is closed, by host process, when it says it got through its
-	// start (EnvReadyFD).
-	ready map[int]chan struct{}
+	// ready is, by host process, its pipe to say it got through its start
+	// (EnvReadyFD).
+	ready map[int]*readiness
 	mu    sync.Mutex // guards exits and ready
 
 	// stMu guards st and launcher.json, which the loop and the launcher's
@@ -242,6 +242,7 @@ func (l *launcher) reap(ctx context.Context) {
 			ch := l.exits[pid]
 			delete(l.exits, pid)
 			l.mu.Unlock()
+			l.exitedReady(pid)
 			if ch != nil {
 				ch <- ws
 			}
@@ -275,10 +276,10 @@ func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.
 	}
 	l.exits[p.Pid] = ch
 	if l.ready == nil {
-		l.ready = map[int]chan struct{}{}
+		l.ready = map[int]*readiness{}
 	}
 	ready := make(chan struct{})
-	l.ready[p.Pid] = ready
+	l.ready[p.Pid] = &readiness{r: r, said: ready}
 	go l.awaitReady(r, ready, path)
 	l.recordHost(p.Pid)
 	return p, ch, nil
@@ -310,14 +311,36 @@ func (l *launcher) awaitReady(r *os.File, ready chan struct{}, path string) {
 	}
 }
 
+// readiness is a host process's pipe to say it got through its start:
+// said is closed when it has.
+type readiness struct {
+	r    *os.File
+	said chan struct{}
+}
+
 // readyOf is the channel closed when host pid says it got through its
-// start, forgotten once asked for.
+// start (nil: it has exited).
 func (l *launcher) readyOf(pid int) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ch := l.ready[pid]
+	if rd := l.ready[pid]; rd != nil {
+		return rd.said
+	}
+	return nil
+}
+
+// exitedReady forgets an exited host's pipe, closing the launcher's end:
+// a host of a release before EnvReadyFD leaves the other end open in the
+// services it starts, and the pipe, with the goroutine reading it, lived
+// as long as they did.
+func (l *launcher) exitedReady(pid int) {
+	l.mu.Lock()
+	rd := l.ready[pid]
 	delete(l.ready, pid)
-	return ch
+	l.mu.Unlock()
+	if rd != nil {
+		rd.r.Close()
+	}
 }
 
 // watchStart says whether known-good's host must say, at its start, that
@@ -800,7 +823,6 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 	}
 	// Its trial judges it by a whole reconcile; that it says it got
 	// through its start is noted for its later starts (awaitReady).
-	l.readyOf(p.Pid)
 	l.setOnTrial(true)
 	defer l.setOnTrial(false)
 	l.cfg.Log.Info("release on trial", "version", pd.Version, "pid", p.Pid, "deadline", l.cfg.TrialDeadline)

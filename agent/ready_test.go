@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,4 +75,46 @@ func TestLauncher_AHostThatSaysItStartedIsLeftRunning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLauncher_AnOldHostsServicesDoNotHoldTheLauncher: a host of a release
+// before MESH_HOST_READY_FD does not close descriptor 3 on exec, so every
+// service it starts holds its start's ready pipe open. The launcher's
+// reader of that pipe (a goroutine and a descriptor) lived as long as the
+// service: one more at each start of such a host. The launcher closes its
+// end when the host exits.
+func TestLauncher_AnOldHostsServicesDoNotHoldTheLauncher(t *testing.T) {
+	dir := t.TempDir()
+	kg := filepath.Join(dir, "old-host")
+	script(t, kg, `sleep 600 & echo $! >> `+dir+`/services
+exit 1
+`)
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(filepath.Join(dir, "services"))
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	l := &launcher{cfg: LaunchConfig{StateDir: dir, TrialDeadline: 10 * time.Second, Log: slog.New(slog.DiscardHandler)}, self: kg,
+		st: launcherState{KnownGood: "1.0.0", KnownGoodPath: kg, Launcher: "1.0.0"}, exits: map[int]chan syscall.WaitStatus{},
+		firstWait: 10 * time.Millisecond, look: 10 * time.Millisecond}
+	reapCtx, stopReap := context.WithCancel(context.Background())
+	defer stopReap()
+	go l.reap(reapCtx)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.loop(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "services"))
+	if starts := len(strings.Fields(string(b))); starts < 3 {
+		t.Fatalf("the old host started %d times", len(strings.Fields(string(b))))
+	}
+	readers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "(*launcher).awaitReady")
+	}
+	testwait.For(t, 10*time.Second, "no reader left of an exited host's ready pipe", func() bool { return readers() == 0 })
 }
