@@ -185,7 +185,7 @@ func HealthOf(m *Machine, checks []CheckResult, now time.Time) (health, check, d
 				delete(sinces, n)
 			}
 		}
-		b, _ := json.Marshal(sinces)
+		b, _ := json.Marshal(failingChecks{At: now, Since: sinces})
 		return health, check, detail, since, string(b)
 	}
 	since = now
@@ -221,16 +221,29 @@ func (m *Machine) alsoFailing() string {
 // of (health_failing): those failing longest.
 const MaxFailingKept = 16
 
+// failingChecks is health_failing: each failing check's since, as of the
+// report that wrote it (At, its health_at).
+type failingChecks struct {
+	At    time.Time            `json:"at"`
+	Since map[string]time.Time `json:"since"`
+}
+
 // failingSince is when each of m's failing checks began failing, as its
-// reports said: none unless m is failing. A machine failing before
-// health_failing was kept has its one failing check's.
+// reports said: none unless m is failing. Taken only if written with the
+// machine's last word of its health (health_at): a controller of a
+// release before health_failing, sharing the store in a rolling upgrade
+// or run again after a rollback, moves the health it knows and leaves
+// this as it was, and a check failing again took the "since" of a spell
+// that had ended. Else, as for a machine failing before health_failing
+// was kept, the one failing check's.
 func (m *Machine) failingSince() map[string]time.Time {
 	if m.Health != HealthFailing {
 		return nil
 	}
-	var sinces map[string]time.Time
-	if m.HealthFailing != "" && json.Unmarshal([]byte(m.HealthFailing), &sinces) == nil {
-		return sinces
+	var f failingChecks
+	if m.HealthFailing != "" && json.Unmarshal([]byte(m.HealthFailing), &f) == nil && m.HealthAt != nil &&
+		f.At.Sub(*m.HealthAt).Abs() < time.Millisecond {
+		return f.Since
 	}
 	if m.HealthCheck != "" && m.HealthSince != nil {
 		return map[string]time.Time{m.HealthCheck: *m.HealthSince}

@@ -241,10 +241,11 @@ func TestHealthOf_FailingKeptBounded(t *testing.T) {
 	}
 	checks = append(checks, CheckResult{Resource: "old.svc", Detail: "down"})
 	h, check, _, since, failing := HealthOf(m, checks, now)
-	var kept map[string]time.Time
-	if err := json.Unmarshal([]byte(failing), &kept); err != nil {
+	var f failingChecks
+	if err := json.Unmarshal([]byte(failing), &f); err != nil {
 		t.Fatal(err)
 	}
+	kept := f.Since
 	if h != HealthFailing || check != "old.svc" || !since.Equal(old) || len(kept) != MaxFailingKept || !kept["old.svc"].Equal(old) {
 		t.Fatalf("1001 failing checks: %s %s since %v, %d kept (%v)", h, check, since, len(kept), kept["old.svc"])
 	}

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -31,16 +32,23 @@ func TestSayState_UnhealthySaysTheOtherFailingChecks(t *testing.T) {
 	now := time.Now().UTC()
 	since := now.Add(-5 * time.Minute)
 	m := &Machine{Name: "m1", Generation: 3, FinishedGen: 3, AppliedGeneration: 3, Health: HealthFailing,
-		HealthCheck: "a.svc", HealthDetail: "a down", HealthSince: &since}
+		HealthCheck: "a.svc", HealthDetail: "a down", HealthSince: &since, HealthAt: &now}
+	failing := func(names ...string) string {
+		f := failingChecks{At: now, Since: map[string]time.Time{"a.svc": since}}
+		for _, n := range names {
+			f.Since[n] = now
+		}
+		b, _ := json.Marshal(f)
+		return string(b)
+	}
 	if w := SayState(StateUnhealthy, m, &now, nil, now); w.Badge != "unhealthy: check a.svc: a down" {
 		t.Fatalf("one check failing: %q", w.Badge)
 	}
-	m.HealthFailing = `{"a.svc":"` + since.Format(time.RFC3339Nano) + `","e.svc":"` + now.Format(time.RFC3339Nano) +
-		`","b.svc":"` + now.Format(time.RFC3339Nano) + `","d.svc":"` + now.Format(time.RFC3339Nano) + `","c.svc":"` + now.Format(time.RFC3339Nano) + `"}`
+	m.HealthFailing = failing("e.svc", "b.svc", "d.svc", "c.svc")
 	if w := SayState(StateUnhealthy, m, &now, nil, now); w.Badge != "unhealthy: check a.svc: a down (also failing: b.svc, c.svc, d.svc and 1 more)" {
 		t.Fatalf("five checks failing: %q", w.Badge)
 	}
-	m.HealthFailing = `{"a.svc":"` + since.Format(time.RFC3339Nano) + `","b.svc":"` + now.Format(time.RFC3339Nano) + `"}`
+	m.HealthFailing = failing("b.svc")
 	if w := SayState(StateCurrent, m, &now, nil, now); !strings.HasSuffix(w.Badge, "— check a.svc failing, within the grace (also failing: b.svc)") {
 		t.Fatalf("two checks failing within the grace: %q", w.Badge)
 	}

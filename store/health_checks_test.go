@@ -68,3 +68,45 @@ func TestHealth_ASecondCheckFailingPastTheGraceIsUnhealthy(t *testing.T) {
 		}
 	})
 }
+
+// TestHealth_AnOlderControllersWordIsNotUndone: a controller of a release
+// before health_failing shares the store (a rolling upgrade, or run again
+// after a rollback) and stores a report: a.svc, failing since t0, passes,
+// and b.svc fails — it moves health_check, health_since and health_at,
+// and leaves health_failing as it was. The next report, stored here, says
+// a.svc has just begun failing again: it took its since from the stale
+// health_failing, ten minutes back, and the machine read unhealthy within
+// the grace.
+func TestHealth_AnOlderControllersWordIsNotUndone(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		t0 := time.Now().UTC().Truncate(time.Millisecond)
+		clock := t0
+		s.Now = func() time.Time { return clock }
+		m := enrolAs(t, s, "m1", "enrol-m1")
+		checks := func(a, b bool) []models.CheckResult {
+			return []models.CheckResult{{Resource: "a.svc", OK: a, At: clock, Detail: "a down"}, {Resource: "b.svc", OK: b, At: clock, Detail: "b down"}}
+		}
+		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: models.OutcomeApplied, Checks: checks(false, true)})
+
+		// What the older controller's report writes.
+		clock = t0.Add(10 * time.Minute)
+		if err := s.DB().Exec("UPDATE machines SET health = ?, health_check = ?, health_detail = ?, health_since = ?, health_at = ? WHERE id = ?",
+			models.HealthFailing, "b.svc", "b down", clock, clock, m.ID).Error; err != nil {
+			t.Fatal(err)
+		}
+
+		clock = t0.Add(10*time.Minute + 30*time.Second)
+		again := clock
+		sentReport(t, s, m.ID, &models.Report{Generation: m.Generation, Outcome: models.OutcomeChecked, Checks: checks(false, true)})
+		clock = clock.Add(time.Second)
+		got, err := s.Machine(ctx, "m1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Rules.State(got, &clock, clock); st != models.StateCurrent || got.HealthCheck != "a.svc" || got.HealthSince == nil || !got.HealthSince.Equal(again) {
+			t.Fatalf("a.svc passed at %s and began failing again at %s (grace %s): the machine reads %s, %q failing since %v",
+				models.Stamp(t0.Add(10*time.Minute)), models.Stamp(again), s.Rules.UnhealthyAfter, st, got.HealthCheck, got.HealthSince)
+		}
+	})
+}
