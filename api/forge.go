@@ -310,28 +310,36 @@ func (s *Server) hook(c echo.Context) error {
 	got, decErr := hex.DecodeString(sig)
 	if sig == "" || decErr != nil || !hmac.Equal(got, want) {
 		key := c.RealIP() + " for source " + src.Name
-		if err := s.hookLimit.take(key); err != nil {
-			return err
-		}
 		why := "signature wrong"
 		if sig == "" {
 			why = "no signature"
 		}
 		// The headers are the sender's, unchecked: a line of each (a
 		// forge's event name and delivery id are short). Once a minute per
-		// source and address, the next record counting the rest.
+		// source and address, the next record counting the rest — those
+		// the limit refuses too (counted before it: they went uncounted).
 		_ = s.refusals.Record(ctx, s.Store.Audit, key+"\x00hook", hookRefused(src.Name), fmt.Sprintf("event %q delivery %q from %s: %s",
 			models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), why))
+		if err := s.hookLimit.take(key); err != nil {
+			return err
+		}
 		if sig == "" {
 			return fmt.Errorf("%w: the webhook is not signed: set the source's secret in the forge's webhook", models.ErrUnauthorized)
 		}
 		return fmt.Errorf("%w: the webhook's signature does not match the source's secret", models.ErrUnauthorized)
 	}
+	// A signed delivery refused for what it says is on the record too: the
+	// forge shows the refusal, but nothing here did.
+	refuse := func(err error) error {
+		_ = s.refusals.Record(ctx, s.Store.Audit, src.Name+"\x00hook-refused", hookRefused(src.Name), fmt.Sprintf("event %q delivery %q from %s: %v",
+			models.EscapeLogLine(event, maxHookHeader), models.EscapeLogLine(delivery, maxHookHeader), c.RealIP(), err))
+		return err
+	}
 	if event == "" || delivery == "" {
-		return models.Invalid("headers", "the forge's event and delivery headers are required")
+		return refuse(models.Invalid("headers", "the forge's event and delivery headers are required"))
 	}
 	if len(event) > maxHookHeader || len(delivery) > maxHookHeader {
-		return models.Invalid("headers", fmt.Sprintf("the forge's event and delivery headers are at most %d bytes", maxHookHeader))
+		return refuse(models.Invalid("headers", fmt.Sprintf("the forge's event and delivery headers are at most %d bytes", maxHookHeader)))
 	}
 	var push *models.Push
 	status := ""
@@ -341,7 +349,7 @@ func (s *Server) hook(c echo.Context) error {
 	case "push":
 		var p pushPayload
 		if err := json.Unmarshal(body, &p); err != nil {
-			return models.Invalid("body", "not a push event: "+err.Error())
+			return refuse(models.Invalid("body", "not a push event: "+err.Error()))
 		}
 		// The words a status keeps of the push are cut to a line each:
 		// they are kept with the delivery and shown wherever it is.
@@ -356,7 +364,7 @@ func (s *Server) hook(c echo.Context) error {
 			// which would otherwise touch every module).
 			status = fmt.Sprintf("ignored: %s was deleted", p.Ref)
 		case !commitID.MatchString(p.After):
-			return models.Invalid("after", fmt.Sprintf("%q is not a commit id (40 or 64 hex digits)", word(p.After)))
+			return refuse(models.Invalid("after", fmt.Sprintf("%q is not a commit id (40 or 64 hex digits)", word(p.After))))
 		default:
 			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository,
 				Author: word(firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username))}

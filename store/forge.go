@@ -144,6 +144,25 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		if !errors.Is(err, gorm.ErrRecordNotFound) {
 			return err
 		}
+		// A source's merges go with it, its builds do not: a commit one
+		// of the repository's modules was built from is not merged again
+		// (a mirror's captured delivery of it, posted again once the
+		// forge's source was deleted, was built as a newer build).
+		var built struct {
+			Name   string
+			Number int64
+		}
+		if err := tx.Raw("SELECT modules.name, builds.number FROM builds JOIN modules ON modules.id = builds.module_id "+
+			"WHERE modules.repository = ? AND builds.source_commit = ? ORDER BY builds.id LIMIT 1", src.Repository, push.Commit).Scan(&built).Error; err != nil {
+			return err
+		}
+		if built.Name != "" {
+			out.Status = fmt.Sprintf("duplicate: commit %s was already built (module %s build %d); not built again", short7(push.Commit), built.Name, built.Number)
+			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
+				return err
+			}
+			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, fmt.Sprintf("%s: %s", deliveryID, out.Status))
+		}
 		paths, _ := json.Marshal(keptPaths(push.Paths))
 		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Author: push.Author, Paths: string(paths), CreatedAt: s.Now()}
 		if err := tx.Create(m).Error; err != nil {
@@ -225,7 +244,14 @@ func touches(mod *models.Module, paths []string) (bool, error) {
 	return false, nil
 }
 
+// queueBuild numbers the merge's build of mod under the module's lock, as
+// an upload numbers its build: under the repository's alone, an upload
+// of the module at once took the same number, and the delivery failed on
+// it whole — no delivery, no merge, nothing on the record.
 func queueBuild(tx *Tx, mod *models.Module, m *models.Merge) (*models.Build, error) {
+	if _, err := lockModuleForBuild(tx, mod.Name); err != nil {
+		return nil, err
+	}
 	var last struct{ N *int64 }
 	if err := tx.Model(&models.Build{}).Select("MAX(number) AS n").Where("module_id = ?", mod.ID).Scan(&last).Error; err != nil {
 		return nil, err
