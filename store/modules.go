@@ -496,7 +496,7 @@ func (s *Store) YankBuild(ctx context.Context, actor, module string, number int6
 		}
 		for i := range plans {
 			why := fmt.Sprintf("cancelled: build %d was yanked by %s", number, actor)
-			n, err := withdrawUnapplied(tx, &plans[i], "the plan was cancelled (its build yanked) before its host applied the build")
+			n, err := withdrawUnapplied(tx, &plans[i], "cancelled (its build yanked)")
 			if err != nil {
 				return nil, err
 			}

@@ -915,7 +915,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			if err := cancelHostStep(tx, actor, &p); err != nil {
 				return err
 			}
-			withdrawn, err := withdrawUnapplied(tx, &p, "the plan was cancelled before its host applied the build")
+			withdrawn, err := withdrawUnapplied(tx, &p, "cancelled")
 			if err != nil {
 				return err
 			}
@@ -990,7 +990,7 @@ func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
 	}
 	for i := range older {
 		why := fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build)
-		n, err := withdrawUnapplied(tx, &older[i], "the plan was superseded before its host applied the build")
+		n, err := withdrawUnapplied(tx, &older[i], "superseded")
 		if err != nil {
 			return err
 		}
@@ -1012,15 +1012,50 @@ func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
 // one whose host held the declaration already and applies it meanwhile:
 // composing never names a build older than what a machine runs. So the
 // step says its target was removed, not that the build is gone.
-func withdrawUnapplied(tx *Tx, p *models.Plan, ended string) (int, error) {
-	var ids []int64
-	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
-		Where("plan_steps.plan_id = ? AND plan_steps.state IN ? AND machines.applied_generation < plan_steps.generation",
-			p.ID, []string{models.StepSent, models.StepFailed}).
-		Order("plan_steps.machine_id").Pluck("plan_steps.machine_id", &ids).Error; err != nil {
+//
+// A host "applied it" when it applied the step's generation and reports
+// running the plan's build: a generation held back (its host decodes too
+// old a schema) carried the build it ran before, and its machine kept
+// the target, so the cancelled build was composed for it once its host
+// was upgraded. A sent step whose host did apply it says so (applied),
+// where it said "sent", awaiting a report its host had given, for good.
+func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
+	var module string
+	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
 		return 0, err
 	}
+	var rows []struct {
+		MachineID         int64
+		State             string
+		Generation        int64
+		AppliedGeneration int64
+		Running           string
+	}
+	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
+		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, machines.running").
+		Where("plan_steps.plan_id = ? AND plan_steps.state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).
+		Order("plan_steps.machine_id").Scan(&rows).Error; err != nil {
+		return 0, err
+	}
+	var ids, took []int64
+	for _, r := range rows {
+		m := models.Machine{Running: r.Running}
+		running, _ := m.RunningBuilds()
+		switch {
+		case r.AppliedGeneration < r.Generation || running[module].Build < p.Build:
+			ids = append(ids, r.MachineID)
+		case r.State == models.StepSent:
+			took = append(took, r.MachineID)
+		}
+	}
 	now := tx.s.Now()
+	if err := inChunks(took, 500, func(chunk []int64) error {
+		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
+			Updates(map[string]any{"state": models.StepApplied, "finished_at": now,
+				"reason": fmt.Sprintf("its host reported running build %d before the plan was %s; its health not judged after", p.Build, how)}).Error
+	}); err != nil {
+		return 0, err
+	}
 	err := inChunks(ids, 500, func(chunk []int64) error {
 		var targeted []int64
 		if err := tx.Model(&models.MachineTarget{}).Where("plan_id = ? AND module_id = ? AND machine_id IN ?", p.ID, p.ModuleID, chunk).Order("machine_id").
@@ -1037,7 +1072,7 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, ended string) (int, error) {
 		}
 		// A failed step keeps why it failed after the new words: the
 		// cancel is often its answer, and the why was the plan's record.
-		why := ended + ": its target removed, so its next generation names the module's current build again " +
+		why := "the plan was " + how + " before its host applied the build: its target removed, so its next generation names the module's current build again " +
 			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed, " +
 			"and its module has not gone back from that build)"
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).

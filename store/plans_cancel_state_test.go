@@ -1,0 +1,38 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestPlan_CancelAfterItsCanaryAppliedShowsItsStepAsItIs: the canary m1
+// applies the plan's build (healthy, running it) and the plan is cancelled
+// before a worker's next look. Its step keeps saying "sent" — "generation
+// N made for it, awaiting its host's report" — for good, though its host
+// reported applying it before the cancel.
+func TestPlan_CancelAfterItsCanaryAppliedShowsItsStepAsItIs(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil || v.Steps[0].State != models.StepSent {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		applied(t, s, "m1", 2)
+		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "cancel")
+		if err != nil || v.State != models.PlanCancelled {
+			t.Fatalf("cancel: %+v %v", v, err)
+		}
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		m1, _ := s.Machine(ctx, "m1")
+		if st := v.Steps[0]; st.State == models.StepSent {
+			t.Fatalf("cancelled plan's step of m1 is %q (generation %d), awaiting a report its host gave before the cancel (applied generation %d, running build 2); plan: %q",
+				st.State, st.Generation, m1.AppliedGeneration, v.Reason)
+		}
+	})
+}
