@@ -13,8 +13,8 @@ import (
 // TestWebhooks_EveryBadSignatureIsCounted: 30 deliveries with a bad
 // signature from one address, each refused (401, or 429 once the address's
 // bad signatures are limited). Every refusal is to be on the record: a
-// row, and the rows after it counting the rest. Those refused 429 are
-// never counted: the record (written in full at a stop) says fewer
+// row, and the rows after it counting the rest. Those refused 429 were
+// never counted: the record (written in full at a stop) said fewer
 // deliveries were refused than were.
 func TestWebhooks_EveryBadSignatureIsCounted(t *testing.T) {
 	each(t, func(t *testing.T, e *ctltest.Env) {

@@ -15,8 +15,9 @@ import (
 // through the forge (build 1); the mirror's delivery of it is a duplicate;
 // a later commit is build 2. The forge's source is deleted (its deliveries
 // and merges go with it). The mirror's captured, signed delivery of the
-// old commit posted again under a new delivery id is then a merge, and
-// queues the old code as build 3, newer than build 2.
+// old commit posted again under a new delivery id was then a merge, and
+// queued the old code as build 3, newer than build 2. A commit a module
+// was built from is a duplicate now.
 func TestWebhooks_AMergedCommitReplayedAfterItsSourceIsDeleted(t *testing.T) {
 	body, err := os.ReadFile("testdata/gitea-push.json")
 	if err != nil {
@@ -65,7 +66,7 @@ func TestWebhooks_AMergedCommitReplayedAfterItsSourceIsDeleted(t *testing.T) {
 
 // TestWebhooks_ASignedDeliveryRefusedIsOnTheRecord: a signed push whose
 // commit is not a commit id is refused (400); neither the delivery nor its
-// refusal is anywhere on the record.
+// refusal was anywhere on the record.
 func TestWebhooks_ASignedDeliveryRefusedIsOnTheRecord(t *testing.T) {
 	each(t, func(t *testing.T, e *ctltest.Env) {
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,

@@ -16,9 +16,10 @@ import (
 // (its transaction takes the module's row and numbers the build 1); at the
 // same moment instance B takes a signed push to mod's repository. The
 // delivery numbers its queued build from the builds it sees — also 1 —
-// and fails on the uniqueness of (module, number) once the upload commits:
-// it is answered with an error, and neither the delivery, nor its merge,
-// nor any refusal is on the record (a forge does not send it again).
+// and failed on the uniqueness of (module, number) once the upload
+// committed: it was answered with an error, and neither the delivery, nor
+// its merge, nor any refusal was on the record (a forge does not send it
+// again). The merge's build is numbered under the module's lock now.
 func TestDeliver_AMergeWhileAnotherInstanceUploads(t *testing.T) {
 	cfg := storetest.Config(t, store.Postgres)
 	a := storetest.MustOpenConfig(t, cfg)

@@ -13,9 +13,9 @@ import (
 // 2 (content needing schema 2) reaches m1, whose host decodes only schema
 // 1: its generation is composed held back (what it last applied, build 1),
 // its host applies that, and the plan halts on it. The plan is cancelled:
-// m1's host never applied build 2, so its target should be taken back.
-// It is not (its applied generation is the step's, held back or not):
-// once its host is upgraded, m1 is composed build 2 of the cancelled plan.
+// m1's host never applied build 2, so its target is to be taken back. It
+// was not (its applied generation is the step's, held back or not): once
+// its host was upgraded, m1 was composed build 2 of the cancelled plan.
 func TestPlan_CancelTakesBackABuildAHeldBackHostNeverApplied(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()

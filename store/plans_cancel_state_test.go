@@ -11,9 +11,9 @@ import (
 
 // TestPlan_CancelAfterItsCanaryAppliedShowsItsStepAsItIs: the canary m1
 // applies the plan's build (healthy, running it) and the plan is cancelled
-// before a worker's next look. Its step keeps saying "sent" — "generation
+// before a worker's next look. Its step kept saying "sent" — "generation
 // N made for it, awaiting its host's report" — for good, though its host
-// reported applying it before the cancel.
+// had reported applying it before the cancel. It says applied.
 func TestPlan_CancelAfterItsCanaryAppliedShowsItsStepAsItIs(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()

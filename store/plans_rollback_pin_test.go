@@ -12,20 +12,13 @@ import (
 // TestPlan_RollbackKeepsAPersonsPin: the canary m1 applies build 2 and
 // the plan goes on to m2 and m3. A person then pins m1 to build 3 with a
 // reason (a hotfix only it needs). m2 refuses build 2: the plan halts, and
-// is rolled back. The rollback overwrites the person's pin: m1 is pinned
+// is rolled back. The rollback overwrote the person's pin: m1 was pinned
 // to build 1 "rollback of plan 1" and composed build 1, the person's
-// choice gone from the record.
+// choice gone from the record. It is left as the person pinned it.
 func TestPlan_RollbackKeepsAPersonsPin(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		ms := planFixture(t, s)
-		for _, m := range ms {
-			applied(t, s, m.Name, 1)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, v := planOfBuild2(t, s)
 		applied(t, s, "m1", 2)
 		stepPlans(t, s)
 		pinTo(t, s, "m1", 3) // reason "hold"
@@ -35,7 +28,8 @@ func TestPlan_RollbackKeepsAPersonsPin(t *testing.T) {
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
 			t.Fatalf("plan: %s %q", v.State, v.Reason)
 		}
-		if v, err = s.SetPlanState(ctx, "user:olga", v.ID, "rollback"); err != nil {
+		v, err := s.SetPlanState(ctx, "user:olga", v.ID, "rollback")
+		if err != nil {
 			t.Fatal(err)
 		}
 		as, _, _ := s.Assignments(ctx, "m1")

@@ -16,21 +16,14 @@ import (
 func haltedThenNewer(t *testing.T, s *store.Store) (ms []*models.Machine, a, b *models.PlanView) {
 	t.Helper()
 	ctx := context.Background()
-	ms = planFixture(t, s)
-	for _, m := range ms {
-		applied(t, s, m.Name, 1)
-	}
-	a, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms, a = planOfBuild2(t, s)
 	m1, _ := s.Machine(ctx, "m1")
 	sentReport(t, s, m1.ID, &models.Report{Generation: m1.Generation, Outcome: models.OutcomeRefused, Reason: "escape: /x"})
 	stepPlans(t, s)
 	if a, _ = s.Plan(ctx, a.ID); a.State != models.PlanHalted {
 		t.Fatalf("plan A: %s %q", a.State, a.Reason)
 	}
-	b, err = s.CreatePlan(ctx, "test", "mod", 3, 0, "")
+	b, err := s.CreatePlan(ctx, "test", "mod", 3, 0, "")
 	if err != nil || b.State != models.PlanRunning {
 		t.Fatalf("plan B: %+v %v", b, err)
 	}

@@ -13,19 +13,12 @@ import (
 // and m3 (its second tier); their hosts have not applied it when plan B of
 // build 3 supersedes A. B halts on its canary and is cancelled. No plan is
 // running, the current build is 1, and m2 never applied build 2 — yet m2
-// is composed build 2, the target of a plan that is no longer running
-// ("the build a running plan has reached it with").
+// was composed build 2, the target of a plan no longer running ("the
+// build a running plan has reached it with"). The supersede takes it back.
 func TestPlan_ASupersededPlansTargetOutlivesIt(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		ms := planFixture(t, s)
-		for _, m := range ms {
-			applied(t, s, m.Name, 1)
-		}
-		a, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, a := planOfBuild2(t, s)
 		applied(t, s, "m1", 2)
 		stepPlans(t, s)
 		if a, _ = s.Plan(ctx, a.ID); a.Tier != 1 || a.Steps[1].State != models.StepSent {
