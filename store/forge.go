@@ -144,16 +144,19 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		if !errors.Is(err, gorm.ErrRecordNotFound) {
 			return err
 		}
-		// A source's merges go with it, its builds do not: a commit one
-		// of the repository's modules was built from is not merged again
-		// (a mirror's captured delivery of it, posted again once the
-		// forge's source was deleted, was built as a newer build).
+		// A source's merges go with it, its builds do not: a commit a
+		// merge built one of the repository's modules from is not merged
+		// again (a mirror's captured delivery of it, posted again once the
+		// forge's source was deleted, was built as a newer build). A build
+		// uploaded by hand naming the commit is not a merge's: the
+		// commit's first push still builds every module it touches.
 		var built struct {
 			Name   string
 			Number int64
 		}
 		if err := tx.Raw("SELECT modules.name, builds.number FROM builds JOIN modules ON modules.id = builds.module_id "+
-			"WHERE modules.repository = ? AND builds.source_commit = ? ORDER BY builds.id LIMIT 1", src.Repository, push.Commit).Scan(&built).Error; err != nil {
+			"WHERE modules.repository = ? AND builds.source_commit = ? AND builds.created_by LIKE 'merge:%' ORDER BY builds.id LIMIT 1",
+			src.Repository, push.Commit).Scan(&built).Error; err != nil {
 			return err
 		}
 		if built.Name != "" {

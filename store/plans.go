@@ -1013,36 +1013,33 @@ func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
 // composing never names a build older than what a machine runs. So the
 // step says its target was removed, not that the build is gone.
 //
-// A host "applied it" when it applied the step's generation and reports
-// running the plan's build: a generation held back (its host decodes too
-// old a schema) carried the build it ran before, and its machine kept
-// the target, so the cancelled build was composed for it once its host
-// was upgraded. A sent step whose host did apply it says so (applied),
-// where it said "sent", awaiting a report its host had given, for good.
+// A host "applied it" when it applied the step's generation, or a later
+// one, not held back: a generation held back (its host decodes too old a
+// schema) carried none of the new content, and its machine kept the
+// target, so the cancelled build was composed for it once its host was
+// upgraded. (Not by the build its host reports running: a build of no
+// resources runs nothing, and was taken back from a host that applied
+// it.) A sent step whose host did apply it says so (applied), where it
+// said "sent", awaiting a report its host had given, for good.
 func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
-	var module string
-	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
-		return 0, err
-	}
 	var rows []struct {
 		MachineID         int64
 		State             string
 		Generation        int64
 		AppliedGeneration int64
-		Running           string
+		HeldBack          *string
 	}
 	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
-		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, machines.running").
+		Joins("LEFT JOIN declarations ON declarations.machine_id = machines.id AND declarations.generation = machines.applied_generation").
+		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, declarations.held_back").
 		Where("plan_steps.plan_id = ? AND plan_steps.state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).
 		Order("plan_steps.machine_id").Scan(&rows).Error; err != nil {
 		return 0, err
 	}
 	var ids, took []int64
 	for _, r := range rows {
-		m := models.Machine{Running: r.Running}
-		running, _ := m.RunningBuilds()
 		switch {
-		case r.AppliedGeneration < r.Generation || running[module].Build < p.Build:
+		case r.AppliedGeneration < r.Generation || r.HeldBack != nil && *r.HeldBack != "":
 			ids = append(ids, r.MachineID)
 		case r.State == models.StepSent:
 			took = append(took, r.MachineID)
