@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -336,11 +338,33 @@ func (a *app) watchRollout(ctx context.Context, ver string, interval time.Durati
 	r := last.JSON200
 	if r.State == client.RolloutStateDone {
 		if !a.jsonOut() {
-			fmt.Fprintf(a.out, "release %s rolled out to %d machine(s)\n", ver, len(r.Machines))
+			fmt.Fprintf(a.out, "release %s rolled out to %s\n", ver, rolledOutTo(r))
 		}
 		return nil
 	}
 	return &exitError{code: 2, msg: fmt.Sprintf("rollout of %s %s: %s", ver, r.State, firstNonEmpty(r.Reason, failures(r), "no reason given"))}
+}
+
+// rolledOutTo says how many machines a done rollout upgraded, and names
+// how many of the rest it did not reach and why (a machine revoked or
+// deleted meanwhile is withdrawn): each machine it listed was counted as
+// rolled out to.
+func rolledOutTo(r *client.Rollout) string {
+	by := map[client.RolloutMachineState]int{}
+	for _, m := range r.Machines {
+		by[m.State]++
+	}
+	s := fmt.Sprintf("%d machine(s)", by[client.RolloutMachineStateUpgraded])
+	var rest []string
+	for _, st := range slices.Sorted(maps.Keys(by)) {
+		if st != client.RolloutMachineStateUpgraded {
+			rest = append(rest, fmt.Sprintf("%d %s", by[st], strings.ReplaceAll(string(st), "_", " ")))
+		}
+	}
+	if len(rest) > 0 {
+		s += " (not reached: " + strings.Join(rest, ", ") + ")"
+	}
+	return s
 }
 
 // failures names the machines that failed, when the rollout gives no reason.
