@@ -170,6 +170,9 @@ type ClientError struct {
 	// was issued for.
 	PastGrace bool
 	Enrolment string
+	// Serial is then the certificate's (hex): only the one its machine's
+	// host uses says the machine can no longer be reached.
+	Serial string
 	// Forged: not issued by this CA, so Machine is only what it claims.
 	Forged bool
 }
@@ -207,7 +210,7 @@ func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time
 		return nil, &ClientError{Machine: claimed, Forged: true, Reason: "not issued by this mesh's CA (" + ca.Pin() + "): " + err.Error()}
 	}
 	if expired && now.Sub(leaf.NotAfter) > grace {
-		return nil, &ClientError{Machine: claimed, PastGrace: true, Enrolment: leaf.Subject.SerialNumber,
+		return nil, &ClientError{Machine: claimed, PastGrace: true, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16),
 			Reason: fmt.Sprintf("expired at %s, past the renewal grace of %s; enrol the machine again", leaf.NotAfter.UTC().Format(time.RFC3339), grace)}
 	}
 	if claimed == "" || leaf.Subject.SerialNumber == "" {

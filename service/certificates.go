@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -132,6 +133,13 @@ func (s *Service) CertificateRefused(ctx context.Context, ce *meshca.ClientError
 	}
 	m, err := s.Store.Machine(ctx, ce.Machine)
 	if err != nil || m.TokenID != ce.Enrolment || m.RevokedAt != nil {
+		return
+	}
+	// Only the certificate its host uses (or, none used yet, the last
+	// issued): one a renewal retired, or one issued and never presented,
+	// presented past its grace by whoever kept a copy revoked a machine
+	// whose host polled with a valid one, "past the renewal grace".
+	if ce.Serial != cmp.Or(m.CertInUse, m.CertSerial) {
 		return
 	}
 	_, _ = s.Store.RevokeMachine(ctx, "controller", ce.Machine, "its certificate "+ce.Reason)
