@@ -139,9 +139,6 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 			return err
 		}
 		if p.State == models.PlanRunning {
-			if err := supersedeOlder(tx, p, now); err != nil {
-				return err
-			}
 			if err := planSteps(tx, p, &mod); err != nil {
 				return err
 			}
@@ -158,8 +155,18 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 				return err
 			}
 		}
+		began := p.State == models.PlanRunning
 		if err := stepPlan(tx, p); err != nil {
 			return err
+		}
+		if began {
+			// After its first tier is reached: a machine the older plan
+			// sent its build and this one reached at once has this one's
+			// target, and is not moved twice (a generation naming the
+			// current build, then one naming this build).
+			if err := supersedeOlder(tx, p, now); err != nil {
+				return err
+			}
 		}
 		var err2 error
 		out, err2 = planViewAfterMoves(tx, p)
@@ -1013,33 +1020,55 @@ func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
 // composing never names a build older than what a machine runs. So the
 // step says its target was removed, not that the build is gone.
 //
-// A host "applied it" when it applied the step's generation, or a later
-// one, not held back: a generation held back (its host decodes too old a
-// schema) carried none of the new content, and its machine kept the
-// target, so the cancelled build was composed for it once its host was
-// upgraded. (Not by the build its host reports running: a build of no
-// resources runs nothing, and was taken back from a host that applied
-// it.) A sent step whose host did apply it says so (applied), where it
-// said "sent", awaiting a report its host had given, for good.
+// A host "applied it" when it applied the step's generation (or a later
+// one) and reports running the plan's build, as a step is judged applied
+// (models.JudgeStep): a generation held back (its host decodes too old a
+// schema) carried the build before, and a person's pin made since named
+// another. A host that runs nothing of the module (a build of no
+// resources) applied it if it applied a generation from the step's on
+// that was not held back: judged by what it runs, a build that removed
+// every file of the module was taken back from a host that had applied
+// it, its files put back. A sent step whose host did apply it says so
+// (applied), where it said "sent", awaiting a report its host had given,
+// for good.
 func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
+	var module string
+	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
+		return 0, err
+	}
 	var rows []struct {
 		MachineID         int64
 		State             string
 		Generation        int64
 		AppliedGeneration int64
-		HeldBack          *string
+		Running           string
 	}
 	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
-		Joins("LEFT JOIN declarations ON declarations.machine_id = machines.id AND declarations.generation = machines.applied_generation").
-		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, declarations.held_back").
+		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, machines.running").
 		Where("plan_steps.plan_id = ? AND plan_steps.state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).
 		Order("plan_steps.machine_id").Scan(&rows).Error; err != nil {
 		return 0, err
 	}
 	var ids, took []int64
 	for _, r := range rows {
+		ran := r.AppliedGeneration >= r.Generation
+		if ran {
+			m := models.Machine{Running: r.Running}
+			running, _ := m.RunningBuilds()
+			if b, ok := running[module]; ok {
+				ran = b.Build >= p.Build
+			} else {
+				var n int64
+				if err := tx.Table("reports").Joins("JOIN declarations ON declarations.machine_id = reports.machine_id AND declarations.generation = reports.generation").
+					Where("reports.machine_id = ? AND reports.outcome = ? AND reports.send_id <> '' AND reports.generation BETWEEN ? AND ? AND declarations.held_back = ''",
+						r.MachineID, models.OutcomeApplied, r.Generation, r.AppliedGeneration).Count(&n).Error; err != nil {
+					return 0, err
+				}
+				ran = n > 0
+			}
+		}
 		switch {
-		case r.AppliedGeneration < r.Generation || r.HeldBack != nil && *r.HeldBack != "":
+		case !ran:
 			ids = append(ids, r.MachineID)
 		case r.State == models.StepSent:
 			took = append(took, r.MachineID)
@@ -1049,7 +1078,7 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
 	if err := inChunks(took, 500, func(chunk []int64) error {
 		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
 			Updates(map[string]any{"state": models.StepApplied, "finished_at": now,
-				"reason": fmt.Sprintf("its host reported running build %d before the plan was %s; its health not judged after", p.Build, how)}).Error
+				"reason": fmt.Sprintf("its host applied build %d before the plan was %s; its health not judged after", p.Build, how)}).Error
 	}); err != nil {
 		return 0, err
 	}
@@ -1072,9 +1101,13 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
 		why := "the plan was " + how + " before its host applied the build: its target removed, so its next generation names the module's current build again " +
 			"(a host that held the declaration may still apply it; it keeps it only if its report of that comes before that generation is composed, " +
 			"and its module has not gone back from that build)"
-		return tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk).
-			Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
-				"reason": gorm.Expr("CASE WHEN reason = '' THEN ? ELSE ? || '; before: ' || reason END", why, why)}).Error
+		// A machine whose target is no longer this plan's (a newer plan
+		// reached it in the same act) is not moved by it.
+		other := "the plan was " + how + " before its host applied the build; its target was another plan's by then, which it follows"
+		step := tx.Model(&models.PlanStep{}).Where("plan_id = ? AND machine_id IN ?", p.ID, chunk)
+		return step.Updates(map[string]any{"state": models.StepWithdrawn, "finished_at": now,
+			"reason": gorm.Expr("CASE WHEN machine_id IN (SELECT machine_id FROM machine_targets WHERE module_id = ? AND plan_id <> ?) THEN ? WHEN reason = '' THEN ? ELSE ? || '; before: ' || reason END",
+				p.ModuleID, p.ID, other, why, why)}).Error
 	})
 	return len(ids), err
 }
