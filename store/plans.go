@@ -1036,22 +1036,35 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
 	if err := tx.Raw("SELECT name FROM modules WHERE id = ?", p.ModuleID).Scan(&module).Error; err != nil {
 		return 0, err
 	}
+	// A step withdrawn before (its machine lost the module, was pinned or
+	// revoked) kept its target: the module given back, the machine was
+	// composed the ended plan's build. Its target goes (the machine's
+	// next generation, made by what moves it again, composes without it).
+	if err := tx.Where("plan_id = ? AND module_id = ? AND machine_id IN (?)", p.ID, p.ModuleID,
+		tx.Model(&models.PlanStep{}).Select("machine_id").Where("plan_id = ? AND state = ?", p.ID, models.StepWithdrawn)).
+		Delete(&models.MachineTarget{}).Error; err != nil {
+		return 0, err
+	}
 	var rows []struct {
 		MachineID         int64
 		State             string
 		Generation        int64
 		AppliedGeneration int64
 		Running           string
+		Assigned          bool
 	}
 	if err := tx.Table("plan_steps").Joins("JOIN machines ON machines.id = plan_steps.machine_id").
-		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, machines.running").
+		Select("plan_steps.machine_id, plan_steps.state, plan_steps.generation, machines.applied_generation, machines.running, "+
+			"EXISTS (SELECT 1 FROM assignments WHERE assignments.machine_id = machines.id AND assignments.module_id = ?) AS assigned", p.ModuleID).
 		Where("plan_steps.plan_id = ? AND plan_steps.state IN ?", p.ID, []string{models.StepSent, models.StepFailed}).
 		Order("plan_steps.machine_id").Scan(&rows).Error; err != nil {
 		return 0, err
 	}
 	var ids, took []int64
 	for _, r := range rows {
-		ran := r.AppliedGeneration >= r.Generation
+		// A machine the module was taken from runs nothing of it, whatever
+		// it applied: given back, it is to get the module's current build.
+		ran := r.AppliedGeneration >= r.Generation && r.Assigned
 		if ran {
 			m := models.Machine{Running: r.Running}
 			running, _ := m.RunningBuilds()
