@@ -1025,10 +1025,12 @@ func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
 // (models.JudgeStep): a generation held back (its host decodes too old a
 // schema) carried the build before, and a person's pin made since named
 // another. A host that runs nothing of the module (a build of no
-// resources) applied it if it applied a generation from the step's on
-// that was not held back: judged by what it runs, a build that removed
-// every file of the module was taken back from a host that had applied
-// it, its files put back. A sent step whose host did apply it says so
+// resources) applied it if it applied the step's own generation, not held
+// back: judged by what it runs, a build that removed every file of the
+// module was taken back from a host that had applied it, its files put
+// back. (A later generation may not name the module at all: one made by
+// taking it away counted, and the module given back, the machine was
+// composed the ended plan's build.) A sent step whose host did apply it says so
 // (applied), where it said "sent", awaiting a report its host had given,
 // for good.
 func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
@@ -1073,8 +1075,8 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
 			} else {
 				var n int64
 				if err := tx.Table("reports").Joins("JOIN declarations ON declarations.machine_id = reports.machine_id AND declarations.generation = reports.generation").
-					Where("reports.machine_id = ? AND reports.outcome = ? AND reports.send_id <> '' AND reports.generation BETWEEN ? AND ? AND declarations.held_back = ''",
-						r.MachineID, models.OutcomeApplied, r.Generation, r.AppliedGeneration).Count(&n).Error; err != nil {
+					Where("reports.machine_id = ? AND reports.outcome = ? AND reports.send_id <> '' AND reports.generation = ? AND declarations.held_back = ''",
+						r.MachineID, models.OutcomeApplied, r.Generation).Count(&n).Error; err != nil {
 					return 0, err
 				}
 				ran = n > 0
