@@ -41,10 +41,7 @@ func TestPlan_CancelTakesBackABuildAHeldBackHostNeverApplied(t *testing.T) {
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
 			t.Fatalf("plan %s %q", v.State, v.Reason)
 		}
-		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "cancel")
-		if err != nil {
-			t.Fatal(err)
-		}
+		v = cancelPlan(t, s, v.ID)
 		if err := s.RecordHostInfo(ctx, m.ID, "1.5.0", "1,2"); err != nil {
 			t.Fatal(err)
 		}

@@ -17,16 +17,9 @@ import (
 func TestPlan_CancelAfterItsCanaryAppliedShowsItsStepAsItIs(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil || v.Steps[0].State != models.StepSent {
-			t.Fatalf("plan: %+v %v", v, err)
-		}
+		v := canaryOfBuild2(t, s)
 		applied(t, s, "m1", 2)
-		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "cancel")
-		if err != nil || v.State != models.PlanCancelled {
-			t.Fatalf("cancel: %+v %v", v, err)
-		}
+		v = cancelPlan(t, s, v.ID)
 		stepPlans(t, s)
 		v, _ = s.Plan(ctx, v.ID)
 		m1, _ := s.Machine(ctx, "m1")

@@ -21,22 +21,9 @@ import (
 func TestPlan_CancelKeepsABuildAppliedBeforeALaterHeldBackGeneration(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		if err := s.CreateBuild(ctx, "test", "mod", &models.Build{Manifest: `{"resources": []}`}, nil); err != nil {
-			t.Fatal(err)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 4, 0, "")
-		if err != nil || v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
-			t.Fatalf("plan: %+v %v", v, err)
-		}
-		m1, _ := s.Machine(ctx, "m1")
-		c := composeMachine(t, s, m1.ID)
-		if c.HeldBack != "" {
-			t.Fatalf("step generation held back: %s", c.HeldBack)
-		}
-		sentReport(t, s, m1.ID, &models.Report{Generation: c.Generation, Digest: c.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
+		v, c := emptyBuildApplied(t, s)
 		certModule(t, s)
-		m1, _ = s.Machine(ctx, "m1")
+		m1, _ := s.Machine(ctx, "m1")
 		g := m1.Generation
 		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &g, []models.AssignmentView{{Module: "mod"}, {Module: "web"}}); err != nil {
 			t.Fatal(err)
@@ -46,10 +33,7 @@ func TestPlan_CancelKeepsABuildAppliedBeforeALaterHeldBackGeneration(t *testing.
 			t.Fatal("not held back")
 		}
 		sentReport(t, s, m1.ID, &models.Report{Generation: held.Generation, Digest: held.Digest, Outcome: models.OutcomeApplied, HostVersion: "1.0.0"})
-		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "cancel")
-		if err != nil || v.State != models.PlanCancelled {
-			t.Fatalf("cancel: %+v %v", v, err)
-		}
+		v = cancelPlan(t, s, v.ID)
 		// Its host is upgraded to one decoding schema 2: nothing held back.
 		if err := s.RecordHostInfo(ctx, m1.ID, "1.5.0", "1,2"); err != nil {
 			t.Fatal(err)
@@ -76,24 +60,13 @@ func TestPlan_CancelKeepsABuildAppliedBeforeALaterHeldBackGeneration(t *testing.
 func TestPlan_CancelAfterAPersonsPinTakesTheTargetBack(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil || v.State != models.PlanRunning || v.Steps[0].State != models.StepSent {
-			t.Fatalf("plan: %+v %v", v, err)
-		}
+		v := canaryOfBuild2(t, s)
 		pinTo(t, s, "m1", 1)
 		applied(t, s, "m1", 1)
-		v, err = s.SetPlanState(ctx, "user:olga", v.ID, "cancel")
-		if err != nil || v.State != models.PlanCancelled {
-			t.Fatalf("cancel: %+v %v", v, err)
-		}
+		v = cancelPlan(t, s, v.ID)
 		step := v.Steps[0]
+		assignTo(t, s, "m1", "mod") // the pin lifted
 		m1, _ := s.Machine(ctx, "m1")
-		g := m1.Generation
-		if _, err := s.SetAssignments(ctx, "user:admin", "m1", &g, []models.AssignmentView{{Module: "mod"}}); err != nil {
-			t.Fatal(err)
-		}
-		m1, _ = s.Machine(ctx, "m1")
 		if b := composedBuild(t, s, m1); b != 1 || step.State == models.StepApplied {
 			t.Fatalf("m1 was pinned to build 1 before its host applied plan %d's build 2, and its host runs build 1; the plan was cancelled (%q), m1's step says %s (%q), and once the pin is lifted m1 is composed build %d",
 				v.ID, v.Reason, step.State, step.Reason, b)
