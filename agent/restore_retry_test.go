@@ -132,17 +132,11 @@ func TestRestore_ARetryingHostIsInConflict(t *testing.T) {
 	admin := c1.Admin
 	c1.Stop()
 
-	// Restored from the backup, and moved past the host's generation.
-	db := filepath.Join(sc.DataDir, "mesh.db")
-	b, err := os.ReadFile(backup)
-	if err != nil {
+	// Restored from the backup (as `mesh-controller restore` does), and
+	// moved past the host's generation.
+	if _, err := store.Restore(ctx, sc.DataDir, backup, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(db, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(db + "-wal")
-	os.Remove(db + "-shm")
 	c2 := ctltest.StartWith(t, sc)
 	c2.Admin = admin
 	for i := 2; machine(c2).Generation <= bad; i++ {
