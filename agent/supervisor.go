@@ -247,16 +247,14 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 		// again while no host watched: most of a crash loop is its
 		// backoff). Started again here, it is one restart more, not a
 		// service that never failed.
-		np, err := s.start(r, digest)
+		np, err := s.start(r, digest, pidRecord{Restarts: p.Restarts + 1, FirstExit: p.FirstExit, Why: "exited while no host watched it"})
 		if err != nil {
 			return "", err
 		}
-		np.Restarts, np.FirstExit, np.Why = p.Restarts+1, p.FirstExit, "exited while no host watched it"
-		s.record(r.ID, np)
 		s.watch(r, digest, np)
 		return action, nil
 	}
-	p, err := s.start(r, digest)
+	p, err := s.start(r, digest, pidRecord{})
 	if err != nil {
 		return "", err
 	}
@@ -264,8 +262,10 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 	return action, nil
 }
 
-// start launches the service in its own session.
-func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) {
+// start launches the service in its own session. Its pidfile carries what
+// carry says of its restarts from the first write: a host stopped just after
+// the start finds them there, and no one reads a restart the pidfile lacks.
+func (s *supervisor) start(r models.Resource, digest string, carry pidRecord) (pidRecord, error) {
 	// What the service wrote while no host watched its size.
 	s.rotate(r.ID)
 	// O_APPEND: the service's writes land at the end even after the
@@ -300,7 +300,7 @@ func (s *supervisor) start(r models.Resource, digest string) (pidRecord, error) 
 	if err != nil {
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
 	}
-	p := pidRecord{PID: cmd.Process.Pid, StartTime: st, Digest: digest}
+	p := pidRecord{PID: cmd.Process.Pid, StartTime: st, Digest: digest, Restarts: carry.Restarts, FirstExit: carry.FirstExit, Why: carry.Why}
 	if err := writeJSONAtomic(s.pidPath(r.ID), p, 0o600); err != nil {
 		return p, err
 	}
@@ -376,7 +376,11 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, 30*time.Second)
-			np, err := s.start(r, digest)
+			sv.mu.Lock()
+			first := sv.firstExit
+			carry := pidRecord{Restarts: sv.restarts + 1, FirstExit: &first, Why: sv.why}
+			sv.mu.Unlock()
+			np, err := s.start(r, digest, carry)
 			if err != nil {
 				s.log.Error("restarting service", "service", r.ID, "err", err)
 				continue
@@ -384,12 +388,9 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			startedAt = time.Now()
 			sv.mu.Lock()
 			sv.down, sv.upSince = false, startedAt
-			sv.restarts++
-			first := sv.firstExit
-			np.Restarts, np.FirstExit, np.Why = sv.restarts, &first, sv.why
+			sv.restarts = np.Restarts
 			sv.pid = np
 			sv.mu.Unlock()
-			s.record(r.ID, np)
 			if s.onRestart != nil {
 				s.onRestart(r.ID)
 			}
@@ -475,7 +476,7 @@ func (s *supervisor) Renewed(ctx context.Context, id, signal string) error {
 	if err := s.Stop(ctx, id); err != nil {
 		return err
 	}
-	p, err := s.start(r, digest)
+	p, err := s.start(r, digest, pidRecord{})
 	if err != nil {
 		return err
 	}
