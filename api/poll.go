@@ -55,6 +55,9 @@ func parseETagGen(s string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, models.Invalid("If-None-Match", `the last generation the host finished with, quoted: "42"`)
 	}
+	if n > models.MaxGeneration {
+		return 0, models.Invalid("If-None-Match", fmt.Sprintf("generation %d is past the largest a store holds (%d)", n, models.MaxGeneration))
+	}
 	return n, nil
 }
 

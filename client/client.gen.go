@@ -2430,7 +2430,7 @@ type PollDeclarationParams struct {
 	// jitter. Anything else is 400.
 	Wait *string `form:"wait,omitempty" json:"wait,omitempty"`
 
-	// IfNoneMatch the last generation the host finished with (applied, refused or rejected), quoted; absent means 0
+	// IfNoneMatch the last generation the host finished with (applied, refused or rejected), quoted; absent means 0; past 9007199254740991 (2^53-1, the largest a host may say, so a store moved past it still has room to count) is 400
 	IfNoneMatch *string `json:"If-None-Match,omitempty"`
 
 	// XMeshHostVersion the host's version, recorded when it changes; at most 100 characters, none a control character, else 400

@@ -120,10 +120,13 @@ func (s Schemas) Max() int {
 // Pick is the schema a declaration whose content needs `need` is composed
 // in for a host that decodes s: the lowest advertised schema at least
 // need, so a schema-1 declaration stays schema 1 wherever it can. False
-// when the host decodes nothing that expresses the content.
+// when the host decodes nothing that expresses the content. A schema past
+// SchemaLatest is never picked: this controller cannot say what its bytes
+// mean, so a host decoding only later schemas is held back, not sent
+// content labelled with a schema it was not composed in.
 func (s Schemas) Pick(need int) (int, bool) {
 	for _, n := range s {
-		if n >= need {
+		if n >= need && n <= SchemaLatest {
 			return n, true
 		}
 	}
@@ -201,6 +204,9 @@ func (h HeldBack) Reason() string {
 		s += fmt.Sprintf("; release %s decodes %s", h.Release, h.ReleaseSchemas)
 	} else {
 		s += "; no host release known to decode it"
+	}
+	if len(h.Host) > 0 && h.Host[0] > SchemaLatest {
+		s += fmt.Sprintf("; this controller composes schemas 1..%d, so the host needs a newer controller", SchemaLatest)
 	}
 	if h.From != 0 && h.From != h.Applied {
 		s += fmt.Sprintf("; sent the content of generation %d, the newest it applied that its host decodes (generation %d, applied last, is past it)",

@@ -24,6 +24,13 @@ type Signature struct {
 	Sig   []byte `json:"sig"`
 }
 
+// MaxGeneration is the largest generation a host may say it finished
+// (2^53-1, exact in any JSON reader). A store counts up from what it
+// holds, and a resolve moves a machine past its host's generation: one
+// said at the top of int64 would leave no room for the next bump, and the
+// machine (and every change that touches it) would fail for good.
+const MaxGeneration int64 = 1<<53 - 1
+
 // DeclarationPayload is the declaration itself (wire contract v1). Field
 // order is fixed by this struct, so the same content marshals to the same bytes.
 type DeclarationPayload struct {

@@ -364,6 +364,9 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 			return err
 		}
 		gen = m.Generation
+		if hostGen > models.MaxGeneration {
+			return models.Invalid("If-None-Match", fmt.Sprintf("generation %d is past the largest a store holds (%d)", hostGen, models.MaxGeneration))
+		}
 		why := fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation)
 		switch {
 		case hostGen <= m.Generation && finishedSend == "":
@@ -420,17 +423,21 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 		if !m.Conflict {
 			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
 		}
-		gen := max(m.Generation, m.ConflictHostGen)
+		// A host's generation past MaxGeneration (said before polls were
+		// bounded) is taken as MaxGeneration: moved past it, the machine
+		// still has room for every later bump.
+		hostGen := min(m.ConflictHostGen, models.MaxGeneration)
+		gen := max(m.Generation, hostGen)
 		// conflict_host_generation stays: a host at or behind it that names
 		// a send this store never made (a restore's lost timeline) was
 		// resolved for, and is sent the store's content (CheckConflict).
-		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen}).Error; err != nil {
+		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen, "conflict_host_generation": hostGen}).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerResolve); err != nil {
 			return err
 		}
-		if err := audit(tx, actor, "resolve", "machine/"+name, fmt.Sprintf("generation %d past the host's %d", gen+1, m.ConflictHostGen)); err != nil {
+		if err := audit(tx, actor, "resolve", "machine/"+name, fmt.Sprintf("generation %d past the host's %d", gen+1, hostGen)); err != nil {
 			return err
 		}
 		out, err = lockMachine(tx, name)
