@@ -101,9 +101,14 @@ type Hub struct {
 	Claim  func([]Parked) []Claim
 	Answer func([]Claim)
 
-	pending   map[int64]int64 // bumps not yet composed and woken
-	pendingCh chan struct{}
-	seen      map[int64]bool
+	pending map[int64]int64 // bumps not yet composed and woken
+	// unknownGen holds bumps heard for machines this instance does not
+	// know yet (enrolled on another instance since its last load): a
+	// request that learns the machine from the store may have read it
+	// before the bump, and Add takes the newer of the two.
+	unknownGen map[int64]int64
+	pendingCh  chan struct{}
+	seen       map[int64]bool
 }
 
 type machineEntry struct {
@@ -211,7 +216,7 @@ const wakeChunk = 500
 func New(st *store.Store, signer models.Signer, instance string, log *slog.Logger) *Hub {
 	return &Hub{Store: st, Signer: signer, Instance: instance, Log: log,
 		byName: map[string]*machineEntry{}, byID: map[int64]*machineEntry{},
-		pending: map[int64]int64{}, pendingCh: make(chan struct{}, 1), seen: map[int64]bool{}}
+		pending: map[int64]int64{}, unknownGen: map[int64]int64{}, pendingCh: make(chan struct{}, 1), seen: map[int64]bool{}}
 }
 
 // Load reads every machine's head from the store. Polls are answered only
@@ -237,7 +242,9 @@ func (h *Hub) loadHeads(heads []store.MachineHead) {
 	for _, m := range heads {
 		e := h.byID[m.ID]
 		if e == nil {
-			e = &machineEntry{id: m.ID, name: m.Name, changed: make(chan struct{})}
+			// A bump heard while it was unknown may be newer than the read.
+			e = &machineEntry{id: m.ID, name: m.Name, gen: h.unknownGen[m.ID], changed: make(chan struct{})}
+			delete(h.unknownGen, m.ID)
 			h.byID[m.ID], h.byName[m.Name] = e, e
 		}
 		conflict := e.conflict
@@ -273,9 +280,22 @@ func (h *Hub) Ready() bool {
 func (h *Hub) Add(m *models.Machine) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if e := h.byID[m.ID]; e != nil {
+		// Learnt meanwhile (two first requests at once, or a resync): the
+		// entry stays, with the polls parked on it.
+		e.gen = max(e.gen, m.Generation)
+		h.byName[m.Name] = e
+		return
+	}
+	// The store was read before the hub's lock: a bump heard since (still
+	// pending, or drained while the machine was unknown here) is newer,
+	// and taken, so the machine's first poll is not parked on a
+	// generation already past until the next resync.
+	gen := max(m.Generation, h.pending[m.ID], h.unknownGen[m.ID])
+	delete(h.unknownGen, m.ID)
 	// Enrolled, not yet polled: no last-seen time (the overview says
 	// "never polled"); its first poll is expected here.
-	e := &machineEntry{id: m.ID, name: m.Name, gen: m.Generation, hostVersion: m.HostVersion,
+	e := &machineEntry{id: m.ID, name: m.Name, gen: gen, hostVersion: m.HostVersion,
 		schema: m.Schema, tokenID: m.TokenID, certInUse: m.CertInUse, changed: make(chan struct{}), polledHere: time.Now()}
 	h.byID[m.ID], h.byName[m.Name] = e, e
 }
@@ -434,6 +454,7 @@ func (h *Hub) drain(ctx context.Context) {
 	for id, gen := range p {
 		e := h.byID[id]
 		if e == nil {
+			h.unknownGen[id] = max(h.unknownGen[id], gen)
 			continue
 		}
 		if e.polls == 0 && now.Sub(e.polledHere) > composeAheadAfter {
