@@ -727,6 +727,11 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			a.cfg.Log.Warn("counting services' restarts", "err", err)
 		}
 		res := a.checkAll(ctx, rs, 0)
+		if ctx.Err() != nil {
+			// Cut short by the host's stop: its checks say "context
+			// canceled", not how the services are.
+			return
+		}
 		cur := map[string]bool{}
 		for _, c := range res {
 			cur[c.Resource] = c.OK

@@ -35,7 +35,9 @@ func TestCheckLoop_CorrectsTheApplysWord(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.checkLoop(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); a.checkLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-loopDone }) // a look in flight writes in the state dir
 	reports := srv.reports
 	deadline := time.Now().Add(5 * time.Second)
 	for len(reports()) == 0 && time.Now().Before(deadline) {

@@ -47,7 +47,9 @@ func TestCheckLoop_LookRacingAnApply(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := srv.reports
-	go a.checkLoop(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); a.checkLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-loopDone }) // a look in flight writes in the state dir
 	testwait.For(t, 5*time.Second, "generation 5's first look reported", func() bool { return len(reports()) > 0 })
 	// The loop's next look is in flight (generation 5's snapshot) ...
 	mu.Lock()
@@ -128,7 +130,9 @@ func newLookedAt(t *testing.T) *lookedAt {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	l.ctx = ctx
-	go a.checkLoop(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); a.checkLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-loopDone }) // a look in flight writes in the state dir
 	testwait.For(t, 5*time.Second, "generation 5's passing look reported", func() bool { return len(l.srv.reports()) > 0 })
 	return l
 }

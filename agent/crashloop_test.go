@@ -65,7 +65,9 @@ func TestCrashLoop_ServiceRestartedFailsItsCheck(t *testing.T) {
 		t.Fatalf("the apply's report says of a service that exited at once: %+v", applied.Checks)
 	}
 
-	go a.checkLoop(ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); a.checkLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-loopDone }) // a look in flight writes in the state dir
 	// Between applies: failing, with the restarts and since when.
 	lastChecked := func() *models.CheckResult {
 		rs := srv.reports()

@@ -419,38 +419,42 @@ func (s *supervisor) rotate(id string) {
 	}
 }
 
-// noteExit writes why a service the host started exited into its log.
+// noteExit says why a service the host started exited: its health turns
+// now, with the reason its Wait gave (a look finding it gone leaves it to
+// this while it is being reaped), then its log says so.
 func (s *supervisor) noteExit(id string, pid int, err error) {
 	why := "exit status 0"
 	if err != nil {
 		why = err.Error()
 	}
-	f, ferr := os.OpenFile(s.LogPath(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if ferr != nil {
-		return
-	}
-	defer f.Close()
-	if _, ok := s.stopping.LoadAndDelete(pid); ok {
-		fmt.Fprintf(f, "--- mesh-host: %s (pid %d) stopped by mesh-host (%s)\n", id, pid, why)
-		return
-	}
-	fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited: %s\n", id, pid, why)
-	// Its health turns now, not at the watch's next tick.
-	s.mu.Lock()
-	sv := s.svcs[id]
-	s.mu.Unlock()
-	watched, news := false, false
-	if sv != nil {
-		sv.mu.Lock()
-		if watched = sv.pid.PID == pid; watched {
-			news = sv.exited(s, pid, time.Now())
-			sv.why = why // a look may have found it exited first
+	_, stopped := s.stopping.LoadAndDelete(pid)
+	news := false
+	if !stopped {
+		s.mu.Lock()
+		sv := s.svcs[id]
+		s.mu.Unlock()
+		watched := false
+		if sv != nil {
+			sv.mu.Lock()
+			if watched = sv.pid.PID == pid; watched {
+				news = sv.exited(s, pid, time.Now())
+				sv.why = why // a look may have found it exited first
+			}
+			sv.mu.Unlock()
 		}
-		sv.mu.Unlock()
+		if !watched {
+			// Not watched yet (it exited at once): its watch reads it.
+			s.exitWhy.Store(pid, why)
+		}
 	}
-	if !watched {
-		// Not watched yet (it exited at once): its watch reads it.
-		s.exitWhy.Store(pid, why)
+	s.reaping.Delete(pid)
+	if f, ferr := os.OpenFile(s.LogPath(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); ferr == nil {
+		if stopped {
+			fmt.Fprintf(f, "--- mesh-host: %s (pid %d) stopped by mesh-host (%s)\n", id, pid, why)
+		} else {
+			fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited: %s\n", id, pid, why)
+		}
+		f.Close()
 	}
 	if news && s.onExit != nil {
 		s.onExit(id)

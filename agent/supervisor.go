@@ -78,6 +78,25 @@ type supervisor struct {
 	// stopping holds the pids this host is stopping on purpose: their
 	// exit (a SIGTERM's 143) is said as a stop, not as a crash.
 	stopping sync.Map
+	// reaping holds the pids of the processes this host started whose
+	// exit their Wait has not noted yet: a look that finds one gone
+	// leaves it to noteExit, which knows how it exited (a look would say
+	// "not running", and a check read between the two said that).
+	reaping sync.Map
+	// noted holds, for each process this host started, a channel closed
+	// once its exit is noted and its log written: Stop waits for it, so
+	// nothing is written of a service after Stop returns.
+	noted sync.Map
+}
+
+// gone says whether p has exited as far as a look may say: not alive, and
+// not a process of this host's whose Wait is yet to say how it exited.
+func (s *supervisor) gone(p pidRecord) bool {
+	if alive(p) {
+		return false
+	}
+	_, reaping := s.reaping.Load(p.PID)
+	return !reaping
 }
 
 type supervised struct {
@@ -134,7 +153,7 @@ func (s *supervisor) health(id string) svcHealth {
 	now := time.Now()
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
-	if !sv.down && !alive(sv.pid) {
+	if !sv.down && s.gone(sv.pid) {
 		// Exited since the watch last looked: said now, not at its tick.
 		sv.exited(s, sv.pid.PID, now)
 	}
@@ -290,12 +309,17 @@ func (s *supervisor) start(r models.Resource, digest string, carry pidRecord) (p
 	}
 	// Its start time is read before it can be reaped: a service that
 	// exits at once stays a zombie (its /proc entry kept) until Wait.
+	s.reaping.Store(cmd.Process.Pid, true)
+	noted := make(chan struct{})
+	s.noted.Store(cmd.Process.Pid, noted)
 	st, err := startTime(cmd.Process.Pid)
 	// Reap it when it exits (while this host is its parent), and say so
 	// in its log, so its last lines end with why.
 	go func() {
 		err := cmd.Wait()
 		s.noteExit(r.ID, cmd.Process.Pid, err)
+		s.noted.Delete(cmd.Process.Pid)
+		close(noted)
 	}()
 	if err != nil {
 		return pidRecord{}, fmt.Errorf("start %s: %w", r.ID, err)
@@ -356,7 +380,7 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			cur := sv.pid
 			s.settled(sv, time.Now())
 			sv.mu.Unlock()
-			if alive(cur) {
+			if !s.gone(cur) {
 				continue
 			}
 			sv.mu.Lock()
@@ -420,6 +444,14 @@ func (s *supervisor) Stop(ctx context.Context, id string) error {
 	}
 	if err := s.kill(p); err != nil {
 		return err
+	}
+	if ch, ok := s.noted.Load(p.PID); ok {
+		// Its stop said in its log before Stop returns (a process of this
+		// host's: kill found it gone once it was a zombie, before its Wait).
+		select {
+		case <-ch.(chan struct{}):
+		case <-time.After(5 * time.Second):
+		}
 	}
 	if err := os.Remove(s.pidPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
