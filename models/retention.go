@@ -69,11 +69,17 @@ func (k *Keeps) KeepReport(id int64) bool {
 }
 
 // KeepDeclaration says whether the declaration of a generation must stay:
-// the latest, the current and the applied one, and that of every send on
-// record, so a send still shows what it carried.
+// the latest, the current and the applied one, that of every send on
+// record, so a send still shows what it carried, and every one past what
+// the host last applied or finished: an instance that has not yet heard
+// of a newer generation may still answer a poll with it (its send row
+// written after this judged it), and the host apply it.
 func (k *Keeps) KeepDeclaration(generation int64) bool {
 	switch generation {
 	case k.LatestDeclared, k.Generation, k.AppliedGeneration, k.LatestSendGeneration:
+		return true
+	}
+	if generation > max(k.AppliedGeneration, k.FinishedGeneration) {
 		return true
 	}
 	return slices.Contains(k.ReportGenerations, generation) || slices.Contains(k.SentGenerations, generation)

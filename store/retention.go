@@ -221,7 +221,12 @@ func judge(tx *Tx, table string, rows []oldRow, dropping int64) (keep, drop []ol
 	if err != nil {
 		return nil, nil, err
 	}
-	if table == "declarations" {
+	switch table {
+	case "sends":
+		if err := reportedSends(tx, machines, rows, dropping, keeps); err != nil {
+			return nil, nil, err
+		}
+	case "declarations":
 		if err := sentGenerations(tx, machines, rows, dropping, keeps); err != nil {
 			return nil, nil, err
 		}
@@ -257,6 +262,37 @@ func sentGenerations(tx *Tx, machines []int64, rows []oldRow, dropping int64, ke
 		for _, p := range pairs {
 			if k := keeps[p.MachineID]; k != nil {
 				k.SentGenerations = append(k.SentGenerations, p.Generation)
+			}
+		}
+		return nil
+	})
+}
+
+// reportedSends adds to each machine's Keeps.ReportSends those of rows'
+// sends that a report on record names: a report younger than the keep
+// period (a renewal's or a check's, naming the applied send again and
+// again) stays, and so does the send it is about, though that is no
+// longer the machine's applied one; and a report of it still in a host's
+// outbox is taken, not refused for naming no send. Reports are judged
+// before sends, so every report still here stays — but those of the epoch
+// being dropped.
+func reportedSends(tx *Tx, machines []int64, rows []oldRow, dropping int64, keeps map[int64]*models.Keeps) error {
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		ids = append(ids, r.ID)
+	}
+	return inChunks(machines, 500, func(chunk []int64) error {
+		var named []struct {
+			MachineID int64
+			SendID    string
+		}
+		if err := tx.Table("reports").Distinct("machine_id", "send_id").
+			Where("machine_id IN ? AND send_id IN ? AND epoch <> ?", chunk, ids, dropping).Scan(&named).Error; err != nil {
+			return err
+		}
+		for _, n := range named {
+			if k := keeps[n.MachineID]; k != nil {
+				k.ReportSends = append(k.ReportSends, n.SendID)
 			}
 		}
 		return nil

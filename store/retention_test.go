@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -217,7 +218,9 @@ func TestRetention_KeepsWhatMachinesNeed(t *testing.T) {
 		for _, d := range decls {
 			gens = append(gens, d.Generation)
 		}
-		if want := []int64{a1.Generation, a2.Generation, a4.Generation}; len(gens) != len(want) || gens[0] != want[0] || gens[1] != want[1] || gens[2] != want[2] {
+		// Generation 3 (a3, sent twice, never finished by its host) stays:
+		// past what the host finished, it may still be applied.
+		if want := []int64{a1.Generation, a2.Generation, a3.Generation, a4.Generation}; !slices.Equal(gens, want) {
 			t.Errorf("machine a keeps declarations of generations %v, want %v", gens, want)
 		}
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -381,6 +382,10 @@ func (k *keepDuration) Set(v string) error {
 		days, err := strconv.Atoi(n)
 		if err != nil || days < 0 {
 			return fmt.Errorf("%q: a number of days (90d) or a duration (720h)", v)
+		}
+		if maxDays := int64(math.MaxInt64 / int64(24*time.Hour)); int64(days) > maxDays {
+			// Multiplied, it would wrap to minutes or below zero (off).
+			return fmt.Errorf("%q: at most %dd (0 keeps everything for ever)", v, maxDays)
 		}
 		*k = keepDuration(time.Duration(days) * 24 * time.Hour)
 		return nil
