@@ -156,6 +156,10 @@ func (c *client) postReport(ctx context.Context, body []byte) error {
 	}
 	req.Header.Set("Authorization", "Bearer "+c.id.Token)
 	req.Header.Set("Content-Type", "application/json")
+	// This host's clock as the report leaves (each attempt its own): the
+	// controller reads the times the report carries against it, so a
+	// clock behind or ahead does not move when a check began failing.
+	req.Header.Set(models.HostTimeHeader, time.Now().UTC().Format(time.RFC3339Nano))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errSwitch, err)

@@ -40,6 +40,9 @@ func newReportServer(t *testing.T) *reportServer {
 			http.Error(w, "not a report", http.StatusTeapot)
 			return
 		}
+		if at, err := time.Parse(time.RFC3339Nano, r.Header.Get(models.HostTimeHeader)); err == nil {
+			rep.HostNow = &at
+		}
 		s.mu.Lock()
 		s.got = append(s.got, rep)
 		s.mu.Unlock()

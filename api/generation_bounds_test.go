@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/models"
@@ -121,5 +122,25 @@ func TestPoll_AHostDecodingOnlyALaterSchemaIsHeldBack(t *testing.T) {
 	m, _ := e.Ctl.Store.Machine(context.Background(), "m1")
 	if why := m.HeldBack + m.ComposeError; !strings.Contains(why, "needs a newer controller") {
 		t.Fatalf("the machine does not say why its host is sent nothing: held back %q, compose error %q", m.HeldBack, m.ComposeError)
+	}
+}
+
+// TestReport_AHostTimeNotATimeIsRefused: X-Mesh-Host-Time is the host's
+// clock as its report leaves; one that is not a time is refused whole,
+// nothing stored, rather than read as no clock at all.
+func TestReport_AHostTimeNotATimeIsRefused(t *testing.T) {
+	e := ctltest.Start(t, "sqlite")
+	en := e.Enroll("m1")
+	resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+		Header: map[string]string{models.HostTimeHeader: "yesterday"},
+		Body:   map[string]any{"generation": 0, "outcome": "refused", "reason": "x"}})
+	if resp.StatusCode != 400 || !strings.Contains(string(b), models.HostTimeHeader) {
+		t.Fatalf("a report saying the host's clock is %q: %d %s", "yesterday", resp.StatusCode, b)
+	}
+	resp, b = e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+		Header: map[string]string{models.HostTimeHeader: time.Now().UTC().Format(time.RFC3339Nano)},
+		Body:   map[string]any{"generation": 0, "outcome": "refused", "reason": "x"}})
+	if resp.StatusCode != 201 {
+		t.Fatalf("a report saying the host's clock: %d %s", resp.StatusCode, b)
 	}
 }

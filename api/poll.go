@@ -209,6 +209,13 @@ func (s *Server) postReport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if h := c.Request().Header.Get(models.HostTimeHeader); h != "" {
+		hostNow, err := time.Parse(time.RFC3339Nano, h)
+		if err != nil {
+			return models.Invalid(models.HostTimeHeader, "the host's clock as the report left, RFC 3339 (2026-01-02T15:04:05.123Z)")
+		}
+		r.HostNow = &hostNow
+	}
 	row, err := s.Store.InsertReport(c.Request().Context(), p.hostID, r, body)
 	if err != nil {
 		return err

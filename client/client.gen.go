@@ -2446,6 +2446,12 @@ type PollDeclarationParams struct {
 	XMeshFinishedSend *openapi_types.UUID `json:"X-Mesh-Finished-Send,omitempty"`
 }
 
+// CreateReportParams defines parameters for CreateReport.
+type CreateReportParams struct {
+	// XMeshHostTime the host's clock as this attempt leaves it (RFC 3339); the times of the report's checks are read against it, moved to the controller's clock. Absent (a host of an earlier release), they are taken as they are. Not RFC 3339 is 400.
+	XMeshHostTime *time.Time `json:"X-Mesh-Host-Time,omitempty"`
+}
+
 // CreateServiceCertificateJSONBody defines parameters for CreateServiceCertificate.
 type CreateServiceCertificateJSONBody struct {
 	// Csr a PEM CERTIFICATE REQUEST naming DNS names only
@@ -3731,7 +3737,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-	CreateReportWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateReportWithBody(ctx context.Context, params *CreateReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateReport the outcome of an apply, refusal or upgrade (host token)
 	//
@@ -3740,7 +3746,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-	CreateReport(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateReport(ctx context.Context, params *CreateReportParams, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateServiceCertificateWithBody sign a service's certificate for a certificate resource of this machine (host token; schema 2)
 	//
@@ -4842,8 +4848,8 @@ func (c *Client) PollDeclaration(ctx context.Context, params *PollDeclarationPar
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-func (c *Client) CreateReportWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateReportRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateReportWithBody(ctx context.Context, params *CreateReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateReportRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4861,8 +4867,8 @@ func (c *Client) CreateReportWithBody(ctx context.Context, contentType string, b
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-func (c *Client) CreateReport(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateReportRequest(c.Server, body)
+func (c *Client) CreateReport(ctx context.Context, params *CreateReportParams, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateReportRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -7186,18 +7192,18 @@ func NewPollDeclarationRequest(server string, params *PollDeclarationParams) (*h
 }
 
 // NewCreateReportRequest calls the generic CreateReport builder with application/json body
-func NewCreateReportRequest(server string, body CreateReportJSONRequestBody) (*http.Request, error) {
+func NewCreateReportRequest(server string, params *CreateReportParams, body CreateReportJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateReportRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateReportRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateReportRequestWithBody constructs an http.Request for the CreateReport method, with any body, and a specified content type
-func NewCreateReportRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateReportRequestWithBody(server string, params *CreateReportParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -7221,6 +7227,21 @@ func NewCreateReportRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XMeshHostTime != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Mesh-Host-Time", *params.XMeshHostTime, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: "date-time"})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Mesh-Host-Time", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -10165,7 +10186,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-	CreateReportWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateReportResponse, error)
+	CreateReportWithBodyWithResponse(ctx context.Context, params *CreateReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateReportResponse, error)
 
 	// CreateReportWithResponse the outcome of an apply, refusal or upgrade (host token)
 	//
@@ -10174,7 +10195,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-	CreateReportWithResponse(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateReportResponse, error)
+	CreateReportWithResponse(ctx context.Context, params *CreateReportParams, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateReportResponse, error)
 
 	// CreateServiceCertificateWithBodyWithResponse sign a service's certificate for a certificate resource of this machine (host token; schema 2)
 	//
@@ -17021,8 +17042,8 @@ func (c *ClientWithResponses) PollDeclarationWithResponse(ctx context.Context, p
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-func (c *ClientWithResponses) CreateReportWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateReportResponse, error) {
-	rsp, err := c.CreateReportWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateReportWithBodyWithResponse(ctx context.Context, params *CreateReportParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateReportResponse, error) {
+	rsp, err := c.CreateReportWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -17036,8 +17057,8 @@ func (c *ClientWithResponses) CreateReportWithBodyWithResponse(ctx context.Conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/host/reports (the `CreateReport` operationId).
-func (c *ClientWithResponses) CreateReportWithResponse(ctx context.Context, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateReportResponse, error) {
-	rsp, err := c.CreateReport(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateReportWithResponse(ctx context.Context, params *CreateReportParams, body CreateReportJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateReportResponse, error) {
+	rsp, err := c.CreateReport(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -197,6 +197,33 @@ type Report struct {
 	// turned unhealthy since the host's last report (ValidateLogs bounds
 	// them).
 	Logs []ServiceLog `json:"logs,omitempty"`
+	// HostNow is the host's clock as the report left (HostTimeHeader),
+	// nil when it did not say: not part of the body.
+	HostNow *time.Time `json:"-"`
+}
+
+// HostTimeHeader carries the host's clock as a report leaves it (RFC 3339).
+const HostTimeHeader = "X-Mesh-Host-Time"
+
+// OnControllerClock moves the times of r's checks from the host's clock
+// to the controller's: HostNow is the host's clock as the report left
+// (HostTimeHeader), now the controller's as it arrived. A check's time
+// is when a look found it failing, and becomes when that check began
+// failing: read on a host clock five minutes behind, a check failing for
+// a second was taken as failing five minutes, past the grace. What the
+// difference cannot tell (the request's flight) is under a second, and
+// errs towards later, keeping the grace. Its body is stored as sent.
+func (r *Report) OnControllerClock(now time.Time) {
+	if r.HostNow == nil {
+		return // a host of a release before it: its times as they are
+	}
+	skew := r.HostNow.Sub(now)
+	for i := range r.Checks {
+		if !r.Checks[i].At.IsZero() {
+			r.Checks[i].At = r.Checks[i].At.Add(-skew)
+		}
+	}
+	r.HostNow = nil // moved once, whatever retries the transaction
 }
 
 // Action is what an apply did to one resource.

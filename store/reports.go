@@ -25,6 +25,8 @@ import (
 // summary, and the common report has no begin and commit around them
 // (insertReportAtOnce).
 func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Report, body []byte) (*models.ReportRow, error) {
+	// Its checks' times on this clock, whichever way it is stored.
+	r.OnControllerClock(s.Now())
 	if s.dialect == Postgres && atOnce(r) {
 		if row, err, done := s.insertReportAtOnce(ctx, machineID, r, body); done {
 			return row, err
