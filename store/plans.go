@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"sort"
 	"strconv"
@@ -205,7 +206,7 @@ func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
 	for t, tr := range tiers {
 		upto := len(ms)
 		if tr.Machines > 0 {
-			upto = min(len(ms), i+tr.Machines)
+			upto = i + min(tr.Machines, len(ms)-i) // i+Machines wraps for the largest int
 		} else if tr.Percent > 0 {
 			upto = min(len(ms), max(i, int(math.Ceil(float64(len(ms)*tr.Percent)/100))))
 		}
@@ -864,7 +865,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			}
 			switch {
 			case seen.Tier != nil && (*seen.Tier < 0 || *seen.Tier >= tiers):
-				return models.Invalid("tier", fmt.Sprintf("plan %d has no tier %d: its tiers are 1 to %d", id, *seen.Tier+1, tiers))
+				return models.Invalid("tier", fmt.Sprintf("plan %d has no tier %s: its tiers are 1 to %d", id, new(big.Int).Add(big.NewInt(*seen.Tier), big.NewInt(1)), tiers))
 			case seen.Tier != nil && *seen.Tier != p.Tier:
 				return fmt.Errorf("%w: plan %d has moved on since it was read (at %s): %s; nothing was changed: read it again and act on what it is now",
 					models.ErrConflict, id, models.TierWords(*seen.Tier, tiers, false), now)
