@@ -178,7 +178,7 @@ func (h *fakeHost) step(ctx context.Context) error {
 	if report.Outcome == client.ReportOutcomeApplied {
 		report.Running = &running
 	}
-	r, err := h.c.CreateReportWithResponse(ctx, report)
+	r, err := h.c.CreateReportWithResponse(ctx, nil, report)
 	if err != nil {
 		return err
 	}
