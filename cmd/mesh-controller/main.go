@@ -254,6 +254,17 @@ func serve(ctx context.Context, st *storeOpts, o *serveOpts, stdout, stderr io.W
 	if cfg.MaxConns < 0 {
 		return cli.Usagef("--max-conns %d: 0 or more", cfg.MaxConns)
 	}
+	// A duration of zero or less is no bound: a negative --resync turned
+	// off the re-read that catches a missed notification, and a negative
+	// --offline-after or --unhealthy-after made every machine read so.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"offline-after", cfg.Rules.OfflineAfter}, {"unhealthy-after", cfg.Rules.UnhealthyAfter}, {"store-timeout", cfg.StoreTimeout}, {"resync", cfg.ResyncEvery}} {
+		if d.v <= 0 {
+			return cli.Usagef("--%s %s: a positive duration, like 30s", d.flag, d.v)
+		}
+	}
 	level, err := cli.LogLevel(st.level)
 	if err != nil {
 		return err

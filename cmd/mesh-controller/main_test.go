@@ -226,7 +226,9 @@ func TestBackup_RefusesAMissingStore(t *testing.T) {
 
 // Values that cannot be what their flag or variable means are refused
 // rather than served without them: an unknown log level served at info,
-// MESH_TLS=yes served plain HTTP, and demo took --data and ignored it.
+// MESH_TLS=yes served plain HTTP, demo took --data and ignored it, and a
+// negative --resync turned off the re-read that catches a missed
+// notification.
 func TestServe_RefusesWhatItWouldIgnore(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	for _, tc := range []struct {
@@ -238,6 +240,9 @@ func TestServe_RefusesWhatItWouldIgnore(t *testing.T) {
 		{"yes", []string{"--data", data}, `MESH_TLS: "yes": true or false`},
 		{"", []string{"demo", "--data", data}, "demo --data: the demo runs on SQLite in a temporary directory"},
 		{"", []string{"--data", data, "--max-upload", "12XB"}, `"12XB": a positive size`},
+		{"", []string{"--data", data, "--resync", "-30s"}, "--resync -30s: a positive duration"},
+		{"", []string{"--data", data, "--offline-after", "0s"}, "--offline-after 0s: a positive duration"},
+		{"", []string{"--data", data, "--unhealthy-after", "-1m"}, "--unhealthy-after -1m0s: a positive duration"},
 	} {
 		t.Setenv("MESH_TLS", tc.env)
 		code, out, errOut := runCtl(t, "", tc.args...)
