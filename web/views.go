@@ -71,6 +71,20 @@ func auditOf(target string) templ.SafeURL {
 	return templ.SafeURL("/audit?target=" + url.QueryEscape(target))
 }
 
+// machinesFragment is where the overview's table refreshes from: the same
+// filter and search the page was rendered for, escaped (a search of "#"
+// or "%" pasted in asked for the whole fleet).
+func machinesFragment(state, q string) string {
+	return "/ui/machines?" + url.Values{"state": {state}, "q": {q}}.Encode()
+}
+
+// rolloutOf is the dashboard's page of a host release's rollout. A version
+// may hold any printable character ("1.6.0#rc"): pasted into the path, the
+// link and the page's refresh asked for another release.
+func rolloutOf(version string) string {
+	return "/releases/" + url.PathEscape(version) + "/rollout"
+}
+
 // auditPageSize is how many events the dashboard's audit page shows.
 const auditPageSize = 200
 
