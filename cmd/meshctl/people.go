@@ -313,7 +313,7 @@ func userState(u client.User) string {
 func parseLabelArgs(args []string, removals bool) (map[string]string, error) {
 	out := map[string]string{}
 	for _, s := range args {
-		if k, ok := strings.CutSuffix(s, "-"); ok && removals && !strings.Contains(s, "=") {
+		if k, ok := strings.CutSuffix(s, "-"); ok && k != "" && removals && !strings.Contains(s, "=") {
 			out[k] = ""
 			continue
 		}

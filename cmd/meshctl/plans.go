@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -23,6 +24,9 @@ func (a *app) plansCommand() *cobra.Command {
 		Short:   "List plans, newest first",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return errors.New("--limit: a number of plans from 1 up (0: all)")
+			}
 			c, err := a.apiClient()
 			if err != nil {
 				return err
@@ -274,6 +278,9 @@ func (a *app) showPlan(p *client.Plan) error {
 // watchPlan follows a plan until it ends: nil when done, an exitError
 // (code 2) with the reason when it ended otherwise.
 func (a *app) watchPlan(ctx context.Context, arg string, interval time.Duration) error {
+	if interval <= 0 {
+		return errors.New("--interval: a positive duration, like 1s")
+	}
 	id, err := planID(arg)
 	if err != nil {
 		return err

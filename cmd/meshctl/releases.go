@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -63,7 +64,9 @@ completes. Follow it with 'meshctl releases watch VERSION'.`,
 					_ = body.Canary.FromCanaryPercent(canary)
 				}
 			}
-			if inFlight > 0 {
+			if cmd.Flags().Changed("max-in-flight") {
+				// Sent whatever it is: one under 1 is the controller's 400,
+				// not its default in place of what was typed.
 				body.MaxInFlight = &inFlight
 			}
 			if deadline != "" {
@@ -249,6 +252,13 @@ func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch, schema
 		return err
 	}
 	defer f.Close()
+	if info, err := f.Stat(); err != nil {
+		return err
+	} else if !info.Mode().IsRegular() {
+		// Read inside the upload's stream, it failed as the controller's
+		// fault ("talking to the controller: … is a directory").
+		return fmt.Errorf("%s: not a file (a mesh-host binary)", path)
+	}
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	go func() {
@@ -304,6 +314,9 @@ func (a *app) showRollout(r *client.Rollout) error {
 }
 
 func (a *app) watchRollout(ctx context.Context, ver string, interval time.Duration) error {
+	if interval <= 0 {
+		return errors.New("--interval: a positive duration, like 1s")
+	}
 	c, err := a.apiClient()
 	if err != nil {
 		return err
