@@ -118,8 +118,17 @@ func (p *certPace) take(key string, lifetime time.Duration, now time.Time) error
 	return nil
 }
 
+// coversName says whether wildcard w ("*.a.b") covers name n ("x.a.b"):
+// one label in place of the star, as a TLS client matches it.
+func coversName(w, n string) bool {
+	rest, ok := strings.CutPrefix(w, "*.")
+	_, parent, dot := strings.Cut(n, ".")
+	return ok && dot && parent == rest
+}
+
 // notTheControllers refuses a service certificate any of whose names (a
-// wildcard included) is one the controller serves under: signed by the
+// wildcard included, or a name under a wildcard the controller is
+// advertised as) is one the controller serves under: signed by the
 // same mesh CA, with server auth, it would let whoever wrote the manifest
 // pose as the controller to the hosts and to meshctl, which trust that CA
 // (an operator's module could capture the admin's password at login).
@@ -128,7 +137,7 @@ func (c MachineCerts) notTheControllers(names []string) error {
 		n = strings.TrimSuffix(strings.ToLower(n), ".")
 		for _, r := range append(append([]string{}, c.ControllerNames...), meshca.LocalNames...) {
 			r = strings.TrimSuffix(strings.ToLower(r), ".")
-			if n == r || strings.HasPrefix(n, "*.") && strings.Count(r, ".") > 0 && r[strings.Index(r, ".")+1:] == n[2:] {
+			if n == r || coversName(n, r) || coversName(r, n) {
 				return fmt.Errorf("%w: %s is a name the controller serves under (--advertise); a service certificate may not name it", models.ErrForbidden, n)
 			}
 		}

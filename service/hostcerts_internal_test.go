@@ -28,3 +28,22 @@ func TestServiceCertificate_NotTheControllersNames(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceCertificate_NotANameUnderTheControllersWildcard: a controller
+// advertised as a wildcard (--advertise '*.mesh.example') is reached by
+// hosts as any one name under it; a service certificate for such a name
+// (ctl.mesh.example) was signed, and its holder could pose as the
+// controller there.
+func TestServiceCertificate_NotANameUnderTheControllersWildcard(t *testing.T) {
+	c := MachineCerts{ControllerNames: []string{"*.mesh.example"}}
+	for _, names := range [][]string{{"ctl.mesh.example"}, {"CTL.Mesh.Example."}, {"*.mesh.example"}} {
+		if err := c.notTheControllers(names); !errors.Is(err, models.ErrForbidden) {
+			t.Errorf("%v: %v, want forbidden", names, err)
+		}
+	}
+	for _, names := range [][]string{{"a.ctl.mesh.example"}, {"mesh.example"}, {"ctl.mesh.example.evil"}} {
+		if err := c.notTheControllers(names); err != nil {
+			t.Errorf("%v: %v, want allowed", names, err)
+		}
+	}
+}
