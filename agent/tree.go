@@ -23,6 +23,42 @@ import (
 // versionsDir is where a tree's unpacked versions live: /opt/.node-tools.mesh.
 func versionsDir(p string) string { return path.Join(path.Dir(p), "."+path.Base(p)+".mesh") }
 
+// treeMayReplace says whether what is at declared path p may be replaced by
+// a tree's link: nothing, a link mesh made for a tree there, or (mine) a
+// file of mesh's. A symlink of a person's (a deploy tool's current →
+// releases/v3) is not mesh's: taken for one, it was replaced, and removed
+// with the tree later.
+func (m *machineRoot) treeMayReplace(p string, mine bool) error {
+	fi, err := m.root.Lstat(rel(p))
+	switch {
+	case err != nil:
+		return nil
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := m.root.Readlink(rel(p))
+		dir, name, _ := strings.Cut(target, "/")
+		if err == nil && dir == path.Base(versionsDir(p)) && validDigestHex(name) {
+			return nil
+		}
+		return fmt.Errorf("%s is a symlink mesh did not make (to %q), not a tree mesh manages; move it away first", p, target)
+	case mine && fi.Mode().IsRegular():
+		return nil
+	}
+	return fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+}
+
+// validDigestHex says whether s is a sha256 digest's 64 hex digits.
+func validDigestHex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // treeLive reports whether the declared path points at the version of digest.
 func (m *machineRoot) treeLive(p, digest string) bool {
 	target, err := m.root.Readlink(rel(p))
@@ -52,8 +88,8 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 		return 0, err
 	}
 	r := rel(p)
-	if fi, err := m.root.Lstat(r); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
-		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	if err := m.treeMayReplace(p, false); err != nil {
+		return 0, err
 	}
 	vdir := rel(versionsDir(p))
 	name := strings.TrimPrefix(digest, "sha256:")
@@ -84,8 +120,8 @@ func (m *machineRoot) installTree(p, digest, archive string, limits UnpackLimits
 // anything changed. mine says a file of mesh's is at p: it may move away
 // in the same apply, and the swap replaces it.
 func (m *machineRoot) stageTree(p, digest, archive string, limits UnpackLimits, mine bool) (int, error) {
-	if fi, err := m.root.Lstat(rel(p)); err == nil && fi.Mode()&fs.ModeSymlink == 0 && !(mine && fi.Mode().IsRegular()) {
-		return 0, fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
+	if err := m.treeMayReplace(p, mine); err != nil {
+		return 0, err
 	}
 	vdir := rel(versionsDir(p))
 	if err := m.root.MkdirAll(vdir, 0o755); err != nil {
