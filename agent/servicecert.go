@@ -176,6 +176,37 @@ func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Reso
 	return leaf.NotAfter, nil
 }
 
+// certificateModes puts the declared modes (and owner) back on a
+// certificate's key and chain that are otherwise as declared, and says
+// what it put back ("" when nothing). A private key made readable by all
+// (a person's chmod, a restore from a backup) read "unchanged" at every
+// apply, where a file resource's drifted mode is written again.
+func (a *Agent) certificateModes(r models.Resource) (string, error) {
+	var restored []string
+	for _, f := range []struct {
+		p    string
+		mode fs.FileMode
+	}{{r.KeyPath, keyMode(r.Mode)}, {r.Path, 0o644}} {
+		fi, err := a.root.root.Stat(rel(f.p))
+		if err != nil {
+			return "", err
+		}
+		if have := fi.Mode().Perm(); have != f.mode {
+			if err := a.root.root.Chmod(rel(f.p), f.mode); err != nil {
+				return "", err
+			}
+			restored = append(restored, fmt.Sprintf("%s mode %04o (it was %04o)", f.p, f.mode, have))
+		}
+	}
+	if err := a.chown(r); err != nil {
+		return "", err
+	}
+	if len(restored) == 0 {
+		return "", nil
+	}
+	return "restored " + strings.Join(restored, ", "), nil
+}
+
 func keyMode(m string) (mode fs.FileMode) {
 	if m == "" {
 		m = models.DefaultCertificateKeyMode
@@ -227,6 +258,13 @@ func (a *Agent) applyCertificate(ctx context.Context, send string, r models.Reso
 	}
 	renewAt, err := a.certificateOnDisk(r)
 	if prev != nil && prev.Digest == digest && err == nil && time.Now().Before(renewAt) {
+		restored, err := a.certificateModes(r)
+		if err != nil {
+			return models.Action{}, err
+		}
+		if restored != "" {
+			return models.Action{Resource: r.ID, Action: "updated", Digest: digest, Detail: restored}, nil
+		}
 		return models.Action{Resource: r.ID, Action: "unchanged", Digest: digest}, nil
 	}
 	notAfter, err := a.issueCertificate(ctx, send, r)
