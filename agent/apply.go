@@ -90,6 +90,18 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		delete(st.Resources, id)
 		actions = append(actions, models.Action{Resource: id, Action: "removed", Digest: m.Digest, Detail: "stopped"})
 	}
+	// A service an apply started and the host did not live to record (it
+	// was killed before its state was saved) runs on under its pidfile;
+	// named by no declaration now, it would never be stopped.
+	if sv, ok := a.services.(strayServices); ok {
+		for _, id := range sv.Strays(func(id string) bool { return want[id] || st.Resources[id] != nil }) {
+			if err := a.services.Stop(ctx, id); err != nil {
+				return actions, fmt.Errorf("stopping %s: %w", id, err)
+			}
+			actions = append(actions, models.Action{Resource: id, Action: "removed",
+				Detail: "stopped: started by an apply this host did not live to record"})
+		}
+	}
 
 	// 2. Everything named, in order.
 	digests := map[string]string{}

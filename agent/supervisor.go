@@ -33,6 +33,29 @@ type services interface {
 	Close()
 }
 
+// strayServices is a services that can name the services it holds a
+// record of (a pidfile) that known does not: ones an apply started and
+// the host did not live to write into its state.
+type strayServices interface {
+	Strays(known func(id string) bool) []string
+}
+
+// Strays implements strayServices: the services with a pidfile here,
+// running or not, that known does not name.
+func (s *supervisor) Strays(known func(id string) bool) []string {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if id, ok := strings.CutSuffix(e.Name(), ".pid"); ok && e.Type().IsRegular() && !known(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // pidRecord is a service's pidfile: the pid, the process's start time (so
 // a recycled pid is never mistaken for it) and the digest it runs.
 type pidRecord struct {
