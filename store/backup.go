@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -143,9 +144,26 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 			restored.Close()
 		}
 	}()
+	// Every page read once: a backup cut short in its last page (a copy or
+	// download interrupted) opened and migrated, and was served, its
+	// damage met only by the statements that touch it.
+	var damage []string
+	if err := restored.db.WithContext(ctx).Raw("PRAGMA integrity_check(5)").Scan(&damage).Error; err != nil {
+		return nil, fmt.Errorf("%s is damaged (%v): not restored; the store in %s is unchanged", backupPath, err, dataDir)
+	}
+	if len(damage) != 1 || damage[0] != "ok" {
+		return nil, fmt.Errorf("%s is damaged (%s): not restored; the store in %s is unchanged", backupPath, strings.Join(damage, "; "), dataDir)
+	}
 	out := &Restored{}
-	if out.Schema, _, err = restored.SchemaVersion(ctx); err != nil || out.Schema == 0 {
+	var known int64
+	if out.Schema, known, err = restored.SchemaVersion(ctx); err != nil || out.Schema == 0 {
 		return nil, fmt.Errorf("%s is not a mesh store (no schema version): %v", backupPath, err)
+	}
+	if out.Schema > known {
+		// This build cannot bring it to its schema, nor carry into it
+		// what a newer schema keeps where only a newer build looks.
+		return nil, fmt.Errorf("%s is at store schema %d, this build knows %d: restore it with the build that made it or a newer one; the store in %s is unchanged",
+			backupPath, out.Schema, known, dataDir)
 	}
 	// Brought to this build's schema (as serving it would), so what is
 	// carried into it has its columns whatever the backup's age.
