@@ -1147,7 +1147,14 @@ func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
 	why := fmt.Sprintf("rollback of plan %d", p.ID)
 	for _, st := range steps {
 		var m models.Machine
-		err := tx.Select("id", "name").Where("id = ?", st.MachineID).First(&m).Error
+		// Locked as a person's edit locks it: read without, a pin a person
+		// made meanwhile (committed after this read of the assignment and
+		// before its write) was written over, the person told it was saved.
+		q := tx.DB
+		if tx.s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		err := q.Select("id", "name").Where("id = ?", st.MachineID).First(&m).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			left = append(left, st.MachineName+" was deleted")
 			continue
