@@ -693,9 +693,12 @@ func liftRollbackPin(tx *Tx, p *models.Plan, m *models.Machine) error {
 	if err != nil || a.Build == nil || *a.Build >= p.Build {
 		return err
 	}
-	if err := tx.Model(&models.Assignment{}).Where("machine_id = ? AND module_id = ?", m.ID, p.ModuleID).
-		Updates(map[string]any{"build": nil, "reason": "", "pin_plan": 0}).Error; err != nil {
-		return err
+	// Only the rollback's pin: a person's, made since it was read, is the
+	// row's now and stays (the update's condition is judged again on it).
+	up := tx.Model(&models.Assignment{}).Where("machine_id = ? AND module_id = ? AND pin_plan = ?", m.ID, p.ModuleID, a.PinPlan).
+		Updates(map[string]any{"build": nil, "reason": "", "pin_plan": 0})
+	if up.Error != nil || up.RowsAffected == 0 {
+		return up.Error
 	}
 	return audit(tx, "controller", "unpin", "machine/"+m.Name,
 		fmt.Sprintf("plan %d of build %d lifts the pin to build %d set by the rollback of plan %d", p.ID, p.Build, *a.Build, a.PinPlan))
