@@ -312,25 +312,15 @@ func (s *Store) FlushLastSeen(ctx context.Context, seen []Seen) error {
 				}
 				b = e.At.UTC().AppendFormat(b, time.RFC3339Nano)
 			}
-			// Never past the database's clock: an instance whose clock runs
-			// ahead wrote a time in the others' future, which GREATEST never
-			// takes back, and every instance showed a host gone for minutes
-			// as seen, not offline, for as long as that clock was ahead.
-			return mapErr(s.db.WithContext(ctx).Exec(`UPDATE machines AS m SET last_seen = GREATEST(m.last_seen, LEAST(u.at, statement_timestamp()))
+			return mapErr(s.db.WithContext(ctx).Exec(`UPDATE machines AS m SET last_seen = GREATEST(m.last_seen, u.at)
 				FROM unnest(CAST(? AS bigint[]), CAST(? AS timestamptz[])) AS u (id, at) WHERE m.id = u.id`,
 				int64Array(ids, '{', '}'), string(append(b, '}'))).Error)
 		}
 		// {"id": "time", …}, the time as the driver writes one
-		// (_time_format=sqlite), so it compares as every other does; never
-		// past this instance's clock, the one every reader of this store
-		// judges by.
-		now := s.Now()
+		// (_time_format=sqlite), so it compares as every other does.
 		b := make([]byte, 0, len(chunk)*48+2)
 		b = append(b, '{')
 		for i, e := range chunk {
-			if e.At.After(now) {
-				e.At = now
-			}
 			if i > 0 {
 				b = append(b, ',')
 			}
