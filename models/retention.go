@@ -38,6 +38,10 @@ type Keeps struct {
 	ReportGenerations []int64
 	// LatestDeclared is the newest generation declared for it.
 	LatestDeclared int64
+	// MovedLately says its generation moved within UnsentKept: an
+	// instance not yet told may still answer a poll with a generation
+	// before it.
+	MovedLately bool
 	// SentGenerations are the generations of it that have a send on
 	// record (read only when its declarations are judged): a send shows
 	// what it carried as long as it is kept, however long ago that was
@@ -68,18 +72,26 @@ func (k *Keeps) KeepReport(id int64) bool {
 		(k.LatestAppliedV1 != 0 && id == k.LatestAppliedV1)
 }
 
+// UnsentKept is how long after a machine's generation moved the
+// declarations past what its host finished are kept, sent or not: far
+// longer than an instance goes without hearing of a bump (its resync) and
+// a poll takes from reading its declaration to writing its send row.
+const UnsentKept = 10 * time.Minute
+
 // KeepDeclaration says whether the declaration of a generation must stay:
 // the latest, the current and the applied one, that of every send on
-// record, so a send still shows what it carried, and every one past what
-// the host last applied or finished: an instance that has not yet heard
-// of a newer generation may still answer a poll with it (its send row
-// written after this judged it), and the host apply it.
+// record, so a send still shows what it carried, and, while the
+// generation moved lately, every one past what the host last applied or
+// finished: an instance that has not yet heard of the newer generation
+// may still answer a poll with it (its send row written after this judged
+// it), and the host apply it. Not for good: a host that never comes back
+// would keep every declaration composed for its machine.
 func (k *Keeps) KeepDeclaration(generation int64) bool {
 	switch generation {
 	case k.LatestDeclared, k.Generation, k.AppliedGeneration, k.LatestSendGeneration:
 		return true
 	}
-	if generation > max(k.AppliedGeneration, k.FinishedGeneration) {
+	if k.MovedLately && generation > max(k.AppliedGeneration, k.FinishedGeneration) {
 		return true
 	}
 	return slices.Contains(k.ReportGenerations, generation) || slices.Contains(k.SentGenerations, generation)

@@ -81,11 +81,13 @@ func keepsOf(tx *Tx, machines []int64) (map[int64]*models.Keeps, error) {
 	out := make(map[int64]*models.Keeps, len(machines))
 	err := inChunks(machines, 500, func(ids []int64) error {
 		var ms []models.Machine
-		if err := tx.Select("id", "generation", "applied_generation", "finished_generation").Where("id IN ?", ids).Find(&ms).Error; err != nil {
+		if err := tx.Select("id", "generation", "applied_generation", "finished_generation", "generation_at").Where("id IN ?", ids).Find(&ms).Error; err != nil {
 			return err
 		}
+		lately := tx.s.Now().Add(-models.UnsentKept)
 		for _, m := range ms {
-			out[m.ID] = &models.Keeps{Generation: m.Generation, AppliedGeneration: m.AppliedGeneration, FinishedGeneration: m.FinishedGen}
+			out[m.ID] = &models.Keeps{Generation: m.Generation, AppliedGeneration: m.AppliedGeneration, FinishedGeneration: m.FinishedGen,
+				MovedLately: m.GenerationAt.After(lately)}
 		}
 		type latest struct {
 			MachineID int64
