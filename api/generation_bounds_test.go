@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -24,7 +25,7 @@ func TestPoll_AGenerationPastTheLargestIsRefused(t *testing.T) {
 		en := e.Enroll("m1")
 		for _, g := range []int64{math.MaxInt64, models.MaxGeneration + 1} {
 			p := doPoll(e, en.Token, g, "300ms")
-			if p.status != 400 || !strings.Contains(string(p.body), "If-None-Match") || !strings.Contains(string(p.body), "past the largest") {
+			if p.status != 400 || !strings.Contains(string(p.body), "If-None-Match") || !strings.Contains(string(p.body), "the largest a host may be ahead at") {
 				t.Fatalf("a poll saying generation %d: %d %s", g, p.status, p.body)
 			}
 		}
@@ -143,4 +144,47 @@ func TestReport_AHostTimeNotATimeIsRefused(t *testing.T) {
 	if resp.StatusCode != 201 {
 		t.Fatalf("a report saying the host's clock: %d %s", resp.StatusCode, b)
 	}
+}
+
+// TestResolve_AHostAtTheLargestGenerationCanApplyWhatTheResolveSent: a
+// host said it finished models.MaxGeneration, its machine went into
+// conflict, and the admin resolved it: the machine moved to
+// MaxGeneration+1 and its host was sent that generation. With the bound
+// held on everything a host says, its report of applying it was refused,
+// and every poll after, saying the generation the controller itself sent:
+// the machine could never be heard from again. A generation the store
+// sent is the host's to say.
+func TestResolve_AHostAtTheLargestGenerationCanApplyWhatTheResolveSent(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		ctx := context.Background()
+		en := e.Enroll("m1")
+		if p := doPoll(e, en.Token, models.MaxGeneration, "300ms"); p.status != 304 {
+			t.Fatalf("a poll saying generation %d: %d %s", models.MaxGeneration, p.status, p.body)
+		}
+		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin}); resp.StatusCode != 200 {
+			t.Fatalf("resolve: %d %s", resp.StatusCode, b)
+		}
+		m, _ := e.Ctl.Store.Machine(ctx, "m1")
+		p := doPoll(e, en.Token, models.MaxGeneration, "2s")
+		if p.status != 200 {
+			t.Fatalf("after the resolve (generation %d), the host's poll: %d %s", m.Generation, p.status, p.body)
+		}
+		d := verify(t, en, p.body)
+		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+			Body: map[string]any{"send": p.send, "generation": d.Generation, "digest": digestOf(t, p.body), "outcome": "applied"}})
+		if resp.StatusCode/100 != 2 {
+			t.Errorf("the host applied generation %d, sent by the controller after the resolve; its report: %d %s", d.Generation, resp.StatusCode, b)
+		}
+		if p := doPoll(e, en.Token, d.Generation, "300ms"); p.status != 304 {
+			t.Fatalf("the host's next poll, saying generation %d (the one it was sent): %d %s", d.Generation, p.status, p.body)
+		}
+	})
+}
+
+func digestOf(t *testing.T, body []byte) string {
+	var env models.Envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		t.Fatal(err)
+	}
+	return models.DigestOf(env.Payload)
 }

@@ -115,8 +115,6 @@ func DecodeReport(body []byte) (*Report, error) {
 		return nil, Invalid("generation", "required: the generation the report is about (0 before any)")
 	case r.Generation < 0:
 		return nil, Invalid("generation", "must not be negative")
-	case r.Generation > MaxGeneration:
-		return nil, Invalid("generation", fmt.Sprintf("past the largest a store holds (%d)", MaxGeneration))
 	}
 	// What a host says it runs is what a release may be called: kept on
 	// the machine and shown on every page and terminal that shows it.

@@ -25,10 +25,11 @@ type Signature struct {
 }
 
 // MaxGeneration is the largest generation a host may say it finished
-// (2^53-1, exact in any JSON reader). A store counts up from what it
-// holds, and a resolve moves a machine past its host's generation: one
-// said at the top of int64 would leave no room for the next bump, and the
-// machine (and every change that touches it) would fail for good.
+// beyond what its store sent it (2^53-1, exact in any JSON reader). A
+// store counts up from what it holds, and a resolve moves a machine past
+// its host's generation: one said at the top of int64 left no room for the
+// next bump, and the machine (and every change that touches it) failed for
+// good. A generation the store itself sent past it is the host's to say.
 const MaxGeneration int64 = 1<<53 - 1
 
 // DeclarationPayload is the declaration itself (wire contract v1). Field

@@ -364,8 +364,10 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 			return err
 		}
 		gen = m.Generation
-		if hostGen > models.MaxGeneration {
-			return models.Invalid("If-None-Match", fmt.Sprintf("generation %d is past the largest a store holds (%d)", hostGen, models.MaxGeneration))
+		if hostGen > max(models.MaxGeneration, m.Generation) {
+			// Ahead of the store by more than a host may be: its resolve
+			// would leave the store no room to count.
+			return models.Invalid("If-None-Match", fmt.Sprintf("generation %d is past the store's %d and the largest a host may be ahead at (%d)", hostGen, m.Generation, models.MaxGeneration))
 		}
 		why := fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation)
 		switch {
