@@ -5,51 +5,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
 )
 
-// TestPoll_AGenerationPastTheLargestIsRefused: a host (a corrupt state
-// file, a copy of its token) polled saying it finished generation
-// math.MaxInt64, and the poll took it: the machine went into conflict, and
-// the resolve that must end any conflict moved its generation past the
-// host's, past what the store can hold (PostgreSQL: bigint out of range;
-// SQLite: a REAL that no longer scans). Resolve failed at every attempt and
-// the machine was never sent anything again. Such a poll is now refused.
-func TestPoll_AGenerationPastTheLargestIsRefused(t *testing.T) {
-	each(t, func(t *testing.T, e *ctltest.Env) {
-		en := e.Enroll("m1")
-		for _, g := range []int64{math.MaxInt64, models.MaxGeneration + 1} {
-			p := doPoll(e, en.Token, g, "300ms")
-			if p.status != 400 || !strings.Contains(string(p.body), "If-None-Match") || !strings.Contains(string(p.body), "the largest a host may be ahead at") {
-				t.Fatalf("a poll saying generation %d: %d %s", g, p.status, p.body)
-			}
-		}
-		m, _ := e.Ctl.Store.Machine(context.Background(), "m1")
-		if m.Conflict || m.ConflictHostGen != 0 {
-			t.Fatalf("a refused poll put the machine in conflict: conflict=%v host generation %d", m.Conflict, m.ConflictHostGen)
-		}
-		// A report saying such a generation is refused too.
-		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
-			Body: map[string]any{"generation": models.MaxGeneration + 1, "outcome": "refused", "error": "x"}})
-		if resp.StatusCode != 400 || !strings.Contains(string(b), "generation") {
-			t.Fatalf("a report of generation %d: %d %s", models.MaxGeneration+1, resp.StatusCode, b)
-		}
-	})
-}
-
-// TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges: a host said
-// it finished generation MaxInt64-1, and the admin resolved its conflict
-// as the dashboard asks: the machine's generation became MaxInt64, and
-// from then on every transaction that bumped it overflowed and failed
-// whole, so a new build of a module the fleet runs was refused (500) and
-// no machine got it (the plan's first tier bumps its canary). Now a host can say at most MaxGeneration, a
-// resolve past it leaves the store room, and a conflict stored before
-// the bound (past it) is resolved as MaxGeneration.
+// TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges: a host (a
+// corrupt state file, a copy of its token) said it finished generation
+// math.MaxInt64, and the resolve that must end its conflict moved the
+// machine past it: past what the store can hold (PostgreSQL: bigint out of
+// range; SQLite: a REAL that no longer scans), so the resolve failed at
+// every attempt; just under it, the resolve left the machine at the top,
+// and every later change touching it (a new build for the whole fleet)
+// failed whole. A resolve now moves a machine at most to MaxGeneration,
+// with room to count past it, whatever the host said.
 func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 	each(t, func(t *testing.T, e *ctltest.Env) {
 		ctx := context.Background()
@@ -65,8 +40,8 @@ func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/" + m + "/assignments", Token: e.Admin,
 				Header: map[string]string{"If-Match": `"2"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "node-tools"}}}}, 200, nil)
 		}
-		if p := doPoll(e, bad.Token, models.MaxGeneration, "300ms"); p.status != 304 {
-			t.Fatalf("a poll saying generation %d: %d %s", models.MaxGeneration, p.status, p.body)
+		if p := doPoll(e, bad.Token, math.MaxInt64, "300ms"); p.status != 304 {
+			t.Fatalf("a poll saying generation %d: %d %s", int64(math.MaxInt64), p.status, p.body)
 		}
 		if m, _ := e.Ctl.Store.Machine(ctx, "m1"); !m.Conflict {
 			t.Fatalf("a host ahead of the store is not in conflict: %+v", m)
@@ -87,18 +62,6 @@ func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 				resp.StatusCode, b, m1.Generation, m1b.Generation, m2.Generation, m2b.Generation)
 		}
 
-		// A conflict stored before polls were bounded, its host's
-		// generation at the top of int64.
-		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET conflict = ?, conflict_host_generation = ? WHERE name = 'm2'", true, int64(math.MaxInt64)).Error; err != nil {
-			t.Fatal(err)
-		}
-		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m2/resolve", Token: e.Admin}); resp.StatusCode != 200 {
-			t.Fatalf("resolving a conflict stored past the bound: %d %s", resp.StatusCode, b)
-		}
-		m2c, err := e.Ctl.Store.Machine(ctx, "m2")
-		if err != nil || m2c.Conflict || m2c.Generation != models.MaxGeneration+1 || m2c.ConflictHostGen != models.MaxGeneration {
-			t.Fatalf("resolved: %v conflict=%v generation %d host generation %d", err, m2c.Conflict, m2c.Generation, m2c.ConflictHostGen)
-		}
 		if resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("tree bytes 3"), ""); resp.StatusCode != 201 {
 			t.Fatalf("a build after it: %d %s", resp.StatusCode, b)
 		}
@@ -187,4 +150,63 @@ func digestOf(t *testing.T, body []byte) string {
 		t.Fatal(err)
 	}
 	return models.DigestOf(env.Payload)
+}
+
+// TestRestore_AHostPastTheBoundIsPutInConflict: a host said it finished
+// generation 2^53, was resolved, and applied what the resolve sent; the
+// store was then restored from a backup made before, at a low generation.
+// A host ahead of its restored store is put in conflict for an admin to
+// resolve; with hosts held to 2^53-1 unless the store had sent more, its
+// polls were refused (400) at every attempt, the machine was never in
+// conflict and never sent anything again.
+func TestRestore_AHostPastTheBoundIsPutInConflict(t *testing.T) {
+	ctx := context.Background()
+	const past = int64(1) << 53 // past the bound hosts were once held to
+	sc := storetest.Config(t, store.SQLite)
+	e := ctltest.StartWith(t, sc)
+	en := e.Enroll("m1")
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	if err := e.Ctl.Store.Backup(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	if p := doPoll(e, en.Token, past, "300ms"); p.status != 304 {
+		t.Fatalf("a poll saying generation %d: %d %s", past, p.status, p.body)
+	}
+	if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin}); resp.StatusCode != 200 {
+		t.Fatalf("resolve: %d %s", resp.StatusCode, b)
+	}
+	p := doPoll(e, en.Token, past, "2s")
+	if p.status != 200 {
+		t.Fatalf("after the resolve: %d %s", p.status, p.body)
+	}
+	d := verify(t, en, p.body)
+	if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+		Body: map[string]any{"send": p.send, "generation": d.Generation, "digest": digestOf(t, p.body), "outcome": "applied"}}); resp.StatusCode/100 != 2 {
+		t.Fatalf("report: %d %s", resp.StatusCode, b)
+	}
+	admin := e.Admin
+	e.Stop()
+	if _, err := store.Restore(ctx, sc.DataDir, backup, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r := ctltest.StartWith(t, sc)
+	r.Admin = admin
+	hostPoll := func() poll {
+		resp, b := r.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=300ms", Token: en.Token,
+			Header: map[string]string{"X-Mesh-Host-Version": "1.0.0", "X-Mesh-Schema": "1",
+				"If-None-Match": `"` + fmt.Sprint(d.Generation) + `"`, models.HeaderFinishedSend: p.send}})
+		return poll{status: resp.StatusCode, send: resp.Header.Get("X-Mesh-Send"), body: b}
+	}
+	q := hostPoll()
+	m, _ := r.Ctl.Store.Machine(ctx, "m1")
+	if q.status == 400 || !m.Conflict {
+		t.Fatalf("the host, at generation %d the store sent before the restore, polls the restored store (generation %d): %d %s; machine in conflict: %v",
+			d.Generation, m.Generation, q.status, q.body, m.Conflict)
+	}
+	if resp, b := r.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: r.Admin}); resp.StatusCode != 200 {
+		t.Fatalf("resolve after the restore: %d %s", resp.StatusCode, b)
+	}
+	if q := hostPoll(); q.status != 200 {
+		t.Fatalf("after the resolve, the host's poll: %d %s", q.status, q.body)
+	}
 }

@@ -55,9 +55,6 @@ func parseETagGen(s string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, models.Invalid("If-None-Match", `the last generation the host finished with, quoted: "42"`)
 	}
-	// A generation past the store's and models.MaxGeneration is refused
-	// where the store's is known (CheckConflict): one the store itself
-	// sent past the bound (a resolve at it) is the host's to say.
 	return n, nil
 }
 

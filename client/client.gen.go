@@ -1892,7 +1892,7 @@ type Report struct {
 	Digest     *string                `json:"digest,omitempty"`
 	FinishedAt *time.Time             `json:"finished_at,omitempty"`
 
-	// Generation the generation the report is about (0 when absent); past both the machine's generation and 9007199254740991 (2^53-1) is 400
+	// Generation the generation the report is about (0 when absent)
 	Generation  *int    `json:"generation,omitempty"`
 	HostVersion *string `json:"host_version,omitempty"`
 
@@ -2430,7 +2430,7 @@ type PollDeclarationParams struct {
 	// jitter. Anything else is 400.
 	Wait *string `form:"wait,omitempty" json:"wait,omitempty"`
 
-	// IfNoneMatch the last generation the host finished with (applied, refused or rejected), quoted; absent means 0; past both the store's generation and 9007199254740991 (2^53-1, the furthest a host may be ahead, so a store moved past it by a resolve still has room to count) is 400
+	// IfNoneMatch the last generation the host finished with (applied, refused or rejected), quoted; absent means 0
 	IfNoneMatch *string `json:"If-None-Match,omitempty"`
 
 	// XMeshHostVersion the host's version, recorded when it changes; at most 100 characters, none a control character, else 400

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -24,13 +25,15 @@ type Signature struct {
 	Sig   []byte `json:"sig"`
 }
 
-// MaxGeneration is the largest generation a host may say it finished
-// beyond what its store sent it (2^53-1, exact in any JSON reader). A
-// store counts up from what it holds, and a resolve moves a machine past
-// its host's generation: one said at the top of int64 left no room for the
-// next bump, and the machine (and every change that touches it) failed for
-// good. A generation the store itself sent past it is the host's to say.
-const MaxGeneration int64 = 1<<53 - 1
+// MaxGeneration is the furthest a resolve moves a machine to get past
+// its host's generation: a trillion bumps short of the top of int64. A
+// host may say any generation (a store restored from a backup sent it
+// one past what the store now holds), and a resolve moves its machine
+// past it; one said at the top of int64 left no room for that bump, and
+// the machine, and every change touching it, failed for good. A host
+// past MaxGeneration is resolved to it, and refuses what it is sent as
+// older, on the record.
+const MaxGeneration int64 = math.MaxInt64 - 1<<40
 
 // DeclarationPayload is the declaration itself (wire contract v1). Field
 // order is fixed by this struct, so the same content marshals to the same bytes.

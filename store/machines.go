@@ -364,11 +364,6 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 			return err
 		}
 		gen = m.Generation
-		if hostGen > max(models.MaxGeneration, m.Generation) {
-			// Ahead of the store by more than a host may be: its resolve
-			// would leave the store no room to count.
-			return models.Invalid("If-None-Match", fmt.Sprintf("generation %d is past the store's %d and the largest a host may be ahead at (%d)", hostGen, m.Generation, models.MaxGeneration))
-		}
 		why := fmt.Sprintf("host finished generation %d, the store holds %d", hostGen, m.Generation)
 		switch {
 		case hostGen <= m.Generation && finishedSend == "":
@@ -425,15 +420,15 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 		if !m.Conflict {
 			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
 		}
-		// A host's generation past MaxGeneration (said before polls were
-		// bounded) is taken as MaxGeneration: moved past it, the machine
-		// still has room for every later bump.
+		// Past the host's generation, but never past MaxGeneration: a
+		// host said at the top of int64 would leave no room for the bump
+		// (nor for any later one).
 		hostGen := min(m.ConflictHostGen, models.MaxGeneration)
 		gen := max(m.Generation, hostGen)
 		// conflict_host_generation stays: a host at or behind it that names
 		// a send this store never made (a restore's lost timeline) was
 		// resolved for, and is sent the store's content (CheckConflict).
-		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen, "conflict_host_generation": hostGen}).Error; err != nil {
+		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen}).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerResolve); err != nil {

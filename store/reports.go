@@ -44,17 +44,6 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 			s.beforeReportWrite(false)
 		}
 		m := &subj.Machine
-		if r.Generation > models.MaxGeneration {
-			// Past what a host may say unless the store sent it (a
-			// resolve at the bound): the store's generation decides.
-			var gen []int64
-			if err := tx.Model(&models.Machine{}).Where("id = ?", machineID).Pluck("generation", &gen).Error; err != nil {
-				return err
-			}
-			if len(gen) == 0 || r.Generation > gen[0] {
-				return models.Invalid("generation", fmt.Sprintf("%d is past this machine's and the largest a host may say (%d)", r.Generation, models.MaxGeneration))
-			}
-		}
 		if upgrade(r) {
 			// Judging a host's upgrade reads more of its machine (its
 			// platform's release, its schemas): the whole row, as the
