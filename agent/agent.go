@@ -195,6 +195,20 @@ func reportUnreadableState(c *client, stateDir string, why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	_ = c.postReport(ctx, b)
+	// A release put back by the launcher (a trial that left this state
+	// behind it and died) is said too, or its rollout never halts and the
+	// release is never failed: the record stays, so the start after the
+	// file is mended says it again, with the refusal saved.
+	var rb rollback
+	if readJSON(rollbackPath(stateDir), &rb) != nil {
+		if s := os.Getenv(EnvRollback); s == "" || json.Unmarshal([]byte(s), &rb) != nil {
+			return
+		}
+	}
+	if b, err = json.Marshal(models.Report{Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason),
+		HostVersion: version.Version, FinishedAt: &now}); err == nil {
+		_ = c.postReport(ctx, b)
+	}
 }
 
 func newAgent(cfg Config) (*Agent, error) {
