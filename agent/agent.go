@@ -205,6 +205,14 @@ func reportUnreadableState(c *client, stateDir string, why error) {
 			return
 		}
 	}
+	var ls launcherState
+	if readJSON(launcherPath(stateDir), &ls) == nil && ls.CrashRolledBack != nil && ls.CrashRolledBack.From.Digest == rb.Digest {
+		// A crash rollback, which the launcher withdraws unreported when
+		// the release it put back crash-loops too (as this host does on
+		// this state): the machine's fault, not the release's. Said, the
+		// release would be failed for the whole fleet over one disk.
+		return
+	}
 	if b, err = json.Marshal(models.Report{Outcome: models.OutcomeRolledBack, Reason: models.RolledBackReason(rb.From, rb.To, rb.Reason),
 		HostVersion: version.Version, FinishedAt: &now}); err == nil {
 		_ = c.postReport(ctx, b)
