@@ -20,16 +20,17 @@ import (
 // corrupt state file, a copy of its token) said it finished generation
 // math.MaxInt64, and the resolve that must end its conflict moved the
 // machine past it: past what the store can hold (PostgreSQL: bigint out of
-// range; SQLite: a REAL that no longer scans), so the resolve failed at
-// every attempt; just under it, the resolve left the machine at the top,
-// and every later change touching it (a new build for the whole fleet)
-// failed whole. A resolve now moves a machine at most to MaxGeneration,
-// with room to count past it, whatever the host said.
+// range; SQLite: a REAL that no longer scans), so the resolve failed (500)
+// at every attempt; just under it, the resolve left the machine at the
+// top, and every later change touching it (a new build for the whole
+// fleet) failed whole. Such a host is not resolved now (409, saying its
+// state must be reset), and the fleet's changes go on; a host at the
+// furthest a store moves a machine is resolved, with room to count.
 func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 	each(t, func(t *testing.T, e *ctltest.Env) {
 		ctx := context.Background()
 		bad := e.Enroll("m1")
-		e.Enroll("m2")
+		far := e.Enroll("m2")
 		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "node-tools"}}, 201, nil)
 		if resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("tree bytes 1"), ""); resp.StatusCode != 201 {
 			t.Fatalf("upload: %d %s", resp.StatusCode, b)
@@ -40,30 +41,39 @@ func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 			e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/" + m + "/assignments", Token: e.Admin,
 				Header: map[string]string{"If-Match": `"2"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "node-tools"}}}}, 200, nil)
 		}
-		if p := doPoll(e, bad.Token, math.MaxInt64, "300ms"); p.status != 304 {
-			t.Fatalf("a poll saying generation %d: %d %s", int64(math.MaxInt64), p.status, p.body)
+		for _, h := range []struct {
+			token string
+			gen   int64
+		}{{bad.Token, math.MaxInt64}, {far.Token, models.MaxGeneration}} {
+			if p := doPoll(e, h.token, h.gen, "300ms"); p.status != 304 {
+				t.Fatalf("a poll saying generation %d: %d %s", h.gen, p.status, p.body)
+			}
 		}
-		if m, _ := e.Ctl.Store.Machine(ctx, "m1"); !m.Conflict {
-			t.Fatalf("a host ahead of the store is not in conflict: %+v", m)
+		for _, name := range []string{"m1", "m2"} {
+			if m, _ := e.Ctl.Store.Machine(ctx, name); !m.Conflict {
+				t.Fatalf("a host ahead of the store is not in conflict: %+v", m)
+			}
 		}
-		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin}); resp.StatusCode != 200 {
+		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin})
+		if resp.StatusCode != 409 || !strings.Contains(string(b), "reset the host") {
+			t.Fatalf("resolving a host at the top of int64: %d %s", resp.StatusCode, b)
+		}
+		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m2/resolve", Token: e.Admin}); resp.StatusCode != 200 {
 			t.Fatalf("resolve: %d %s", resp.StatusCode, b)
 		}
 		m1, _ := e.Ctl.Store.Machine(ctx, "m1")
 		m2, _ := e.Ctl.Store.Machine(ctx, "m2")
-		if m1.Conflict || m1.Generation != models.MaxGeneration+1 {
-			t.Fatalf("resolved: conflict=%v generation %d, want %d", m1.Conflict, m1.Generation, models.MaxGeneration+1)
+		if !m1.Conflict || m2.Conflict || m2.Generation != models.MaxGeneration+1 {
+			t.Fatalf("m1 conflict=%v (want it kept); m2 conflict=%v generation %d, want %d", m1.Conflict, m2.Conflict, m2.Generation, models.MaxGeneration+1)
 		}
-		resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("tree bytes 2"), "")
-		m1b, _ := e.Ctl.Store.Machine(ctx, "m1")
-		m2b, _ := e.Ctl.Store.Machine(ctx, "m2")
-		if resp.StatusCode != 201 || (m2b.Generation <= m2.Generation && m1b.Generation <= m1.Generation) {
-			t.Fatalf("a new build after the resolve: %d %s; m1 generation %d -> %d, m2 %d -> %d",
-				resp.StatusCode, b, m1.Generation, m1b.Generation, m2.Generation, m2b.Generation)
-		}
-
-		if resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte("tree bytes 3"), ""); resp.StatusCode != 201 {
-			t.Fatalf("a build after it: %d %s", resp.StatusCode, b)
+		for i := 2; i <= 3; i++ {
+			resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte(fmt.Sprint("tree bytes ", i)), "")
+			m1b, _ := e.Ctl.Store.Machine(ctx, "m1")
+			m2b, _ := e.Ctl.Store.Machine(ctx, "m2")
+			if resp.StatusCode != 201 || (m2b.Generation <= m2.Generation && m1b.Generation <= m1.Generation) {
+				t.Fatalf("build %d: %d %s; m1 generation %d -> %d, m2 %d -> %d", i, resp.StatusCode, b, m1.Generation, m1b.Generation, m2.Generation, m2b.Generation)
+			}
+			m1, m2 = m1b, m2b
 		}
 	})
 }

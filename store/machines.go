@@ -420,10 +420,15 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 		if !m.Conflict {
 			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
 		}
-		// Past the host's generation, but never past MaxGeneration: a
-		// host said at the top of int64 would leave no room for the bump
-		// (nor for any later one).
-		hostGen := min(m.ConflictHostGen, models.MaxGeneration)
+		if m.ConflictHostGen > models.MaxGeneration {
+			// Moved past it, the machine would leave its store no room to
+			// count; moved short of it, the host's next poll would put it
+			// in conflict again. Its state is what must change.
+			return fmt.Errorf("%w: machine %s: its host says it finished generation %d, past the furthest a store moves a machine (%d); "+
+				"nothing can be sent that it would take: reset the host (remove its state file, or enrol it again)",
+				models.ErrConflict, name, m.ConflictHostGen, models.MaxGeneration)
+		}
+		hostGen := m.ConflictHostGen
 		gen := max(m.Generation, hostGen)
 		// conflict_host_generation stays: a host at or behind it that names
 		// a send this store never made (a restore's lost timeline) was
