@@ -23,9 +23,11 @@ import (
 // range; SQLite: a REAL that no longer scans), so the resolve failed (500)
 // at every attempt; just under it, the resolve left the machine at the
 // top, and every later change touching it (a new build for the whole
-// fleet) failed whole. Such a host is not resolved now (409, saying its
-// state must be reset), and the fleet's changes go on; a host at the
-// furthest a store moves a machine is resolved, with room to count.
+// fleet) failed whole. Such a host's conflict is now cleared without
+// moving past it (it is in conflict again while it says so, and served
+// once reset), its name can be enrolled again, and the fleet's changes
+// go on; a host at the furthest a store moves a machine is resolved past,
+// with room to count.
 func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 	each(t, func(t *testing.T, e *ctltest.Env) {
 		ctx := context.Background()
@@ -54,17 +56,17 @@ func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 				t.Fatalf("a host ahead of the store is not in conflict: %+v", m)
 			}
 		}
-		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin})
-		if resp.StatusCode != 409 || !strings.Contains(string(b), "reset the host") {
-			t.Fatalf("resolving a host at the top of int64: %d %s", resp.StatusCode, b)
-		}
-		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m2/resolve", Token: e.Admin}); resp.StatusCode != 200 {
-			t.Fatalf("resolve: %d %s", resp.StatusCode, b)
+		before, _ := e.Ctl.Store.Machine(ctx, "m1")
+		for _, name := range []string{"m1", "m2"} {
+			if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/" + name + "/resolve", Token: e.Admin}); resp.StatusCode != 200 {
+				t.Fatalf("resolve %s: %d %s", name, resp.StatusCode, b)
+			}
 		}
 		m1, _ := e.Ctl.Store.Machine(ctx, "m1")
 		m2, _ := e.Ctl.Store.Machine(ctx, "m2")
-		if !m1.Conflict || m2.Conflict || m2.Generation != models.MaxGeneration+1 {
-			t.Fatalf("m1 conflict=%v (want it kept); m2 conflict=%v generation %d, want %d", m1.Conflict, m2.Conflict, m2.Generation, models.MaxGeneration+1)
+		if m1.Conflict || m1.Generation != before.Generation+1 || m2.Conflict || m2.Generation != models.MaxGeneration+1 {
+			t.Fatalf("m1 conflict=%v generation %d (want cleared at %d); m2 conflict=%v generation %d, want %d",
+				m1.Conflict, m1.Generation, before.Generation+1, m2.Conflict, m2.Generation, models.MaxGeneration+1)
 		}
 		for i := 2; i <= 3; i++ {
 			resp, b := e.Upload(e.Admin, "node-tools", manifestWithVar, []byte(fmt.Sprint("tree bytes ", i)), "")
@@ -74,6 +76,28 @@ func TestResolve_AHostAtTheLargestGenerationLeavesRoomForChanges(t *testing.T) {
 				t.Fatalf("build %d: %d %s; m1 generation %d -> %d, m2 %d -> %d", i, resp.StatusCode, b, m1.Generation, m1b.Generation, m2.Generation, m2b.Generation)
 			}
 			m1, m2 = m1b, m2b
+		}
+
+		// m1's host, still saying the top of int64, is in conflict again;
+		// reset (its state file removed), it is served once cleared.
+		if p := doPoll(e, bad.Token, math.MaxInt64, "300ms"); p.status != 304 {
+			t.Fatalf("the host still at the top: %d %s", p.status, p.body)
+		}
+		if m, _ := e.Ctl.Store.Machine(ctx, "m1"); !m.Conflict {
+			t.Fatalf("a host still past the store is not in conflict again: %+v", m)
+		}
+		if resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/machines/m1/resolve", Token: e.Admin}); resp.StatusCode != 200 {
+			t.Fatalf("resolve m1 again: %d %s", resp.StatusCode, b)
+		}
+		if p := doPoll(e, bad.Token, 0, "2s"); p.status != 200 {
+			t.Fatalf("the host reset, its poll: %d %s", p.status, p.body)
+		}
+		// Deleted and enrolled again under its name, it starts with room.
+		e.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m1", Token: e.Admin}, 204, nil)
+		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/enroll", Body: map[string]string{
+			"join_token": e.JoinToken(), "name": "m1", "os": "linux", "arch": "amd64", "host_version": "1.0.0", "schema": "1"}})
+		if resp.StatusCode != 201 {
+			t.Fatalf("enrolled again under its name: %d %s", resp.StatusCode, b)
 		}
 	})
 }

@@ -3904,6 +3904,8 @@ type ClientInterface interface {
 
 	// ResolveMachine end a conflict (admin) — a generation past the host's, composed from the store as it is
 	//
+	// A host past the furthest a store moves a machine (2^63-1 less 2^40) is not moved past: its conflict is cleared at the store's next generation, it is in conflict again at its next poll while it says so, and it is served once reset (its state file removed); the audit row says so.
+	//
 	// Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 	ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -5234,6 +5236,8 @@ func (c *Client) ListMachineReports(ctx context.Context, name MachineName, param
 }
 
 // ResolveMachine end a conflict (admin) — a generation past the host's, composed from the store as it is
+//
+// A host past the furthest a store moves a machine (2^63-1 less 2^40) is not moved past: its conflict is cleared at the store's next generation, it is in conflict again at its next poll while it says so, and it is served once reset (its state file removed); the audit row says so.
 //
 // Corresponds with POST /api/v1/machines/{name}/resolve (the `ResolveMachine` operationId).
 func (c *Client) ResolveMachine(ctx context.Context, name MachineName, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10376,6 +10380,8 @@ type ClientWithResponsesInterface interface {
 	ListMachineReportsWithResponse(ctx context.Context, name MachineName, params *ListMachineReportsParams, reqEditors ...RequestEditorFn) (*ListMachineReportsResponse, error)
 
 	// ResolveMachineWithResponse end a conflict (admin) — a generation past the host's, composed from the store as it is
+	//
+	// A host past the furthest a store moves a machine (2^63-1 less 2^40) is not moved past: its conflict is cleared at the store's next generation, it is in conflict again at its next poll while it says so, and it is served once reset (its state file removed); the audit row says so.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17364,6 +17370,8 @@ func (c *ClientWithResponses) ListMachineReportsWithResponse(ctx context.Context
 }
 
 // ResolveMachineWithResponse end a conflict (admin) — a generation past the host's, composed from the store as it is
+//
+// A host past the furthest a store moves a machine (2^63-1 less 2^40) is not moved past: its conflict is cleared at the store's next generation, it is in conflict again at its next poll while it says so, and it is served once reset (its state file removed); the audit row says so.
 //
 // Returns a wrapper object for the known response body format(s).
 //

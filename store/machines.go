@@ -222,6 +222,9 @@ func (s *Store) Enroll(ctx context.Context, tokenHash, name, os, arch, hostVersi
 		if err := tx.Raw("SELECT COALESCE(MAX(generation), 0) FROM machine_generations WHERE name = ?", name).Scan(&start).Error; err != nil {
 			return err
 		}
+		// Never past MaxGeneration (a host said the top of int64 before it
+		// was deleted): the new machine's first bump needs room.
+		start = min(start, models.MaxGeneration)
 		m = models.Machine{Name: name, OS: os, Arch: arch, HostVersion: hostVersion, Schema: schema,
 			Generation: start, GenerationAt: now, Running: "{}", TokenID: tokenID, LastSeen: &now, CreatedAt: now}
 		if err := tx.Create(&m).Error; err != nil {
@@ -420,26 +423,29 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 		if !m.Conflict {
 			return fmt.Errorf("%w: machine %s is not in conflict", models.ErrConflict, name)
 		}
-		if m.ConflictHostGen > models.MaxGeneration {
-			// Moved past it, the machine would leave its store no room to
-			// count; moved short of it, the host's next poll would put it
-			// in conflict again. Its state is what must change.
-			return fmt.Errorf("%w: machine %s: its host says it finished generation %d, past the furthest a store moves a machine (%d); "+
-				"nothing can be sent that it would take: reset the host (remove its state file, or enrol it again)",
-				models.ErrConflict, name, m.ConflictHostGen, models.MaxGeneration)
-		}
 		hostGen := m.ConflictHostGen
 		gen := max(m.Generation, hostGen)
+		up := map[string]any{"conflict": false, "generation": gen}
+		said := fmt.Sprintf("generation %d past the host's %d", gen+1, hostGen)
+		if hostGen > models.MaxGeneration {
+			// Moved past it, the store would have no room to count. The
+			// conflict is cleared, not resolved past the host: a host that
+			// still says it is in conflict again at its next poll, and one
+			// reset (its state file removed) is served.
+			gen, up["generation"], up["conflict_host_generation"] = m.Generation, m.Generation, 0
+			said = fmt.Sprintf("cleared at generation %d: the host's %d is past the furthest a store moves a machine (%d); "+
+				"a host that still says it is in conflict again at its next poll: reset it (remove its state file)", gen+1, hostGen, models.MaxGeneration)
+		}
 		// conflict_host_generation stays: a host at or behind it that names
 		// a send this store never made (a restore's lost timeline) was
 		// resolved for, and is sent the store's content (CheckConflict).
-		if err := tx.Model(m).Updates(map[string]any{"conflict": false, "generation": gen}).Error; err != nil {
+		if err := tx.Model(m).Updates(up).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerResolve); err != nil {
 			return err
 		}
-		if err := audit(tx, actor, "resolve", "machine/"+name, fmt.Sprintf("generation %d past the host's %d", gen+1, hostGen)); err != nil {
+		if err := audit(tx, actor, "resolve", "machine/"+name, said); err != nil {
 			return err
 		}
 		out, err = lockMachine(tx, name)
@@ -595,7 +601,7 @@ func (s *Store) DeleteMachine(ctx context.Context, actor, name string) error {
 		}
 		if err := tx.Exec(`INSERT INTO machine_generations (name, generation) VALUES (?, ?)
 			ON CONFLICT (name) DO UPDATE SET generation = `+greatest+`(machine_generations.generation, excluded.generation)`,
-			name, max(m.Generation, m.ConflictHostGen)).Error; err != nil {
+			name, min(max(m.Generation, m.ConflictHostGen), models.MaxGeneration)).Error; err != nil {
 			return err
 		}
 		// Its token and certificates are refused on every instance at once,
