@@ -199,11 +199,9 @@ func reportUnreadableState(c *client, stateDir string, why error) {
 	// behind it and died) is said too, or its rollout never halts and the
 	// release is never failed: the record stays, so the start after the
 	// file is mended says it again, with the refusal saved.
-	var rb rollback
-	if readJSON(rollbackPath(stateDir), &rb) != nil {
-		if s := os.Getenv(EnvRollback); s == "" || json.Unmarshal([]byte(s), &rb) != nil {
-			return
-		}
+	rb, _, ok := pendingRollback(stateDir)
+	if !ok {
+		return
 	}
 	var ls launcherState
 	if readJSON(launcherPath(stateDir), &ls) == nil && ls.CrashRolledBack != nil && ls.CrashRolledBack.From.Digest == rb.Digest {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"mesh/archive"
+	"mesh/models"
 	"os"
 	"path"
 	"strings"
@@ -36,7 +37,7 @@ func (m *machineRoot) treeMayReplace(p string, mine bool) error {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := m.root.Readlink(rel(p))
 		dir, name, _ := strings.Cut(target, "/")
-		if err == nil && dir == path.Base(versionsDir(p)) && validDigestHex(name) {
+		if err == nil && dir == path.Base(versionsDir(p)) && models.ValidDigest("sha256:"+name) {
 			return nil
 		}
 		return fmt.Errorf("%s is a symlink mesh did not make (to %q), not a tree mesh manages; move it away first", p, target)
@@ -44,19 +45,6 @@ func (m *machineRoot) treeMayReplace(p string, mine bool) error {
 		return nil
 	}
 	return fmt.Errorf("%s exists and is not a tree mesh manages (not a symlink); move it away first", p)
-}
-
-// validDigestHex says whether s is a sha256 digest's 64 hex digits.
-func validDigestHex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // treeLive reports whether the declared path points at the version of digest.

@@ -275,15 +275,10 @@ func (a *Agent) reportRollback(ctx context.Context) {
 		if a.saveState() == nil {
 			_ = os.Remove(reportedRollbackPath(a.cfg.StateDir))
 		}
-		rb = rollback{}
 	}
-	fromEnv := false
-	if err := readJSON(rollbackPath(a.cfg.StateDir), &rb); err != nil {
-		s := os.Getenv(EnvRollback)
-		if s == "" || json.Unmarshal([]byte(s), &rb) != nil {
-			return
-		}
-		fromEnv = true
+	rb, fromEnv, ok := pendingRollback(a.cfg.StateDir)
+	if !ok {
+		return
 	}
 	a.refuseRolledBack(rb)
 	sent, saved := a.recordReport(ctx, models.Report{Send: a.sendOf(a.state.Applied), Generation: a.state.Applied, Digest: a.state.AppliedDigest,
@@ -302,6 +297,21 @@ func (a *Agent) reportRollback(ctx context.Context) {
 	default:
 		_ = os.Remove(rollbackPath(a.cfg.StateDir))
 	}
+}
+
+// pendingRollback is the rollback the launcher handed this host to
+// report: its record in the state dir, or (fromEnv) the one it could not
+// write there, in MESH_ROLLBACK.
+func pendingRollback(stateDir string) (rb rollback, fromEnv, ok bool) {
+	if readJSON(rollbackPath(stateDir), &rb) == nil {
+		return rb, false, true
+	}
+	rb = rollback{}
+	s := os.Getenv(EnvRollback)
+	if s == "" || json.Unmarshal([]byte(s), &rb) != nil {
+		return rollback{}, false, false
+	}
+	return rb, true, true
 }
 
 // refuseRolledBack refuses the releases a rollback record names.

@@ -31,7 +31,8 @@ type Signature struct {
 // one past what the store now holds), and a resolve moves its machine
 // past it; one said at the top of int64 left no room for that bump, and
 // the machine, and every change touching it, failed for good. A host
-// past MaxGeneration is not resolved: its state must be reset.
+// past MaxGeneration only has its conflict cleared (Store.Resolve): it is
+// in conflict again while it says so, and served once reset.
 const MaxGeneration int64 = math.MaxInt64 - 1<<40
 
 // DeclarationPayload is the declaration itself (wire contract v1). Field

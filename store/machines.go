@@ -436,9 +436,10 @@ func (s *Store) Resolve(ctx context.Context, actor, name string) (*models.Machin
 			said = fmt.Sprintf("cleared at generation %d: the host's %d is past the furthest a store moves a machine (%d); "+
 				"a host that still says it is in conflict again at its next poll: reset it (remove its state file)", gen+1, hostGen, models.MaxGeneration)
 		}
-		// conflict_host_generation stays: a host at or behind it that names
-		// a send this store never made (a restore's lost timeline) was
-		// resolved for, and is sent the store's content (CheckConflict).
+		// conflict_host_generation otherwise stays: a host at or behind it
+		// that names a send this store never made (a restore's lost
+		// timeline) was resolved for, and is sent the store's content
+		// (CheckConflict).
 		if err := tx.Model(m).Updates(up).Error; err != nil {
 			return err
 		}

@@ -20,10 +20,7 @@ import (
 func TestRetention_AMachineWhoseHostIsAwayDoesNotKeepEveryDeclaration(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
-		s.Now = func() time.Time { return w.clock }
-		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
-		w.run(r)
+		w, r := startRetention(t, s)
 		a := fixture(t, s, "a")
 		s0 := w.deliver(a)
 		w.report(s0, models.OutcomeApplied)

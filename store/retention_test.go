@@ -24,6 +24,19 @@ type retentionWorld struct {
 
 func (w *retentionWorld) advance(d time.Duration) { w.clock = w.clock.Add(d) }
 
+// startRetention is a retention world on s, its clock the store's, and
+// the retention its tests run: a keep of an hour, epochs of ten minutes,
+// pages of one row (five on PostgreSQL, so paging is exercised), run once
+// (partitions made ahead; nothing is old yet).
+func startRetention(t *testing.T, s *store.Store) (*retentionWorld, store.Retention) {
+	t.Helper()
+	w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
+	s.Now = func() time.Time { return w.clock }
+	r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
+	w.run(r)
+	return w, r
+}
+
 // deliver composes the machine's current generation and records a send of
 // it, as a poll answered 200 does.
 func (w *retentionWorld) deliver(m *models.Machine) models.Send {
@@ -101,11 +114,7 @@ func latestOf(t *testing.T, s *store.Store) map[int64]latest {
 func TestRetention_KeepsWhatMachinesNeed(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
-		s.Now = func() time.Time { return w.clock }
-		// Pages of one row (five on PostgreSQL), so paging is exercised.
-		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
-		w.run(r) // partitions made ahead; nothing is old yet
+		w, r := startRetention(t, s)
 
 		// a: applied g1, failed g2, sent g3 twice, then pushed to g4.
 		a := fixture(t, s, "a")
@@ -296,10 +305,7 @@ func TestCompose_OncePerGenerationAcrossEpochs(t *testing.T) {
 func TestRetention_KeepsAppliedSchema1ForARollback(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
-		s.Now = func() time.Time { return w.clock }
-		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
-		w.run(r)
+		w, r := startRetention(t, s)
 
 		m := fixture(t, s, "m1") // host decoding 1
 		one := w.deliver(m)
@@ -368,10 +374,7 @@ func payloadResources(t *testing.T, d *models.Declaration) []byte {
 func TestRetention_KeepsWhatAKeptSendCarried(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		w := &retentionWorld{t: t, s: s, clock: time.Now().UTC(), sg: newSigner()}
-		s.Now = func() time.Time { return w.clock }
-		r := store.Retention{Keep: time.Hour, Span: 10 * time.Minute, Batch: 1}
-		w.run(r)
+		w, r := startRetention(t, s)
 		a := fixture(t, s, "a")
 		got, _, err := s.Compose(ctx, []int64{a.ID}, "ctl-test", w.sg)
 		if err != nil {
