@@ -43,8 +43,10 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		return nil, err
 	}
 	want := map[string]bool{}
+	kinds := map[string]string{}
 	for _, r := range ordered {
 		want[r.ID] = true
+		kinds[r.ID] = r.Kind
 	}
 	claimed := claimedPaths(ordered)
 	// The files mesh put on the machine before this apply: a tree that
@@ -78,10 +80,12 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	}
 
 	// 1. Services no longer named stop first: nothing may run on files
-	// about to go.
+	// about to go. A service whose id now names another kind is no longer
+	// named as a service: left to step 2, which only writes the new kind's
+	// files, its process would run on with nothing to stop it.
 	for _, id := range sortedIDs(st.Resources) {
 		m := st.Resources[id]
-		if want[id] || m.Kind != "service" {
+		if m.Kind != "service" || kinds[id] == "service" {
 			continue
 		}
 		if err := a.services.Stop(ctx, id); err != nil {
@@ -94,7 +98,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	// was killed before its state was saved) runs on under its pidfile;
 	// named by no declaration now, it would never be stopped.
 	if sv, ok := a.services.(strayServices); ok {
-		for _, id := range sv.Strays(func(id string) bool { return want[id] || st.Resources[id] != nil }) {
+		for _, id := range sv.Strays(func(id string) bool { return kinds[id] == "service" }) {
 			if err := a.services.Stop(ctx, id); err != nil {
 				return actions, fmt.Errorf("stopping %s: %w", id, err)
 			}
