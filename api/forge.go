@@ -142,6 +142,7 @@ func hookHeaders(kind string, h http.Header) (event, delivery, sig string) {
 // which Gitea and Forgejo share).
 type pushPayload struct {
 	Ref        string `json:"ref"`
+	Before     string `json:"before"`
 	After      string `json:"after"`
 	Deleted    bool   `json:"deleted"`
 	Repository struct {
@@ -153,6 +154,28 @@ type pushPayload struct {
 		Username string `json:"username"`
 	} `json:"pusher"`
 	Commits pushCommits `json:"commits"`
+	// TotalCommits is how many commits the push had (Gitea and Forgejo;
+	// GitHub does not say): those forges list at most a few of them
+	// (Gitea's FEED_MAX_COMMIT_NUM, 5 by default), so paths judged from
+	// the list alone missed what the rest touched.
+	TotalCommits *int `json:"total_commits"`
+}
+
+// githubListed is the most commits GitHub lists of a push: a list that
+// long may have been cut, so the paths it names are not all the push
+// touched.
+const githubListed = 2048
+
+// judgedWhole reports whether the commits listed are all the push had,
+// so that its paths may be judged module by module.
+func (p *pushPayload) judgedWhole() bool {
+	switch {
+	case p.Commits.more, p.Commits.listed >= githubListed:
+		return false
+	case p.TotalCommits != nil && *p.TotalCommits > p.Commits.listed:
+		return false
+	}
+	return true
 }
 
 // maxPushPaths is the most distinct paths of a push kept: past it, as
@@ -173,6 +196,8 @@ type pushCommits struct {
 	// more: the push named more than maxPushCommits commits or
 	// maxPushPaths paths; paths is not all they touch.
 	more bool
+	// listed is how many commits the list held.
+	listed int
 }
 
 func (pc *pushCommits) UnmarshalJSON(b []byte) error {
@@ -205,6 +230,7 @@ func (pc *pushCommits) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("commits[%d]: %w", n, err)
 		}
+		pc.listed = n + 1
 		if full {
 			pc.paths, pc.more = nil, true
 			return nil
@@ -368,8 +394,14 @@ func (s *Server) hook(c echo.Context) error {
 		default:
 			push = &models.Push{Ref: p.Ref, Commit: p.After, Repository: src.Repository,
 				Author: word(firstOf(p.Pusher.Name, p.Pusher.Login, p.Pusher.Username))}
-			// More commits than are read: every module is touched.
-			push.Paths = p.Commits.paths
+			if commitID.MatchString(p.Before) && strings.Trim(p.Before, "0") != "" {
+				push.Before = p.Before
+			}
+			// More commits than are read, or than the forge listed: every
+			// module is touched.
+			if p.judgedWhole() {
+				push.Paths = p.Commits.paths
+			}
 		}
 	default:
 		status = "ignored: event " + event

@@ -3595,7 +3595,12 @@ type ClientInterface interface {
 	// signature is 401; a missing event or delivery id (or one over 128
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
-	// repository, through any of its sources, is not built again. The
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list); one delivered after a push
+	// made onto its commit (that push's `before`) is recorded as merged with
+	// no build. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -3618,7 +3623,12 @@ type ClientInterface interface {
 	// signature is 401; a missing event or delivery id (or one over 128
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
-	// repository, through any of its sources, is not built again. The
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list); one delivered after a push
+	// made onto its commit (that push's `before`) is recorded as merged with
+	// no build. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -4568,7 +4578,12 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // signature is 401; a missing event or delivery id (or one over 128
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
-// repository, through any of its sources, is not built again. The
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list); one delivered after a push
+// made onto its commit (that push's `before`) is recorded as merged with
+// no build. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -4601,7 +4616,12 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // signature is 401; a missing event or delivery id (or one over 128
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
-// repository, through any of its sources, is not built again. The
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list); one delivered after a push
+// made onto its commit (that push's `before`) is recorded as merged with
+// no build. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -10034,7 +10054,12 @@ type ClientWithResponsesInterface interface {
 	// signature is 401; a missing event or delivery id (or one over 128
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
-	// repository, through any of its sources, is not built again. The
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list); one delivered after a push
+	// made onto its commit (that push's `before`) is recorded as merged with
+	// no build. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -10057,7 +10082,12 @@ type ClientWithResponsesInterface interface {
 	// signature is 401; a missing event or delivery id (or one over 128
 	// bytes), a push event whose body is not a push, or a push whose
 	// `after` is not a commit id, is 400. A commit already merged for the
-	// repository, through any of its sources, is not built again. The
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list); one delivered after a push
+	// made onto its commit (that push's `before`) is recorded as merged with
+	// no build. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -16808,7 +16838,12 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // signature is 401; a missing event or delivery id (or one over 128
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
-// repository, through any of its sources, is not built again. The
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list); one delivered after a push
+// made onto its commit (that push's `before`) is recorded as merged with
+// no build. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -16837,7 +16872,12 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // signature is 401; a missing event or delivery id (or one over 128
 // bytes), a push event whose body is not a push, or a push whose
 // `after` is not a commit id, is 400. A commit already merged for the
-// repository, through any of its sources, is not built again. The
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list); one delivered after a push
+// made onto its commit (that push's `before`) is recorded as merged with
+// no build. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body

@@ -149,11 +149,13 @@ type Delivery struct {
 
 // Merge is a push to a repository's default branch.
 type Merge struct {
-	ID         int64     `gorm:"primaryKey" json:"id"`
-	SourceID   int64     `json:"-"`
-	Repository string    `json:"repository"`
-	Commit     string    `gorm:"column:source_commit" json:"commit"`
-	Author     string    `json:"author"`
-	Paths      string    `json:"-"` // JSON array
-	CreatedAt  time.Time `json:"created_at"`
+	ID         int64  `gorm:"primaryKey" json:"id"`
+	SourceID   int64  `json:"-"`
+	Repository string `json:"repository"`
+	Commit     string `gorm:"column:source_commit" json:"commit"`
+	// Before is the commit the push was made onto ('' when it named none).
+	Before    string    `gorm:"column:before_commit" json:"-"`
+	Author    string    `json:"author"`
+	Paths     string    `json:"-"` // JSON array
+	CreatedAt time.Time `json:"created_at"`
 }

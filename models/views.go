@@ -123,8 +123,11 @@ const MaxPinnedAside = 100
 
 // Push is what a push webhook says.
 type Push struct {
-	Ref        string
-	Commit     string
+	Ref    string
+	Commit string
+	// Before is the commit the push was made onto, '' when it named none
+	// (a new branch).
+	Before     string
 	Repository string
 	Author     string
 	Paths      []string

@@ -128,12 +128,12 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		// one repository decide one by one: on PostgreSQL under a lock of
 		// the repository's (SQLite's writes are one at a time).
 		if s.dialect == Postgres {
-			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "mesh-merge:"+src.Repository).Error; err != nil {
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(hashtext(?))", "mesh-merge:"+strings.ToLower(src.Repository)).Error; err != nil {
 				return err
 			}
 		}
 		var seen models.Merge
-		err := tx.Where("repository = ? AND source_commit = ?", src.Repository, push.Commit).Order("id").First(&seen).Error
+		err := tx.Where("LOWER(repository) = LOWER(?) AND source_commit = ?", src.Repository, push.Commit).Order("id").First(&seen).Error
 		if err == nil {
 			out.Status = fmt.Sprintf("duplicate: commit %s was already merged (merge %d); not built again", short7(push.Commit), seen.ID)
 			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
@@ -155,7 +155,7 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			Number int64
 		}
 		if err := tx.Raw("SELECT modules.name, builds.number FROM builds JOIN modules ON modules.id = builds.module_id "+
-			"WHERE modules.repository = ? AND builds.source_commit = ? AND builds.created_by LIKE 'merge:%' ORDER BY builds.id LIMIT 1",
+			"WHERE LOWER(modules.repository) = LOWER(?) AND builds.source_commit = ? AND builds.created_by LIKE 'merge:%' ORDER BY builds.id LIMIT 1",
 			src.Repository, push.Commit).Scan(&built).Error; err != nil {
 			return err
 		}
@@ -166,14 +166,39 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			}
 			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, fmt.Sprintf("%s: %s", deliveryID, out.Status))
 		}
+		// A push made onto this commit was merged already: this one is
+		// older (a forge's retries and queues deliver out of order), and
+		// the newer push's builds hold its changes. Built now, it would
+		// be numbered after them, and "older means a lower number" would
+		// run the wrong way: its plan would supersede theirs with older
+		// code. It is recorded as merged, with nothing queued.
+		var after models.Merge
+		err = tx.Where("LOWER(repository) = LOWER(?) AND before_commit = ?", src.Repository, push.Commit).Order("id").First(&after).Error
+		if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+			return err
+		}
+		older := err == nil
 		paths, _ := json.Marshal(keptPaths(push.Paths))
-		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Author: push.Author, Paths: string(paths), CreatedAt: s.Now()}
+		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Before: push.Before, Author: push.Author,
+			Paths: string(paths), CreatedAt: s.Now()}
 		if err := tx.Create(m).Error; err != nil {
 			return err
 		}
 		out.Merge = &m.ID
+		if older {
+			out.Status = fmt.Sprintf("merged %s: 0 build(s) queued: merge %d (%s) was pushed onto it and is built already",
+				short7(push.Commit), after.ID, short7(after.Commit))
+			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
+				return err
+			}
+			return audit(tx, "forge:"+src.Name, "merge", "source/"+src.Name, out.Status)
+		}
+		// Forges take a repository's name in any case: a module that
+		// spells it otherwise than its source is still the repository's
+		// (matched exactly, its push was taken and nothing built, and the
+		// commit, merged, was never built again).
 		var mods []models.Module
-		if err := tx.Where("repository = ?", src.Repository).Order("name").Find(&mods).Error; err != nil {
+		if err := tx.Where("LOWER(repository) = LOWER(?)", src.Repository).Order("name").Find(&mods).Error; err != nil {
 			return err
 		}
 		for _, mod := range mods {

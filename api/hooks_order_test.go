@@ -1,0 +1,128 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"mesh/controller/ctltest"
+)
+
+// pushOf is a push of main to octo-org/fleet, onto before, of one commit
+// a path (or of the commits listed, total saying how many it had).
+func pushOf(before, after string, total int, paths ...string) []byte {
+	commits := []map[string]any{}
+	for i, p := range paths {
+		commits = append(commits, map[string]any{"id": fmt.Sprintf("%040x", i+1), "added": []string{}, "removed": []string{}, "modified": []string{p}})
+	}
+	push := map[string]any{"ref": "refs/heads/main", "before": before, "after": after,
+		"repository": map[string]any{"full_name": "octo-org/fleet"}, "pusher": map[string]any{"name": "dev"}, "commits": commits}
+	if total > 0 {
+		push["total_commits"] = total
+	}
+	b, _ := json.Marshal(push)
+	return b
+}
+
+// postPush delivers a push to source, signed as its kind signs.
+func postPush(e *ctltest.Env, source, kind, delivery string, b []byte) (int, hookResult, string) {
+	h := map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": "sha256=" + sign(b)}
+	if kind == "gitea" {
+		h = map[string]string{"X-Gitea-Event": "push", "X-Gitea-Delivery": delivery, "X-Gitea-Signature": sign(b)}
+	}
+	resp, out := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/hooks/" + source, Body: b, Header: h})
+	var r hookResult
+	_ = json.Unmarshal(out, &r)
+	return resp.StatusCode, r, string(out)
+}
+
+func fleetSource(e *ctltest.Env, kind, repository string, module map[string]any) {
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/sources", Token: e.Admin,
+		Body: map[string]any{"name": "src", "kind": kind, "repository": repository, "default_branch": "main", "secret": hookSecret}}, 201, nil)
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: module}, 201, nil)
+}
+
+// TestWebhooks_RepositoryNamedInAnotherCaseStillBuilds: a source named
+// "Octo-Org/Fleet" took a push for "octo-org/fleet" (forges take a name in
+// any case) but looked its modules up by its own spelling exactly: the
+// merge was recorded with no build, and the commit, merged, was never
+// built again.
+func TestWebhooks_RepositoryNamedInAnotherCaseStillBuilds(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "Octo-Org/Fleet", map[string]any{"name": "web", "repository": "octo-org/fleet"})
+		st, r, raw := postPush(e, "src", "github", "d1", pushOf(strings.Repeat("a", 40), strings.Repeat("b", 40), 0, "web/main.go"))
+		if st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("a push taken for the source's repository queued no build of its module: %d %s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_AGitHubPushListedInPartTouchesEveryModule: GitHub lists at
+// most 2,048 commits of a push: a module touched only by the commits left
+// out was never built.
+func TestWebhooks_AGitHubPushListedInPartTouchesEveryModule(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet", "source_paths": []string{"web/"}})
+		docs := make([]string, 2048)
+		for i := range docs {
+			docs[i] = "docs/README.md"
+		}
+		st, r, raw := postPush(e, "src", "github", "d1", pushOf(strings.Repeat("a", 40), strings.Repeat("b", 40), 0, docs...))
+		if st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("a push listing GitHub's most commits (more may have been pushed) queued no build: %d %.300s", st, raw)
+		}
+		// Fewer than GitHub's most: judged by its paths.
+		st, r, raw = postPush(e, "src", "github", "d2", pushOf(strings.Repeat("b", 40), strings.Repeat("c", 40), 0, docs[:2047]...))
+		if st != 200 || len(r.Builds) != 0 {
+			t.Fatalf("a push of 2,047 commits touching docs only: %d %.300s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_AGiteaPushListedInPartTouchesEveryModule: Gitea and Forgejo
+// list at most a few commits of a push (5 by default) and say how many
+// there were: a module touched only by the commits left out was never
+// built.
+func TestWebhooks_AGiteaPushListedInPartTouchesEveryModule(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "gitea", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet", "source_paths": []string{"web/"}})
+		docs := []string{"docs/a", "docs/b", "docs/c", "docs/d", "docs/e"}
+		st, r, raw := postPush(e, "src", "gitea", "d1", pushOf(strings.Repeat("a", 40), strings.Repeat("b", 40), 9, docs...))
+		if st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("a push of 9 commits, 5 listed, queued no build: %d %s", st, raw)
+		}
+		st, r, raw = postPush(e, "src", "gitea", "d2", pushOf(strings.Repeat("b", 40), strings.Repeat("c", 40), 5, docs...))
+		if st != 200 || len(r.Builds) != 0 {
+			t.Fatalf("a push of 5 commits, all listed, touching docs only: %d %s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_AnOlderPushDeliveredLateIsNotBuiltAsNewer: a push onto A
+// (A → B) delivered before the push that made A (X → A), as a forge's
+// retries and queues may: A was queued as a newer build than B, so its
+// plan superseded B's and rolled older code out.
+func TestWebhooks_AnOlderPushDeliveredLateIsNotBuiltAsNewer(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet"})
+		x, a, b := strings.Repeat("1", 40), strings.Repeat("a", 40), strings.Repeat("b", 40)
+		st, r, raw := postPush(e, "src", "github", "d2", pushOf(a, b, 0, "web/x"))
+		if st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("the newer push: %d %s", st, raw)
+		}
+		newer := r.Builds[0].Number
+		st, r, raw = postPush(e, "src", "github", "d1", pushOf(x, a, 0, "web/x"))
+		if st != 200 || len(r.Builds) != 0 || r.Merge == nil || !strings.Contains(r.Status, "was pushed onto it") {
+			t.Fatalf("commit %s, the one build %d's push was made onto, delivered late: %d %s", a[:7], newer, st, raw)
+		}
+		// Delivered again, it is a replay like any merged commit.
+		if _, r, raw = postPush(e, "src", "github", "d1b", pushOf(x, a, 0, "web/x")); !strings.Contains(r.Status, "already merged") {
+			t.Fatalf("the late push again: %s", raw)
+		}
+		// The next push in order builds as ever.
+		if _, r, raw = postPush(e, "src", "github", "d3", pushOf(b, strings.Repeat("c", 40), 0, "web/x")); len(r.Builds) != 1 || r.Builds[0].Number != newer+1 {
+			t.Fatalf("the push after: %s", raw)
+		}
+	})
+}
