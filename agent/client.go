@@ -28,7 +28,8 @@ import (
 const MaxDeclaration = models.MaxDeclaration
 
 // errSwitch means: this controller cannot serve us now (connection failed,
-// 503 draining); try the next URL.
+// a 5xx — 503 draining, a proxy's 502 —, an answer cut off); try the next
+// URL.
 var errSwitch = errors.New("try the next controller")
 
 // client speaks the host protocol to the controllers, one at a time.
@@ -130,7 +131,9 @@ func (c *client) poll(ctx context.Context, finished int64, finishedSend string, 
 	case http.StatusOK:
 		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxDeclaration+1))
 		if err != nil {
-			return nil, fmt.Errorf("reading declaration: %w", err)
+			// Cut off or trickled past the deadline: the next controller
+			// is tried, as for a connection that failed.
+			return nil, fmt.Errorf("%w: reading declaration from %s: %v", errSwitch, c.base(), err)
 		}
 		if len(b) > MaxDeclaration {
 			// A declaration, refused unread (handle reports it): not a
@@ -138,10 +141,14 @@ func (c *client) poll(ctx context.Context, finished int64, finishedSend string, 
 			return &pollResult{body: nil, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag")}, nil
 		}
 		return &pollResult{body: b, send: resp.Header.Get("X-Mesh-Send"), etag: resp.Header.Get("ETag"), tlsHint: resp.Header.Get("X-Mesh-TLS")}, nil
-	case http.StatusServiceUnavailable:
-		return nil, fmt.Errorf("%w: %s answered 503", errSwitch, c.base())
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 500 {
+		// Any 5xx, as for a report: a proxy whose controller is down
+		// answers 502 or 504, a controller that cannot store a send 500;
+		// kept on it, the host never reached the controller that is up.
+		return nil, fmt.Errorf("%w: poll %s: %s: %s", errSwitch, c.base(), resp.Status, problemDetail(b))
+	}
 	return nil, fmt.Errorf("poll %s: %s: %s", c.base(), resp.Status, problemDetail(b))
 }
 

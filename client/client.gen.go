@@ -4083,7 +4083,8 @@ type ClientInterface interface {
 	// SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. An older one (going back, as after a
+	// the module and not pinned. Plans of older builds still running,
+	// paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -4103,7 +4104,8 @@ type ClientInterface interface {
 	// SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. An older one (going back, as after a
+	// the module and not pinned. Plans of older builds still running,
+	// paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -5616,7 +5618,8 @@ func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildN
 // SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. An older one (going back, as after a
+// the module and not pinned. Plans of older builds still running,
+// paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -5646,7 +5649,8 @@ func (c *Client) SetCurrentBuildWithBody(ctx context.Context, module ModuleName,
 // SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. An older one (going back, as after a
+// the module and not pinned. Plans of older builds still running,
+// paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -10596,7 +10600,8 @@ type ClientWithResponsesInterface interface {
 	// SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. An older one (going back, as after a
+	// the module and not pinned. Plans of older builds still running,
+	// paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -10616,7 +10621,8 @@ type ClientWithResponsesInterface interface {
 	// SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. An older one (going back, as after a
+	// the module and not pinned. Plans of older builds still running,
+	// paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -17710,7 +17716,8 @@ func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module 
 // SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. An older one (going back, as after a
+// the module and not pinned. Plans of older builds still running,
+// paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -17736,7 +17743,8 @@ func (c *ClientWithResponses) SetCurrentBuildWithBodyWithResponse(ctx context.Co
 // SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. An older one (going back, as after a
+// the module and not pinned. Plans of older builds still running,
+// paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan

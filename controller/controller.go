@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -224,8 +225,12 @@ func start(ctx context.Context, cfg Config, st *store.Store) (_ *Controller, err
 	if err != nil {
 		return nil, err
 	}
+	advertised, _ := json.Marshal(cfg.Advertise)
+	if len(cfg.Advertise) == 0 {
+		advertised = nil
+	}
 	if err := st.RegisterInstance(ctx, &models.Instance{ID: inst, Version: version.Version, Build: version.BuildNumber(),
-		State: models.InstanceStarting, StoreSchema: knownSchema}); err != nil {
+		State: models.InstanceStarting, StoreSchema: knownSchema, Advertise: string(advertised)}); err != nil {
 		return nil, err
 	}
 	defer func() {

@@ -93,6 +93,9 @@ type Instance struct {
 	// StoreSchema is the newest store migration its build knows (0: a
 	// build from before the column, which knows no batch envelopes).
 	StoreSchema int64 `json:"-"`
+	// Advertise is the names it was started to be reached under
+	// (--advertise), a JSON list.
+	Advertise string `json:"-"`
 }
 
 // SchemaBatchEnvelopes is the store migration that brought batch

@@ -61,7 +61,13 @@ func (s *Service) IssueServiceCertificate(ctx context.Context, ca *meshca.CA, ma
 	if err != nil {
 		return refuse(err)
 	}
-	if err := s.Certs.notTheControllers(csr.DNSNames); err != nil {
+	// Every instance's names, not only this one's: a replica asked for
+	// another's name signed what that one refused.
+	others, err := s.Store.AdvertisedNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Certs.notTheControllers(csr.DNSNames, others...); err != nil {
 		return refuse(err)
 	}
 	if err := s.serviceCerts.take(machine+"\x00"+req.Resource, lifetime, time.Now()); err != nil {
@@ -128,14 +134,16 @@ func coversName(w, n string) bool {
 
 // notTheControllers refuses a service certificate any of whose names (a
 // wildcard included, or a name under a wildcard the controller is
-// advertised as) is one the controller serves under: signed by the
+// advertised as) is one the controller serves under (this instance's, and
+// the others' given): signed by the
 // same mesh CA, with server auth, it would let whoever wrote the manifest
 // pose as the controller to the hosts and to meshctl, which trust that CA
 // (an operator's module could capture the admin's password at login).
-func (c MachineCerts) notTheControllers(names []string) error {
+func (c MachineCerts) notTheControllers(names []string, others ...string) error {
+	served := append(append(append([]string{}, c.ControllerNames...), others...), meshca.LocalNames...)
 	for _, n := range names {
 		n = strings.TrimSuffix(strings.ToLower(n), ".")
-		for _, r := range append(append([]string{}, c.ControllerNames...), meshca.LocalNames...) {
+		for _, r := range served {
 			r = strings.TrimSuffix(strings.ToLower(r), ".")
 			if n == r || coversName(n, r) || coversName(r, n) {
 				return fmt.Errorf("%w: %s is a name the controller serves under (--advertise); a service certificate may not name it", models.ErrForbidden, n)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"gorm.io/gorm/clause"
@@ -38,6 +39,31 @@ func (s *Store) SetInstanceState(ctx context.Context, id, state string) error {
 func (s *Store) Heartbeat(ctx context.Context, id string) error {
 	return mapErr(s.db.WithContext(ctx).Model(&models.Instance{}).Where("id = ?", id).
 		Update("heartbeat_at", s.Now()).Error)
+}
+
+// AdvertisedNames are the names every instance of the store was started to
+// be reached under (--advertise), each once: another instance's are the
+// controller's too.
+func (s *Store) AdvertisedNames(ctx context.Context) ([]string, error) {
+	var lists []string
+	if err := s.db.WithContext(ctx).Model(&models.Instance{}).Where("advertise <> ''").Distinct().Pluck("advertise", &lists).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range lists {
+		var names []string
+		if json.Unmarshal([]byte(l), &names) != nil {
+			continue
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Instances lists controller instances, newest first.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gorm.io/gorm"
@@ -275,6 +276,16 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 		if back.Reason != "" {
 			detail += fmt.Sprintf("; gone back from build %d: %s", back.From, back.Reason)
 		}
+		// A plan of an older build would go on reaching tiers with a
+		// build composing no longer sends, judge its machines by the
+		// newer one they run, and end "done" saying its build is current.
+		ended, err := supersedeBelow(tx, mod.ID, number, fmt.Sprintf("superseded: build %d was made current by %s", number, actor), tx.s.Now())
+		if err != nil {
+			return err
+		}
+		if len(ended) > 0 {
+			detail += fmt.Sprintf("; plan(s) %s of older builds superseded", joinIDs(ended))
+		}
 		return audit(tx, actor, "set-current", "module/"+module, detail)
 	})
 	return touched, err
@@ -509,4 +520,13 @@ func (s *Store) YankBuild(ctx context.Context, actor, module string, number int6
 		}
 		return b, audit(tx, actor, "yank-build", "module/"+module, fmt.Sprintf("build %d: %s", number, reason))
 	})
+}
+
+// joinIDs is ids as "1, 2, 3".
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ", ")
 }

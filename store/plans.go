@@ -386,6 +386,9 @@ func stepPlan(tx *Tx, p *models.Plan) error {
 			}
 			return stepPlan(tx, p)
 		}
+		if paused, err := pauseAllPinned(tx, p, &mod); err != nil || paused {
+			return err
+		}
 		return finishPlan(tx, p, &mod)
 	}
 	done := 0
@@ -614,6 +617,49 @@ func pauseUntried(tx *Tx, p *models.Plan, module string, steps []models.PlanStep
 	return true, tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason}).Error
 }
 
+// pauseAllPinned pauses a plan without a step when its module's machines
+// were all pinned by a person before it began (they are no steps of it, so
+// no tier saw them): the module's current build would
+// otherwise become one no machine tried. A module with no machines has
+// nothing to try it on, and a pinned machine that runs the build or a
+// newer one took it.
+func pauseAllPinned(tx *Tx, p *models.Plan, mod *models.Module) (bool, error) {
+	// A plan with steps is judged tier by tier (pauseUntried); one a
+	// person resumed from this pause is past tier 0.
+	if p.Tier > 0 {
+		return false, nil
+	}
+	var steps int64
+	if err := tx.Model(&models.PlanStep{}).Where("plan_id = ?", p.ID).Count(&steps).Error; err != nil || steps > 0 {
+		return false, err
+	}
+	var pinned []models.Machine
+	if err := tx.Select("machines.id", "machines.name", "machines.running").Joins("JOIN assignments ON assignments.machine_id = machines.id").
+		Where("assignments.module_id = ? AND assignments.build IS NOT NULL AND assignments.pin_plan = 0", mod.ID).
+		Order("machines.name").Find(&pinned).Error; err != nil || len(pinned) == 0 {
+		return false, err
+	}
+	names := make([]string, 0, min(len(pinned), 10))
+	for i := range pinned {
+		if running, err := pinned[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
+			return false, nil
+		}
+		if i < 10 {
+			names = append(names, pinned[i].Name)
+		}
+	}
+	if len(pinned) > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", len(pinned)-len(names)))
+	}
+	p.State = models.PlanPaused
+	p.Reason = models.Clip(fmt.Sprintf("%sbuild %d reached none of module %s's machines, each pinned by a person (%s): resume to make build %d "+
+		"current untried, or cancel", models.UntriedTierPause, p.Build, mod.Name, strings.Join(names, ", "), p.Build), 1000)
+	if err := audit(tx, "controller", "pause-plan", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
+		return false, err
+	}
+	return true, tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason}).Error
+}
+
 // tookByPin counts the plan's withdrawn steps (of one tier; of every tier
 // when tier < 0) whose machines a person pinned to the plan's build or a
 // newer one and whose hosts report running it: such a machine took the
@@ -719,13 +765,23 @@ func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 	if err := q.Where("id = ?", mod.ID).First(mod).Error; err != nil {
 		return err
 	}
+	if err := tx.Where("module_id = ? AND build <= ?", p.ModuleID, p.Build).Delete(&models.MachineTarget{}).Error; err != nil {
+		return err
+	}
+	if mod.CurrentBuild != nil && *mod.CurrentBuild > p.Build {
+		// A newer build was made current meanwhile (its plan or a person
+		// supersede this one as they do; this is the race they lost): the
+		// plan did not make its build current and does not say it did.
+		p.State, p.Reason = models.PlanSuperseded, fmt.Sprintf("superseded: build %d was made current, newer than %d", *mod.CurrentBuild, p.Build)
+		if err := tx.Model(p).Updates(map[string]any{"state": p.State, "reason": p.Reason, "finished_at": now}).Error; err != nil {
+			return err
+		}
+		return audit(tx, "controller", "plan-superseded", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason))
+	}
 	if mod.CurrentBuild == nil || *mod.CurrentBuild < p.Build {
 		if err := setCurrent(tx, mod, p.Build); err != nil {
 			return err
 		}
-	}
-	if err := tx.Where("module_id = ? AND build <= ?", p.ModuleID, p.Build).Delete(&models.MachineTarget{}).Error; err != nil {
-		return err
 	}
 	p.State = models.PlanDone
 	if err := tx.Model(p).Updates(map[string]any{"state": p.State, "finished_at": now}).Error; err != nil {
@@ -994,25 +1050,35 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 // composed: a machine it had reached but not moved kept being sent its
 // build once p was cancelled before reaching it.
 func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
+	_, err := supersedeBelow(tx, p.ModuleID, p.Build, fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build), now)
+	return err
+}
+
+// supersedeBelow ends the module's plans of builds older than build that
+// may still reach machines (running, paused, halted), saying why; it
+// returns their ids.
+func supersedeBelow(tx *Tx, moduleID, build int64, why string, now time.Time) ([]int64, error) {
 	var older []models.Plan
-	if err := tx.Where("module_id = ? AND build < ? AND state IN ?", p.ModuleID, p.Build,
+	if err := tx.Where("module_id = ? AND build < ? AND state IN ?", moduleID, build,
 		[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).Order("id").Find(&older).Error; err != nil {
-		return err
+		return nil, err
 	}
+	ids := make([]int64, 0, len(older))
 	for i := range older {
-		why := fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build)
+		why := why
 		n, err := withdrawUnapplied(tx, &older[i], "superseded")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if n > 0 {
 			why += fmt.Sprintf("; its target removed from %d machine(s) whose hosts had not applied it", n)
 		}
 		if err := tx.Model(&older[i]).Updates(map[string]any{"state": models.PlanSuperseded, "finished_at": now, "reason": why}).Error; err != nil {
-			return err
+			return nil, err
 		}
+		ids = append(ids, older[i].ID)
 	}
-	return nil
+	return ids, nil
 }
 
 // withdrawUnapplied takes a cancelled plan's build back from the machines

@@ -129,6 +129,8 @@ type Options struct {
 	// MachineCertLifetime and MachineCertGrace are the controller's.
 	TLS                                   bool
 	MachineCertLifetime, MachineCertGrace time.Duration
+	// Advertise is the controller's --advertise.
+	Advertise []string
 }
 
 // Start runs a controller on a fresh store of the dialect.
@@ -152,7 +154,7 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Out: &out,
 		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, RolloutEvery: o.RolloutEvery, ResyncEvery: o.ResyncEvery, StoreTimeout: o.StoreTimeout, DrainTimeout: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level})),
-		TLS: o.TLS, MachineCertLifetime: o.MachineCertLifetime, MachineCertGrace: o.MachineCertGrace}
+		TLS: o.TLS, MachineCertLifetime: o.MachineCertLifetime, MachineCertGrace: o.MachineCertGrace, Advertise: o.Advertise}
 	c, err := controller.Start(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,96 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"mesh/models"
+	"mesh/store"
+	"mesh/store/storetest"
+)
+
+// TestPlan_ANewerBuildMadeCurrentSupersedesIt: a plan of build 2 runs, its
+// canary applied; a person makes build 3 current. The plan went on to its
+// next tier, judged m2 and m3 applied by build 3, which they ran, and
+// ended "done" with "plan 1: build 2 is current" on the record while build
+// 3 was.
+func TestPlan_ANewerBuildMadeCurrentSupersedesIt(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil || v.State != models.PlanRunning {
+			t.Fatalf("plan: %+v %v", v, err)
+		}
+		applied(t, s, "m1", 2)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 3, ""); err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		for _, n := range []string{"m2", "m3"} {
+			applied(t, s, n, 3)
+		}
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanSuperseded || !strings.Contains(v.Reason, "build 3 was made current by user:olga") {
+			t.Fatalf("plan %s %q; want superseded by build 3", v.State, v.Reason)
+		}
+		for _, st := range v.Steps {
+			if st.Tier > 0 && st.State != models.StepWithdrawn {
+				t.Fatalf("step %s of tier %d %s %q: the plan went on past the newer build", st.Machine, st.Tier, st.State, st.Reason)
+			}
+		}
+		es, _ := s.AuditEventsWhere(ctx, 50, 0, models.AuditFilter{Target: "module/mod"})
+		var said []string
+		for _, e := range es {
+			if strings.Contains(e.Detail, "build 2 is current") {
+				t.Fatalf("the record says build 2 is current: %s %q", e.Action, e.Detail)
+			}
+			said = append(said, e.Action+": "+e.Detail)
+		}
+		if !strings.Contains(strings.Join(said, "\n"), "plan(s) 1 of older builds superseded") {
+			t.Fatalf("the change of current build does not say it superseded plan 1:\n%s", strings.Join(said, "\n"))
+		}
+		if mod, _ := s.Module(ctx, "mod"); *mod.CurrentBuild != 3 {
+			t.Fatalf("current build %d", *mod.CurrentBuild)
+		}
+	})
+}
+
+// TestPlan_AllMachinesPinnedBeforeThePlanWaitsBeforeCurrent: as
+// TestPlan_NoMachineTookItWaitsBeforeCurrent, but a person pinned every
+// machine of the module before the plan was made, so it had no step: it
+// ended "done" at once and made current a build no machine tried. Resumed,
+// it makes it current as a person's choice.
+func TestPlan_AllMachinesPinnedBeforeThePlanWaitsBeforeCurrent(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			pinTo(t, s, n, 1)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		mod, _ := s.Module(ctx, "mod")
+		if v.State != models.PlanPaused || !strings.HasPrefix(v.Reason, models.UntriedTierPause) || !strings.Contains(v.Reason, "m1, m2, m3") ||
+			*mod.CurrentBuild == 2 {
+			t.Fatalf("plan %s %q with %d steps; module's current build %d", v.State, v.Reason, len(v.Steps), *mod.CurrentBuild)
+		}
+		stepPlans(t, s)
+		seen := int64(0)
+		if _, err := s.ActOnPlan(ctx, "user:olga", v.ID, models.PlanResume, models.PlanSeen{Tier: &seen}); err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		mod, _ = s.Module(ctx, "mod")
+		if v.State != models.PlanDone || *mod.CurrentBuild != 2 {
+			t.Fatalf("resumed: plan %s %q; current build %d", v.State, v.Reason, *mod.CurrentBuild)
+		}
+	})
+}
