@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"path"
 	"sort"
 	"strconv"
+	"strings"
 
 	"mesh/models"
 )
@@ -57,6 +59,8 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			a.filesBefore[m.Path] = true
 		}
 	}
+	away := goingAway(st, claimed)
+	gone := map[string]bool{} // paths of away removed before their turn (clearInTheWay)
 	var actions []models.Action
 
 	// 0. Every tree that changes is fetched and unpacked beside what runs
@@ -68,6 +72,17 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			continue
 		}
 		if prev := st.Resources[r.ID]; prev != nil && prev.Digest == r.Artifact.Digest && a.root.treeLive(r.Path, r.Artifact.Digest) {
+			continue
+		}
+		if under(r.Path, away) != nil {
+			// Beneath a file or tree of mesh's that goes away: staged
+			// here, it would be unpacked through the old tree's link into
+			// what is about to be removed (or fail on the old file).
+			// Fetched now, so a download that fails changes nothing;
+			// unpacked in step 2, once what is in its way is gone.
+			if _, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size); err != nil {
+				return nil, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
+			}
 			continue
 		}
 		blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
@@ -107,18 +122,50 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		}
 	}
 
-	// 2. Everything named, in order.
+	// 2. Everything named, in order. What a resource leaves behind at its
+	// old path (moved) is removed once every resource is in place, so a
+	// service is restarted on the new files before the old go.
 	digests := map[string]string{}
 	units := -1 // the last action on a unit file: systemd must reload
+	var moves []*Managed
+	removeMoved := func() error {
+		for _, m := range moves {
+			if gone[m.Path] {
+				continue
+			}
+			if err := a.removeManaged(m, claimed); err != nil {
+				return fmt.Errorf("removing the old %s at %s: %w", m.Kind, m.Path, err)
+			}
+		}
+		moves = nil
+		return nil
+	}
 	for _, r := range ordered {
-		act, err := a.applyOne(ctx, r, st, digests, claimed)
-		if err != nil {
+		prev := st.Resources[r.ID]
+		wasUnit := prev != nil && prev.Kind == "file" && isUnitFile(prev.Path) && (prev.Path != r.Path || r.Kind != "file")
+		if err := a.clearInTheWay(r, away, gone); err != nil {
+			_ = removeMoved()
 			return actions, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
 		}
-		if r.Kind == "file" && isUnitFile(r.Path) && act.Action != "unchanged" {
-			units = len(actions)
+		act, moved, err := a.applyOne(ctx, r, st, digests, claimed)
+		if err != nil {
+			// What moved before this one is removed as it was: the state
+			// no longer names its old path, so nothing else would.
+			_ = removeMoved()
+			return actions, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
+		}
+		if moved != nil {
+			moves = append(moves, moved)
+		}
+		if (r.Kind == "file" && isUnitFile(r.Path) && act.Action != "unchanged") || (wasUnit && act.Action != "unchanged") {
+			// Owed from now: an apply that fails after writing it finds
+			// it unchanged when it runs again.
+			units, a.reloadPending = len(actions), true
 		}
 		actions = append(actions, act)
+	}
+	if err := removeMoved(); err != nil {
+		return actions, err
 	}
 
 	// 3. Files and trees no longer named, last first.
@@ -136,6 +183,15 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			// A resource renamed (or its module) at the same path: step 2
 			// wrote the new one there, and removing the old would delete it.
 			act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
+			if m.Kind == "tree" && kinds[by] != "tree" {
+				// A file took the tree's path: its unpacked versions,
+				// named by nothing now, go.
+				if err := a.root.removeVersions(m.Path); err != nil {
+					return actions, fmt.Errorf("removing %s: %w", id, err)
+				}
+			}
+		} else if gone[m.Path] {
+			act.Detail = m.Path // removed in step 2, out of another's way
 		} else {
 			if err := a.removeManaged(m, claimed); err != nil {
 				return actions, fmt.Errorf("removing %s: %w", id, err)
@@ -143,7 +199,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			act.Detail = m.Path
 		}
 		if m.Kind == "file" && isUnitFile(m.Path) && act.Action == "removed" {
-			units = len(actions)
+			units, a.reloadPending = len(actions), true
 		}
 		delete(st.Resources, id)
 		actions = append(actions, act)
@@ -206,9 +262,10 @@ func resourcePaths(r models.Resource) []string {
 	return nil
 }
 
-// applyOne applies one resource; when it moved (a new path or kind), what
-// the old one left is removed once the new one is in place.
-func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests, claimed map[string]string) (models.Action, error) {
+// applyOne applies one resource; when it moved (a new path or kind), it
+// returns what the old one left for the caller to remove once every
+// resource is in place.
+func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, digests, claimed map[string]string) (models.Action, *Managed, error) {
 	var moved *Managed
 	// A certificate cleans up its own old files (two paths, and the new
 	// ones may reuse one of them).
@@ -219,19 +276,88 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 	}
 	act, err := a.applyResource(ctx, r, st, digests, claimed)
 	if err != nil || moved == nil {
-		return act, err
+		return act, nil, err
 	}
 	if by := claimed[moved.Path]; by != "" && moved.Kind != models.ResourceCertificate {
 		// Its old path is another resource's now (two swapped paths, or
 		// one took the other's): that one's content stays.
 		act.Detail += " (moved from " + moved.Path + ", " + by + "'s now)"
-		return act, nil
-	}
-	if err := a.removeManaged(moved, claimed); err != nil {
-		return act, fmt.Errorf("removing the old %s at %s: %w", moved.Kind, moved.Path, err)
+		if moved.Kind == "tree" && r.Kind != "tree" && by == r.ID {
+			// A file took the tree's own path: its unpacked versions,
+			// named by nothing now, go.
+			if err := a.root.removeVersions(moved.Path); err != nil {
+				return act, nil, err
+			}
+		}
+		return act, nil, nil
 	}
 	act.Detail += " (moved from " + moved.Path + ")"
-	return act, nil
+	return act, moved, nil
+}
+
+// goingAway are the files and trees mesh put on the machine whose paths
+// the declaration being applied gives no resource: each is removed by this
+// apply (named no more, or moved), unless forgotten.
+func goingAway(st *State, claimed map[string]string) []*Managed {
+	var out []*Managed
+	for _, id := range sortedIDs(st.Resources) {
+		m := st.Resources[id]
+		if (m.Kind == "file" || m.Kind == "tree") && m.OnRemove != "forget" && claimed[m.Path] == "" {
+			c := *m
+			out = append(out, &c)
+		}
+	}
+	return out
+}
+
+// under returns the one of away whose path is a directory above p, or nil.
+func under(p string, away []*Managed) *Managed {
+	for _, m := range away {
+		if strings.HasPrefix(p, strings.TrimSuffix(m.Path, "/")+"/") {
+			return m
+		}
+	}
+	return nil
+}
+
+// clearInTheWay removes, before r is applied, what goes away and stands
+// where r needs the path: a file or tree of mesh's at a directory above
+// r's paths (a file moved from /etc/app to /etc/app/app.conf could never
+// be written; one written beneath an old tree's link landed in the version
+// removed with it), and, for a file, mesh's files beneath its path, then
+// the directories they leave empty. gone records what it removed, so its
+// turn later does not remove what took its place.
+func (a *Agent) clearInTheWay(r models.Resource, away []*Managed, gone map[string]bool) error {
+	for _, p := range resourcePaths(r) {
+		for m := under(p, away); m != nil && !gone[m.Path]; m = under(p, away) {
+			if err := a.removeManaged(m, nil); err != nil {
+				return fmt.Errorf("removing %s, which goes away, from above %s: %w", m.Path, p, err)
+			}
+			gone[m.Path] = true
+			a.reloadPending = a.reloadPending || (m.Kind == "file" && isUnitFile(m.Path))
+		}
+		if r.Kind != "file" {
+			continue
+		}
+		for _, m := range away {
+			if gone[m.Path] || !strings.HasPrefix(m.Path, strings.TrimSuffix(p, "/")+"/") {
+				continue
+			}
+			if err := a.removeManaged(m, nil); err != nil {
+				return fmt.Errorf("removing %s, which goes away, from beneath %s: %w", m.Path, p, err)
+			}
+			gone[m.Path] = true
+			a.reloadPending = a.reloadPending || (m.Kind == "file" && isUnitFile(m.Path))
+			// The directories it leaves empty, up to p: a person's file
+			// in one keeps it, and p is then refused as a directory.
+			for d := path.Dir(m.Path); len(d) >= len(p) && strings.HasPrefix(d, p); d = path.Dir(d) {
+				if a.root.root.Remove(rel(d)) != nil {
+					break
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State, digests, claimed map[string]string) (models.Action, error) {

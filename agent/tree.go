@@ -166,6 +166,11 @@ func (m *machineRoot) removeTree(p string) error {
 	if err := m.remove(p); err != nil {
 		return err
 	}
+	return m.removeVersions(p)
+}
+
+// removeVersions removes a tree's unpacked versions (not what is at p).
+func (m *machineRoot) removeVersions(p string) error {
 	return m.root.RemoveAll(rel(versionsDir(p)))
 }
 

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mesh/models"
+)
+
+// fakeSystemctl makes a.cfg.Systemctl a script recording its calls; it
+// returns how many daemon-reloads it has seen.
+func fakeSystemctl(t *testing.T, a *Agent) func() int {
+	t.Helper()
+	calls := filepath.Join(t.TempDir(), "calls")
+	a.cfg.Systemctl = filepath.Join(t.TempDir(), "systemctl")
+	if err := os.WriteFile(a.cfg.Systemctl, []byte("#!/bin/sh\necho \"$*\" >> "+calls+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return func() int { b, _ := os.ReadFile(calls); return strings.Count(string(b), "daemon-reload\n") }
+}
+
+func applyAs(t *testing.T, a *Agent, gen int64, rs ...models.Resource) ([]models.Action, error) {
+	t.Helper()
+	st := a.state.clone()
+	acts, err := a.applyInFull(context.Background(), &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: gen, Resources: rs}, st)
+	a.state = st // as applyWithRetries does
+	return acts, err
+}
+
+// TestApply_UnitWrittenByAFailedApplyIsReloadedOnRetry: an apply wrote a
+// unit file, then failed on a later resource; its retry found the unit
+// unchanged and systemd was never reloaded: the reload was owed only once
+// the reload step was reached.
+func TestApply_UnitWrittenByAFailedApplyIsReloadedOnRetry(t *testing.T) {
+	a := testAgent(t)
+	reloads := fakeSystemctl(t, a)
+	unit, conf := "[Service]\nExecStart=/opt/web/run\n", "x\n"
+	// A person's file where the next resource needs a directory.
+	if err := os.MkdirAll(filepath.Join(a.root.dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.root.dir, "etc/web"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	decl := []models.Resource{
+		{ID: "web.unit", Module: "web", Build: 1, Kind: "file", Path: "/etc/systemd/system/web.service", Content: &unit},
+		{ID: "web.conf", Module: "web", Build: 1, Kind: "file", Path: "/etc/web/web.conf", Content: &conf},
+	}
+	if _, err := applyAs(t, a, 1, decl...); err == nil {
+		t.Fatal("first attempt should fail on web.conf")
+	}
+	if !exists(filepath.Join(a.root.dir, "etc/systemd/system/web.service")) {
+		t.Fatal("the unit was not written by the failed attempt")
+	}
+	// The person moves their file away; the retry succeeds.
+	os.Remove(filepath.Join(a.root.dir, "etc/web"))
+	acts, err := applyAs(t, a, 1, decl...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reloads() == 0 {
+		t.Fatalf("web.service was written and the apply finished, but systemd was never reloaded: %+v", acts)
+	}
+}
+
+// TestApply_UnitMovedAwayReloads: a unit file moved (same id) to a path
+// that is no unit's: the old unit file was removed and systemd, never
+// reloaded, kept the unit (only the new path was looked at).
+func TestApply_UnitMovedAwayReloads(t *testing.T) {
+	a := testAgent(t)
+	reloads := fakeSystemctl(t, a)
+	unit := "[Service]\nExecStart=/opt/web/run\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "web.unit", Module: "web", Build: 1, Kind: "file", Path: "/etc/systemd/system/web.service", Content: &unit}); err != nil {
+		t.Fatal(err)
+	}
+	before := reloads()
+	acts, err := applyAs(t, a, 2, models.Resource{ID: "web.unit", Module: "web", Build: 2, Kind: "file", Path: "/etc/web/web.service.example", Content: &unit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists(filepath.Join(a.root.dir, "etc/systemd/system/web.service")) {
+		t.Fatal("old unit still there")
+	}
+	if reloads() == before {
+		t.Fatalf("web.service was removed from /etc/systemd/system but systemd was not reloaded: %+v", acts)
+	}
+}
+
+// TestApply_FileTakingATreesPathRemovesItsVersions: a file took a tree's
+// path (same id, or renamed): the tree's unpacked versions stayed on disk,
+// named by no declaration and by no state.
+func TestApply_FileTakingATreesPathRemovesItsVersions(t *testing.T) {
+	for _, sameID := range []bool{true, false} {
+		t.Run(map[bool]string{true: "SameID", false: "Renamed"}[sameID], func(t *testing.T) {
+			a := testAgent(t)
+			dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "big"}))
+			if _, err := applyAs(t, a, 1, models.Resource{ID: "app.x", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}}); err != nil {
+				t.Fatal(err)
+			}
+			c := "now a file\n"
+			id := "app.x"
+			if !sameID {
+				id = "app.y"
+			}
+			acts, err := applyAs(t, a, 2, models.Resource{ID: id, Module: "app", Build: 2, Kind: "file", Path: "/opt/app", Content: &c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app")); err != nil || string(b) != c {
+				t.Fatalf("/opt/app: %q %v", b, err)
+			}
+			if exists(filepath.Join(a.root.dir, "opt/.app.mesh")) {
+				t.Fatalf("the old tree's unpacked versions /opt/.app.mesh are left on disk, named by nothing: actions %+v", acts)
+			}
+		})
+	}
+}
+
+// TestApply_TreeMovedBeneathItsOldPath: a tree moved beneath its old path
+// (/opt/app → /opt/app/current) was unpacked through the old tree's link
+// into its version, which was then removed with it: reported updated,
+// nothing on disk.
+func TestApply_TreeMovedBeneathItsOldPath(t *testing.T) {
+	a := testAgent(t)
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "1"}))
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.tree", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}}); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app/current", Artifact: &models.Artifact{Digest: dg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/current/bin/run")); err != nil || string(b) != "1" {
+		t.Fatalf("/opt/app/current/bin/run: %q %v; state %+v; actions %+v", b, err, a.state.Resources["app.tree"], acts)
+	}
+}
+
+// TestApply_FileDeclaredInsideATreeThatGoes: a tree no longer named, and a
+// file declared inside its path: the file was written through the tree's
+// link into its version, then removed with it; reported created.
+func TestApply_FileDeclaredInsideATreeThatGoes(t *testing.T) {
+	a := testAgent(t)
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "1"}))
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.tree", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}}); err != nil {
+		t.Fatal(err)
+	}
+	c := "port=80\n"
+	acts, err := applyAs(t, a, 2, models.Resource{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/opt/app/app.conf", Content: &c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/app.conf")); err != nil || string(b) != c {
+		t.Fatalf("/opt/app/app.conf: %q %v; state %+v; actions %+v", b, err, a.state.Resources["app.conf"], acts)
+	}
+}
+
+// TestApply_FileMovedBeneathItsOldPath: a file moved from /etc/app to
+// /etc/app/app.conf (same id) could never be written: its old self was in
+// the way, and removed only after the new one was written.
+func TestApply_FileMovedBeneathItsOldPath(t *testing.T) {
+	a := testAgent(t)
+	c := "x\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/etc/app", Content: &c}); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		acts, err := applyAs(t, a, 2, models.Resource{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/etc/app/app.conf", Content: &c})
+		if err != nil {
+			t.Fatalf("attempt %d: %v (actions %+v)", attempt, err, acts)
+		}
+	}
+}
+
+// TestApply_FileMovedToItsParentDirectory: the reverse, /etc/app/app.conf
+// to /etc/app: the directory its old self left was in the way.
+func TestApply_FileMovedToItsParentDirectory(t *testing.T) {
+	a := testAgent(t)
+	c := "x\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/etc/app/app.conf", Content: &c}); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		acts, err := applyAs(t, a, 2, models.Resource{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/etc/app", Content: &c})
+		if err != nil {
+			t.Fatalf("attempt %d: %v (actions %+v)", attempt, err, acts)
+		}
+	}
+}
+
+// stopWitness wraps the supervisor: when it is asked to replace a running
+// service, it notes whether the command the old process runs is still on
+// disk.
+type stopWitness struct {
+	*supervisor
+	rootDir string
+	seen    []string
+}
+
+func (w *stopWitness) Ensure(ctx context.Context, r models.Resource, digest string) (string, error) {
+	w.supervisor.mu.Lock()
+	sv := w.supervisor.svcs[r.ID]
+	w.supervisor.mu.Unlock()
+	if sv != nil && sv.digest != digest {
+		old := sv.res.Command[0]
+		if !exists(filepath.Join(w.rootDir, old)) {
+			w.seen = append(w.seen, r.ID+" still ran while "+old+" was removed")
+		}
+	}
+	return w.supervisor.Ensure(ctx, r, digest)
+}
+
+// TestApply_AMovedTreeOutlivesTheServiceOnIt: a service's tree moved
+// (/opt/app → /opt/app2) and its command with it: the old tree was removed
+// as soon as the new one was in place, while the old service still ran on
+// it; the service was restarted only afterwards.
+func TestApply_AMovedTreeOutlivesTheServiceOnIt(t *testing.T) {
+	a := testAgent(t)
+	sup := a.services.(*supervisor)
+	w := &stopWitness{supervisor: sup, rootDir: a.root.dir}
+	a.services = w
+	t.Cleanup(func() { _ = sup.Stop(context.Background(), "app.svc") })
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "#!/bin/sh\nexec sleep 1000\n", mode: 0o755}))
+	decl := func(gen int64, dir string) []models.Resource {
+		return []models.Resource{
+			{ID: "app.tree", Module: "app", Build: gen, Kind: "tree", Path: dir, Artifact: &models.Artifact{Digest: dg}},
+			{ID: "app.svc", Module: "app", Build: gen, Kind: "service", Command: []string{dir + "/bin/run"}, After: []string{"app.tree"}},
+		}
+	}
+	if _, err := applyAs(t, a, 1, decl(1, "/opt/app")...); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := applyAs(t, a, 2, decl(2, "/opt/app2")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.seen) > 0 {
+		t.Fatalf("files removed before the service using them was stopped: %v (actions %+v)", w.seen, acts)
+	}
+}
