@@ -345,9 +345,22 @@ func replaceAssigned(tx *Tx, machineID int64, rows []models.Assignment) (int, er
 // declaration otherwise (a lost store must never tear a machine down), and
 // a label change is as deliberate as emptying its assignments.
 func markEmptied(tx *Tx, machineID int64, lost bool) error {
-	var n int64
-	if err := tx.Model(&models.Assignment{}).Where("machine_id = ?", machineID).Count(&n).Error; err != nil {
+	n, err := contributing(tx, machineID)
+	if err != nil {
 		return err
 	}
 	return tx.Model(&models.Machine{}).Where("id = ?", machineID).Update("empty_ok", n == 0 && lost).Error
+}
+
+// contributing counts the machine's modules that give its declaration a
+// build (a current build, or a pin): a module a selector keeps on it with
+// no build yet gives nothing, and a machine left with only such modules
+// is empty, as its declaration is (counted, the machine a person emptied
+// was sent an empty declaration without empty_ok, which its host refused
+// while the last module's services ran on).
+func contributing(tx *Tx, machineID int64) (int64, error) {
+	var n int64
+	err := tx.Table("assignments").Joins("JOIN modules ON modules.id = assignments.module_id").
+		Where("assignments.machine_id = ? AND (assignments.build IS NOT NULL OR modules.current_build IS NOT NULL)", machineID).Count(&n).Error
+	return n, err
 }

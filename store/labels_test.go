@@ -116,8 +116,11 @@ func TestLabels_MachinesGainAndLoseTheModule(t *testing.T) {
 			if got := modulesOf(t, s, "m1"); !slices.Equal(got, []string{"web"}) {
 				t.Fatalf("m1 runs %v after its assignments were emptied", got)
 			}
-			if mustMachine(t, s, "m1").EmptyOK {
-				t.Fatal("a machine that still runs a selected module is marked empty on purpose")
+			// web has no build: the machine's declaration is empty, as
+			// the person asked (a machine whose selected module has a
+			// build is not: TestAssignments_EmptiedWhileASelectorKeepsAModule).
+			if !mustMachine(t, s, "m1").EmptyOK {
+				t.Fatal("a machine emptied on purpose, kept only a module with no build by a selector, is not marked empty")
 			}
 		})
 		t.Run("LabelChangeLosesIt", func(t *testing.T) {
@@ -540,6 +543,50 @@ func TestAPITokens_BoundedPerPerson(t *testing.T) {
 		var ra *models.RetryAfterError
 		if err := mk(i, now.Add(time.Hour)); !errors.As(err, &ra) || !errors.Is(err, models.ErrTooManyRequests) || !strings.Contains(err.Error(), "the most a day") {
 			t.Fatalf("the day's 101st token: %v", err)
+		}
+	})
+}
+
+// TestAssignments_EmptiedWhileASelectorKeepsAModule: a person empties a
+// machine's assignments (PUT []) while a selector keeps a module on it. A
+// kept module with no build gives the declaration nothing: it was empty
+// but not marked so, and its host refused it while the last module's
+// services ran on (README: empty it on purpose, then delete it). A kept
+// module with a build runs on: not empty.
+func TestAssignments_EmptiedWhileASelectorKeepsAModule(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s) // m1..m3 run mod, which has builds
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"m1", "m2"} {
+			g := mustMachine(t, s, n).Generation
+			if _, err := s.SetLabels(ctx, "test", n, &g, map[string]string{"role": "web"}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		selectWeb(t, s, "role=web", false)
+		empty := func(name string) *models.Machine {
+			t.Helper()
+			g := mustMachine(t, s, name).Generation
+			if _, err := s.SetAssignments(ctx, "user:olga", name, &g, []models.AssignmentView{}); err != nil {
+				t.Fatal(err)
+			}
+			return mustMachine(t, s, name)
+		}
+		if m := empty("m1"); !m.EmptyOK {
+			t.Fatalf("m1, emptied, kept only web (no build) by its selector: empty_ok %v", m.EmptyOK)
+		}
+		mod, err := s.Module(ctx, "mod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateModule(ctx, "test", "mod", mod.ETag(), false, func(m *models.Module) error { m.Selector = "role=web"; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if m := empty("m2"); m.EmptyOK {
+			t.Fatal("m2, emptied, still runs mod (a build) by its selector, yet is marked empty on purpose")
 		}
 	})
 }

@@ -436,11 +436,14 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 			}
 			rows = append(rows, models.Assignment{MachineID: m.ID, ModuleID: mod.ID, Build: a.Build, Reason: a.Reason, CreatedAt: s.Now(), Assigned: true})
 		}
-		kept, err := replaceAssigned(tx, m.ID, rows)
+		if _, err := replaceAssigned(tx, m.ID, rows); err != nil {
+			return err
+		}
+		live, err := contributing(tx, m.ID)
 		if err != nil {
 			return err
 		}
-		if err := tx.Model(m).Update("empty_ok", len(rows)+kept == 0).Error; err != nil {
+		if err := tx.Model(m).Update("empty_ok", len(rows) == 0 && live == 0).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerAssignment); err != nil {

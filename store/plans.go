@@ -126,7 +126,11 @@ func (tx *Tx) CreatePlan(actor, module string, build, controllerBuild int64, hos
 			p.Reason = fmt.Sprintf("refused: would downgrade mesh-controller from build %d to %d (%s runs build %d)", floor, build, runs, floor)
 		case err == nil:
 			p.State = models.PlanSuperseded
-			p.Reason = fmt.Sprintf("superseded: plan %d already rolls out build %d, newer than %d", newer.ID, newer.Build, build)
+			verb := "rolls out"
+			if newer.State == models.PlanDone {
+				verb = "rolled out"
+			}
+			p.Reason = fmt.Sprintf("superseded: plan %d %s build %d, newer than %d", newer.ID, verb, newer.Build, build)
 		case mod.CurrentBuild != nil && *mod.CurrentBuild > build:
 			p.State = models.PlanSuperseded
 			p.Reason = fmt.Sprintf("superseded: build %d is already current, newer than %d", *mod.CurrentBuild, build)
@@ -913,7 +917,10 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 		if err := q.Where("id = ?", id).First(&p).Error; err != nil {
 			return fmt.Errorf("plan %d: %w", id, mapErr(err))
 		}
-		if seen.Tier != nil || seen.Moves != nil {
+		// A plan that ended is said ended below (done, so not resumed),
+		// not "moved on" from a tier it is still at.
+		live := p.State == models.PlanRunning || p.State == models.PlanPaused || p.State == models.PlanHalted
+		if live && (seen.Tier != nil || seen.Moves != nil) {
 			var tiers int64
 			if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
 				return err
@@ -955,7 +962,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 					before = strconv.FormatInt(*mod.Before, 10)
 				}
 				return fmt.Errorf("%w: plan %d is done; a finished plan is not rolled back: make the build before it current again, with a reason "+
-					"(meshctl modules current %s %s --reason …, POST /api/v1/modules/%s/current, or the module's page), or pin a machine to it with a reason "+
+					"(meshctl modules current %s %s --reason …, POST /api/v1/modules/%s/current, or the dashboard's Modules page), or pin a machine to it with a reason "+
 					"(meshctl assign MACHINE %s@%s --reason …)", models.ErrConflict, id, mod.Name, before, mod.Name, mod.Name, before)
 			}
 			why := ""

@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -91,6 +93,43 @@ func TestPlan_AllMachinesPinnedBeforeThePlanWaitsBeforeCurrent(t *testing.T) {
 		mod, _ = s.Module(ctx, "mod")
 		if v.State != models.PlanDone || *mod.CurrentBuild != 2 {
 			t.Fatalf("resumed: plan %s %q; current build %d", v.State, v.Reason, *mod.CurrentBuild)
+		}
+	})
+}
+
+// TestPlan_AnEndedPlanActedOnAtATierSaysItEnded: resuming a plan that is
+// done, naming the tier it was read at, said it "has moved on since it
+// was read (at tier 1 of 1): it is now done at tier 1 of 1" — moved on
+// from the tier it is at. It says the plan is done. And a plan of an older
+// build made after it says the done plan rolled its build out, not that it
+// "rolls out" still.
+func TestPlan_AnEndedPlanActedOnAtATierSaysItEnded(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2)
+		stepPlans(t, s)
+		applied(t, s, "m2", 2)
+		applied(t, s, "m3", 2)
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone {
+			t.Fatalf("plan %s %q", v.State, v.Reason)
+		}
+		seen := v.Tier
+		_, err = s.ActOnPlan(ctx, "user:olga", v.ID, models.PlanResume, models.PlanSeen{Tier: &seen})
+		if !errors.Is(err, models.ErrConflict) || !strings.Contains(err.Error(), "is done; cannot resume it") || strings.Contains(err.Error(), "moved on") {
+			t.Fatalf("resume of a done plan at its tier: %v", err)
+		}
+		older, err := s.CreatePlan(ctx, "test", "mod", 1, 0, "")
+		if err != nil || older.State != models.PlanSuperseded {
+			t.Fatalf("plan of build 1: %+v %v", older, err)
+		}
+		if older.Reason != fmt.Sprintf("superseded: plan %d rolled out build 2, newer than 1", v.ID) {
+			t.Fatalf("plan of build 1: %q", older.Reason)
 		}
 	})
 }

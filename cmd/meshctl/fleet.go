@@ -193,11 +193,16 @@ reads them again and applies only these changes to the fresh ones.`,
 				if a.jsonOut() {
 					return a.printJSON(r.Body)
 				}
-				gen := ""
+				gen, said := "", "variables written"
 				if e := strings.Trim(r.HTTPResponse.Header.Get("ETag"), `"`); e != "" {
 					gen = ", generation " + e
+					if e == strings.Trim(etag, `"`) {
+						// The same generation: the variables were already
+						// so, and nothing new reaches the machine.
+						said = "variables unchanged"
+					}
 				}
-				fmt.Fprintf(a.out, "%s: variables written%s\n", machine, gen)
+				fmt.Fprintf(a.out, "%s: %s%s\n", machine, said, gen)
 				// A variable removed that a manifest names holds the
 				// machine back: said here, not only in machines show.
 				a.sayIfNotComposable(cmd.Context(), c, machine)

@@ -38,6 +38,10 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 
 	meshctl("machines", "vars", "m1", "port=9000", "region=eu")
 	meshctl("machines", "vars", "m1", "region=")
+	// Nothing to change: said so, not "written" (no new generation).
+	if out := meshctl("machines", "vars", "m1", "port=9000", "region="); !strings.Contains(out, "m1: variables unchanged, generation ") {
+		t.Fatalf("vars as they are:\n%s", out)
+	}
 	if out := meshctl("machines", "vars", "m1"); !strings.Contains(out, "port") || !strings.Contains(out, "9000") || strings.Contains(out, "region") {
 		t.Fatalf("variables:\n%s", out)
 	}

@@ -161,7 +161,8 @@ func (a *app) createPlan(ctx context.Context, arg, hostFirst string) error {
 	// older build than current) rolls nothing out: a script is told so,
 	// as plans watch tells it of a plan that ends so (exit 2).
 	if p := r.JSON201; p != nil && (p.State == client.PlanStateRefused || p.State == client.PlanStateSuperseded) {
-		return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, firstNonEmpty(p.Reason, "no reason given"))}
+		reason := strings.TrimPrefix(firstNonEmpty(p.Reason, "no reason given"), string(p.State)+": ")
+		return &exitError{code: 2, msg: fmt.Sprintf("plan %d %s: %s", p.Id, p.State, reason)}
 	}
 	return nil
 }
