@@ -920,7 +920,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 		// A plan that ended is said ended below (done, so not resumed),
 		// not "moved on" from a tier it is still at.
 		live := p.State == models.PlanRunning || p.State == models.PlanPaused || p.State == models.PlanHalted
-		if live && (seen.Tier != nil || seen.Moves != nil) {
+		if seen.Tier != nil || seen.Moves != nil {
 			var tiers int64
 			if err := tx.Model(&models.PlanStep{}).Select("COALESCE(MAX(tier), 0) + 1").Where("plan_id = ?", p.ID).Scan(&tiers).Error; err != nil {
 				return err
@@ -932,6 +932,7 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 			switch {
 			case seen.Tier != nil && (*seen.Tier < 0 || *seen.Tier >= tiers):
 				return models.Invalid("tier", fmt.Sprintf("plan %d has no tier %s: its tiers are 1 to %d", id, new(big.Int).Add(big.NewInt(*seen.Tier), big.NewInt(1)), tiers))
+			case !live:
 			case seen.Tier != nil && *seen.Tier != p.Tier:
 				return fmt.Errorf("%w: plan %d has moved on since it was read (at %s): %s; nothing was changed: read it again and act on what it is now",
 					models.ErrConflict, id, models.TierWords(*seen.Tier, tiers, false), now)
