@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,20 +68,32 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	// now: an archive refused (an escape, too large) or not fetched ends
 	// the apply before anything on the machine changed — no service
 	// stopped, no file written — so a refused declaration is refused whole.
+	var changing []string // the paths of the trees that change
 	for _, r := range ordered {
-		if r.Kind != "tree" {
+		if r.Kind == "tree" {
+			if prev := st.Resources[r.ID]; prev == nil || prev.Digest != r.Artifact.Digest || !a.root.treeLive(r.Path, r.Artifact.Digest) {
+				changing = append(changing, r.Path)
+			}
+		}
+	}
+	for _, r := range ordered {
+		if r.Kind != "tree" || !slices.Contains(changing, r.Path) {
 			continue
 		}
-		if prev := st.Resources[r.ID]; prev != nil && prev.Digest == r.Artifact.Digest && a.root.treeLive(r.Path, r.Artifact.Digest) {
-			continue
-		}
-		if under(r.Path, away) != nil {
-			// Beneath a file or tree of mesh's that goes away: staged
-			// here, it would be unpacked through the old tree's link into
-			// what is about to be removed (or fail on the old file).
-			// Fetched now, so a download that fails changes nothing;
-			// unpacked in step 2, once what is in its way is gone.
-			if _, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size); err != nil {
+		if inTheWay(r.Path, away) || slices.ContainsFunc(changing, func(p string) bool { return beneath(r.Path, p) }) {
+			// A file or tree of mesh's that goes away stands in its way
+			// (above it: staged here, it would be unpacked through the old
+			// tree's link into what is about to be removed; or beneath
+			// it), or it lies in a tree of the declaration that changes
+			// (staged now, it would land where that tree's new link is
+			// not). It is fetched and its archive judged by unpacking it
+			// aside, so a refusal still changes nothing; it is unpacked in
+			// place in step 2, once what is in its way is gone.
+			blob, err := a.client.fetchBlob(ctx, a.cfg.StateDir, r.Artifact.Digest, r.Artifact.Size)
+			if err == nil {
+				err = judgeTree(a.cfg.StateDir, blob, a.cfg.Unpack)
+			}
+			if err != nil {
 				return nil, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
 			}
 			continue
@@ -297,7 +310,7 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 
 // goingAway are the files and trees mesh put on the machine whose paths
 // the declaration being applied gives no resource: each is removed by this
-// apply (named no more, or moved), unless forgotten.
+// apply (named no more, or moved), unless forgotten. Outermost first.
 func goingAway(st *State, claimed map[string]string) []*Managed {
 	var out []*Managed
 	for _, id := range sortedIDs(st.Resources) {
@@ -307,46 +320,65 @@ func goingAway(st *State, claimed map[string]string) []*Managed {
 			out = append(out, &c)
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i].Path) < len(out[j].Path) })
 	return out
 }
 
-// under returns the one of away whose path is a directory above p, or nil.
-func under(p string, away []*Managed) *Managed {
+// beneath says whether path p lies in the directory dir.
+func beneath(p, dir string) bool { return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+
+// inTheWay says whether one of away lies above p or beneath it.
+func inTheWay(p string, away []*Managed) bool {
 	for _, m := range away {
-		if strings.HasPrefix(p, strings.TrimSuffix(m.Path, "/")+"/") {
-			return m
+		if beneath(p, m.Path) || beneath(m.Path, p) {
+			return true
 		}
 	}
-	return nil
+	return false
+}
+
+// markGone records m as removed, and with a tree what lay inside it: a
+// tree unpacked through its link, or a file written there, went with it.
+func markGone(m *Managed, away []*Managed, gone map[string]bool) {
+	gone[m.Path] = true
+	if m.Kind != "tree" {
+		return
+	}
+	for _, x := range away {
+		if beneath(x.Path, m.Path) {
+			gone[x.Path] = true
+		}
+	}
 }
 
 // clearInTheWay removes, before r is applied, what goes away and stands
 // where r needs the path: a file or tree of mesh's at a directory above
 // r's paths (a file moved from /etc/app to /etc/app/app.conf could never
 // be written; one written beneath an old tree's link landed in the version
-// removed with it), and, for a file, mesh's files beneath its path, then
-// the directories they leave empty. gone records what it removed, so its
+// removed with it), and mesh's files and trees beneath its paths, then the
+// directories they leave empty. gone records what it removed, so its
 // turn later does not remove what took its place.
 func (a *Agent) clearInTheWay(r models.Resource, away []*Managed, gone map[string]bool) error {
 	for _, p := range resourcePaths(r) {
-		for m := under(p, away); m != nil && !gone[m.Path]; m = under(p, away) {
+		// Outermost first: removing a tree removes what was inside it.
+		for _, m := range away {
+			if gone[m.Path] || !beneath(p, m.Path) {
+				continue
+			}
 			if err := a.removeManaged(m, nil); err != nil {
 				return fmt.Errorf("removing %s, which goes away, from above %s: %w", m.Path, p, err)
 			}
-			gone[m.Path] = true
+			markGone(m, away, gone)
 			a.reloadPending = a.reloadPending || (m.Kind == "file" && isUnitFile(m.Path))
 		}
-		if r.Kind != "file" {
-			continue
-		}
 		for _, m := range away {
-			if gone[m.Path] || !strings.HasPrefix(m.Path, strings.TrimSuffix(p, "/")+"/") {
+			if gone[m.Path] || !beneath(m.Path, p) {
 				continue
 			}
 			if err := a.removeManaged(m, nil); err != nil {
 				return fmt.Errorf("removing %s, which goes away, from beneath %s: %w", m.Path, p, err)
 			}
-			gone[m.Path] = true
+			markGone(m, away, gone)
 			a.reloadPending = a.reloadPending || (m.Kind == "file" && isUnitFile(m.Path))
 			// The directories it leaves empty, up to p: a person's file
 			// in one keeps it, and p is then refused as a directory.

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"archive/tar"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -238,5 +240,107 @@ func TestApply_AMovedTreeOutlivesTheServiceOnIt(t *testing.T) {
 	}
 	if len(w.seen) > 0 {
 		t.Fatalf("files removed before the service using them was stopped: %v (actions %+v)", w.seen, acts)
+	}
+}
+
+// TestApply_AFileBeneathNestedTreesThatGo: a tree at /opt/app/plugins,
+// unpacked through the link of a tree at /opt/app, and both go while a
+// file is declared at /opt/app/plugins/x.conf. With the inner tree's id
+// first, only it was cleared and the file was written through the outer
+// link into the version removed with it (reported created); with the
+// outer first, the inner one's turn found a real directory and every
+// attempt failed "directory not empty".
+func TestApply_AFileBeneathNestedTreesThatGo(t *testing.T) {
+	for _, ids := range [][2]string{{"b.app", "a.plugins"}, {"a.app", "b.plugins"}} {
+		t.Run(ids[0]+","+ids[1], func(t *testing.T) {
+			a := testAgent(t)
+			outer := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "1"}))
+			inner := cacheBlob(t, a, makeTar(t, tarEntry{name: "p.so", body: "2"}))
+			if _, err := applyAs(t, a, 1,
+				models.Resource{ID: ids[0], Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: outer}},
+				models.Resource{ID: ids[1], Module: "app", Build: 1, Kind: "tree", Path: "/opt/app/plugins", Artifact: &models.Artifact{Digest: inner}, After: []string{ids[0]}},
+			); err != nil {
+				t.Fatal(err)
+			}
+			c := "port=80\n"
+			for attempt := 1; attempt <= 2; attempt++ {
+				acts, err := applyAs(t, a, 2, models.Resource{ID: "c.conf", Module: "app", Build: 2, Kind: "file", Path: "/opt/app/plugins/x.conf", Content: &c})
+				if err != nil {
+					t.Fatalf("attempt %d: %v (actions %+v)", attempt, err, acts)
+				}
+				if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/plugins/x.conf")); err != nil || string(b) != c {
+					t.Fatalf("attempt %d: /opt/app/plugins/x.conf, reported %+v: %q %v", attempt, acts, b, err)
+				}
+			}
+			if exists(filepath.Join(a.root.dir, "opt/.app.mesh")) {
+				t.Fatal("the outer tree's versions are left behind")
+			}
+		})
+	}
+}
+
+// TestApply_ARefusedArchiveBeneathWhatGoesChangesNothing: a tree whose
+// path lies beneath a file that goes away cannot be staged before the
+// apply changes anything; skipped in step 0, its escaping archive was
+// refused only after the declaration's other files were written.
+func TestApply_ARefusedArchiveBeneathWhatGoesChangesNothing(t *testing.T) {
+	a := testAgent(t)
+	c1, c2 := "1\n", "2\n"
+	if _, err := applyAs(t, a, 1,
+		models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/etc/app.conf", Content: &c1},
+		models.Resource{ID: "app.old", Module: "app", Build: 1, Kind: "file", Path: "/opt/app", Content: &c1},
+	); err != nil {
+		t.Fatal(err)
+	}
+	bad := cacheBlob(t, a, makeTar(t, tarEntry{name: "l", link: "/etc", typ: tar.TypeSymlink}))
+	acts, err := applyAs(t, a, 2,
+		models.Resource{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/etc/app.conf", Content: &c2},
+		models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app/current", Artifact: &models.Artifact{Digest: bad}, After: []string{"app.conf"}},
+	)
+	var rf *refusal
+	if !errors.As(err, &rf) || !strings.Contains(rf.reason, "escape") {
+		t.Fatalf("an escaping archive: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(a.root.dir, "etc/app.conf"))
+	if string(b) != c1 || !exists(filepath.Join(a.root.dir, "opt/app")) || len(acts) > 0 {
+		t.Fatalf("the refused declaration changed the machine: /etc/app.conf %q, /opt/app there %v; actions %+v", b, exists(filepath.Join(a.root.dir, "opt/app")), acts)
+	}
+}
+
+// TestApply_NothingDeclaredInATreesVersions: a file declared in
+// /opt/.app.mesh, where the host keeps /opt/app's unpacked versions, was
+// written, reported created, and removed with the tree. Such a path is
+// refused, here and at upload.
+func TestApply_NothingDeclaredInATreesVersions(t *testing.T) {
+	c := "x\n"
+	d := &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 2, Resources: []models.Resource{
+		{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/opt/.app.mesh/x", Content: &c}}}
+	if err := checkResources(d, []string{"/"}); err == nil || !strings.Contains(err.Error(), "unpacked versions") {
+		t.Fatalf("a file in a tree's versions: %v", err)
+	}
+	if _, err := models.ParseManifest([]byte(`{"resources": [{"name": "x", "kind": "file", "path": "/opt/.app.mesh/x", "content": "x"}]}`)); err == nil ||
+		!strings.Contains(err.Error(), "unpacked versions") {
+		t.Fatalf("a manifest naming a tree's versions: %v", err)
+	}
+}
+
+// TestApply_TreeTakingADirectoryOfMeshsFiles: a tree declared at /opt/app,
+// which held only mesh's own file that goes away: its staging in step 0
+// found a real directory and refused it on every attempt.
+func TestApply_TreeTakingADirectoryOfMeshsFiles(t *testing.T) {
+	a := testAgent(t)
+	c := "x\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/app.conf", Content: &c}); err != nil {
+		t.Fatal(err)
+	}
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "1"}))
+	for attempt := 1; attempt <= 2; attempt++ {
+		acts, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}})
+		if err != nil {
+			t.Fatalf("attempt %d: %v (actions %+v)", attempt, err, acts)
+		}
+		if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/bin/run")); err != nil || string(b) != "1" {
+			t.Fatalf("attempt %d: /opt/app/bin/run %q %v", attempt, b, err)
+		}
 	}
 }

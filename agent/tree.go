@@ -162,6 +162,26 @@ func (m *machineRoot) recoverTree(p string) {
 	}
 }
 
+// judgeTree unpacks the tar.gz at archive into a directory of its own
+// under dir and removes it: what unpacking it in place would refuse (an
+// escape, a ceiling) it refuses, without touching the machine. For a tree
+// that cannot be staged beside its path before the apply changes anything
+// (what is in its way goes only in step 2).
+func judgeTree(dir, archive string, limits UnpackLimits) error {
+	tmp, err := os.MkdirTemp(dir, "judge-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	r, err := openMachineRoot(tmp)
+	if err != nil {
+		return err
+	}
+	defer r.root.Close()
+	_, err = r.unpack(".", archive, limits)
+	return err
+}
+
 func (m *machineRoot) removeTree(p string) error {
 	if err := m.remove(p); err != nil {
 		return err

@@ -159,6 +159,9 @@ func allowedPath(p string, roots []string) error {
 	if p == "/" {
 		return fmt.Errorf("path / itself cannot be managed")
 	}
+	if c := models.MeshWorkPath(p); c != "" {
+		return fmt.Errorf("path %s lies in %s, where this host keeps a tree's unpacked versions", p, c)
+	}
 	for _, r := range roots {
 		if r == "/" || p == r || strings.HasPrefix(p, strings.TrimRight(r, "/")+"/") {
 			return nil

@@ -89,6 +89,9 @@ func checkManifestCertificate(f string, r *ManifestResource, kinds map[string]st
 		if !cleanAbs(p) {
 			return Invalid(f+field, "an absolute, clean path without '..', not / itself, is needed (the chain is path, the key key_path)")
 		}
+		if MeshWorkPath(p) != "" {
+			return meshWorkInvalid(f+field, p)
+		}
 	}
 	if r.Path == r.KeyPath {
 		return Invalid(f+".key_path", "the key and the chain need two files")
@@ -152,7 +155,7 @@ func checkTLSCheck(f string, c *Check) error {
 // what a host checks.
 func checkComposedSchema2(r *Resource) error {
 	if r.Kind == ResourceCertificate {
-		if !cleanAbs(r.Path) || !cleanAbs(r.KeyPath) {
+		if !cleanAbs(r.Path) || !cleanAbs(r.KeyPath) || MeshWorkPath(r.Path) != "" || MeshWorkPath(r.KeyPath) != "" {
 			return Invalid("path", fmt.Sprintf("%q or %q is not an absolute, clean path once substituted", r.Path, r.KeyPath))
 		}
 		for _, n := range r.Names {

@@ -77,6 +77,9 @@ func ParseManifest(b []byte) (*Manifest, error) {
 			if !strings.HasPrefix(r.Path, "/") || strings.Contains(r.Path, "..") || path.Clean(r.Path) != r.Path || r.Path == "/" {
 				return nil, Invalid(f+".path", "an absolute, clean path without '..', not / itself, is needed")
 			}
+			if MeshWorkPath(r.Path) != "" {
+				return nil, meshWorkInvalid(f+".path", r.Path)
+			}
 			if r.Artifact != nil && !ValidDigest(r.Artifact.Digest) {
 				return nil, Invalid(f+".artifact.digest", "sha256:<64 lowercase hex digits>")
 			}
@@ -191,9 +194,28 @@ func checkComposed(r *Resource) error {
 	return checkComposedSchema2(r)
 }
 
-// managedPath is a path a host manages: absolute, clean, not / itself.
+// managedPath is a path a host manages: absolute, clean, not / itself,
+// and not among the tree versions mesh keeps (MeshWorkPath).
 func managedPath(p string) bool {
-	return strings.HasPrefix(p, "/") && path.Clean(p) == p && p != "/"
+	return strings.HasPrefix(p, "/") && path.Clean(p) == p && p != "/" && MeshWorkPath(p) == ""
+}
+
+// MeshWorkPath returns the part of path p, if any, that names where a host
+// keeps a tree's unpacked versions: the directory .NAME.mesh beside the
+// tree's path NAME. Nothing may be declared there: a file written in it
+// went with the tree's next version or its removal, reported created.
+func MeshWorkPath(p string) string {
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > len(".x.mesh")-1 && strings.HasPrefix(c, ".") && strings.HasSuffix(c, ".mesh") {
+			return c
+		}
+	}
+	return ""
+}
+
+// meshWorkInvalid is the refusal of a path in a tree's versions.
+func meshWorkInvalid(field, p string) error {
+	return Invalid(field, fmt.Sprintf("%s lies in %s, where a host keeps a tree's unpacked versions: nothing may be declared there", p, MeshWorkPath(p)))
 }
 
 // ComposeInput is everything one declaration is made of.
