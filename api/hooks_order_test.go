@@ -113,7 +113,7 @@ func TestWebhooks_AnOlderPushDeliveredLateIsNotBuiltAsNewer(t *testing.T) {
 		}
 		newer := r.Builds[0].Number
 		st, r, raw = postPush(e, "src", "github", "d1", pushOf(x, a, 0, "web/x"))
-		if st != 200 || len(r.Builds) != 0 || r.Merge == nil || !strings.Contains(r.Status, "was pushed onto it") {
+		if st != 200 || len(r.Builds) != 0 || r.Merge == nil || !strings.Contains(r.Status, "not web: merge 1 (bbbbbbb), pushed onto it, built it already") {
 			t.Fatalf("commit %s, the one build %d's push was made onto, delivered late: %d %s", a[:7], newer, st, raw)
 		}
 		// Delivered again, it is a replay like any merged commit.
@@ -123,6 +123,46 @@ func TestWebhooks_AnOlderPushDeliveredLateIsNotBuiltAsNewer(t *testing.T) {
 		// The next push in order builds as ever.
 		if _, r, raw = postPush(e, "src", "github", "d3", pushOf(b, strings.Repeat("c", 40), 0, "web/x")); len(r.Builds) != 1 || r.Builds[0].Number != newer+1 {
 			t.Fatalf("the push after: %s", raw)
+		}
+	})
+}
+
+// TestWebhooks_ALatePushOfAnotherModuleIsStillBuilt: X → A touched only
+// api/, A → B only web/, delivered B first: B's builds (web's) do not hold
+// A's change to api, yet the late push was recorded merged with no build,
+// and api's change was never built.
+func TestWebhooks_ALatePushOfAnotherModuleIsStillBuilt(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet", "source_paths": []string{"web/"}})
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
+			Body: map[string]any{"name": "api", "repository": "octo-org/fleet", "source_paths": []string{"api/"}}}, 201, nil)
+		x, a, b, c := strings.Repeat("1", 40), strings.Repeat("a", 40), strings.Repeat("b", 40), strings.Repeat("c", 40)
+		if st, r, raw := postPush(e, "src", "github", "d3", pushOf(b, c, 0, "web/y")); st != 200 || len(r.Builds) != 1 || r.Builds[0].Module != "web" {
+			t.Fatalf("the newest push: %d %s", st, raw)
+		}
+		if st, r, raw := postPush(e, "src", "github", "d2", pushOf(a, b, 0, "web/x")); st != 200 || len(r.Builds) != 0 {
+			t.Fatalf("the push before it, touching web (built at c): %d %s", st, raw)
+		}
+		st, r, raw := postPush(e, "src", "github", "d1", pushOf(x, a, 0, "api/x", "web/z"))
+		if st != 200 || len(r.Builds) != 1 || r.Builds[0].Module != "api" || !strings.Contains(r.Status, "not web") {
+			t.Fatalf("the oldest push, touching api (built by none after it) and web: %d %s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_AForcePushBackIsBuilt: the first push seen was X → A (X
+// never delivered: pushed before the source was set up). A force-push back
+// to X (A → X) is a new state of the branch, made onto A, not an older
+// push delivered late; it was recorded merged with no build.
+func TestWebhooks_AForcePushBackIsBuilt(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet"})
+		x, a := strings.Repeat("1", 40), strings.Repeat("a", 40)
+		if st, r, raw := postPush(e, "src", "github", "d1", pushOf(x, a, 0, "web/x")); st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("the first push: %d %s", st, raw)
+		}
+		if st, r, raw := postPush(e, "src", "github", "d2", pushOf(a, x, 0, "web/x")); st != 200 || len(r.Builds) != 1 || r.Builds[0].Number != 2 {
+			t.Fatalf("a force-push from %s back to %s queued no build: %d %s", a[:7], x[:7], st, raw)
 		}
 	})
 }

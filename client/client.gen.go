@@ -3598,9 +3598,9 @@ type ClientInterface interface {
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after a push
-	// made onto its commit (that push's `before`) is recorded as merged with
-	// no build. The repository's name matches its modules' in any case. The
+	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -3626,9 +3626,9 @@ type ClientInterface interface {
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after a push
-	// made onto its commit (that push's `before`) is recorded as merged with
-	// no build. The repository's name matches its modules' in any case. The
+	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -4583,9 +4583,9 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after a push
-// made onto its commit (that push's `before`) is recorded as merged with
-// no build. The repository's name matches its modules' in any case. The
+// Forgejo's `total_commits` past the list); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -4621,9 +4621,9 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after a push
-// made onto its commit (that push's `before`) is recorded as merged with
-// no build. The repository's name matches its modules' in any case. The
+// Forgejo's `total_commits` past the list); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -10061,9 +10061,9 @@ type ClientWithResponsesInterface interface {
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after a push
-	// made onto its commit (that push's `before`) is recorded as merged with
-	// no build. The repository's name matches its modules' in any case. The
+	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -10089,9 +10089,9 @@ type ClientWithResponsesInterface interface {
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after a push
-	// made onto its commit (that push's `before`) is recorded as merged with
-	// no build. The repository's name matches its modules' in any case. The
+	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
 	// in all, 16 MiB from one address): past a bound a delivery waits up to
 	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -16847,9 +16847,9 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after a push
-// made onto its commit (that push's `before`) is recorded as merged with
-// no build. The repository's name matches its modules' in any case. The
+// Forgejo's `total_commits` past the list); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body
@@ -16881,9 +16881,9 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after a push
-// made onto its commit (that push's `before`) is recorded as merged with
-// no build. The repository's name matches its modules' in any case. The
+// Forgejo's `total_commits` past the list); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
 // in all, 16 MiB from one address): past a bound a delivery waits up to
 // 5 s, then is 429 with Retry-After, and the refusal is audited. A body

@@ -166,18 +166,17 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			}
 			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, fmt.Sprintf("%s: %s", deliveryID, out.Status))
 		}
-		// A push made onto this commit was merged already: this one is
-		// older (a forge's retries and queues deliver out of order), and
-		// the newer push's builds hold its changes. Built now, it would
-		// be numbered after them, and "older means a lower number" would
-		// run the wrong way: its plan would supersede theirs with older
-		// code. It is recorded as merged, with nothing queued.
-		var after models.Merge
-		err = tx.Where("LOWER(repository) = LOWER(?) AND before_commit = ?", src.Repository, push.Commit).Order("id").First(&after).Error
-		if err != nil && !errors.Is(err, gorm.ErrRecordNotFound) {
+		// Pushes made onto this commit, one onto the next, were merged
+		// already: this one is older (a forge's retries and queues deliver
+		// out of order). A module their builds were queued for holds its
+		// changes: built now, it would be numbered after them, and "older
+		// means a lower number" would run the wrong way (its plan would
+		// supersede theirs with older code). A module they did not build
+		// is built as ever.
+		after, onto, err := mergedOnto(tx, src.Repository, push)
+		if err != nil {
 			return err
 		}
-		older := err == nil
 		paths, _ := json.Marshal(keptPaths(push.Paths))
 		m := &models.Merge{SourceID: src.ID, Repository: push.Repository, Commit: push.Commit, Before: push.Before, Author: push.Author,
 			Paths: string(paths), CreatedAt: s.Now()}
@@ -185,14 +184,6 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			return err
 		}
 		out.Merge = &m.ID
-		if older {
-			out.Status = fmt.Sprintf("merged %s: 0 build(s) queued: merge %d (%s) was pushed onto it and is built already",
-				short7(push.Commit), after.ID, short7(after.Commit))
-			if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
-				return err
-			}
-			return audit(tx, "forge:"+src.Name, "merge", "source/"+src.Name, out.Status)
-		}
 		// Forges take a repository's name in any case: a module that
 		// spells it otherwise than its source is still the repository's
 		// (matched exactly, its push was taken and nothing built, and the
@@ -201,12 +192,17 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		if err := tx.Where("LOWER(repository) = LOWER(?)", src.Repository).Order("name").Find(&mods).Error; err != nil {
 			return err
 		}
+		var held []string
 		for _, mod := range mods {
 			touched, err := touches(&mod, push.Paths)
 			if err != nil {
 				return err
 			}
 			if !touched {
+				continue
+			}
+			if onto[mod.ID] {
+				held = append(held, mod.Name)
 				continue
 			}
 			b, err := queueBuild(tx, &mod, m)
@@ -216,6 +212,9 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			out.Builds = append(out.Builds, models.QueuedBuild{Module: mod.Name, Number: b.Number})
 		}
 		out.Status = fmt.Sprintf("merged %s: %d build(s) queued", short7(push.Commit), len(out.Builds))
+		if len(held) > 0 {
+			out.Status += fmt.Sprintf("; not %s: merge %d (%s), pushed onto it, built it already", strings.Join(held, ", "), after.ID, short7(after.Commit))
+		}
 		if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
 			return err
 		}
@@ -223,6 +222,49 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 	})
 	return out, err
 }
+
+// mergedOnto follows the merges made onto push's commit, each onto the
+// one before (pushes delivered ahead of this one), and returns the first
+// and the modules their builds were queued for. A push made onto one of
+// them (its before is a commit of the chain: a force-push back) is no
+// older push: the branch moved back, a new state, and nothing is held.
+func mergedOnto(tx *Tx, repo string, push *models.Push) (*models.Merge, map[int64]bool, error) {
+	var first *models.Merge
+	built := map[int64]bool{}
+	seen := map[string]bool{}
+	for commit, hops := push.Commit, 0; hops < maxOntoHops; hops++ {
+		var next models.Merge
+		err := tx.Where("LOWER(repository) = LOWER(?) AND before_commit = ?", repo, commit).Order("id").First(&next).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if next.Commit == push.Before {
+			return nil, nil, nil
+		}
+		if seen[next.Commit] {
+			break
+		}
+		seen[next.Commit] = true
+		if first == nil {
+			first = &next
+		}
+		var mods []int64
+		if err := tx.Model(&models.Build{}).Where("merge_id = ?", next.ID).Pluck("module_id", &mods).Error; err != nil {
+			return nil, nil, err
+		}
+		for _, id := range mods {
+			built[id] = true
+		}
+		commit = next.Commit
+	}
+	return first, built, nil
+}
+
+// maxOntoHops bounds the merges mergedOnto follows from one push.
+const maxOntoHops = 1000
 
 func short7(c string) string {
 	if len(c) > 7 {

@@ -338,8 +338,18 @@ func setCurrent(tx *Tx, mod *models.Module, number int64) error {
 // (zero: none; see models.ChooseBuild); the caller has found the build
 // usable (usableBuild).
 func setCurrentWhy(tx *Tx, mod *models.Module, number int64, back models.GoneBack) error {
+	first := mod.CurrentBuild == nil
 	if err := tx.Model(mod).Updates(map[string]any{"current_build": number, "current_reason": back.Reason, "current_back_from": back.From}).Error; err != nil {
 		return err
+	}
+	if first {
+		// A machine emptied on purpose while it kept this module, then
+		// without a build (contributing), runs it now: it is not empty,
+		// and a later empty declaration is no longer a person's choice.
+		if err := tx.Model(&models.Machine{}).Where("empty_ok AND id IN (?)",
+			tx.Model(&models.Assignment{}).Select("machine_id").Where("module_id = ?", mod.ID)).Update("empty_ok", false).Error; err != nil {
+			return err
+		}
 	}
 	return bumpAssigned(tx, mod.ID, models.TriggerCurrent)
 }

@@ -623,7 +623,8 @@ func pauseUntried(tx *Tx, p *models.Plan, module string, steps []models.PlanStep
 
 // pauseAllPinned pauses a plan without a step when its module's machines
 // were all pinned by a person before it began (they are no steps of it, so
-// no tier saw them): the module's current build would
+// no tier saw them), or holds it running while one pinned to its build has
+// yet to report running it; true when the plan is not to finish now: the module's current build would
 // otherwise become one no machine tried. A module with no machines has
 // nothing to try it on, and a pinned machine that runs the build or a
 // newer one took it.
@@ -643,14 +644,35 @@ func pauseAllPinned(tx *Tx, p *models.Plan, mod *models.Module) (bool, error) {
 		Order("machines.name").Find(&pinned).Error; err != nil || len(pinned) == 0 {
 		return false, err
 	}
+	var toIt []int64 // machines a person pinned to the plan's build or a newer one
+	if err := tx.Model(&models.Assignment{}).Where("module_id = ? AND build >= ? AND pin_plan = 0", mod.ID, p.Build).
+		Pluck("machine_id", &toIt).Error; err != nil {
+		return false, err
+	}
 	names := make([]string, 0, min(len(pinned), 10))
+	var waiting []string
 	for i := range pinned {
 		if running, err := pinned[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
 			return false, nil
 		}
+		if slices.Contains(toIt, pinned[i].ID) {
+			waiting = append(waiting, pinned[i].Name)
+		}
 		if i < 10 {
 			names = append(names, pinned[i].Name)
 		}
+	}
+	if len(waiting) > 0 {
+		// Pinned to the build (or a newer one), such a machine takes it
+		// once its host reports running it: the plan waits for that,
+		// running, rather than pausing as if none could.
+		why := models.Clip(fmt.Sprintf("waiting: no machine of module %s is a step of it, each pinned by a person; build %d becomes current once "+
+			"the host of one pinned to it reports running it (%s)", mod.Name, p.Build, strings.Join(waiting, ", ")), 1000)
+		if p.Reason != why {
+			p.Reason = why
+			return true, tx.Model(p).Update("reason", p.Reason).Error
+		}
+		return true, nil
 	}
 	if len(pinned) > len(names) {
 		names = append(names, fmt.Sprintf("and %d more", len(pinned)-len(names)))
@@ -787,8 +809,8 @@ func finishPlan(tx *Tx, p *models.Plan, mod *models.Module) error {
 			return err
 		}
 	}
-	p.State = models.PlanDone
-	if err := tx.Model(p).Updates(map[string]any{"state": p.State, "finished_at": now}).Error; err != nil {
+	p.State, p.Reason = models.PlanDone, ""
+	if err := tx.Model(p).Updates(map[string]any{"state": p.State, "reason": "", "finished_at": now}).Error; err != nil {
 		return err
 	}
 	return audit(tx, "controller", "plan-done", "module/"+mod.Name, fmt.Sprintf("plan %d: build %d is current", p.ID, p.Build))

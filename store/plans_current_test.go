@@ -133,3 +133,68 @@ func TestPlan_AnEndedPlanActedOnAtATierSaysItEnded(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_AllPinnedToItsOwnBuildWaitsForThemToRunIt: a person pinned
+// every machine to the plan's own build before it began: it paused "build
+// 2 reached none of module mod's machines" and stayed so once their hosts
+// ran it. It waits, running, and is done once one runs it.
+func TestPlan_AllPinnedToItsOwnBuildWaitsForThemToRunIt(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			pinTo(t, s, n, 2)
+		}
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || !strings.Contains(v.Reason, "waiting: ") || !strings.Contains(v.Reason, "m1, m2, m3") {
+			t.Fatalf("before any host runs build 2: plan %s %q", v.State, v.Reason)
+		}
+		applied(t, s, "m2", 2)
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		mod, _ := s.Module(ctx, "mod")
+		if v.State != models.PlanDone || v.Reason != "" || *mod.CurrentBuild != 2 {
+			t.Fatalf("m2 runs build 2: plan %s %q; current build %d", v.State, v.Reason, *mod.CurrentBuild)
+		}
+	})
+}
+
+// TestAssignments_EmptiedThenTheKeptModuleGetsABuild: emptied on purpose
+// while a selector kept web (no build yet) on it, m1 was marked empty_ok;
+// web's first build then ran on it, and the flag stayed: a later empty
+// declaration (the module's builds gone, a store restored) would have been
+// taken for a person's choice and torn web down.
+func TestAssignments_EmptiedThenTheKeptModuleGetsABuild(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		g := mustMachine(t, s, "m1").Generation
+		if _, err := s.SetLabels(ctx, "test", "m1", &g, map[string]string{"role": "web"}, false); err != nil {
+			t.Fatal(err)
+		}
+		selectWeb(t, s, "role=web", false)
+		g = mustMachine(t, s, "m1").Generation
+		if _, err := s.SetAssignments(ctx, "user:olga", "m1", &g, []models.AssignmentView{}); err != nil {
+			t.Fatal(err)
+		}
+		if !mustMachine(t, s, "m1").EmptyOK {
+			t.Fatal("m1, emptied, is not empty_ok")
+		}
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: manifest}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if mod, _ := s.Module(ctx, "web"); mod.CurrentBuild == nil {
+			t.Fatal("web's first build is not current")
+		}
+		if mustMachine(t, s, "m1").EmptyOK {
+			t.Fatal("m1 runs web's build, yet is still marked empty on purpose")
+		}
+	})
+}
