@@ -113,7 +113,7 @@ func TestWebhooks_AnOlderPushDeliveredLateIsNotBuiltAsNewer(t *testing.T) {
 		}
 		newer := r.Builds[0].Number
 		st, r, raw = postPush(e, "src", "github", "d1", pushOf(x, a, 0, "web/x"))
-		if st != 200 || len(r.Builds) != 0 || r.Merge == nil || !strings.Contains(r.Status, "not web: merge 1 (bbbbbbb), pushed onto it, built it already") {
+		if st != 200 || len(r.Builds) != 0 || r.Merge == nil || !strings.Contains(r.Status, "not web (merge 1, bbbbbbb): merges made after it built them already") {
 			t.Fatalf("commit %s, the one build %d's push was made onto, delivered late: %d %s", a[:7], newer, st, raw)
 		}
 		// Delivered again, it is a replay like any merged commit.
@@ -163,6 +163,85 @@ func TestWebhooks_AForcePushBackIsBuilt(t *testing.T) {
 		}
 		if st, r, raw := postPush(e, "src", "github", "d2", pushOf(a, x, 0, "web/x")); st != 200 || len(r.Builds) != 1 || r.Builds[0].Number != 2 {
 			t.Fatalf("a force-push from %s back to %s queued no build: %d %s", a[:7], x[:7], st, raw)
+		}
+	})
+}
+
+// TestWebhooks_ABranchForcedBackAndPushedAgain: two merges were made onto
+// commit A (A → B, then, the branch back at A, A → C). Only the first of
+// them was followed: a force-push from C back to A (made onto C) was held
+// as older, and a push delivered late behind A built api from an older
+// commit as newer than C's build, which held it. The status named a merge
+// that built nothing as the one that built the module.
+func TestWebhooks_ABranchForcedBackAndPushedAgain(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet", "source_paths": []string{"web/"}})
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin,
+			Body: map[string]any{"name": "api", "repository": "octo-org/fleet", "source_paths": []string{"api/"}}}, 201, nil)
+		w, x, a, b, c := strings.Repeat("0", 39)+"9", strings.Repeat("1", 40), strings.Repeat("a", 40), strings.Repeat("b", 40), strings.Repeat("c", 40)
+		for i, p := range []struct {
+			before, after, path string
+			builds              int
+		}{{x, a, "web/1", 1}, {a, b, "web/2", 1}, {a, c, "api/1", 1}} {
+			if st, r, raw := postPush(e, "src", "github", fmt.Sprintf("d%d", i), pushOf(p.before, p.after, 0, p.path)); st != 200 || len(r.Builds) != p.builds {
+				t.Fatalf("push %d: %d %s", i, st, raw)
+			}
+		}
+		// W → X, late: C's api build and B's web build hold it.
+		st, r, raw := postPush(e, "src", "github", "late", pushOf(w, x, 0, "api/0", "web/0"))
+		if st != 200 || len(r.Builds) != 0 || !strings.Contains(r.Status, "api (merge 3, ccccccc)") || !strings.Contains(r.Status, "web (merge 1, aaaaaaa)") {
+			t.Fatalf("the late push W → X: %d %s", st, raw)
+		}
+		// C → A: the branch forced back onto A, from C: built.
+		if st, r, raw := postPush(e, "src", "github", "back", pushOf(c, a, 0, "api/1")); st != 200 || !strings.Contains(r.Status, "duplicate") {
+			t.Fatalf("C → A (A merged already): %d %s", st, raw)
+		}
+		d := strings.Repeat("d", 40)
+		if st, r, raw := postPush(e, "src", "github", "forced", pushOf(c, d, 0, "api/2")); st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("C → D: %d %s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_AForcePushBackOntoTheSecondMergeOfOneCommit: A → B, then
+// A → C (the branch forced back to A in between, that push not yet
+// delivered); a force-push from C back to A, made onto C, is a new state:
+// only the first merge onto A was followed, and it was held as older.
+func TestWebhooks_AForcePushBackOntoTheSecondMergeOfOneCommit(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet"})
+		a, b, c := strings.Repeat("a", 40), strings.Repeat("b", 40), strings.Repeat("c", 40)
+		for i, p := range [][2]string{{a, b}, {a, c}} {
+			if st, r, raw := postPush(e, "src", "github", fmt.Sprintf("d%d", i), pushOf(p[0], p[1], 0, "web/x")); st != 200 || len(r.Builds) != 1 {
+				t.Fatalf("push %d: %d %s", i, st, raw)
+			}
+		}
+		if st, r, raw := postPush(e, "src", "github", "d3", pushOf(c, a, 0, "web/y")); st != 200 || len(r.Builds) != 1 {
+			t.Fatalf("a force-push from C back to A was not built: %d %s", st, raw)
+		}
+	})
+}
+
+// TestWebhooks_ALatePushBehindMoreMergesThanAreFollowed: behind 1,001
+// merges, only the last touching web, a late push was followed 1,000 deep
+// and built web as newer than the last's build, which held it. Past the
+// bound it is held, saying what is not known.
+func TestWebhooks_ALatePushBehindMoreMergesThanAreFollowed(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		fleetSource(e, "github", "octo-org/fleet", map[string]any{"name": "web", "repository": "octo-org/fleet", "source_paths": []string{"web/"}})
+		c := func(i int) string { return fmt.Sprintf("c%039x", i) }
+		for i := 0; i <= 1000; i++ {
+			path := "docs/x"
+			if i == 1000 {
+				path = "web/x"
+			}
+			if st, _, raw := postPush(e, "src", "github", fmt.Sprintf("d%d", i), pushOf(c(i), c(i+1), 0, path)); st != 200 {
+				t.Fatalf("push %d: %d %s", i, st, raw)
+			}
+		}
+		st, r, raw := postPush(e, "src", "github", "late", pushOf(fmt.Sprintf("%040x", 0xfeed), c(0), 0, "web/y"))
+		if st != 200 || len(r.Builds) != 0 || !strings.Contains(r.Status, "more than 1000 merges were made after it") {
+			t.Fatalf("the late push behind 1,001 merges: %d %s", st, raw)
 		}
 	})
 }

@@ -166,14 +166,14 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			}
 			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, fmt.Sprintf("%s: %s", deliveryID, out.Status))
 		}
-		// Pushes made onto this commit, one onto the next, were merged
-		// already: this one is older (a forge's retries and queues deliver
+		// Pushes made after this one (onto its commit, one onto the next)
+		// were merged already: this one is older (a forge's retries and queues deliver
 		// out of order). A module their builds were queued for holds its
 		// changes: built now, it would be numbered after them, and "older
 		// means a lower number" would run the wrong way (its plan would
 		// supersede theirs with older code). A module they did not build
 		// is built as ever.
-		after, onto, err := mergedOnto(tx, src.Repository, push)
+		onto, cut, err := mergedOnto(tx, src.Repository, push)
 		if err != nil {
 			return err
 		}
@@ -192,7 +192,7 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		if err := tx.Where("LOWER(repository) = LOWER(?)", src.Repository).Order("name").Find(&mods).Error; err != nil {
 			return err
 		}
-		var held []string
+		var held, unknown []string
 		for _, mod := range mods {
 			touched, err := touches(&mod, push.Paths)
 			if err != nil {
@@ -201,8 +201,12 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			if !touched {
 				continue
 			}
-			if onto[mod.ID] {
-				held = append(held, mod.Name)
+			if by, ok := onto[mod.ID]; ok {
+				held = append(held, fmt.Sprintf("%s (merge %d, %s)", mod.Name, by.ID, short7(by.Commit)))
+				continue
+			}
+			if cut {
+				unknown = append(unknown, mod.Name)
 				continue
 			}
 			b, err := queueBuild(tx, &mod, m)
@@ -213,7 +217,11 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 		}
 		out.Status = fmt.Sprintf("merged %s: %d build(s) queued", short7(push.Commit), len(out.Builds))
 		if len(held) > 0 {
-			out.Status += fmt.Sprintf("; not %s: merge %d (%s), pushed onto it, built it already", strings.Join(held, ", "), after.ID, short7(after.Commit))
+			out.Status += fmt.Sprintf("; not %s: merges made after it built them already", strings.Join(held, ", "))
+		}
+		if len(unknown) > 0 {
+			out.Status += fmt.Sprintf("; not %s: more than %d merges were made after it, and what they built is not all known: "+
+				"build it by hand if it is still needed", strings.Join(unknown, ", "), maxOnto)
 		}
 		if err := tx.Model(d).Update("status", out.Status).Error; err != nil {
 			return err
@@ -223,48 +231,50 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 	return out, err
 }
 
-// mergedOnto follows the merges made onto push's commit, each onto the
-// one before (pushes delivered ahead of this one), and returns the first
-// and the modules their builds were queued for. A push made onto one of
-// them (its before is a commit of the chain: a force-push back) is no
-// older push: the branch moved back, a new state, and nothing is held.
-func mergedOnto(tx *Tx, repo string, push *models.Push) (*models.Merge, map[int64]bool, error) {
-	var first *models.Merge
-	built := map[int64]bool{}
-	seen := map[string]bool{}
-	for commit, hops := push.Commit, 0; hops < maxOntoHops; hops++ {
-		var next models.Merge
-		err := tx.Where("LOWER(repository) = LOWER(?) AND before_commit = ?", repo, commit).Order("id").First(&next).Error
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			break
+// mergedOnto follows the merges made after push: those made onto its
+// commit, those made onto theirs, and so on (pushes delivered ahead of
+// this one; a branch forced back and pushed again has several made onto
+// one commit). It returns, by module, the first of them that queued a
+// build of it. A push made onto one of them (its before is one of their
+// commits: a force-push back) is no older push: the branch moved back, a
+// new state, and nothing is returned. cut says there were more than
+// maxOnto of them: what they built is not all known.
+func mergedOnto(tx *Tx, repo string, push *models.Push) (built map[int64]models.Merge, cut bool, err error) {
+	built = map[int64]models.Merge{}
+	seen := map[string]bool{push.Commit: true}
+	for queue := []string{push.Commit}; len(queue) > 0; queue = queue[1:] {
+		var next []models.Merge
+		if err := tx.Where("LOWER(repository) = LOWER(?) AND before_commit = ?", repo, queue[0]).Order("id").Limit(maxOnto + 1).Find(&next).Error; err != nil {
+			return nil, false, err
 		}
-		if err != nil {
-			return nil, nil, err
+		for _, m := range next {
+			if m.Commit == push.Before {
+				return nil, false, nil
+			}
+			if seen[m.Commit] {
+				continue
+			}
+			if seen[m.Commit] = true; len(seen) > maxOnto+1 {
+				return built, true, nil
+			}
+			var mods []int64
+			if err := tx.Model(&models.Build{}).Where("merge_id = ?", m.ID).Pluck("module_id", &mods).Error; err != nil {
+				return nil, false, err
+			}
+			for _, id := range mods {
+				if _, ok := built[id]; !ok {
+					built[id] = m
+				}
+			}
+			queue = append(queue, m.Commit)
 		}
-		if next.Commit == push.Before {
-			return nil, nil, nil
-		}
-		if seen[next.Commit] {
-			break
-		}
-		seen[next.Commit] = true
-		if first == nil {
-			first = &next
-		}
-		var mods []int64
-		if err := tx.Model(&models.Build{}).Where("merge_id = ?", next.ID).Pluck("module_id", &mods).Error; err != nil {
-			return nil, nil, err
-		}
-		for _, id := range mods {
-			built[id] = true
-		}
-		commit = next.Commit
 	}
-	return first, built, nil
+	return built, false, nil
 }
 
-// maxOntoHops bounds the merges mergedOnto follows from one push.
-const maxOntoHops = 1000
+// maxOnto bounds the merges mergedOnto follows from one push (each an
+// index probe, and those of its builds).
+const maxOnto = 1000
 
 func short7(c string) string {
 	if len(c) > 7 {

@@ -894,6 +894,28 @@ func (s *Store) Plan(ctx context.Context, id int64) (*models.PlanView, error) {
 }
 
 // Plans lists plans newest first, with their steps.
+// LivePlans are the plans still running, paused or halted, newest first,
+// of ids below before (0: any), at most limit.
+func (s *Store) LivePlans(ctx context.Context, before int64, limit int) ([]models.PlanView, error) {
+	var ids []int64
+	q := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state IN ?", []string{models.PlanRunning, models.PlanPaused, models.PlanHalted})
+	if before > 0 {
+		q = q.Where("id < ?", before)
+	}
+	if err := q.Order("id DESC").Limit(limit).Pluck("id", &ids).Error; err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]models.PlanView, 0, len(ids))
+	for _, id := range ids {
+		v, err := s.Plan(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, nil
+}
+
 func (s *Store) Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error) {
 	var ps []models.Plan
 	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)

@@ -321,11 +321,10 @@ func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Mach
 	if typed == nil {
 		typed = stored
 	}
-	mods, err := s.Store.Modules(ctx, 500, 0)
+	mods, err := allModules(ctx, s.Store)
 	if err != nil {
 		return err
 	}
-	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	for _, mod := range mods {
 		mc := ModuleChoice{Name: mod.Name, Selected: selected[mod.Name]}
 		if mod.CurrentBuild != nil {
@@ -498,9 +497,16 @@ func (s *Server) refused(c echo.Context, name string, saveErr error, typed map[s
 		if len(names) > 0 {
 			stored = strings.Join(names, ", ")
 		}
-		d.Notice = fmt.Sprintf("Not saved: %s changed since you opened this page (generation %d then, %d now: %s at %s). "+
-			"Nothing was overwritten. Your %s are kept below; the %s stored now are: %s. Review, then save again to replace them.",
-			name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt), what, what, stored)
+		if what == "push" {
+			// Nothing was typed: what changed is the machine, shown below.
+			d.Notice = fmt.Sprintf("Not pushed: %s changed since you opened this page (generation %d then, %d now: %s at %s). "+
+				"Nothing was sent. Its page below is as it is now; push again if it still needs it.",
+				name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt))
+		} else {
+			d.Notice = fmt.Sprintf("Not saved: %s changed since you opened this page (generation %d then, %d now: %s at %s). "+
+				"Nothing was overwritten. Your %s are kept below; the %s stored now are: %s. Review, then save again to replace them.",
+				name, *sent, m.Generation, m.GenerationTrigger, stamp(m.GenerationAt), what, what, stored)
+		}
 	} else {
 		d.Notice = "Not saved: " + problemText(saveErr)
 	}
@@ -513,26 +519,33 @@ func (s *Server) saveAssignments(c echo.Context) error {
 	if err != nil {
 		return s.refused(c, name, err, nil, nil, "assignments")
 	}
-	mods, err := s.Store.Modules(c.Request().Context(), 500, 0)
+	form, err := c.FormParams()
 	if err != nil {
-		return err
+		return s.refused(c, name, models.Invalid("form", err.Error()), nil, nil, "assignments")
 	}
+	// The modules checked, by the form's own fields: the store refuses a
+	// name it has no module of (read from a page of modules, those past
+	// it were dropped from a machine whose form was saved).
+	var checked []string
+	for k, v := range form {
+		if mod, ok := strings.CutPrefix(k, "m_"); ok && mod != "" && len(v) > 0 && v[0] != "" {
+			checked = append(checked, mod)
+		}
+	}
+	slices.Sort(checked)
 	typed := map[string]models.AssignmentView{}
 	var as []models.AssignmentView
 	var parseErr error
-	for _, mod := range mods {
-		if c.FormValue("m_"+mod.Name) == "" {
-			continue
-		}
-		a := models.AssignmentView{Module: mod.Name, Reason: strings.TrimSpace(c.FormValue("r_" + mod.Name))}
-		if b := strings.TrimSpace(c.FormValue("b_" + mod.Name)); b != "" {
+	for _, mod := range checked {
+		a := models.AssignmentView{Module: mod, Reason: strings.TrimSpace(c.FormValue("r_" + mod))}
+		if b := strings.TrimSpace(c.FormValue("b_" + mod)); b != "" {
 			n, err := strconv.ParseInt(b, 10, 64)
 			if err != nil {
-				parseErr = models.Invalid("build of "+mod.Name, "a build number")
+				parseErr = models.Invalid("build of "+mod, "a build number")
 			}
 			a.Build = &n
 		}
-		typed[mod.Name] = a
+		typed[mod] = a
 		as = append(as, a)
 	}
 	if parseErr != nil {

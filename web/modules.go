@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"strconv"
@@ -13,11 +14,10 @@ import (
 
 func (s *Server) modulesPage(c echo.Context) error {
 	ctx := c.Request().Context()
-	mods, err := s.Store.Modules(ctx, 500, 0)
+	mods, err := allModules(ctx, s.Store)
 	if err != nil {
 		return err
 	}
-	sort.Slice(mods, func(i, j int) bool { return mods[i].Name < mods[j].Name })
 	var out []ModuleView
 	for _, m := range mods {
 		v := ModuleView{Name: m.Name, Kind: m.Kind, Current: "none", CurrentReason: m.CurrentReason, BackFrom: m.CurrentBackFrom}
@@ -112,4 +112,25 @@ func (s *Server) releasesPage(c echo.Context) error {
 		rows = append(rows, row)
 	}
 	return s.render(c, http.StatusOK, ReleasesPage(s.page(c, "Releases"), rows, def))
+}
+
+// allModules reads every module, by name: a page of the newest 500 left a
+// fleet's older modules off the Modules page and a machine's form.
+func allModules(ctx context.Context, st interface {
+	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)
+}) ([]models.Module, error) {
+	var out []models.Module
+	for cursor := int64(0); ; {
+		page, err := st.Modules(ctx, 500, cursor)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < 500 {
+			break
+		}
+		cursor = page[len(page)-1].ID
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }

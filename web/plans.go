@@ -181,16 +181,32 @@ func hostStepDetail(ro *models.RolloutView) *HostStepDetail {
 	return h
 }
 
+// plansShown is how many of the newest plans the Plans page lists; those
+// still running, paused or halted are listed whatever their age (a halted
+// plan waiting for a person fell off the page once 50 newer were made).
+const plansShown = 50
+
 func (s *Server) plansPage(c echo.Context) error {
-	ps, err := s.Store.Plans(c.Request().Context(), 50, 0)
+	ctx := c.Request().Context()
+	ps, err := s.Store.Plans(ctx, plansShown, 0)
 	if err != nil {
 		return err
+	}
+	more := ""
+	if len(ps) == plansShown {
+		live, err := s.Store.LivePlans(ctx, ps[len(ps)-1].ID, 200)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, live...)
+		more = fmt.Sprintf("The newest %d plans, and every older one still running, paused or halted (%d); the API lists them all (GET /api/v1/plans).",
+			plansShown, len(live))
 	}
 	ds := make([]PlanDetail, 0, len(ps))
 	for i := range ps {
 		ds = append(ds, planDetail(&ps[i], false))
 	}
-	return s.render(c, http.StatusOK, PlansPage(s.page(c, "Plans"), ds))
+	return s.render(c, http.StatusOK, PlansPage(s.page(c, "Plans"), ds, more))
 }
 
 func planIDParam(c echo.Context) (int64, bool) {

@@ -28,6 +28,7 @@ type Store interface {
 	Modules(ctx context.Context, limit int, cursor int64) ([]models.Module, error)
 	Plan(ctx context.Context, id int64) (*models.PlanView, error)
 	Plans(ctx context.Context, limit int, cursor int64) ([]models.PlanView, error)
+	LivePlans(ctx context.Context, before int64, limit int) ([]models.PlanView, error)
 	Push(ctx context.Context, actor, name string, ifMatch *int64) (*models.Machine, error)
 	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
 	RecordSince(ctx context.Context) (*time.Time, error)
