@@ -93,6 +93,9 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			if err == nil {
 				err = judgeTree(a.cfg.StateDir, blob, a.cfg.Unpack)
 			}
+			if err == nil {
+				err = a.root.freeOnceGone(r.Path, away, a.filesBefore[r.Path])
+			}
 			if err != nil {
 				return nil, &resourceFailed{id: r.ID, err: fmt.Errorf("%s: %w", r.ID, err)}
 			}
@@ -192,6 +195,20 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		act := models.Action{Resource: id, Action: "removed", Digest: m.Digest}
 		if m.OnRemove == "forget" {
 			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
+			// What lies in a tree's path lives in its version: said so,
+			// not "left in place" when it went with the tree.
+			for _, t := range away {
+				if t.Kind == "tree" && beneath(m.Path, t.Path) {
+					act.Action, act.Detail = "removed", "forgotten, but it lay in the tree at "+t.Path+", which went, and it with it"
+					break
+				}
+			}
+			for _, r := range ordered {
+				if act.Action == "forgotten" && r.Kind == "tree" && beneath(m.Path, r.Path) {
+					act.Detail += ", inside the tree at " + r.Path + ": it goes with that tree's next version"
+					break
+				}
+			}
 		} else if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
 			// A resource renamed (or its module) at the same path: step 2
 			// wrote the new one there, and removing the old would delete it.
@@ -383,7 +400,10 @@ func (a *Agent) clearInTheWay(r models.Resource, away []*Managed, gone map[strin
 			// The directories it leaves empty, up to p: a person's file
 			// in one keeps it, and p is then refused as a directory.
 			for d := path.Dir(m.Path); len(d) >= len(p) && strings.HasPrefix(d, p); d = path.Dir(d) {
-				if a.root.root.Remove(rel(d)) != nil {
+				// A real directory only: a symlink (a person's, that
+				// mesh's file was written through) is removed whatever
+				// its target holds.
+				if fi, err := a.root.root.Lstat(rel(d)); err != nil || !fi.IsDir() || a.root.root.Remove(rel(d)) != nil {
 					break
 				}
 			}

@@ -344,3 +344,148 @@ func TestApply_TreeTakingADirectoryOfMeshsFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestApply_WhatLiesInAChangingTreeComesAfterIt: a tree or file beneath a
+// tree's path, applied before that tree flipped to its new version (its
+// order, or an `after` the other way), was written through the old link
+// into the version the flip removed: reported unchanged or updated,
+// nothing on disk. It comes after the tree now; an `after` that says
+// otherwise is refused as the cycle it is.
+func TestApply_WhatLiesInAChangingTreeComesAfterIt(t *testing.T) {
+	for _, innerChanges := range []bool{false, true} {
+		t.Run(map[bool]string{false: "InnerSame", true: "InnerChanges"}[innerChanges], func(t *testing.T) {
+			a := testAgent(t)
+			o1 := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "outer1"}))
+			o2 := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "outer2"}))
+			i1 := cacheBlob(t, a, makeTar(t, tarEntry{name: "lib.so", body: "inner1"}))
+			i2 := cacheBlob(t, a, makeTar(t, tarEntry{name: "lib.so", body: "inner2"}))
+			c1, c2 := "conf\n", "conf2\n"
+			if _, err := applyAs(t, a, 1,
+				models.Resource{ID: "app.outer", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: o1}},
+				models.Resource{ID: "app.inner", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app/lib", Artifact: &models.Artifact{Digest: i1}},
+				models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/app.conf", Content: &c1},
+			); err != nil {
+				t.Fatal(err)
+			}
+			i, want := i1, "inner1"
+			if innerChanges {
+				i, want = i2, "inner2"
+			}
+			// Ids sort inner and conf before outer, and nothing names an order.
+			acts, err := applyAs(t, a, 2,
+				models.Resource{ID: "app.conf", Module: "app", Build: 2, Kind: "file", Path: "/opt/app/app.conf", Content: &c2},
+				models.Resource{ID: "app.inner", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app/lib", Artifact: &models.Artifact{Digest: i}},
+				models.Resource{ID: "app.outer", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: o2}},
+			)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/lib/lib.so")); err != nil || string(b) != want {
+				t.Fatalf("/opt/app/lib/lib.so: %q %v; actions %+v", b, err, acts)
+			}
+			if b, err := os.ReadFile(filepath.Join(a.root.dir, "opt/app/app.conf")); err != nil || string(b) != c2 {
+				t.Fatalf("/opt/app/app.conf: %q %v; actions %+v", b, err, acts)
+			}
+		})
+	}
+	d := &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 2, Resources: []models.Resource{
+		{ID: "app.outer", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: "sha256:" + strings.Repeat("a", 64)}, After: []string{"app.inner"}},
+		{ID: "app.inner", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app/lib", Artifact: &models.Artifact{Digest: "sha256:" + strings.Repeat("b", 64)}},
+	}}
+	if err := checkResources(d, []string{"/"}); err == nil || !strings.Contains(err.Error(), "what lies beneath a tree's path comes after the tree") {
+		t.Fatalf("an outer tree after its inner one: %v", err)
+	}
+	if _, err := models.ParseManifest([]byte(`{"resources": [
+	  {"name": "outer", "kind": "tree", "path": "/opt/app", "after": ["inner"]},
+	  {"name": "inner", "kind": "tree", "path": "/opt/app/lib"}]}`)); err == nil || !strings.Contains(err.Error(), "cycle") {
+		t.Fatalf("a manifest with an outer tree after its inner one: %v", err)
+	}
+}
+
+// TestApply_AForgottenFileInATreeThatGoesIsSaidToGo: a file with on_remove
+// forget, written in a tree's path, lives in the tree's version: when the
+// tree went, so did the file, reported "forgotten … left in place".
+func TestApply_AForgottenFileInATreeThatGoesIsSaidToGo(t *testing.T) {
+	a := testAgent(t)
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "1"}))
+	c := "keep me\n"
+	if _, err := applyAs(t, a, 1,
+		models.Resource{ID: "app.tree", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}},
+		models.Resource{ID: "app.data", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/data.db", Content: &c, OnRemove: "forget"},
+	); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := applyAs(t, a, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range acts {
+		if act.Resource == "app.data" && (act.Action != "removed" || !strings.Contains(act.Detail, "lay in the tree at /opt/app")) {
+			t.Fatalf("app.data, gone with its tree, is reported %s %q", act.Action, act.Detail)
+		}
+	}
+	if exists(filepath.Join(a.root.dir, "opt/app/data.db")) {
+		t.Fatal("the test's premise: the file went with the tree")
+	}
+}
+
+// TestApply_APersonsSymlinkIsNoEmptyDirectory: mesh's file written through
+// a person's symlink (/opt/app/conf → /srv/appconf) went away beneath a
+// tree's path; clearing the directories it left empty removed the
+// person's symlink as one, whatever its target held.
+func TestApply_APersonsSymlinkIsNoEmptyDirectory(t *testing.T) {
+	a := testAgent(t)
+	root := a.root.dir
+	if err := os.MkdirAll(filepath.Join(root, "srv/appconf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "srv/appconf/theirs.conf"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "opt/app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../srv/appconf", filepath.Join(root, "opt/app/conf")); err != nil {
+		t.Fatal(err)
+	}
+	c := "x\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf/app.conf", Content: &c}); err != nil {
+		t.Fatal(err)
+	}
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "1"}))
+	acts, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}})
+	if fi, lerr := os.Lstat(filepath.Join(root, "opt/app/conf")); lerr != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the person's symlink /opt/app/conf was removed (apply: %v; actions %+v)", err, acts)
+	}
+	if err == nil || !strings.Contains(err.Error(), "holding what mesh does not manage") {
+		t.Fatalf("a tree over a directory holding a person's link: %v", err)
+	}
+}
+
+// TestApply_ATreeJudgedAsideChecksItsPathFirst: a tree whose path held
+// mesh's file that goes away and a person's file was judged aside in step
+// 0 without asking whether its path would be free: it failed in step 2,
+// after earlier resources were written and mesh's file removed.
+func TestApply_ATreeJudgedAsideChecksItsPathFirst(t *testing.T) {
+	a := testAgent(t)
+	root := a.root.dir
+	c := "old\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/old.conf", Content: &c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "opt/app/theirs.txt"), []byte("theirs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "1"}))
+	n := "new\n"
+	acts, err := applyAs(t, a, 2,
+		models.Resource{ID: "etc.new", Module: "etc", Build: 2, Kind: "file", Path: "/etc/new.conf", Content: &n},
+		models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}, After: []string{"etc.new"}},
+	)
+	if err == nil || !strings.Contains(err.Error(), "/opt/app/theirs.txt") {
+		t.Fatalf("a tree over a person's directory: %v (actions %+v)", err, acts)
+	}
+	if exists(filepath.Join(root, "etc/new.conf")) || !exists(filepath.Join(root, "opt/app/old.conf")) || len(acts) > 0 {
+		t.Fatalf("the failed declaration changed the machine: actions %+v", acts)
+	}
+}

@@ -162,6 +162,48 @@ func (m *machineRoot) recoverTree(p string) {
 	}
 }
 
+// freeOnceGone says, before anything changes, whether a tree may take
+// path p once what goes away (away) is removed: what is at p is what
+// treeMayReplace takes, or a directory holding only what goes away (and
+// directories of it); beneath what goes away, p goes with it. What a
+// person keeps there fails the declaration now, as staging it would.
+func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
+	for _, x := range away {
+		if beneath(p, x.Path) {
+			return nil
+		}
+	}
+	fi, err := m.root.Lstat(rel(p))
+	if err != nil || !fi.IsDir() {
+		return m.treeMayReplace(p, mine)
+	}
+	goes := map[string]bool{}
+	for _, x := range away {
+		goes[x.Path] = true
+		if x.Kind == "tree" {
+			goes[versionsDir(x.Path)] = true
+		}
+	}
+	var theirs []string
+	_ = fs.WalkDir(m.root.FS(), rel(p), func(q string, d fs.DirEntry, err error) error {
+		switch abs := "/" + q; {
+		case err != nil:
+			theirs = append(theirs, abs)
+		case goes[abs]:
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+		case !d.IsDir() && len(theirs) < 3:
+			theirs = append(theirs, abs)
+		}
+		return nil
+	})
+	if len(theirs) > 0 {
+		return fmt.Errorf("%s is a directory holding what mesh does not manage (%s); move it away first", p, strings.Join(theirs, ", "))
+	}
+	return nil
+}
+
 // judgeTree unpacks the tar.gz at archive into a directory of its own
 // under dir and removes it: what unpacking it in place would refuse (an
 // escape, a ceiling) it refuses, without touching the machine. For a tree

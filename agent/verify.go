@@ -176,18 +176,36 @@ func order(rs []models.Resource) ([]models.Resource, error) {
 	for _, r := range rs {
 		byID[r.ID] = r
 	}
+	// What lies beneath a tree's path comes after the tree, named or not:
+	// applied before it, it was written through the tree's old link into
+	// the version its flip then removed.
+	within := map[string][]string{}
+	for _, t := range rs {
+		if t.Kind != "tree" {
+			continue
+		}
+		for _, r := range rs {
+			cmd := ""
+			if len(r.Command) > 0 {
+				cmd = r.Command[0]
+			}
+			if r.ID != t.ID && models.WithinTree(t.Path, append(resourcePaths(r), cmd)...) {
+				within[r.ID] = append(within[r.ID], t.ID)
+			}
+		}
+	}
 	state := map[string]int{} // 1 visiting, 2 done
 	var out []models.Resource
 	var visit func(id string, chain []string) error
 	visit = func(id string, chain []string) error {
 		switch state[id] {
 		case 1:
-			return fmt.Errorf("dependency cycle: %s", strings.Join(append(chain, id), " → "))
+			return fmt.Errorf("dependency cycle: %s (what lies beneath a tree's path comes after the tree)", strings.Join(append(chain, id), " → "))
 		case 2:
 			return nil
 		}
 		state[id] = 1
-		for _, a := range byID[id].After {
+		for _, a := range append(within[id], byID[id].After...) {
 			if err := visit(a, append(chain, id)); err != nil {
 				return err
 			}

@@ -139,12 +139,42 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	return &m, nil
 }
 
+// WithinTree says whether one of paths lies beneath tree path dir: the
+// resource is applied after the tree.
+func WithinTree(dir string, paths ...string) bool {
+	for _, p := range paths {
+		if dir != "" && p != "" && strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func firstOf(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
 // afterCycle names a cycle of `after` among rs, or "". Hosts refuse a
 // declaration with one, so a build with one could never be applied.
 func afterCycle(rs []ManifestResource) string {
 	after := map[string][]string{}
 	for _, r := range rs {
 		after[r.Name] = r.After
+	}
+	// What lies beneath a tree's path comes after the tree on a host
+	// (named or not), so an `after` the other way round is a cycle there.
+	for _, t := range rs {
+		if t.Kind != "tree" {
+			continue
+		}
+		for _, r := range rs {
+			if r.Name != t.Name && WithinTree(t.Path, r.Path, r.KeyPath, firstOf(r.Command)) {
+				after[r.Name] = append([]string{t.Name}, after[r.Name]...)
+			}
+		}
 	}
 	state := map[string]int{} // 1 visiting, 2 done
 	var visit func(n string, chain []string) string

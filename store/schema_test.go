@@ -85,16 +85,17 @@ func schemaOf(t *testing.T, s *store.Store) (map[string]map[string]column, map[s
 			}
 			db.Raw(fmt.Sprintf("PRAGMA index_list(%q)", n)).Scan(&idx)
 			for _, i := range idx {
-				if i.Unique == 0 {
-					continue
-				}
 				var cs []struct{ Name string }
 				db.Raw(fmt.Sprintf("PRAGMA index_info(%q)", i.Name)).Scan(&cs)
 				var names []string
 				for _, c := range cs {
 					names = append(names, c.Name)
 				}
-				uniques[n+"("+strings.Join(names, ",")+")"] = "unique"
+				kind := "unique"
+				if i.Unique == 0 {
+					kind = "index"
+				}
+				uniques[n+"("+strings.Join(names, ",")+")"] = kind
 			}
 			// An INTEGER PRIMARY KEY is the rowid, with no index of its own.
 			for _, c := range cols {
@@ -159,7 +160,7 @@ func schemaOf(t *testing.T, s *store.Store) (map[string]map[string]column, map[s
 	}
 	db.Raw(`SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename <> 'goose_db_version'`).Scan(&idx)
 	for _, i := range idx {
-		if !strings.Contains(i.Indexdef, "UNIQUE") || isPartition[i.Tablename] {
+		if isPartition[i.Tablename] {
 			continue
 		}
 		open := strings.LastIndex(i.Indexdef, "(")
@@ -169,7 +170,11 @@ func schemaOf(t *testing.T, s *store.Store) (map[string]map[string]column, map[s
 			// hold its partition key; SQLite keeps the key without it.
 			cols = strings.TrimSuffix(cols, ","+partitionKey)
 		}
-		uniques[i.Tablename+"("+cols+")"] = "unique"
+		kind := "unique"
+		if !strings.Contains(i.Indexdef, "UNIQUE") {
+			kind = "index"
+		}
+		uniques[i.Tablename+"("+cols+")"] = kind
 	}
 	return tables, uniques
 }
@@ -229,5 +234,20 @@ func TestMigrations_DialectsAgree(t *testing.T) {
 	v, known, err := lite.SchemaVersion(context.Background())
 	if err != nil || v != known || v == 0 {
 		t.Fatalf("sqlite schema version %d of %d known: %v", v, known, err)
+	}
+}
+
+// TestMigrations_DialectsAgreeOnEveryIndex: the comparison read unique
+// indexes only, so an index one dialect's migration left out (0038's on
+// merges.before_commit and builds.merge_id, which a late push's walk
+// probes) went unseen.
+func TestMigrations_DialectsAgreeOnEveryIndex(t *testing.T) {
+	pg := storetest.MustOpen(t, store.Postgres)
+	_, before := schemaOf(t, pg)
+	if err := pg.DB().Exec("DROP INDEX merges_before_commit").Error; err != nil {
+		t.Fatal(err)
+	}
+	if _, after := schemaOf(t, pg); len(after) != len(before)-1 {
+		t.Fatalf("PostgreSQL without merges_before_commit reads %d indexes, with it %d: the comparison does not see it", len(after), len(before))
 	}
 }
