@@ -41,12 +41,19 @@ func (s *Store) Heartbeat(ctx context.Context, id string) error {
 		Update("heartbeat_at", s.Now()).Error)
 }
 
-// AdvertisedNames are the names every instance of the store was started to
-// be reached under (--advertise), each once: another instance's are the
-// controller's too.
+// AdvertisedNamesKept is how long after an instance was last heard from
+// its --advertise names stay the controller's: hosts may still list a
+// stopped instance's URL for a while, and a name renamed away is free
+// again after it (each start writes a row of its own, never removed).
+const AdvertisedNamesKept = 30 * 24 * time.Hour
+
+// AdvertisedNames are the names every instance of the store heard from
+// within AdvertisedNamesKept was started to be reached under (--advertise),
+// each once: another instance's are the controller's too.
 func (s *Store) AdvertisedNames(ctx context.Context) ([]string, error) {
 	var lists []string
-	if err := s.db.WithContext(ctx).Model(&models.Instance{}).Where("advertise <> ''").Distinct().Pluck("advertise", &lists).Error; err != nil {
+	if err := s.db.WithContext(ctx).Model(&models.Instance{}).Where("advertise <> '' AND heartbeat_at > ?", s.Now().Add(-AdvertisedNamesKept)).
+		Distinct().Pluck("advertise", &lists).Error; err != nil {
 		return nil, mapErr(err)
 	}
 	seen := map[string]bool{}
