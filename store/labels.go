@@ -349,15 +349,22 @@ func markEmptied(tx *Tx, machineID int64, lost bool) error {
 	if err != nil {
 		return err
 	}
-	return tx.Model(&models.Machine{}).Where("id = ?", machineID).Update("empty_ok", n == 0 && lost).Error
+	switch {
+	case n == 0 && lost:
+		return tx.Model(&models.Machine{}).Where("id = ?", machineID).Update("empty_ok", true).Error
+	case n > 0:
+		return tx.Model(&models.Machine{}).Where("id = ?", machineID).Update("empty_ok", false).Error
+	}
+	// Only gains that give nothing (a module with no build): the machine
+	// is as empty as it was, on purpose or not (cleared, a person's
+	// emptying was refused by its host while the last services ran on).
+	return nil
 }
 
 // contributing counts the machine's modules that give its declaration a
 // build (a current build, or a pin): a module a selector keeps on it with
 // no build yet gives nothing, and a machine left with only such modules
-// is empty, as its declaration is (counted, the machine a person emptied
-// was sent an empty declaration without empty_ok, which its host refused
-// while the last module's services ran on).
+// is empty, as its declaration is.
 func contributing(tx *Tx, machineID int64) (int64, error) {
 	var n int64
 	err := tx.Table("assignments").Joins("JOIN modules ON modules.id = assignments.module_id").

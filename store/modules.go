@@ -449,11 +449,13 @@ func (s *Store) SetAssignments(ctx context.Context, actor, name string, ifMatch 
 		if _, err := replaceAssigned(tx, m.ID, rows); err != nil {
 			return err
 		}
-		live, err := contributing(tx, m.ID)
-		if err != nil {
-			return err
-		}
-		if err := tx.Model(m).Update("empty_ok", len(rows) == 0 && live == 0).Error; err != nil {
+		// A person's empty list empties the machine on purpose, whatever
+		// a selector keeps on it: the flag matters only when its
+		// declaration is empty, which a kept module with resources keeps
+		// it from being (counted, one with no build, or a build of no
+		// resource, left an empty declaration its host refused while the
+		// last module's services ran on).
+		if err := tx.Model(m).Update("empty_ok", len(rows) == 0).Error; err != nil {
 			return err
 		}
 		if err := bumpGenerations(tx, []int64{m.ID}, models.TriggerAssignment); err != nil {

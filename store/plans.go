@@ -630,56 +630,59 @@ func pauseUntried(tx *Tx, p *models.Plan, module string, steps []models.PlanStep
 // newer one took it.
 func pauseAllPinned(tx *Tx, p *models.Plan, mod *models.Module) (bool, error) {
 	// A plan with steps is judged tier by tier (pauseUntried); one a
-	// person resumed from this pause is past tier 0.
-	if p.Tier > 0 {
+	// person resumed from this pause is past tier 0; one whose build a
+	// person made current meanwhile is done.
+	if p.Tier > 0 || (mod.CurrentBuild != nil && *mod.CurrentBuild >= p.Build) {
 		return false, nil
 	}
 	var steps int64
 	if err := tx.Model(&models.PlanStep{}).Where("plan_id = ?", p.ID).Count(&steps).Error; err != nil || steps > 0 {
 		return false, err
 	}
-	var pinned []models.Machine
-	if err := tx.Select("machines.id", "machines.name", "machines.running").Joins("JOIN assignments ON assignments.machine_id = machines.id").
-		Where("assignments.module_id = ? AND assignments.build IS NOT NULL AND assignments.pin_plan = 0", mod.ID).
-		Order("machines.name").Find(&pinned).Error; err != nil || len(pinned) == 0 {
+	// The module's machines now: pinned by a person when the plan began,
+	// some may have been unpinned since (they follow the current build,
+	// and no tier of this plan reaches them).
+	var ms []struct {
+		models.Machine
+		Pin *int64
+	}
+	if err := tx.Table("machines").Select("machines.id, machines.name, machines.running, "+
+		"CASE WHEN assignments.pin_plan = 0 THEN assignments.build END AS pin").
+		Joins("JOIN assignments ON assignments.machine_id = machines.id").
+		Where("assignments.module_id = ?", mod.ID).Order("machines.name").Scan(&ms).Error; err != nil || len(ms) == 0 {
 		return false, err
 	}
-	var toIt []int64 // machines a person pinned to the plan's build or a newer one
-	if err := tx.Model(&models.Assignment{}).Where("module_id = ? AND build >= ? AND pin_plan = 0", mod.ID, p.Build).
-		Pluck("machine_id", &toIt).Error; err != nil {
-		return false, err
-	}
-	names := make([]string, 0, min(len(pinned), 10))
+	names := make([]string, 0, min(len(ms), 10))
 	var waiting []string
-	for i := range pinned {
-		if running, err := pinned[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
+	for i := range ms {
+		if running, err := ms[i].RunningBuilds(); err == nil && running[mod.Name].Build >= p.Build {
 			return false, nil
 		}
-		if slices.Contains(toIt, pinned[i].ID) {
-			waiting = append(waiting, pinned[i].Name)
+		if ms[i].Pin != nil && *ms[i].Pin >= p.Build {
+			waiting = append(waiting, ms[i].Name)
 		}
 		if i < 10 {
-			names = append(names, pinned[i].Name)
+			names = append(names, ms[i].Name)
 		}
 	}
 	if len(waiting) > 0 {
 		// Pinned to the build (or a newer one), such a machine takes it
 		// once its host reports running it: the plan waits for that,
 		// running, rather than pausing as if none could.
-		why := models.Clip(fmt.Sprintf("waiting: no machine of module %s is a step of it, each pinned by a person; build %d becomes current once "+
-			"the host of one pinned to it reports running it (%s)", mod.Name, p.Build, strings.Join(waiting, ", ")), 1000)
+		why := models.Clip(fmt.Sprintf("waiting: no machine of module %s is a step of it, each pinned by a person when it began; build %d "+
+			"becomes current once the host of one pinned to it reports running it (%s)", mod.Name, p.Build, strings.Join(waiting, ", ")), 1000)
 		if p.Reason != why {
 			p.Reason = why
 			return true, tx.Model(p).Update("reason", p.Reason).Error
 		}
 		return true, nil
 	}
-	if len(pinned) > len(names) {
-		names = append(names, fmt.Sprintf("and %d more", len(pinned)-len(names)))
+	if len(ms) > len(names) {
+		names = append(names, fmt.Sprintf("and %d more", len(ms)-len(names)))
 	}
 	p.State = models.PlanPaused
-	p.Reason = models.Clip(fmt.Sprintf("%sbuild %d reached none of module %s's machines, each pinned by a person (%s): resume to make build %d "+
-		"current untried, or cancel", models.UntriedTierPause, p.Build, mod.Name, strings.Join(names, ", "), p.Build), 1000)
+	p.Reason = models.Clip(fmt.Sprintf("%sbuild %d reached none of module %s's machines, each pinned by a person when it began (%s): "+
+		"resume to make build %d current untried, or cancel", models.UntriedTierPause, p.Build, mod.Name, strings.Join(names, ", "), p.Build), 1000)
 	if err := audit(tx, "controller", "pause-plan", "module/"+mod.Name, fmt.Sprintf("plan %d: %s", p.ID, p.Reason)); err != nil {
 		return false, err
 	}

@@ -198,3 +198,113 @@ func TestAssignments_EmptiedThenTheKeptModuleGetsABuild(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt: a plan without steps
+// (every machine pinned to its build when it began) waits. Its machines
+// unpinned, it found no pinned machine and ended done, making its build
+// current untried; its build made current by a person, it went on
+// "waiting" to become current, for good if no host reported.
+func TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt(t *testing.T) {
+	start := func(t *testing.T, s *store.Store) *models.PlanView {
+		t.Helper()
+		planFixture(t, s)
+		for _, n := range []string{"m1", "m2", "m3"} {
+			pinTo(t, s, n, 2)
+		}
+		v, err := s.CreatePlan(context.Background(), "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		return v
+	}
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		t.Run("Unpinned", func(t *testing.T) {
+			v := start(t, s)
+			for _, n := range []string{"m1", "m2", "m3"} {
+				g := mustMachine(t, s, n).Generation
+				if _, err := s.SetAssignments(ctx, "user:admin", n, &g, []models.AssignmentView{{Module: "mod"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stepPlans(t, s)
+			v, _ = s.Plan(ctx, v.ID)
+			mod, _ := s.Module(ctx, "mod")
+			if v.State != models.PlanPaused || !strings.HasPrefix(v.Reason, models.UntriedTierPause) || *mod.CurrentBuild != 1 {
+				t.Fatalf("unpinned, no machine having run build 2: plan %s %q; current build %d", v.State, v.Reason, *mod.CurrentBuild)
+			}
+		})
+	})
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		v := start(t, s)
+		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+			t.Fatal(err)
+		}
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone || v.Reason != "" {
+			t.Fatalf("build 2 made current by a person: plan %s %q", v.State, v.Reason)
+		}
+	})
+}
+
+// TestAssignments_EmptiedMachinesStayEmptyOnPurpose: a person empties m1
+// while a selector keeps on it a module whose build declares nothing: its
+// declaration was empty without empty_ok (the module counted, having a
+// build). Emptied, then given a module with no build by a label change,
+// the flag was cleared: its host refused the person's emptying while the
+// last services ran on.
+func TestAssignments_EmptiedMachinesStayEmptyOnPurpose(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		for _, mod := range []string{"web", "nothing"} {
+			if err := s.CreateModule(ctx, "test", &models.Module{Name: mod, Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.CreateBuild(ctx, "test", "nothing", &models.Build{Manifest: `{"resources": []}`}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for mod, sel := range map[string]string{"web": "role=web", "nothing": "role=nothing"} {
+			m, err := s.Module(ctx, mod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.UpdateModule(ctx, "test", mod, m.ETag(), false, func(m *models.Module) error { m.Selector = sel; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		label := func(name, role string) {
+			g := mustMachine(t, s, name).Generation
+			if _, err := s.SetLabels(ctx, "test", name, &g, map[string]string{"role": role}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		empty := func(name string) {
+			g := mustMachine(t, s, name).Generation
+			if _, err := s.SetAssignments(ctx, "user:olga", name, &g, []models.AssignmentView{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		label("m1", "nothing")
+		empty("m1")
+		empty("m2")
+		label("m2", "web")
+		for _, n := range []string{"m1", "m2"} {
+			m := mustMachine(t, s, n)
+			got, fails, err := s.Compose(ctx, []int64{m.ID}, "ctl", newSigner())
+			if err != nil || fails[m.ID] != nil {
+				t.Fatalf("compose %s: %v %v", n, err, fails[m.ID])
+			}
+			var env models.Envelope
+			var p models.DeclarationPayload
+			decode(t, got[m.ID].Sealed(), &env)
+			decode(t, env.Payload, &p)
+			if len(p.Resources) != 0 || !p.EmptyOK {
+				t.Fatalf("%s, emptied by a person: %d resource(s), empty_ok %v", n, len(p.Resources), p.EmptyOK)
+			}
+		}
+	})
+}
