@@ -203,6 +203,8 @@ func lockBuild(tx *Tx, moduleID, number int64, strength string) (*models.Build, 
 // again with what the person left), and for a mesh-controller module (a
 // controller may not know the store a newer one left).
 func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int64, reason string) (int, error) {
+	// A reason of blanks is none (taken, it went back on a space).
+	reason = strings.TrimSpace(reason)
 	if len(reason) > MaxCurrentReason {
 		return 0, models.Invalid("reason", fmt.Sprintf("at most %d bytes", MaxCurrentReason))
 	}

@@ -234,7 +234,7 @@ func upgradeWords(up *models.RolloutMachine, version string) string {
 // machine's page shows 200 reports, refreshed every 2 s (a host's 200
 // reports of 30,000 actions each made a 96 MB page).
 func reportLine(r models.ReportRow) ReportLine {
-	l := ReportLine{Time: stamp(r.CreatedAt), Outcome: r.Outcome, Reason: models.EscapeLogLine(r.Reason, journalWords)}
+	l := ReportLine{ID: r.ID, Time: stamp(r.CreatedAt), Outcome: r.Outcome, Reason: models.EscapeLogLine(r.Reason, journalWords)}
 	var body models.Report
 	if json.Unmarshal([]byte(r.Body), &body) == nil {
 		more := 0

@@ -2,9 +2,11 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -13,6 +15,12 @@ import (
 )
 
 func (s *Server) modulesPage(c echo.Context) error {
+	return s.renderModules(c, http.StatusOK, "", "", 0, "")
+}
+
+// renderModules renders the Modules page; after a refused act, with its
+// notice and the reason typed for module's build kept in its form.
+func (s *Server) renderModules(c echo.Context, status int, notice, module string, build int64, typed string) error {
 	ctx := c.Request().Context()
 	mods, err := allModules(ctx, s.Store)
 	if err != nil {
@@ -38,16 +46,27 @@ func (s *Server) modulesPage(c echo.Context) error {
 				Older: m.CurrentBuild != nil && b.Number < *m.CurrentBuild, State: b.State}
 			switch b.State {
 			case models.BuildYanked:
-				row.Unusable = "yanked: " + b.YankReason
+				// The word says when it became true, and by whom.
+				row.Unusable = "yanked"
+				if b.YankedAt != nil {
+					row.Unusable += " " + stamp(*b.YankedAt)
+				}
+				if b.YankedBy != "" {
+					row.Unusable += " by " + b.YankedBy
+				}
+				row.Unusable += ": " + b.YankReason
 			case models.BuildReady, "":
 			default:
 				row.Unusable = b.State
+			}
+			if m.Name == module && b.Number == build {
+				row.Typed = typed
 			}
 			v.Builds = append(v.Builds, row)
 		}
 		out = append(out, v)
 	}
-	return s.render(c, http.StatusOK, ModulesPage(s.page(c, "Modules"), out))
+	return s.render(c, status, ModulesPage(s.page(c, "Modules"), out, notice))
 }
 
 // promote makes a build current everywhere (a person's explicit act).
@@ -56,8 +75,15 @@ func (s *Server) promote(c echo.Context) error {
 	if err != nil {
 		return s.errorPage(c, http.StatusBadRequest, "Not a build number.")
 	}
-	if _, err := s.Store.SetCurrent(c.Request().Context(), "user:"+who(c).User, c.Param("module"), n, c.FormValue("reason")); err != nil {
-		return s.errorPage(c, http.StatusBadRequest, "Not made current: "+problemText(err))
+	reason := c.FormValue("reason")
+	if _, err := s.Store.SetCurrent(c.Request().Context(), "user:"+who(c).User, c.Param("module"), n, reason); err != nil {
+		// The page again, as it is now, with what was typed: an error
+		// page of its own lost the reason.
+		notice := "Not made current: " + problemText(err)
+		if strings.TrimSpace(reason) != "" {
+			notice += fmt.Sprintf(" The reason you typed is kept: %q.", reason)
+		}
+		return s.renderModules(c, http.StatusBadRequest, notice, c.Param("module"), n, reason)
 	}
 	return c.Redirect(http.StatusSeeOther, "/modules")
 }

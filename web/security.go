@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -199,6 +201,12 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 			sent = c.FormValue(CSRFField)
 		}
 		if !ok || sent == "" || !hmac.Equal([]byte(sent), []byte(tok)) {
+			if ck, err := c.Cookie(SessionCookie); sent != "" && (err != nil || ck.Value == "") {
+				// A form of a session that has ended since (logged out,
+				// expired): said so, with what was typed to copy, rather
+				// than "reload the page", which lost it.
+				return s.render(c, http.StatusForbidden, SessionEndedPage(s.page(c, "Session ended"), typedFields(c)))
+			}
 			return s.errorPage(c, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
 		}
 		c.Set(csrfCtxKey, tok)
@@ -218,4 +226,25 @@ func newCSRFKey(priv []byte) []byte {
 	m := hmac.New(sha256.New, priv)
 	m.Write([]byte("mesh web csrf v1"))
 	return m.Sum(nil)
+}
+
+// typedFields are a refused form's fields as "name: value" lines, but its
+// token, for the person to copy.
+func typedFields(c echo.Context) []string {
+	form, err := c.FormParams()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(form)) {
+		if k == CSRFField {
+			continue
+		}
+		for _, v := range form[k] {
+			if strings.TrimSpace(v) != "" {
+				out = append(out, k+": "+v)
+			}
+		}
+	}
+	return out
 }

@@ -135,6 +135,9 @@ type DiffRow struct {
 
 // ReportLine is a report under its send: the host's journal in words.
 type ReportLine struct {
+	// ID is the report's: its element keeps it across the page's live
+	// refresh (a report, once stored, never changes).
+	ID      int64
 	Time    string
 	Outcome string
 	Reason  string
@@ -200,6 +203,9 @@ type BuildRow struct {
 	// Older: older than the current build (making it current is going
 	// back, which asks for a reason).
 	Older bool
+	// Typed is the reason a person typed for it, kept when the act was
+	// refused.
+	Typed string
 	// State is the build's (ready, yanked, queued…); Unusable says why it
 	// cannot become current (yanked, not finished), empty when it can.
 	State, Unusable string
