@@ -53,6 +53,12 @@ func TestSession_EndedMidFormSaysSoAndKeepsWhatWasTyped(t *testing.T) {
 	if st != 403 || !strings.Contains(body, "Your session has ended") || !strings.Contains(body, "vars: PORT=8443") || strings.Contains(body, "CSRF check failed") {
 		t.Fatalf("a form of a session that ended: %d\n%.2000s", st, body)
 	}
+	// A login form gone stale is no session's: its password is never
+	// shown back.
+	if st, body := op.post("/login", url.Values{"username": {"olga"}, "password": {"hunter2-secret"}, "_csrf": {"stale"}}, false); st != 403 ||
+		strings.Contains(body, "hunter2-secret") {
+		t.Fatalf("a stale login form: %d %.500s", st, body)
+	}
 	// A form with no token at all is still refused as before.
 	if st, body := op.post("/machines/m1/variables", url.Values{"vars": {"x=1"}}, false); st != 403 || !strings.Contains(body, "CSRF check failed") {
 		t.Fatalf("a form without a token: %d %.300s", st, body)

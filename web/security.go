@@ -201,7 +201,7 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 			sent = c.FormValue(CSRFField)
 		}
 		if !ok || sent == "" || !hmac.Equal([]byte(sent), []byte(tok)) {
-			if ck, err := c.Cookie(SessionCookie); sent != "" && (err != nil || ck.Value == "") {
+			if ck, err := c.Cookie(SessionCookie); sent != "" && (err != nil || ck.Value == "") && r.URL.Path != "/login" {
 				// A form of a session that has ended since (logged out,
 				// expired): said so, with what was typed to copy, rather
 				// than "reload the page", which lost it.
@@ -237,7 +237,9 @@ func typedFields(c echo.Context) []string {
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(form)) {
-		if k == CSRFField {
+		// Never a credential, whatever form it came in.
+		if l := strings.ToLower(k); k == CSRFField || strings.Contains(l, "pass") || strings.Contains(l, "secret") ||
+			strings.Contains(l, "token") || strings.Contains(l, "key") {
 			continue
 		}
 		for _, v := range form[k] {
