@@ -1,6 +1,9 @@
 package web_test
 
 import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strings"
@@ -62,5 +65,50 @@ func TestSession_EndedMidFormSaysSoAndKeepsWhatWasTyped(t *testing.T) {
 	// A form with no token at all is still refused as before.
 	if st, body := op.post("/machines/m1/variables", url.Values{"vars": {"x=1"}}, false); st != 403 || !strings.Contains(body, "CSRF check failed") {
 		t.Fatalf("a form without a token: %d %.300s", st, body)
+	}
+}
+
+// TestSession_EndedPageIsForThisDashboardsFormsOnly: the session-ended
+// page printed back the fields of any POST with a made-up token and no
+// cookie of this dashboard: an outsider's sentence on the dashboard's own
+// origin. The fields of a module named like a credential ("keycloak") were
+// dropped from what was shown to copy. A session revoked while its cookie
+// stayed (a role change), or a form of a session logged out and then in
+// again elsewhere, lost what was typed.
+func TestSession_EndedPageIsForThisDashboardsFormsOnly(t *testing.T) {
+	e, op, _ := fixture(t)
+	jar, _ := cookiejar.New(nil)
+	out := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const bait = "Security notice: your account is locked. Call the help desk"
+	resp, err := out.PostForm(e.URL+"/machines/m1/variables", url.Values{"_csrf": {"anything"}, "notice": {bait}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), bait) || resp.StatusCode != 403 {
+		t.Fatalf("an outsider's POST: %d\n%.1000s", resp.StatusCode, b)
+	}
+
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "keycloak"}}, 201, nil)
+	op.get("/machines/m1")
+	form := url.Values{"generation": {"1"}, "m_keycloak": {"on"}, "r_keycloak": {"the SSO realm"}, "_csrf": {op.csrf}}
+	if st, loc := op.post("/logout", url.Values{}, true); st != 303 || loc != "/login" {
+		t.Fatalf("logout: %d %s", st, loc)
+	}
+	if st, body := op.post("/machines/m1/assignments", form, false); st != 403 || !strings.Contains(body, "r_keycloak: the SSO realm") {
+		t.Fatalf("a form of a session that ended, for module keycloak: %d\n%.2000s", st, body)
+	}
+	// Logged in again elsewhere, the old tab's form.
+	op.login("olga", "password-of-olga")
+	if st, body := op.post("/machines/m1/assignments", form, false); st != 403 || !strings.Contains(body, "r_keycloak: the SSO realm") {
+		t.Fatalf("the old form after a new login: %d\n%.2000s", st, body)
+	}
+	// Revoked while the cookie stays: a role change.
+	op.get("/machines/m1")
+	e.JSON(ctltest.Request{Method: "PATCH", Path: "/api/v1/users/olga", Token: e.Admin, Body: map[string]any{"role": "admin"}}, 200, nil)
+	if st, body := op.post("/machines/m1/variables", url.Values{"generation": {"1"}, "vars": {"PORT=8443"}}, true); st != 401 ||
+		!strings.Contains(body, "Your session has ended") || !strings.Contains(body, "vars: PORT=8443") {
+		t.Fatalf("a form of a session revoked meanwhile: %d\n%.2000s", st, body)
 	}
 }

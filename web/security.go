@@ -201,10 +201,13 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 			sent = c.FormValue(CSRFField)
 		}
 		if !ok || sent == "" || !hmac.Equal([]byte(sent), []byte(tok)) {
-			if ck, err := c.Cookie(SessionCookie); sent != "" && (err != nil || ck.Value == "") && r.URL.Path != "/login" {
-				// A form of a session that has ended since (logged out,
-				// expired): said so, with what was typed to copy, rather
-				// than "reload the page", which lost it.
+			if ok && sent != "" && r.URL.Path != "/login" {
+				// A form of this dashboard (the request carries one of its
+				// cookies, which are SameSite=Strict: no other site's form
+				// sends them) whose session has ended since (logged out,
+				// expired, logged in again elsewhere): said so, with what
+				// was typed to copy, rather than "reload the page", which
+				// lost it.
 				return s.render(c, http.StatusForbidden, SessionEndedPage(s.page(c, "Session ended"), typedFields(c)))
 			}
 			return s.errorPage(c, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
@@ -237,9 +240,9 @@ func typedFields(c echo.Context) []string {
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(form)) {
-		// Never a credential, whatever form it came in.
-		if l := strings.ToLower(k); k == CSRFField || strings.Contains(l, "pass") || strings.Contains(l, "secret") ||
-			strings.Contains(l, "token") || strings.Contains(l, "key") {
+		// Never the login's password (its path is not shown this page
+		// either) nor the token.
+		if k == CSRFField || k == "password" {
 			continue
 		}
 		for _, v := range form[k] {

@@ -203,7 +203,10 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 					}
 					return c.Redirect(http.StatusSeeOther, "/login")
 				}
-				return s.errorPage(c, http.StatusUnauthorized, "Your session has ended. Log in again.")
+				// The person's own form (its token matched the cookie), of
+				// a session revoked or expired since: what they typed is
+				// shown to copy.
+				return s.render(c, http.StatusUnauthorized, SessionEndedPage(s.page(c, "Session ended"), typedFields(c)))
 			}
 			if models.RoleRank(claims.Role) < models.RoleRank(min) {
 				return s.errorPage(c, http.StatusForbidden, fmt.Sprintf("Your role (%s) cannot do this; it needs %s.", claims.Role, min))
