@@ -204,10 +204,15 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 				}
 			}
 			for _, r := range ordered {
-				if act.Action == "forgotten" && r.Kind == "tree" && beneath(m.Path, r.Path) {
-					act.Detail += ", inside the tree at " + r.Path + ": it goes with that tree's next version"
-					break
+				if act.Action != "forgotten" || r.Kind != "tree" || !beneath(m.Path, r.Path) {
+					continue
 				}
+				if slices.Contains(changing, r.Path) {
+					act.Action, act.Detail = "removed", "forgotten, but it lay in the tree at "+r.Path+", whose new version replaced the one it was in"
+				} else {
+					act.Detail += ", inside the tree at " + r.Path + ": it goes with that tree's next version"
+				}
+				break
 			}
 		} else if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
 			// A resource renamed (or its module) at the same path: step 2

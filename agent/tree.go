@@ -10,6 +10,7 @@ import (
 	"mesh/models"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -184,6 +185,17 @@ func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
 			goes[versionsDir(x.Path)] = true
 		}
 	}
+	// holdsWhatGoes says whether a directory has something that goes away
+	// beneath it: one that does not is a person's (mesh makes directories
+	// only for what it puts there), empty or not.
+	holdsWhatGoes := func(dir string) bool {
+		for q := range goes {
+			if beneath(q, dir) {
+				return true
+			}
+		}
+		return false
+	}
 	var theirs []string
 	_ = fs.WalkDir(m.root.FS(), rel(p), func(q string, d fs.DirEntry, err error) error {
 		switch abs := "/" + q; {
@@ -193,8 +205,14 @@ func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
-		case !d.IsDir() && len(theirs) < 3:
+		case d.IsDir() && abs != p && !holdsWhatGoes(abs):
+			theirs = append(theirs, abs+"/")
+			return fs.SkipDir
+		case !d.IsDir():
 			theirs = append(theirs, abs)
+		}
+		if len(theirs) >= 3 {
+			return fs.SkipAll
 		}
 		return nil
 	})
@@ -210,6 +228,13 @@ func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
 // that cannot be staged beside its path before the apply changes anything
 // (what is in its way goes only in step 2).
 func judgeTree(dir, archive string, limits UnpackLimits) error {
+	// What a judge cut short (the host killed) left: one apply at a time
+	// judges, so any earlier one is done.
+	if old, err := filepath.Glob(filepath.Join(dir, "judge-*")); err == nil {
+		for _, o := range old {
+			_ = os.RemoveAll(o)
+		}
+	}
 	tmp, err := os.MkdirTemp(dir, "judge-")
 	if err != nil {
 		return err
@@ -225,8 +250,13 @@ func judgeTree(dir, archive string, limits UnpackLimits) error {
 }
 
 func (m *machineRoot) removeTree(p string) error {
-	if err := m.remove(p); err != nil {
-		return err
+	// Its link, if p still is one: a directory there now is what took the
+	// tree's place (a file declared beneath it, written by an apply the
+	// state did not live to record), not the tree, and is left.
+	if fi, err := m.root.Lstat(rel(p)); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if err := m.remove(p); err != nil {
+			return err
+		}
 	}
 	return m.removeVersions(p)
 }
