@@ -281,12 +281,14 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 		// A plan of an older build would go on reaching tiers with a
 		// build composing no longer sends, judge its machines by the
 		// newer one they run, and end "done" saying its build is current.
-		ended, err := supersedeBelow(tx, mod.ID, number, fmt.Sprintf("superseded: build %d was made current by %s", number, actor), tx.s.Now())
+		// Its own build's too: it no longer makes it current (paused
+		// untried, it asked a person to resume it to do what was done).
+		ended, err := supersedeBelow(tx, mod.ID, number+1, fmt.Sprintf("superseded: build %d was made current by %s", number, actor), tx.s.Now())
 		if err != nil {
 			return err
 		}
 		if len(ended) > 0 {
-			detail += fmt.Sprintf("; plan(s) %s of older builds superseded", joinIDs(ended))
+			detail += fmt.Sprintf("; plan(s) %s of it or older builds superseded", joinIDs(ended))
 		}
 		return audit(tx, actor, "set-current", "module/"+module, detail)
 	})

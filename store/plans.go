@@ -641,7 +641,8 @@ func pauseAllPinned(tx *Tx, p *models.Plan, mod *models.Module) (bool, error) {
 	}
 	// The module's machines now: pinned by a person when the plan began,
 	// some may have been unpinned since (they follow the current build,
-	// and no tier of this plan reaches them).
+	// and no tier of this plan reaches them); a revoked one is heard from
+	// no more, so it is not waited for.
 	var ms []struct {
 		models.Machine
 		Pin *int64
@@ -649,7 +650,7 @@ func pauseAllPinned(tx *Tx, p *models.Plan, mod *models.Module) (bool, error) {
 	if err := tx.Table("machines").Select("machines.id, machines.name, machines.running, "+
 		"CASE WHEN assignments.pin_plan = 0 THEN assignments.build END AS pin").
 		Joins("JOIN assignments ON assignments.machine_id = machines.id").
-		Where("assignments.module_id = ?", mod.ID).Order("machines.name").Scan(&ms).Error; err != nil || len(ms) == 0 {
+		Where("assignments.module_id = ? AND machines.revoked_at IS NULL", mod.ID).Order("machines.name").Scan(&ms).Error; err != nil || len(ms) == 0 {
 		return false, err
 	}
 	names := make([]string, 0, min(len(ms), 10))

@@ -51,7 +51,7 @@ func TestPlan_ANewerBuildMadeCurrentSupersedesIt(t *testing.T) {
 			}
 			said = append(said, e.Action+": "+e.Detail)
 		}
-		if !strings.Contains(strings.Join(said, "\n"), "plan(s) 1 of older builds superseded") {
+		if !strings.Contains(strings.Join(said, "\n"), "plan(s) 1 of it or older builds superseded") {
 			t.Fatalf("the change of current build does not say it superseded plan 1:\n%s", strings.Join(said, "\n"))
 		}
 		if mod, _ := s.Module(ctx, "mod"); *mod.CurrentBuild != 3 {
@@ -203,7 +203,8 @@ func TestAssignments_EmptiedThenTheKeptModuleGetsABuild(t *testing.T) {
 // (every machine pinned to its build when it began) waits. Its machines
 // unpinned, it found no pinned machine and ended done, making its build
 // current untried; its build made current by a person, it went on
-// "waiting" to become current, for good if no host reported.
+// "waiting" to become current, for good if no host reported; paused
+// untried, it went on asking a person to make current what was.
 func TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt(t *testing.T) {
 	start := func(t *testing.T, s *store.Store) *models.PlanView {
 		t.Helper()
@@ -236,16 +237,18 @@ func TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt(t *testing.T) {
 			}
 		})
 	})
-	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
-		ctx := context.Background()
-		v := start(t, s)
-		if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
-			t.Fatal(err)
-		}
-		stepPlans(t, s)
-		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanDone || v.Reason != "" {
-			t.Fatalf("build 2 made current by a person: plan %s %q", v.State, v.Reason)
-		}
+	t.Run("MadeCurrent", func(t *testing.T) {
+		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+			ctx := context.Background()
+			v := start(t, s)
+			if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+				t.Fatal(err)
+			}
+			stepPlans(t, s)
+			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanSuperseded || v.Reason != "superseded: build 2 was made current by user:olga" {
+				t.Fatalf("build 2 made current by a person: plan %s %q", v.State, v.Reason)
+			}
+		})
 	})
 }
 
@@ -306,5 +309,62 @@ func TestAssignments_EmptiedMachinesStayEmptyOnPurpose(t *testing.T) {
 				t.Fatalf("%s, emptied by a person: %d resource(s), empty_ok %v", n, len(p.Resources), p.EmptyOK)
 			}
 		}
+	})
+}
+
+// TestPlan_APlanWithoutStepsNeverWaitsOnWhatIsGone: paused untried (every
+// machine pinned to build 1 when it began), a plan of build 2 whose build
+// a person then made current stayed paused, asking to be resumed to make
+// it current; waiting on a machine pinned to its build that was then
+// revoked, it waited for good.
+func TestPlan_APlanWithoutStepsNeverWaitsOnWhatIsGone(t *testing.T) {
+	t.Run("MadeCurrent", func(t *testing.T) {
+		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+			ctx := context.Background()
+			planFixture(t, s)
+			for _, n := range []string{"m1", "m2", "m3"} {
+				pinTo(t, s, n, 1)
+			}
+			v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stepPlans(t, s)
+			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused {
+				t.Fatalf("plan %s %q", v.State, v.Reason)
+			}
+			if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
+				t.Fatal(err)
+			}
+			stepPlans(t, s)
+			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanSuperseded {
+				t.Fatalf("build 2 made current by a person: plan %s %q", v.State, v.Reason)
+			}
+		})
+	})
+	t.Run("Revoked", func(t *testing.T) {
+		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+			ctx := context.Background()
+			planFixture(t, s)
+			pinTo(t, s, "m1", 2)
+			for _, n := range []string{"m2", "m3"} {
+				pinTo(t, s, n, 1)
+			}
+			v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stepPlans(t, s)
+			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || !strings.Contains(v.Reason, "waiting: ") {
+				t.Fatalf("plan %s %q", v.State, v.Reason)
+			}
+			if _, err := s.RevokeMachine(ctx, "user:admin", "m1", "disk sold"); err != nil {
+				t.Fatal(err)
+			}
+			stepPlans(t, s)
+			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused || !strings.HasPrefix(v.Reason, models.UntriedTierPause) || strings.Contains(v.Reason, "m1") {
+				t.Fatalf("m1, pinned to build 2, revoked: plan %s %q", v.State, v.Reason)
+			}
+		})
 	})
 }
