@@ -60,7 +60,10 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			a.filesBefore[m.Path] = true
 		}
 	}
-	away := goingAway(st, claimed)
+	before := make([]Managed, 0, len(st.Resources)) // what the machine had, for step 3's words
+	for _, id := range sortedIDs(st.Resources) {
+		before = append(before, *st.Resources[id])
+	}
 	gone := map[string]bool{} // paths of away removed before their turn (clearInTheWay)
 	var actions []models.Action
 
@@ -76,6 +79,15 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			}
 		}
 	}
+	// Trees that take a real directory (not yet a link of mesh's): what
+	// mesh has in it goes first, even what is declared again there.
+	var takesDir []string
+	for _, t := range changing {
+		if fi, err := a.root.root.Lstat(rel(t)); err == nil && fi.IsDir() {
+			takesDir = append(takesDir, t)
+		}
+	}
+	away := goingAway(st, claimed, takesDir)
 	for _, r := range ordered {
 		if r.Kind != "tree" || !slices.Contains(changing, r.Path) {
 			continue
@@ -195,24 +207,27 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		act := models.Action{Resource: id, Action: "removed", Digest: m.Digest}
 		if m.OnRemove == "forget" {
 			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
-			// What lies in a tree's path lives in its version: said so,
-			// not "left in place" when it went with the tree.
-			for _, t := range away {
-				if t.Kind == "tree" && beneath(m.Path, t.Path) {
-					act.Action, act.Detail = "removed", "forgotten, but it lay in the tree at "+t.Path+", which went, and it with it"
-					break
+			// What lay in a tree's path lived in its version: gone with a
+			// flip, the tree's removal or a file taking its path, it is
+			// said gone, not "left in place".
+			if _, err := a.root.root.Lstat(rel(m.Path)); err != nil {
+				act.Action, act.Detail = "removed", "forgotten, but it went with what held it: "+m.Path+" is not there"
+				for _, t := range before {
+					if t.Kind == "tree" && beneath(m.Path, t.Path) {
+						act.Detail = "forgotten, but it lay in the tree at " + t.Path + ", and went with its version"
+						break
+					}
 				}
 			}
-			for _, r := range ordered {
-				if act.Action != "forgotten" || r.Kind != "tree" || !beneath(m.Path, r.Path) {
-					continue
+			if by := claimed[m.Path]; by != "" && m.Kind == "tree" && kinds[by] != "tree" {
+				// A file took the forgotten tree's path: its versions,
+				// reachable from no link, go.
+				if err := a.root.removeVersions(m.Path); err != nil {
+					return actions, fmt.Errorf("removing %s: %w", id, err)
 				}
-				if slices.Contains(changing, r.Path) {
-					act.Action, act.Detail = "removed", "forgotten, but it lay in the tree at "+r.Path+", whose new version replaced the one it was in"
-				} else {
-					act.Detail += ", inside the tree at " + r.Path + ": it goes with that tree's next version"
-				}
-				break
+				act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
+			} else if by != "" && m.Kind != models.ResourceCertificate {
+				act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
 			}
 		} else if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
 			// A resource renamed (or its module) at the same path: step 2
@@ -225,7 +240,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 					return actions, fmt.Errorf("removing %s: %w", id, err)
 				}
 			}
-		} else if gone[m.Path] {
+		} else if gone[m.Path] && m.Kind != models.ResourceCertificate {
 			act.Detail = m.Path // removed in step 2, out of another's way
 		} else {
 			if err := a.removeManaged(m, claimed); err != nil {
@@ -333,13 +348,30 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 // goingAway are the files and trees mesh put on the machine whose paths
 // the declaration being applied gives no resource: each is removed by this
 // apply (named no more, or moved), unless forgotten. Outermost first.
-func goingAway(st *State, claimed map[string]string) []*Managed {
+func goingAway(st *State, claimed map[string]string, takesDir []string) []*Managed {
 	var out []*Managed
+	// inChanging: beneath a tree that takes a real directory, what is
+	// declared again is written after the tree (order), so it goes from
+	// the directory as well: a directory holding only it is the tree's.
+	inChanging := func(p string) bool {
+		return slices.ContainsFunc(takesDir, func(t string) bool { return beneath(p, t) })
+	}
 	for _, id := range sortedIDs(st.Resources) {
 		m := st.Resources[id]
-		if (m.Kind == "file" || m.Kind == "tree") && m.OnRemove != "forget" && claimed[m.Path] == "" {
+		if m.OnRemove == "forget" {
+			continue
+		}
+		switch {
+		case (m.Kind == "file" || m.Kind == "tree") && (claimed[m.Path] == "" || inChanging(m.Path)):
 			c := *m
 			out = append(out, &c)
+		case m.Kind == models.ResourceCertificate && m.Resource != nil:
+			// A certificate's chain and key are files of mesh's like any.
+			for _, p := range []string{m.Resource.Path, m.Resource.KeyPath} {
+				if claimed[p] == "" || inChanging(p) {
+					out = append(out, &Managed{Kind: "file", Module: m.Module, Path: p})
+				}
+			}
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i].Path) < len(out[j].Path) })

@@ -127,7 +127,12 @@ func (m *machineRoot) fileMatches(p string, content []byte, mode fs.FileMode) bo
 	return err == nil && string(b) == string(content)
 }
 
+// remove removes the file or link at p; a directory there now is what
+// took its place (something declared beneath it), and is left.
 func (m *machineRoot) remove(p string) error {
+	if fi, err := m.root.Lstat(rel(p)); err == nil && fi.IsDir() {
+		return nil
+	}
 	err := m.root.Remove(rel(p))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
