@@ -74,6 +74,9 @@ it back.`,
 			if err := expect(r.HTTPResponse, r.Body, http.StatusNoContent); err != nil {
 				return err
 			}
+			if a.jsonOut() {
+				return a.encodeJSON(map[string]any{"deleted": args[0]})
+			}
 			fmt.Fprintf(a.out, "%s: deleted\n", args[0])
 			return nil
 		},
@@ -390,6 +393,9 @@ and API token of yours is revoked, this login's too: log in again.`,
 				return err
 			}
 			url, _, _, _ := a.target()
+			if a.jsonOut() {
+				return a.encodeJSON(map[string]any{"password_changed": true, "revoked": "every session and API token of yours"})
+			}
 			fmt.Fprintf(a.out, "password changed; every session and API token of yours is revoked: meshctl login %s --user NAME\n", url)
 			return nil
 		},

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -103,7 +104,7 @@ the tokens nor their hashes are ever shown again. With -o json:
 			}
 			rows := [][]string{{"KIND", "ID", "NAME/USED BY", "ROLE/LABELS", "STATE", "EXPIRES", "LAST USED"}}
 			for _, t := range out.APITokens {
-				rows = append(rows, []string{"api", t.Id, t.Name + " (" + t.User + ")", string(t.Role), string(t.State),
+				rows = append(rows, []string{"api", t.Id, t.Name + " (" + t.User + ")", string(t.Role), tokenState(string(t.State), t.RevokedAt, t.RevokedBy, nil),
 					t.ExpiresAt.Local().Format(localTime), ago(t.LastUsedAt)})
 			}
 			for _, t := range out.JoinTokens {
@@ -115,7 +116,7 @@ the tokens nor their hashes are ever shown again. With -o json:
 				if t.Labels != nil && len(*t.Labels) > 0 {
 					labels = formatLabels(*t.Labels)
 				}
-				rows = append(rows, []string{"join", strconv.FormatInt(t.Id, 10), used, labels, string(t.State),
+				rows = append(rows, []string{"join", strconv.FormatInt(t.Id, 10), used, labels, tokenState(string(t.State), t.RevokedAt, t.RevokedBy, t.UsedAt),
 					t.ExpiresAt.Local().Format(localTime), "-"})
 			}
 			return a.table(rows)
@@ -340,4 +341,19 @@ func formatLabels(m map[string]string) string {
 		parts[i] = k + "=" + m[k]
 	}
 	return strings.Join(parts, ",")
+}
+
+// tokenState is a token's state word with when it became so (and by whom,
+// revoked): "revoked" alone did not say when, though the API does.
+func tokenState(state string, revokedAt *time.Time, revokedBy *string, usedAt *time.Time) string {
+	switch {
+	case revokedAt != nil:
+		state += " " + ago(revokedAt)
+		if revokedBy != nil && *revokedBy != "" {
+			state += " by " + *revokedBy
+		}
+	case usedAt != nil:
+		state += " " + ago(usedAt)
+	}
+	return state
 }
