@@ -206,28 +206,13 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 		}
 		act := models.Action{Resource: id, Action: "removed", Digest: m.Digest}
 		if m.OnRemove == "forget" {
-			act.Action, act.Detail = "forgotten", "left in place at "+m.Path
-			// What lay in a tree's path lived in its version: gone with a
-			// flip, the tree's removal or a file taking its path, it is
-			// said gone, not "left in place".
-			if _, err := a.root.root.Lstat(rel(m.Path)); err != nil {
-				act.Action, act.Detail = "removed", "forgotten, but it went with what held it: "+m.Path+" is not there"
-				for _, t := range before {
-					if t.Kind == "tree" && beneath(m.Path, t.Path) {
-						act.Detail = "forgotten, but it lay in the tree at " + t.Path + ", and went with its version"
-						break
-					}
-				}
-			}
+			act.Action, act.Detail = forgottenWords(m, before, away, changing, claimed, kinds)
 			if by := claimed[m.Path]; by != "" && m.Kind == "tree" && kinds[by] != "tree" {
 				// A file took the forgotten tree's path: its versions,
 				// reachable from no link, go.
 				if err := a.root.removeVersions(m.Path); err != nil {
 					return actions, fmt.Errorf("removing %s: %w", id, err)
 				}
-				act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
-			} else if by != "" && m.Kind != models.ResourceCertificate {
-				act.Action, act.Detail = "forgotten", m.Path+" is "+by+"'s now"
 			}
 		} else if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
 			// A resource renamed (or its module) at the same path: step 2
@@ -343,6 +328,35 @@ func (a *Agent) applyOne(ctx context.Context, r models.Resource, st *State, dige
 	}
 	act.Detail += " (moved from " + moved.Path + ")"
 	return act, moved, nil
+}
+
+// forgottenWords say what became of a resource forgotten (on_remove
+// forget): left in place, or — lying in a tree's path, which lives in the
+// tree's version — gone with the tree's removal, with a file taking its
+// path, or with its new version; judged from what the apply does, not
+// from what is on disk at its turn (a tree not yet removed still holds
+// it; a new version may hold a file of its own there).
+func forgottenWords(m *Managed, before []Managed, away []*Managed, changing []string, claimed, kinds map[string]string) (string, string) {
+	if by := claimed[m.Path]; by != "" && m.Kind != models.ResourceCertificate {
+		return "forgotten", m.Path + " is " + by + "'s now"
+	}
+	for _, t := range before {
+		if t.Kind != "tree" || !beneath(m.Path, t.Path) {
+			continue
+		}
+		by := claimed[t.Path]
+		switch {
+		case by == "" && slices.ContainsFunc(away, func(x *Managed) bool { return x.Kind == "tree" && x.Path == t.Path }):
+			return "removed", "forgotten, but it lay in the tree at " + t.Path + ", which went, and it with it"
+		case by != "" && kinds[by] != "tree":
+			return "removed", "forgotten, but it lay in the tree at " + t.Path + ", whose path " + by + " took"
+		case by != "" && slices.Contains(changing, t.Path):
+			return "removed", "forgotten, but it lay in the tree at " + t.Path + ", whose new version replaced the one it was in"
+		case by != "":
+			return "forgotten", "left in place at " + m.Path + ", inside the tree at " + t.Path + ": it goes with that tree's next version"
+		}
+	}
+	return "forgotten", "left in place at " + m.Path
 }
 
 // goingAway are the files and trees mesh put on the machine whose paths

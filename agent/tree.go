@@ -179,10 +179,11 @@ func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
 		return m.treeMayReplace(p, mine)
 	}
 	goes := map[string]bool{}
+	goesDir := map[string]bool{} // a tree's link and versions: all mesh's
 	for _, x := range away {
 		goes[x.Path] = true
 		if x.Kind == "tree" {
-			goes[versionsDir(x.Path)] = true
+			goesDir[x.Path], goesDir[versionsDir(x.Path)] = true, true
 		}
 	}
 	// holdsWhatGoes says whether a directory has something that goes away
@@ -201,10 +202,13 @@ func (m *machineRoot) freeOnceGone(p string, away []*Managed, mine bool) error {
 		switch abs := "/" + q; {
 		case err != nil:
 			theirs = append(theirs, abs)
-		case goes[abs]:
+		case goesDir[abs]:
 			if d.IsDir() {
 				return fs.SkipDir
 			}
+		case goes[abs] && !d.IsDir():
+			// mesh's file, which goes: a directory at its path now is a
+			// person's, looked into below.
 		case d.IsDir() && abs != p && !holdsWhatGoes(abs):
 			theirs = append(theirs, abs+"/")
 			return fs.SkipDir
