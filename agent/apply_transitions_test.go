@@ -402,33 +402,6 @@ func TestApply_WhatLiesInAChangingTreeComesAfterIt(t *testing.T) {
 	}
 }
 
-// TestApply_AForgottenFileInATreeThatGoesIsSaidToGo: a file with on_remove
-// forget, written in a tree's path, lives in the tree's version: when the
-// tree went, so did the file, reported "forgotten … left in place".
-func TestApply_AForgottenFileInATreeThatGoesIsSaidToGo(t *testing.T) {
-	a := testAgent(t)
-	dg := cacheBlob(t, a, makeTar(t, tarEntry{name: "run", body: "1"}))
-	c := "keep me\n"
-	if _, err := applyAs(t, a, 1,
-		models.Resource{ID: "app.tree", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: dg}},
-		models.Resource{ID: "app.data", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/data.db", Content: &c, OnRemove: "forget"},
-	); err != nil {
-		t.Fatal(err)
-	}
-	acts, err := applyAs(t, a, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, act := range acts {
-		if act.Resource == "app.data" && (act.Action != "removed" || !strings.Contains(act.Detail, "lay in the tree at /opt/app")) {
-			t.Fatalf("app.data, gone with its tree, is reported %s %q", act.Action, act.Detail)
-		}
-	}
-	if exists(filepath.Join(a.root.dir, "opt/app/data.db")) {
-		t.Fatal("the test's premise: the file went with the tree")
-	}
-}
-
 // TestApply_APersonsSymlinkIsNoEmptyDirectory: mesh's file written through
 // a person's symlink (/opt/app/conf → /srv/appconf) went away beneath a
 // tree's path; clearing the directories it left empty removed the
@@ -487,5 +460,87 @@ func TestApply_ATreeJudgedAsideChecksItsPathFirst(t *testing.T) {
 	}
 	if exists(filepath.Join(root, "etc/new.conf")) || !exists(filepath.Join(root, "opt/app/old.conf")) || len(acts) > 0 {
 		t.Fatalf("the failed declaration changed the machine: actions %+v", acts)
+	}
+}
+
+// TestApply_APersonsEmptyDirectoryIsTheirs: a tree takes a directory
+// holding mesh's file that goes away and a person's empty directory: it
+// was judged free, and step 2 removed mesh's file before failing on the
+// directory (refused after a change, not naming it).
+func TestApply_APersonsEmptyDirectoryIsTheirs(t *testing.T) {
+	a := testAgent(t)
+	conf := "c\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf", Content: &conf}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(a.root.dir, "opt/app/theirs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tarb := makeTar(t, tarEntry{name: "bin/run", body: "#!/bin/sh\n", mode: 0o755})
+	d := cacheBlob(t, a, tarb)
+	_, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app",
+		Artifact: &models.Artifact{Digest: d, URL: models.BlobURL(d)}})
+	if err == nil || !strings.Contains(err.Error(), "/opt/app/theirs/") {
+		t.Fatalf("a tree over a directory holding a person's empty one: %v", err)
+	}
+	if !exists(filepath.Join(a.root.dir, "opt/app/conf")) {
+		t.Fatalf("refused (%v) after removing /opt/app/conf: a refusal changes nothing", err)
+	}
+}
+
+// TestApply_APersonsDirectoryAtMeshsFilesPathRefusesTheTreeFirst: mesh's
+// file /opt/app/conf goes away and a tree takes /opt/app; a person has
+// made /opt/app/conf a directory holding their file. The tree was refused
+// only in step 2 (a directory at the path of what goes away was skipped
+// unlooked), after the file before it was written.
+func TestApply_APersonsDirectoryAtMeshsFilesPathRefusesTheTreeFirst(t *testing.T) {
+	a := testAgent(t)
+	conf := "c\n"
+	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf", Content: &conf}); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(a.root.dir, "opt/app/conf")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p, "theirs"), []byte("theirs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "v1\n", mode: 0o755}))
+	other := "o\n"
+	acts, err := applyAs(t, a, 2,
+		models.Resource{ID: "app.other", Module: "app", Build: 2, Kind: "file", Path: "/etc/app/other", Content: &other},
+		models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app", Artifact: &models.Artifact{Digest: d, URL: models.BlobURL(d)}})
+	if err == nil {
+		t.Fatalf("a tree over /opt/app, where a person's file lies in /opt/app/conf/: taken (actions %+v)", acts)
+	}
+	if exists(filepath.Join(a.root.dir, "etc/app/other")) {
+		t.Fatalf("refused (%v) after writing /etc/app/other: a refusal changes nothing (actions %+v)", err, acts)
+	}
+	if !strings.Contains(err.Error(), "/opt/app/conf/") {
+		t.Fatalf("refused without naming the person's file: %v", err)
+	}
+}
+
+// TestApply_ATreeOverADirectoryOfMeshsFileThatStays: a directory holding
+// only mesh's file is taken by a tree when the file goes away; when the
+// same file stayed declared, beneath the new tree (written into it after
+// the flip), the tree was refused for good as "not a tree mesh manages".
+func TestApply_ATreeOverADirectoryOfMeshsFileThatStays(t *testing.T) {
+	a := testAgent(t)
+	conf := "c\n"
+	f := models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf", Content: &conf}
+	if _, err := applyAs(t, a, 1, f); err != nil {
+		t.Fatal(err)
+	}
+	d := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "v1\n", mode: 0o755}))
+	f.Build = 2
+	acts, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app",
+		Artifact: &models.Artifact{Digest: d, URL: models.BlobURL(d)}}, f)
+	if err != nil {
+		t.Fatalf("a tree at /opt/app, holding only mesh's file declared again inside it: %v (actions %+v)", err, acts)
 	}
 }

@@ -2,16 +2,10 @@ package agent
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"mesh/models"
 )
@@ -23,33 +17,8 @@ import (
 // user, where a file resource whose mode drifted is written again. The
 // mode is put back, and the apply says so.
 func TestCertificate_KeyModeRestoredOnApply(t *testing.T) {
-	ca := newCA(t)
-	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/api/v1/host/service-certificates" {
-			w.WriteHeader(http.StatusCreated)
-			return
-		}
-		var req models.CertificateRequest
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		blk, _ := pem.Decode([]byte(req.CSR))
-		csr, err := x509.ParseCertificateRequest(blk.Bytes)
-		if err != nil {
-			http.Error(w, err.Error(), 400)
-			return
-		}
-		chain, _, err := ca.IssueService(csr, csr.DNSNames, time.Now(), time.Hour)
-		if err != nil {
-			http.Error(w, err.Error(), 500)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(map[string]string{"chain": string(chain)})
-	}))
-	defer ctl.Close()
-
 	a := testAgent(t)
-	a.id = &Identity{Machine: "m1", Controllers: []string{ctl.URL}, Token: "t", ca: ca.Cert}
-	a.client = newClient(a.id)
+	certSigningController(t, a)
 	cert := models.Resource{ID: "web.cert", Module: "web", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
 		Path: "/etc/web/chain.pem", KeyPath: "/etc/web/key.pem", Mode: "0600", Lifetime: "1h"}
 	for gen := int64(1); gen <= 2; gen++ {

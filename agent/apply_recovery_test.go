@@ -1,12 +1,10 @@
 package agent
 
 import (
+	"mesh/models"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"mesh/models"
 )
 
 // TestApply_ARetryAfterATreeGaveWayToAFileBeneathIt: a tree went away
@@ -70,62 +68,6 @@ func TestApply_TheSameDeclarationAfterTheStateWasNotSaved(t *testing.T) {
 	a.state = before // killed before the state was saved
 	if _, err := applyAs(t, a, 2, decl...); err != nil {
 		t.Fatalf("the same declaration after a restart: %v", err)
-	}
-}
-
-// TestApply_APersonsEmptyDirectoryIsTheirs: a tree takes a directory
-// holding mesh's file that goes away and a person's empty directory: it
-// was judged free, and step 2 removed mesh's file before failing on the
-// directory (refused after a change, not naming it).
-func TestApply_APersonsEmptyDirectoryIsTheirs(t *testing.T) {
-	a := testAgent(t)
-	conf := "c\n"
-	if _, err := applyAs(t, a, 1, models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf", Content: &conf}); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(a.root.dir, "opt/app/theirs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tarb := makeTar(t, tarEntry{name: "bin/run", body: "#!/bin/sh\n", mode: 0o755})
-	d := cacheBlob(t, a, tarb)
-	_, err := applyAs(t, a, 2, models.Resource{ID: "app.tree", Module: "app", Build: 2, Kind: "tree", Path: "/opt/app",
-		Artifact: &models.Artifact{Digest: d, URL: models.BlobURL(d)}})
-	if err == nil || !strings.Contains(err.Error(), "/opt/app/theirs/") {
-		t.Fatalf("a tree over a directory holding a person's empty one: %v", err)
-	}
-	if !exists(filepath.Join(a.root.dir, "opt/app/conf")) {
-		t.Fatalf("refused (%v) after removing /opt/app/conf: a refusal changes nothing", err)
-	}
-}
-
-// TestApply_AForgottenFileInATreeThatChangedIsSaidToGo: a file declared
-// on_remove forget inside a tree; the next declaration dropped it and
-// changed the tree: the flip took the file with the old version, reported
-// left in place.
-func TestApply_AForgottenFileInATreeThatChangedIsSaidToGo(t *testing.T) {
-	a := testAgent(t)
-	d1 := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "v1\n", mode: 0o755}))
-	d2 := cacheBlob(t, a, makeTar(t, tarEntry{name: "bin/run", body: "v2\n", mode: 0o755}))
-	conf := "c\n"
-	tree := func(d string) models.Resource {
-		return models.Resource{ID: "app.tree", Module: "app", Build: 1, Kind: "tree", Path: "/opt/app",
-			Artifact: &models.Artifact{Digest: d, URL: models.BlobURL(d)}}
-	}
-	if _, err := applyAs(t, a, 1, tree(d1),
-		models.Resource{ID: "app.conf", Module: "app", Build: 1, Kind: "file", Path: "/opt/app/conf", Content: &conf, OnRemove: "forget"}); err != nil {
-		t.Fatal(err)
-	}
-	acts, err := applyAs(t, a, 2, tree(d2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	onDisk := exists(filepath.Join(a.root.dir, "opt/app/conf"))
-	for _, act := range acts {
-		if act.Resource == "app.conf" {
-			if !onDisk && (act.Action != "removed" || strings.Contains(act.Detail, "left in place")) {
-				t.Fatalf("app.conf went with the tree's old version, but the report says %q: %q", act.Action, act.Detail)
-			}
-		}
 	}
 }
 
