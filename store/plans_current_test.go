@@ -68,15 +68,7 @@ func TestPlan_ANewerBuildMadeCurrentSupersedesIt(t *testing.T) {
 func TestPlan_AllMachinesPinnedBeforeThePlanWaitsBeforeCurrent(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			pinTo(t, s, n, 1)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		stepPlans(t, s)
+		v := pinnedPlan(t, s, 1, 1, 1)
 		v, _ = s.Plan(ctx, v.ID)
 		mod, _ := s.Module(ctx, "mod")
 		if v.State != models.PlanPaused || !strings.HasPrefix(v.Reason, models.UntriedTierPause) || !strings.Contains(v.Reason, "m1, m2, m3") ||
@@ -141,15 +133,7 @@ func TestPlan_AnEndedPlanActedOnAtATierSaysItEnded(t *testing.T) {
 func TestPlan_AllPinnedToItsOwnBuildWaitsForThemToRunIt(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			pinTo(t, s, n, 2)
-		}
-		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		stepPlans(t, s)
+		v := pinnedPlan(t, s, 2, 2, 2)
 		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || !strings.Contains(v.Reason, "waiting: ") || !strings.Contains(v.Reason, "m1, m2, m3") {
 			t.Fatalf("before any host runs build 2: plan %s %q", v.State, v.Reason)
 		}
@@ -206,23 +190,10 @@ func TestAssignments_EmptiedThenTheKeptModuleGetsABuild(t *testing.T) {
 // "waiting" to become current, for good if no host reported; paused
 // untried, it went on asking a person to make current what was.
 func TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt(t *testing.T) {
-	start := func(t *testing.T, s *store.Store) *models.PlanView {
-		t.Helper()
-		planFixture(t, s)
-		for _, n := range []string{"m1", "m2", "m3"} {
-			pinTo(t, s, n, 2)
-		}
-		v, err := s.CreatePlan(context.Background(), "test", "mod", 2, 0, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		stepPlans(t, s)
-		return v
-	}
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		t.Run("Unpinned", func(t *testing.T) {
-			v := start(t, s)
+			v := pinnedPlan(t, s, 2, 2, 2)
 			for _, n := range []string{"m1", "m2", "m3"} {
 				g := mustMachine(t, s, n).Generation
 				if _, err := s.SetAssignments(ctx, "user:admin", n, &g, []models.AssignmentView{{Module: "mod"}}); err != nil {
@@ -240,7 +211,7 @@ func TestPlan_AWaitingPlanWhoseMachinesChangeUnderIt(t *testing.T) {
 	t.Run("MadeCurrent", func(t *testing.T) {
 		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 			ctx := context.Background()
-			v := start(t, s)
+			v := pinnedPlan(t, s, 2, 2, 2)
 			if _, err := s.SetCurrent(ctx, "user:olga", "mod", 2, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -321,15 +292,7 @@ func TestPlan_APlanWithoutStepsNeverWaitsOnWhatIsGone(t *testing.T) {
 	t.Run("MadeCurrent", func(t *testing.T) {
 		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 			ctx := context.Background()
-			planFixture(t, s)
-			for _, n := range []string{"m1", "m2", "m3"} {
-				pinTo(t, s, n, 1)
-			}
-			v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			stepPlans(t, s)
+			v := pinnedPlan(t, s, 1, 1, 1)
 			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanPaused {
 				t.Fatalf("plan %s %q", v.State, v.Reason)
 			}
@@ -345,16 +308,7 @@ func TestPlan_APlanWithoutStepsNeverWaitsOnWhatIsGone(t *testing.T) {
 	t.Run("Revoked", func(t *testing.T) {
 		storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 			ctx := context.Background()
-			planFixture(t, s)
-			pinTo(t, s, "m1", 2)
-			for _, n := range []string{"m2", "m3"} {
-				pinTo(t, s, n, 1)
-			}
-			v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			stepPlans(t, s)
+			v := pinnedPlan(t, s, 2, 1, 1)
 			if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanRunning || !strings.Contains(v.Reason, "waiting: ") {
 				t.Fatalf("plan %s %q", v.State, v.Reason)
 			}
@@ -367,4 +321,21 @@ func TestPlan_APlanWithoutStepsNeverWaitsOnWhatIsGone(t *testing.T) {
 			}
 		})
 	})
+}
+
+// pinnedPlan has a person pin m1, m2 and m3 to the builds given, in that
+// order, then makes a plan of build 2 (which has no step: every machine is
+// pinned) and steps it once.
+func pinnedPlan(t *testing.T, s *store.Store, m1, m2, m3 int64) *models.PlanView {
+	t.Helper()
+	planFixture(t, s)
+	for n, b := range map[string]int64{"m1": m1, "m2": m2, "m3": m3} {
+		pinTo(t, s, n, b)
+	}
+	v, err := s.CreatePlan(context.Background(), "test", "mod", 2, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stepPlans(t, s)
+	return v
 }
