@@ -392,8 +392,9 @@ func goingAway(st *State, claimed map[string]string, takesDir []string) []*Manag
 	return out
 }
 
-// beneath says whether path p lies in the directory dir.
-func beneath(p, dir string) bool { return strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") }
+// beneath says whether path p lies in the directory dir (the rule a tree's
+// contents are ordered by, models.WithinTree).
+func beneath(p, dir string) bool { return models.WithinTree(dir, p) }
 
 // inTheWay says whether one of away lies above p or beneath it.
 func inTheWay(p string, away []*Managed) bool {
