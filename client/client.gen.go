@@ -4083,8 +4083,8 @@ type ClientInterface interface {
 	// SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. Plans of older builds still running,
-	// paused or halted end `superseded`. An older one (going back, as after a
+	// the module and not pinned. Plans of this build or older ones still
+	// running, paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -4104,8 +4104,8 @@ type ClientInterface interface {
 	// SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. Plans of older builds still running,
-	// paused or halted end `superseded`. An older one (going back, as after a
+	// the module and not pinned. Plans of this build or older ones still
+	// running, paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -5618,8 +5618,8 @@ func (c *Client) YankBuild(ctx context.Context, module ModuleName, number BuildN
 // SetCurrentBuildWithBody make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. Plans of older builds still running,
-// paused or halted end `superseded`. An older one (going back, as after a
+// the module and not pinned. Plans of this build or older ones still
+// running, paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -5649,8 +5649,8 @@ func (c *Client) SetCurrentBuildWithBody(ctx context.Context, module ModuleName,
 // SetCurrentBuild make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. Plans of older builds still running,
-// paused or halted end `superseded`. An older one (going back, as after a
+// the module and not pinned. Plans of this build or older ones still
+// running, paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -10600,8 +10600,8 @@ type ClientWithResponsesInterface interface {
 	// SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. Plans of older builds still running,
-	// paused or halted end `superseded`. An older one (going back, as after a
+	// the module and not pinned. Plans of this build or older ones still
+	// running, paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -10621,8 +10621,8 @@ type ClientWithResponsesInterface interface {
 	// SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 	//
 	// A build newer than the current one reaches every machine assigned
-	// the module and not pinned. Plans of older builds still running,
-	// paused or halted end `superseded`. An older one (going back, as after a
+	// the module and not pinned. Plans of this build or older ones still
+	// running, paused or halted end `superseded`. An older one (going back, as after a
 	// finished plan whose build is bad) needs a `reason`: with it, every
 	// such machine that runs one of the builds there are now is moved
 	// back to it, plan targets of newer builds are dropped and plan
@@ -17716,8 +17716,8 @@ func (c *ClientWithResponses) YankBuildWithResponse(ctx context.Context, module 
 // SetCurrentBuildWithBodyWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. Plans of older builds still running,
-// paused or halted end `superseded`. An older one (going back, as after a
+// the module and not pinned. Plans of this build or older ones still
+// running, paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
@@ -17743,8 +17743,8 @@ func (c *ClientWithResponses) SetCurrentBuildWithBodyWithResponse(ctx context.Co
 // SetCurrentBuildWithResponse make a build current everywhere at once (operator); every machine assigned the module gets a new generation
 //
 // A build newer than the current one reaches every machine assigned
-// the module and not pinned. Plans of older builds still running,
-// paused or halted end `superseded`. An older one (going back, as after a
+// the module and not pinned. Plans of this build or older ones still
+// running, paused or halted end `superseded`. An older one (going back, as after a
 // finished plan whose build is bad) needs a `reason`: with it, every
 // such machine that runs one of the builds there are now is moved
 // back to it, plan targets of newer builds are dropped and plan
