@@ -260,10 +260,11 @@ func setLabels(tx *Tx, machineID int64, labels map[string]string) error {
 
 // labelsAtEnrol gives a machine enrolling the labels its join token
 // carries, and the modules they select; the enrolment's own bump (trigger
-// enrol) carries them.
+// enrol) carries them. A machine enrolling without labels is judged too:
+// a selector such as `!gpu` holds for it.
 func labelsAtEnrol(tx *Tx, m *models.Machine, jt *models.JoinToken) error {
 	labels, err := models.ParseLabelsJSON(jt.Labels)
-	if err != nil || len(labels) == 0 {
+	if err != nil {
 		return err
 	}
 	if err := lockSelection(tx); err != nil {

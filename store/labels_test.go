@@ -592,3 +592,50 @@ func TestAssignments_EmptiedWhileASelectorKeepsAModule(t *testing.T) {
 		}
 	})
 }
+
+// TestEnrol_AMachineWithoutLabelsGetsWhatANegativeSelectorGives: a
+// selector that holds for a machine with no labels (`!gpu`) gave its
+// module to the machines there when it was set, but a machine enrolled
+// after with a join token carrying no labels was never judged: its first
+// declaration lacked the module, and writing its (empty) labels again
+// changed nothing.
+func TestEnrol_AMachineWithoutLabelsGetsWhatANegativeSelectorGives(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		fixture(t, s, "m1") // no labels
+		if err := s.CreateModule(ctx, "test", &models.Module{Name: "web", Kind: "service", SourcePaths: "[]", Tiers: "[]"}); err != nil {
+			t.Fatal(err)
+		}
+		const page = `{"resources": [{"name": "page", "kind": "file", "path": "/srv/web/index.html", "content": "hello\n"}]}`
+		if err := s.CreateBuild(ctx, "test", "web", &models.Build{Manifest: page}, nil); err != nil {
+			t.Fatal(err)
+		}
+		ch := selectWeb(t, s, "!gpu", false)
+		if len(ch.Changes) != 1 || ch.Changes[0].Machine != "m1" {
+			t.Fatalf("selector !gpu: changes %+v, want m1 to gain web", ch.Changes)
+		}
+		if err := s.CreateJoinToken(ctx, "test", "hash-m2", time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		m2, err := s.Enroll(ctx, "hash-m2", "m2", "linux", "amd64", "1.0.0", "1", "tok2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := modulesOf(t, s, "m2"); !slices.Equal(got, []string{"web"}) {
+			t.Errorf("m2, enrolled without labels under selector !gpu, is given %v; m1, with the same (no) labels, has web", got)
+		}
+		got, fails, err := s.Compose(ctx, []int64{m2.ID}, "ctl", newSigner())
+		if err != nil || len(fails) > 0 {
+			t.Fatal(err, fails)
+		}
+		p, err := models.PayloadOf(got[m2.ID].Batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d models.DeclarationPayload
+		decode(t, p, &d)
+		if len(d.Resources) == 0 {
+			t.Errorf("m2's generation %d declares no module, though the selector !gpu gives it web", got[m2.ID].Generation)
+		}
+	})
+}
