@@ -221,3 +221,60 @@ func TestMethodNotAllowed_SaysWhichAndWhatItTakes(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 }
+
+// TestReports_BytesNotUTF8AreRefusedAlike: a report whose JSON decoded
+// (Go reads bytes that are not UTF-8 as U+FFFD) was stored as sent: taken
+// by SQLite, and refused by PostgreSQL with words blaming a NUL it did
+// not hold.
+func TestReports_BytesNotUTF8AreRefusedAlike(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		a := e.Enroll("m1")
+		send := firstSend(t, e, a.Token)
+		body := []byte(`{"send":"` + send + `","generation":1,"outcome":"applied","reason":"caf` + "\xe9" + `"}`)
+		resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: a.Token, Body: body,
+			Header: map[string]string{models.HostTimeHeader: time.Now().UTC().Format(time.RFC3339)}})
+		var p struct{ Detail string }
+		_ = json.Unmarshal(b, &p)
+		if resp.StatusCode != 400 || !strings.Contains(p.Detail, "UTF-8") || strings.Contains(p.Detail, "NUL") {
+			t.Fatalf("report with a Latin-1 byte (no NUL): %d %s, want 400 saying it is not UTF-8", resp.StatusCode, b)
+		}
+	})
+}
+
+// TestStrictBodies_FieldNamesMatchExactly: request bodies are decoded
+// strictly (openapi.yaml: additionalProperties false), yet encoding/json
+// took "NAME" for "name" and the last of a field given twice.
+func TestStrictBodies_FieldNamesMatchExactly(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		for body, want := range map[string]string{
+			`{"NAME":"shouted"}`:               `unknown field "NAME"`,
+			`{"name":"first","name":"second"}`: `field "name" is given twice`,
+			`{"name":"caf` + "\xe9" + `"}`:     `not valid UTF-8`,
+		} {
+			resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: []byte(body)})
+			var p struct{ Detail string }
+			_ = json.Unmarshal(b, &p)
+			if resp.StatusCode != 400 || !strings.Contains(p.Detail, want) {
+				t.Errorf("%s: %d %s, want 400 saying %s", body, resp.StatusCode, b, want)
+			}
+		}
+		resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/modules", Token: e.Admin})
+		if resp.StatusCode != 200 || strings.Contains(string(b), `"name":"`) {
+			t.Errorf("modules after refused bodies: %d %s, want none", resp.StatusCode, b)
+		}
+	})
+}
+
+// TestVariables_NulRefusedOnEveryStore: a variable's value with a NUL was
+// refused on PostgreSQL (its text cannot hold one) and taken on SQLite,
+// into a new generation and its declaration.
+func TestVariables_NulRefusedOnEveryStore(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.Enroll("m1")
+		resp, b := e.Do(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
+			Header: map[string]string{"If-Match": `"1"`}, Body: []byte(`{"variables":{"PORT":"80\u0000"}}`)})
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "variables.PORT") {
+			t.Fatalf("variable with a NUL: %d %s, want 400 naming variables.PORT", resp.StatusCode, b)
+		}
+	})
+}

@@ -13,10 +13,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -443,6 +448,11 @@ func decodeStrict(c echo.Context, v any) error {
 		// null decodes into a zero request without a word: refused as such.
 		return models.Invalid("body", "a JSON object is expected, not null")
 	}
+	if !utf8.Valid(b) {
+		// encoding/json reads such bytes as U+FFFD: what was stored would
+		// not be what was sent.
+		return models.Invalid("body", "not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -450,6 +460,31 @@ func decodeStrict(c echo.Context, v any) error {
 	}
 	if dec.More() {
 		return models.Invalid("body", "trailing data after the JSON value")
+	}
+	return exactNames(b, v)
+}
+
+// exactNames refuses what encoding/json lets through a strict decode: a
+// member given twice (the last one taken) and a member named in another
+// case than its field (`NAME` taken as `name`). Either way the request
+// the controller acts on is not the one a proxy or an auditor reading it
+// by openapi.yaml sees. json v2 refuses both: its text decoder the
+// duplicates, at any depth, and its decoder, case-sensitive, the names,
+// decoding again into a throwaway value of v's type. Only those two are
+// taken from it; the decode above judged everything else, in its words.
+func exactNames(b []byte, v any) error {
+	var sy *jsontext.SyntacticError
+	if err := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(false)).SkipValue(); errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &sy) {
+		return models.Invalid("body", fmt.Sprintf("field %q is given twice", sy.JSONPointer.LastToken()))
+	}
+	t := reflect.TypeOf(v)
+	if t.Kind() != reflect.Pointer {
+		return nil
+	}
+	err := jsonv2.Unmarshal(b, reflect.New(t.Elem()).Interface(), jsonv2.RejectUnknownMembers(true))
+	var se *jsonv2.SemanticError
+	if errors.Is(err, jsonv2.ErrUnknownName) && errors.As(err, &se) {
+		return models.Invalid("body", fmt.Sprintf("unknown field %q (field names match in case)", se.JSONPointer.LastToken()))
 	}
 	return nil
 }

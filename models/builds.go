@@ -87,6 +87,12 @@ func ValidVariables(vars map[string]string) error {
 		if len(v) > MaxVariableLen {
 			return Invalid("variables."+k, "at most 4096 bytes")
 		}
+		// A value is substituted into paths, commands and files' text: a
+		// NUL is never right there, and PostgreSQL could not store it
+		// where SQLite would (the two stores answer alike).
+		if strings.IndexByte(v, 0) >= 0 {
+			return Invalid("variables."+k, "may not contain a NUL character (\\u0000)")
+		}
 	}
 	return nil
 }

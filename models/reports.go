@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // CheckReportSend says whether a report may name send: the send must be
@@ -100,6 +101,12 @@ func outcome(up map[string]any, r *Report, now time.Time) {
 // must be known, the generation given, and the services' logs within
 // their bounds.
 func DecodeReport(body []byte) (*Report, error) {
+	// Go reads bytes that are not UTF-8 as U+FFFD, but the body is kept
+	// as sent, which PostgreSQL cannot store and SQLite would: refused
+	// alike on both (a host's encoder never writes such bytes).
+	if !utf8.Valid(body) {
+		return nil, Invalid("body", "not valid UTF-8")
+	}
 	var r Report
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, Invalid("body", "not a report: "+err.Error())

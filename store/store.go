@@ -518,7 +518,7 @@ func mapErr(err error) error {
 	case errors.Is(err, gorm.ErrDuplicatedKey):
 		return fmt.Errorf("%w: already exists", models.ErrConflict)
 	case badText(err):
-		return models.Invalid("", "text may not contain a NUL character (\\u0000)")
+		return models.Invalid("", "text may not contain a NUL character (\\u0000) or bytes that are not UTF-8")
 	case unavailable(err):
 		return &models.RetryAfterError{After: 5 * time.Second, Err: fmt.Errorf("%w: %w", models.ErrUnavailable, err)}
 	case storageFull(err):
@@ -528,7 +528,7 @@ func mapErr(err error) error {
 }
 
 // badText reports PostgreSQL refusing a value's text (22021, 22P05): a
-// NUL (\u0000 in JSON), which SQLite stores. It is the input's fault, and
+// NUL (\u0000 in JSON) or bytes that are not UTF-8, which SQLite stores. It is the input's fault, and
 // was a 500 for a webhook or a report that carried one (found by
 // FuzzWebhook and FuzzReport).
 func badText(err error) bool {
