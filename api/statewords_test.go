@@ -51,3 +51,86 @@ func TestMachines_StateWordsAsTheDashboard(t *testing.T) {
 		}
 	})
 }
+
+// machineState reads a machine's state and its words from the API.
+type machineState struct {
+	State             string                         `json:"state"`
+	Generation        int64                          `json:"generation"`
+	AppliedGeneration int64                          `json:"applied_generation"`
+	LastOutcome       string                         `json:"last_outcome"`
+	StateWords        *struct{ Badge, Since string } `json:"state_words"`
+}
+
+func readState(e *ctltest.Env, name string) machineState {
+	var m machineState
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/" + name, Token: e.Admin}, 200, &m)
+	return m
+}
+
+// TestMachines_ALateFailedAttemptDoesNotMakeARejectedMachineCurrent: a
+// host failed generation 2 once, then gave up on it (rejected); the first
+// attempt's report, retried after a timeout on a slow instance, was
+// committed last, and the machine read "current … applied" — its host had
+// applied 1 and rejected 2.
+func TestMachines_ALateFailedAttemptDoesNotMakeARejectedMachineCurrent(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		send, gen := sendPoll(t, e, en.Token, 0)
+		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+		firstVariables(e, "m1")
+		send2, gen2 := sendPoll(t, e, en.Token, gen)
+		failed := map[string]any{"send": send2, "generation": gen2, "outcome": "failed", "reason": "port in use", "attempt": 1}
+		report(e, en.Token, failed)
+		report(e, en.Token, map[string]any{"send": send2, "generation": gen2, "outcome": "rejected", "reason": "failed 3 attempts; last: port in use", "attempt": 3})
+		if m := readState(e, "m1"); m.State != "rejected" {
+			t.Fatalf("after the rejection: %+v", m)
+		}
+		report(e, en.Token, failed) // the first attempt's, committed late
+		if m := readState(e, "m1"); m.State != "rejected" {
+			t.Fatalf("machine reads %q (%+v) at generation %d; its host applied %d and rejected %d", m.State, m.StateWords, m.Generation, m.AppliedGeneration, gen2)
+		}
+		var list struct {
+			Items []machineState `json:"items"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=current", Token: e.Admin}, 200, &list)
+		if len(list.Items) != 0 {
+			t.Fatalf("listed as current: %+v", list.Items)
+		}
+	})
+}
+
+// TestMachines_AFailingReapplyOfItsGenerationIsNotCurrent: a host that
+// lost its state polled as one that finished nothing, was sent its
+// machine's generation again and failed to apply it; the machine read
+// "current … applied" while every report since said the host failed.
+func TestMachines_AFailingReapplyOfItsGenerationIsNotCurrent(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		send, gen := sendPoll(t, e, en.Token, 0)
+		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+		firstVariables(e, "m1")
+		send2, gen2 := sendPoll(t, e, en.Token, gen)
+		report(e, en.Token, map[string]any{"send": send2, "generation": gen2, "outcome": "applied"})
+		// Its state lost: it polls as a host that finished nothing.
+		send3, gen3 := sendPoll(t, e, en.Token, 0)
+		if gen3 != gen2 || send3 == send2 {
+			t.Fatalf("sent again: generation %d send %s", gen3, send3)
+		}
+		report(e, en.Token, map[string]any{"send": send3, "generation": gen3, "outcome": "failed", "reason": "disk full", "attempt": 1})
+		m := readState(e, "m1")
+		if m.State != "failed" || m.StateWords == nil || !strings.Contains(m.StateWords.Badge, "disk full") {
+			t.Fatalf("machine reads %q (%+v) while its last report is %q: its host failed generation %d", m.State, m.StateWords, m.LastOutcome, gen3)
+		}
+		var list struct {
+			Items []machineState `json:"items"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=failed", Token: e.Admin}, 200, &list)
+		if len(list.Items) != 1 {
+			t.Fatalf("listed as failed: %+v", list.Items)
+		}
+		report(e, en.Token, map[string]any{"send": send3, "generation": gen3, "outcome": "applied"})
+		if m := readState(e, "m1"); m.State != "current" {
+			t.Fatalf("applied again: %+v", m)
+		}
+	})
+}

@@ -59,6 +59,10 @@ func (r StateRules) State(m *Machine, lastSeen *time.Time, now time.Time) string
 		return StateRolledBack
 	case m.TargetHostVersion != "" && m.HostVersion != m.TargetHostVersion:
 		return StateUpgrading
+	case m.LastOutcome == OutcomeFailed && m.LastOutcomeGen >= m.Generation:
+		// Its host failed the latest generation, sent again after it
+		// had finished it (its state lost): not what was applied before.
+		return StateFailed
 	case m.Generation > m.FinishedGen:
 		if m.LastOutcome == OutcomeFailed {
 			return StateFailed

@@ -63,6 +63,9 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 		// machine is still what its applied generation made it.
 		return up
 	}
+	if r.LateAttempt {
+		return up
+	}
 	// The summary speaks of the latest generation only: a refusal of a
 	// stale replay is kept as a report row, but the machine is still what
 	// its latest generation made it.

@@ -62,6 +62,9 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				return err
 			}
 			tied = true
+			if r.LateAttempt, err = lateAttempt(tx, m, r); err != nil {
+				return err
+			}
 		}
 		if r.Outcome == models.OutcomeUpgraded {
 			ref, err := judgeUpgraded(tx, m, r)
@@ -174,6 +177,9 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	if err := models.CheckReportSend(machineID, r, &snd); err != nil {
 		return nil, err, true // refused, as the transaction's way refuses it: nothing stored
 	}
+	if mayBeLate(m, r) {
+		return nil, nil, false // the rare report lateAttempt judges: the transaction's way
+	}
 	if s.beforeReportWrite != nil {
 		s.beforeReportWrite(true)
 	}
@@ -205,6 +211,32 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	}
 	s.ckpt.wroteNow()
 	return &stored, nil, true
+}
+
+// mayBeLate says whether r is a failed attempt of the generation its
+// machine finished: either its host was sent that generation again and
+// failed it (its state lost), or r is a copy of an attempt before the
+// word that finished it, committed after that word (a retry after a
+// timeout on a slow instance). lateAttempt tells them apart.
+func mayBeLate(m *models.Machine, r *models.Report) bool {
+	return r.Outcome == models.OutcomeFailed && r.Generation > 0 && r.Generation == m.FinishedGen
+}
+
+// lateAttempt says whether r (mayBeLate) is such a copy: its send was
+// made no later than the send whose report finished the generation. Taken
+// as the machine's last word, it made a machine whose host had rejected
+// the generation read current.
+func lateAttempt(tx *Tx, m *models.Machine, r *models.Report) (bool, error) {
+	if !mayBeLate(m, r) {
+		return false, nil
+	}
+	var late bool
+	err := tx.Raw(`SELECT COALESCE((SELECT created_at FROM sends WHERE id = ?) <=
+		(SELECT sends.created_at FROM reports JOIN sends ON sends.id = reports.send_id
+			WHERE reports.machine_id = ? AND reports.generation = ? AND reports.outcome IN ?
+			ORDER BY reports.created_at DESC, reports.id DESC LIMIT 1), false)`,
+		r.Send, m.ID, r.Generation, []string{models.OutcomeApplied, models.OutcomeRefused, models.OutcomeRejected}).Scan(&late).Error
+	return late, err
 }
 
 // readReportSubject reads the machine and the send a report names in one

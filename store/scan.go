@@ -182,7 +182,7 @@ var stateCandidates = map[string]string{
 	models.StateOffline:    "COALESCE(last_seen, created_at) <= ?",
 	models.StateRolledBack: "last_outcome = '" + models.OutcomeRolledBack + "'",
 	models.StateUpgrading:  "target_host_version <> '' AND host_version <> target_host_version",
-	models.StateFailed:     "generation > finished_generation AND last_outcome = '" + models.OutcomeFailed + "'",
+	models.StateFailed:     "(generation > finished_generation OR last_outcome_generation >= generation) AND last_outcome = '" + models.OutcomeFailed + "'",
 	models.StateBehind:     "(generation > finished_generation OR held_back <> '')",
 	models.StateRefused:    "last_outcome = '" + models.OutcomeRefused + "'",
 	models.StateRejected:   "last_outcome = '" + models.OutcomeRejected + "'",
@@ -190,19 +190,20 @@ var stateCandidates = map[string]string{
 	models.StateCurrent: "NOT conflict AND revoked_at IS NULL" +
 		" AND last_outcome NOT IN ('" + models.OutcomeRolledBack + "', '" + models.OutcomeRefused + "', '" + models.OutcomeRejected + "')" +
 		" AND (target_host_version = '' OR host_version = target_host_version)" +
-		" AND generation <= finished_generation AND held_back = ''",
+		" AND generation <= finished_generation AND held_back = ''" +
+		" AND (last_outcome <> '" + models.OutcomeFailed + "' OR last_outcome_generation < generation)",
 }
 
 // stateColumns are the columns a machine's state is judged from, with its
 // id and name, as scanState reads them.
 const stateColumns = `id, name, conflict, created_at, finished_generation, generation, health, health_check,
-	health_since, held_back, host_version, last_outcome, revoked_at, target_host_version, last_seen`
+	health_since, held_back, host_version, last_outcome, last_outcome_generation, revoked_at, target_host_version, last_seen`
 
 // scanState appends the row of stateColumns r is at to ms.
 func scanState(r *sql.Rows, ms *[]models.Machine) error {
 	var m models.Machine
 	if err := r.Scan(&m.ID, &m.Name, &m.Conflict, &m.CreatedAt, &m.FinishedGen, &m.Generation, &m.Health,
-		&m.HealthCheck, &m.HealthSince, &m.HeldBack, &m.HostVersion, &m.LastOutcome, &m.RevokedAt,
+		&m.HealthCheck, &m.HealthSince, &m.HeldBack, &m.HostVersion, &m.LastOutcome, &m.LastOutcomeGen, &m.RevokedAt,
 		&m.TargetHostVersion, &m.LastSeen); err != nil {
 		return err
 	}
