@@ -228,10 +228,14 @@ func planSteps(tx *Tx, p *models.Plan, mod *models.Module) error {
 
 // StepPlans advances every running plan; plans are rows, so a restarted
 // controller continues where the last left off, and a step is one
-// transaction, so none runs twice.
+// transaction, so none runs twice. A halted plan is stepped while steps
+// of its tier wait on their hosts' reports (judgeStopped).
 func (s *Store) StepPlans(ctx context.Context) error {
 	var ids []int64
-	if err := s.db.WithContext(ctx).Model(&models.Plan{}).Where("state IN ?", []string{models.PlanRunning, models.PlanPaused}).Order("id").Pluck("id", &ids).Error; err != nil {
+	if err := s.db.WithContext(ctx).Model(&models.Plan{}).
+		Where("state IN ? OR state = ? AND EXISTS (SELECT 1 FROM plan_steps WHERE plan_steps.plan_id = plans.id AND plan_steps.tier = plans.tier AND plan_steps.state = ?)",
+			[]string{models.PlanRunning, models.PlanPaused}, models.PlanHalted, models.StepSent).
+		Order("id").Pluck("id", &ids).Error; err != nil {
 		return mapErr(err)
 	}
 	// One plan that cannot be stepped does not hold up the plans after
@@ -248,14 +252,16 @@ func (s *Store) StepPlans(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// judgePaused records, while a plan is paused, the steps of its tier whose
-// machines have applied its build since: a pause stops the plan reaching
-// machines and moving on, not the record of what its machines did (its
-// page said "awaiting its host's report" of a canary that had reported,
-// just when a person paused to look at it). Nothing is failed while it is
-// paused — no deadline runs out on a person's look — and a failure is
-// judged when it resumes, as before.
-func judgePaused(tx *Tx, p *models.Plan) error {
+// judgeStopped records, while a plan is paused or halted, the steps of its
+// tier whose machines have applied its build since: a pause or a halt
+// stops the plan reaching machines and moving on, not the record of what
+// its machines did (its page said "awaiting its host's report" of a
+// canary that had reported, just when a person paused to look at it, and
+// of the machines of a halted tier that had reported, when a person reads
+// them to choose between resuming and rolling back). Nothing is failed
+// while it is stopped — no deadline runs out on a person's look — and a
+// failure is judged when it resumes, as before.
+func judgeStopped(tx *Tx, p *models.Plan) error {
 	var steps []models.PlanStep
 	if err := tx.Where("plan_id = ? AND tier = ? AND state = ?", p.ID, p.Tier, models.StepSent).Order("machine_id").Find(&steps).Error; err != nil {
 		return err
@@ -344,8 +350,8 @@ func (s *Store) StepPlan(ctx context.Context, id int64) error {
 }
 
 func stepPlan(tx *Tx, p *models.Plan) error {
-	if p.State == models.PlanPaused {
-		return judgePaused(tx, p)
+	if p.State == models.PlanPaused || p.State == models.PlanHalted {
+		return judgeStopped(tx, p)
 	}
 	if p.State != models.PlanRunning {
 		return nil

@@ -899,7 +899,7 @@ func TestPlan_ADeletedMachineStaysOnTheRecord(t *testing.T) {
 
 // TestPlan_APausedPlansDeletedMachineHoldsUpNoPlan: a person pauses a
 // plan whose canary was sent the build, then deletes the canary. The
-// paused plan's judgePaused reads the machine of each sent step and fails
+// paused plan's judgeStopped reads the machine of each sent step and fails
 // on the missing row: StepPlans errors on every look, and every plan
 // after it (by id) is never stepped again.
 func TestPlan_APausedPlansDeletedMachineHoldsUpNoPlan(t *testing.T) {
@@ -953,6 +953,39 @@ func TestPlan_AStepNeverSentSaysSo(t *testing.T) {
 		v, _ = s.Plan(ctx, v.ID)
 		if v.State != models.PlanHalted || !strings.Contains(v.Reason, "m1 did not report generation") || !strings.Contains(v.Reason, ": it was never sent (its host last polled 5s ago)") {
 			t.Fatalf("plan %s: %q", v.State, v.Reason)
+		}
+	})
+}
+
+// TestPlan_AHaltedPlanRecordsWhatItsMachinesDid: a plan halted on one
+// machine of a tier while another of that tier was still sent; that one's
+// host then applied the build, and its step still read "sent" — "awaiting
+// its host's report" — when a person read the steps to choose between
+// resuming and rolling back.
+func TestPlan_AHaltedPlanRecordsWhatItsMachinesDid(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		planFixture(t, s)
+		v, err := s.CreatePlan(ctx, "test", "mod", 2, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied(t, s, "m1", 2) // the canary
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.Tier != 1 || v.Steps[1].State != models.StepSent || v.Steps[2].State != models.StepSent {
+			t.Fatalf("second tier: %s at tier %d, steps %+v", v.State, v.Tier, v.Steps)
+		}
+		m2, _ := s.Machine(ctx, "m2")
+		sentReport(t, s, m2.ID, &models.Report{Generation: m2.Generation, Outcome: models.OutcomeRejected, Reason: "failed 3 attempts; last: exit status 1"})
+		stepPlans(t, s)
+		if v, _ = s.Plan(ctx, v.ID); v.State != models.PlanHalted {
+			t.Fatalf("after m2 rejected: %s %q", v.State, v.Reason)
+		}
+		applied(t, s, "m3", 2)
+		stepPlans(t, s)
+		v, _ = s.Plan(ctx, v.ID)
+		if v.State != models.PlanHalted || v.Steps[2].Machine != "m3" || v.Steps[2].State != models.StepApplied {
+			t.Fatalf("%s, after m3's host applied build 2: m3's step is %q (%q)", v.State, v.Steps[2].State, v.Steps[2].Reason)
 		}
 	})
 }
