@@ -372,3 +372,61 @@ func TestPoll_HostInfoChangesLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestSchema_AHostWithoutSchema2IsHeldBackToWhatItApplied: a host that
+// decodes 1 and a later 3 but not 2 (2 retired, as "How a field is
+// retired" allows) cannot take schema-2 content, so it is held back — sent
+// the schema-1 content it applied, whole, as a host of 1 alone is. What
+// holding it back needs was read only for hosts whose highest schema was
+// below the latest: it was sent nothing, and its machine said the
+// declaration it applied was not on record and no release decoded 2.
+func TestSchema_AHostWithoutSchema2IsHeldBackToWhatItApplied(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		p := pollSchema(e, en.Token, 0, "1")
+		if p.status != 200 {
+			t.Fatalf("first poll: %d %s", p.status, p.body)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+		if resp, b := e.Upload(e.Admin, "web", certModule, []byte("tree"), ""); resp.StatusCode != 201 {
+			t.Fatalf("upload: %d %s", resp.StatusCode, b)
+		}
+		if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+			t.Fatalf("release: %d %s", resp.StatusCode, b)
+		}
+		e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+			Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
+
+		p = pollSchema(e, en.Token, 1, "1,3")
+		m, _ := e.Ctl.Store.Machine(context.Background(), "m1")
+		if p.status != 200 || !strings.Contains(m.HeldBack, "needs host schema 2; host 1.0.0 decodes 1,3; release 1.5.0 decodes 1,2") {
+			t.Fatalf("a host decoding 1,3 was sent (%d); compose error %q, held back %q", p.status, m.ComposeError, m.HeldBack)
+		}
+		d := verify(t, en, p.body)
+		if d.Schema != 1 || len(d.Resources) != 0 {
+			t.Fatalf("held-back declaration: %+v", d)
+		}
+	})
+}
+
+// TestSchema_AHostOfOnlyALaterSchemaAfterApplyingIsToldTruly: a machine
+// that applied generation 1 whose host then decoded only schema 3 was
+// sent nothing, rightly, but told that the declaration it applied was not
+// on record — it was, only never read.
+func TestSchema_AHostOfOnlyALaterSchemaAfterApplyingIsToldTruly(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		p := pollSchema(e, en.Token, 0, "1")
+		if p.status != 200 {
+			t.Fatalf("first poll: %d %s", p.status, p.body)
+		}
+		report(e, en.Token, map[string]any{"send": p.send, "generation": 1, "outcome": "applied"})
+		p = pollSchema(e, en.Token, 1, "3")
+		m, _ := e.Ctl.Store.Machine(context.Background(), "m1")
+		why := m.HeldBack + m.ComposeError
+		if !strings.Contains(why, "needs a newer controller") || strings.Contains(why, "is not on record") {
+			t.Fatalf("poll %d; the machine says %q", p.status, why)
+		}
+	})
+}

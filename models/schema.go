@@ -133,6 +133,16 @@ func (s Schemas) Pick(need int) (int, bool) {
 	return 0, false
 }
 
+// ExpressesAll says whether a host that decodes s can be sent whatever
+// this controller composes: a schema it decodes expresses the latest
+// content. One that cannot (it decodes only schema 1, or 1 and a later 3
+// with 2 retired, or only schemas past this controller's) may be held
+// back, and composing it reads what that needs.
+func (s Schemas) ExpressesAll() bool {
+	_, ok := s.Pick(SchemaLatest)
+	return ok
+}
+
 // SchemasOf reads a stored list; one that does not parse (never stored by
 // this code) is schema 1, the safe reading.
 func SchemasOf(stored string) Schemas {

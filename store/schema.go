@@ -126,7 +126,7 @@ func judgeTrialSchemas(tx *Tx, m *models.Machine, hostVersion, schema string) (b
 	return true, failMachine(tx, &ro, &rm, models.UpgradeFailed, reason)
 }
 
-// readApplied reads, for the machines whose hosts do not decode the newest
+// readApplied reads, for the machines whose hosts cannot be sent the newest
 // schema, the declarations a held-back declaration may carry
 // (models.HoldBack): the one each last applied, and, where its content is
 // past the host's schemas (a host rolled back after applying it), the
@@ -140,7 +140,7 @@ func readApplied(tx *Tx, ms []models.Machine) (map[int64][]*models.DeclarationPa
 	want := map[int64]int64{}
 	host := map[int64]models.Schemas{}
 	for _, m := range ms {
-		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest && m.AppliedGeneration > 0 {
+		if !models.SchemasOf(m.Schema).ExpressesAll() && m.AppliedGeneration > 0 {
 			ids = append(ids, m.ID)
 			want[m.ID], host[m.ID] = m.AppliedGeneration, models.SchemasOf(m.Schema)
 		}
@@ -216,8 +216,8 @@ func payloadOf(d *models.Declaration) (*models.DeclarationPayload, error) {
 	return &p, nil
 }
 
-// readDecoders reads, for the os/arch of the machines whose hosts do not
-// decode the newest schema, the ready host releases that decode more than
+// readDecoders reads, for the os/arch of the machines whose hosts cannot be
+// sent the newest schema (ExpressesAll), the ready host releases that decode more than
 // schema 1, newest first. Machines whose hosts decode everything are
 // never held back and read nothing.
 func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, error) {
@@ -227,7 +227,7 @@ func readDecoders(tx *Tx, ms []models.Machine) (map[string][]models.Release, err
 	// statement of a thousand parameters to parse and bind.
 	oses, arches := map[string]bool{}, map[string]bool{}
 	for _, m := range ms {
-		if models.SchemasOf(m.Schema).Max() < models.SchemaLatest {
+		if !models.SchemasOf(m.Schema).ExpressesAll() {
 			oses[m.OS], arches[m.Arch] = true, true
 		}
 	}
