@@ -134,3 +134,21 @@ func TestMachines_AFailingReapplyOfItsGenerationIsNotCurrent(t *testing.T) {
 		}
 	})
 }
+
+// TestMachines_AHostThatPolledAtOnceIsNotSaidNeverPolled: a host enrolled,
+// polled at once, applied its first generation and reported it, all
+// within a second, as mesh-host does, and was heard from no more. Its
+// machine's words said its host "never polled", for good, though a send
+// went to it and it reported applying it.
+func TestMachines_AHostThatPolledAtOnceIsNotSaidNeverPolled(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		send, gen := sendPoll(t, e, en.Token, 0)
+		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+		firstVariables(e, "m1")
+		m := readState(e, "m1")
+		if m.StateWords == nil || strings.Contains(m.StateWords.Since, "never polled") {
+			t.Fatalf("%s: %+v — its host polled (send %s) and reported applying generation %d", m.State, m.StateWords, send, gen)
+		}
+	})
+}

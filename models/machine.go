@@ -268,8 +268,11 @@ func ConflictWhy(hostGen, storeGen int64) string {
 }
 
 // Polled says whether a machine's host has polled, by the time it was last
-// seen: enrolment sets that time too, and a machine seen only then was
-// never polled by its host.
+// seen: enrolment sets that time to its own, and a machine seen only then
+// was never polled by its host. Any later time is a poll: mesh-host polls
+// the moment it has enrolled, and one that polled, applied and reported
+// within a second of it and was heard from no more (it died) was said
+// never to have polled, for good.
 func Polled(seen *time.Time, enrolled time.Time) bool {
-	return seen != nil && seen.After(enrolled.Add(time.Second))
+	return seen != nil && seen.After(enrolled)
 }
