@@ -88,7 +88,11 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		}
 	case StateBehind:
 		w.Badge = fmt.Sprintf("behind by %d generation(s)", m.Generation-m.FinishedGen)
-		w.Since = "since " + Stamp(m.GenerationAt) + " (" + Ago(m.GenerationAt, now) + ", " + m.GenerationTrigger + "); "
+		// When its latest generation was made, said as that: the time
+		// moves with every generation, so "since" it would say a machine
+		// behind for an hour fell behind the moment a variable changed.
+		w.Since = fmt.Sprintf("at generation %d, made %s (%s, %s), %d the last it finished; ",
+			m.Generation, Stamp(m.GenerationAt), Ago(m.GenerationAt, now), m.GenerationTrigger, m.FinishedGen)
 		// Why: it cannot be composed, or it was sent and the host has not
 		// reported, or the host has not polled for it yet.
 		switch {
@@ -154,7 +158,13 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		if RefusedTarget(m.TargetHostVersion, m.LastOutcome, m.LastReason) {
 			w.Badge += "; its host refused it: " + m.LastReason
 		}
-		w.Since = "since " + Stamp(m.GenerationAt) + " (" + Ago(m.GenerationAt, now) + ")"
+		// What was checked is the version its host says with every poll:
+		// as of when it last did. (Its latest generation's time is not
+		// when the upgrade began: any later change moves it.)
+		w.Since = "as its host said at enrolment " + Ago(m.CreatedAt, now)
+		if Polled(seen, m.CreatedAt) {
+			w.Since = "as its host said " + Stamp(*seen) + " (" + Ago(*seen, now) + ")"
+		}
 	case StateRolledBack:
 		w.Badge = "rolled back: " + m.LastReason
 		w.Since = "reported " + reported

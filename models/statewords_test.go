@@ -53,3 +53,29 @@ func TestSayState_UnhealthySaysTheOtherFailingChecks(t *testing.T) {
 		t.Fatalf("two checks failing within the grace: %q", w.Badge)
 	}
 }
+
+// TestStateWords_BehindAndUpgradingSayWhatTheirTimesAre: a machine's host
+// had been behind, or upgrading, for twenty minutes when a person changed
+// its variables; its words said "since" the generation that change made,
+// 0s ago, as if it had just fallen behind or begun its upgrade. The
+// latest generation's time is said as that, with the last one finished;
+// an upgrade's, as when its host last said its version.
+func TestStateWords_BehindAndUpgradingSayWhatTheirTimesAre(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	enrolled, seen := now.Add(-time.Hour), now.Add(-3*time.Second)
+	m := &Machine{Name: "m1", Generation: 5, FinishedGen: 3, AppliedGeneration: 3, GenerationAt: now, GenerationTrigger: TriggerVariables,
+		CreatedAt: enrolled, LastSeen: &seen, HostVersion: "1.0.0"}
+	w := SayState(StateBehind, m, &seen, nil, now)
+	if !strings.HasPrefix(w.Since, "at generation 5, made 2026-12-07 12:00:00Z (0s ago, variables), 3 the last it finished") {
+		t.Errorf("behind: %q", w.Since)
+	}
+	m.Generation, m.FinishedGen, m.TargetHostVersion = 3, 3, "1.5.0"
+	w = SayState(StateUpgrading, m, &seen, nil, now)
+	if w.Since != "as its host said 2026-12-07 11:59:57Z (3s ago)" {
+		t.Errorf("upgrading: %q", w.Since)
+	}
+	w = SayState(StateUpgrading, m, &enrolled, nil, now)
+	if w.Since != "as its host said at enrolment 1h ago" {
+		t.Errorf("upgrading, never polled: %q", w.Since)
+	}
+}

@@ -183,8 +183,8 @@ func TestMachineWords_BehindAsTheControllerSaysIt(t *testing.T) {
 	m.StateWords = &struct {
 		Badge string `json:"badge"`
 		Since string `json:"since"`
-	}{"behind by 1 generation(s)", "since 2026-12-06 09:52:15Z (5s ago, variables); sent 3s ago by ctl-1a2b3c, no report yet"}
-	if w := why(&m); w != "behind by 1 generation(s) since 2026-12-06 09:52:15Z (5s ago, variables); sent 3s ago by ctl-1a2b3c, no report yet" {
+	}{"behind by 1 generation(s)", "at generation 4, made 2026-12-06 09:52:15Z (5s ago, variables), 3 the last it finished; sent 3s ago by ctl-1a2b3c, no report yet"}
+	if w := why(&m); w != "behind by 1 generation(s) at generation 4, made 2026-12-06 09:52:15Z (5s ago, variables), 3 the last it finished; sent 3s ago by ctl-1a2b3c, no report yet" {
 		t.Fatalf("why: %s", w)
 	}
 	m.StateWords = nil // an older controller: meshctl's own words
