@@ -60,6 +60,18 @@ func (s *Server) caPin() string {
 	return "sha256:…"
 }
 
+// inTheClear refuses what a person sends over plain HTTP to a listener
+// that serves TLS too, saying where TLS is; nil over TLS, or where plain
+// HTTP is all the controller serves.
+func (s *Server) inTheClear(c echo.Context) error {
+	r := c.Request()
+	if !s.Plain.On || r.TLS != nil {
+		return nil
+	}
+	return fmt.Errorf("%w: over plain HTTP this controller serves only hosts that are moving to TLS; use %s",
+		models.ErrForbidden, "https://"+r.Host)
+}
+
 // plainHTTP lets a request that came over plain HTTP, on a listener that
 // serves TLS too, reach the host protocol only (sessions, passwords and
 // join tokens never travel in the clear there), and tells the host where
@@ -70,12 +82,10 @@ func (s *Server) plainHTTP(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.Plain.On || r.TLS != nil {
 			return next(c)
 		}
-		tlsURL := "https://" + r.Host
 		if !hostPlainPath(r.URL.Path) {
-			return fmt.Errorf("%w: over plain HTTP this controller serves only hosts that are moving to TLS; use %s",
-				models.ErrForbidden, tlsURL)
+			return s.inTheClear(c)
 		}
-		c.Response().Header().Set(HeaderTLS, tlsURL)
+		c.Response().Header().Set(HeaderTLS, "https://"+r.Host)
 		return next(c)
 	}
 }
