@@ -565,3 +565,32 @@ func TestMachineCerts_ANewCertificateRetiresTheOld(t *testing.T) {
 		t.Fatalf("the refusal's record: %+v", rs)
 	}
 }
+
+// TestMachineCerts_AReplicaBehindDoesNotCallItsOwnCAsCertificateForged:
+// two replicas on one PostgreSQL store, the one that issued a machine's
+// certificate ten minutes ahead of the other (certificates are back-dated
+// five). The other refused it — rightly, it is not valid yet on its clock
+// — as "not issued by this mesh's CA", to the host and in the audit log,
+// and counted it among certificates of another CA by the host's address.
+func TestMachineCerts_AReplicaBehindDoesNotCallItsOwnCAsCertificateForged(t *testing.T) {
+	sc := storetest.Config(t, store.Postgres)
+	a := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	b := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	b.Admin = a.Admin
+	a.Ctl.Store.Now = func() time.Time { return time.Now().Add(10 * time.Minute).UTC() }
+	m, _ := enrolWithCert(t, a, "m1")
+	c := m.tls(t)
+	resp, body := poll(as(t, b, &c), "", "0s")
+	if resp.StatusCode != 401 || strings.Contains(detail(body), "not issued by this mesh's CA") || !strings.Contains(detail(body), "clock") {
+		t.Fatalf("the mesh CA's own certificate, not yet valid on b's clock: %d %s, want 401 saying the clocks differ", resp.StatusCode, detail(body))
+	}
+	rows := audits(t, b, "certificate-refused")
+	if len(rows) == 0 {
+		t.Fatal("the refusal is not on the record")
+	}
+	for _, r := range rows {
+		if r.Target != "machine/m1" || strings.Contains(r.Detail, "not issued by this mesh's CA") {
+			t.Errorf("audit: %s: %s", r.Target, r.Detail)
+		}
+	}
+}

@@ -201,13 +201,26 @@ func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time
 	// names, so one that does not chain to it is forged whatever its
 	// dates (keyed by its sender's address, never by the name it claims).
 	expired := now.After(leaf.NotAfter)
+	early := now.Before(leaf.NotBefore)
 	at := now
-	if expired {
+	switch {
+	case expired:
 		at = leaf.NotAfter
+	case early:
+		// Not valid yet on this clock: judged as it stands from its
+		// start, so one of this CA issued by an instance whose clock is
+		// ahead of this one's is refused for what it is, not as forged.
+		at = leaf.NotBefore
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: at,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return nil, &ClientError{Machine: claimed, Forged: true, Reason: "not issued by this mesh's CA (" + ca.Pin() + "): " + err.Error()}
+	}
+	if early {
+		return nil, &ClientError{Machine: claimed, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16),
+			Reason: fmt.Sprintf("issued by this mesh's CA but valid only from %s, after this controller's clock (%s): "+
+				"the clock of the instance that issued it is ahead of this one's; keep the instances' clocks together (NTP)",
+				leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))}
 	}
 	if expired && now.Sub(leaf.NotAfter) > grace {
 		return nil, &ClientError{Machine: claimed, PastGrace: true, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16),
