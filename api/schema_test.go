@@ -316,7 +316,13 @@ func TestComposeFailure_RecordedAfterAFailedWrite(t *testing.T) {
 		var got struct {
 			ComposeError string `json:"compose_error"`
 		}
-		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &got)
+		// Recorded by this compose, or by the hub's own compose of the
+		// change if that one marked the generation first: either way,
+		// soon.
+		testwait.Until(10*time.Second, func() bool {
+			e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &got)
+			return strings.Contains(got.ComposeError, "port")
+		})
 		if !strings.Contains(got.ComposeError, "port") {
 			t.Errorf("compose_error %q, want the missing variable named", got.ComposeError)
 		}

@@ -152,3 +152,33 @@ func TestMachines_AHostThatPolledAtOnceIsNotSaidNeverPolled(t *testing.T) {
 		}
 	})
 }
+
+// TestMachines_ALateAppliedCopyDoesNotHideAFailedResend: a host applied
+// generation 2; its state lost, it was sent generation 2 again and failed
+// it, and the machine read failed. A copy of the earlier send's applied
+// report, committed last (a retry after a timeout on a slow instance),
+// made it read current again.
+func TestMachines_ALateAppliedCopyDoesNotHideAFailedResend(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		send, gen := sendPoll(t, e, en.Token, 0)
+		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+		firstVariables(e, "m1")
+		send2, gen2 := sendPoll(t, e, en.Token, gen)
+		applied := map[string]any{"send": send2, "generation": gen2, "outcome": "applied"}
+		report(e, en.Token, applied)
+		send3, gen3 := sendPoll(t, e, en.Token, 0) // its state lost
+		if gen3 != gen2 || send3 == send2 {
+			t.Fatalf("sent again: generation %d send %s", gen3, send3)
+		}
+		report(e, en.Token, map[string]any{"send": send3, "generation": gen3, "outcome": "failed", "reason": "disk full", "attempt": 1})
+		if m := readState(e, "m1"); m.State != "failed" {
+			t.Fatalf("after the failed resend: %+v", m)
+		}
+		report(e, en.Token, applied) // the earlier send's, committed late
+		if m := readState(e, "m1"); m.State != "failed" {
+			t.Errorf("machine reads %q (%+v, last outcome %q): its host's latest attempt (send %s) failed; the applied word is of the earlier send %s",
+				m.State, m.StateWords, m.LastOutcome, send3, send2)
+		}
+	})
+}

@@ -193,6 +193,7 @@ type Machine struct {
 	LastReportAt      *time.Time `gorm:"column:last_report_at"`
 	LastOutcomeAt     *time.Time `gorm:"column:last_outcome_at"`          // when LastOutcome was reported (LastReportAt moves with every report)
 	LastOutcomeGen    int64      `gorm:"column:last_outcome_generation"`  // the generation LastOutcome is of
+	LastOutcomeSend   string     `gorm:"column:last_outcome_send"`        // the send it was reported of ("": none, or before it was kept)
 	Running           string     `gorm:"column:running"`                  // JSON: module → {build, digest}
 	Health            string     `gorm:"column:health;default:none"`      // passing, failing, none
 	HealthCheck       string     `gorm:"column:health_check"`             // the failing check

@@ -63,7 +63,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 		// machine is still what its applied generation made it.
 		return up
 	}
-	if r.LateAttempt {
+	if r.Late {
 		return up
 	}
 	// The summary speaks of the latest generation only: a refusal of a
@@ -96,7 +96,7 @@ func ReportUpdates(m *Machine, r *Report, tied bool, now time.Time) map[string]a
 // generation: what the states that speak of it say since when from.
 func outcome(up map[string]any, r *Report, now time.Time) {
 	up["last_outcome"], up["last_reason"] = r.Outcome, r.Reason
-	up["last_outcome_at"], up["last_outcome_generation"] = now, r.Generation
+	up["last_outcome_at"], up["last_outcome_generation"], up["last_outcome_send"] = now, r.Generation, r.Send
 }
 
 // DecodeReport reads a host's report. It is read leniently (unknown

@@ -204,12 +204,12 @@ type Report struct {
 	// HostNow is the host's clock as the report left (HostTimeHeader),
 	// nil when it did not say: not part of the body.
 	HostNow *time.Time `json:"-"`
-	// LateAttempt says the store found this failed attempt's send made
-	// no later than the send of the word that finished its generation:
-	// a copy of an earlier attempt committed after that word (a retry
-	// after a timeout on a slow instance). It is kept as a row and moves
-	// nothing.
-	LateAttempt bool `json:"-"`
+	// Late says the store found this report, of the generation its
+	// machine finished, older than the machine's last word: of an
+	// earlier send than that word's, or a failed attempt of the same
+	// send after it — a copy committed late (a retry after a timeout on
+	// a slow instance). It is kept as a row and moves nothing.
+	Late bool `json:"-"`
 }
 
 // HostTimeHeader carries the host's clock as a report leaves it (RFC 3339).

@@ -62,7 +62,7 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 				return err
 			}
 			tied = true
-			if r.LateAttempt, err = lateAttempt(tx, m, r); err != nil {
+			if r.Late, err = lateReport(tx, m, r); err != nil {
 				return err
 			}
 		}
@@ -135,13 +135,13 @@ func upgrade(r *models.Report) bool {
 // fields are where reportSubjectQuery's columns are scanned, in its order.
 func (subj *reportSubject) fields() []any {
 	m := &subj.Machine
-	return []any{&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.Health, &m.HealthCheck,
+	return []any{&m.ID, &m.Name, &m.Schema, &m.AppliedGeneration, &m.FinishedGen, &m.LastOutcomeSend, &m.Health, &m.HealthCheck,
 		&m.HealthSince, &m.HealthAt, &m.HealthFailing, &subj.SendMachineID, &subj.SendGeneration}
 }
 
 // reportSubjectQuery reads a report's machine and its send (fields).
 const reportSubjectQuery = `SELECT machines.id, machines.name, machines.schema, machines.applied_generation,
-		machines.finished_generation, machines.health, machines.health_check, machines.health_since,
+		machines.finished_generation, machines.last_outcome_send, machines.health, machines.health_check, machines.health_since,
 		machines.health_at, machines.health_failing, sends.machine_id, sends.generation
 	FROM machines LEFT JOIN sends ON sends.id = ? WHERE machines.id = ?`
 
@@ -178,7 +178,7 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 		return nil, err, true // refused, as the transaction's way refuses it: nothing stored
 	}
 	if mayBeLate(m, r) {
-		return nil, nil, false // the rare report lateAttempt judges: the transaction's way
+		return nil, nil, false // the rare report lateReport judges: the transaction's way
 	}
 	if s.beforeReportWrite != nil {
 		s.beforeReportWrite(true)
@@ -213,29 +213,33 @@ func (s *Store) insertReportAtOnce(ctx context.Context, machineID int64, r *mode
 	return &stored, nil, true
 }
 
-// mayBeLate says whether r is a failed attempt of the generation its
-// machine finished: either its host was sent that generation again and
-// failed it (its state lost), or r is a copy of an attempt before the
-// word that finished it, committed after that word (a retry after a
-// timeout on a slow instance). lateAttempt tells them apart.
+// mayBeLate says whether r is of the generation its machine finished:
+// either the host was sent that generation again (its state lost) and
+// says how that went, or r is a copy of a report before the machine's
+// last word, committed after it (a retry after a timeout on a slow
+// instance). lateReport tells them apart. A report of a generation not
+// finished yet — nearly every report — is neither.
 func mayBeLate(m *models.Machine, r *models.Report) bool {
-	return r.Outcome == models.OutcomeFailed && r.Generation > 0 && r.Generation == m.FinishedGen
+	return r.Generation > 0 && r.Generation == m.FinishedGen &&
+		(r.Outcome == models.OutcomeFailed || models.FinalOutcome(r.Outcome))
 }
 
-// lateAttempt says whether r (mayBeLate) is such a copy: its send was
-// made no later than the send whose report finished the generation. Taken
-// as the machine's last word, it made a machine whose host had rejected
-// the generation read current.
-func lateAttempt(tx *Tx, m *models.Machine, r *models.Report) (bool, error) {
-	if !mayBeLate(m, r) {
+// lateReport says whether r (mayBeLate) is such a copy: its send was made
+// before the send of the machine's last word, or it is a failed attempt
+// of that same send (a send's final word comes after its failed
+// attempts). Taken as the latest word, a failed attempt made a machine
+// whose host had rejected the generation read current, and an applied
+// one hid the failure of the generation sent again since.
+func lateReport(tx *Tx, m *models.Machine, r *models.Report) (bool, error) {
+	if !mayBeLate(m, r) || m.LastOutcomeSend == "" {
 		return false, nil
 	}
+	if r.Send == m.LastOutcomeSend {
+		return !models.FinalOutcome(r.Outcome), nil
+	}
 	var late bool
-	err := tx.Raw(`SELECT COALESCE((SELECT created_at FROM sends WHERE id = ?) <=
-		(SELECT sends.created_at FROM reports JOIN sends ON sends.id = reports.send_id
-			WHERE reports.machine_id = ? AND reports.generation = ? AND reports.outcome IN ?
-			ORDER BY reports.created_at DESC, reports.id DESC LIMIT 1), false)`,
-		r.Send, m.ID, r.Generation, []string{models.OutcomeApplied, models.OutcomeRefused, models.OutcomeRejected}).Scan(&late).Error
+	err := tx.Raw(`SELECT COALESCE((SELECT created_at FROM sends WHERE id = ?) < (SELECT created_at FROM sends WHERE id = ?), false)`,
+		r.Send, m.LastOutcomeSend).Scan(&late).Error
 	return late, err
 }
 
