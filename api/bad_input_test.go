@@ -278,3 +278,42 @@ func TestVariables_NulRefusedOnEveryStore(t *testing.T) {
 		}
 	})
 }
+
+// TestNul_RefusedAlikeOnEveryStore: a variable's NUL was refused on both
+// stores, but the other words a person writes were not: PostgreSQL refused
+// a NUL in a module's repository, a yank's reason or a revocation's
+// reason (with no field named), SQLite stored it — the build yanked, the
+// machine revoked, on one store and not the other.
+func TestNul_RefusedAlikeOnEveryStore(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+		const page = `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "v\n"}]}`
+		for range 2 {
+			if resp, b := e.Upload(e.Admin, "web", page, nil, ""); resp.StatusCode != 201 {
+				t.Fatalf("upload: %d %s", resp.StatusCode, b)
+			}
+		}
+		e.Enroll("m1")
+		for _, c := range []struct{ method, path, body, field string }{
+			{"POST", "/api/v1/modules", `{"name":"app","repository":"org/app\u0000evil"}`, "/repository"},
+			{"POST", "/api/v1/modules/web/builds/1/yank", `{"reason":"bad\u0000build"}`, "/reason"},
+			{"POST", "/api/v1/machines/m1/revoke", `{"reason":"stolen\u0000laptop"}`, "/reason"},
+			{"PUT", "/api/v1/machines/m1/labels", `{"labels":{"role":"w\u0000eb"}}`, "/labels/role"},
+		} {
+			resp, b := e.Do(ctltest.Request{Method: c.method, Path: c.path, Token: e.Admin, Body: []byte(c.body),
+				Header: map[string]string{"If-Match": `"1"`}})
+			var p struct{ Detail string }
+			_ = json.Unmarshal(b, &p)
+			if resp.StatusCode != 400 || !strings.Contains(p.Detail, c.field) || !strings.Contains(p.Detail, "NUL") {
+				t.Errorf("%s %s %s: %d %s, want 400 naming %s", c.method, c.path, c.body, resp.StatusCode, b, c.field)
+			}
+		}
+		var m struct {
+			State string `json:"state"`
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
+		if m.State == "revoked" {
+			t.Error("m1 was revoked by a refused request")
+		}
+	})
+}

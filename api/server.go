@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -472,10 +473,24 @@ func decodeStrict(c echo.Context, v any) error {
 // duplicates, at any depth, and its decoder, case-sensitive, the names,
 // decoding again into a throwaway value of v's type. Only those two are
 // taken from it; the decode above judged everything else, in its words.
+//
+// The same walk refuses a NUL in any string: no field of a person's
+// request is right with one, and PostgreSQL cannot store it where SQLite
+// would, so the two stores answered the same request apart.
 func exactNames(b []byte, v any) error {
-	var sy *jsontext.SyntacticError
-	if err := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(false)).SkipValue(); errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &sy) {
-		return models.Invalid("body", fmt.Sprintf("field %q is given twice", sy.JSONPointer.LastToken()))
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(false))
+	for {
+		tok, err := dec.ReadToken()
+		var sy *jsontext.SyntacticError
+		if errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &sy) {
+			return models.Invalid("body", fmt.Sprintf("field %q is given twice", sy.JSONPointer.LastToken()))
+		}
+		if err != nil {
+			break // the end, or what the decode above judged already
+		}
+		if tok.Kind() == '"' && strings.IndexByte(tok.String(), 0) >= 0 {
+			return models.Invalid("body", fmt.Sprintf("%s may not contain a NUL character (\\u0000)", cmp.Or(string(dec.StackPointer()), "the body")))
+		}
 	}
 	t := reflect.TypeOf(v)
 	if t.Kind() != reflect.Pointer {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 )
@@ -212,9 +213,35 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return s.errorPage(c, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
 		}
+		if why := formText(r); why != "" {
+			return s.errorPage(c, http.StatusBadRequest, why)
+		}
 		c.Set(csrfCtxKey, tok)
 		return next(c)
 	}
+}
+
+// formText says why a form's fields cannot be taken as text, as the API
+// refuses such a body: bytes that are not UTF-8 (read back as U+FFFD, so
+// what was stored would not be what was sent) or a NUL (which PostgreSQL
+// cannot store and SQLite would): "" when every field is text. The form
+// was parsed by the CSRF check above.
+func formText(r *http.Request) string {
+	fields := r.PostForm
+	if r.MultipartForm != nil {
+		fields = r.MultipartForm.Value
+	}
+	for name, vs := range fields {
+		for _, v := range vs {
+			switch {
+			case !utf8.ValidString(v):
+				return fmt.Sprintf("The field %q is not valid UTF-8; nothing was changed.", name)
+			case strings.IndexByte(v, 0) >= 0:
+				return fmt.Sprintf("The field %q holds a NUL character; nothing was changed.", name)
+			}
+		}
+	}
+	return ""
 }
 
 // newCSRFKey derives the CSRF key from the token authority's private key,

@@ -300,3 +300,32 @@ func TestParseTrustedProxies(t *testing.T) {
 		t.Fatalf("empty: %v %v", got, err)
 	}
 }
+
+// TestForms_TextTheAPIRefusesIsRefusedHereToo: the API refuses a body that
+// is not UTF-8, or holds a NUL, on every store; the dashboard's variables
+// form took the same bytes straight to the store, where SQLite kept them
+// (and the API then showed, and the declaration carried, U+FFFD) and
+// PostgreSQL refused them with no field named.
+func TestForms_TextTheAPIRefusesIsRefusedHereToo(t *testing.T) {
+	for _, d := range []string{store.SQLite, store.Postgres} {
+		t.Run(d, func(t *testing.T) {
+			e := ctltest.Start(t, d)
+			e.AddUser("olga", "operator")
+			e.Enroll("m1")
+			op := newBrowser(t, e.URL)
+			op.login("olga", "password-of-olga")
+			op.get("/machines/m1")
+			for value, want := range map[string]string{"GREETING=caf\xe9": "not valid UTF-8", "GREETING=caf\x00e": "NUL"} {
+				st, body := op.post("/machines/m1/variables", url.Values{"generation": {"1"}, "vars": {value}}, true)
+				var vs struct {
+					Variables map[string]string `json:"variables"`
+				}
+				e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/variables", Token: e.Admin}, 200, &vs)
+				if st != 400 || !strings.Contains(body, want) || len(vs.Variables) != 0 {
+					t.Errorf("dashboard variable %q: %d %.300q; variables now %q, want 400 saying %s and nothing stored",
+						value, st, body, vs.Variables, want)
+				}
+			}
+		})
+	}
+}
