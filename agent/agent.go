@@ -156,7 +156,8 @@ type Agent struct {
 	// logs are the services whose last lines ride the next report.
 	logs *logShipper
 	// renewNext: no renewal of the machine certificate before then (the
-	// controller refused the last).
+	// controller refused the last, or the last was renewed less than
+	// half its life ago).
 	renewNext time.Time
 	// moveNext: no move to TLS before then (the last failed).
 	moveNext time.Time

@@ -170,7 +170,14 @@ func (c *client) renewCertificate(ctx context.Context, keeper *certKeeper) (*x50
 }
 
 // renew renews the machine certificate when it is due, at most once a
-// minute while the controller refuses.
+// minute while the controller refuses, and not again before the host has
+// held the new one for half its life, on the monotonic clock: due is
+// judged by the host's wall clock against the certificate's dates, and a
+// host whose clock is ahead of the controller's by more than a third of
+// the lifetime found each new certificate due the moment it came, and
+// renewed at every turn of its loop (a signature, store writes and audit
+// rows each time). Service certificates are judged by how long they were
+// held for the same reason.
 func (a *Agent) renew(ctx context.Context) {
 	now := time.Now()
 	leaf := a.id.certs.leaf()
@@ -186,5 +193,6 @@ func (a *Agent) renew(ctx context.Context) {
 		a.cfg.Log.Warn("the machine certificate is due and was not renewed; retrying", "has_one", leaf != nil, "err", err)
 		return
 	}
+	a.renewNext = now.Add(cert.NotAfter.Sub(cert.NotBefore) / 2)
 	a.cfg.Log.Info("machine certificate renewed", "serial", cert.SerialNumber.Text(16), "not_after", cert.NotAfter)
 }
