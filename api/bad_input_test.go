@@ -121,6 +121,9 @@ func TestBadInput_ClearProblemAndNothingChanges(t *testing.T) {
 			{"bad blob digest", ctltest.Request{Method: "GET", Path: "/api/v1/blobs/md5:abc", Token: e.Admin}, 400, "invalid"},
 			{"unknown machine", ctltest.Request{Method: "GET", Path: "/api/v1/machines/ghost", Token: e.Admin}, 404, "not-found"},
 			{"bad cursor", ctltest.Request{Method: "GET", Path: "/api/v1/machines?cursor=abc", Token: e.Admin}, 400, "invalid"},
+			// A send's cursor is its id: other text was compared as one.
+			{"bad cursor of sends", ctltest.Request{Method: "GET", Path: "/api/v1/sends?cursor=abc", Token: e.Admin}, 400, "invalid"},
+			{"bad cursor of a machine's sends", ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1/sends?cursor=zz", Token: e.Admin}, 400, "invalid"},
 		}
 		for _, c := range cases {
 			resp, body := e.Do(c.req)

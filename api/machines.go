@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"mesh/models"
@@ -353,7 +354,7 @@ func (s *Server) previewDeclaration(c echo.Context) error {
 }
 
 func (s *Server) machineSends(c echo.Context) error {
-	limit, cur, err := page(c)
+	limit, cur, err := pageSend(c)
 	if err != nil {
 		return err
 	}
@@ -369,7 +370,7 @@ func (s *Server) machineSends(c echo.Context) error {
 }
 
 func (s *Server) listSends(c echo.Context) error {
-	limit, cur, err := page(c)
+	limit, cur, err := pageSend(c)
 	if err != nil {
 		return err
 	}
@@ -378,6 +379,20 @@ func (s *Server) listSends(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, listOf(ss, limit, func(v models.SendView) string { return v.ID }))
+}
+
+// pageSend reads a cursor of sends: a send's id, as next_cursor gives it
+// (any other text was compared as one, and answered a page of whatever
+// sorted below it).
+func pageSend(c echo.Context) (int, string, error) {
+	limit, cur, err := page(c)
+	if err != nil || cur == "" {
+		return limit, cur, err
+	}
+	if _, err := uuid.Parse(cur); err != nil || len(cur) != 36 {
+		return 0, "", models.Invalid("cursor", "not a cursor this list gave (a send's id)")
+	}
+	return limit, cur, nil
 }
 
 // ReportView is a stored report as the API shows it: the host's own body

@@ -2541,7 +2541,7 @@ type ListMachineSendsParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Cursor the `next_cursor` of the previous page (a send id); sends older than it follow
+	// Cursor the `next_cursor` of the previous page (a send id); sends older than it follow; not a send id is 400
 	Cursor *SendCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
@@ -2629,7 +2629,7 @@ type ListSendsParams struct {
 	// Limit page size; default 50, values outside 1..500 are clamped; not a number is 400
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Cursor the `next_cursor` of the previous page (a send id); sends older than it follow
+	// Cursor the `next_cursor` of the previous page (a send id); sends older than it follow; not a send id is 400
 	Cursor *SendCursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
