@@ -324,9 +324,18 @@ func (s *Store) SetRolloutState(ctx context.Context, actor, version, action stri
 	var out *models.RolloutView
 	err := s.write(ctx, func(tx *Tx) error {
 		// The rollout the version's view shows (Rollout): the newest that
-		// reached a machine.
+		// reached a machine. Its row locked on PostgreSQL, as a plan's is
+		// by a person's act: another instance's step (FOR UPDATE SKIP
+		// LOCKED) found it free, halted or finished it, and this act then
+		// wrote its state over that one's — a pause over a halt, a
+		// cancel over a done rollout whose release was the fleet default
+		// by then — and two resumes on two instances both went through.
 		var ro models.Rollout
-		if err := tx.Where("version = ?", version).Order(newestReaching).Take(&ro).Error; err != nil {
+		q := tx.DB
+		if s.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		if err := q.Where("version = ?", version).Order(newestReaching).Take(&ro).Error; err != nil {
 			return fmt.Errorf("rollout of %s: %w", version, mapErr(err))
 		}
 		from := map[string]string{"pause": models.RolloutRunning, "resume": models.RolloutPaused, "cancel": ""}[action]
