@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"mesh/models"
 )
@@ -81,8 +82,19 @@ func cancelHostStep(tx *Tx, actor string, p *models.Plan) error {
 		return nil
 	}
 	ro, err := hostStep(tx, p.ID)
-	if err != nil || ro == nil || ro.State != models.RolloutRunning && ro.State != models.RolloutPaused {
+	if err != nil || ro == nil {
 		return err
+	}
+	// Read again under its row's lock on PostgreSQL: another instance's
+	// step (FOR UPDATE SKIP LOCKED) found it free, halted it and failed
+	// its release, and the cancel then wrote "cancelled" over the halt.
+	if tx.s.dialect == Postgres {
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", ro.ID).First(ro).Error; err != nil {
+			return err
+		}
+	}
+	if ro.State != models.RolloutRunning && ro.State != models.RolloutPaused {
+		return nil
 	}
 	why := fmt.Sprintf("cancelled with plan %d by %s", p.ID, actor)
 	if err := tx.Model(ro).Updates(map[string]any{"state": models.RolloutCancelled, "reason": why, "finished_at": tx.s.Now()}).Error; err != nil {

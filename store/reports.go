@@ -36,7 +36,12 @@ func (s *Store) InsertReport(ctx context.Context, machineID int64, r *models.Rep
 	var refusal error
 	err := s.writeGrouped(ctx, func(tx *Tx) error {
 		refusal = nil
-		subj, err := readReportSubject(tx, machineID, r.Send, !upgrade(r))
+		if upgrade(r) {
+			if err := lockLiveRollouts(tx, machineID); err != nil {
+				return err
+			}
+		}
+		subj, err := readReportSubject(tx, machineID, r.Send)
 		if err != nil {
 			return err
 		}
@@ -248,25 +253,45 @@ func lateReport(tx *Tx, m *models.Machine, r *models.Report) (bool, error) {
 // straight into the fields rather than by gorm's reflection over every
 // column of both.
 //
-// With lock, on PostgreSQL, the machine's row is locked by the read for
-// the rest of the transaction: two reports of one machine at once (one of
-// them with service output, say) are then stored one after the other, the
-// second reading what the first wrote, so neither moves the machine back.
-// The report's own update took that lock a few statements later, with
-// nothing locked in between, so the order of locks is unchanged. An
-// upgrade's report is read without it: judging it may fail its trial
-// (rollout rows) before the machine's update, and takes its locks in that
-// order, as before.
-func readReportSubject(tx *Tx, machineID int64, send string, lock bool) (*reportSubject, error) {
+// On PostgreSQL the machine's row is locked by the read for the rest of
+// the transaction: two reports of one machine at once (one of them with
+// service output, say) are then stored one after the other, the second
+// reading what the first wrote, so neither moves the machine back. The
+// report's own update took that lock a few statements later, with nothing
+// locked in between, so the order of locks is unchanged. An upgrade's
+// report locks the live rollouts its machine is in first
+// (lockLiveRollouts), in a worker's order.
+func readReportSubject(tx *Tx, machineID int64, send string) (*reportSubject, error) {
 	var subj reportSubject
 	q := reportSubjectQuery
-	if lock && tx.s.dialect == Postgres {
+	if tx.s.dialect == Postgres {
 		q += ` FOR UPDATE OF machines`
 	}
 	if err := tx.scanRow(q, []any{send, machineID}, subj.fields()...); err != nil {
 		return nil, err
 	}
 	return &subj, nil
+}
+
+// lockLiveRollouts locks, on PostgreSQL, the running or paused rollouts a
+// machine is in, before its own row is locked: an upgrade's report judges
+// its trial and steps its rollout from what it reads of them, and read
+// without a lock another instance's step (which takes a rollout, then its
+// machines) failed the trial meanwhile and the report was accepted all
+// the same (its launcher then kept a release the controller had failed),
+// or a person's cancel was written over by the report finishing the
+// rollout (the cancelled release made the fleet default); and the
+// machine's summary was written from a read that a newer report had
+// moved past. The worker's step and a person's act take the same rows in
+// the same order.
+func lockLiveRollouts(tx *Tx, machineID int64) error {
+	if tx.s.dialect != Postgres {
+		return nil
+	}
+	var ids []int64
+	return tx.Raw(`SELECT id FROM rollouts WHERE state IN (?, ?)
+			AND id IN (SELECT rollout_id FROM rollout_machines WHERE machine_id = ?)
+		ORDER BY id FOR UPDATE`, models.RolloutRunning, models.RolloutPaused, machineID).Scan(&ids).Error
 }
 
 // insertReportRow stores row and sets up (column → value) on its machine,
