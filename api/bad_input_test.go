@@ -276,8 +276,8 @@ func TestVariables_NulRefusedOnEveryStore(t *testing.T) {
 		e.Enroll("m1")
 		resp, b := e.Do(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/variables", Token: e.Admin,
 			Header: map[string]string{"If-Match": `"1"`}, Body: []byte(`{"variables":{"PORT":"80\u0000"}}`)})
-		if resp.StatusCode != 400 || !strings.Contains(string(b), "variables.PORT") {
-			t.Fatalf("variable with a NUL: %d %s, want 400 naming variables.PORT", resp.StatusCode, b)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "PORT") || !strings.Contains(string(b), "NUL") {
+			t.Fatalf("variable with a NUL: %d %s, want 400 naming PORT and the NUL", resp.StatusCode, b)
 		}
 	})
 }

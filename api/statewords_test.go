@@ -182,3 +182,30 @@ func TestMachines_ALateAppliedCopyDoesNotHideAFailedResend(t *testing.T) {
 		}
 	})
 }
+
+// TestMachines_ALateFailedAttemptAfterTheUpgradeTo0040IsStillLate: a
+// machine whose last word came before migration 0040 keeps no send of it
+// (last_outcome_send ”); a late copy of a failed attempt, committed after
+// the upgrade, was then taken as the host's word, and a rejected machine
+// read failed.
+func TestMachines_ALateFailedAttemptAfterTheUpgradeTo0040IsStillLate(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		send, gen := sendPoll(t, e, en.Token, 0)
+		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+		firstVariables(e, "m1")
+		send2, gen2 := sendPoll(t, e, en.Token, gen)
+		failed := map[string]any{"send": send2, "generation": gen2, "outcome": "failed", "reason": "port in use", "attempt": 1}
+		report(e, en.Token, failed)
+		report(e, en.Token, map[string]any{"send": send2, "generation": gen2, "outcome": "rejected", "reason": "failed 3 attempts; last: port in use", "attempt": 3})
+		// What migration 0040 leaves on a machine whose last word came
+		// before it.
+		if err := e.Ctl.Store.DB().Exec("UPDATE machines SET last_outcome_send = ''").Error; err != nil {
+			t.Fatal(err)
+		}
+		report(e, en.Token, failed) // the first attempt's, committed late
+		if m := readState(e, "m1"); m.State != "rejected" {
+			t.Errorf("machine reads %q (%+v); its host applied %d and rejected %d", m.State, m.StateWords, m.AppliedGeneration, gen2)
+		}
+	})
+}

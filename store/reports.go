@@ -236,15 +236,29 @@ func mayBeLate(m *models.Machine, r *models.Report) bool {
 // whose host had rejected the generation read current, and an applied
 // one hid the failure of the generation sent again since.
 func lateReport(tx *Tx, m *models.Machine, r *models.Report) (bool, error) {
-	if !mayBeLate(m, r) || m.LastOutcomeSend == "" {
+	if !mayBeLate(m, r) {
 		return false, nil
 	}
-	if r.Send == m.LastOutcomeSend {
+	last := m.LastOutcomeSend
+	if last == "" {
+		// Not kept: the last word came before migration 0040, or was a
+		// report naming no send (a rollback, a refused release). The
+		// send of the latest report of the generation that names one.
+		if err := tx.Raw(`SELECT send_id FROM reports WHERE machine_id = ? AND generation = ? AND send_id <> '' AND outcome IN ?
+			ORDER BY created_at DESC, id DESC LIMIT 1`, m.ID, r.Generation,
+			[]string{models.OutcomeApplied, models.OutcomeRefused, models.OutcomeRejected, models.OutcomeFailed}).Scan(&last).Error; err != nil {
+			return false, err
+		}
+		if last == "" {
+			return false, nil
+		}
+	}
+	if r.Send == last {
 		return !models.FinalOutcome(r.Outcome), nil
 	}
 	var late bool
 	err := tx.Raw(`SELECT COALESCE((SELECT created_at FROM sends WHERE id = ?) < (SELECT created_at FROM sends WHERE id = ?), false)`,
-		r.Send, m.LastOutcomeSend).Scan(&late).Error
+		r.Send, last).Scan(&late).Error
 	return late, err
 }
 
