@@ -157,8 +157,8 @@ type Agent struct {
 	logs *logShipper
 	// renewNext: no renewal of the machine certificate before then (the
 	// controller refused the last, or the last was renewed less than
-	// half its life ago).
-	renewNext time.Time
+	// half its life ago); renewTried: when one was last asked for.
+	renewNext, renewTried time.Time
 	// moveNext: no move to TLS before then (the last failed).
 	moveNext time.Time
 }

@@ -177,16 +177,25 @@ func (c *client) renewCertificate(ctx context.Context, keeper *certKeeper) (*x50
 // the lifetime found each new certificate due the moment it came, and
 // renewed at every turn of its loop (a signature, store writes and audit
 // rows each time). Service certificates are judged by how long they were
-// held for the same reason.
+// held for the same reason. One expired on the host's wall clock is asked
+// for at once all the same (at most once a minute): the monotonic clock
+// stops while a machine is suspended, and a laptop or instance that slept
+// past its certificate's end would otherwise wait out half a lifetime of
+// waking time, past the controller's grace, refused meanwhile.
 func (a *Agent) renew(ctx context.Context) {
 	now := time.Now()
 	leaf := a.id.certs.leaf()
 	// A host on TLS with no certificate yet (enrolled over TLS before
 	// machine certificates) asks for its first with its token.
 	due := leaf == nil || renewDue(leaf, now)
-	if !due || now.Before(a.renewNext) || !strings.HasPrefix(a.client.base(), "https://") {
+	next := a.renewNext
+	if leaf != nil && now.After(leaf.NotAfter) {
+		next = a.renewTried.Add(time.Minute)
+	}
+	if !due || now.Before(next) || !strings.HasPrefix(a.client.base(), "https://") {
 		return
 	}
+	a.renewTried = now
 	cert, err := a.client.renewCertificate(ctx, a.id.certs)
 	if err != nil {
 		a.renewNext = now.Add(time.Minute)
