@@ -1,10 +1,12 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"regexp"
 	"strings"
@@ -317,6 +319,34 @@ func TestNul_RefusedAlikeOnEveryStore(t *testing.T) {
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines/m1", Token: e.Admin}, 200, &m)
 		if m.State == "revoked" {
 			t.Error("m1 was revoked by a refused request")
+		}
+	})
+}
+
+// TestUpload_TextNotUTF8OrWithANulIsRefusedAlikeOnEveryStore: a build's
+// upload (multipart) took a manifest that is not UTF-8 (read by
+// encoding/json as U+FFFD) and a commit holding a NUL: SQLite made the
+// build, PostgreSQL refused it naming no field.
+func TestUpload_TextNotUTF8OrWithANulIsRefusedAlikeOnEveryStore(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+		const good = `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "v\n"}]}`
+		const notUTF8 = "{\"resources\": [{\"name\": \"conf\", \"kind\": \"file\", \"path\": \"/etc/app.conf\", \"content\": \"caf\xe9\\n\"}]}"
+		for _, c := range []struct{ what, manifest, commit, field string }{
+			{"a manifest that is not UTF-8", notUTF8, "c1", "manifest"},
+			{"a commit holding a NUL", good, "c2\x00evil", "commit"},
+		} {
+			var buf bytes.Buffer
+			mw := multipart.NewWriter(&buf)
+			_ = mw.WriteField("manifest", c.manifest)
+			_ = mw.WriteField("version", "1.0.0")
+			_ = mw.WriteField("commit", c.commit)
+			mw.Close()
+			resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/modules/web/builds", Token: e.Admin, Body: buf.Bytes(),
+				Header: map[string]string{"Content-Type": mw.FormDataContentType()}})
+			if resp.StatusCode != 400 || !strings.Contains(string(b), c.field) {
+				t.Errorf("%s: %d %.300s, want 400 naming %s", c.what, resp.StatusCode, b, c.field)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -300,6 +302,14 @@ func (s *Server) readUpload(c echo.Context, expect, file string, fields ...strin
 			}
 			if len(b) > MaxJSONBody {
 				return nil, models.Invalid(name, fmt.Sprintf("longer than %d bytes", MaxJSONBody))
+			}
+			// Text as a JSON body's is: what is stored is what was sent,
+			// and the same on either store.
+			if !utf8.Valid(b) {
+				return nil, models.Invalid(name, "not valid UTF-8")
+			}
+			if bytes.IndexByte(b, 0) >= 0 {
+				return nil, models.Invalid(name, "may not contain a NUL character")
 			}
 			if _, seen := up.fields[name]; !seen { // the first, as MultipartForm's callers took
 				up.fields[name] = string(b)
