@@ -283,7 +283,7 @@ func (s *Store) SetCurrent(ctx context.Context, actor, module string, number int
 		// newer one they run, and end "done" saying its build is current.
 		// Its own build's too: it no longer makes it current (paused
 		// untried, it asked a person to resume it to do what was done).
-		ended, err := supersedeBelow(tx, mod.ID, number+1, fmt.Sprintf("superseded: build %d was made current by %s", number, actor), tx.s.Now())
+		ended, err := supersedeBelow(tx, mod.ID, number+1, fmt.Sprintf("superseded: build %d was made current by %s", number, actor), tx.s.Now(), 0)
 		if err != nil {
 			return err
 		}

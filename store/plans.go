@@ -1105,24 +1105,27 @@ func (s *Store) ActOnPlan(ctx context.Context, actor string, id int64, action st
 // supersedeOlder ends the module's older plans that have not finished
 // (running, paused, or halted) as overtaken by p, and takes their build
 // back from the machines whose hosts have not applied it, as a cancel
-// does. A halted one was left live: a person's rollback of it after p had
+// does. A plan of p's own build is overtaken too: a build's upload makes a
+// plan by itself, and one made by hand for it after (the README's way to
+// roll a host release out first) left that one live, halted for good on a
+// host that could not take the build, a rollback still offered. A halted one was left live: a person's rollback of it after p had
 // moved its machines on pinned them to the build before it, below p's, and
 // its resume judged its canary by p's build and sent the build p replaced
 // to its next tier. And a target of a plan no longer running was still
 // composed: a machine it had reached but not moved kept being sent its
 // build once p was cancelled before reaching it.
 func supersedeOlder(tx *Tx, p *models.Plan, now time.Time) error {
-	_, err := supersedeBelow(tx, p.ModuleID, p.Build, fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build), now)
+	_, err := supersedeBelow(tx, p.ModuleID, p.Build+1, fmt.Sprintf("superseded by plan %d for build %d", p.ID, p.Build), now, p.ID)
 	return err
 }
 
 // supersedeBelow ends the module's plans of builds older than build that
-// may still reach machines (running, paused, halted), saying why; it
-// returns their ids.
-func supersedeBelow(tx *Tx, moduleID, build int64, why string, now time.Time) ([]int64, error) {
+// may still reach machines (running, paused, halted), but the plan
+// keep, saying why; it returns their ids.
+func supersedeBelow(tx *Tx, moduleID, build int64, why string, now time.Time, keep int64) ([]int64, error) {
 	var older []models.Plan
-	if err := tx.Where("module_id = ? AND build < ? AND state IN ?", moduleID, build,
-		[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}).Order("id").Find(&older).Error; err != nil {
+	if err := tx.Where("module_id = ? AND build < ? AND state IN ? AND id <> ?", moduleID, build,
+		[]string{models.PlanRunning, models.PlanPaused, models.PlanHalted}, keep).Order("id").Find(&older).Error; err != nil {
 		return nil, err
 	}
 	ids := make([]int64, 0, len(older))

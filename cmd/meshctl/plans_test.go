@@ -192,3 +192,63 @@ func TestMachineWords_BehindAsTheControllerSaysIt(t *testing.T) {
 		t.Fatalf("why without the controller's words: %s", w)
 	}
 }
+
+// TestMeshctl_PlansCreateHostReleaseFirstAfterTheUploadsOwnPlan follows
+// the README in its order: a schema-2 build uploaded (which makes a plan
+// by itself, halted at once on a host that decodes only schema 1), then
+// `meshctl plans create web@2 --host-release-first 1.5.0`, with no cancel
+// between (the README says none). Once the plan made by hand made build 2
+// current, the upload's plan stayed halted for good, a rollback offered.
+func TestMeshctl_PlansCreateHostReleaseFirstAfterTheUploadsOwnPlan(t *testing.T) {
+	mc := buildMeshctl(t)
+	e := ctltest.Start(t, store.SQLite, ctltest.Options{RolloutEvery: 100 * time.Millisecond})
+	e.AddUser("ops", "admin")
+	if r := mc.run("password-of-ops\n", "login", e.URL, "--user", "ops", "--password-stdin"); r.code != 0 {
+		t.Fatalf("login: %s", r)
+	}
+	en := e.Enroll("m1")
+	d, send := hostPoll(t, e, en.Token, "1.0.0", "1", 0)
+	report := func(body map[string]any) {
+		t.Helper()
+		e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token, Body: body}, 201, nil)
+	}
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied"})
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: e.Admin, Body: map[string]any{"name": "web"}}, 201, nil)
+	if resp, b := e.Upload(e.Admin, "web", `{"resources": [{"name": "web", "kind": "service", "command": ["/opt/web/run"]}]}`, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	e.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: e.Admin,
+		Header: map[string]string{"If-Match": fmt.Sprintf(`"%d"`, d.Generation)}, Body: map[string]any{"assignments": []map[string]any{{"module": "web"}}}}, 200, nil)
+	d, send = hostPoll(t, e, en.Token, "1.0.0", "1", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "running": map[string]any{"web": map[string]any{"build": 1}}})
+	if resp, b := e.UploadRelease(e.Admin, "1.5.0", []byte("a mesh-host binary")); resp.StatusCode != 201 {
+		t.Fatalf("release: %d %s", resp.StatusCode, b)
+	}
+	cert := `{"resources": [{"name": "web", "kind": "service", "command": ["/opt/web/run"]},
+	  {"name": "cert", "kind": "certificate", "names": ["web.${machine.name}.mesh"], "path": "/etc/web/chain.pem", "key_path": "/etc/web/key.pem"}]}`
+	if resp, b := e.Upload(e.Admin, "web", cert, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload of build 2: %d %s", resp.StatusCode, b)
+	}
+	mc.ok(nil, "plans", "create", "web@2", "--host-release-first", "1.5.0")
+	var ps client.PlanList
+	mc.ok(&ps, "plans", "ls", "-o", "json")
+	byHand := ps.Items[0].Id
+
+	d, send = hostPoll(t, e, en.Token, "1.0.0", "1", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "running": map[string]any{"web": map[string]any{"build": 1}}})
+	d, send = hostPoll(t, e, en.Token, "1.5.0", "1,2", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "upgraded", "host_version": "1.5.0",
+		"running": map[string]any{"web": map[string]any{"build": 1}}})
+	d, send = hostPoll(t, e, en.Token, "1.5.0", "1,2", d.Generation)
+	report(map[string]any{"send": send, "generation": d.Generation, "outcome": "applied", "host_version": "1.5.0",
+		"running": map[string]any{"web": map[string]any{"build": 2}}})
+	if w := mc.run("", "plans", "watch", strconv.Itoa(byHand)); w.code != 0 {
+		t.Fatalf("plans watch %d: %s", byHand, w)
+	}
+	mc.ok(&ps, "plans", "ls", "-o", "json")
+	for _, p := range ps.Items {
+		if p.Id != byHand && p.Build == 2 && (p.State == "halted" || p.State == "running" || p.State == "paused") {
+			t.Errorf("plan %d of build 2 (the upload's) is %s (%s) after plan %d made build 2 current", p.Id, p.State, p.Reason, byHand)
+		}
+	}
+}
