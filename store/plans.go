@@ -722,7 +722,11 @@ func tookByPin(tx *Tx, p *models.Plan, module string, tier int64) (int, error) {
 }
 
 // reach makes the plan's build a machine's target: a new generation. The
-// target only ever rises, so an older plan's step cannot lower it.
+// target only ever rises, so an older plan's step cannot lower it. A
+// target of the same build an earlier plan set becomes this plan's: that
+// plan is superseded once this one has reached its first tier, and its
+// withdrawal took the build back from the machines this one had just
+// reached.
 func reach(tx *Tx, p *models.Plan, mod *models.Module, st *models.PlanStep) error {
 	var m models.Machine
 	if err := tx.Select("id", "name", "running").Where("id = ?", st.MachineID).First(&m).Error; err != nil {
@@ -745,7 +749,7 @@ func reach(tx *Tx, p *models.Plan, mod *models.Module, st *models.PlanStep) erro
 		}
 	case err != nil:
 		return err
-	case cur.Build < p.Build:
+	case cur.Build < p.Build, cur.Build == p.Build && cur.PlanID != p.ID:
 		if err := tx.Model(&models.MachineTarget{}).Where("machine_id = ? AND module_id = ?", st.MachineID, p.ModuleID).
 			Updates(map[string]any{"build": p.Build, "plan_id": p.ID}).Error; err != nil {
 			return err

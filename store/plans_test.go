@@ -989,3 +989,35 @@ func TestPlan_AHaltedPlanRecordsWhatItsMachinesDid(t *testing.T) {
 		}
 	})
 }
+
+// TestPlan_ASecondPlanOfTheSameBuildKeepsTheMachinesItReached: the
+// upload's own plan of build 2 reached its canary m1, whose host had not
+// applied it; a person then made a plan of build 2 by hand. The new plan
+// reached m1 at once, then superseded the older plan of its own build,
+// whose withdrawal took build 2 back from m1: its declaration named build
+// 1 again while the new plan's step waited for it to run build 2.
+func TestPlan_ASecondPlanOfTheSameBuildKeepsTheMachinesItReached(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ms := planFixture(t, s)
+		first, err := s.CreatePlan(ctx, "upload", "mod", 2, 0, "")
+		if err != nil || first.State != models.PlanRunning || first.Steps[0].Machine != "m1" || first.Steps[0].State != models.StepSent {
+			t.Fatalf("first plan: %+v %v", first, err)
+		}
+		second, err := s.CreatePlan(ctx, "user:olga", "mod", 2, 0, "")
+		if err != nil || second.State != models.PlanRunning || second.Steps[0].Machine != "m1" || second.Steps[0].State != models.StepSent {
+			t.Fatalf("second plan: %+v %v", second, err)
+		}
+		if first, _ = s.Plan(ctx, first.ID); first.State != models.PlanSuperseded {
+			t.Fatalf("first plan %s", first.State)
+		}
+		if b := composedBuild(t, s, ms[0]); b != 2 {
+			t.Errorf("m1, reached by plan %d of build 2, is composed build %d; plan %d's supersede said: %q", second.ID, b, first.ID, first.Reason)
+		}
+		applied(t, s, "m1", composedBuild(t, s, ms[0]))
+		stepPlans(t, s)
+		if v, _ := s.Plan(ctx, second.ID); v.Tier == 0 && v.Steps[0].State != models.StepApplied {
+			t.Errorf("plan %d waits at tier 0 on m1 (step %s, %q)", v.ID, v.Steps[0].State, v.Steps[0].Reason)
+		}
+	})
+}
