@@ -76,10 +76,34 @@ func Unit(r models.Resource, digest, rootDir string) (string, error) {
 	return b.String(), nil
 }
 
-// systemdQuote quotes a word for ExecStart= and Environment=.
+// systemdQuote quotes a word for ExecStart= and Environment=: one word on
+// one line, whatever it holds. Every control character is written as a C
+// escape (\xNN), which systemd reads back in a quoted word: systemd ends
+// a unit file's line at a carriage return as at a newline, so a machine's
+// variable holding "\r" in a service's env or argument added lines of its
+// own to the unit (ExecStartPre=, User=root), run as root at the next
+// restart.
 func systemdQuote(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "%", "%%", "$", "$$")
-	return `"` + r.Replace(s) + `"`
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c == '"':
+			b.WriteString(`\"`)
+		case c == '%':
+			b.WriteString("%%")
+		case c == '$':
+			b.WriteString("$$")
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 func (s *systemdServices) run(ctx context.Context, args ...string) error {
