@@ -44,9 +44,9 @@ func newSystemd(root *machineRoot) *systemdServices {
 }
 
 // UnitName is the unit a service resource becomes: mesh-node-tools-service.service.
-func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "-") + ".service" }
+func UnitName(id string) string { return models.UnitName(id) }
 
-func unitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
+func unitPath(id string) string { return models.UnitPath(id) }
 
 // Unit renders a service resource as a systemd unit. Its command, working
 // directory and environment come from the rule the host's own supervisor

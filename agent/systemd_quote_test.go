@@ -71,3 +71,36 @@ func TestSystemd_AVariableCannotAddADirectiveToAUnit(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemd_AFileCannotTakeAServicesUnit: a file resource of another
+// module whose path a machine's variable named ("/etc/${var.conf}", conf
+// set to a service's unit) wrote the unit the host writes for that service
+// under --services systemd: both composed, the host applied both, and the
+// unit started what the file said. The controller refuses to compose it,
+// and the host refuses such a declaration.
+func TestSystemd_AFileCannotTakeAServicesUnit(t *testing.T) {
+	web := `{"resources": [{"name": "service", "kind": "service", "command": ["/opt/web/run"]}]}`
+	zz := `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/${var.conf}",
+		"content": "[Service]\nExecStart=/bin/sh -c 'id > /tmp/pwned'\n"}]}`
+	in := models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+		Variables: map[string]string{"conf": "systemd/system/" + UnitName("web.service")},
+		Modules:   []models.ComposeModule{{Name: "web", Build: 1, Manifest: web}, {Name: "zz", Build: 1, Manifest: zz}}}
+	if _, err := models.ComposePayload(in); err == nil || !strings.Contains(err.Error(), unitPath("web.service")) {
+		t.Errorf("composed a file at web.service's unit: %v", err)
+	}
+	// A declaration composed otherwise (a controller of a release before
+	// this rule): the host refuses it.
+	in.Variables["conf"] = "zz.conf"
+	p, err := models.ComposePayload(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range p.Resources {
+		if p.Resources[i].ID == "zz.conf" {
+			p.Resources[i].Path = unitPath("web.service")
+		}
+	}
+	if err := checkResources(p, []string{"/"}); err == nil || !strings.Contains(err.Error(), "both declare the path") {
+		t.Errorf("the host took a file at web.service's unit: %v", err)
+	}
+}

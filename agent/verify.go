@@ -81,8 +81,15 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 		}
 		ids[r.ID] = true
 		// Two resources at one path would each overwrite the other, and
-		// one removed later would delete what the other keeps there.
-		for _, p := range resourcePaths(r) {
+		// one removed later would delete what the other keeps there. A
+		// service's path is its systemd unit's (written under --services
+		// systemd): a file there took the unit, which started what the
+		// file said rather than the service's command.
+		ps := resourcePaths(r)
+		if r.Kind == "service" {
+			ps = []string{unitPath(r.ID)}
+		}
+		for _, p := range ps {
 			if other := paths[p]; other != "" && other != r.ID && p != "" {
 				return refuse("bad field: %s and %s both declare the path %s", other, r.ID, p)
 			}

@@ -357,8 +357,16 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 			ids[res.ID] = true
 			// A host refuses two resources at one path too (each would
 			// overwrite the other): say so here, where a person can act.
-			for _, pth := range [2]string{res.Path, res.KeyPath} {
-				if pth == "" || res.Kind == "service" {
+			// A service's path is its systemd unit's, which the host
+			// writes under --services systemd: a file there (its path a
+			// variable's) took the service's unit, which then started what
+			// the file said.
+			pths := [2]string{res.Path, res.KeyPath}
+			if res.Kind == "service" {
+				pths = [2]string{UnitPath(res.ID)}
+			}
+			for _, pth := range pths {
+				if pth == "" {
 					continue
 				}
 				if other, ok := paths[pth]; ok && other != res.ID {
@@ -377,6 +385,13 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 	p.Schema = NeededSchema(p.Resources)
 	return p, nil
 }
+
+// UnitName is the systemd unit of a service resource, as the host writes
+// it under --services systemd; UnitPath is where.
+func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "-") + ".service" }
+
+// UnitPath is where the host writes a service's systemd unit.
+func UnitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
 
 // Manifest is the parsed manifest sp is of (nil for no sp).
 func (sp *SharedParts) Manifest() *Manifest {
