@@ -329,3 +329,39 @@ func TestForms_TextTheAPIRefusesIsRefusedHereToo(t *testing.T) {
 		})
 	}
 }
+
+// TestDashboard_AnAPITokenIsNoSession: the dashboard took a person's API
+// token set as its session cookie (auth.ParsePerson takes both): a push
+// made with it was audited as the owner's login, "user:olga", where the
+// API names the token, and logging it out revoked it as a session while
+// the token list went on saying it was active. It is refused as a session.
+func TestDashboard_AnAPITokenIsNoSession(t *testing.T) {
+	e, _, _ := fixture(t)
+	olga := e.Login("olga", "password-of-olga")
+	var tok struct {
+		ID    string `json:"id"`
+		Token string `json:"token"`
+	}
+	e.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/api-tokens", Token: olga,
+		Body: map[string]any{"name": "ci", "role": "operator", "expires_in": "24h"}}, 201, &tok)
+	b := newBrowser(t, e.URL)
+	u, _ := url.Parse(e.URL)
+	b.c.Jar.SetCookies(u, []*http.Cookie{{Name: web.SessionCookie, Value: tok.Token, Path: "/"}})
+	if st, body := b.get("/machines/m1"); st == 200 && !strings.Contains(body, "Log in") {
+		t.Fatalf("the machine's page with an API token as the session: %d", st)
+	}
+	b.post("/machines/m1/push", url.Values{"generation": {"1"}}, true)
+	b.post("/logout", url.Values{}, true)
+	var page struct {
+		Items []struct{ Actor, Action string }
+	}
+	e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=machine/m1", Token: e.Admin}, 200, &page)
+	for _, ev := range page.Items {
+		if ev.Action == "push" {
+			t.Fatalf("a push made with the API token as the dashboard's session, audited as %q", ev.Actor)
+		}
+	}
+	if resp, body := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/machines", Token: tok.Token}); resp.StatusCode != 200 {
+		t.Fatalf("the API token after a dashboard logout: %d %s", resp.StatusCode, body)
+	}
+}

@@ -195,6 +195,13 @@ func (s *Server) session(min string) echo.MiddlewareFunc {
 			if err == nil {
 				claims, err = s.Auth.ParsePerson(ck.Value)
 			}
+			if err == nil && claims.Kind == auth.KindAPIToken {
+				// The dashboard's session is a login's: an API token set
+				// as its cookie acted as its owner's login on the record
+				// (a CI job's token is not the same hand), and logging it
+				// out revoked it as a session while its list said active.
+				err = errors.New("an API token is no dashboard session")
+			}
 			if err != nil {
 				if c.Request().Method == http.MethodGet {
 					if c.Request().Header.Get(HeaderHXRequest) != "" {
