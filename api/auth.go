@@ -131,6 +131,15 @@ func (s *Server) hostAuth(c echo.Context, renewal bool) (*Principal, error) {
 		}
 		claims, err := s.Auth.ParseHost(tok)
 		if err != nil {
+			// On the record, by the address it came from (the machine a
+			// token of another key names is only its claim), as a
+			// certificate of another CA is: a fleet whose controller was
+			// set up again with new keys went silent, the record saying
+			// nothing of why.
+			ip := c.RealIP()
+			_ = s.refusals.Record(c.Request().Context(), s.Store.Audit, ip+"\x00host-token",
+				auth.Row{Actor: "anonymous", Action: "host-refused", Target: "address/" + ip, Of: "host tokens refused from " + ip},
+				fmt.Sprintf("a host token this controller did not sign, or no host token (from %s): %v", ip, err))
 			return nil, err
 		}
 		name, enrolment, bearerOnly = claims.Subject, claims.ID, true

@@ -63,3 +63,24 @@ func TestRefusals_UnknownHostTokenIsAudited(t *testing.T) {
 		t.Fatal("machine ghost's host is refused with a valid token and the audit log says nothing")
 	}
 }
+
+// TestRefusals_HostTokenOfAnotherKeyIsAudited: a host token signed with
+// another controller's key (the controller set up again with new keys, a
+// host.json of another mesh) was refused with nothing on the record,
+// where a certificate of another CA is recorded by the address it comes
+// from: a fleet went silent and the audit log said nothing of why.
+func TestRefusals_HostTokenOfAnotherKeyIsAudited(t *testing.T) {
+	e := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	e.Enroll("m1")
+	other := ctltest.StartWith(t, storetest.Config(t, store.SQLite), ctltest.Options{TLS: true})
+	foreign := other.Enroll("m1")
+	if resp, b := poll(e, foreign.Token, "0s"); resp.StatusCode != 401 {
+		t.Fatalf("poll with another controller's token: %d %s", resp.StatusCode, b)
+	}
+	for _, a := range audits(t, e, "host-refused") {
+		if strings.HasPrefix(a.Target, "address/") && strings.Contains(a.Detail, "did not sign") {
+			return
+		}
+	}
+	t.Fatalf("a host token of another key is refused and the audit log says nothing: %+v", audits(t, e, "host-refused"))
+}
