@@ -190,6 +190,13 @@ func EntryName(n string) (string, error) {
 		if len(part) > MaxComponent {
 			return "", escapes("entry %.64s… has a name of %d bytes in it, over the %d a host can make", n, len(part), MaxComponent)
 		}
+		// Where a host keeps the unpacked versions of a tree declared
+		// beneath this one (.NAME.mesh beside NAME): an entry there stood
+		// as that tree's version, and the host, finding it, never
+		// unpacked the inner tree's own verified artifact.
+		if len(part) > len(".x.mesh")-1 && strings.HasPrefix(part, ".") && strings.HasSuffix(part, ".mesh") {
+			return "", escapes("entry %s lies in %s, where a host keeps the unpacked versions of a tree declared beneath this one", n, part)
+		}
 	}
 	c := path.Clean(n)
 	if c == ".." || strings.HasPrefix(c, "../") {
