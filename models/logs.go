@@ -153,10 +153,12 @@ func ValidateLogs(ls []ServiceLog) error {
 func notShown(r rune) bool { return r != '\t' && unicode.IsControl(r) }
 
 // hidden is a character words from outside are not shown with as they
-// are: notShown, and the bidirectional controls (U+202A–U+202E, U+2066–
-// U+2069, the marks), which reorder what follows them — a host version
-// "\u202e0.3.1" was shown as "1.3.0" while compared as sent.
-func hidden(r rune) bool { return notShown(r) || unicode.Is(unicode.Bidi_Control, r) }
+// are: notShown, and the format characters (Unicode's Cf: the
+// bidirectional controls, which reorder what follows them — a host
+// version "\u202e0.3.1" was shown as "1.3.0" while compared as sent — and
+// the zero-width ones, which show nothing — a host version "1.6.0\u200b"
+// was shown as another machine's 1.6.0 while compared as another).
+func hidden(r rune) bool { return notShown(r) || unicode.Is(unicode.Cf, r) }
 
 // EscapeLogLine makes one line of a service's output showable: invalid
 // UTF-8 and control characters (but tabs) become \xNN escapes, the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -135,6 +136,18 @@ func DecodeReport(body []byte) (*Report, error) {
 	}
 	if err := ValidateLogs(r.Logs); err != nil {
 		return nil, err
+	}
+	// A host escapes its lines (EscapeLogLine); what it did not escape,
+	// a host of a release before a character was counted hidden, or one
+	// that does not escape at all, is escaped here, where the lines are
+	// kept and then shown, rather than refused: a refused report is
+	// dropped from the host's outbox for good.
+	for i := range r.Logs {
+		for j, line := range r.Logs[i].Lines {
+			if strings.ContainsFunc(line, hidden) {
+				r.Logs[i].Lines[j] = EscapeLogLine(line, MaxLogBytes)
+			}
+		}
 	}
 	// What it runs is kept on the machine and shown in every list of
 	// machines: only modules' names, and at most MaxRunning of them (the
