@@ -91,13 +91,31 @@ const auditPageSize = 200
 // forTarget ends "No events" with the target asked for, if any, and says
 // how targets are written when it lacks its kind.
 func forTarget(target string) string {
+	kind, name, kinded := strings.Cut(target, "/")
+	if !kinded {
+		name = kind
+	}
 	switch {
 	case target == "":
 		return ""
-	case !strings.Contains(target, "/"):
+	case models.ValidName("", name) != nil || kinded && models.ValidName("", kind) != nil:
+		// Not a name mesh gives: words from a link, not shown.
+		return " of that target (a target is KIND/NAME, as the log's rows name them: machine/m1, module/web)"
+	case !kinded:
 		return " of " + target + " (a target is KIND/NAME: machine/" + target + ", module/" + target + ")"
 	}
 	return " of " + target
+}
+
+// auditHeading is the audit page's heading for one target: the target
+// named only when the log holds events of it (mesh wrote it) — a link's
+// ?target= was printed as it came, the heading of a page on the
+// dashboard's own origin saying whatever an outsider's link said.
+func auditHeading(target string, found bool) string {
+	if found {
+		return "Audit log of " + target
+	}
+	return "Audit log" + forTarget(target)
 }
 
 func stamp(t time.Time) string { return models.Stamp(t) }
