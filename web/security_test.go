@@ -351,6 +351,10 @@ func TestDashboard_AnAPITokenIsNoSession(t *testing.T) {
 		t.Fatalf("the machine's page with an API token as the session: %d", st)
 	}
 	b.post("/machines/m1/push", url.Values{"generation": {"1"}}, true)
+	// The login page gives a CSRF token for whatever cookie it is sent.
+	if st, _ := b.get("/login"); st != 200 || b.csrf == "" {
+		t.Fatalf("the login page with an API token as the cookie: %d (csrf %q)", st, b.csrf)
+	}
 	b.post("/logout", url.Values{}, true)
 	var page struct {
 		Items []struct{ Actor, Action string }

@@ -290,7 +290,9 @@ func (s *Server) login(c echo.Context) error {
 
 func (s *Server) logout(c echo.Context) error {
 	if ck, err := c.Cookie(SessionCookie); err == nil {
-		if claims, err := s.Auth.ParsePerson(ck.Value); err == nil && claims.ExpiresAt != nil {
+		// An API token set as the cookie is no session, and a logout does
+		// not revoke it: it did, as a session, while its list said active.
+		if claims, err := s.Auth.ParsePerson(ck.Value); err == nil && claims.ExpiresAt != nil && claims.Kind != auth.KindAPIToken {
 			if err := s.Service.Logout(c.Request().Context(), "user:"+claims.Subject, claims.ID, claims.ExpiresAt.Time); err != nil {
 				return err // the session must not outlive a logout that did not take
 			}
