@@ -64,13 +64,13 @@ func Unit(r models.Resource, digest, rootDir string) (string, error) {
 	args := append([]string{hc.Path}, hc.Args...)
 	q := make([]string, len(args))
 	for i, a := range args {
-		q[i] = systemdQuote(a)
+		q[i] = systemdQuote(a, true)
 	}
 	fmt.Fprintf(&b, "ExecStart=%s\n", strings.Join(q, " "))
 	// WorkingDirectory= takes a bare path (no quotes), specifiers expanded.
 	fmt.Fprintf(&b, "WorkingDirectory=%s\n", strings.ReplaceAll(hc.Dir, "%", "%%"))
 	for _, e := range hc.Env {
-		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(e))
+		fmt.Fprintf(&b, "Environment=%s\n", systemdQuote(e, false))
 	}
 	b.WriteString("Restart=always\nRestartSec=2\nKillMode=control-group\nTimeoutStopSec=10\n\n[Install]\nWantedBy=multi-user.target\n")
 	return b.String(), nil
@@ -82,8 +82,10 @@ func Unit(r models.Resource, digest, rootDir string) (string, error) {
 // a unit file's line at a carriage return as at a newline, so a machine's
 // variable holding "\r" in a service's env or argument added lines of its
 // own to the unit (ExecStartPre=, User=root), run as root at the next
-// restart.
-func systemdQuote(s string) string {
+// restart. exec says the word is ExecStart='s, where "$" is doubled: it
+// names variables there, and only there (Environment= does no expansion,
+// so a password "pa$word" reached the service as "pa$$word").
+func systemdQuote(s string, exec bool) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for i := 0; i < len(s); i++ {
@@ -94,7 +96,7 @@ func systemdQuote(s string) string {
 			b.WriteString(`\"`)
 		case c == '%':
 			b.WriteString("%%")
-		case c == '$':
+		case c == '$' && exec:
 			b.WriteString("$$")
 		case c < 0x20 || c == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, c)

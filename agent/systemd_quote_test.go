@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -82,25 +83,118 @@ func TestSystemd_AFileCannotTakeAServicesUnit(t *testing.T) {
 	web := `{"resources": [{"name": "service", "kind": "service", "command": ["/opt/web/run"]}]}`
 	zz := `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/${var.conf}",
 		"content": "[Service]\nExecStart=/bin/sh -c 'id > /tmp/pwned'\n"}]}`
-	in := models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
-		Variables: map[string]string{"conf": "systemd/system/" + UnitName("web.service")},
-		Modules:   []models.ComposeModule{{Name: "web", Build: 1, Manifest: web}, {Name: "zz", Build: 1, Manifest: zz}}}
-	if _, err := models.ComposePayload(in); err == nil || !strings.Contains(err.Error(), unitPath("web.service")) {
-		t.Errorf("composed a file at web.service's unit: %v", err)
+	for _, at := range []string{
+		"systemd/system/" + UnitName("web.service"),
+		"systemd/system/" + UnitName("web.service") + ".d/zz.conf", // a drop-in
+		"systemd/system.control/" + UnitName("web.service"),       // ranked above
+	} {
+		in := models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+			Variables: map[string]string{"conf": at},
+			Modules:   []models.ComposeModule{{Name: "web", Build: 1, Manifest: web}, {Name: "zz", Build: 1, Manifest: zz}}}
+		if _, err := models.ComposePayload(in); err == nil || !strings.Contains(err.Error(), UnitName("web.service")) {
+			t.Errorf("composed a file at /etc/%s: %v", at, err)
+		}
+		// A declaration composed otherwise (a controller of a release
+		// before this rule): the host refuses it.
+		in.Variables["conf"] = "zz.conf"
+		p, err := models.ComposePayload(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range p.Resources {
+			if p.Resources[i].ID == "zz.conf" {
+				p.Resources[i].Path = "/etc/" + at
+			}
+		}
+		if err := checkResources(p, []string{"/"}); err == nil || !strings.Contains(err.Error(), UnitName("web.service")) {
+			t.Errorf("the host took a file at /etc/%s: %v", at, err)
+		}
 	}
-	// A declaration composed otherwise (a controller of a release before
-	// this rule): the host refuses it.
-	in.Variables["conf"] = "zz.conf"
-	p, err := models.ComposePayload(in)
+	// The host's own unit, and its drop-ins, are declarable files.
+	host := `{"resources": [{"name": "unit", "kind": "file", "path": "/etc/systemd/system/mesh-host.service.d/limits.conf", "content": "[Service]\\nLimitNOFILE=65536\\n"}]}`
+	if _, err := models.ComposePayload(models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+		Modules: []models.ComposeModule{{Name: "hostunit", Build: 1, Manifest: host}}}); err != nil {
+		t.Errorf("a drop-in of the host's own unit: %v", err)
+	}
+}
+
+// systemdReadEnv writes r's unit as the systemd driver does and asks
+// systemd's own parser what environment it read (systemd-analyze verify
+// at debug level dumps the unit it loaded, an "Environment: K=V" line a
+// variable), beside what the host's own supervisor gives.
+func systemdReadEnv(t *testing.T, r models.Resource) (got, want []string, unit []byte) {
+	t.Helper()
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		if os.Getenv("MESH_TEST_REQUIRE_SYSTEMD") != "" {
+			t.Fatal("systemd-analyze is required (MESH_TEST_REQUIRE_SYSTEMD) but missing")
+		}
+		t.Skip("systemd-analyze not installed")
+	}
+	rootDir := t.TempDir()
+	root, err := openMachineRoot(rootDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range p.Resources {
-		if p.Resources[i].ID == "zz.conf" {
-			p.Resources[i].Path = unitPath("web.service")
+	stand := filepath.Join(t.TempDir(), "systemctl")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(rootDir, "opt/x/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootDir, "opt/x/bin/run"), []byte("#!/bin/sh\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newSystemd(root)
+	s.systemctl = stand
+	if _, err := s.Ensure(context.Background(), r, "sha256:1"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(rootDir, "etc/systemd/system", UnitName(r.ID))
+	cmd := exec.Command(analyze, "verify", path)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=debug")
+	out, _ := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(line, "\t"), "Environment: "); ok {
+			got = append(got, v)
 		}
 	}
-	if err := checkResources(p, []string{"/"}); err == nil || !strings.Contains(err.Error(), "both declare the path") {
-		t.Errorf("the host took a file at web.service's unit: %v", err)
+	hc, err := commandUnder(rootDir, r.Command, r.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append([]string(nil), hc.Env...)
+	sort.Strings(got)
+	sort.Strings(want)
+	unit, _ = os.ReadFile(path)
+	return got, want, unit
+}
+
+// TestSystemd_AnEnvValueWithADollarIsKept: Environment= does no variable
+// expansion, so the "$$" written for ExecStart= reached the service as
+// "$$": a password "pa$word" was not what the service got under
+// --services systemd, though it was under the host's own supervisor.
+func TestSystemd_AnEnvValueWithADollarIsKept(t *testing.T) {
+	r := models.Resource{ID: "x.service", Module: "x", Build: 1, Kind: "service",
+		Command: []string{"/opt/x/bin/run"},
+		Env:     map[string]string{"DB_PASSWORD": "pa$word", "HASH": "$2a$10$abcdefghijklmnopqrstuv", "PERCENT": "100%", "TABBED": "a\tb"}}
+	got, want, unit := systemdReadEnv(t, r)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("systemd reads the unit's environment as\n%q\nthe host's supervisor gives\n%q\nunit:\n%s", got, want, unit)
+	}
+}
+
+// TestManifest_AnEnvNameSystemdDropsIsRefused: an env name the manifest
+// took and the host's supervisor passed ("node.env-name") was dropped by
+// systemd ("Invalid environment assignment, ignoring"): the service ran
+// without it under --services systemd. It is refused at upload.
+func TestManifest_AnEnvNameSystemdDropsIsRefused(t *testing.T) {
+	m, err := models.ParseManifest([]byte(`{"resources": [{"name": "svc", "kind": "service", "command": ["/opt/x/run"], "env": {"node.env-name": "production"}}]}`))
+	if err == nil {
+		err = m.Buildable(false)
+	}
+	if err == nil || !strings.Contains(err.Error(), "node.env-name") {
+		t.Fatalf("a manifest with the env name node.env-name: %v", err)
 	}
 }

@@ -369,6 +369,9 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 				if pth == "" {
 					continue
 				}
+				if u := UnitAt(pth); res.Kind != "service" && u != "" {
+					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, which is (or changes) %s, a systemd unit of mesh's services", m.Name, m.Build, res.ID, pth, u))
+				}
 				if other, ok := paths[pth]; ok && other != res.ID {
 					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, as %s does", m.Name, m.Build, res.ID, pth, other))
 				}
@@ -392,6 +395,30 @@ func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "
 
 // UnitPath is where the host writes a service's systemd unit.
 func UnitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
+
+// unitDirs are where systemd reads a unit, or drop-ins of it, from, that
+// rank with or above the host's own.
+var unitDirs = []string{"/etc/systemd/system/", "/etc/systemd/system.control/", "/run/systemd/system/", "/run/systemd/system.control/", "/run/systemd/transient/"}
+
+// UnitAt is the unit of mesh's services ("mesh-MODULE-NAME.service") that
+// a file at p would be, or change as one of its drop-ins
+// ("….service.d/…"): "" for none. A file there, its path a variable's,
+// took a service's unit, which then started what the file said. The
+// host's own unit, mesh-host.service, is a declarable file (no service's
+// id is without a dot, so no service's unit has its name).
+func UnitAt(p string) string {
+	for _, d := range unitDirs {
+		rest, ok := strings.CutPrefix(p, d)
+		if !ok {
+			continue
+		}
+		first, _, _ := strings.Cut(rest, "/")
+		if u := strings.TrimSuffix(first, ".d"); strings.HasPrefix(u, "mesh-") && strings.HasSuffix(u, ".service") && u != "mesh-host.service" {
+			return u
+		}
+	}
+	return ""
+}
 
 // Manifest is the parsed manifest sp is of (nil for no sp).
 func (sp *SharedParts) Manifest() *Manifest {
@@ -692,6 +719,9 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back 
 	return *b, true
 }
 
+// envNameRE is an environment variable's name as systemd takes it.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // Buildable refuses, at upload, what can never be composed into a build
 // with (or without) an uploaded artifact: a tree that names no artifact in
 // a build that has none. What depends on a machine (a missing variable)
@@ -711,6 +741,12 @@ func (m *Manifest) Buildable(hasArtifact bool) error {
 		}
 		for k, v := range r.Env {
 			strs[f+".env."+k] = v
+			// Under --services systemd a name of another shape is dropped
+			// ("Invalid environment assignment, ignoring"): the service
+			// ran without it, where the host's own supervisor passed it.
+			if !envNameRE.MatchString(k) {
+				return Invalid(f+".env."+k, "an environment variable's name is letters, digits and '_', not starting with a digit (systemd drops any other)")
+			}
 		}
 		for field, v := range strs {
 			if err := checkPlaceholders(field, v); err != nil {
