@@ -86,7 +86,7 @@ func TestSystemd_AFileCannotTakeAServicesUnit(t *testing.T) {
 	for _, at := range []string{
 		"systemd/system/" + UnitName("web.service"),
 		"systemd/system/" + UnitName("web.service") + ".d/zz.conf", // a drop-in
-		"systemd/system.control/" + UnitName("web.service"),       // ranked above
+		"systemd/system.control/" + UnitName("web.service"),        // ranked above
 	} {
 		in := models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
 			Variables: map[string]string{"conf": at},
