@@ -648,9 +648,9 @@ func MachinePage(p Page, d MachineDetail) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var38 string
-				templ_7745c5c3_Var38, templ_7745c5c3_Err = templ.JoinStringErrs("One KEY=value per line, used by manifests as ${var.KEY}")
+				templ_7745c5c3_Var38, templ_7745c5c3_Err = templ.JoinStringErrs(`One KEY=value per line, used by manifests as ${var.KEY}; a value with a newline or a space at either end in quotes ("a\nb")`)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `machine.templ`, Line: 89, Col: 82}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `machine.templ`, Line: 89, Col: 150}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var38))
 				if templ_7745c5c3_Err != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/labstack/echo/v4"
 
@@ -351,7 +352,7 @@ func (s *Server) fillForms(ctx context.Context, d *MachineDetail, m *models.Mach
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			d.Vars += k + "=" + vars[k] + "\n"
+			d.Vars += varLine(k, vars[k]) + "\n"
 		}
 	}
 	return nil
@@ -561,6 +562,18 @@ func (s *Server) saveAssignments(c echo.Context) error {
 	return s.redirectSaved(c, "/machines/"+name, fmt.Sprintf("Assignments saved as generation %d", m.Generation))
 }
 
+// varLine is one variable as the form shows it, KEY=value: in quotes, as
+// Go writes a string, when the value would not come back as it is from
+// one trimmed line (a newline, a control character, a space at either
+// end, a leading quote). Shown bare, a value "LOG_LEVEL=debug\nWORKERS=4"
+// read as two variables, and a save made WORKERS one and cut the first.
+func varLine(k, v string) string {
+	if v != strings.TrimSpace(v) || strings.HasPrefix(v, `"`) || strings.ContainsFunc(v, unicode.IsControl) {
+		return k + "=" + strconv.Quote(v)
+	}
+	return k + "=" + v
+}
+
 func (s *Server) saveVariables(c echo.Context) error {
 	name := c.Param("name")
 	text := c.FormValue("vars")
@@ -577,6 +590,11 @@ func (s *Server) saveVariables(c echo.Context) error {
 		k, v, ok := strings.Cut(line, "=")
 		if !ok {
 			return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), "KEY=value expected"), nil, &text, "variables")
+		}
+		if strings.HasPrefix(v, `"`) {
+			if v, err = strconv.Unquote(v); err != nil {
+				return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), `a value in quotes is written as the form shows one ("a\nb" for two lines)`), nil, &text, "variables")
+			}
 		}
 		vars[strings.TrimSpace(k)] = v
 	}
