@@ -141,3 +141,37 @@ func TestLastSeen_TheHostsOwnTime(t *testing.T) {
 		})
 	}
 }
+
+// TestIdlePolls_NoStatementsAfterHostInfoRecorded: a host that upgraded
+// has its new version recorded by its first poll saying it; the polls
+// after it, saying the same and finding nothing new, touch the store no
+// more. On PostgreSQL the instance heard its own notification that the
+// host's info was recorded, forgot it, and wrote it again at the next
+// idle poll.
+func TestIdlePolls_NoStatementsAfterHostInfoRecorded(t *testing.T) {
+	e := ctltest.Start(t, store.Postgres, ctltest.Options{FlushEvery: time.Hour, HeartbeatEvery: time.Hour, RolloutEvery: time.Hour, ResyncEvery: time.Hour})
+	en := e.Enroll("m1")
+	first := doPoll(e, en.Token, 0, "0s")
+	if first.status != 200 {
+		t.Fatalf("first poll: %d", first.status)
+	}
+	waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.Settled() })
+	idle := func(version, wait string) poll {
+		resp, b := e.Do(ctltest.Request{Method: "GET", Path: "/api/v1/host/declaration?wait=" + wait, Token: en.Token,
+			Header: map[string]string{"X-Mesh-Host-Version": version, "X-Mesh-Schema": "1", "If-None-Match": `"1"`, "X-Mesh-Finished-Send": first.send}})
+		return poll{status: resp.StatusCode, body: b}
+	}
+	if p := idle("1.1.0", "0s"); p.status != 304 { // its first poll as 1.1.0 records it
+		t.Fatalf("poll as 1.1.0: %d %s", p.status, p.body)
+	}
+	waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.Settled() })
+	before := e.Ctl.Store.Statements()
+	for i := range 5 {
+		if p := idle("1.1.0", "100ms"); p.status != 304 {
+			t.Fatalf("idle poll %d as 1.1.0: %d %s", i, p.status, p.body)
+		}
+		if n := e.Ctl.Store.Statements() - before; n != 0 {
+			t.Fatalf("idle poll %d as 1.1.0 (already recorded) issued %d statement(s); want 0", i, n)
+		}
+	}
+}

@@ -17,8 +17,11 @@ import (
 )
 
 // hostInfoPrefix begins a notification that a machine's host info was
-// recorded: "hostinfo:ID". An instance of a build before it reads no bump
-// in it (its id is not a number) and passes it by.
+// recorded: "hostinfo:ID/SENDER", SENDER the recording store's, which
+// passes its own by: hearing it, the instance forgot what it had just
+// recorded, and its host's next poll, finding nothing new, wrote it again
+// (an idle poll touches the store never). An instance of a build before
+// it reads no bump in it (its id is not a number) and passes it by.
 const hostInfoPrefix = "hostinfo:"
 
 // OnHostInfo registers f to be told, by notification (PostgreSQL), of each
@@ -34,8 +37,9 @@ func (s *Store) announceHostInfo(payload string) bool {
 	if !ok {
 		return false
 	}
+	rest, sender, _ := strings.Cut(rest, "/")
 	id, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil {
+	if err != nil || sender != "" && sender == s.sender {
 		return true
 	}
 	s.mu.RLock()
@@ -67,7 +71,7 @@ func recordHostInfo(tx *Tx, machineID int64, hostVersion, schema string) error {
 		// and records only a change: one that heard this host before must
 		// forget it, or a poll there saying what it said then (a trial's
 		// schemas, the host upgraded again) would record nothing.
-		if err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, hostInfoPrefix+strconv.FormatInt(machineID, 10)).Error; err != nil {
+		if err := tx.Exec("SELECT pg_notify(?, ?)", tx.s.channel, hostInfoPrefix+strconv.FormatInt(machineID, 10)+"/"+tx.s.sender).Error; err != nil {
 			return err
 		}
 	}

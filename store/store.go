@@ -95,6 +95,9 @@ type Store struct {
 
 	// channel is the NOTIFY channel of this store (PostgreSQL).
 	channel string
+	// sender names this store's own notifications where one must know
+	// them from another instance's (hostInfoPrefix).
+	sender string
 
 	// ckpt checkpoints SQLite's log off the write path (checkpoint.go),
 	// on a connection of its own to dsn.
@@ -213,6 +216,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("connect postgres store: %w", err)
 		}
 		s.channel = notifyChannel(names.DB, names.Schema)
+		s.sender = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	if err := s.countStatements(); err != nil {
 		s.Close()
