@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -592,5 +593,57 @@ func TestMachineCerts_AReplicaBehindDoesNotCallItsOwnCAsCertificateForged(t *tes
 		if r.Target != "machine/m1" || strings.Contains(r.Detail, "not issued by this mesh's CA") {
 			t.Errorf("audit: %s: %s", r.Target, r.Detail)
 		}
+	}
+}
+
+// TestRestore_AHostThatRenewedItsCertificateSinceTheBackupIsNotLockedOut:
+// a backup taken, then the host renewed its client certificate and
+// presented the new one; the store restored from the backup. The restored
+// machine row named the certificate of before as in use and latest, so
+// the new one was retired as "neither in use nor the latest" and refused,
+// the old one refused by the retirement the restore carried, and the
+// host's token alone refused: locked out for good, where the README
+// promises a conflict an admin resolves.
+func TestRestore_AHostThatRenewedItsCertificateSinceTheBackupIsNotLockedOut(t *testing.T) {
+	ctx := context.Background()
+	sc := storetest.Config(t, store.SQLite)
+	e := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	// The first certificate issued an hour before the renewal (a day's
+	// renewals are days apart; a certificate's dates are to the second).
+	e.Ctl.Store.Now = func() time.Time { return time.Now().Add(-time.Hour).UTC() }
+	m, _ := enrolWithCert(t, e, "m1")
+	c := m.tls(t)
+	if resp, b := poll(as(t, e, &c), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("poll: %d %s", resp.StatusCode, b)
+	}
+	e.Ctl.Store.Now = func() time.Time { return time.Now().UTC() }
+	backup := filepath.Join(t.TempDir(), "b.db")
+	if err := e.Ctl.Store.Backup(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	status, b, key := renew(t, as(t, e, &c), "m1")
+	if status != 201 {
+		t.Fatalf("renewal: %d %s", status, b)
+	}
+	var renewed struct{ Certificate string }
+	if err := json.Unmarshal(b, &renewed); err != nil {
+		t.Fatal(err)
+	}
+	nc := machineCert{key: key, pem: renewed.Certificate}.tls(t)
+	if resp, b := poll(as(t, e, &nc), "", "0s"); resp.StatusCode != 200 {
+		t.Fatalf("the new certificate before the restore: %d %s", resp.StatusCode, b)
+	}
+	admin := e.Admin
+	e.Stop()
+	if _, err := store.Restore(ctx, sc.DataDir, backup, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e2 := ctltest.StartWith(t, sc, ctltest.Options{TLS: true})
+	e2.Admin = admin
+	if resp, b := poll(as(t, e2, &nc), "", "0s"); resp.StatusCode == 401 {
+		t.Fatalf("after the restore the host's newest certificate (never revoked) is refused: %d %s", resp.StatusCode, detail(b))
+	}
+	if resp, b := poll(as(t, e2, &nc), "", "0s"); resp.StatusCode == 401 {
+		t.Fatalf("presented again: %d %s", resp.StatusCode, detail(b))
 	}
 }

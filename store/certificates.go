@@ -78,8 +78,14 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 // committed): it can only be one a renewal replaced or a copy's, and
 // refused in memory from then on, it costs the store nothing again. A
 // machine with none recorded in use (certified before this record was
-// kept) takes the first it sees as the one in use.
-func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, until time.Time) (inUse string, retired bool, err error) {
+// kept) takes the first it sees as the one in use. One that ends after
+// the latest on record (notAfter) was issued after it, by a timeline the
+// store lost (restored from a backup taken before its host renewed): no
+// copy of an older one is newer than the latest, so it is taken as the
+// latest and in use, the one in use retired, as a renewal's is. Refused,
+// the host was locked out for good: its older certificate retired, its
+// token alone refused, its renewals refused by the same rule.
+func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, notAfter, until time.Time) (inUse string, retired bool, err error) {
 	err = s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
@@ -91,13 +97,20 @@ func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, u
 		case serial == m.CertInUse:
 			inUse = serial
 			return nil
-		case serial == m.CertSerial || m.CertInUse == "":
+		case serial == m.CertSerial || m.CertInUse == "" || m.CertNotAfter != nil && notAfter.Truncate(time.Second).After(m.CertNotAfter.Truncate(time.Second)):
 			prev := m.CertInUse // before the update, which sets m's field too
+			detail := fmt.Sprintf("serial %s presented for the first time", serial)
+			if serial != m.CertSerial && m.CertInUse != "" {
+				// Newer than the latest on record: the latest now.
+				if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_after": notAfter.UTC()}).Error; err != nil {
+					return err
+				}
+				detail += ", issued after the latest on record (" + m.CertSerial + "): a store restored from before its host renewed"
+			}
 			if err := tx.Model(m).Update("cert_in_use", serial).Error; err != nil {
 				return err
 			}
 			inUse = serial
-			detail := fmt.Sprintf("serial %s presented for the first time", serial)
 			if prev != "" {
 				r := &models.Revocation{TokenID: models.CertRetiredID(prev), Kind: models.RevokedCertificate,
 					Reason: "replaced by " + serial, ExpiresAt: until}

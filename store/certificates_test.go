@@ -127,7 +127,7 @@ func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
 			}
 		}
 		use := func(serial string) (string, error) {
-			got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", serial, until)
+			got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", serial, until, until)
 			if retired {
 				err = errors.Join(err, models.ErrUnauthorized)
 			}
@@ -168,8 +168,44 @@ func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
 			t.Fatalf("in use: %q", m.CertInUse)
 		}
 		// Another enrolment's certificate is not this machine's to record.
-		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-other", "cc", until); err != nil || got != "" || retired {
+		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-other", "cc", until, until); err != nil || got != "" || retired {
 			t.Fatalf("another enrolment's: %q %v", got, err)
+		}
+	})
+}
+
+// TestCertInUse_ACertificateIssuedAfterTheLatestOnRecord: the store was
+// restored from a backup taken before the host renewed; the host presents
+// the certificate it renewed to, newer than the latest on record. It was
+// retired as "neither in use nor the latest" and refused, and with it the
+// host was locked out for good (its older certificate retired, its token
+// alone refused, its renewals refused by the same rule). It is taken as
+// the latest and in use; an older one still is not.
+func TestCertInUse_ACertificateIssuedAfterTheLatestOnRecord(t *testing.T) {
+	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		enrolAs(t, s, "m1", "enrol-m1")
+		until := time.Now().Add(48 * time.Hour)
+		t1 := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "s1", t1, "", false); err != nil {
+			t.Fatal(err)
+		}
+		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s1", t1, until); err != nil || retired || got != "s1" {
+			t.Fatalf("s1: %q %v %v", got, retired, err)
+		}
+		// After the backup: s2 issued and presented; then the store goes
+		// back to the backup's time (the machine's row as it was).
+		t2 := t1.Add(time.Hour)
+		got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s2", t2, until)
+		if err != nil || retired || got != "s2" {
+			t.Fatalf("s2, issued after the latest on record (s1): %q retired %v %v", got, retired, err)
+		}
+		if m, _ := s.Machine(ctx, "m1"); m.CertSerial != "s2" || m.CertInUse != "s2" {
+			t.Fatalf("the machine's certificate: latest %q, in use %q", m.CertSerial, m.CertInUse)
+		}
+		// A copy of one older than the latest is still refused.
+		if got, retired, _ := s.CertInUse(ctx, "m1", "enrol-m1", "s0", t1.Add(-time.Hour), until); !retired || got != "" {
+			t.Fatalf("an older copy: %q retired %v", got, retired)
 		}
 	})
 }
