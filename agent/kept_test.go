@@ -400,10 +400,12 @@ exit 1
 		t.Fatal(err)
 	}
 	// The own image exits at once; at its fourth start the operator has
-	// put known-good's binary back (intact: it matches its digest).
+	// put known-good's binary back (intact: it matches its digest). Only
+	// the fourth writes it: a start copying it again as the test ended
+	// wrote into the directory the test's cleanup was removing.
 	own := filepath.Join(dir, "own")
 	script(t, own, `echo x >> `+dir+`/own-starts
-if [ "$(grep -c x `+dir+`/own-starts)" -ge 4 ]; then cp `+backup+` `+rel+`.tmp && mv `+rel+`.tmp `+rel+`; fi
+if [ "$(grep -c x `+dir+`/own-starts)" -eq 4 ]; then cp `+backup+` `+rel+`.tmp && mv `+rel+`.tmp `+rel+`; fi
 exit 1
 `)
 	prev := filepath.Join(dir, "1.0.0")

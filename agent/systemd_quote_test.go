@@ -198,3 +198,67 @@ func TestManifest_AnEnvNameSystemdDropsIsRefused(t *testing.T) {
 		t.Fatalf("a manifest with the env name node.env-name: %v", err)
 	}
 }
+
+// TestSystemd_NoFileChangesAServicesUnitFromAnotherDirectory: systemd
+// reads a unit's drop-ins from every directory of its search path (not
+// only the one its unit file won in), a name prefix's ("mesh-.service.d")
+// and every service's ("service.d"); and a tree at a unit directory, or
+// above one, holds whatever its archive does. Each of these changed
+// mesh-web-service.service, composed and taken by the host.
+func TestSystemd_NoFileChangesAServicesUnitFromAnotherDirectory(t *testing.T) {
+	web := `{"resources": [{"name": "service", "kind": "service", "command": ["/opt/web/run"]}]}`
+	file := func(at string) string {
+		return `{"resources": [{"name": "conf", "kind": "file", "path": "` + at + `", "content": "[Service]\nExecStart=\nExecStart=/bin/sh\n"}]}`
+	}
+	tree := func(at string) string {
+		return `{"resources": [{"name": "units", "kind": "tree", "path": "` + at + `", "artifact": {"digest": "sha256:` + strings.Repeat("a", 64) + `", "size": 10}}]}`
+	}
+	for _, man := range []string{
+		file("/etc/systemd/system/service.d/zz.conf"),
+		file("/run/systemd/system/service.d/zz.conf"),
+		file("/etc/systemd/system/mesh-.service.d/zz.conf"),
+		file("/etc/systemd/system/mesh-web-.service.d/zz.conf"),
+		file("/usr/lib/systemd/system/" + UnitName("web.service") + ".d/zz.conf"),
+		file("/usr/local/lib/systemd/system/" + UnitName("web.service") + ".d/zz.conf"),
+		file("/etc/systemd/system.attached/" + UnitName("web.service") + ".d/zz.conf"),
+		tree("/etc/systemd/system.control"),
+		tree("/run/systemd/transient"),
+		tree("/etc/systemd"),
+		tree("/etc/systemd/system/" + UnitName("web.service") + ".d"),
+	} {
+		in := models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+			Modules: []models.ComposeModule{{Name: "web", Build: 1, Manifest: web}, {Name: "zz", Build: 1, Manifest: man}}}
+		if _, err := models.ComposePayload(in); err == nil {
+			t.Errorf("composed %s", man)
+		}
+		p, err := models.ComposePayload(models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+			Modules: []models.ComposeModule{{Name: "web", Build: 1, Manifest: web}, {Name: "zz", Build: 1, Manifest: strings.Replace(man, `"path": "/`, `"path": "/srv/`, 1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range p.Resources { // as a controller of a release before the rule composed it
+			if p.Resources[i].Module == "zz" {
+				p.Resources[i].Path = strings.TrimPrefix(p.Resources[i].Path, "/srv")
+			}
+		}
+		if err := checkResources(p, []string{"/"}); err == nil {
+			t.Errorf("the host takes %s", man)
+		}
+	}
+}
+
+// TestSystemd_AStoredBuildsEnvNameSystemdDropsIsNotComposed: the env name
+// rule was checked at upload only; a build stored before it was composed
+// and applied, and systemd dropped the variable with nothing said.
+func TestSystemd_AStoredBuildsEnvNameSystemdDropsIsNotComposed(t *testing.T) {
+	man := `{"resources": [{"name": "service", "kind": "service", "command": ["/opt/x/run"], "env": {"node.env-name": "production"}}]}`
+	if _, err := models.ComposePayload(models.ComposeInput{Machine: "m1", Generation: 2, ComposedAt: time.Now(), ComposedBy: "ctl",
+		Modules: []models.ComposeModule{{Name: "x", Build: 1, Manifest: man}}}); err == nil {
+		t.Errorf("composed a service whose env name systemd drops (node.env-name)")
+	}
+	p := &models.DeclarationPayload{Schema: 1, Machine: "m1", Generation: 2, Resources: []models.Resource{
+		{ID: "x.service", Module: "x", Build: 1, Kind: "service", Command: []string{"/opt/x/run"}, Env: map[string]string{"node.env-name": "production"}}}}
+	if err := checkResources(p, []string{"/"}); err == nil {
+		t.Errorf("the host takes a service whose env name systemd drops (node.env-name)")
+	}
+}

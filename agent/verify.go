@@ -114,6 +114,11 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 			if r.Check != nil && len(r.Check.Exec) > 0 && !strings.HasPrefix(r.Check.Exec[0], "/") {
 				return refuse("bad field: service %s's exec check needs an absolute command, like the service's own (both are mapped under --root by one rule)", r.ID)
 			}
+			for k := range r.Env {
+				if !models.ValidEnvName(k) {
+					return refuse("bad field: service %s's env name %q is not letters, digits and '_' (systemd drops it)", r.ID, k)
+				}
+			}
 		case models.ResourceCertificate:
 			if err := checkCertificate(r, d.Resources, allowRoots); err != nil {
 				return err

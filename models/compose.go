@@ -364,6 +364,11 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 			pths := [2]string{res.Path, res.KeyPath}
 			if res.Kind == "service" {
 				pths = [2]string{UnitPath(res.ID)}
+				for k := range res.Env {
+					if !ValidEnvName(k) {
+						return nil, Invalid("resources", fmt.Sprintf("module %s build %d: service %s's env name %q is not letters, digits and '_' (systemd drops it)", m.Name, m.Build, res.ID, k))
+					}
+				}
 			}
 			for _, pth := range pths {
 				if pth == "" {
@@ -396,23 +401,37 @@ func UnitName(id string) string { return "mesh-" + strings.ReplaceAll(id, ".", "
 // UnitPath is where the host writes a service's systemd unit.
 func UnitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
 
-// unitDirs are where systemd reads a unit, or drop-ins of it, from, that
-// rank with or above the host's own.
-var unitDirs = []string{"/etc/systemd/system/", "/etc/systemd/system.control/", "/run/systemd/system/", "/run/systemd/system.control/", "/run/systemd/transient/"}
+// unitDirs are where systemd reads units and their drop-ins from: a
+// unit's drop-ins apply from every one of them, not only the one its unit
+// file won in.
+var unitDirs = []string{"/etc/systemd/system.control/", "/run/systemd/system.control/", "/run/systemd/transient/",
+	"/run/systemd/generator.early/", "/etc/systemd/system/", "/etc/systemd/system.attached/", "/run/systemd/system/",
+	"/run/systemd/system.attached/", "/run/systemd/generator/", "/usr/local/lib/systemd/system/", "/usr/lib/systemd/system/",
+	"/lib/systemd/system/", "/run/systemd/generator.late/"}
 
-// UnitAt is the unit of mesh's services ("mesh-MODULE-NAME.service") that
-// a file at p would be, or change as one of its drop-ins
-// ("….service.d/…"): "" for none. A file there, its path a variable's,
-// took a service's unit, which then started what the file said. The
-// host's own unit, mesh-host.service, is a declarable file (no service's
-// id is without a dot, so no service's unit has its name).
+// UnitAt says which unit of mesh's services a resource at p would be or
+// change ("" for none): a unit file "mesh-MODULE-NAME.service" or a
+// drop-in of it in any of systemd's unit directories — its own, one of a
+// prefix of its name ("mesh-.service.d", "mesh-web-.service.d"), or every
+// service's ("service.d") — or, for a tree, one of those directories or a
+// directory above one (its archive holds what lies beneath). A file
+// there, its path a variable's, took a service's unit, which then started
+// what the file said. The host's own unit, mesh-host.service, is a
+// declarable file (no service's id is without a dot, so no service's
+// unit has its name).
 func UnitAt(p string) string {
 	for _, d := range unitDirs {
+		if strings.HasPrefix(d, p+"/") {
+			return "the systemd unit directory " + strings.TrimSuffix(d, "/")
+		}
 		rest, ok := strings.CutPrefix(p, d)
 		if !ok {
 			continue
 		}
 		first, _, _ := strings.Cut(rest, "/")
+		if first == "service.d" {
+			return "every service's drop-ins (" + d + "service.d)"
+		}
 		if u := strings.TrimSuffix(first, ".d"); strings.HasPrefix(u, "mesh-") && strings.HasSuffix(u, ".service") && u != "mesh-host.service" {
 			return u
 		}
@@ -722,6 +741,13 @@ func ChooseBuild(pin *int64, pinReason string, planTarget, current *int64, back 
 // envNameRE is an environment variable's name as systemd takes it.
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// ValidEnvName says whether k is a name systemd takes for an environment
+// variable: it drops any other ("Invalid environment assignment,
+// ignoring"), and the service ran without it under --services systemd.
+// Refused at upload, at compose (a build stored before the rule) and by
+// the host.
+func ValidEnvName(k string) bool { return envNameRE.MatchString(k) }
+
 // Buildable refuses, at upload, what can never be composed into a build
 // with (or without) an uploaded artifact: a tree that names no artifact in
 // a build that has none. What depends on a machine (a missing variable)
@@ -744,7 +770,7 @@ func (m *Manifest) Buildable(hasArtifact bool) error {
 			// Under --services systemd a name of another shape is dropped
 			// ("Invalid environment assignment, ignoring"): the service
 			// ran without it, where the host's own supervisor passed it.
-			if !envNameRE.MatchString(k) {
+			if !ValidEnvName(k) {
 				return Invalid(f+".env."+k, "an environment variable's name is letters, digits and '_', not starting with a digit (systemd drops any other)")
 			}
 		}
