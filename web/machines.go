@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -594,6 +595,11 @@ func (s *Server) saveVariables(c echo.Context) error {
 		if strings.HasPrefix(v, `"`) {
 			if v, err = strconv.Unquote(v); err != nil {
 				return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), `a value in quotes is written as the form shows one ("a\nb" for two lines)`), nil, &text, "variables")
+			}
+			// A \x escape makes any byte: the value is text all the same,
+			// as the API's is (SQLite kept one PostgreSQL refused).
+			if !utf8.ValidString(v) {
+				return s.refused(c, name, models.Invalid(fmt.Sprintf("line %d", i+1), "not valid UTF-8 once its escapes are read"), nil, &text, "variables")
 			}
 		}
 		vars[strings.TrimSpace(k)] = v

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"mesh/controller/ctltest"
+	"mesh/store"
 )
 
 // varsForm reads the variables form of a machine's page as a browser
@@ -62,5 +63,25 @@ func TestVariables_AMultiLineValueSurvivesTheDashboard(t *testing.T) {
 		if got.Variables[k] != v {
 			t.Errorf("after changing only the port, %s is %q, want %q", k, got.Variables[k], v)
 		}
+	}
+}
+
+// TestVariables_AQuotedValueIsText: the form reads a value in quotes as Go
+// writes a string, so `"caf\xe9"` is the byte 0xe9, not UTF-8: SQLite kept
+// it (the API then said U+FFFD), PostgreSQL refused it.
+func TestVariables_AQuotedValueIsText(t *testing.T) {
+	for _, dialect := range []string{store.SQLite, store.Postgres} {
+		t.Run(dialect, func(t *testing.T) {
+			e := ctltest.Start(t, dialect)
+			e.AddUser("olga", "operator")
+			e.Enroll("m1")
+			op := newBrowser(t, e.URL)
+			op.login("olga", "password-of-olga")
+			_, g := varsForm(t, op, "/machines/m1")
+			st, body := op.post("/machines/m1/variables", url.Values{"generation": {g}, "vars": {`latin1="caf\xe9"` + "\r\n"}}, true)
+			if st != 400 || !strings.Contains(body, "UTF-8") {
+				t.Errorf("a value in quotes that is not UTF-8: %d", st)
+			}
+		})
 	}
 }
