@@ -30,6 +30,9 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 	if s.dialect == Postgres {
 		return errors.New("a PostgreSQL store is backed up with pg_dump (or the server's own backups), not here")
 	}
+	if path == "" {
+		return errors.New("a backup is written to a file: name one (mesh-controller backup FILE)")
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return err
@@ -89,6 +92,14 @@ type Restored struct {
 // carried into the restored one — a backup from before it would otherwise
 // let the revoked credential in again.
 func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*Restored, error) {
+	// A file: the copy below named its own temporary file when the backup
+	// was a directory.
+	switch fi, err := os.Stat(backupPath); {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a file: a backup is the file 'mesh-controller backup FILE' wrote", backupPath)
+	}
 	if fi, err := os.Stat(backupPath + "-wal"); err == nil && fi.Size() > 0 {
 		// A store's own file, not a backup: its log holds what the file
 		// alone lacks.
@@ -157,7 +168,11 @@ func Restore(ctx context.Context, dataDir, backupPath string, now time.Time) (*R
 	out := &Restored{}
 	var known int64
 	if out.Schema, known, err = restored.SchemaVersion(ctx); err != nil || out.Schema == 0 {
-		return nil, fmt.Errorf("%s is not a mesh store (no schema version): %v", backupPath, err)
+		why := "it holds no schema version"
+		if err != nil {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("%s is not a mesh store (%s): not restored; the store in %s is unchanged", backupPath, why, dataDir)
 	}
 	if out.Schema > known {
 		// This build cannot bring it to its schema, nor carry into it

@@ -93,3 +93,35 @@ func TestRestore_ANewerSchemasBackupIsRefused(t *testing.T) {
 		t.Fatalf("the store a refused restore would have replaced: %v", err)
 	}
 }
+
+// TestRestore_WhatIsNoBackupIsSaidSo: an empty file or a SQLite file of
+// something else was refused "(no schema version): <nil>"; a directory
+// with the name of a temporary file of the restore's own; a backup to an
+// empty path with a word about the working directory. Each says what it
+// is now, and the store in place stays.
+func TestRestore_WhatIsNoBackupIsSaidSo(t *testing.T) {
+	ctx := context.Background()
+	cfg := storetest.Config(t, store.SQLite)
+	s := storetest.MustOpenConfig(t, cfg)
+	served(t, s)
+	fixture(t, s, "m1")
+	if err := s.Backup(ctx, ""); err == nil || !strings.Contains(err.Error(), "name one") {
+		t.Errorf("a backup to an empty path: %v", err)
+	}
+	s.Close()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{empty: "holds no schema version", dir: "is not a file"} {
+		_, err := store.Restore(ctx, cfg.DataDir, path, time.Now())
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "<nil>") || strings.Contains(err.Error(), ".restore-") {
+			t.Errorf("restore of %s: %v, want it to say it %s", path, err, want)
+		}
+	}
+	r := storetest.MustOpenConfig(t, cfg)
+	if _, err := r.Machine(ctx, "m1"); err != nil {
+		t.Fatalf("the store in place after refused restores: %v", err)
+	}
+}
