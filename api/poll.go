@@ -217,6 +217,14 @@ func (s *Server) postReport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if row.SendID == "" {
+		// On the record: a report no send backs moves nothing. At most a
+		// row a minute for a machine, counting the rest, as a host's other
+		// noise is: each was a row of its own.
+		_ = s.refusals.Record(c.Request().Context(), s.Store.Audit, p.Machine+"\x00report-without-send",
+			auth.Row{Actor: "host:" + p.Machine, Action: "report-without-send", Target: "machine/" + p.Machine},
+			fmt.Sprintf("%s for generation %d: kept, moves no generation", r.Outcome, r.Generation))
+	}
 	if row.SendID != "" && models.FinalOutcome(row.Outcome) {
 		// The store checked the send is this machine's at the report's
 		// generation: the host's next polls name it.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,5 +75,35 @@ func TestReports_MustNameTheirSend(t *testing.T) {
 				t.Fatalf("the host's real refusal: finished %d, outcome %q", f, o)
 			}
 		})
+	})
+}
+
+// TestReports_WithoutASendAreOnTheRecordSparsely: every report naming no
+// send wrote an audit row of its own: a host within its report limits (60
+// at once, then one a second) wrote ~86,000 a day. They are on the record
+// at most a row a minute for a machine now, as a host's other noise is.
+func TestReports_WithoutASendAreOnTheRecordSparsely(t *testing.T) {
+	each(t, func(t *testing.T, e *ctltest.Env) {
+		en := e.Enroll("m1")
+		for i := range 20 {
+			resp, b := e.Do(ctltest.Request{Method: "POST", Path: "/api/v1/host/reports", Token: en.Token,
+				Body: map[string]any{"generation": 1, "outcome": "refused", "reason": fmt.Sprintf("attempt %d", i)}})
+			if resp.StatusCode != 201 {
+				t.Fatalf("report %d without a send: %d %s", i, resp.StatusCode, b)
+			}
+		}
+		var page struct {
+			Items []struct{ Action string }
+		}
+		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=machine/m1&limit=500", Token: e.Admin}, 200, &page)
+		n := 0
+		for _, ev := range page.Items {
+			if ev.Action == "report-without-send" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("20 reports without a send: %d report-without-send rows, want 1", n)
+		}
 	})
 }
