@@ -153,6 +153,7 @@ type MachineIdentity struct {
 	Machine   string
 	Enrolment string
 	Serial    string // hex
+	NotBefore time.Time
 	NotAfter  time.Time
 	// Expired: past NotAfter, within the grace, where only a renewal is
 	// allowed.
@@ -229,7 +230,7 @@ func (ca *CA) VerifyMachine(chain []*x509.Certificate, now time.Time, grace time
 	if claimed == "" || leaf.Subject.SerialNumber == "" {
 		return nil, &ClientError{Reason: "names no machine"}
 	}
-	return &MachineIdentity{Machine: claimed, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16),
+	return &MachineIdentity{Machine: claimed, Enrolment: leaf.Subject.SerialNumber, Serial: leaf.SerialNumber.Text(16), NotBefore: leaf.NotBefore,
 		NotAfter: leaf.NotAfter, Expired: expired}, nil
 }
 

@@ -209,8 +209,9 @@ type Machine struct {
 	TokenID           string     `gorm:"column:token_id"` // the enrolment's id: its host token's and certificates'
 	LastSeen          *time.Time `gorm:"column:last_seen"`
 	CreatedAt         time.Time  `gorm:"column:created_at"`
-	CertSerial        string     `gorm:"column:cert_serial"`    // the client certificate last issued (hex); "": none
-	CertNotAfter      *time.Time `gorm:"column:cert_not_after"` // when it expires
+	CertSerial        string     `gorm:"column:cert_serial"`     // the client certificate last issued (hex); "": none
+	CertNotAfter      *time.Time `gorm:"column:cert_not_after"`  // when it expires
+	CertNotBefore     *time.Time `gorm:"column:cert_not_before"` // when it begins (nil: issued before it was kept)
 	// CertInUse is the certificate its host presents (its first use
 	// recorded, Store.CertInUse); "": none presented yet.
 	CertInUse     string     `gorm:"column:cert_in_use"`

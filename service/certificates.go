@@ -74,7 +74,7 @@ func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment s
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.Store.RecordCertificate(ctx, actor, name, enrolment, cert.SerialNumber.Text(16), cert.NotAfter, why, certOnly); err != nil {
+	if err := s.Store.RecordCertificate(ctx, actor, name, enrolment, cert.SerialNumber.Text(16), cert.NotBefore, cert.NotAfter, why, certOnly); err != nil {
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), cert, nil
@@ -84,7 +84,7 @@ func (s *Service) IssueCertificate(ctx context.Context, actor, name, enrolment s
 // the one it replaces is refused for as long as any certificate issued
 // before it could still be valid and renewed.
 func (s *Service) CertInUse(ctx context.Context, name, enrolment string, cert *meshca.MachineIdentity) (string, error) {
-	inUse, retired, err := s.Store.CertInUse(ctx, name, enrolment, cert.Serial, cert.NotAfter, s.Store.Now().Add(s.Certs.CertLifetime()+s.Certs.CertGrace()))
+	inUse, retired, err := s.Store.CertInUse(ctx, name, enrolment, cert.Serial, cert.NotBefore, cert.NotAfter, s.Store.Now().Add(s.Certs.CertLifetime()+s.Certs.CertGrace()))
 	if err == nil && retired {
 		err = fmt.Errorf("%w: machine %s's client certificate %s is neither the one its host presents nor its latest: a renewal replaced it, or it is a copy's; "+
 			"a host presents its newest certificate (machine.pem)", models.ErrUnauthorized, name, cert.Serial)

@@ -31,7 +31,7 @@ func revokeEnrolment(tx *Tx, actor string, m *models.Machine, reason string) err
 // enrolment the certificate names and not be revoked, checked in the same
 // transaction: a certificate is never recorded for a machine deleted or
 // revoked meanwhile.
-func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, serial string, notAfter time.Time, detail string, certOnly bool) error {
+func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, serial string, notBefore, notAfter time.Time, detail string, certOnly bool) error {
 	return s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
@@ -43,7 +43,7 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 		if m.RevokedAt != nil {
 			return fmt.Errorf("%w: machine %s is revoked (%s)", models.ErrUnauthorized, name, m.RevokedReason)
 		}
-		if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_after": notAfter.UTC()}).Error; err != nil {
+		if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_before": notBefore.UTC(), "cert_not_after": notAfter.UTC()}).Error; err != nil {
 			return err
 		}
 		if certOnly {
@@ -78,14 +78,16 @@ func (s *Store) RecordCertificate(ctx context.Context, actor, name, enrolment, s
 // committed): it can only be one a renewal replaced or a copy's, and
 // refused in memory from then on, it costs the store nothing again. A
 // machine with none recorded in use (certified before this record was
-// kept) takes the first it sees as the one in use. One that ends after
-// the latest on record (notAfter) was issued after it, by a timeline the
+// kept) takes the first it sees as the one in use. One that begins after
+// the latest on record (notBefore) was issued after it, by a timeline the
 // store lost (restored from a backup taken before its host renewed): no
-// copy of an older one is newer than the latest, so it is taken as the
+// copy of an older one begins after the latest, so it is taken as the
 // latest and in use, the one in use retired, as a renewal's is. Refused,
 // the host was locked out for good: its older certificate retired, its
-// token alone refused, its renewals refused by the same rule.
-func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, notAfter, until time.Time) (inUse string, retired bool, err error) {
+// token alone refused, its renewals refused by the same rule. (Its end
+// says nothing of when it was issued: a copy of a certificate issued
+// under a longer lifetime ended after its successor.)
+func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, notBefore, notAfter, until time.Time) (inUse string, retired bool, err error) {
 	err = s.write(ctx, func(tx *Tx) error {
 		m, err := lockMachine(tx, name)
 		if err != nil {
@@ -97,12 +99,12 @@ func (s *Store) CertInUse(ctx context.Context, name, enrolment, serial string, n
 		case serial == m.CertInUse:
 			inUse = serial
 			return nil
-		case serial == m.CertSerial || m.CertInUse == "" || m.CertNotAfter != nil && notAfter.Truncate(time.Second).After(m.CertNotAfter.Truncate(time.Second)):
+		case serial == m.CertSerial || m.CertInUse == "" || m.CertNotBefore != nil && notBefore.Truncate(time.Second).After(m.CertNotBefore.Truncate(time.Second)):
 			prev := m.CertInUse // before the update, which sets m's field too
 			detail := fmt.Sprintf("serial %s presented for the first time", serial)
 			if serial != m.CertSerial && m.CertInUse != "" {
 				// Newer than the latest on record: the latest now.
-				if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_after": notAfter.UTC()}).Error; err != nil {
+				if err := tx.Model(m).Updates(map[string]any{"cert_serial": serial, "cert_not_before": notBefore.UTC(), "cert_not_after": notAfter.UTC()}).Error; err != nil {
 					return err
 				}
 				detail += ", issued after the latest on record (" + m.CertSerial + "): a store restored from before its host renewed"

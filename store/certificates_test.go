@@ -50,7 +50,8 @@ func TestMachineCertificates(t *testing.T) {
 		enrolAs(t, s, "m1", "enrol-m1")
 		enrolAs(t, s, "m2", "enrol-m2")
 		until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "abc", until, "enrolment", true); err != nil {
+		begun := time.Now().Add(-time.Minute)
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "abc", begun, until, "enrolment", true); err != nil {
 			t.Fatal(err)
 		}
 		m, _ := s.Machine(ctx, "m1")
@@ -67,7 +68,7 @@ func TestMachineCertificates(t *testing.T) {
 		}
 		heard = nil
 		t.Run("ErrEnrolledAgain", func(t *testing.T) {
-			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", until, "", false)
+			err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-old", "def", begun, until, "", false)
 			if !errors.Is(err, models.ErrUnauthorized) {
 				t.Fatalf("%v", err)
 			}
@@ -92,7 +93,7 @@ func TestMachineCertificates(t *testing.T) {
 			!strings.Contains(err.Error(), "machine m1 was revoked already") || !strings.Contains(err.Error(), "(stolen laptop); its reason is kept") || len(heard) != 1 {
 			t.Fatalf("revoking twice with another reason: %v, announced %d", err, len(heard))
 		}
-		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", until, "", false); !errors.Is(err, models.ErrUnauthorized) {
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "ghi", begun, until, "", false); !errors.Is(err, models.ErrUnauthorized) {
 			t.Fatalf("a certificate recorded for a revoked machine: %v", err)
 		}
 		if m, _ := s.Machine(ctx, "m1"); models.DefaultStateRules.State(m, m.LastSeen, time.Now()) != models.StateRevoked {
@@ -120,14 +121,15 @@ func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
 		ctx := context.Background()
 		enrolAs(t, s, "m1", "enrol-m1")
 		until := time.Now().Add(time.Hour)
+		begun := time.Now().Add(-time.Minute)
 		issue := func(serial string) {
 			t.Helper()
-			if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", serial, until, "", false); err != nil {
+			if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", serial, begun, until, "", false); err != nil {
 				t.Fatal(err)
 			}
 		}
 		use := func(serial string) (string, error) {
-			got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", serial, until, until)
+			got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", serial, begun, until, until)
 			if retired {
 				err = errors.Join(err, models.ErrUnauthorized)
 			}
@@ -168,7 +170,7 @@ func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
 			t.Fatalf("in use: %q", m.CertInUse)
 		}
 		// Another enrolment's certificate is not this machine's to record.
-		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-other", "cc", until, until); err != nil || got != "" || retired {
+		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-other", "cc", begun, until, until); err != nil || got != "" || retired {
 			t.Fatalf("another enrolment's: %q %v", got, err)
 		}
 	})
@@ -176,36 +178,49 @@ func TestCertInUse_ANewCertificateRetiresTheOldOnceUsed(t *testing.T) {
 
 // TestCertInUse_ACertificateIssuedAfterTheLatestOnRecord: the store was
 // restored from a backup taken before the host renewed; the host presents
-// the certificate it renewed to, newer than the latest on record. It was
+// the certificate it renewed to, issued after the latest on record. It was
 // retired as "neither in use nor the latest" and refused, and with it the
 // host was locked out for good (its older certificate retired, its token
 // alone refused, its renewals refused by the same rule). It is taken as
-// the latest and in use; an older one still is not.
+// the latest and in use; an older one still is not — nor a copy of an
+// older one that ends later, issued under a longer lifetime before the
+// operator shortened it.
 func TestCertInUse_ACertificateIssuedAfterTheLatestOnRecord(t *testing.T) {
 	storetest.Dialects(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		enrolAs(t, s, "m1", "enrol-m1")
-		until := time.Now().Add(48 * time.Hour)
-		t1 := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "s1", t1, "", false); err != nil {
+		now := time.Now().UTC().Truncate(time.Second)
+		until := now.Add(60 * 24 * time.Hour)
+		// s-old, issued under a 30-day lifetime; then the lifetime is
+		// shortened to a day and s1 issued.
+		oldEnd := now.Add(30 * 24 * time.Hour)
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "s-old", now.Add(-2*time.Hour), oldEnd, "", false); err != nil {
 			t.Fatal(err)
 		}
-		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s1", t1, until); err != nil || retired || got != "s1" {
+		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s-old", now.Add(-2*time.Hour), oldEnd, until); err != nil || retired || got != "s-old" {
+			t.Fatalf("s-old: %q %v %v", got, retired, err)
+		}
+		b1, e1 := now.Add(-time.Hour), now.Add(23*time.Hour)
+		if err := s.RecordCertificate(ctx, "host:m1", "m1", "enrol-m1", "s1", b1, e1, "", false); err != nil {
+			t.Fatal(err)
+		}
+		if got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s1", b1, e1, until); err != nil || retired || got != "s1" {
 			t.Fatalf("s1: %q %v %v", got, retired, err)
 		}
-		// After the backup: s2 issued and presented; then the store goes
-		// back to the backup's time (the machine's row as it was).
-		t2 := t1.Add(time.Hour)
-		got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s2", t2, until)
+		// A copy of s-old (its retirement lapsed) ends after s1, and began
+		// before it: refused.
+		if got, retired, _ := s.CertInUse(ctx, "m1", "enrol-m1", "s-old", now.Add(-2*time.Hour), oldEnd, until); !retired || got != "" {
+			t.Fatalf("a copy of the certificate s1 replaced, issued under a longer lifetime: in use %q, retired %v", got, retired)
+		}
+		// After the backup: s2 issued and presented, the store having lost
+		// its record.
+		b2, e2 := now, now.Add(24*time.Hour)
+		got, retired, err := s.CertInUse(ctx, "m1", "enrol-m1", "s2", b2, e2, until)
 		if err != nil || retired || got != "s2" {
 			t.Fatalf("s2, issued after the latest on record (s1): %q retired %v %v", got, retired, err)
 		}
 		if m, _ := s.Machine(ctx, "m1"); m.CertSerial != "s2" || m.CertInUse != "s2" {
 			t.Fatalf("the machine's certificate: latest %q, in use %q", m.CertSerial, m.CertInUse)
-		}
-		// A copy of one older than the latest is still refused.
-		if got, retired, _ := s.CertInUse(ctx, "m1", "enrol-m1", "s0", t1.Add(-time.Hour), until); !retired || got != "" {
-			t.Fatalf("an older copy: %q retired %v", got, retired)
 		}
 	})
 }
