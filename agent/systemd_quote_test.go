@@ -262,3 +262,37 @@ func TestSystemd_AStoredBuildsEnvNameSystemdDropsIsNotComposed(t *testing.T) {
 		t.Errorf("the host takes a service whose env name systemd drops (node.env-name)")
 	}
 }
+
+// TestHostUnit_ADropInInAnotherUnitDirectoryIsRefused: the host checks a
+// declared unit of its own, and drop-ins of it, only at
+// /etc/systemd/system; one in any other unit directory (which systemd
+// applies all the same) was taken unchecked, its ExecStart whatever it
+// said. And /var/run is /run.
+func TestHostUnit_ADropInInAnotherUnitDirectoryIsRefused(t *testing.T) {
+	state := t.TempDir()
+	evil := "[Service]\nExecStart=\nExecStart=/bin/sh -c true\n"
+	for _, p := range []string{
+		"/etc/systemd/system/mesh-host.service.d/x.conf", // checked there
+		"/run/systemd/system/mesh-host.service.d/x.conf",
+		"/etc/systemd/system.control/mesh-host.service.d/x.conf",
+		"/usr/lib/systemd/system/mesh-host.service.d/x.conf",
+		"/var/run/systemd/system/mesh-web-api.service.d/x.conf",
+		"/var/run/systemd/transient/mesh-web-api.service",
+	} {
+		d := unitDecl("host.dropin", p, evil)
+		err := checkResources(d, []string{"/"})
+		if err == nil {
+			err = checkHostUnit(d, state)
+		}
+		if err == nil {
+			t.Errorf("%s: taken by the host", p)
+		}
+	}
+	if models.UnitAt("/var/run") == "" {
+		t.Error("a tree at /var/run (/run) is not refused")
+	}
+	// A drop-in for every service is said so, not called a unit of mesh's.
+	if w := models.UnitAt("/etc/systemd/system/service.d/limits.conf"); !strings.Contains(w, "every service's drop-ins") {
+		t.Errorf("UnitAt of every service's drop-in: %q", w)
+	}
+}

@@ -91,7 +91,7 @@ func checkResources(d *models.DeclarationPayload, allowRoots []string) error {
 		}
 		for _, p := range ps {
 			if u := models.UnitAt(p); r.Kind != "service" && u != "" {
-				return refuse("bad field: %s declares the path %s, which is (or changes) %s, a systemd unit of mesh's services", r.ID, p, u)
+				return refuse("bad field: %s declares the path %s, which would be or change %s", r.ID, p, u)
 			}
 			if other := paths[p]; other != "" && other != r.ID && p != "" {
 				return refuse("bad field: %s and %s both declare the path %s", other, r.ID, p)

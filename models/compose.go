@@ -375,7 +375,7 @@ func ComposePayload(in ComposeInput) (*DeclarationPayload, error) {
 					continue
 				}
 				if u := UnitAt(pth); res.Kind != "service" && u != "" {
-					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, which is (or changes) %s, a systemd unit of mesh's services", m.Name, m.Build, res.ID, pth, u))
+					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, which would be or change %s: declare a service's settings in its manifest", m.Name, m.Build, res.ID, pth, u))
 				}
 				if other, ok := paths[pth]; ok && other != res.ID {
 					return nil, Invalid("resources", fmt.Sprintf("module %s build %d: resource %s declares the path %s, as %s does", m.Name, m.Build, res.ID, pth, other))
@@ -403,26 +403,36 @@ func UnitPath(id string) string { return "/etc/systemd/system/" + UnitName(id) }
 
 // unitDirs are where systemd reads units and their drop-ins from: a
 // unit's drop-ins apply from every one of them, not only the one its unit
-// file won in.
-var unitDirs = []string{"/etc/systemd/system.control/", "/run/systemd/system.control/", "/run/systemd/transient/",
-	"/run/systemd/generator.early/", "/etc/systemd/system/", "/etc/systemd/system.attached/", "/run/systemd/system/",
-	"/run/systemd/system.attached/", "/run/systemd/generator/", "/usr/local/lib/systemd/system/", "/usr/lib/systemd/system/",
-	"/lib/systemd/system/", "/run/systemd/generator.late/"}
+// file won in. /var/run is /run.
+var unitDirs = func() []string {
+	ds := []string{"/etc/systemd/system.control/", "/run/systemd/system.control/", "/run/systemd/transient/",
+		"/run/systemd/generator.early/", "/etc/systemd/system/", "/etc/systemd/system.attached/", "/run/systemd/system/",
+		"/run/systemd/system.attached/", "/run/systemd/generator/", "/usr/local/lib/systemd/system/", "/usr/lib/systemd/system/",
+		"/lib/systemd/system/", "/run/systemd/generator.late/"}
+	for _, d := range ds {
+		if strings.HasPrefix(d, "/run/") {
+			ds = append(ds, "/var"+d)
+		}
+	}
+	return ds
+}()
 
-// UnitAt says which unit of mesh's services a resource at p would be or
-// change ("" for none): a unit file "mesh-MODULE-NAME.service" or a
-// drop-in of it in any of systemd's unit directories — its own, one of a
-// prefix of its name ("mesh-.service.d", "mesh-web-.service.d"), or every
-// service's ("service.d") — or, for a tree, one of those directories or a
-// directory above one (its archive holds what lies beneath). A file
-// there, its path a variable's, took a service's unit, which then started
-// what the file said. The host's own unit, mesh-host.service, is a
-// declarable file (no service's id is without a dot, so no service's
-// unit has its name).
+// UnitAt says what of systemd's a resource at p would be or change that
+// mesh's services run by ("" for nothing): a unit file of mesh's
+// ("mesh-MODULE-NAME.service") or a drop-in of it in any of systemd's unit
+// directories — its own, one of a prefix of its name ("mesh-.service.d",
+// "mesh-web-.service.d"), or every service's ("service.d") — or, for a
+// tree, one of those directories or a directory above one (its archive
+// holds what lies beneath). A file there, its path a variable's, took a
+// service's unit, which then started what the file said. The host's own
+// unit, /etc/systemd/system/mesh-host.service and its drop-ins there, is
+// a declarable file the host checks (no service's id is without a dot, so
+// no service's unit has its name); anywhere else, systemd would apply it
+// unchecked.
 func UnitAt(p string) string {
 	for _, d := range unitDirs {
 		if strings.HasPrefix(d, p+"/") {
-			return "the systemd unit directory " + strings.TrimSuffix(d, "/")
+			return "the systemd unit directory " + strings.TrimSuffix(d, "/") + ", where the units of mesh's services are read from"
 		}
 		rest, ok := strings.CutPrefix(p, d)
 		if !ok {
@@ -430,10 +440,14 @@ func UnitAt(p string) string {
 		}
 		first, _, _ := strings.Cut(rest, "/")
 		if first == "service.d" {
-			return "every service's drop-ins (" + d + "service.d)"
+			return "every service's drop-ins (" + d + "service.d), which the units of mesh's services read"
 		}
-		if u := strings.TrimSuffix(first, ".d"); strings.HasPrefix(u, "mesh-") && strings.HasSuffix(u, ".service") && u != "mesh-host.service" {
-			return u
+		u := strings.TrimSuffix(first, ".d")
+		if u == "mesh-host.service" && d == "/etc/systemd/system/" {
+			continue
+		}
+		if strings.HasPrefix(u, "mesh-") && strings.HasSuffix(u, ".service") {
+			return "the systemd unit " + u + " (or a drop-in of it), which mesh writes for its services and the host"
 		}
 	}
 	return ""
