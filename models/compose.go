@@ -417,6 +417,22 @@ var unitDirs = func() []string {
 	return ds
 }()
 
+// unitDirAncestors are the unit directories and every directory above
+// one, each with the unit directory it holds: a tree there holds what its
+// archive does.
+var unitDirAncestors = func() map[string]string {
+	m := map[string]string{}
+	for _, d := range unitDirs {
+		d = strings.TrimSuffix(d, "/")
+		for a := d; a != "/" && a != "."; a = path.Dir(a) {
+			if _, ok := m[a]; !ok {
+				m[a] = d
+			}
+		}
+	}
+	return m
+}()
+
 // UnitAt says what of systemd's a resource at p would be or change that
 // mesh's services run by ("" for nothing): a unit file of mesh's
 // ("mesh-MODULE-NAME.service") or a drop-in of it in any of systemd's unit
@@ -430,10 +446,15 @@ var unitDirs = func() []string {
 // no service's unit has its name); anywhere else, systemd would apply it
 // unchecked.
 func UnitAt(p string) string {
+	// Composing asks this of every path of every machine: a path neither
+	// above a unit directory nor under systemd's costs one map lookup.
+	if d, ok := unitDirAncestors[p]; ok {
+		return "the systemd unit directory " + d + ", where the units of mesh's services are read from"
+	}
+	if !strings.Contains(p, "/systemd/") {
+		return ""
+	}
 	for _, d := range unitDirs {
-		if strings.HasPrefix(d, p+"/") {
-			return "the systemd unit directory " + strings.TrimSuffix(d, "/") + ", where the units of mesh's services are read from"
-		}
 		rest, ok := strings.CutPrefix(p, d)
 		if !ok {
 			continue
