@@ -40,6 +40,7 @@ type MachineView struct {
 	LastOutcomeGen    int64                          `json:"last_outcome_generation"`
 	LastSeen          *time.Time                     `json:"last_seen"`
 	ConflictHostGen   int64                          `json:"conflict_host_generation"`
+	ConflictAt        *time.Time                     `json:"conflict_at"`
 	ComposeError      string                         `json:"compose_error"`
 	HeldBack          string                         `json:"held_back"`
 	Health            HealthView                     `json:"health"`
@@ -89,7 +90,7 @@ func (s *Server) machineViewSent(m *models.Machine, sent map[int64]models.Pendin
 		AppliedGeneration: m.AppliedGeneration, FinishedGen: m.FinishedGen, HostVersion: m.HostVersion, LauncherVersion: m.LauncherVersion,
 		TargetHostVersion: m.TargetHostVersion, Schema: m.Schema,
 		State: s.Rules.State(m, seen, now), LastOutcome: m.LastOutcome, LastReason: m.LastReason, LastOutcomeAt: m.LastOutcomeAt,
-		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, Running: running, CreatedAt: m.CreatedAt,
+		LastOutcomeGen: m.LastOutcomeGen, LastSeen: seen, ConflictHostGen: m.ConflictHostGen, ConflictAt: m.ConflictAt, Running: running, CreatedAt: m.CreatedAt,
 		HeldBack: m.HeldBack, CertNotAfter: m.CertNotAfter, RevokedReason: m.RevokedReason, RevokedAt: m.RevokedAt, RevokedBy: m.RevokedBy}
 	v.Health = HealthView{State: m.Health, Check: m.HealthCheck, Detail: m.HealthDetail, Since: m.HealthSince, CheckedAt: m.HealthAt}
 	if v.Health.State == "" {

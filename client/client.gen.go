@@ -1450,6 +1450,9 @@ type Machine struct {
 	// ComposeError why the current generation cannot be composed; empty when it can (or has not been tried)
 	ComposeError string `json:"compose_error"`
 
+	// ConflictAt when the machine's latest conflict was found (its host finished a generation the store did not make); null for none, or one found before this was kept
+	ConflictAt *time.Time `json:"conflict_at"`
+
 	// ConflictHostGeneration the generation the host finished in the machine's last conflict (past the store's, or at or behind it by a send the store never made); kept after a resolve: a host at or behind it naming a send the store never made is sent the store's content, as the resolve chose
 	ConflictHostGeneration int       `json:"conflict_host_generation"`
 	CreatedAt              time.Time `json:"created_at"`

@@ -206,7 +206,8 @@ type Machine struct {
 	HeldBack          string     `gorm:"column:held_back"`                // why its generation carries held-back content ("" when it does not)
 	Conflict          bool       `gorm:"column:conflict"`
 	ConflictHostGen   int64      `gorm:"column:conflict_host_generation"`
-	TokenID           string     `gorm:"column:token_id"` // the enrolment's id: its host token's and certificates'
+	ConflictAt        *time.Time `gorm:"column:conflict_at"` // when the latest conflict was found (nil: found before it was kept)
+	TokenID           string     `gorm:"column:token_id"`    // the enrolment's id: its host token's and certificates'
 	LastSeen          *time.Time `gorm:"column:last_seen"`
 	CreatedAt         time.Time  `gorm:"column:created_at"`
 	CertSerial        string     `gorm:"column:cert_serial"`     // the client certificate last issued (hex); "": none

@@ -129,7 +129,13 @@ func SayState(state string, m *Machine, seen *time.Time, sent *PendingSend, now 
 		w.Since = "reported " + reported
 	case StateConflict:
 		w.Badge = "conflict: " + ConflictWhy(m.ConflictHostGen, m.Generation)
-		w.Since = "nothing is sent until an admin resolves it"
+		// When it was found, and when its host was last heard from: a
+		// conflict its host keeps saying is told from one said once by a
+		// host gone since.
+		w.Since = "its host last seen " + lastSeen + "; nothing is sent until an admin resolves it"
+		if m.ConflictAt != nil {
+			w.Since = "found " + Stamp(*m.ConflictAt) + " (" + Ago(*m.ConflictAt, now) + "), " + w.Since
+		}
 	case StateRevoked:
 		w.Badge = "revoked: " + m.RevokedReason
 		w.Since = "its token and certificates are refused; delete it and enrol the machine again"

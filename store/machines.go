@@ -390,7 +390,7 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 		if m.Conflict && m.ConflictHostGen >= hostGen {
 			return nil
 		}
-		if err := tx.Model(&m).Updates(map[string]any{"conflict": true, "conflict_host_generation": hostGen}).Error; err != nil {
+		if err := tx.Model(&m).Updates(map[string]any{"conflict": true, "conflict_host_generation": hostGen, "conflict_at": tx.s.Now().UTC()}).Error; err != nil {
 			return err
 		}
 		return audit(tx, "host:"+m.Name, "conflict", "machine/"+m.Name, why)

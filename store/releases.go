@@ -941,9 +941,13 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 	var rm models.RolloutMachine
 	// A paused rollout's machines still upgrade (pausing stops the next
 	// wave, not a trial under way): their reports count as a running one's.
+	// A cancelled rollout's machines on trial when it was cancelled finish
+	// their trials too (cancelling withdraws the machines not reached):
+	// how each ended is recorded, else the row said upgrading for good and
+	// a release whose trial failed stayed ready for the next rollout.
 	err := tx.Joins("JOIN rollouts ON rollouts.id = rollout_machines.rollout_id").
 		Where("rollout_machines.machine_id = ? AND rollouts.state IN ? AND rollout_machines.state = ?", m.ID,
-			[]string{models.RolloutRunning, models.RolloutPaused}, models.UpgradeUpgrading).
+			[]string{models.RolloutRunning, models.RolloutPaused, models.RolloutCancelled}, models.UpgradeUpgrading).
 		Order("rollout_machines.rollout_id DESC").First(&rm).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return rolledBackAfterUpgraded(tx, m, r)
@@ -954,6 +958,9 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 	var ro models.Rollout
 	if err := tx.Where("id = ?", rm.RolloutID).First(&ro).Error; err != nil {
 		return err
+	}
+	if ro.State == models.RolloutCancelled {
+		return trialEndedAfterCancel(tx, &ro, &rm, m, r)
 	}
 	switch r.Outcome {
 	case models.OutcomeUpgraded:
@@ -985,6 +992,47 @@ func upgradeReported(tx *Tx, m *models.Machine, r *models.Report) error {
 		if models.RefusedTarget(ro.Version, r.Outcome, r.Reason) {
 			return failMachine(tx, &ro, &rm, models.UpgradeRefused, r.Reason)
 		}
+	}
+	return nil
+}
+
+// trialEndedAfterCancel records how a trial under way when its rollout
+// was cancelled ended: upgraded, or rolled back (the release failed, the
+// machine's target back to the release it left, as a running rollout's
+// failure does, the rollout's own word left as it is), or refused by the
+// host (its target back, the release not failed: nothing was learnt of
+// it).
+func trialEndedAfterCancel(tx *Tx, ro *models.Rollout, rm *models.RolloutMachine, m *models.Machine, r *models.Report) error {
+	now := tx.s.Now()
+	switch r.Outcome {
+	case models.OutcomeUpgraded:
+		if r.HostVersion != ro.Version {
+			return nil
+		}
+		return endUpgrade(tx, rm, models.UpgradeUpgraded, "", now)
+	case models.OutcomeRolledBack:
+		if from, ok := models.RolledBackFrom(r.Reason); ok && from != ro.Version {
+			return rolledBackAfterUpgraded(tx, m, r)
+		}
+		why := fmt.Sprintf("machine %s rolled back on its trial, after the rollout was cancelled: %s", m.Name, r.Reason)
+		if err := endUpgrade(tx, rm, models.UpgradeRolledBack, r.Reason, now); err != nil {
+			return err
+		}
+		if err := failRelease(tx, ro.Version, m, why); err != nil {
+			return err
+		}
+		if err := putTargetBack(tx, m.ID, ro.Version, rm.Previous); err != nil {
+			return err
+		}
+		return audit(tx, "controller", "release-failed", "host-release/"+ro.Version, why)
+	case models.OutcomeRefused:
+		if !models.RefusedTarget(ro.Version, r.Outcome, r.Reason) {
+			return nil
+		}
+		if err := endUpgrade(tx, rm, models.UpgradeRefused, r.Reason, now); err != nil {
+			return err
+		}
+		return putTargetBack(tx, m.ID, ro.Version, rm.Previous)
 	}
 	return nil
 }
