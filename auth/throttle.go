@@ -81,6 +81,19 @@ func (t *Throttle) waitLocked(user, addr string, now time.Time) time.Duration {
 	return wait
 }
 
+// AddressThrottled says whether addr itself is over its limit (rather
+// than one user's waits at it): its refusals are then one address's
+// flood, whatever names they give.
+func (t *Throttle) AddressThrottled(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tokens := float64(t.Burst)
+	if l := t.byAddr[addr]; l != nil {
+		tokens = l.TokensAt(t.Now())
+	}
+	return tokens-float64(t.pendingAddr[addr]) < 1
+}
+
 // Attempt begins a login of user at addr: a wait above 0 says it may not
 // try yet; else done must be called with its result. Until then the
 // attempt counts as failed, so guesses sent at once are held as if each

@@ -20,8 +20,15 @@ func (s *Service) Login(ctx context.Context, user, password, addr string) (strin
 	wait, done := s.Throttle.Attempt(user, addr)
 	if wait > 0 {
 		// One row a minute for a name and address: each attempt refused
-		// while throttled is not a write of its own.
-		_ = s.refusals.Record(ctx, s.Store.Audit, user+"\x00"+addr, auth.Row{Actor: "anonymous", Action: "login-throttled", Target: "user/" + user}, addr)
+		// while throttled is not a write of its own. An address over its
+		// own limit is one row a minute whatever names it gives: its
+		// refusals cost no password check, so they come as fast as it
+		// sends them, and a new name each time was a row each time.
+		key := user + "\x00" + addr
+		if s.Throttle.AddressThrottled(addr) {
+			key = "address\x00" + addr
+		}
+		_ = s.refusals.Record(ctx, s.Store.Audit, key, auth.Row{Actor: "anonymous", Action: "login-throttled", Target: "user/" + user}, addr)
 		return "", time.Time{}, &models.RetryAfterError{After: wait,
 			Err: fmt.Errorf("%w: too many failed logins; try again in %s", models.ErrTooManyRequests, wait.Round(time.Second))}
 	}
