@@ -68,6 +68,12 @@ func (s *Server) changePassword(c echo.Context) error {
 		return err
 	}
 	p := principal(c)
+	if p.APIToken {
+		// A password is its person's, changed from their login: a token
+		// made for a CI runner or a screen guessed at its owner's password
+		// (and spent the owner's login throttle doing so).
+		return fmt.Errorf("%w: an API token may not change its owner's password; log in (meshctl login) and change it from there", models.ErrForbidden)
+	}
 	if err := s.Service.ChangePassword(c.Request().Context(), p.User, req.CurrentPassword, req.NewPassword, c.RealIP()); err != nil {
 		return err
 	}
@@ -125,6 +131,17 @@ func (s *Server) createAPIToken(c echo.Context) error {
 	return c.JSON(http.StatusCreated, createdAPIToken{APITokenView: s.apiTokenView(t), Token: tok})
 }
 
+// builderTokenOnly refuses a builder's API token what is not a build's:
+// a CI runner's token (an admin's, made for it) claims queued builds and
+// uploads their artifacts, nothing else — it listed and revoked its
+// owner's other tokens.
+func builderTokenOnly(p *Principal) error {
+	if p.APIToken && p.Role == models.RoleBuilder {
+		return fmt.Errorf("%w: a builder's API token may only claim builds and upload their artifacts", models.ErrForbidden)
+	}
+	return nil
+}
+
 // listAPITokens lists the caller's API tokens; an admin sees everyone's.
 func (s *Server) listAPITokens(c echo.Context) error {
 	limit, cur, err := page(c)
@@ -132,6 +149,9 @@ func (s *Server) listAPITokens(c echo.Context) error {
 		return err
 	}
 	p := principal(c)
+	if err := builderTokenOnly(p); err != nil {
+		return err
+	}
 	user := p.User
 	if p.Role == models.RoleAdmin {
 		user = ""
@@ -149,6 +169,17 @@ func (s *Server) listAPITokens(c echo.Context) error {
 
 func (s *Server) revokeAPIToken(c echo.Context) error {
 	p := principal(c)
+	if err := builderTokenOnly(p); err != nil {
+		return err
+	}
+	if p.APIToken {
+		// An API token acts with its own role, not its owner's: a viewer's
+		// made for a screen revoked its owner's admin token for deploys.
+		t, err := s.Store.APIToken(c.Request().Context(), c.Param("id"))
+		if err == nil && models.RoleRank(t.Role) > models.RoleRank(p.Role) {
+			return fmt.Errorf("%w: this API token's role (%s) may not revoke a token of role %s; log in, or use a token of that role", models.ErrForbidden, p.Role, t.Role)
+		}
+	}
 	t, err := s.Service.RevokeAPIToken(c.Request().Context(), p.Actor(), p.User, p.Role, c.Param("id"))
 	if err != nil {
 		return err

@@ -81,6 +81,7 @@ type AccessStore interface {
 	Users(ctx context.Context, limit int, cursor int64) ([]models.User, error)
 	Keys(ctx context.Context, purpose string) ([]models.Key, error)
 	APITokens(ctx context.Context, user string, limit int, after string) ([]models.APIToken, error)
+	APIToken(ctx context.Context, id string) (*models.APIToken, error)
 }
 
 // RecordStore is the record: audit, sends, reports, instances, the schema.

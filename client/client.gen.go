@@ -3462,6 +3462,9 @@ type ClientInterface interface {
 
 	// ListAPITokens your API tokens (an admin sees everyone's), newest first, with their last use
 	//
+	// A builder's API token (a CI runner's) may not list them (403): it
+	// claims builds and uploads their artifacts, nothing else.
+	//
 	// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
 	ListAPITokens(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -3497,6 +3500,9 @@ type ClientInterface interface {
 
 	// RevokeAPIToken revoke an API token (yours; an admin any), on every instance
 	//
+	// An API token acts with its own role: it may not revoke a token of
+	// a higher role than its own, and a builder's may revoke none (403).
+	//
 	// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
 	RevokeAPIToken(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -3524,7 +3530,9 @@ type ClientInterface interface {
 	// Every session and API token of yours is revoked, the one used here
 	// too, on every instance: log in again (from the next second on). A
 	// wrong current password counts as a failed login from your address
-	// (403, audited; past the free ones, 429 with Retry-After).
+	// (403, audited; past the free ones, 429 with Retry-After). It is made
+	// with a login's token: an API token may not change its owner's
+	// password (403).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3536,7 +3544,9 @@ type ClientInterface interface {
 	// Every session and API token of yours is revoked, the one used here
 	// too, on every instance: log in again (from the next second on). A
 	// wrong current password counts as a failed login from your address
-	// (403, audited; past the free ones, 429 with Retry-After).
+	// (403, audited; past the free ones, 429 with Retry-After). It is made
+	// with a login's token: an API token may not change its owner's
+	// password (403).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4245,8 +4255,8 @@ type ClientInterface interface {
 	//
 	// A disable or a role change revokes every session and API token the
 	// user held, on every instance at once; a disabled user cannot log in
-	// (403). You cannot disable yourself, and the last enabled admin keeps
-	// the role (409).
+	// (403). You cannot disable yourself or change your own role, and the
+	// last enabled admin keeps the role (409).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -4257,8 +4267,8 @@ type ClientInterface interface {
 	//
 	// A disable or a role change revokes every session and API token the
 	// user held, on every instance at once; a disabled user cannot log in
-	// (403). You cannot disable yourself, and the last enabled admin keeps
-	// the role (409).
+	// (403). You cannot disable yourself or change your own role, and the
+	// last enabled admin keeps the role (409).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4306,6 +4316,9 @@ type ClientInterface interface {
 }
 
 // ListAPITokens your API tokens (an admin sees everyone's), newest first, with their last use
+//
+// A builder's API token (a CI runner's) may not list them (403): it
+// claims builds and uploads their artifacts, nothing else.
 //
 // Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
 func (c *Client) ListAPITokens(ctx context.Context, params *ListAPITokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4371,6 +4384,9 @@ func (c *Client) CreateAPIToken(ctx context.Context, body CreateAPITokenJSONRequ
 }
 
 // RevokeAPIToken revoke an API token (yours; an admin any), on every instance
+//
+// An API token acts with its own role: it may not revoke a token of
+// a higher role than its own, and a builder's may revoke none (403).
 //
 // Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
 func (c *Client) RevokeAPIToken(ctx context.Context, id ApiTokenID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4439,7 +4455,9 @@ func (c *Client) Login(ctx context.Context, body LoginJSONRequestBody, reqEditor
 // Every session and API token of yours is revoked, the one used here
 // too, on every instance: log in again (from the next second on). A
 // wrong current password counts as a failed login from your address
-// (403, audited; past the free ones, 429 with Retry-After).
+// (403, audited; past the free ones, 429 with Retry-After). It is made
+// with a login's token: an API token may not change its owner's
+// password (403).
 //
 // Takes any type of body and a specified content type.
 //
@@ -4461,7 +4479,9 @@ func (c *Client) ChangePasswordWithBody(ctx context.Context, contentType string,
 // Every session and API token of yours is revoked, the one used here
 // too, on every instance: log in again (from the next second on). A
 // wrong current password counts as a failed login from your address
-// (403, audited; past the free ones, 429 with Retry-After).
+// (403, audited; past the free ones, 429 with Retry-After). It is made
+// with a login's token: an API token may not change its owner's
+// password (403).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5980,8 +6000,8 @@ func (c *Client) CreateUser(ctx context.Context, body CreateUserJSONRequestBody,
 //
 // A disable or a role change revokes every session and API token the
 // user held, on every instance at once; a disabled user cannot log in
-// (403). You cannot disable yourself, and the last enabled admin keeps
-// the role (409).
+// (403). You cannot disable yourself or change your own role, and the
+// last enabled admin keeps the role (409).
 //
 // Takes any type of body and a specified content type.
 //
@@ -6002,8 +6022,8 @@ func (c *Client) UpdateUserWithBody(ctx context.Context, name UserName, contentT
 //
 // A disable or a role change revokes every session and API token the
 // user held, on every instance at once; a disabled user cannot log in
-// (403). You cannot disable yourself, and the last enabled admin keeps
-// the role (409).
+// (403). You cannot disable yourself or change your own role, and the
+// last enabled admin keeps the role (409).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -9915,6 +9935,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListAPITokensWithResponse your API tokens (an admin sees everyone's), newest first, with their last use
 	//
+	// A builder's API token (a CI runner's) may not list them (403): it
+	// claims builds and uploads their artifacts, nothing else.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
@@ -9952,6 +9975,9 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeAPITokenWithResponse revoke an API token (yours; an admin any), on every instance
 	//
+	// An API token acts with its own role: it may not revoke a token of
+	// a higher role than its own, and a builder's may revoke none (403).
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/api-tokens/{id} (the `RevokeAPIToken` operationId).
@@ -9983,7 +10009,9 @@ type ClientWithResponsesInterface interface {
 	// Every session and API token of yours is revoked, the one used here
 	// too, on every instance: log in again (from the next second on). A
 	// wrong current password counts as a failed login from your address
-	// (403, audited; past the free ones, 429 with Retry-After).
+	// (403, audited; past the free ones, 429 with Retry-After). It is made
+	// with a login's token: an API token may not change its owner's
+	// password (403).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -9995,7 +10023,9 @@ type ClientWithResponsesInterface interface {
 	// Every session and API token of yours is revoked, the one used here
 	// too, on every instance: log in again (from the next second on). A
 	// wrong current password counts as a failed login from your address
-	// (403, audited; past the free ones, 429 with Retry-After).
+	// (403, audited; past the free ones, 429 with Retry-After). It is made
+	// with a login's token: an API token may not change its owner's
+	// password (403).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10782,8 +10812,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// A disable or a role change revokes every session and API token the
 	// user held, on every instance at once; a disabled user cannot log in
-	// (403). You cannot disable yourself, and the last enabled admin keeps
-	// the role (409).
+	// (403). You cannot disable yourself or change your own role, and the
+	// last enabled admin keeps the role (409).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10794,8 +10824,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// A disable or a role change revokes every session and API token the
 	// user held, on every instance at once; a disabled user cannot log in
-	// (403). You cannot disable yourself, and the last enabled admin keeps
-	// the role (409).
+	// (403). You cannot disable yourself or change your own role, and the
+	// last enabled admin keeps the role (409).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -16617,6 +16647,9 @@ func (r GetManifestSchemaResponse) ContentType() string {
 
 // ListAPITokensWithResponse your API tokens (an admin sees everyone's), newest first, with their last use
 //
+// A builder's API token (a CI runner's) may not list them (403): it
+// claims builds and uploads their artifacts, nothing else.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/api-tokens (the `ListAPITokens` operationId).
@@ -16671,6 +16704,9 @@ func (c *ClientWithResponses) CreateAPITokenWithResponse(ctx context.Context, bo
 }
 
 // RevokeAPITokenWithResponse revoke an API token (yours; an admin any), on every instance
+//
+// An API token acts with its own role: it may not revoke a token of
+// a higher role than its own, and a builder's may revoke none (403).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16727,7 +16763,9 @@ func (c *ClientWithResponses) LoginWithResponse(ctx context.Context, body LoginJ
 // Every session and API token of yours is revoked, the one used here
 // too, on every instance: log in again (from the next second on). A
 // wrong current password counts as a failed login from your address
-// (403, audited; past the free ones, 429 with Retry-After).
+// (403, audited; past the free ones, 429 with Retry-After). It is made
+// with a login's token: an API token may not change its owner's
+// password (403).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -16745,7 +16783,9 @@ func (c *ClientWithResponses) ChangePasswordWithBodyWithResponse(ctx context.Con
 // Every session and API token of yours is revoked, the one used here
 // too, on every instance: log in again (from the next second on). A
 // wrong current password counts as a failed login from your address
-// (403, audited; past the free ones, 429 with Retry-After).
+// (403, audited; past the free ones, 429 with Retry-After). It is made
+// with a login's token: an API token may not change its owner's
+// password (403).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18018,8 +18058,8 @@ func (c *ClientWithResponses) CreateUserWithResponse(ctx context.Context, body C
 //
 // A disable or a role change revokes every session and API token the
 // user held, on every instance at once; a disabled user cannot log in
-// (403). You cannot disable yourself, and the last enabled admin keeps
-// the role (409).
+// (403). You cannot disable yourself or change your own role, and the
+// last enabled admin keeps the role (409).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -18036,8 +18076,8 @@ func (c *ClientWithResponses) UpdateUserWithBodyWithResponse(ctx context.Context
 //
 // A disable or a role change revokes every session and API token the
 // user held, on every instance at once; a disabled user cannot log in
-// (403). You cannot disable yourself, and the last enabled admin keeps
-// the role (409).
+// (403). You cannot disable yourself or change your own role, and the
+// last enabled admin keeps the role (409).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -104,5 +104,5 @@ func (s *Service) ChangePassword(ctx context.Context, user, current, next, addr 
 	if err != nil {
 		return err
 	}
-	return s.Store.UpdateUser(ctx, "user:"+user, user, u.Role, hash, auth.PersonTokenTTL)
+	return s.Store.SetPassword(ctx, "user:"+user, user, u.PasswordHash, hash, auth.PersonTokenTTL)
 }

@@ -180,6 +180,27 @@ func (s *Store) UpdateUser(ctx context.Context, actor, name, role, hash string, 
 	})
 }
 
+// SetPassword sets a person's own new password, if their password is
+// still the one checked (was), and revokes every token of theirs. Only
+// the hash is written: a person's change of their password read their
+// role before its checks and wrote it back with the hash, so an admin's
+// lowering of that role meanwhile was undone.
+func (s *Store) SetPassword(ctx context.Context, actor, name, was, hash string, sessionTTL time.Duration) error {
+	return s.write(ctx, func(tx *Tx) error {
+		res := tx.Model(&models.User{}).Where("name = ? AND password_hash = ?", name, was).Update("password_hash", hash)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: the password of %s changed meanwhile (or the user is gone); log in again", models.ErrConflict, name)
+		}
+		if err := revokeUser(tx, actor, name, s.Now(), sessionTTL, "new password"); err != nil {
+			return err
+		}
+		return audit(tx, actor, "update-user", "user/"+name, "new password, every token revoked")
+	})
+}
+
 // User reads a user by name.
 func (s *Store) User(ctx context.Context, name string) (*models.User, error) {
 	var u models.User
