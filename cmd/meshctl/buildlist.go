@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -19,22 +20,27 @@ func (a *app) buildListCommands(cmd *cobra.Command) {
 		Example: `  meshctl builds ls node-tools`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 {
+				return errors.New("--limit: a number of builds from 1 up (0: all)")
+			}
 			c, err := a.apiClient()
 			if err != nil {
 				return err
 			}
-			r, err := c.ListBuildsWithResponse(cmd.Context(), args[0], &client.ListBuildsParams{Limit: &limit})
+			// Followed through its pages: --limit 0 sent limit=0, which the
+			// API takes as 1, and a script asking for every build was told
+			// of the newest alone.
+			bs, raw, err := collect[client.Build](limit, func(cursor *string, n int) (*http.Response, []byte, error) {
+				r, err := c.ListBuildsWithResponse(cmd.Context(), args[0], &client.ListBuildsParams{Limit: &n, Cursor: cursor})
+				if err != nil {
+					return nil, nil, err
+				}
+				return r.HTTPResponse, r.Body, nil
+			})
 			if err != nil {
-				return reach(err)
-			}
-			if err := expect(r.HTTPResponse, r.Body, http.StatusOK); err != nil {
 				return err
 			}
-			if a.jsonOut() {
-				return a.printJSON(r.Body)
-			}
-			rows := [][]string{{"BUILD", "VERSION", "STATE", "COMMIT", "BY", "CREATED", "WHY"}}
-			for _, b := range r.JSON200.Items {
+			return list(a, bs, raw, []string{"BUILD", "VERSION", "STATE", "COMMIT", "BY", "CREATED", "WHY"}, func(b client.Build) []string {
 				why := ""
 				if b.YankReason != nil {
 					why = *b.YankReason
@@ -42,12 +48,11 @@ func (a *app) buildListCommands(cmd *cobra.Command) {
 						why += " (" + *b.YankedBy + ")"
 					}
 				}
-				rows = append(rows, []string{strconv.Itoa(b.Number), b.Version, string(b.State), short(b.Commit), b.CreatedBy, ago(&b.CreatedAt), why})
-			}
-			return a.table(rows)
+				return []string{strconv.Itoa(b.Number), b.Version, string(b.State), short(b.Commit), b.CreatedBy, ago(&b.CreatedAt), why}
+			})
 		},
 	}
-	ls.Flags().IntVar(&limit, "limit", 50, "how many (1..500)")
+	ls.Flags().IntVar(&limit, "limit", 50, "how many builds (0: all)")
 	var reason string
 	yank := &cobra.Command{
 		Use:   "yank MODULE BUILD --reason WHY",

@@ -139,6 +139,13 @@ func writeBuildParts(mw *multipart.Writer, manifest, ver, commit, digest string,
 // names or ids (the host does not use them). Anything else (a device, a
 // socket) is an error rather than silently left out.
 func packTree(dir string, w io.Writer) error {
+	// The directory a link names (./current, nix's ./result): walked
+	// through the link, its files were left out and an empty tree
+	// uploaded — a build that empties its path on every machine.
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
 	st, err := os.Stat(dir)
 	if err != nil {
 		return err

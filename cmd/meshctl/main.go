@@ -109,7 +109,14 @@ title and detail); 2 a watched plan or rollout ended other than done.`,
 		a.buildsCommand(), a.plansCommand(), a.releasesCommand(), a.tokensCommand(), a.usersCommand(),
 		a.modulesCommand(), a.logsCommand(), a.sendsCommand(), a.auditCommand(), a.instancesCommand(), &cobra.Command{
 			Use: "version", Short: "Print meshctl's version", Args: cobra.NoArgs,
-			Run: func(*cobra.Command, []string) { fmt.Fprintln(a.out, "meshctl", version.String()) },
+			RunE: func(*cobra.Command, []string) error {
+				if a.jsonOut() {
+					// A script compares it with the controller's.
+					return a.encodeJSON(map[string]any{"version": version.Version, "build": version.BuildNumber()})
+				}
+				_, err := fmt.Fprintln(a.out, "meshctl", version.String())
+				return err
+			},
 		})
 	root.Version = version.String()
 	root.SetVersionTemplate("meshctl {{.Version}}\n")
