@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -154,6 +157,8 @@ type pushPayload struct {
 		Username string `json:"username"`
 	} `json:"pusher"`
 	Commits pushCommits `json:"commits"`
+	// Forced: the branch was forced (GitHub's word).
+	Forced bool `json:"forced"`
 	// TotalCommits is how many commits the push had (Gitea and Forgejo;
 	// GitHub does not say): those forges list at most a few of them
 	// (Gitea's FEED_MAX_COMMIT_NUM, 5 by default), so paths judged from
@@ -367,6 +372,32 @@ func (s *Server) hook(c echo.Context) error {
 	if len(event) > maxHookHeader || len(delivery) > maxHookHeader {
 		return refuse(models.Invalid("headers", fmt.Sprintf("the forge's event and delivery headers are at most %d bytes", maxHookHeader)))
 	}
+	if !hookWord(event) || !hookWord(delivery) {
+		// Unsigned, and kept with the delivery: a forge's are words and
+		// UUIDs. Bytes that are not UTF-8 were refused by PostgreSQL with
+		// nothing on the record, and stored as sent by SQLite.
+		return refuse(models.Invalid("headers", "the forge's event and delivery headers are printable ASCII"))
+	}
+	if strings.HasPrefix(c.Request().Header.Get(echo.HeaderContentType), echo.MIMEApplicationForm) {
+		// GitHub's default content type: the JSON is the form's payload
+		// field, and the signature (checked above) is over the form's
+		// bytes. Its ping was answered and every push refused.
+		form, err := url.ParseQuery(string(body))
+		if err != nil || !form.Has("payload") {
+			return refuse(models.Invalid("body", "a form-encoded webhook carries its JSON in a payload field"))
+		}
+		body = []byte(form.Get("payload"))
+	}
+	digest := sha256.Sum256(body)
+	bodyKey := src.Name + "\x00" + string(digest[:])
+	if first, ok := s.hookSeen.get(bodyKey); ok && first != delivery {
+		// The same signed bytes under a new delivery id (the id is an
+		// unsigned header): a captured delivery posted again. Its first
+		// delivery was acted on; this one is a row a minute on the record.
+		s.hookReplayed(ctx, src.Name, bodyKey, fmt.Sprintf("delivery %s from %s: the body of delivery %s again", delivery, c.RealIP(), first))
+		return c.JSON(http.StatusOK, &models.DeliveryOutcome{Builds: []models.QueuedBuild{},
+			Status: fmt.Sprintf("duplicate: the body of delivery %s, sent again as %s; not acted on again", first, delivery)})
+	}
 	var push *models.Push
 	status := ""
 	switch event {
@@ -376,6 +407,13 @@ func (s *Server) hook(c echo.Context) error {
 		var p pushPayload
 		if err := json.Unmarshal(body, &p); err != nil {
 			return refuse(models.Invalid("body", "not a push event: "+err.Error()))
+		}
+		if p.Forced {
+			// A forced push lists the commits new to the branch, not
+			// those it dropped: a module whose change was dropped kept
+			// running it, judged by the listed paths alone. (GitHub says
+			// so; Gitea and Forgejo do not.)
+			p.Commits.paths = nil
 		}
 		// The words a status keeps of the push are cut to a line each:
 		// they are kept with the delivery and shown wherever it is.
@@ -410,7 +448,57 @@ func (s *Server) hook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if out.Replay {
+		s.hookReplayed(ctx, src.Name, src.Name+"\x00"+delivery, "delivery "+delivery+" from "+c.RealIP())
+	} else {
+		s.hookSeen.add(bodyKey, delivery)
+	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// hookReplayed records a delivery received before, a row a minute per key.
+func (s *Server) hookReplayed(ctx context.Context, src, key, detail string) {
+	_ = s.refusals.Record(ctx, s.Store.Audit, key+"\x00hook-replay",
+		auth.Row{Actor: "forge:" + src, Action: "webhook-replay", Target: "source/" + src}, detail)
+}
+
+// hookWord reports whether a forge's header is printable ASCII.
+func hookWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '!' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// seenBodies remembers, per source, the delivery each signed body came
+// with first, so that the body under another id is known for a replay.
+// Bounded: past maxSeenBodies it starts over (a replay then writes one
+// row more).
+type seenBodies struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxSeenBodies = 10_000
+
+func (b *seenBodies) get(key string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.m[key]
+	return d, ok
+}
+
+func (b *seenBodies) add(key, delivery string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) >= maxSeenBodies {
+		b.m = map[string]string{}
+	}
+	if _, ok := b.m[key]; !ok {
+		b.m[key] = delivery
+	}
 }
 
 // hookRefused is the audit row of a refused webhook of source src.

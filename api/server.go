@@ -106,6 +106,8 @@ type Server struct {
 	hookLimit  *addressLimiter
 	// hookBodies bounds the webhooks' bodies held at once.
 	hookBodies *bodyBudget
+	// hookSeen knows a signed body delivered before under another id.
+	hookSeen seenBodies
 	// reportLimit bounds how fast one machine's host may report: a report
 	// is a stored row (up to 1 MiB, kept for --keep-sends) that pages of
 	// the dashboard read back, and a host's reports are few (each apply,

@@ -147,6 +147,9 @@ type DeliveryOutcome struct {
 	Status string        `json:"status"`
 	Merge  *int64        `json:"merge"`
 	Builds []QueuedBuild `json:"builds"`
+	// Replay: the delivery was received before and nothing was written
+	// of it again (its record is the caller's, kept to a row a minute).
+	Replay bool `json:"-"`
 }
 
 // QueuedBuild is a build a merge queued.

@@ -113,8 +113,11 @@ func (s *Store) Deliver(ctx context.Context, src *models.Source, deliveryID, eve
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
+			// On the record by the caller, a row a minute: a captured
+			// delivery posted again and again was a row each time.
 			out.Status = "duplicate: delivery " + deliveryID + " was already received; not acted on again"
-			return audit(tx, "forge:"+src.Name, "webhook-replay", "source/"+src.Name, deliveryID)
+			out.Replay = true
+			return nil
 		}
 		if push == nil {
 			out.Status = status
