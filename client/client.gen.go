@@ -1285,7 +1285,10 @@ type ForgePushEvent struct {
 		Removed  *[]string `json:"removed,omitempty"`
 	} `json:"commits,omitempty"`
 	Deleted *bool `json:"deleted,omitempty"`
-	Pusher  *struct {
+
+	// Forced the branch was forced (GitHub): the commits listed are not all it changed, so every module is touched
+	Forced *bool `json:"forced,omitempty"`
+	Pusher *struct {
 		Login    *string `json:"login,omitempty"`
 		Name     *string `json:"name,omitempty"`
 		Username *string `json:"username,omitempty"`
@@ -2404,6 +2407,12 @@ type GetBlobParams struct {
 	IfNoneMatch *string `json:"If-None-Match,omitempty"`
 }
 
+// ReceiveWebhookFormdataBody defines parameters for ReceiveWebhook.
+type ReceiveWebhookFormdataBody struct {
+	// Payload the event's JSON, as a forge sends it with the form content type
+	Payload string `form:"payload" json:"payload"`
+}
+
 // ReceiveWebhookParams defines parameters for ReceiveWebhook.
 type ReceiveWebhookParams struct {
 	XGitHubEvent      *string `json:"X-GitHub-Event,omitempty"`
@@ -2667,6 +2676,9 @@ type EnrollJSONRequestBody = EnrollRequest
 
 // ReceiveWebhookJSONRequestBody defines body for ReceiveWebhook for application/json ContentType.
 type ReceiveWebhookJSONRequestBody = ForgePushEvent
+
+// ReceiveWebhookFormdataRequestBody defines body for ReceiveWebhook for application/x-www-form-urlencoded ContentType.
+type ReceiveWebhookFormdataRequestBody ReceiveWebhookFormdataBody
 
 // CreateHostReleaseMultipartRequestBody defines body for CreateHostRelease for multipart/form-data ContentType.
 type CreateHostReleaseMultipartRequestBody = ReleaseUpload
@@ -3606,12 +3618,17 @@ type ClientInterface interface {
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id (or one over 128
-	// bytes), a push event whose body is not a push, or a push whose
-	// `after` is not a commit id, is 400. A commit already merged for the
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
 	// made onto its commit (their `before`) is recorded as merged, and the
 	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -3634,12 +3651,17 @@ type ClientInterface interface {
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id (or one over 128
-	// bytes), a push event whose body is not a push, or a push whose
-	// `after` is not a commit id, is 400. A commit already merged for the
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
 	// made onto its commit (their `before`) is recorded as merged, and the
 	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -3651,6 +3673,39 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
 	ReceiveWebhook(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReceiveWebhookWithFormdataBody a forge webhook (Gitea, Forgejo, GitHub): HMAC-SHA256 over the raw body, deduplicated by delivery id; a push to the default branch records a merge and queues builds
+	//
+	// No bearer token: the signature over the raw body, with the source's
+	// secret, is the authentication (send the bytes you signed). Which
+	// headers are read depends on the source's kind: `github` reads
+	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
+	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type.
+	//
+	// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
+	ReceiveWebhookWithFormdataBody(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListHostReleases host releases, newest first (viewer)
 	//
@@ -4601,12 +4656,17 @@ func (c *Client) Enroll(ctx context.Context, body EnrollJSONRequestBody, reqEdit
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id (or one over 128
-// bytes), a push event whose body is not a push, or a push whose
-// `after` is not a commit id, is 400. A commit already merged for the
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after pushes
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
 // made onto its commit (their `before`) is recorded as merged, and the
 // modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -4639,12 +4699,17 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id (or one over 128
-// bytes), a push event whose body is not a push, or a push whose
-// `after` is not a commit id, is 400. A commit already merged for the
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after pushes
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
 // made onto its commit (their `before`) is recorded as merged, and the
 // modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -4657,6 +4722,49 @@ func (c *Client) ReceiveWebhookWithBody(ctx context.Context, source SourceName, 
 // Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
 func (c *Client) ReceiveWebhook(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReceiveWebhookRequest(c.Server, source, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReceiveWebhookWithFormdataBody a forge webhook (Gitea, Forgejo, GitHub): HMAC-SHA256 over the raw body, deduplicated by delivery id; a push to the default branch records a merge and queues builds
+//
+// No bearer token: the signature over the raw body, with the source's
+// secret, is the authentication (send the bytes you signed). Which
+// headers are read depends on the source's kind: `github` reads
+// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
+// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type.
+//
+// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
+func (c *Client) ReceiveWebhookWithFormdataBody(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookFormdataRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReceiveWebhookRequestWithFormdataBody(c.Server, source, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6643,6 +6751,17 @@ func NewReceiveWebhookRequest(server string, source SourceName, params *ReceiveW
 	}
 	bodyReader = bytes.NewReader(buf)
 	return NewReceiveWebhookRequestWithBody(server, source, params, "application/json", bodyReader)
+}
+
+// NewReceiveWebhookRequestWithFormdataBody calls the generic ReceiveWebhook builder with application/x-www-form-urlencoded body
+func NewReceiveWebhookRequestWithFormdataBody(server string, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookFormdataRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	bodyStr, err := runtime.MarshalForm(body, nil)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = strings.NewReader(bodyStr.Encode())
+	return NewReceiveWebhookRequestWithBody(server, source, params, "application/x-www-form-urlencoded", bodyReader)
 }
 
 // NewReceiveWebhookRequestWithBody constructs an http.Request for the ReceiveWebhook method, with any body, and a specified content type
@@ -10089,12 +10208,17 @@ type ClientWithResponsesInterface interface {
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id (or one over 128
-	// bytes), a push event whose body is not a push, or a push whose
-	// `after` is not a commit id, is 400. A commit already merged for the
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
 	// made onto its commit (their `before`) is recorded as merged, and the
 	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -10117,12 +10241,17 @@ type ClientWithResponsesInterface interface {
 	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 	// signature is 401; a missing event or delivery id (or one over 128
-	// bytes), a push event whose body is not a push, or a push whose
-	// `after` is not a commit id, is 400. A commit already merged for the
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
 	// repository, through any of its sources, is not built again. A push
 	// touches the modules its commits' paths name, or every module when the
 	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
-	// Forgejo's `total_commits` past the list); one delivered after pushes
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
 	// made onto its commit (their `before`) is recorded as merged, and the
 	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 	// bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -10134,6 +10263,39 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
 	ReceiveWebhookWithResponse(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*ReceiveWebhookResponse, error)
+
+	// ReceiveWebhookWithFormdataBodyWithResponse a forge webhook (Gitea, Forgejo, GitHub): HMAC-SHA256 over the raw body, deduplicated by delivery id; a push to the default branch records a merge and queues builds
+	//
+	// No bearer token: the signature over the raw body, with the source's
+	// secret, is the authentication (send the bytes you signed). Which
+	// headers are read depends on the source's kind: `github` reads
+	// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
+	// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+	// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
+	// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
+	// signature is 401; a missing event or delivery id (or one over 128
+	// bytes, or not printable ASCII), a push event whose body is not a push,
+	// or a push whose `after` is not a commit id, is 400. A form-encoded
+	// body (GitHub's default) carries the JSON in its `payload` field, the
+	// signature over the form's bytes. The same signed body under another
+	// delivery id is a replay, answered `duplicate: …` and not acted on
+	// again. A commit already merged for the
+	// repository, through any of its sources, is not built again. A push
+	// touches the modules its commits' paths name, or every module when the
+	// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+	// Forgejo's `total_commits` past the list) or the push was forced
+	// (GitHub's `forced`); one delivered after pushes
+	// made onto its commit (their `before`) is recorded as merged, and the
+	// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
+	// bodies of webhooks held at once are bounded as they are read (64 MiB
+	// in all, 16 MiB from one address): past a bound a delivery waits up to
+	// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+	// has 10 s to arrive (a forge's own limit for a whole delivery).
+	//
+	// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
+	ReceiveWebhookWithFormdataBodyWithResponse(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookFormdataRequestBody, reqEditors ...RequestEditorFn) (*ReceiveWebhookResponse, error)
 
 	// ListHostReleasesWithResponse host releases, newest first (viewer)
 	//
@@ -16885,12 +17047,17 @@ func (c *ClientWithResponses) EnrollWithResponse(ctx context.Context, body Enrol
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id (or one over 128
-// bytes), a push event whose body is not a push, or a push whose
-// `after` is not a commit id, is 400. A commit already merged for the
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after pushes
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
 // made onto its commit (their `before`) is recorded as merged, and the
 // modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -16919,12 +17086,17 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
 // X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
 // signature is 401; a missing event or delivery id (or one over 128
-// bytes), a push event whose body is not a push, or a push whose
-// `after` is not a commit id, is 400. A commit already merged for the
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
 // repository, through any of its sources, is not built again. A push
 // touches the modules its commits' paths name, or every module when the
 // forge listed only some of its commits (GitHub's 2,048; Gitea's and
-// Forgejo's `total_commits` past the list); one delivered after pushes
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
 // made onto its commit (their `before`) is recorded as merged, and the
 // modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
 // bodies of webhooks held at once are bounded as they are read (64 MiB
@@ -16937,6 +17109,45 @@ func (c *ClientWithResponses) ReceiveWebhookWithBodyWithResponse(ctx context.Con
 // Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
 func (c *ClientWithResponses) ReceiveWebhookWithResponse(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookJSONRequestBody, reqEditors ...RequestEditorFn) (*ReceiveWebhookResponse, error) {
 	rsp, err := c.ReceiveWebhook(ctx, source, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReceiveWebhookResponse(rsp)
+}
+
+// ReceiveWebhookWithFormdataBodyWithResponse a forge webhook (Gitea, Forgejo, GitHub): HMAC-SHA256 over the raw body, deduplicated by delivery id; a push to the default branch records a merge and queues builds
+//
+// No bearer token: the signature over the raw body, with the source's
+// secret, is the authentication (send the bytes you signed). Which
+// headers are read depends on the source's kind: `github` reads
+// X-GitHub-Event, X-GitHub-Delivery and X-Hub-Signature-256
+// (`sha256=<hex>`); `forgejo` reads each X-Forgejo-* header, else the
+// X-Gitea-* one of the same name; `gitea` reads X-Gitea-Event,
+// X-Gitea-Delivery and X-Gitea-Signature (`<hex>`). A missing or wrong
+// signature is 401; a missing event or delivery id (or one over 128
+// bytes, or not printable ASCII), a push event whose body is not a push,
+// or a push whose `after` is not a commit id, is 400. A form-encoded
+// body (GitHub's default) carries the JSON in its `payload` field, the
+// signature over the form's bytes. The same signed body under another
+// delivery id is a replay, answered `duplicate: …` and not acted on
+// again. A commit already merged for the
+// repository, through any of its sources, is not built again. A push
+// touches the modules its commits' paths name, or every module when the
+// forge listed only some of its commits (GitHub's 2,048; Gitea's and
+// Forgejo's `total_commits` past the list) or the push was forced
+// (GitHub's `forced`); one delivered after pushes
+// made onto its commit (their `before`) is recorded as merged, and the
+// modules their builds were queued for are not built from it. The repository's name matches its modules' in any case. The
+// bodies of webhooks held at once are bounded as they are read (64 MiB
+// in all, 16 MiB from one address): past a bound a delivery waits up to
+// 5 s, then is 429 with Retry-After, and the refusal is audited. A body
+// has 10 s to arrive (a forge's own limit for a whole delivery).
+//
+// Takes a body of the `application/x-www-form-urlencoded` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/hooks/{source} (the `ReceiveWebhook` operationId).
+func (c *ClientWithResponses) ReceiveWebhookWithFormdataBodyWithResponse(ctx context.Context, source SourceName, params *ReceiveWebhookParams, body ReceiveWebhookFormdataRequestBody, reqEditors ...RequestEditorFn) (*ReceiveWebhookResponse, error) {
+	rsp, err := c.ReceiveWebhookWithFormdataBody(ctx, source, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
