@@ -129,6 +129,13 @@ func (s *Store) CreateAPIToken(ctx context.Context, actor string, t *models.APIT
 		if u.DisabledAt != nil {
 			return fmt.Errorf("%w: user %s is disabled", models.ErrForbidden, u.Name)
 		}
+		// The role as it is now, under the row's lock: the caller judged
+		// the token's role by the session's, which a demotion committed
+		// since has lowered, and a token stored after that demotion's
+		// revocation would outlive it with the old role.
+		if err := models.MayGrant(u.Role, t.Role); err != nil {
+			return fmt.Errorf("%w (user %s is %s now)", err, u.Name, u.Role)
+		}
 		// Made and revoked in a loop, each would still leave its row, its
 		// audit and its revocation (kept, and held by every instance, until
 		// it would have expired): so many a day, revoked or not.
