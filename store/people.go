@@ -105,6 +105,21 @@ func revokeUser(tx *Tx, actor, user string, now time.Time, sessionTTL time.Durat
 	if len(last) > 0 && last[0].ExpiresAt.After(exp) {
 		exp = last[0].ExpiresAt
 	}
+	// Each live API token revoked by its id too: the user's revocation is
+	// judged by the time a token was issued, on the clock of the instance
+	// that issued it, and one whose clock ran ahead issued tokens after
+	// the act by this one's (a disabled person's API token then worked for
+	// its year, listed revoked). By id, a revocation is no clock's.
+	var live []models.APIToken
+	if err := tx.Where("user_name = ? AND revoked_at IS NULL AND expires_at > ?", user, now).Find(&live).Error; err != nil {
+		return err
+	}
+	for _, t := range live {
+		if _, err := revoke(tx, actor, &models.Revocation{TokenID: t.ID, Kind: models.RevokedAPIToken,
+			Reason: "API token " + t.Name + " revoked: " + why, ExpiresAt: t.ExpiresAt}); err != nil {
+			return err
+		}
+	}
 	if err := tx.Model(&models.APIToken{}).Where("user_name = ? AND revoked_at IS NULL AND expires_at > ?", user, now).
 		Updates(map[string]any{"revoked_at": now, "revoked_by": actor}).Error; err != nil {
 		return err
