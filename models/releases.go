@@ -127,11 +127,6 @@ type Setting struct {
 	Value string
 }
 
-// SettingRetentionCutoff names the latest time before which retention
-// may have removed sends (RFC 3339): a send older than it that the store
-// does not hold says nothing of another timeline.
-const SettingRetentionCutoff = "retention_cutoff"
-
 // SettingHostDefault names the fleet-wide default host version.
 const SettingHostDefault = "host_default_version"
 

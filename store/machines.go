@@ -378,13 +378,6 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 				conflict = m.Conflict
 				return err
 			}
-			// A send older than what retention keeps is not on record
-			// whatever timeline made it: the host is behind (its box
-			// restored from an old snapshot), not on a lost timeline.
-			if gone, err := removedByRetention(tx, finishedSend); err != nil || gone {
-				conflict = m.Conflict
-				return err
-			}
 			if !m.Conflict && hostGen <= m.ConflictHostGen {
 				// A conflict an admin resolved for this host's generation:
 				// the store's content was chosen over what the host has.

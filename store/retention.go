@@ -6,9 +6,7 @@ import (
 	"hash/fnv"
 	"time"
 
-	"github.com/google/uuid"
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"mesh/models"
 )
@@ -57,11 +55,6 @@ func (s *Store) RunRetention(ctx context.Context, r Retention) (RetentionResult,
 	if r.Span <= 0 {
 		r.Span = r.Keep / 8
 	}
-	// Before a row goes: a send missing from then on is known for one
-	// retention may have removed (CheckConflict).
-	if err := s.noteRetentionCutoff(ctx, s.Now().Add(-r.Keep)); err != nil {
-		return RetentionResult{}, err
-	}
 	if r.Batch <= 0 {
 		r.Batch = 200
 	}
@@ -69,46 +62,6 @@ func (s *Store) RunRetention(ctx context.Context, r Retention) (RetentionResult,
 		return s.retainPartitions(ctx, r)
 	}
 	return s.retainBatches(ctx, r)
-}
-
-// noteRetentionCutoff records that sends made before cutoff may be gone,
-// moving the recorded time forward only.
-func (s *Store) noteRetentionCutoff(ctx context.Context, cutoff time.Time) error {
-	return s.write(ctx, func(tx *Tx) error {
-		was, err := retentionCutoff(tx)
-		if err != nil || !was.Before(cutoff) {
-			return err
-		}
-		return tx.Clauses(clause.OnConflict{UpdateAll: true}).
-			Create(&models.Setting{Key: models.SettingRetentionCutoff, Value: cutoff.UTC().Format(time.RFC3339Nano)}).Error
-	})
-}
-
-// retentionCutoff is the latest time before which retention may have
-// removed sends (zero: it never ran).
-func retentionCutoff(tx *Tx) (time.Time, error) {
-	var vs []string
-	if err := tx.Model(&models.Setting{}).Where("key = ?", models.SettingRetentionCutoff).Pluck("value", &vs).Error; err != nil || len(vs) == 0 {
-		return time.Time{}, err
-	}
-	return time.Parse(time.RFC3339Nano, vs[0])
-}
-
-// removedByRetention says whether send, which the store does not hold,
-// may be one retention removed: a UUIDv7 made before the latest cutoff.
-// Another timeline's send (a store restored from a backup) was made after
-// the backup, so after any cutoff the backup recorded.
-func removedByRetention(tx *Tx, send string) (bool, error) {
-	id, err := uuid.Parse(send)
-	if err != nil || id.Version() != 7 {
-		return false, nil
-	}
-	cutoff, err := retentionCutoff(tx)
-	if err != nil {
-		return false, err
-	}
-	sec, nsec := id.Time().UnixTime()
-	return time.Unix(sec, nsec).Before(cutoff), nil
 }
 
 // RecordSince is when the oldest send on record was made (nil: none):
