@@ -412,6 +412,15 @@ func (a *Agent) handle(ctx context.Context, res *pollResult) bool {
 	case d.Generation == a.state.Applied && v.digest != a.state.AppliedDigest:
 		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf("generation %d was applied with digest %s; this one has %s", d.Generation, a.state.AppliedDigest, v.digest), false)
 		return false
+	case d.Generation == a.state.Applied && a.state.Finished > a.state.Applied:
+		// A newer generation was finished since, and its attempt may have
+		// changed the machine (a rejected apply stopped a service before
+		// it failed): "already applied" would call the machine what this
+		// one declares when it is not. A controller sends that content
+		// again as a new generation; one sending this one is stale (seed
+		// 000's instance, or a store restored from a backup).
+		a.refused(ctx, res.send, d.Generation, v.digest, fmt.Sprintf("older: generation %d was applied, then generation %d was finished (the last finished)", d.Generation, a.state.Finished), false)
+		return false
 	case d.Generation == a.state.Applied:
 		a.finish(ctx, res.send, v, models.OutcomeApplied, "no-op: generation already applied", nil, 0, nil)
 		return true
