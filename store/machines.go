@@ -383,8 +383,14 @@ func (s *Store) CheckConflict(ctx context.Context, machineID int64, hostGen int6
 				// the store's content was chosen over what the host has.
 				return nil
 			}
-			why = fmt.Sprintf("host finished generation %d by send %s, which this store never made to it "+
-				"(a store restored from a backup, at generation %d: what the host has came from a timeline the store lost)", hostGen, finishedSend, m.Generation)
+			// Not on record says one of two things, and no clock tells
+			// which: a send made on a timeline the store lost, or one
+			// retention removed (a host back on an old snapshot of its
+			// own). Either way the host's content is not the store's to
+			// vouch for: a conflict, its words naming both.
+			why = fmt.Sprintf("host finished generation %d by send %s, which this store does not hold: made on a timeline the store lost "+
+				"(a store restored from a backup, at generation %d), or older than the sends it keeps (--keep-sends: a host back on an old snapshot of its own)",
+				hostGen, finishedSend, m.Generation)
 		}
 		conflict = true
 		if m.Conflict && m.ConflictHostGen >= hostGen {
