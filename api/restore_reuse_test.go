@@ -92,7 +92,7 @@ func conflictOnRecord(t *testing.T, r *ctltest.Env, send, why string) {
 		Items []struct{ Action, Target, Detail string }
 	}
 	r.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/audit?target=machine/m1&action=conflict", Token: r.Admin}, 200, &audit)
-	if len(audit.Items) != 1 || !strings.Contains(audit.Items[0].Detail, "by send "+send+", which this store never made") {
+	if len(audit.Items) != 1 || !strings.Contains(audit.Items[0].Detail, "by send "+send+", which this store does not hold: made on a timeline the store lost") {
 		t.Fatalf("the conflict's record: %+v", audit.Items)
 	}
 }
