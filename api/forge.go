@@ -378,10 +378,14 @@ func (s *Server) hook(c echo.Context) error {
 		// nothing on the record, and stored as sent by SQLite.
 		return refuse(models.Invalid("headers", "the forge's event and delivery headers are printable ASCII"))
 	}
-	if strings.HasPrefix(c.Request().Header.Get(echo.HeaderContentType), echo.MIMEApplicationForm) {
+	if bytes.HasPrefix(body, []byte("payload=")) {
 		// GitHub's default content type: the JSON is the form's payload
 		// field, and the signature (checked above) is over the form's
-		// bytes. Its ping was answered and every push refused.
+		// bytes. Its ping was answered and every push refused. Told by
+		// the signed bytes, never the unsigned Content-Type: a signed JSON
+		// push to a feature branch, posted again as a form, was read for
+		// the "&payload=" a commit message carried (a push to main). A
+		// JSON body starts with "{".
 		form, err := url.ParseQuery(string(body))
 		if err != nil || !form.Has("payload") {
 			return refuse(models.Invalid("body", "a form-encoded webhook carries its JSON in a payload field"))

@@ -175,8 +175,11 @@ func (s *Server) revokeAPIToken(c echo.Context) error {
 	if p.APIToken {
 		// An API token acts with its own role, not its owner's: a viewer's
 		// made for a screen revoked its owner's admin token for deploys.
+		// A token it could not have made it may not revoke: a builder's
+		// (an admin's to make) ranks below a viewer, and an admin's screen
+		// token revoked the admin's CI runner's.
 		t, err := s.Store.APIToken(c.Request().Context(), c.Param("id"))
-		if err == nil && models.RoleRank(t.Role) > models.RoleRank(p.Role) {
+		if err == nil && models.MayGrant(p.Role, t.Role) != nil {
 			return fmt.Errorf("%w: this API token's role (%s) may not revoke a token of role %s; log in, or use a token of that role", models.ErrForbidden, p.Role, t.Role)
 		}
 	}

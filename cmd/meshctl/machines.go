@@ -200,7 +200,13 @@ func targetWords(m *client.Machine) string {
 func why(m *client.Machine) string {
 	switch m.State {
 	case client.MachineStateConflict:
-		return models.ConflictWhy(int64(m.ConflictHostGeneration), int64(m.Generation)) + ": an admin must resolve it"
+		// When it was found and when its host last said anything: one its
+		// host keeps saying is told from one said once by a host gone since.
+		w := models.ConflictWhy(int64(m.ConflictHostGeneration), int64(m.Generation))
+		if m.ConflictAt != nil {
+			w += "; found " + ago(m.ConflictAt)
+		}
+		return w + "; its host last seen " + ago(m.LastSeen) + ": an admin must resolve it"
 	case client.MachineStateRevoked:
 		w := "revoked: " + m.RevokedReason
 		if m.RevokedAt != nil {
