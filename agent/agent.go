@@ -172,6 +172,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer a.services.Close()
+	// One host per machine, before it touches a service or the state.
+	unlock, err := lockHost(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	a.adopt(ctx)
 	a.saveState()
 	a.reportRollback(ctx)

@@ -222,6 +222,12 @@ func (l *launcher) startUp() error {
 		l.cfg.Log.Warn("a host from before this launcher still runs; stopping it", "pid", l.st.HostPID)
 		stopStray(l.st.HostPID, l.st.HostStart)
 	}
+	// A host launcher.json does not name (the file lost, or a host run
+	// by hand) is known by the lock it holds on the state dir.
+	if rec, held := heldHost(l.cfg.StateDir); held && !l.reexeced && rec.PID != os.Getpid() && parentOf(rec.PID) != os.Getpid() {
+		l.cfg.Log.Warn("a host this launcher did not start runs on its state dir; stopping it", "pid", rec.PID)
+		stopStray(rec.PID, rec.StartTime)
+	}
 	return l.save()
 }
 
