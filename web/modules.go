@@ -130,7 +130,11 @@ func (s *Server) releasesPage(c echo.Context) error {
 		ro, ok := seen[r.Version]
 		if !ok {
 			if v, err := s.Store.Rollout(ctx, r.Version); err == nil {
-				ro = &RolloutRow{State: v.State, Reason: v.Reason, Machines: v.Machines}
+				ro = &RolloutRow{State: v.State, Reason: v.Reason, Made: made(v.CreatedBy, v.CreatedAt, v.State, v.FinishedAt)}
+				for _, m := range v.Machines {
+					ro.Machines = append(ro.Machines, RolloutMachineRow{Machine: m.Machine, Wave: m.Wave, State: m.State, Words: stateWords(m.State),
+						Reason: m.Reason, When: when(m.State, m.StartedAt, m.FinishedAt, time.Now(), "not reached yet")})
+				}
 			}
 			seen[r.Version] = ro
 		}

@@ -78,6 +78,7 @@ type StepRow struct {
 	Reason     string
 	Generation int64
 	Previous   string // what it ran before the plan reached it
+	When       string // when it was reached and, once it ended, when it ended
 }
 
 // PlanAction is a button on the plan page.
@@ -95,6 +96,23 @@ func made(by string, at time.Time, state string, finished *time.Time) string {
 		s += "; " + stateWords(state) + " " + stamp(*finished) // "halted …", "done …"
 	}
 	return s + "."
+}
+
+// when says when a step or a machine's upgrade was reached and, once it
+// ended, when: a word alone read the same a second or an hour on ("sent",
+// "upgrading", "rolled back"). notYet is said of one not reached.
+func when(state string, started, finished *time.Time, now time.Time, notYet string) string {
+	switch {
+	case finished != nil:
+		w := stateWords(state) + " " + stamp(*finished) + " (" + ago(*finished, now) + ")"
+		if started != nil {
+			w += "; begun " + stamp(*started)
+		}
+		return w
+	case started != nil:
+		return "since " + stamp(*started) + " (" + ago(*started, now) + ")"
+	}
+	return notYet
 }
 
 // stateWords is a state word for a person: "rolled_back" → "rolled back".
@@ -140,7 +158,8 @@ func planDetail(v *models.PlanView, can bool) PlanDetail {
 		if st.State == models.StepApplied {
 			tp.Applied++
 		}
-		r := StepRow{Machine: st.Machine, State: st.State, Words: stateWords(st.State), Reason: st.Reason, Generation: st.Generation}
+		r := StepRow{Machine: st.Machine, State: st.State, Words: stateWords(st.State), Reason: st.Reason, Generation: st.Generation,
+			When: when(st.State, st.StartedAt, st.FinishedAt, time.Now(), "not reached yet")}
 		switch {
 		case st.State == models.StepPending:
 			r.Previous = "not reached yet"
@@ -172,10 +191,8 @@ func hostStepDetail(ro *models.RolloutView) *HostStepDetail {
 		if m.State == models.UpgradeUpgraded {
 			h.Upgraded++
 		}
-		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason}
-		if m.StartedAt != nil {
-			r.Started = stamp(*m.StartedAt)
-		}
+		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason,
+			When: when(m.State, m.StartedAt, m.FinishedAt, time.Now(), "not reached yet")}
 		h.Machines = append(h.Machines, r)
 	}
 	return h
@@ -303,11 +320,13 @@ type WaveProgress struct {
 // RolloutMachineRow is one machine in a rollout.
 type RolloutMachineRow struct {
 	Machine  string
+	Wave     int64
 	State    string
 	Words    string
 	Previous string
 	Reason   string
-	Started  string
+	// When says when it began and, once it ended, when it ended.
+	When string
 }
 
 func rolloutDetail(v *models.RolloutView) RolloutDetail {
@@ -339,10 +358,8 @@ func rolloutDetail(v *models.RolloutView) RolloutDetail {
 		if m.State == models.UpgradeUpgraded {
 			w.Upgraded++
 		}
-		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason}
-		if m.StartedAt != nil {
-			r.Started = stamp(*m.StartedAt)
-		}
+		r := RolloutMachineRow{Machine: m.Machine, State: m.State, Words: stateWords(m.State), Previous: targetBefore(m.Previous), Reason: m.Reason,
+			When: when(m.State, m.StartedAt, m.FinishedAt, time.Now(), "not reached yet")}
 		w.Machines = append(w.Machines, r)
 	}
 	return d

@@ -239,7 +239,8 @@ type ReleaseRow struct {
 type RolloutRow struct {
 	State    string
 	Reason   string
-	Machines []models.RolloutMachine
+	Made     string // who made it when, and when it ended
+	Machines []RolloutMachineRow
 }
 
 func releaseBadge(state string) string {

@@ -297,7 +297,7 @@ func (a *app) uploadRelease(ctx context.Context, ver, path, goos, goarch, schema
 func (a *app) showRollout(r *client.Rollout) error {
 	rows := [][]string{
 		{"Rollout:", fmt.Sprintf("%d of %s (canary %s, %d in flight, deadline %s)", r.Id, r.Version, r.Canary, r.MaxInFlight, time.Duration(r.DeadlineSeconds)*time.Second)},
-		{"State:", string(r.State)},
+		{"State:", spanWords(string(r.State), &r.CreatedAt, r.FinishedAt) + " (made by " + r.CreatedBy + ")"},
 	}
 	if r.Reason != "" {
 		rows = append(rows, []string{"Why:", r.Reason})
@@ -308,9 +308,24 @@ func (a *app) showRollout(r *client.Rollout) error {
 	fmt.Fprintln(a.out)
 	ms := [][]string{{"MACHINE", "WAVE", "STATE", "PREVIOUS", "REASON"}}
 	for _, m := range r.Machines {
-		ms = append(ms, []string{m.Machine, waveName(m.Wave), string(m.State), firstNonEmpty(m.Previous, "-"), m.Reason})
+		w := "not reached yet"
+		if m.StartedAt != nil || m.FinishedAt != nil {
+			w = spanWords(string(m.State), m.StartedAt, m.FinishedAt)
+		}
+		ms = append(ms, []string{m.Machine, waveName(m.Wave), w, firstNonEmpty(m.Previous, "-"), m.Reason})
 	}
 	return a.table(ms)
+}
+
+// spanWords says a rollout's or a machine's upgrade's state with since
+// when, or when it ended: the word alone read the same a second or an
+// hour on ("upgrading since 5s ago", "rolled back 1h ago").
+func spanWords(state string, started, finished *time.Time) string {
+	w := strings.ReplaceAll(state, "_", " ")
+	if finished != nil {
+		return w + " " + ago(finished)
+	}
+	return w + " since " + ago(started)
 }
 
 func (a *app) watchRollout(ctx context.Context, ver string, interval time.Duration) error {
