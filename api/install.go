@@ -11,10 +11,13 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"text/template"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"mesh/auth"
 	"mesh/models"
 )
 
@@ -104,7 +107,78 @@ func (s *Server) installBinary(c echo.Context) error {
 	if !models.IsInstallable(d, rs) {
 		return fmt.Errorf("%w: no ready host release has digest %s", models.ErrNotFound, d)
 	}
+	// Each download holds a chunk (store.ChunkSize) for as long as its
+	// client is slow: without a bound, 2,000 slow clients held 3 GB.
+	release, err := s.installing.take(c.RealIP())
+	if err != nil {
+		s.installRefused(c, err)
+		return err
+	}
+	defer release()
 	return s.serveBlob(c, d)
+}
+
+// installLimited refuses an address past its pace of install requests:
+// anyone may ask, and each script is three store reads (a flood from one
+// address slowed every host's declarations 25 times).
+func (s *Server) installLimited(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.installLimit.take(c.RealIP()); err != nil {
+			s.installRefused(c, err)
+			return err
+		}
+		return next(c)
+	}
+}
+
+// installRefused puts a refused install request on the record, a row a
+// minute per address.
+func (s *Server) installRefused(c echo.Context, err error) {
+	_ = s.refusals.Record(c.Request().Context(), s.Store.Audit, c.RealIP()+"\x00install",
+		auth.Row{Actor: "anonymous", Action: "install-refused", Target: "address/" + c.RealIP()}, err.Error())
+}
+
+// MaxInstallDownloads and MaxInstallDownloadsPerAddress bound the
+// anonymous downloads of host releases at once, each holding a chunk.
+const (
+	MaxInstallDownloads           = 64
+	MaxInstallDownloadsPerAddress = 4
+)
+
+// downloads counts downloads in progress, in all and by address.
+type downloads struct {
+	mu          sync.Mutex
+	max, perMax int
+	n           int
+	byAddr      map[string]int
+}
+
+func newDownloads(max, perAddr int) *downloads {
+	return &downloads{max: max, perMax: perAddr, byAddr: map[string]int{}}
+}
+
+// take counts a download from addr, or refuses it (503: the machines
+// installing come back shortly).
+func (d *downloads) take(addr string) (func(), error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n >= d.max || d.byAddr[addr] >= d.perMax {
+		return nil, &models.RetryAfterError{After: 10 * time.Second, Err: fmt.Errorf("%w: %d downloads of host releases at once (%d from %s); try again in 10 s",
+			models.ErrUnavailable, d.n, d.byAddr[addr], addr)}
+	}
+	d.n++
+	d.byAddr[addr]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			d.n--
+			if d.byAddr[addr]--; d.byAddr[addr] <= 0 {
+				delete(d.byAddr, addr)
+			}
+		})
+	}, nil
 }
 
 // installLine is the one-liner a join token comes with: it carries the

@@ -103,7 +103,12 @@ type Server struct {
 
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter
-	hookLimit  *addressLimiter
+	// installLimit bounds the install script and binary asked for by one
+	// address (anyone may: each is three store reads, or a chunk held);
+	// installing holds the anonymous downloads at once.
+	installLimit *addressLimiter
+	installing   *downloads
+	hookLimit    *addressLimiter
 	// hookBodies bounds the webhooks' bodies held at once.
 	hookBodies *bodyBudget
 	// hookSeen knows a signed body delivered before under another id.
@@ -164,6 +169,8 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
 		enrolLimit:       newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
+		installLimit:     newAddressLimiter("install requests", rate.Every(200*time.Millisecond), 10),
+		installing:       newDownloads(MaxInstallDownloads, MaxInstallDownloadsPerAddress),
 		hookLimit:        newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
 		hookBodies:       newBodyBudget("webhooks' bodies", HookBodies, HookBodiesPerAddress, HookBodyWait),
 		reportLimit:      newAddressLimiter("reports", rate.Every(time.Second), 60),
@@ -244,8 +251,8 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/openapi.yaml", s.openapi)
 	e.GET("/schemas/manifest.json", s.manifestSchema)
-	e.GET("/install.sh", s.installScript)
-	e.GET("/install/mesh-host/:digest", s.installBinary)
+	e.GET("/install.sh", s.installScript, s.installLimited)
+	e.GET("/install/mesh-host/:digest", s.installBinary, s.installLimited)
 	e.GET("/metrics", s.metrics())
 
 	v1 := e.Group("/api/v1")
