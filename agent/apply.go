@@ -141,7 +141,8 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 	// was killed before its state was saved) runs on under its pidfile;
 	// named by no declaration now, it would never be stopped.
 	if sv, ok := a.services.(strayServices); ok {
-		for _, id := range sv.Strays(func(id string) bool { return kinds[id] == "service" }) {
+		// A unit a declared file writes is that file's, not a stray.
+		for _, id := range sv.Strays(func(id string) bool { return kinds[id] == "service" || claimed[unitPath(id)] != "" }) {
 			if err := a.services.Stop(ctx, id); err != nil {
 				return actions, fmt.Errorf("stopping %s: %w", id, err)
 			}

@@ -84,6 +84,10 @@ type supervisor struct {
 
 	mu   sync.Mutex
 	svcs map[string]*supervised
+	// startFailed says, of a service whose start failed and that runs no
+	// process (its old version stopped first), why: a failing check of
+	// itself. Its state kept it and the host called it running.
+	startFailed map[string]string
 
 	// limits bound each service's log (logs.go); onRestart hears of a
 	// service started again after it exited (set before any is watched).
@@ -169,8 +173,12 @@ type svcHealth struct {
 func (s *supervisor) health(id string) svcHealth {
 	s.mu.Lock()
 	sv := s.svcs[id]
+	failed := s.startFailed[id]
 	s.mu.Unlock()
 	if sv == nil {
+		if failed != "" {
+			return svcHealth{known: true, failing: true, detail: "not running: its start failed: " + failed}
+		}
 		return svcHealth{}
 	}
 	now := time.Now()
@@ -298,10 +306,22 @@ func (s *supervisor) Ensure(ctx context.Context, r models.Resource, digest strin
 	}
 	p, err := s.start(r, digest, pidRecord{})
 	if err != nil {
+		s.noteStartFailed(r.ID, err)
 		return "", err
 	}
 	s.watch(r, digest, p)
 	return action, nil
+}
+
+// noteStartFailed remembers why a service that runs no process could not
+// be started (cleared when it is watched or stopped).
+func (s *supervisor) noteStartFailed(id string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.startFailed == nil {
+		s.startFailed = map[string]string{}
+	}
+	s.startFailed[id] = err.Error()
 }
 
 // start launches the service in its own session. Its pidfile carries what
@@ -385,6 +405,7 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 	}
 	s.mu.Lock()
 	s.svcs[r.ID] = sv
+	delete(s.startFailed, r.ID)
 	s.mu.Unlock()
 	go func() {
 		defer close(sv.done)
@@ -451,6 +472,7 @@ func (s *supervisor) Stop(ctx context.Context, id string) error {
 	s.mu.Lock()
 	sv := s.svcs[id]
 	delete(s.svcs, id)
+	delete(s.startFailed, id)
 	s.mu.Unlock()
 	var p pidRecord
 	if sv != nil {

@@ -58,7 +58,7 @@ func Unit(r models.Resource, digest, rootDir string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by mesh-host; changes are overwritten.\n# digest %s\n", digest)
+	fmt.Fprintf(&b, "%s# digest %s\n", unitHeader, digest)
 	fmt.Fprintf(&b, "[Unit]\nDescription=mesh %s (module %s, build %d)\nAfter=network.target\n\n", r.ID, r.Module, r.Build)
 	b.WriteString("[Service]\nType=simple\n")
 	args := append([]string{hc.Path}, hc.Args...)
@@ -143,6 +143,45 @@ func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest 
 		return "", err
 	}
 	return action, s.run(ctx, "restart", UnitName(r.ID))
+}
+
+// unitHeader starts every unit this host writes (Unit).
+const unitHeader = "# Written by mesh-host; changes are overwritten.\n"
+
+// Strays implements strayServices: the units this host wrote (its header,
+// and a Description naming a service whose unit is that file) that known
+// does not name — one an apply enabled and started, the host killed
+// before its state said so, was never stopped and started again at every
+// boot.
+func (s *systemdServices) Strays(known func(id string) bool) []string {
+	dir := rel(models.UnitPath("x"))
+	dir = dir[:strings.LastIndexByte(dir, '/')]
+	f, err := s.root.root.Open(dir)
+	if err != nil {
+		return nil
+	}
+	names, err := f.Readdirnames(-1)
+	_ = f.Close()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, name := range names {
+		if !strings.HasPrefix(name, "mesh-") || !strings.HasSuffix(name, ".service") {
+			continue
+		}
+		b, err := s.root.root.ReadFile(dir + "/" + name)
+		if err != nil || !strings.HasPrefix(string(b), unitHeader) {
+			continue
+		}
+		_, desc, _ := strings.Cut(string(b), "\nDescription=mesh ")
+		id, _, ok := strings.Cut(desc, " (module ")
+		if !ok || UnitName(id) != name || known(id) {
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
 }
 
 // Stop implements services.
