@@ -184,12 +184,14 @@ func (d *downloads) take(addr string) (func(), error) {
 // installLine is the one-liner a join token comes with: it carries the
 // mesh CA itself, whose pin is the join pin, so curl trusts that CA alone
 // (not a leaf that differs per replica and renewal) and the script checks
-// CA and pin agree. Empty when the controller serves plain HTTP.
+// CA and pin agree. Empty when the controller serves plain HTTP. curl
+// tries again, as long as the controller's Retry-After says, when it is
+// asked past an address's pace (machines installing behind one address).
 func (e Enrolment) installLine(url, token string) string {
 	if !strings.HasPrefix(url, "https://") || len(e.CAPEM) == 0 || e.CAPin == "" {
 		return ""
 	}
-	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --cacert mesh-ca.pem " +
+	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --retry 10 --cacert mesh-ca.pem " +
 		shellQuote(url+"/install.sh") + " | sh -s -- --controller " + shellQuote(url) + " --ca-file mesh-ca.pem --pin " + e.CAPin +
 		" --token " + token + ` --name "$(hostname)"`
 }
