@@ -276,8 +276,18 @@ func (s *Server) answerOnce(pp *parkedPoll) (again bool) {
 			return
 		}
 		sendID, err := pp.recordSend(ctx, st.comp)
-		if errors.Is(err, models.ErrUnauthorized) {
+		switch {
+		case errors.Is(err, models.ErrUnauthorized):
 			s.finishParked(pp, goneResponse()) // revoked meanwhile
+			return
+		case errors.Is(err, errSuperseded):
+			s.finishParked(pp, notModified())
+			return
+		case errors.Is(err, models.ErrDraining):
+			s.finishParked(pp, draining())
+			return
+		case err == nil && pp.left.Load():
+			s.finishParked(pp, nil) // the host went away
 			return
 		}
 		if err != nil {

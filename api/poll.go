@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -155,7 +156,13 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 				return err
 			}
 			sendID, err := ps.recordSend(ctx, st.comp)
-			if err != nil {
+			switch {
+			case errors.Is(err, errSuperseded):
+				return c.NoContent(http.StatusNotModified)
+			case errors.Is(err, models.ErrDraining):
+				c.Response().Header().Set("Retry-After", "0")
+				return err
+			case err != nil:
 				return err
 			}
 			for _, kv := range sendAnswer(st.comp, sendID, nil).headers {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -201,10 +202,26 @@ func (ps *pollSession) recordSend(ctx context.Context, comp *models.Composed) (s
 	if err := s.Sends.Write(ctx, send); err != nil {
 		return "", err
 	}
+	// What happened while the row committed is answered as the fan-out's
+	// claimed polls are (answerClaims): the row stays on the record, its
+	// bytes never sent. A machine revoked, or a newer poll of it, during
+	// the commit was sent the declaration all the same.
+	switch {
+	case ps.revoked():
+		return "", fmt.Errorf("%w: machine %s was revoked", models.ErrUnauthorized, ps.name)
+	case ps.isSuperseded():
+		return "", errSuperseded
+	case s.Draining():
+		return "", models.ErrDraining
+	}
 	// Its host's next polls will name it as the send it finished with.
 	s.Hub.NoteFinishedSend(ps.machine, comp.Generation, send.ID)
 	return send.ID, nil
 }
+
+// errSuperseded: a newer poll of the machine came while this one's send
+// row committed; it is answered instead (304 here).
+var errSuperseded = errors.New("a newer poll of the machine is answered instead")
 
 // sendAnswer is a parked poll's 200 carrying comp's envelope.
 func sendAnswer(comp *models.Composed, sendID string, envelope []byte) *answer {
