@@ -2,13 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/x509"
 	_ "embed"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -50,16 +53,7 @@ type installKey struct {
 // declaration keys their records are signed by, so the script checks the
 // binary before it runs it, with nothing but curl, openssl and sha256sum.
 func (s *Server) installScript(c echo.Context) error {
-	ctx := c.Request().Context()
-	def, err := s.Store.HostDefault(ctx)
-	if err != nil {
-		return err
-	}
-	rs, err := s.Store.Releases(ctx, maxReleases, 0)
-	if err != nil {
-		return err
-	}
-	keys, err := s.Store.Keys(ctx, models.KeyDeclaration)
+	def, rs, keys, err := s.installFacts.get(c.Request().Context(), s.Store)
 	if err != nil {
 		return err
 	}
@@ -107,15 +101,14 @@ func (s *Server) installBinary(c echo.Context) error {
 	if !models.IsInstallable(d, rs) {
 		return fmt.Errorf("%w: no ready host release has digest %s", models.ErrNotFound, d)
 	}
-	// Each download holds a chunk (store.ChunkSize) for as long as its
-	// client is slow: without a bound, 2,000 slow clients held 3 GB.
-	release, err := s.installing.take(c.RealIP())
+	// Served from one copy in memory for every download: each download
+	// served from the store held a chunk of its own (store.ChunkSize) for
+	// as long as its client was slow, and 2,000 slow clients held 3 GB.
+	shared, err := s.installBlobs.get(c.Request().Context(), d, s.Store)
 	if err != nil {
-		s.installRefused(c, err)
 		return err
 	}
-	defer release()
-	return s.serveBlob(c, d)
+	return s.serveBlobFrom(c, d, shared.blob, bytes.NewReader(shared.bytes))
 }
 
 // installLimited refuses an address past its pace of install requests:
@@ -138,47 +131,145 @@ func (s *Server) installRefused(c echo.Context, err error) {
 		auth.Row{Actor: "anonymous", Action: "install-refused", Target: "address/" + c.RealIP()}, err.Error())
 }
 
-// MaxInstallDownloads and MaxInstallDownloadsPerAddress bound the
-// anonymous downloads of host releases at once, each holding a chunk.
-const (
-	MaxInstallDownloads           = 64
-	MaxInstallDownloadsPerAddress = 4
-)
-
-// downloads counts downloads in progress, in all and by address.
-type downloads struct {
-	mu          sync.Mutex
-	max, perMax int
-	n           int
-	byAddr      map[string]int
+// installFacts keeps what the install script is made of (the fleet's
+// default, the releases, the declaration keys) for installFactsAge: each
+// script was three store reads, and a flood of them from one address
+// slowed every host's declarations 25 times. A release published or
+// failed is in the script at most that much later.
+type installFacts struct {
+	mu     sync.Mutex
+	readAt time.Time
+	def    string
+	rs     []models.Release
+	keys   []models.Key
 }
 
-func newDownloads(max, perAddr int) *downloads {
-	return &downloads{max: max, perMax: perAddr, byAddr: map[string]int{}}
+const installFactsAge = time.Second
+
+// forget drops the facts kept: the next script reads the store.
+func (f *installFacts) forget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readAt = time.Time{}
 }
 
-// take counts a download from addr, or refuses it (503: the machines
-// installing come back shortly).
-func (d *downloads) take(addr string) (func(), error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.n >= d.max || d.byAddr[addr] >= d.perMax {
-		return nil, &models.RetryAfterError{After: 10 * time.Second, Err: fmt.Errorf("%w: %d downloads of host releases at once (%d from %s); try again in 10 s",
-			models.ErrUnavailable, d.n, d.byAddr[addr], addr)}
+// installChanged: a release published here is in the next script at once
+// (another instance's within installFactsAge).
+func (s *Server) installChanged(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		err := next(c)
+		s.installFacts.forget()
+		return err
 	}
-	d.n++
-	d.byAddr[addr]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			d.n--
-			if d.byAddr[addr]--; d.byAddr[addr] <= 0 {
-				delete(d.byAddr, addr)
-			}
-		})
-	}, nil
+}
+
+// factStore is what the install script reads of the store.
+type factStore interface {
+	HostDefault(ctx context.Context) (string, error)
+	Releases(ctx context.Context, limit int, cursor int64) ([]models.Release, error)
+	Keys(ctx context.Context, purpose string) ([]models.Key, error)
+}
+
+// get reads the facts once for every script asked within installFactsAge
+// (those asked meanwhile wait for the read in flight).
+func (f *installFacts) get(ctx context.Context, st factStore) (string, []models.Release, []models.Key, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.readAt.IsZero() && time.Since(f.readAt) < installFactsAge {
+		return f.def, f.rs, f.keys, nil
+	}
+	def, err := st.HostDefault(ctx)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	rs, err := st.Releases(ctx, maxReleases, 0)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	keys, err := st.Keys(ctx, models.KeyDeclaration)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	f.def, f.rs, f.keys, f.readAt = def, rs, keys, time.Now()
+	return def, rs, keys, nil
+}
+
+// installBlobs keeps the host releases' binaries being installed, one
+// copy each, so a download costs the controller no memory of its own.
+type installBlobs struct {
+	mu      sync.Mutex
+	entries []*installBlob // the most recently asked for last
+}
+
+type installBlob struct {
+	digest string
+	ready  chan struct{}
+	blob   *models.Blob
+	bytes  []byte
+	err    error
+}
+
+// maxInstallBlobs is how many binaries are kept: a fleet installs its
+// default release, one a platform.
+const maxInstallBlobs = 4
+
+// blobOpener is the store's way to a blob.
+type blobOpener interface {
+	OpenBlob(ctx context.Context, digest string) (*models.Blob, io.ReadSeeker, error)
+}
+
+// get is the binary of digest, read once from the store by the first to
+// ask (the rest wait for it).
+func (ib *installBlobs) get(ctx context.Context, digest string, st blobOpener) (*installBlob, error) {
+	ib.mu.Lock()
+	var e *installBlob
+	for i, x := range ib.entries {
+		if x.digest == digest {
+			e = x
+			ib.entries = append(append(ib.entries[:i:i], ib.entries[i+1:]...), x)
+			break
+		}
+	}
+	load := e == nil
+	if load {
+		e = &installBlob{digest: digest, ready: make(chan struct{})}
+		ib.entries = append(ib.entries, e)
+		if len(ib.entries) > maxInstallBlobs {
+			ib.entries = ib.entries[1:]
+		}
+	}
+	ib.mu.Unlock()
+	if load {
+		e.blob, e.bytes, e.err = readBlob(context.WithoutCancel(ctx), digest, st)
+		close(e.ready)
+		if e.err != nil {
+			ib.forget(e)
+		}
+	}
+	select {
+	case <-e.ready:
+		return e, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (ib *installBlobs) forget(e *installBlob) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.entries = slices.DeleteFunc(ib.entries, func(x *installBlob) bool { return x == e })
+}
+
+func readBlob(ctx context.Context, digest string, st blobOpener) (*models.Blob, []byte, error) {
+	b, content, err := st.OpenBlob(ctx, digest)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, b.Size)
+	if _, err := io.ReadFull(content, buf); err != nil {
+		return nil, nil, err
+	}
+	return b, buf, nil
 }
 
 // installLine is the one-liner a join token comes with: it carries the
@@ -186,12 +277,14 @@ func (d *downloads) take(addr string) (func(), error) {
 // (not a leaf that differs per replica and renewal) and the script checks
 // CA and pin agree. Empty when the controller serves plain HTTP. curl
 // tries again, as long as the controller's Retry-After says, when it is
-// asked past an address's pace (machines installing behind one address).
+// asked past an address's pace; the script is saved, then run, so a
+// failed download fails the line (piped to sh, an empty script exited 0
+// and provisioning took the machine for installed).
 func (e Enrolment) installLine(url, token string) string {
 	if !strings.HasPrefix(url, "https://") || len(e.CAPEM) == 0 || e.CAPin == "" {
 		return ""
 	}
-	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --retry 10 --cacert mesh-ca.pem " +
-		shellQuote(url+"/install.sh") + " | sh -s -- --controller " + shellQuote(url) + " --ca-file mesh-ca.pem --pin " + e.CAPin +
+	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --retry 10 --cacert mesh-ca.pem -o mesh-install.sh " +
+		shellQuote(url+"/install.sh") + " && sh mesh-install.sh --controller " + shellQuote(url) + " --ca-file mesh-ca.pem --pin " + e.CAPin +
 		" --token " + token + ` --name "$(hostname)"`
 }

@@ -28,7 +28,7 @@ func TestInstallLine(t *testing.T) {
 	line := e.installLine("https://ctl.example:8443", "tok")
 	for _, want := range []string{
 		"echo " + base64.StdEncoding.EncodeToString(pem) + " | base64 -d > mesh-ca.pem",
-		"curl -fsS --retry 10 --cacert mesh-ca.pem 'https://ctl.example:8443/install.sh' | sh -s -- ",
+		"curl -fsS --retry 10 --cacert mesh-ca.pem -o mesh-install.sh 'https://ctl.example:8443/install.sh' && sh mesh-install.sh ",
 		"--controller 'https://ctl.example:8443' --ca-file mesh-ca.pem --pin " + e.CAPin, "--token tok",
 	} {
 		if !strings.Contains(line, want) {

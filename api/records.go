@@ -80,6 +80,11 @@ func (s *Server) serveBlob(c echo.Context, d string) error {
 	if err != nil {
 		return err
 	}
+	return s.serveBlobFrom(c, d, b, content)
+}
+
+// serveBlobFrom answers blob b's bytes (or a range of them) from content.
+func (s *Server) serveBlobFrom(c echo.Context, d string, b *models.Blob, content io.ReadSeeker) error {
 	h := c.Response().Header()
 	h.Set("ETag", `"`+d+`"`)
 	h.Set("Digest", "sha-256="+d[7:])

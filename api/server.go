@@ -103,11 +103,12 @@ type Server struct {
 
 	// enrolLimit and hookLimit bound what one address may do unauthenticated.
 	enrolLimit *addressLimiter
-	// installLimit bounds the install script and binary asked for by one
-	// address (anyone may: each is three store reads, or a chunk held);
-	// installing holds the anonymous downloads at once.
+	// installLimit paces the install script and binary asked for by one
+	// address (anyone may); installBlobs holds the binaries they download.
 	installLimit *addressLimiter
-	installing   *downloads
+	installBlobs installBlobs
+	// installFacts keeps what the install script is made of a moment.
+	installFacts installFacts
 	hookLimit    *addressLimiter
 	// hookBodies bounds the webhooks' bodies held at once.
 	hookBodies *bodyBudget
@@ -169,8 +170,7 @@ func NewServer(st Store, hub *hub.Hub, sends *SendWriter, auth *auth.Authority, 
 	s := &Server{Store: st, Hub: hub, Sends: sends, Auth: auth, Signer: signer, Instance: instance, Log: log,
 		OpenAPI: spec, Now: func() time.Time { return time.Now().UTC() }, StoreTimeout: DefaultStoreTimeout, Rules: models.DefaultStateRules,
 		enrolLimit:       newAddressLimiter("enrolments", rate.Every(50*time.Millisecond), 500),
-		installLimit:     newAddressLimiter("install requests", rate.Every(200*time.Millisecond), 10),
-		installing:       newDownloads(MaxInstallDownloads, MaxInstallDownloadsPerAddress),
+		installLimit:     newAddressLimiter("install requests", rate.Every(50*time.Millisecond), 500),
 		hookLimit:        newAddressLimiter("webhooks with a bad signature", rate.Every(2*time.Second), 20),
 		hookBodies:       newBodyBudget("webhooks' bodies", HookBodies, HookBodiesPerAddress, HookBodyWait),
 		reportLimit:      newAddressLimiter("reports", rate.Every(time.Second), 60),
@@ -301,13 +301,13 @@ func (s *Server) Register(e *echo.Echo) {
 	v1.POST("/modules/:module/builds/:number/yank", s.yankBuild, operator)
 	v1.POST("/modules/:module/current", s.setCurrent, operator)
 
-	v1.POST("/host-releases", s.createRelease, admin)
+	v1.POST("/host-releases", s.createRelease, admin, s.installChanged)
 	v1.GET("/host-releases", s.listReleases, viewer)
 	v1.POST("/host-releases/:version/rollout", s.startRollout, admin)
 	v1.GET("/host-releases/:version/rollout", s.getRollout, viewer)
 	v1.POST("/host-releases/:version/rollout/pause", s.rolloutAction("pause"), admin)
 	v1.POST("/host-releases/:version/rollout/resume", s.rolloutAction("resume"), admin)
-	v1.POST("/host-releases/:version/rollout/cancel", s.rolloutAction("cancel"), admin)
+	v1.POST("/host-releases/:version/rollout/cancel", s.rolloutAction("cancel"), admin, s.installChanged)
 
 	v1.POST("/sources", s.createSource, admin)
 	v1.GET("/sources", s.listSources, viewer)

@@ -4337,7 +4337,7 @@ type ClientInterface interface {
 
 	// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
 	//
-	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 	//
 	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
 	GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -6165,7 +6165,7 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
 //
-// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 //
 // Corresponds with GET /install.sh (the `GetInstallScript` operationId).
 func (c *Client) GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -11003,7 +11003,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
 	//
-	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -16614,11 +16614,6 @@ type GetInstallBinaryResponse429Headers struct {
 	RetryAfter *string
 }
 
-// GetInstallBinaryResponse503Headers the declared response headers of an HTTP 503 response for GetInstallBinary
-type GetInstallBinaryResponse503Headers struct {
-	RetryAfter *string
-}
-
 type GetInstallBinaryResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -16628,14 +16623,10 @@ type GetInstallBinaryResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *Problem
-	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetInstallBinaryResponse429Headers
-	// Headers503 the parsed response headers for an HTTP 503 response
-	Headers503 *GetInstallBinaryResponse503Headers
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -16651,11 +16642,6 @@ func (r GetInstallBinaryResponse) GetApplicationproblemJSON404() *NotFound {
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r GetInstallBinaryResponse) GetApplicationproblemJSON429() *Problem {
 	return r.ApplicationproblemJSON429
-}
-
-// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r GetInstallBinaryResponse) GetApplicationproblemJSON503() *Problem {
-	return r.ApplicationproblemJSON503
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -18365,7 +18351,7 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 
 // GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
 //
-// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh -s -- --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -23161,13 +23147,6 @@ func ParseGetInstallBinaryResponse(rsp *http.Response) (*GetInstallBinaryRespons
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Problem
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationproblemJSON503 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -23188,16 +23167,6 @@ func ParseGetInstallBinaryResponse(rsp *http.Response) (*GetInstallBinaryRespons
 			headers.RetryAfter = &value
 		}
 		response.Headers429 = &headers
-	case rsp.StatusCode == 503:
-		var headers GetInstallBinaryResponse503Headers
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.RetryAfter = &value
-		}
-		response.Headers503 = &headers
 	}
 
 	return response, nil

@@ -95,7 +95,7 @@ func TestInstall_OneLiner(t *testing.T) {
 		if err := os.WriteFile(file, []byte(forged), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, args, _ := strings.Cut(line, "sh -s -- ")
+		_, args, _ := strings.Cut(line, "sh mesh-install.sh ")
 		out, err := runInstall(t, "sh "+file+" "+args, work, "--prefix", filepath.Join(work, "forged"), "--name", "inst0")
 		if err == nil || !strings.Contains(out, "does not verify") {
 			t.Fatalf("err %v, output:\n%s", err, out)

@@ -111,6 +111,10 @@ func when(state string, started, finished *time.Time, now time.Time, notYet stri
 		return w
 	case started != nil:
 		return "since " + stamp(*started) + " (" + ago(*started, now) + ")"
+	case state == models.UpgradeWithdrawn || state == models.StepWithdrawn:
+		// Said of one its rollout or plan ended before reaching: it
+		// never will be ("not reached yet" said it would).
+		return "never reached"
 	}
 	return notYet
 }

@@ -308,7 +308,10 @@ func (a *app) showRollout(r *client.Rollout) error {
 	fmt.Fprintln(a.out)
 	ms := [][]string{{"MACHINE", "WAVE", "STATE", "PREVIOUS", "REASON"}}
 	for _, m := range r.Machines {
-		w := "not reached yet"
+		w := string(m.State) + ", not reached yet"
+		if m.State == client.RolloutMachineStateWithdrawn {
+			w = "withdrawn, never reached"
+		}
 		if m.StartedAt != nil || m.FinishedAt != nil {
 			w = spanWords(string(m.State), m.StartedAt, m.FinishedAt)
 		}
