@@ -38,7 +38,7 @@ func pollDuringSendCommit(t *testing.T, e *ctltest.Env, token string, known int6
 	done := make(chan poll, 1)
 	go func() { done <- doPoll(e, token, known, wait) }()
 	waitFor(t, 10*time.Second, func() bool { return e.Ctl.Hub.OpenPolls() >= 1 }) // the poll is held
-	firstVariables(e, "m1")            // a new generation: the held poll wakes and writes its send row
+	firstVariables(e, "m1")                                                       // a new generation: the held poll wakes and writes its send row
 	// Its send row waits on the lock.
 	waitFor(t, 10*time.Second, func() bool {
 		var n int64
