@@ -143,10 +143,20 @@ func DecodeReport(body []byte) (*Report, error) {
 	// kept and then shown, rather than refused: a refused report is
 	// dropped from the host's outbox for good.
 	for i := range r.Logs {
-		for j, line := range r.Logs[i].Lines {
+		l := &r.Logs[i]
+		size := 0
+		for j, line := range l.Lines {
 			if strings.ContainsFunc(line, hidden) {
-				r.Logs[i].Lines[j] = EscapeLogLine(line, MaxLogBytes)
+				l.Lines[j] = EscapeLogLine(line, MaxLogBytes)
 			}
+			size += len(l.Lines[j]) + 1
+		}
+		// The bound holds of what is kept: an escape makes a 2-byte
+		// character six ("\u0600"), and a host's 16 KiB of them was kept
+		// and shown as 48. The oldest lines go, marked so.
+		for size > MaxLogBytes && len(l.Lines) > 0 {
+			size -= len(l.Lines[0]) + 1
+			l.Lines, l.Truncated = l.Lines[1:], true
 		}
 	}
 	// What it runs is kept on the machine and shown in every list of

@@ -261,7 +261,12 @@ func reportLine(r models.ReportRow) ReportLine {
 			if !c.OK {
 				word = "unhealthy"
 			}
-			l.Checks = append(l.Checks, models.EscapeLogLine(fmt.Sprintf("check %s: %s (%s) at %s", c.Resource, word, c.Detail, stamp(c.At)), journalWords))
+			// Without the check's own time: the body is kept as its host
+			// sent it, on the host's clock (a host two hours ahead dated
+			// its checks two hours after the report arrived, a lying one
+			// any date). The line says when the report was received; the
+			// machine's health, on this clock, says since when.
+			l.Checks = append(l.Checks, models.EscapeLogLine(fmt.Sprintf("check %s: %s (%s)", c.Resource, word, c.Detail), journalWords))
 		}
 	}
 	return l

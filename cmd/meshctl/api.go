@@ -166,14 +166,19 @@ func (a *app) table(rows [][]string) error {
 // reason, its version, a check's detail) reaches the operator's terminal
 // here, and escape sequences in it could rewrite the screen, set the
 // clipboard or hide text, so control characters (tabs and newlines too,
-// which would break the table) are written as Go escapes.
+// which would break the table) are written as Go escapes, and so are the
+// format characters (Unicode's Cf: a check's detail "status \u202e002 ,ko"
+// read "status ok, 200" on the operator's terminal, a zero-width space made
+// a check's name look like another's), as the dashboard escapes them.
 func shown(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) && utf8.ValidString(s) {
+	if !strings.ContainsFunc(s, hiddenRune) && utf8.ValidString(s) {
 		return s
 	}
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
 }
+
+func hiddenRune(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
 
 // ago says how long ago t was, for tables; "-" when never.
 func ago(t *time.Time) string {
