@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -167,7 +168,7 @@ func (c *fleetCollector) read() []prometheus.Metric {
 	}
 	gauges(c.plans, models.PlanStates(), f.Plans)
 	gauges(c.rollouts, models.RolloutStates(), f.Rollouts)
-	return append(out, c.tierMetrics(f.Tiers, time.Now())...)
+	return append(out, c.tierMetrics(f.Tiers, f.Modules, time.Now())...)
 }
 
 // healthUnknown is the health counted for a machine whose host is not
@@ -217,7 +218,15 @@ func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric
 // tierMetrics folds the tiers of plans that can change no more (in id
 // order, up to the first still open) into c.folded for good, and exports
 // those totals plus the ended tiers of the plans still open.
-func (c *fleetCollector) tierMetrics(spans []models.TierSpan, now time.Time) []prometheus.Metric {
+func (c *fleetCollector) tierMetrics(spans []models.TierSpan, modules []string, now time.Time) []prometheus.Metric {
+	// A module deleted took its plans with it: its folded tiers go too, or
+	// this instance exported them until it restarted while a replica that
+	// had not folded them exported none.
+	for k := range c.folded {
+		if !slices.Contains(modules, k.module) {
+			delete(c.folded, k)
+		}
+	}
 	open := map[tierKey]*tierHist{}
 	folding := true
 	for i := 0; i < len(spans); {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -94,21 +95,55 @@ func (s *Server) installBinary(c echo.Context) error {
 	if !models.ValidDigest(d) {
 		return models.Invalid("digest", "sha256:<64 hex digits>")
 	}
-	rs, err := s.Store.Releases(c.Request().Context(), maxReleases, 0)
+	// Judged from the facts the script is made of (a store read a second,
+	// not one a request, whatever digest is named).
+	def, rs, _, err := s.installFacts.get(c.Request().Context(), s.Store)
 	if err != nil {
 		return err
 	}
 	if !models.IsInstallable(d, rs) {
 		return fmt.Errorf("%w: no ready host release has digest %s", models.ErrNotFound, d)
 	}
-	// Served from one copy in memory for every download: each download
-	// served from the store held a chunk of its own (store.ChunkSize) for
-	// as long as its client was slow, and 2,000 slow clients held 3 GB.
-	shared, err := s.installBlobs.get(c.Request().Context(), d, s.Store)
+	offered := map[string]bool{}
+	for _, r := range models.InstallReleases(def, rs) {
+		offered[r.Digest] = true
+	}
+	if !offered[d] {
+		// A ready release the script does not offer (an older one, by
+		// hand): from the store, a chunk held a download, so few at once.
+		release, err := s.installOthers.take()
+		if err != nil {
+			s.installRefused(c, err)
+			return err
+		}
+		defer release()
+		return s.serveBlob(c, d)
+	}
+	// The binaries the script offers (one a platform) are served from one
+	// copy in memory for every download: each download served from the
+	// store held a chunk of its own (store.ChunkSize) for as long as its
+	// client was slow, and 2,000 slow clients held 3 GB.
+	shared, err := s.installBlobs.get(c.Request().Context(), d, s.Store, offered)
 	if err != nil {
 		return err
 	}
 	return s.serveBlobFrom(c, d, shared.blob, bytes.NewReader(shared.bytes))
+}
+
+// installOthers bounds the downloads at once of ready releases the script
+// does not offer (each holds a chunk while its client reads).
+type installOthers struct{ n atomic.Int64 }
+
+const maxOtherDownloads = 8
+
+func (o *installOthers) take() (func(), error) {
+	if o.n.Add(1) > maxOtherDownloads {
+		o.n.Add(-1)
+		return nil, &models.RetryAfterError{After: 10 * time.Second, Err: fmt.Errorf(
+			"%w: %d downloads at once of host releases the install script does not offer; try again in 10 s", models.ErrTooManyRequests, maxOtherDownloads)}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { o.n.Add(-1) }) }, nil
 }
 
 // installLimited refuses an address past its pace of install requests:
@@ -209,24 +244,23 @@ type installBlob struct {
 	err    error
 }
 
-// maxInstallBlobs is how many binaries are kept: a fleet installs its
-// default release, one a platform.
-const maxInstallBlobs = 4
-
 // blobOpener is the store's way to a blob.
 type blobOpener interface {
 	OpenBlob(ctx context.Context, digest string) (*models.Blob, io.ReadSeeker, error)
 }
 
-// get is the binary of digest, read once from the store by the first to
-// ask (the rest wait for it).
-func (ib *installBlobs) get(ctx context.Context, digest string, st blobOpener) (*installBlob, error) {
+// get is the binary of digest, one the script offers, read once from the
+// store by the first to ask (the rest wait for it). What is kept is the
+// offered binaries only: one the script no longer offers is let go (a
+// download still under way keeps its copy), so a few digests named in
+// turn do not each make a copy of their own.
+func (ib *installBlobs) get(ctx context.Context, digest string, st blobOpener, offered map[string]bool) (*installBlob, error) {
 	ib.mu.Lock()
+	ib.entries = slices.DeleteFunc(ib.entries, func(x *installBlob) bool { return !offered[x.digest] })
 	var e *installBlob
-	for i, x := range ib.entries {
+	for _, x := range ib.entries {
 		if x.digest == digest {
 			e = x
-			ib.entries = append(append(ib.entries[:i:i], ib.entries[i+1:]...), x)
 			break
 		}
 	}
@@ -234,13 +268,14 @@ func (ib *installBlobs) get(ctx context.Context, digest string, st blobOpener) (
 	if load {
 		e = &installBlob{digest: digest, ready: make(chan struct{})}
 		ib.entries = append(ib.entries, e)
-		if len(ib.entries) > maxInstallBlobs {
-			ib.entries = ib.entries[1:]
-		}
 	}
 	ib.mu.Unlock()
 	if load {
-		e.blob, e.bytes, e.err = readBlob(context.WithoutCancel(ctx), digest, st)
+		// Not the asker's to cancel (the others wait on it), bounded all
+		// the same.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		e.blob, e.bytes, e.err = readBlob(lctx, digest, st)
+		cancel()
 		close(e.ready)
 		if e.err != nil {
 			ib.forget(e)
@@ -279,12 +314,15 @@ func readBlob(ctx context.Context, digest string, st blobOpener) (*models.Blob, 
 // tries again, as long as the controller's Retry-After says, when it is
 // asked past an address's pace; the script is saved, then run, so a
 // failed download fails the line (piped to sh, an empty script exited 0
-// and provisioning took the machine for installed).
+// and provisioning took the machine for installed). Both files go in a
+// directory of the line's own (mktemp -d): saved as names in the working
+// directory, another local user's link planted there took the script
+// root runs, or the CA curl trusts.
 func (e Enrolment) installLine(url, token string) string {
 	if !strings.HasPrefix(url, "https://") || len(e.CAPEM) == 0 || e.CAPin == "" {
 		return ""
 	}
-	return "echo " + base64.StdEncoding.EncodeToString(e.CAPEM) + " | base64 -d > mesh-ca.pem && curl -fsS --retry 10 --cacert mesh-ca.pem -o mesh-install.sh " +
-		shellQuote(url+"/install.sh") + " && sh mesh-install.sh --controller " + shellQuote(url) + " --ca-file mesh-ca.pem --pin " + e.CAPin +
+	return `d=$(mktemp -d) && echo ` + base64.StdEncoding.EncodeToString(e.CAPEM) + ` | base64 -d > "$d/mesh-ca.pem" && curl -fsS --retry 10 --cacert "$d/mesh-ca.pem" -o "$d/install.sh" ` +
+		shellQuote(url+"/install.sh") + ` && sh "$d/install.sh" --controller ` + shellQuote(url) + ` --ca-file "$d/mesh-ca.pem" --pin ` + e.CAPin +
 		" --token " + token + ` --name "$(hostname)"`
 }

@@ -27,9 +27,9 @@ func TestInstallLine(t *testing.T) {
 	e := Enrolment{CAPin: "sha256:" + strings.Repeat("ab", 32), CAPEM: pem}
 	line := e.installLine("https://ctl.example:8443", "tok")
 	for _, want := range []string{
-		"echo " + base64.StdEncoding.EncodeToString(pem) + " | base64 -d > mesh-ca.pem",
-		"curl -fsS --retry 10 --cacert mesh-ca.pem -o mesh-install.sh 'https://ctl.example:8443/install.sh' && sh mesh-install.sh ",
-		"--controller 'https://ctl.example:8443' --ca-file mesh-ca.pem --pin " + e.CAPin, "--token tok",
+		"d=$(mktemp -d) && echo " + base64.StdEncoding.EncodeToString(pem) + ` | base64 -d > "$d/mesh-ca.pem"`,
+		`curl -fsS --retry 10 --cacert "$d/mesh-ca.pem" -o "$d/install.sh" 'https://ctl.example:8443/install.sh' && sh "$d/install.sh" `,
+		`--controller 'https://ctl.example:8443' --ca-file "$d/mesh-ca.pem" --pin ` + e.CAPin, "--token tok",
 	} {
 		if !strings.Contains(line, want) {
 			t.Errorf("%q lacks %q", line, want)

@@ -105,8 +105,9 @@ type Server struct {
 	enrolLimit *addressLimiter
 	// installLimit paces the install script and binary asked for by one
 	// address (anyone may); installBlobs holds the binaries they download.
-	installLimit *addressLimiter
-	installBlobs installBlobs
+	installLimit  *addressLimiter
+	installBlobs  installBlobs
+	installOthers installOthers
 	// installFacts keeps what the install script is made of a moment.
 	installFacts installFacts
 	hookLimit    *addressLimiter

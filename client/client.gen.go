@@ -3844,7 +3844,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
 	CreateServiceCertificate(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListInstances controller instances (viewer); one page, no cursor
+	// ListInstances controller instances (viewer); one page, no cursor; every instance not stopped first, then the stopped, newest first within each
 	//
 	// Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 	ListInstances(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4337,7 +4337,7 @@ type ClientInterface interface {
 
 	// GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
 	//
-	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh "$d/install.sh" --controller URL --ca-file "$d/mesh-ca.pem" --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 	//
 	// Corresponds with GET /install.sh (the `GetInstallScript` operationId).
 	GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5072,7 +5072,7 @@ func (c *Client) CreateServiceCertificate(ctx context.Context, body CreateServic
 	return c.Client.Do(req)
 }
 
-// ListInstances controller instances (viewer); one page, no cursor
+// ListInstances controller instances (viewer); one page, no cursor; every instance not stopped first, then the stopped, newest first within each
 //
 // Corresponds with GET /api/v1/instances (the `ListInstances` operationId).
 func (c *Client) ListInstances(ctx context.Context, params *ListInstancesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6165,7 +6165,7 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // GetInstallScript the host installer (POSIX sh) that a join token's `install` line runs
 //
-// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh "$d/install.sh" --controller URL --ca-file "$d/mesh-ca.pem" --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 //
 // Corresponds with GET /install.sh (the `GetInstallScript` operationId).
 func (c *Client) GetInstallScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -10448,7 +10448,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/host/service-certificates (the `CreateServiceCertificate` operationId).
 	CreateServiceCertificateWithResponse(ctx context.Context, body CreateServiceCertificateJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateServiceCertificateResponse, error)
 
-	// ListInstancesWithResponse controller instances (viewer); one page, no cursor
+	// ListInstancesWithResponse controller instances (viewer); one page, no cursor; every instance not stopped first, then the stopped, newest first within each
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11003,7 +11003,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
 	//
-	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+	// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh "$d/install.sh" --controller URL --ca-file "$d/mesh-ca.pem" --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -17436,7 +17436,7 @@ func (c *ClientWithResponses) CreateServiceCertificateWithResponse(ctx context.C
 	return ParseCreateServiceCertificateResponse(rsp)
 }
 
-// ListInstancesWithResponse controller instances (viewer); one page, no cursor
+// ListInstancesWithResponse controller instances (viewer); one page, no cursor; every instance not stopped first, then the stopped, newest first within each
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -18351,7 +18351,7 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 
 // GetInstallScriptWithResponse the host installer (POSIX sh) that a join token's `install` line runs
 //
-// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh mesh-install.sh --controller URL --ca-file mesh-ca.pem --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
+// Carries the host release a new machine starts with for each os/arch (the fleet's default version where it is built for that platform, else the newest ready one), each with its signed record, and the declaration keys that sign them. Run as the join token's `install` line gives it (`sh "$d/install.sh" --controller URL --ca-file "$d/mesh-ca.pem" --pin sha256:… --token T [--name N] [--prefix DIR]`), it checks the CA file against the pin, picks this machine's os/arch, checks the release record's signature (openssl) and the downloaded binary's digest against it before running it, installs `/usr/local/bin/mesh-host` and `/etc/systemd/system/mesh-host.service`, enrols, and starts the unit. With no release published for the machine's platform it stops, saying so. `--prefix DIR` installs under DIR, with the unit running the host with `--root DIR`, and starts nothing.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -25,7 +25,7 @@ func (c *controllerProc) installLine() string {
 		Install string `json:"install"`
 	}
 	c.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/join-tokens", Token: c.Admin}, 201, &jt)
-	if !strings.Contains(jt.Install, "--cacert mesh-ca.pem") || !strings.Contains(jt.Install, "/install.sh") {
+	if !strings.Contains(jt.Install, `--cacert "$d/mesh-ca.pem"`) || !strings.Contains(jt.Install, "/install.sh") {
 		c.t.Fatalf("the join token's install line: %q", jt.Install)
 	}
 	return jt.Install
@@ -95,8 +95,8 @@ func TestInstall_OneLiner(t *testing.T) {
 		if err := os.WriteFile(file, []byte(forged), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, args, _ := strings.Cut(line, "sh mesh-install.sh ")
-		out, err := runInstall(t, "sh "+file+" "+args, work, "--prefix", filepath.Join(work, "forged"), "--name", "inst0")
+		fetch, args, _ := strings.Cut(line, ` && sh "$d/install.sh" `)
+		out, err := runInstall(t, fetch+" && sh "+file+" "+args, work, "--prefix", filepath.Join(work, "forged"), "--name", "inst0")
 		if err == nil || !strings.Contains(out, "does not verify") {
 			t.Fatalf("err %v, output:\n%s", err, out)
 		}

@@ -70,7 +70,7 @@ func TestInstall_ALineWhoseScriptIsNotFetchedFails(t *testing.T) {
 	c := startControllerTLS(t, store.SQLite)
 	c.release("mesh-host", "1.0.0")
 	work := t.TempDir()
-	line := strings.Replace(c.installLine(), "/install.sh", "/install-gone.sh", 1) // a 404: curl -f fails
+	line := strings.Replace(c.installLine(), "/install.sh'", "/install-gone.sh'", 1) // the URL's: a 404, curl -f fails
 	prefix := filepath.Join(work, "p")
 	out, err := runInstall(t, line, work, "--prefix", prefix, "--name", "late")
 	_, statErr := os.Stat(filepath.Join(prefix, "var/lib/mesh-host/host.json"))

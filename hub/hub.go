@@ -112,6 +112,7 @@ type Hub struct {
 }
 
 type machineEntry struct {
+	known       time.Time // when this hub learnt of it
 	id          int64
 	name        string
 	gen         int64
@@ -222,12 +223,39 @@ func New(st *store.Store, signer models.Signer, instance string, log *slog.Logge
 // Load reads every machine's head from the store. Polls are answered only
 // once it has run.
 func (h *Hub) Load(ctx context.Context) error {
+	readAt := time.Now()
 	heads, err := h.Store.MachineHeads(ctx)
 	if err != nil {
 		return err
 	}
 	h.loadHeads(heads)
+	h.forgetMissing(heads, readAt)
 	return nil
+}
+
+// forgetMissing forgets the machines known since before the store was
+// read (readAt) that it no longer has: one deleted through another
+// instance stayed in this hub, and its count, until a restart. One added
+// since the read began is kept (its enrolment committed after it).
+func (h *Hub) forgetMissing(heads []store.MachineHead, readAt time.Time) {
+	in := make(map[int64]bool, len(heads))
+	for _, m := range heads {
+		in[m.ID] = true
+	}
+	var ps []Parked
+	h.mu.Lock()
+	for id, e := range h.byID {
+		if in[id] || !e.known.Before(readAt) {
+			continue
+		}
+		delete(h.byID, id)
+		if h.byName[e.name] == e {
+			delete(h.byName, e.name)
+		}
+		ps = append(ps, e.wake()...)
+	}
+	h.mu.Unlock()
+	h.send(ps)
 }
 
 // loadHeads takes in what the store said of every machine. The read came
@@ -243,7 +271,7 @@ func (h *Hub) loadHeads(heads []store.MachineHead) {
 		e := h.byID[m.ID]
 		if e == nil {
 			// A bump heard while it was unknown may be newer than the read.
-			e = &machineEntry{id: m.ID, name: m.Name, gen: h.unknownGen[m.ID], changed: make(chan struct{})}
+			e = &machineEntry{known: time.Now(), id: m.ID, name: m.Name, gen: h.unknownGen[m.ID], changed: make(chan struct{})}
 			delete(h.unknownGen, m.ID)
 			h.byID[m.ID], h.byName[m.Name] = e, e
 		}
@@ -295,7 +323,7 @@ func (h *Hub) Add(m *models.Machine) {
 	delete(h.unknownGen, m.ID)
 	// Enrolled, not yet polled: no last-seen time (the overview says
 	// "never polled"); its first poll is expected here.
-	e := &machineEntry{id: m.ID, name: m.Name, gen: gen, hostVersion: m.HostVersion,
+	e := &machineEntry{known: time.Now(), id: m.ID, name: m.Name, gen: gen, hostVersion: m.HostVersion,
 		schema: m.Schema, tokenID: m.TokenID, certInUse: m.CertInUse, changed: make(chan struct{}), polledHere: time.Now()}
 	h.byID[m.ID], h.byName[m.Name] = e, e
 }

@@ -39,6 +39,9 @@ type Fleet struct {
 	// Plans and Rollouts count plans and host rollouts by state.
 	Plans    map[string]int64
 	Rollouts map[string]int64
+	// Modules are the names of every module (the tiers of a module deleted,
+	// its plans with it, are no longer exported).
+	Modules []string
 	// Tiers are the tiers of the plans asked for (those after a plan id),
 	// with the plans that have no steps as one span of no steps each, so
 	// every plan in the range is seen with its state.
@@ -55,6 +58,7 @@ type TierSpan struct {
 	Steps          int64 // 0: the plan has no steps (this span only carries its state)
 	Finished       int64 // steps judged (applied or failed)
 	Failed         int64
+	Withdrawn      int64      // steps the plan ended before they applied
 	Started        *time.Time // the first step reached
 	Ended          *time.Time // the last step judged
 }
@@ -68,7 +72,7 @@ const (
 // Outcome says whether the tier has ended, how, and how long it took from
 // the first machine reached to the last judged: completed when every step
 // applied, halted when one failed (the plan halts on the tier's first
-// failure). A halted tier that is resumed is running again until its steps
+// failure) or the plan ended before its steps applied. A halted tier that is resumed is running again until its steps
 // are judged anew.
 func (t TierSpan) Outcome() (outcome string, took time.Duration, ended bool) {
 	if t.Steps == 0 || t.Started == nil || t.Ended == nil {
@@ -76,6 +80,11 @@ func (t TierSpan) Outcome() (outcome string, took time.Duration, ended bool) {
 	}
 	switch {
 	case t.Failed > 0:
+		outcome = TierHalted
+	case t.Withdrawn > 0 && t.PlanState != PlanDone:
+		// Cancelled, superseded or rolled back before its machines
+		// applied (a halted plan's failed step is withdrawn at its
+		// cancel): it did not complete, and a halt counted stays so.
 		outcome = TierHalted
 	case t.Finished == t.Steps:
 		outcome = TierCompleted

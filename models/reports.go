@@ -147,7 +147,10 @@ func DecodeReport(body []byte) (*Report, error) {
 		size := 0
 		for j, line := range l.Lines {
 			if strings.ContainsFunc(line, hidden) {
-				l.Lines[j] = EscapeLogLine(line, MaxLogBytes)
+				// Clipped to fit the bound with its newline: clipped to
+				// it whole, the newest line never fit and went, and
+				// every line before it.
+				l.Lines[j] = EscapeLogLine(line, MaxLogBytes-1)
 			}
 			size += len(l.Lines[j]) + 1
 		}

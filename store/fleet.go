@@ -38,6 +38,9 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 				f.Rollouts[c.State] += c.N
 			}
 		}
+		if err := tx.Model(&models.Module{}).Pluck("name", &f.Modules).Error; err != nil {
+			return err
+		}
 		var rows []struct {
 			PlanID         int64
 			Module         string
@@ -47,6 +50,7 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 			Steps          int64
 			Finished       int64
 			Failed         int64
+			Withdrawn      int64
 			Started        anyTime
 			Ended          anyTime
 		}
@@ -55,17 +59,18 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 				plans.finished_at AS plan_finished_at, plan_steps.tier AS tier,
 				COUNT(plan_steps.plan_id) AS steps, COUNT(plan_steps.finished_at) AS finished,
 				COALESCE(SUM(CASE WHEN plan_steps.state = ? THEN 1 ELSE 0 END), 0) AS failed,
+				COALESCE(SUM(CASE WHEN plan_steps.state = ? THEN 1 ELSE 0 END), 0) AS withdrawn,
 				MIN(plan_steps.started_at) AS started, MAX(plan_steps.finished_at) AS ended
 			FROM plans JOIN modules ON modules.id = plans.module_id
 			LEFT JOIN plan_steps ON plan_steps.plan_id = plans.id
 			WHERE plans.id > ?
 			GROUP BY plans.id, modules.name, plans.state, plans.finished_at, plan_steps.tier
-			ORDER BY plans.id, plan_steps.tier`, models.StepFailed, afterPlan).Scan(&rows).Error; err != nil {
+			ORDER BY plans.id, plan_steps.tier`, models.StepFailed, models.StepWithdrawn, afterPlan).Scan(&rows).Error; err != nil {
 			return err
 		}
 		for _, r := range rows {
 			t := models.TierSpan{PlanID: r.PlanID, Module: r.Module, PlanState: r.PlanState, PlanFinishedAt: r.PlanFinishedAt.ptr(),
-				Steps: r.Steps, Finished: r.Finished, Failed: r.Failed, Started: r.Started.ptr(), Ended: r.Ended.ptr()}
+				Steps: r.Steps, Finished: r.Finished, Failed: r.Failed, Withdrawn: r.Withdrawn, Started: r.Started.ptr(), Ended: r.Ended.ptr()}
 			if r.Tier != nil {
 				t.Tier = *r.Tier
 			}
