@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -54,6 +53,8 @@ type fleetCollector struct {
 
 	foldedUpTo int64                 // every plan with an id up to this is in folded
 	folded     map[tierKey]*tierHist // tier durations of plans folded for good
+	// foldedModule is the id of the module each name's folded tiers are of.
+	foldedModule map[string]int64
 
 	machines, health, plans, rollouts     *prometheus.Desc
 	checksFailing, composeErrors, tierDur *prometheus.Desc
@@ -94,7 +95,7 @@ func (h *tierHist) add(o *tierHist) {
 }
 
 func newFleetCollector(s *Server) *fleetCollector {
-	return &fleetCollector{srv: s, folded: map[tierKey]*tierHist{},
+	return &fleetCollector{srv: s, folded: map[tierKey]*tierHist{}, foldedModule: map[string]int64{},
 		machines: prometheus.NewDesc("mesh_machines", "Machines by state, as the API says it (every state word, zero included).", []string{"state"}, nil),
 		health: prometheus.NewDesc("mesh_machines_health", "Machines by the health of their declared checks (passing, failing, none; unknown: offline or revoked, whose last report is no fact of now).",
 			[]string{"health"}, nil),
@@ -218,12 +219,13 @@ func (c *fleetCollector) machineMetrics(ms []models.Machine) []prometheus.Metric
 // tierMetrics folds the tiers of plans that can change no more (in id
 // order, up to the first still open) into c.folded for good, and exports
 // those totals plus the ended tiers of the plans still open.
-func (c *fleetCollector) tierMetrics(spans []models.TierSpan, modules []string, now time.Time) []prometheus.Metric {
-	// A module deleted took its plans with it: its folded tiers go too, or
-	// this instance exported them until it restarted while a replica that
-	// had not folded them exported none.
+func (c *fleetCollector) tierMetrics(spans []models.TierSpan, modules map[string]int64, now time.Time) []prometheus.Metric {
+	// A module deleted took its plans with it: its folded tiers go too
+	// (by its id: one made again under its name has none), or this
+	// instance exported them until it restarted while a replica that had
+	// not folded them exported none.
 	for k := range c.folded {
-		if !slices.Contains(modules, k.module) {
+		if id, ok := modules[k.module]; !ok || id != c.foldedModule[k.module] {
 			delete(c.folded, k)
 		}
 	}
@@ -241,6 +243,7 @@ func (c *fleetCollector) tierMetrics(spans []models.TierSpan, modules []string, 
 		if folding {
 			into = c.folded
 			c.foldedUpTo = p.PlanID
+			c.foldedModule[p.Module] = p.ModuleID
 		}
 		for _, t := range spans[i:j] {
 			outcome, took, ended := t.Outcome()

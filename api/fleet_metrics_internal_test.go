@@ -27,7 +27,7 @@ func TestTierMetrics_FoldsWhatCanChangeNoMore(t *testing.T) {
 		span(3, models.PlanHalted, old, 0, 20*time.Second, 1),                             // may be resumed
 		span(4, models.PlanDone, old, 0, 30*time.Second, 0),
 	}
-	if n := len(c.tierMetrics(spans, []string{"app"}, now)); n != 2 {
+	if n := len(c.tierMetrics(spans, map[string]int64{"app": 0}, now)); n != 2 {
 		t.Fatalf("%d histograms, want 2 (app completed, app halted)", n)
 	}
 	if c.foldedUpTo != 2 {
@@ -43,12 +43,12 @@ func TestTierMetrics_FoldsWhatCanChangeNoMore(t *testing.T) {
 		span(3, models.PlanCancelled, recent, 0, 20*time.Second, 1),
 		span(4, models.PlanDone, old, 0, 30*time.Second, 0),
 	}
-	c.tierMetrics(spans, []string{"app"}, now)
+	c.tierMetrics(spans, map[string]int64{"app": 0}, now)
 	if c.foldedUpTo != 2 {
 		t.Fatalf("folded up to plan %d, want 2 (plan 3 finished a second ago)", c.foldedUpTo)
 	}
 	spans[0].PlanFinishedAt = old
-	c.tierMetrics(spans, []string{"app"}, now)
+	c.tierMetrics(spans, map[string]int64{"app": 0}, now)
 	if c.foldedUpTo != 4 {
 		t.Fatalf("folded up to plan %d, want 4", c.foldedUpTo)
 	}
@@ -58,7 +58,7 @@ func TestTierMetrics_FoldsWhatCanChangeNoMore(t *testing.T) {
 	if h := c.folded[tierKey{"app", models.TierHalted}]; h == nil || h.count != 1 {
 		t.Fatalf("halted tiers folded: %+v", h)
 	}
-	if n := len(c.tierMetrics(nil, []string{"app"}, now)); n != 2 {
+	if n := len(c.tierMetrics(nil, map[string]int64{"app": 0}, now)); n != 2 {
 		t.Fatalf("with nothing new read: %d histograms, want the 2 folded", n)
 	}
 }

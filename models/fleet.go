@@ -39,9 +39,10 @@ type Fleet struct {
 	// Plans and Rollouts count plans and host rollouts by state.
 	Plans    map[string]int64
 	Rollouts map[string]int64
-	// Modules are the names of every module (the tiers of a module deleted,
-	// its plans with it, are no longer exported).
-	Modules []string
+	// Modules are every module's id by name (the tiers of a module
+	// deleted, its plans with it, are no longer exported, even when one
+	// of its name is made again).
+	Modules map[string]int64
 	// Tiers are the tiers of the plans asked for (those after a plan id),
 	// with the plans that have no steps as one span of no steps each, so
 	// every plan in the range is seen with its state.
@@ -51,6 +52,7 @@ type Fleet struct {
 // TierSpan is one tier of one plan as its steps say.
 type TierSpan struct {
 	PlanID         int64
+	ModuleID       int64
 	Module         string
 	PlanState      string
 	PlanFinishedAt *time.Time
@@ -81,10 +83,12 @@ func (t TierSpan) Outcome() (outcome string, took time.Duration, ended bool) {
 	switch {
 	case t.Failed > 0:
 		outcome = TierHalted
-	case t.Withdrawn > 0 && t.PlanState != PlanDone:
+	case t.Withdrawn > 0 && PlanFinal(t.PlanState) && t.PlanState != PlanDone:
 		// Cancelled, superseded or rolled back before its machines
 		// applied (a halted plan's failed step is withdrawn at its
-		// cancel): it did not complete, and a halt counted stays so.
+		// cancel): it did not complete, and a halt counted stays so. A
+		// step withdrawn from a plan still going (its machine deleted)
+		// ends nothing.
 		outcome = TierHalted
 	case t.Finished == t.Steps:
 		outcome = TierCompleted

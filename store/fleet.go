@@ -38,11 +38,17 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 				f.Rollouts[c.State] += c.N
 			}
 		}
-		if err := tx.Model(&models.Module{}).Pluck("name", &f.Modules).Error; err != nil {
+		var mods []models.Module
+		if err := tx.Select("id", "name").Find(&mods).Error; err != nil {
 			return err
+		}
+		f.Modules = make(map[string]int64, len(mods))
+		for _, m := range mods {
+			f.Modules[m.Name] = m.ID
 		}
 		var rows []struct {
 			PlanID         int64
+			ModuleID       int64
 			Module         string
 			PlanState      string
 			PlanFinishedAt anyTime
@@ -55,7 +61,7 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 			Ended          anyTime
 		}
 		// A LEFT JOIN, so a plan with no steps is seen too (with its state).
-		if err := tx.Raw(`SELECT plans.id AS plan_id, modules.name AS module, plans.state AS plan_state,
+		if err := tx.Raw(`SELECT plans.id AS plan_id, modules.id AS module_id, modules.name AS module, plans.state AS plan_state,
 				plans.finished_at AS plan_finished_at, plan_steps.tier AS tier,
 				COUNT(plan_steps.plan_id) AS steps, COUNT(plan_steps.finished_at) AS finished,
 				COALESCE(SUM(CASE WHEN plan_steps.state = ? THEN 1 ELSE 0 END), 0) AS failed,
@@ -64,12 +70,12 @@ func (s *Store) Fleet(ctx context.Context, afterPlan int64) (*models.Fleet, erro
 			FROM plans JOIN modules ON modules.id = plans.module_id
 			LEFT JOIN plan_steps ON plan_steps.plan_id = plans.id
 			WHERE plans.id > ?
-			GROUP BY plans.id, modules.name, plans.state, plans.finished_at, plan_steps.tier
+			GROUP BY plans.id, modules.id, modules.name, plans.state, plans.finished_at, plan_steps.tier
 			ORDER BY plans.id, plan_steps.tier`, models.StepFailed, models.StepWithdrawn, afterPlan).Scan(&rows).Error; err != nil {
 			return err
 		}
 		for _, r := range rows {
-			t := models.TierSpan{PlanID: r.PlanID, Module: r.Module, PlanState: r.PlanState, PlanFinishedAt: r.PlanFinishedAt.ptr(),
+			t := models.TierSpan{PlanID: r.PlanID, ModuleID: r.ModuleID, Module: r.Module, PlanState: r.PlanState, PlanFinishedAt: r.PlanFinishedAt.ptr(),
 				Steps: r.Steps, Finished: r.Finished, Failed: r.Failed, Withdrawn: r.Withdrawn, Started: r.Started.ptr(), Ended: r.Ended.ptr()}
 			if r.Tier != nil {
 				t.Tier = *r.Tier

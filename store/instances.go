@@ -73,13 +73,16 @@ func (s *Store) AdvertisedNames(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Instances lists controller instances: every one not stopped first (the
-// serving, starting, draining, and those whose heartbeats stopped without
-// a stop), then the stopped ones; newest first within each. Every start
+// Instances lists controller instances: the live first (not stopped, and
+// heard from within models.InstanceSilentAfter), then the rest; newest
+// first within each. Every start
 // is a row: a replica that crash-looped wrote enough newer stopped rows to
 // push the serving instances off the page.
 func (s *Store) Instances(ctx context.Context, limit int) ([]models.Instance, error) {
 	var is []models.Instance
-	return is, mapErr(s.db.WithContext(ctx).Order(clause.Expr{SQL: "CASE WHEN state = ? THEN 1 ELSE 0 END, started_at DESC",
-		Vars: []any{models.InstanceStopped}}).Limit(limit).Find(&is).Error)
+	// Live: not stopped, and heard from within a minute (one that crashed
+	// never wrote "stopped"); as Instance.Observed says unresponsive.
+	live := clause.OrderBy{Expression: clause.Expr{SQL: "CASE WHEN state <> ? AND heartbeat_at > ? THEN 0 ELSE 1 END, started_at DESC",
+		Vars: []any{models.InstanceStopped, s.Now().Add(-models.InstanceSilentAfter)}, WithoutParentheses: true}}
+	return is, mapErr(s.db.WithContext(ctx).Clauses(live).Limit(limit).Find(&is).Error)
 }
