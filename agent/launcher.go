@@ -258,6 +258,13 @@ func (l *launcher) reap(ctx context.Context) {
 
 // start runs a host binary with run's flags; env adds to the environment.
 func (l *launcher) start(path string, env ...string) (*os.Process, chan syscall.WaitStatus, error) {
+	// A host it did not start holding the state dir (one that took the
+	// lock after this launcher's start looked): stopped first, or the
+	// host started here waits for the lock and exits, again and again.
+	if rec, held := heldHost(l.cfg.StateDir); held && rec.PID != os.Getpid() && parentOf(rec.PID) != os.Getpid() {
+		l.cfg.Log.Warn("a host this launcher did not start runs on its state dir; stopping it", "pid", rec.PID)
+		stopStray(rec.PID, rec.StartTime)
+	}
 	ch := make(chan syscall.WaitStatus, 1)
 	r, w, err := os.Pipe()
 	if err != nil {
