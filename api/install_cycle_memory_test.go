@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,13 +39,7 @@ func TestInstall_CyclingDigestsHoldBoundedMemory(t *testing.T) {
 		sum := sha256.Sum256(binary)
 		paths = append(paths, "/install/mesh-host/sha256:"+hex.EncodeToString(sum[:]))
 	}
-	heap := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
-	before := heap()
+	before := heapAlloc()
 	const clients = 40
 	served := 0
 	for i := range clients {
@@ -71,7 +64,7 @@ func TestInstall_CyclingDigestsHoldBoundedMemory(t *testing.T) {
 			served++
 		}
 	}
-	held := heap() - before
+	held := heapAlloc() - before
 	t.Logf("%d unread downloads of %d ready releases (%d served): heap grew %d MiB", clients, len(paths), served, held>>20)
 	// One copy of each of the five binaries would be 40 MiB.
 	if held > 6*size {

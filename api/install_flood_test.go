@@ -1,11 +1,7 @@
 package api_test
 
 import (
-	"bufio"
-	"bytes"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 
 	"mesh/controller/ctltest"
@@ -27,18 +23,7 @@ func TestInstall_AnonymousScriptFloodCostsTheStoreLittle(t *testing.T) {
 	if resp, b := e.UploadRelease(e.Admin, "1.0.0", []byte("mesh-host, not really")); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("release: %d %s", resp.StatusCode, b)
 	}
-	statements := func() float64 {
-		_, b := e.Do(ctltest.Request{Method: http.MethodGet, Path: "/metrics"})
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "mesh_store_statements_total "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		t.Fatal("no mesh_store_statements_total")
-		return 0
-	}
+	statements := func() float64 { return scrape(t, e)["mesh_store_statements_total"] }
 	before := statements()
 	const n = 200
 	served, refused := 0, 0

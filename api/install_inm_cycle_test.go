@@ -1,15 +1,11 @@
 package api_test
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 
 	"mesh/controller/ctltest"
@@ -34,18 +30,7 @@ func TestInstall_NotModifiedCostsNoBinaryRead(t *testing.T) {
 		sum := sha256.Sum256(binary)
 		digests = append(digests, "sha256:"+hex.EncodeToString(sum[:]))
 	}
-	statements := func() float64 {
-		_, b := e.Do(ctltest.Request{Method: http.MethodGet, Path: "/metrics"})
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "mesh_store_statements_total "); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-		t.Fatal("no mesh_store_statements_total")
-		return 0
-	}
+	statements := func() float64 { return scrape(t, e)["mesh_store_statements_total"] }
 	before := statements()
 	const n = 40
 	for i := range n {

@@ -41,13 +41,7 @@ func TestInstall_AnonymousDownloadsHoldBoundedMemory(t *testing.T) {
 	sum := sha256.Sum256(binary)
 	path := "/install/mesh-host/sha256:" + hex.EncodeToString(sum[:])
 
-	heap := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
-	before := heap()
+	before := heapAlloc()
 	const clients = 48
 	served := 0
 	for range clients {
@@ -74,10 +68,18 @@ func TestInstall_AnonymousDownloadsHoldBoundedMemory(t *testing.T) {
 			served++
 		}
 	}
-	held := heap() - before
+	held := heapAlloc() - before
 	t.Logf("%d anonymous downloads asked, %d served at once: heap grew %d MiB", clients, served, held>>20)
 	// One copy of the 16 MiB binary is kept for every download.
 	if served != clients || held > 24<<20 {
 		t.Fatalf("%d anonymous, unread downloads of a host release (%d served) hold %d MiB of the controller's heap: outsiders' memory grows with their connections", clients, served, held>>20)
 	}
+}
+
+// heapAlloc is the bytes the heap holds after a collection.
+func heapAlloc() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
