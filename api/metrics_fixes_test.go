@@ -126,49 +126,12 @@ func TestMetrics_ARunningTierWithADeletedMachineIsNotHalted(t *testing.T) {
 // tier for as long as it ran, instance b none. They are kept by the
 // module's id.
 func TestMetrics_AModuleDeletedAndMadeAgainDropsItsFoldedTiers(t *testing.T) {
-	a, b, m := twoInstances(t)
-	for _, e := range []*ctltest.Env{a, b} {
-		e.Ctl.Server.MetricsMaxAge = time.Millisecond
-	}
-	const app = `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "v\n"}]}`
-	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "app"}}, 201, nil)
-	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
-		t.Fatalf("upload: %d %s", resp.StatusCode, body)
-	}
-	send, gen := sendPoll(t, b, m.Token, 0)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
-	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: a.Admin,
-		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "app"}}}}, 200, nil)
-	send, gen = sendPoll(t, b, m.Token, gen)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
-		"running": map[string]any{"app": map[string]any{"build": 1}}})
-	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
-		t.Fatalf("upload 2: %d %s", resp.StatusCode, body)
-	}
-	send, gen = sendPoll(t, b, m.Token, gen)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
-		"running": map[string]any{"app": map[string]any{"build": 2}}})
-	var plans struct {
-		Items []struct{ State string } `json:"items"`
-	}
-	waitFor(t, 10*time.Second, func() bool {
-		a.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: a.Admin}, 200, &plans)
-		return len(plans.Items) == 1 && plans.Items[0].State == models.PlanDone
-	})
-	if err := a.Ctl.Store.DB().Exec("UPDATE plans SET finished_at = ?", time.Now().Add(-time.Hour)).Error; err != nil {
-		t.Fatal(err)
-	}
-	const completed = `mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`
-	if n := scrape(t, a)[completed]; n != 1 {
-		t.Fatalf("a: %s = %v, want 1", completed, n)
-	}
-	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m1", Token: a.Admin}, 204, nil)
-	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/modules/app", Token: a.Admin}, 204, nil)
+	a, b := appTierFoldedThenDeleted(t)
 	// Made again before the next scrape: a new module, no plans.
 	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "app"}}, 201, nil)
 	ga, gb := scrape(t, a), scrape(t, b)
-	if ga[completed] != gb[completed] {
+	if ga[completedAppTiers] != gb[completedAppTiers] {
 		t.Fatalf("after module app was deleted and made again (no plan of it in the store): instance a says %s = %v, instance b says %v",
-			completed, ga[completed], gb[completed])
+			completedAppTiers, ga[completedAppTiers], gb[completedAppTiers])
 	}
 }

@@ -82,51 +82,11 @@ func TestMetrics_ACancelledHaltedTierIsNotCompleted(t *testing.T) {
 // first time then, exported none: two replicas, two fleets — and a
 // restart changed what the first one said.
 func TestMetrics_ReplicasAgreeOnTiersAfterAModuleIsDeleted(t *testing.T) {
-	a, b, m := twoInstances(t)
-	for _, e := range []*ctltest.Env{a, b} {
-		e.Ctl.Server.MetricsMaxAge = time.Millisecond
-	}
-	const app = `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "v\n"}]}`
-	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "app"}}, 201, nil)
-	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
-		t.Fatalf("upload: %d %s", resp.StatusCode, body)
-	}
-	send, gen := sendPoll(t, b, m.Token, 0)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
-	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: a.Admin,
-		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "app"}}}}, 200, nil)
-	send, gen = sendPoll(t, b, m.Token, gen)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
-		"running": map[string]any{"app": map[string]any{"build": 1}}})
-	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
-		t.Fatalf("upload 2: %d %s", resp.StatusCode, body)
-	}
-	send, gen = sendPoll(t, b, m.Token, gen)
-	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
-		"running": map[string]any{"app": map[string]any{"build": 2}}})
-	var plans struct {
-		Items []struct{ State string } `json:"items"`
-	}
-	waitFor(t, 10*time.Second, func() bool {
-		a.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: a.Admin}, 200, &plans)
-		return len(plans.Items) == 1 && plans.Items[0].State == models.PlanDone
-	})
-	// It finished an hour ago: past the fold.
-	if err := a.Ctl.Store.DB().Exec("UPDATE plans SET finished_at = ?", time.Now().Add(-time.Hour)).Error; err != nil {
-		t.Fatal(err)
-	}
-	const completed = `mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`
-	if n := scrape(t, a)[completed]; n != 1 {
-		t.Fatalf("a: %s = %v, want 1", completed, n)
-	}
-
-	// The machine and the module deleted: the plan goes with the module.
-	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m1", Token: a.Admin}, 204, nil)
-	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/modules/app", Token: a.Admin}, 204, nil)
+	a, b := appTierFoldedThenDeleted(t)
 	ga, gb := scrape(t, a), scrape(t, b)
-	if ga[completed] != gb[completed] {
+	if ga[completedAppTiers] != gb[completedAppTiers] {
 		t.Fatalf("after module app was deleted: instance a says %s = %v, instance b says %v: the replicas report different fleets",
-			completed, ga[completed], gb[completed])
+			completedAppTiers, ga[completedAppTiers], gb[completedAppTiers])
 	}
 }
 
@@ -194,3 +154,55 @@ func TestInstances_ALiveInstanceIsNeverCutFromTheList(t *testing.T) {
 		}
 	})
 }
+
+// appTierFoldedThenDeleted: two instances on one PostgreSQL; a plan of
+// module app completed its tier an hour ago, and instance a, scraped, has
+// folded it for good; then the machine and the module are deleted (the
+// plan goes with the module).
+func appTierFoldedThenDeleted(t *testing.T) (a, b *ctltest.Env) {
+	t.Helper()
+	a, b, m := twoInstances(t)
+	for _, e := range []*ctltest.Env{a, b} {
+		e.Ctl.Server.MetricsMaxAge = time.Millisecond
+	}
+	const app = `{"resources": [{"name": "conf", "kind": "file", "path": "/etc/app.conf", "content": "v\n"}]}`
+	a.JSON(ctltest.Request{Method: "POST", Path: "/api/v1/modules", Token: a.Admin, Body: map[string]any{"name": "app"}}, 201, nil)
+	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, body)
+	}
+	send, gen := sendPoll(t, b, m.Token, 0)
+	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
+	a.JSON(ctltest.Request{Method: "PUT", Path: "/api/v1/machines/m1/assignments", Token: a.Admin,
+		Header: map[string]string{"If-Match": `"1"`}, Body: map[string]any{"assignments": []map[string]any{{"module": "app"}}}}, 200, nil)
+	send, gen = sendPoll(t, b, m.Token, gen)
+	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
+		"running": map[string]any{"app": map[string]any{"build": 1}}})
+	if resp, body := a.Upload(a.Admin, "app", app, nil, ""); resp.StatusCode != 201 {
+		t.Fatalf("upload 2: %d %s", resp.StatusCode, body)
+	}
+	send, gen = sendPoll(t, b, m.Token, gen)
+	report(b, m.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied",
+		"running": map[string]any{"app": map[string]any{"build": 2}}})
+	var plans struct {
+		Items []struct{ State string } `json:"items"`
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		a.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/plans", Token: a.Admin}, 200, &plans)
+		return len(plans.Items) == 1 && plans.Items[0].State == models.PlanDone
+	})
+	// It finished an hour ago: past the fold.
+	if err := a.Ctl.Store.DB().Exec("UPDATE plans SET finished_at = ?", time.Now().Add(-time.Hour)).Error; err != nil {
+		t.Fatal(err)
+	}
+	if n := scrape(t, a)[completedAppTiers]; n != 1 {
+		t.Fatalf("a: %s = %v, want 1", completedAppTiers, n)
+	}
+
+	// The machine and the module deleted: the plan goes with the module.
+	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/machines/m1", Token: a.Admin}, 204, nil)
+	a.JSON(ctltest.Request{Method: "DELETE", Path: "/api/v1/modules/app", Token: a.Admin}, 204, nil)
+	return a, b
+}
+
+// completedAppTiers is the count of module app's completed tiers.
+const completedAppTiers = `mesh_plan_tier_duration_seconds_count{module="app",outcome="completed"}`
