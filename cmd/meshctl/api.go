@@ -51,7 +51,7 @@ func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, er
 	hc := &http.Client{Transport: &http.Transport{
 		TLSClientConfig:       tlsConf,
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		DialContext:           dialIdle,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: 2 * time.Minute, // an upload is stored before the answer
 	}}
@@ -63,6 +63,43 @@ func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, er
 			req.Header.Set("User-Agent", "meshctl/"+version.Version)
 			return nil
 		}))
+}
+
+// idleTimeout bounds each read and write on a connection to the
+// controller: the transport's ResponseHeaderTimeout covers only the wait for
+// an answer's headers, so a controller (or anything between) that sent them
+// and then stalled held meshctl for good in the read of the body. An upload
+// that makes progress, or an answer that does, is never cut.
+var idleTimeout = 2 * time.Minute
+
+// dialIdle dials the controller; each read and write on the connection must
+// make progress within idleTimeout.
+func dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &idleConn{Conn: c, idle: idleTimeout}, nil
+}
+
+// idleConn moves its deadline on at every read and write.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 // problemError is a problem+json answer (RFC 9457), shown as its title and
