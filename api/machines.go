@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,9 +112,10 @@ func (s *Server) listMachines(c echo.Context) error {
 		return err
 	}
 	var ms []models.Machine
+	var sent map[int64]models.PendingSend
 	next := "" // the state's page says its own next cursor
 	if state := c.QueryParam("state"); state != "" {
-		ms, next, err = s.machinesInState(c.Request().Context(), state, limit, cur)
+		ms, next, sent, err = s.machinesInState(c.Request().Context(), state, limit, cur)
 	} else {
 		ms, err = s.Store.Machines(c.Request().Context(), limit, cur)
 	}
@@ -126,9 +126,10 @@ func (s *Server) listMachines(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sent, err := s.Store.CurrentSends(c.Request().Context(), ms)
-	if err != nil {
-		return err
+	if sent == nil {
+		if sent, err = s.Store.CurrentSends(c.Request().Context(), ms); err != nil {
+			return err
+		}
 	}
 	views := make([]MachineView, len(ms))
 	for i := range ms {
@@ -148,40 +149,22 @@ func (s *Server) listMachines(c echo.Context) error {
 // judged from the few columns a state is read from (as the overview counts
 // them) until the page is full, and only the page's machines are read
 // whole.
-func (s *Server) machinesInState(ctx context.Context, state string, limit int, cur int64) ([]models.Machine, string, error) {
+func (s *Server) machinesInState(ctx context.Context, state string, limit int, cur int64) ([]models.Machine, string, map[int64]models.PendingSend, error) {
 	if !slices.Contains(models.MachineStates(), state) {
-		return nil, "", models.Invalid("state", "one of "+strings.Join(models.MachineStates(), ", "))
+		return nil, "", nil, models.Invalid("state", "one of "+strings.Join(models.MachineStates(), ", "))
 	}
 	now := time.Now()
-	var ids []int64 // newest first, one more than the page when there is a next
-	for before := cur; len(ids) <= limit; {
-		batch, err := s.Store.MachineStatesBefore(ctx, state, s.Rules, now, before, stateBatch)
-		if err != nil {
-			return nil, "", err
-		}
-		for i := range batch {
-			m := &batch[i]
-			if s.Rules.State(m, s.lastSeen(m), now) == state {
-				if ids = append(ids, m.ID); len(ids) > limit {
-					break
-				}
-			}
-		}
-		if len(batch) < stateBatch {
-			break
-		}
-		before = batch[len(batch)-1].ID
-	}
+	// Judged and read whole in one snapshot of the store: apart, a machine
+	// that changed between them was listed under a state its own view did
+	// not say.
+	ms, more, sent, err := s.Store.MachinesInState(ctx, state, s.Rules, now, cur, limit, stateBatch, func(m *models.Machine) bool {
+		return s.Rules.State(m, s.lastSeen(m), now) == state
+	})
 	next := ""
-	if len(ids) > limit {
-		ids = ids[:limit]
-		// From the ids chosen, not the machines read: one deleted in
-		// between would otherwise end the listing early.
-		next = strconv.FormatInt(ids[limit-1], 10)
+	if more && len(ms) > 0 {
+		next = strconv.FormatInt(ms[len(ms)-1].ID, 10)
 	}
-	ms, err := s.Store.MachinesByID(ctx, ids)
-	slices.SortFunc(ms, func(a, b models.Machine) int { return cmp.Compare(b.ID, a.ID) })
-	return ms, next, err
+	return ms, next, sent, err
 }
 
 // stateBatch is how many machines a page of one state judges at a time.

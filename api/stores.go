@@ -18,9 +18,8 @@ type MachineStore interface {
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
 	CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error)
-	MachineStates(ctx context.Context) ([]models.Machine, error)
-	MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error)
-	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
+	MachinesInState(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n, batch int,
+		keep func(*models.Machine) bool) (ms []models.Machine, more bool, sent map[int64]models.PendingSend, err error)
 	DeleteMachine(ctx context.Context, actor, name string) error
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
 	AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error)

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -131,11 +133,80 @@ func composeAssignments(tx *Tx, ids []int64) ([]models.Assignment, error) {
 // the overview counts the whole fleet by state on every refresh, and at
 // 100,000 machines reading every column through gorm took seconds.
 func (s *Store) MachineStates(ctx context.Context) ([]models.Machine, error) {
+	ms, err := machineStates(s.db.WithContext(ctx))
+	return ms, mapErr(err)
+}
+
+func machineStates(db *gorm.DB) ([]models.Machine, error) {
 	var ms []models.Machine
-	err := each(s.db.WithContext(ctx), func(r *sql.Rows) error {
+	err := each(db, func(r *sql.Rows) error {
 		return scanState(r, &ms)
 	}, `SELECT `+stateColumns+` FROM machines ORDER BY name`)
-	return ms, mapErr(err)
+	return ms, err
+}
+
+// Overview reads, in one snapshot of the store, every machine with the
+// columns MachineStates reads, the machines pick chooses among them whole
+// (MachinesByID), and what was sent of the current generation of those
+// (CurrentSends). Read one after another, a machine that changed between
+// the reads was counted under one state and shown under another: a row
+// saying behind under the filter current.
+func (s *Store) Overview(ctx context.Context, pick func(all []models.Machine) []int64) (all, shown []models.Machine, sent map[int64]models.PendingSend, err error) {
+	err = s.snapshot(ctx, func(tx *Tx) error {
+		var err error
+		if all, err = machineStates(tx.DB); err != nil {
+			return err
+		}
+		if shown, err = machinesByID(tx.DB, pick(all)); err != nil {
+			return err
+		}
+		sent, err = currentSends(tx.DB, shown)
+		return err
+	})
+	return all, shown, sent, err
+}
+
+// MachinesInState reads, in one snapshot of the store, up to n machines
+// that keep says are in state, newest first from ids below before (0: from
+// the newest), judging the candidates MachineStatesBefore narrows to a
+// batch at a time; the chosen machines whole (MachinesByID, newest first);
+// and what was sent of their current generation (CurrentSends). more says
+// whether another such machine follows them. Judged in one read and read
+// whole in another, a machine that changed between them was listed under
+// a state its own view did not say.
+func (s *Store) MachinesInState(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n, batch int,
+	keep func(*models.Machine) bool) (ms []models.Machine, more bool, sent map[int64]models.PendingSend, err error) {
+	err = s.snapshot(ctx, func(tx *Tx) error {
+		var ids []int64 // one more than n when there is a next
+		for cur := before; len(ids) <= n; {
+			got, err := machineStatesBefore(tx.DB, state, rules, now, cur, batch)
+			if err != nil {
+				return err
+			}
+			for i := range got {
+				if keep(&got[i]) {
+					if ids = append(ids, got[i].ID); len(ids) > n {
+						break
+					}
+				}
+			}
+			if len(got) < batch {
+				break
+			}
+			cur = got[len(got)-1].ID
+		}
+		if more = len(ids) > n; more {
+			ids = ids[:n]
+		}
+		var err error
+		if ms, err = machinesByID(tx.DB, ids); err != nil {
+			return err
+		}
+		slices.SortFunc(ms, func(a, b models.Machine) int { return cmp.Compare(b.ID, a.ID) })
+		sent, err = currentSends(tx.DB, ms)
+		return err
+	})
+	return ms, more, sent, err
 }
 
 // MachineStatesBefore reads, newest first, at most n machines with ids
@@ -146,6 +217,11 @@ func (s *Store) MachineStates(ctx context.Context) ([]models.Machine, error) {
 // until it is full, rather than judging the whole fleet for every page
 // (at 100,000 machines, 0.6–0.9 s a page).
 func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error) {
+	ms, err := machineStatesBefore(s.db.WithContext(ctx), state, rules, now, before, n)
+	return ms, mapErr(err)
+}
+
+func machineStatesBefore(db *gorm.DB, state string, rules models.StateRules, now time.Time, before int64, n int) ([]models.Machine, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -159,10 +235,10 @@ func (s *Store) MachineStatesBefore(ctx context.Context, state string, rules mod
 	}
 	args = append(args, n)
 	ms := make([]models.Machine, 0, n)
-	err := each(s.db.WithContext(ctx), func(r *sql.Rows) error {
+	err := each(db, func(r *sql.Rows) error {
 		return scanState(r, &ms)
 	}, `SELECT `+stateColumns+` FROM machines WHERE id < ?`+where+` ORDER BY id DESC LIMIT ?`, args...)
-	return ms, mapErr(err)
+	return ms, err
 }
 
 // stateCandidates is, for a state, a condition every machine the rules
@@ -214,9 +290,14 @@ func scanState(r *sql.Rows, ms *[]models.Machine) error {
 // MachinesByID reads the machines ids names, whole, in name order (a
 // machine deleted meanwhile is not there).
 func (s *Store) MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error) {
+	ms, err := machinesByID(s.db.WithContext(ctx), ids)
+	return ms, mapErr(err)
+}
+
+func machinesByID(db *gorm.DB, ids []int64) ([]models.Machine, error) {
 	var ms []models.Machine
 	if len(ids) == 0 {
 		return ms, nil
 	}
-	return ms, mapErr(s.db.WithContext(ctx).Where("id IN ?", ids).Order("name").Find(&ms).Error)
+	return ms, db.Where("id IN ?", ids).Order("name").Find(&ms).Error
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 
 	"mesh/models"
+
+	"gorm.io/gorm"
 )
 
 // InsertSends writes send rows in one transaction: the group commit of polls
@@ -224,6 +226,11 @@ func (s *Store) CountSends(ctx context.Context) (int64, error) {
 // current generation (its state's words say whether it was sent it); a
 // machine that finished its generation reads none.
 func (s *Store) CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error) {
+	out, err := currentSends(s.db.WithContext(ctx), ms)
+	return out, mapErr(err)
+}
+
+func currentSends(db *gorm.DB, ms []models.Machine) (map[int64]models.PendingSend, error) {
 	out := map[int64]models.PendingSend{}
 	var ids []int64
 	for i := range ms {
@@ -233,7 +240,7 @@ func (s *Store) CurrentSends(ctx context.Context, ms []models.Machine) (map[int6
 	}
 	err := inChunks(ids, 500, func(chunk []int64) error {
 		var rows []models.Send
-		err := s.db.WithContext(ctx).Table("sends").Select("sends.machine_id, sends.created_at, sends.instance_id").
+		err := db.Table("sends").Select("sends.machine_id, sends.created_at, sends.instance_id").
 			Joins("JOIN machines ON machines.id = sends.machine_id AND machines.generation = sends.generation").
 			Where("sends.machine_id IN ?", chunk).Scan(&rows).Error
 		if err != nil {
@@ -249,5 +256,5 @@ func (s *Store) CurrentSends(ctx context.Context, ms []models.Machine) (map[int6
 		}
 		return nil
 	})
-	return out, mapErr(err)
+	return out, err
 }

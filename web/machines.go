@@ -29,39 +29,35 @@ func (s *Server) overviewData(ctx context.Context, state, q string) (Overview, e
 	// and rendered (a fleet of 100,000 would be a page of tens of
 	// megabytes, refreshed every 2 s): the state filter and the search
 	// narrow the rest.
-	all, err := s.Store.MachineStates(ctx)
-	if err != nil {
-		return Overview{}, err
-	}
 	now := time.Now()
-	o := Overview{State: state, Q: q, Total: len(all), Legend: legend(s.Rules)}
+	o := Overview{State: state, Q: q, Legend: legend(s.Rules)}
 	counts := map[string]int{}
-	var shown []int64
 	lq := strings.ToLower(q) // once, not once a machine
-	for i := range all {
-		st := s.Rules.State(&all[i], s.lastSeen(&all[i]), now)
-		counts[st]++
-		if state != "" && st != state {
-			continue
+	// The counts and the rows are of one snapshot: read apart, a machine
+	// that changed between them was counted under one state and shown
+	// under another.
+	all, ms, sent, err := s.Store.Overview(ctx, func(all []models.Machine) []int64 {
+		var shown []int64
+		for i := range all {
+			st := s.Rules.State(&all[i], s.lastSeen(&all[i]), now)
+			counts[st]++
+			if state != "" && st != state {
+				continue
+			}
+			if lq != "" && !strings.Contains(all[i].Name, lq) {
+				continue
+			}
+			o.Matching++
+			if len(shown) < OverviewRows {
+				shown = append(shown, all[i].ID)
+			}
 		}
-		if lq != "" && !strings.Contains(all[i].Name, lq) {
-			continue
-		}
-		o.Matching++
-		if len(shown) < OverviewRows {
-			shown = append(shown, all[i].ID)
-		}
-	}
-	ms, err := s.Store.MachinesByID(ctx, shown)
+		return shown
+	})
 	if err != nil {
 		return Overview{}, err
 	}
-	// What was sent of their current generation, for the shown machines
-	// that are behind.
-	sent, err := s.Store.CurrentSends(ctx, ms)
-	if err != nil {
-		return Overview{}, err
-	}
+	o.Total = len(all)
 	for i := range ms {
 		p := sent[ms[i].ID]
 		o.Rows = append(o.Rows, row(s.Rules, &ms[i], s.lastSeen(&ms[i]), &p, now))

@@ -12,8 +12,7 @@ import (
 // workflows as the API). The dashboard reaches the store only through
 // this and the service.
 type Store interface {
-	MachineStates(ctx context.Context) ([]models.Machine, error)
-	MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error)
+	Overview(ctx context.Context, pick func(all []models.Machine) []int64) (all, shown []models.Machine, sent map[int64]models.PendingSend, err error)
 	Assignments(ctx context.Context, name string) ([]models.AssignmentView, *models.Machine, error)
 	AssignmentsAndSelected(ctx context.Context, name string) (assigned, selected []models.AssignmentView, m *models.Machine, err error)
 	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
