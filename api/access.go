@@ -279,11 +279,7 @@ func (s *Server) enroll(c echo.Context) error {
 		// guessed join token, or a good one and an enrolled machine's
 		// name. Once a minute per address, with how many more: an
 		// outsider's guesses are not a row each.
-		row := auth.Row{Actor: "anonymous", Action: "enroll-refused", Target: "address/" + c.RealIP(),
-			Of: "enrolments from " + c.RealIP() + ", whatever machine each named"}
-		if due, since := s.refusals.Due(c.RealIP()+"\x00enroll", row); due {
-			_ = s.Store.Audit(ctx, row.Actor, row.Action, "machine/"+req.Name, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
-		}
+		s.enrolRefused(c, "machine/"+req.Name, err)
 	}
 	if err != nil {
 		return err
@@ -309,4 +305,29 @@ func (s *Server) enroll(c echo.Context) error {
 		resp.Keys = append(resp.Keys, PublicKey{KeyID: k.ID, PublicKey: k.PublicKey})
 	}
 	return c.JSON(http.StatusCreated, resp)
+}
+
+// enrolRefused puts a refused enrolment on the record: once a minute per
+// address, with how many more, whether it was refused for its join token
+// or its name (target: the machine it named) or for its pace (the
+// address): an outsider's guesses are not a row each, and those past the
+// pace are counted with the rest.
+func (s *Server) enrolRefused(c echo.Context, target string, err error) {
+	row := auth.Row{Actor: "anonymous", Action: "enroll-refused", Target: "address/" + c.RealIP(),
+		Of: "enrolments from " + c.RealIP() + ", whatever machine each named"}
+	if due, since := s.refusals.Due(c.RealIP()+"\x00enroll", row); due {
+		_ = s.Store.Audit(c.Request().Context(), row.Actor, row.Action, target, fmt.Sprintf("%v (from %s)%s", err, c.RealIP(), auth.Since(since)))
+	}
+}
+
+// enrolLimited refuses an address past its pace of enrolments, on the
+// record with its other refused enrolments.
+func (s *Server) enrolLimited(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.enrolLimit.take(c.RealIP()); err != nil {
+			s.enrolRefused(c, "address/"+c.RealIP(), err)
+			return err
+		}
+		return next(c)
+	}
 }

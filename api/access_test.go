@@ -274,6 +274,20 @@ func TestReports_RateLimitedPerMachine(t *testing.T) {
 	if resp := post(other.Token); resp.StatusCode != 201 {
 		t.Fatalf("another machine's report: %d", resp.StatusCode)
 	}
+	// The refusals are on the record, a row a minute (they were not: a
+	// host's reports refused for its pace left no word anywhere).
+	if err := e.Ctl.Server.RecordPendingRefusals(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, ev := range audited(e) {
+		if ev.Action == "report-refused" && ev.Target == "machine/m1" {
+			rows++
+		}
+	}
+	if rows == 0 || rows > 2 {
+		t.Fatalf("%d reports of m1 refused for their pace: %d report-refused rows on the record, want one or two", refused, rows)
+	}
 }
 
 // TestReports_BytesBoundedPerMachine: one host's reports are bounded in

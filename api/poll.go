@@ -196,6 +196,7 @@ func (s *Server) postReport(c echo.Context) error {
 	p := principal(c)
 	key := "machine " + p.Machine
 	if err := s.reportLimit.blocked(key); err != nil {
+		s.recordThrottled(c, p.Machine, "report-refused", err)
 		return err
 	}
 	body, err := readBody(c)
@@ -204,9 +205,11 @@ func (s *Server) postReport(c echo.Context) error {
 	}
 	// Bytes, then the count: a report refused for one spends neither.
 	if err := s.reportBytes.takeN(key, (len(body)+1023)/1024); err != nil {
+		s.recordThrottled(c, p.Machine, "report-refused", err)
 		return err
 	}
 	if err := s.reportLimit.take(key); err != nil {
+		s.recordThrottled(c, p.Machine, "report-refused", err)
 		return err
 	}
 	r, err := models.DecodeReport(body)

@@ -258,7 +258,7 @@ func (s *Server) Register(e *echo.Echo) {
 
 	v1 := e.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
-	v1.POST("/enroll", s.enroll, s.enrolLimit.limitByAddress)
+	v1.POST("/enroll", s.enroll, s.enrolLimited)
 
 	v1.GET("/host/declaration", s.pollDeclaration, s.requireHost)
 	v1.POST("/host/reports", s.postReport, s.requireHost)

@@ -98,6 +98,14 @@ func CheckCSR(csrPEM []byte, name string) (*x509.CertificateRequest, error) {
 	if cn := csr.Subject.CommonName; cn != "" && cn != name {
 		return nil, csrError("it names machine %q, the request is for %q", cn, name)
 	}
+	// The subject is the machine's name, or nothing: another attribute (an
+	// organisation, a serial number naming another enrolment) is asking
+	// for more, said loudly even though the template would drop it.
+	for _, atv := range csr.Subject.Names {
+		if !atv.Type.Equal(oidCommonName) || len(csr.Subject.Names) > 1 {
+			return nil, csrError("its subject says more than the machine's name (%s); a machine certificate's subject is its name only", csr.Subject)
+		}
+	}
 	if len(csr.DNSNames)+len(csr.IPAddresses)+len(csr.EmailAddresses) > 0 {
 		return nil, csrError("it asks for other names (DNS %v, IP %v, email %v); a machine certificate names its machine only",
 			csr.DNSNames, csr.IPAddresses, csr.EmailAddresses)
@@ -108,12 +116,37 @@ func CheckCSR(csrPEM []byte, name string) (*x509.CertificateRequest, error) {
 		}
 	}
 	for _, ext := range csr.Extensions {
-		if !ext.Id.Equal(oidSubjectAltName) {
-			return nil, csrError("it asks for extension %s (a CA flag, a key usage…); a machine certificate is made "+
-				"from the mesh's own template and carries none on request", ext.Id)
+		if ext.Id.Equal(oidSubjectAltName) {
+			// Go reads only the DNS, IP, email and URI names of a SAN;
+			// any other kind (an otherName, a directoryName, a
+			// registeredID) is a name too, and not the machine's.
+			if err := onlyURINames(ext.Value); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		return nil, csrError("it asks for extension %s (a CA flag, a key usage…); a machine certificate is made "+
+			"from the mesh's own template and carries none on request", ext.Id)
 	}
 	return csr, nil
+}
+
+// oidCommonName is a subject's common name (X.520).
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
+
+// onlyURINames refuses a SubjectAltName extension's value holding a name
+// of any kind but a URI.
+func onlyURINames(value []byte) error {
+	var names []asn1.RawValue
+	if rest, err := asn1.Unmarshal(value, &names); err != nil || len(rest) > 0 {
+		return csrError("its subject alternative names do not parse")
+	}
+	for _, n := range names {
+		if n.Class != asn1.ClassContextSpecific || n.Tag != 6 { // uniformResourceIdentifier [6]
+			return csrError("it asks for a subject alternative name of kind [%d]; a machine certificate names its machine's URI only", n.Tag)
+		}
+	}
+	return nil
 }
 
 // IssueMachine issues machine name's client certificate for a checked
