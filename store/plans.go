@@ -1271,13 +1271,22 @@ func withdrawUnapplied(tx *Tx, p *models.Plan, how string) (int, error) {
 // is named and left as it is. It is a recorded pin by a person, never a
 // plan's side effect: "never send an older build" holds.
 func rollbackPlan(tx *Tx, p *models.Plan, actor string) (string, error) {
+	// One plan decision per module at a time, as CreatePlan takes it: a
+	// plan created meanwhile through another instance read the
+	// assignments before this rollback's pins were committed, and reached
+	// a machine its pin then held on the older build, waiting on a build
+	// it was never sent.
+	var mod models.Module
+	q := tx.DB
+	if tx.s.dialect == Postgres {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	if err := q.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
+		return "", err
+	}
 	var steps []models.PlanStep
 	if err := tx.Where("plan_id = ? AND state IN ?", p.ID, []string{models.StepSent, models.StepApplied, models.StepFailed}).
 		Order("machine_id").Find(&steps).Error; err != nil {
-		return "", err
-	}
-	var mod models.Module
-	if err := tx.Where("id = ?", p.ModuleID).First(&mod).Error; err != nil {
 		return "", err
 	}
 	var pinned []int64
