@@ -494,6 +494,9 @@ func (a *Agent) resumeUpgrade(ctx context.Context) {
 	if slices.Contains(a.state.RefusedReleases, h.Digest) {
 		return
 	}
+	if os.Getenv(EnvLauncher) == "" {
+		return // refused once, on the record: a bare host does not upgrade
+	}
 	a.once("resume-"+h.Digest, "resuming the upgrade to host release %s that generation %d names, cut short before", h.Version, gen)
 	a.upgrade(ctx, h, gen)
 }

@@ -455,3 +455,34 @@ func TestOutbox_OrderIsTheOrderWritten(t *testing.T) {
 		t.Fatalf("sent in the order %q: the controller's last word on generation 7 is that it failed", got)
 	}
 }
+
+// TestUpgrade_ARefusedBareHostStartedUnderTheLauncherUpgrades: a host run
+// bare refuses the release its generation names, saying to run it under
+// `mesh-host launch`; started so, it stayed on its version until a new
+// generation named the release again (a person's push): the refusal had
+// let the release go.
+func TestUpgrade_ARefusedBareHostStartedUnderTheLauncherUpgrades(t *testing.T) {
+	t.Setenv(EnvLauncher, "")
+	srv := newReportServer(t)
+	a := agentReportingTo(t, srv)
+	a.state.Applied, a.state.AppliedDigest, a.state.AppliedSend, a.state.Finished = 7, "sha256:d7", "send-7", 7
+	a.id = &Identity{}
+	h := &models.HostRelease{Version: "9.9.9", OS: runtime.GOOS, Arch: runtime.GOARCH, Digest: "sha256:r"}
+	a.state.HostRelease, a.state.HostReleaseGen = h, 7 // as the apply keeps it before the upgrade
+	a.upgrade(context.Background(), h, 7)
+	if got := srv.reports(); len(got) != 1 || !strings.Contains(got[0].Reason, "mesh-host launch") {
+		t.Fatalf("reports %+v, want one refusal naming mesh-host launch", got)
+	}
+	a.resumeUpgrade(context.Background()) // the next poll, still bare
+	if got := srv.reports(); len(got) != 1 {
+		t.Fatalf("a bare host's next poll refused the release again: reports %+v", got)
+	}
+	t.Setenv(EnvLauncher, "1") // started again under the launcher
+	a.resumeUpgrade(context.Background())
+	got := srv.reports()
+	// No trusted key here: the attempt ends at the signature, which says
+	// the release was taken up.
+	if len(got) != 2 || !strings.Contains(got[1].Reason, "signature") {
+		t.Fatalf("reports %+v: the host under the launcher did not take up the release its generation names", got)
+	}
+}

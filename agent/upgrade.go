@@ -124,8 +124,14 @@ func (a *Agent) maybeUpgrade(ctx context.Context, h *models.HostRelease, gen int
 	if os.Getenv(EnvLauncher) == "" {
 		// Said to the controller, not only to this host's log: else its
 		// machine showed "upgrading" while its rollout waited out its
-		// deadline for an upgrade that was never going to happen.
-		return a.refuseRelease(ctx, h, gen, "this host does not run under `mesh-host launch`, which keeps known-good and rolls back a failed release; run it so (the host's unit does) to upgrade")
+		// deadline for an upgrade that was never going to happen. The
+		// release stays the one to resume (State.HostRelease): started
+		// again under the launcher, as the refusal says to, the host takes
+		// it up at its next poll, where it waited for a new generation
+		// (a person's push) to name it again.
+		a.refused(ctx, a.sendOf(gen), gen, h.Digest, models.ReleaseRefused(h.Version,
+			"this host does not run under `mesh-host launch`, which keeps known-good and rolls back a failed release; run it so (the host's unit does) to upgrade"), false)
+		return nil
 	}
 	ok := false
 	for _, k := range a.id.Keys {
