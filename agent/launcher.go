@@ -861,9 +861,8 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 				return nil, nil
 			}
 			var next pending
-			_, failed := os.Stat(trialRefusedPath(l.cfg.StateDir, pd.Version))
-			_ = os.Remove(trialRefusedPath(l.cfg.StateDir, pd.Version))
-			if failed != nil && ws.Exited() && ws.ExitStatus() == ExitUpgrade && readJSON(pendingPath(l.cfg.StateDir), &next) == nil && next.Version != pd.Version {
+			verdict, failed := trialVerdict(l.cfg.StateDir, pd.Version)
+			if !failed && ws.Exited() && ws.ExitStatus() == ExitUpgrade && readJSON(pendingPath(l.cfg.StateDir), &next) == nil && next.Version != pd.Version {
 				// Its declaration named another release before its
 				// verdict: the controller moved the machine on (its
 				// rollout halted elsewhere or was cancelled, and the
@@ -876,6 +875,9 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 					"version", pd.Version, "asked_for", next.Version)
 				return nil, nil
 			}
+			if failed {
+				return nil, l.rollBack(pd, verdict)
+			}
 			return nil, l.rollBack(pd, fmt.Sprintf("it exited before completing a reconcile (%s)", describeExit(ws)))
 		case <-deadline.C:
 			// The marker is looked for once more: written since the last
@@ -884,6 +886,9 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 			// the controller has recorded it as leaving.
 			if _, err := os.Stat(marker); err != nil {
 				stop(p, exited)
+				if verdict, failed := trialVerdict(l.cfg.StateDir, pd.Version); failed {
+					return nil, l.rollBack(pd, verdict)
+				}
 				return nil, l.rollBack(pd, fmt.Sprintf("it did not complete a reconcile within %s", l.cfg.TrialDeadline))
 			}
 		case <-tick.C:
@@ -903,6 +908,27 @@ func (l *launcher) tryRelease(ctx context.Context) (*child, error) {
 			return &child{p: p, exited: exited}, nil
 		}
 	}
+}
+
+// trialVerdict reads (and removes) the note a trial host leaves when the
+// controller refused its upgraded report: the rollback's reason then says
+// the controller's words (its poll advertised other schemas than the
+// release records, it missed the rollout's deadline), where it said only
+// how the host exited, the cause left on the release's record alone.
+func trialVerdict(dir, v string) (string, bool) {
+	b, err := os.ReadFile(trialRefusedPath(dir, v))
+	if err != nil {
+		return "", false
+	}
+	_ = os.Remove(trialRefusedPath(dir, v))
+	words := strings.TrimSpace(string(b))
+	if len(words) > 300 {
+		words = words[:300] + "…"
+	}
+	if words == "" {
+		return "the controller failed its trial", true
+	}
+	return "the controller failed its trial: " + words, true
 }
 
 // stagedVersion asks a staged binary its version (mesh-host version);

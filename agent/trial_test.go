@@ -151,6 +151,11 @@ func TestLauncher_TrialFailedThenHandedBackIsARollback(t *testing.T) {
 	if err := readJSON(rollbackPath(dir), &rb); err != nil || rb.From != "9.9.9" {
 		t.Fatalf("a failed trial handed back was not recorded as a rollback: %+v %v", rb, err)
 	}
+	// Its reason is the controller's (it said only how the host exited:
+	// "exit status 3", the cause on the release's record alone).
+	if !strings.Contains(rb.Reason, "the controller failed its trial: refused") {
+		t.Fatalf("the rollback of a trial the controller failed says %q", rb.Reason)
+	}
 	if _, err := os.Stat(trialRefusedPath(dir, "9.9.9")); err == nil {
 		t.Fatal("the refused trial's note was left behind")
 	}
@@ -215,5 +220,22 @@ func TestRollback_FromTheEnvironmentIsReported(t *testing.T) {
 	}
 	if len(a.state.RefusedReleases) != 1 || a.state.RefusedReleases[0] != "sha256:r" {
 		t.Fatalf("refused releases %v", a.state.RefusedReleases)
+	}
+}
+
+// TestLauncher_ATrialTheControllerFailedIsRolledBackInItsWords: the
+// controller refused the trial's upgraded report and the host ran on to
+// the trial's deadline: the rollback's reason said only that no reconcile
+// completed in time, the controller's cause left on the release's record.
+func TestLauncher_ATrialTheControllerFailedIsRolledBackInItsWords(t *testing.T) {
+	dir, _, _ := tryScript(t, func(dir string) string {
+		return "echo 'its trial poll advertised schemas 1,2; release 9.9.9 records 1' > " + trialRefusedPath(dir, "9.9.9") + "; exec sleep 60\n"
+	}, time.Second, 0)
+	var rb rollback
+	if err := readJSON(rollbackPath(dir), &rb); err != nil || rb.From != "9.9.9" {
+		t.Fatalf("the failed trial was not rolled back: %+v %v", rb, err)
+	}
+	if !strings.Contains(rb.Reason, "the controller failed its trial: its trial poll advertised schemas 1,2") {
+		t.Fatalf("the rollback of a trial the controller failed says %q", rb.Reason)
 	}
 }

@@ -238,15 +238,26 @@ func (a *app) releasesList() *cobra.Command {
 				return err
 			}
 			return list(a, rs, raw, []string{"VERSION", "PLATFORM", "STATE", "DEFAULT", "SCHEMAS", "SIZE", "CREATED", "BY", "FAILURE"}, func(r client.Release) []string {
-				def := ""
-				if r.FleetDefault {
-					def = "fleet default"
-				}
-				return []string{r.Version, r.Os + "/" + r.Arch, releaseState(r), def, r.Schemas, strconv.Itoa(r.Size),
+				return []string{r.Version, r.Os + "/" + r.Arch, releaseState(r), releaseDefault(r), r.Schemas, strconv.Itoa(r.Size),
 					ago(&r.CreatedAt), r.CreatedBy, clip(r.Failure, 80)}
 			})
 		},
 	}
+}
+
+// releaseDefault is a release's DEFAULT column. The fleet default is a
+// version, but it reaches only the platforms a rollout of it tried: a
+// release of the default version uploaded for another platform after the
+// rollout waits for one of its own, and was shown "fleet default" beside
+// the rest.
+func releaseDefault(r client.Release) string {
+	switch {
+	case !r.FleetDefault:
+		return ""
+	case r.RolledOutAt == nil:
+		return "default version, not rolled out on this platform"
+	}
+	return "fleet default"
 }
 
 // instancesCommand lists the controller's instances: which serve, which
