@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -61,19 +63,22 @@ func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, er
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
 			req.Header.Set("User-Agent", "meshctl/"+version.Version)
+			watchAnswer(req)
 			return nil
 		}))
 }
 
-// idleTimeout bounds each read and write on a connection to the
-// controller: the transport's ResponseHeaderTimeout covers only the wait for
-// an answer's headers, so a controller (or anything between) that sent them
-// and then stalled held meshctl for good in the read of the body. An upload
-// that makes progress, or an answer that does, is never cut.
+// idleTimeout bounds each read of an answer: the transport's
+// ResponseHeaderTimeout covers only the wait for an answer's headers, so a
+// controller (or anything between) that sent them and then stalled held
+// meshctl for good in the read of the body. The reads are timed only once
+// the answer has begun (watchAnswer): the transport reads each connection
+// from the moment it is made, and a deadline on that read cut an upload
+// still making progress. An answer that makes progress is never cut.
 var idleTimeout = 2 * time.Minute
 
-// dialIdle dials the controller; each read and write on the connection must
-// make progress within idleTimeout.
+// dialIdle dials the controller, on a connection whose reads an answer
+// times (idleConn).
 func dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 	if err != nil {
@@ -82,24 +87,65 @@ func dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
 	return &idleConn{Conn: c, idle: idleTimeout}, nil
 }
 
-// idleConn moves its deadline on at every read and write.
+// idleConn moves its read deadline on at every read while it is armed:
+// from its answer's first byte until the connection is taken for the next
+// request.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
+
+	mu    sync.Mutex
+	armed bool
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
-	if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
-		return 0, err
+	c.mu.Lock()
+	if c.armed {
+		if err := c.Conn.SetReadDeadline(time.Now().Add(c.idle)); err != nil {
+			c.mu.Unlock()
+			return 0, err
+		}
 	}
+	c.mu.Unlock()
 	return c.Conn.Read(p)
 }
 
-func (c *idleConn) Write(p []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
-		return 0, err
+// arm starts (or, for a request about to be written, stops) timing the
+// reads, the one already waiting included.
+func (c *idleConn) arm(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed = on
+	d := time.Time{}
+	if on {
+		d = time.Now().Add(c.idle)
 	}
-	return c.Conn.Write(p)
+	_ = c.Conn.SetReadDeadline(d)
+}
+
+// watchAnswer times the reads of req's answer on the connection it is
+// written to, from the answer's first byte (the wait for it is the
+// transport's ResponseHeaderTimeout: an upload is stored before the answer).
+func watchAnswer(req *http.Request) {
+	var conn *idleConn
+	trace := &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			c := i.Conn
+			if tc, ok := c.(*tls.Conn); ok {
+				c = tc.NetConn()
+			}
+			if ic, ok := c.(*idleConn); ok {
+				conn = ic
+				ic.arm(false)
+			}
+		},
+		GotFirstResponseByte: func() {
+			if conn != nil {
+				conn.arm(true)
+			}
+		},
+	}
+	*req = *req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
 }
 
 // problemError is a problem+json answer (RFC 9457), shown as its title and

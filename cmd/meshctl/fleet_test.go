@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controller/ctltest"
 	"mesh/models"
@@ -69,6 +70,12 @@ func TestMeshctl_FleetAdmin(t *testing.T) {
 	}
 	// The fleet's default is said (only the dashboard said it).
 	if err := e.Ctl.Store.DB().Create(&models.Setting{Key: models.SettingHostDefault, Value: "1.5.0"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	if out := meshctl("releases", "ls"); !strings.Contains(out, "default version, not rolled out on this platform") {
+		t.Fatalf("releases, 1.5.0 the fleet default never rolled out:\n%s", out)
+	}
+	if err := e.Ctl.Store.DB().Model(&models.Release{}).Where("version = ?", "1.5.0").Update("rolled_out_at", time.Now()).Error; err != nil {
 		t.Fatal(err)
 	}
 	if out := meshctl("releases", "ls"); !strings.Contains(out, "fleet default") {
