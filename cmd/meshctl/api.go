@@ -50,7 +50,7 @@ func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, er
 		tlsConf = meshca.ClientConfig(ca)
 		tlsConf.NextProtos = nil // the API speaks HTTP/2 too; only the host protocol is pinned to HTTP/1.1
 	}
-	hc := &http.Client{Transport: &http.Transport{
+	hc := &http.Client{CheckRedirect: keepRedirect, Transport: &http.Transport{
 		TLSClientConfig:       tlsConf,
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           dialIdle,
@@ -196,7 +196,20 @@ func reach(err error) error {
 // problemError; any other unexpected answer says its status.
 func expect(hr *http.Response, body []byte, want ...int) error {
 	if slices.Contains(want, hr.StatusCode) {
-		return nil
+		if hr.StatusCode == http.StatusNoContent || isJSON(hr.Header.Get("Content-Type")) {
+			return nil
+		}
+		// The status asked for, but not the API's JSON: a web server's
+		// catch-all page, or a proxy's (meshctl said "revoked" of a
+		// machine nothing revoked, exit 0, and other commands crashed
+		// on the answer they could not read).
+		return &notTheAPI{fmt.Sprintf("%s %s was answered %s in %s, not the controller API's JSON: is %s://%s the controller (or a proxy, or another server)? %.120q",
+			hr.Request.Method, hr.Request.URL.Path, hr.Status, orWord(hr.Header.Get("Content-Type"), "no content type"),
+			hr.Request.URL.Scheme, hr.Request.URL.Host, body)}
+	}
+	if hr.StatusCode >= 300 && hr.StatusCode < 400 {
+		return &notTheAPI{fmt.Sprintf("%s %s was answered %s to %s: the controller's API never redirects; a proxy in front of it (its login page?) or another server answered. Use the controller's own URL",
+			hr.Request.Method, hr.Request.URL.Path, hr.Status, orWord(hr.Header.Get("Location"), "nowhere"))}
 	}
 	var p client.Problem
 	if strings.HasPrefix(hr.Header.Get("Content-Type"), "application/problem+json") && json.Unmarshal(body, &p) == nil && p.Title != "" {
@@ -211,6 +224,31 @@ func expect(hr *http.Response, body []byte, want ...int) error {
 			"its start message and every join token's answer give the pin)", hr.Request.URL.Scheme, hr.Request.URL.Host, u.String())
 	}
 	return fmt.Errorf("unexpected answer %s from %s %s: %.200s", hr.Status, hr.Request.Method, hr.Request.URL.Path, body)
+}
+
+// notTheAPI is an answer that did not come from the controller's API: a
+// watch ends on it rather than asking again.
+type notTheAPI struct{ words string }
+
+func (e *notTheAPI) Error() string { return e.words }
+
+// keepRedirect does not follow a redirect: the controller's API never
+// answers one, and following it turned a POST into a GET of whatever page
+// it named (a proxy's login page), answered 200. expect says what came.
+func keepRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// isJSON says whether a Content-Type is JSON's (problem+json included).
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func orWord(s, word string) string {
+	if s == "" {
+		return word
+	}
+	return s
 }
 
 // printJSON writes an API answer as it came, indented.

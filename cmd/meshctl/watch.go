@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -154,6 +155,10 @@ func poll(ctx context.Context, interval time.Duration, errOut io.Writer, step fu
 			// watch; a 5xx (a replica draining, a store timeout) may pass.
 			if p, ok := err.(*problemError); ok && p.Status < 500 {
 				return err
+			}
+			var other *notTheAPI
+			if errors.As(err, &other) {
+				return err // not the controller: asking again changes nothing
 			}
 			if misses++; misses >= tolerated {
 				return err
