@@ -264,9 +264,23 @@ func (s *Server) putVariables(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req Variables
-	if err := decodeStrict(c, &req); err != nil {
+	// Values read as pointers: a null is no string, and was stored as ""
+	// (a secret replaced by nothing, a new generation sent).
+	var body struct {
+		Variables map[string]*string `json:"variables"`
+	}
+	if err := decodeStrict(c, &body); err != nil {
 		return err
+	}
+	var req Variables
+	if body.Variables != nil {
+		req.Variables = make(map[string]string, len(body.Variables))
+		for k, v := range body.Variables {
+			if v == nil {
+				return models.Invalid("variables."+k, `a string, not null ("" sets it empty; leave it out to remove it)`)
+			}
+			req.Variables[k] = *v
+		}
 	}
 	m, err := s.Service.SetVariables(c.Request().Context(), principal(c).Actor(), &service.SetVariables{Machine: c.Param("name"), IfMatch: im, Variables: req.Variables})
 	if err != nil {

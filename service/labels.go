@@ -20,7 +20,10 @@ func (r *SetLabels) Validate() error {
 		return err
 	}
 	if r.Labels == nil {
-		r.Labels = map[string]string{}
+		// A body without them is a client's mistake, not "remove every
+		// label" (it was taken so: the machine lost the modules its
+		// labels selected).
+		return models.Invalid("labels", "required (an object of KEY: value; {} removes every label)")
 	}
 	return models.ValidLabels("labels", r.Labels)
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"strings"
+	"unicode/utf8"
 
 	"mesh/models"
 )
@@ -50,8 +51,12 @@ func (s *Store) AuditEventsWhere(ctx context.Context, limit int, cursor int64, f
 	if f.Actor != "" {
 		// "user:alice" is also her API tokens' ("user:alice (API token
 		// at-…)"), "controller" also its instances' ("controller:ctl-…").
-		esc := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(f.Actor)
-		q = q.Where(`(actor = ? OR actor LIKE ? ESCAPE '!' OR actor LIKE ? ESCAPE '!')`, f.Actor, esc+" (%", esc+":%")
+		// Compared as written: SQLite's LIKE ignores ASCII case where
+		// PostgreSQL's does not, so "USER:ADMIN" matched some of admin's
+		// events on one store and none on the other.
+		tokens, instances := f.Actor+" (", f.Actor+":"
+		q = q.Where(`(actor = ? OR substr(actor, 1, ?) = ? OR substr(actor, 1, ?) = ?)`, f.Actor,
+			utf8.RuneCountInString(tokens), tokens, utf8.RuneCountInString(instances), instances)
 	}
 	return es, mapErr(q.Find(&es).Error)
 }
