@@ -127,6 +127,15 @@ func (s *Store) SealKeys(ctx context.Context) (int, error) {
 				}
 				continue
 			}
+			// Only a key is sealed: a sealed row whose first bytes were
+			// damaged read as plaintext, and was sealed again (the damage
+			// kept under a second layer, "sealed at rest" on the record)
+			// before the start refused it.
+			if len(k.PrivateKey) != ed25519.SeedSize ||
+				!ed25519.NewKeyFromSeed(k.PrivateKey).Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(k.PublicKey)) {
+				return 0, fmt.Errorf("key %s is neither sealed nor a key that gives its public key (damaged?): nothing was sealed or changed; "+
+					"restore the store from a backup", k.ID)
+			}
 			if err := tx.Model(&models.Key{}).Where("id = ?", k.ID).
 				Update("private_key", s.keyring.Seal(k.Purpose, k.ID, k.PrivateKey)).Error; err != nil {
 				return 0, err

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"time"
 
@@ -107,6 +108,9 @@ func (s *Store) sealTLSKeys(tx *Tx) ([]string, error) {
 			}
 			continue
 		}
+		if !plaintextTLSKey(k) {
+			return nil, fmt.Errorf("TLS key %s is neither sealed nor a %s key (damaged?): nothing was sealed or changed; restore the store from a backup", k.ID, k.Purpose)
+		}
 		if err := tx.Model(&TLSKey{}).Where("id = ?", k.ID).
 			Update("private_key", s.keyring.Seal(k.Purpose, k.ID, k.PrivateKey)).Error; err != nil {
 			return nil, err
@@ -114,4 +118,19 @@ func (s *Store) sealTLSKeys(tx *Tx) ([]string, error) {
 		sealed = append(sealed, k.ID)
 	}
 	return sealed, nil
+}
+
+// plaintextTLSKey says whether a TLS key row not sealed holds what its
+// purpose stores: the CA's PKCS #8 key, a session ticket key's 32 bytes (a
+// sealed row damaged in its first bytes is neither, and must not be sealed
+// again). A purpose this build does not know is taken as it is.
+func plaintextTLSKey(k TLSKey) bool {
+	switch k.Purpose {
+	case TLSCA:
+		_, err := x509.ParsePKCS8PrivateKey(k.PrivateKey)
+		return err == nil
+	case TLSTicket:
+		return len(k.PrivateKey) == 32
+	}
+	return true
 }

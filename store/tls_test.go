@@ -3,6 +3,10 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"testing"
 	"time"
@@ -17,17 +21,31 @@ import (
 // in plaintext, and a store without the key refuses to open it.
 func TestTLSKeys_SharedAndSealed(t *testing.T) {
 	ctx := context.Background()
+	// The CA's private halves as they are stored: PKCS #8 (SealKeys seals
+	// only a row that holds one).
+	pkcs8 := func() []byte {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	private1, private2 := pkcs8(), pkcs8()
 	keyDialects(t, func(t *testing.T, cfg store.Config) {
 		plain := openWith(t, cfg, nil)
-		first, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSCA, []byte("cert-1"), []byte("private-1"))
+		first, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSCA, []byte("cert-1"), private1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSCA, []byte("cert-2"), []byte("private-2"))
+		again, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSCA, []byte("cert-2"), private2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(again.Certificate) != "cert-1" || string(again.PrivateKey) != "private-1" || string(first.PrivateKey) != "private-1" {
+		if string(again.Certificate) != "cert-1" || !bytes.Equal(again.PrivateKey, private1) || !bytes.Equal(first.PrivateKey, private1) {
 			t.Fatalf("the second start got %q/%q, want the first's", again.Certificate, again.PrivateKey)
 		}
 		if _, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSTicket, nil, []byte("x")); err == nil {
@@ -43,11 +61,11 @@ func TestTLSKeys_SharedAndSealed(t *testing.T) {
 		if err := sealing.DB().Raw("SELECT private_key FROM tls_keys WHERE id = ?", "ca1").Row().Scan(&raw); err != nil {
 			t.Fatal(err)
 		}
-		if !keyring.IsSealed(raw) || bytes.Contains(raw, []byte("private-1")) {
+		if !keyring.IsSealed(raw) || bytes.Contains(raw, private1) {
 			t.Fatalf("stored %q, want it sealed", raw)
 		}
 		got, err := sealing.EnsureTLSKey(ctx, "ca1", store.TLSCA, []byte("cert-3"), []byte("private-3"))
-		if err != nil || string(got.PrivateKey) != "private-1" {
+		if err != nil || !bytes.Equal(got.PrivateKey, private1) {
 			t.Fatalf("opened %q, %v", got.PrivateKey, err)
 		}
 		if _, err := plain.EnsureTLSKey(ctx, "ca1", store.TLSCA, nil, []byte("p")); !errors.Is(err, keyring.ErrNoKey) {
