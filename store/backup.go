@@ -40,18 +40,61 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 	if _, err := os.Stat(abs); err == nil {
 		return fmt.Errorf("%s exists: a backup is written to a new file", abs)
 	}
-	// Made first, empty and private: VACUUM INTO writes into it with the
-	// mode it finds.
-	f, err := os.OpenFile(abs, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	// Written beside it under a name of its own, then given its name
+	// whole: stopped part way (Ctrl-C, a timeout, a unit stopped, a full
+	// disk) it left a file under the name asked for, sized like a backup,
+	// that a rotation could keep in place of a good one. Made empty and
+	// private first: VACUUM INTO writes into it with the mode it finds.
+	dir, base := filepath.Split(abs)
+	f, err := os.CreateTemp(dir, "."+base+".partial-*")
 	if err != nil {
 		return err
 	}
+	partial := f.Name()
 	f.Close()
-	if err := s.db.WithContext(ctx).Exec("VACUUM INTO ?", abs).Error; err != nil {
-		os.Remove(abs)
-		return fmt.Errorf("backup to %s: %w", abs, mapErr(err))
+	drop := func() {
+		os.Remove(partial)
+		os.Remove(partial + "-journal")
 	}
-	return nil
+	if err := s.db.WithContext(ctx).Exec("VACUUM INTO ?", partial).Error; err != nil {
+		drop()
+		return backupFailed(abs, err)
+	}
+	if err := syncPath(partial); err != nil {
+		drop()
+		return fmt.Errorf("backup to %s: %w", abs, err)
+	}
+	// A link, not a rename: a file made under the name meanwhile is
+	// never replaced.
+	if err := os.Link(partial, abs); err != nil {
+		drop()
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%s exists: a backup is written to a new file", abs)
+		}
+		return fmt.Errorf("backup to %s: %w", abs, err)
+	}
+	drop()
+	return syncPath(dir)
+}
+
+// backupFailed says why a backup's copy failed. A full disk is the
+// backup's: it was said "the store is out of disk space: nothing was
+// stored", sending the operator to the store's disk, which had room.
+func backupFailed(abs string, err error) error {
+	if errors.Is(mapErr(err), models.ErrStorageFull) {
+		return fmt.Errorf("backup to %s: its disk is full: no backup was written; the store is untouched (%v)", abs, err)
+	}
+	return fmt.Errorf("backup to %s: %w", abs, mapErr(err))
+}
+
+// syncPath flushes a file or a directory (its entries) to disk.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // Restored is what Restore did.

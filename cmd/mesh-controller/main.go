@@ -149,7 +149,12 @@ the signing keys as the store does (encrypted only under --key-file): keep it as
 you keep them. A PostgreSQL store is backed up with pg_dump.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return backup(cmd.Context(), st.config(), args[0], stdout)
+			// Stopped (Ctrl-C, a timeout, a unit stopped), the copy is cut
+			// short and what it wrote removed: it was killed, and left a
+			// file under FILE's name, sized like a backup.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return backup(ctx, st.config(), args[0], stdout)
 		},
 	}
 
