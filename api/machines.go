@@ -117,7 +117,7 @@ func (s *Server) listMachines(c echo.Context) error {
 	if state := c.QueryParam("state"); state != "" {
 		ms, next, sent, err = s.machinesInState(c.Request().Context(), state, limit, cur)
 	} else {
-		ms, err = s.Store.Machines(c.Request().Context(), limit, cur)
+		ms, sent, err = s.Store.MachinesSent(c.Request().Context(), limit, cur)
 	}
 	if err != nil {
 		return err
@@ -125,11 +125,6 @@ func (s *Server) listMachines(c echo.Context) error {
 	yanked, err := s.Store.YankedBuilds(c.Request().Context())
 	if err != nil {
 		return err
-	}
-	if sent == nil {
-		if sent, err = s.Store.CurrentSends(c.Request().Context(), ms); err != nil {
-			return err
-		}
 	}
 	views := make([]MachineView, len(ms))
 	for i := range ms {
@@ -171,7 +166,7 @@ func (s *Server) machinesInState(ctx context.Context, state string, limit int, c
 const stateBatch = 2000
 
 func (s *Server) getMachine(c echo.Context) error {
-	m, err := s.Store.Machine(c.Request().Context(), c.Param("name"))
+	m, p, err := s.Store.MachineSent(c.Request().Context(), c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -179,12 +174,8 @@ func (s *Server) getMachine(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sent, err := s.Store.CurrentSends(c.Request().Context(), []models.Machine{*m})
-	if err != nil {
-		return err
-	}
 	setETag(c, m.Generation)
-	v := s.machineViewSent(m, sent)
+	v := s.machineViewSent(m, map[int64]models.PendingSend{m.ID: p})
 	v.Yanked = models.YankedRunning(v.Running, yanked)
 	return c.JSON(http.StatusOK, v)
 }

@@ -17,7 +17,8 @@ import (
 type MachineStore interface {
 	Machine(ctx context.Context, name string) (*models.Machine, error)
 	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
-	CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error)
+	MachineSent(ctx context.Context, name string) (*models.Machine, models.PendingSend, error)
+	MachinesSent(ctx context.Context, limit int, cursor int64) ([]models.Machine, map[int64]models.PendingSend, error)
 	MachinesInState(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n, batch int,
 		keep func(*models.Machine) bool) (ms []models.Machine, more bool, sent map[int64]models.PendingSend, err error)
 	DeleteMachine(ctx context.Context, actor, name string) error

@@ -267,6 +267,47 @@ func (s *Store) Machines(ctx context.Context, limit int, cursor int64) ([]models
 	return ms, mapErr(q.Find(&ms).Error)
 }
 
+// MachineSent reads a machine and what was sent of its current generation
+// (CurrentSends) in one snapshot of the store: read apart, a generation
+// made between the two reads was said "not sent yet" of the generation
+// before it, which had been sent.
+func (s *Store) MachineSent(ctx context.Context, name string) (*models.Machine, models.PendingSend, error) {
+	var m models.Machine
+	var sent map[int64]models.PendingSend
+	err := s.snapshot(ctx, func(tx *Tx) error {
+		if err := tx.Where("name = ?", name).First(&m).Error; err != nil {
+			return fmt.Errorf("machine %s: %w", name, mapErr(err))
+		}
+		var err error
+		sent, err = currentSends(tx.DB, []models.Machine{m})
+		return err
+	})
+	if err != nil {
+		return nil, models.PendingSend{}, err
+	}
+	return &m, sent[m.ID], nil
+}
+
+// MachinesSent is Machines with what was sent of each one's current
+// generation (CurrentSends), in one snapshot of the store (MachineSent).
+func (s *Store) MachinesSent(ctx context.Context, limit int, cursor int64) ([]models.Machine, map[int64]models.PendingSend, error) {
+	var ms []models.Machine
+	var sent map[int64]models.PendingSend
+	err := s.snapshot(ctx, func(tx *Tx) error {
+		q := tx.Order("id DESC").Limit(limit)
+		if cursor > 0 {
+			q = q.Where("id < ?", cursor)
+		}
+		if err := q.Find(&ms).Error; err != nil {
+			return err
+		}
+		var err error
+		sent, err = currentSends(tx.DB, ms)
+		return err
+	})
+	return ms, sent, err
+}
+
 // MachineHeads are what the long-poll hub keeps in memory for every machine.
 type MachineHead struct {
 	ID          int64

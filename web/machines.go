@@ -174,15 +174,12 @@ func (s *Server) overviewFragment(c echo.Context) error {
 
 // detail reads everything the machine page shows.
 func (s *Server) detail(ctx context.Context, name string) (MachineDetail, *models.Machine, error) {
-	m, err := s.Store.Machine(ctx, name)
+	// The machine and what was sent of its generation in one read (apart,
+	// a generation made between them was said not sent).
+	m, p, err := s.Store.MachineSent(ctx, name)
 	if err != nil {
 		return MachineDetail{}, nil, err
 	}
-	sent, err := s.Store.CurrentSends(ctx, []models.Machine{*m})
-	if err != nil {
-		return MachineDetail{}, nil, err
-	}
-	p := sent[m.ID]
 	d := MachineDetail{Row: row(s.Rules, m, s.lastSeen(m), &p, time.Now()), Generation: m.Generation}
 	sends, err := s.Store.Sends(ctx, m.ID, 50, "")
 	if err != nil {

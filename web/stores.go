@@ -18,7 +18,7 @@ type Store interface {
 	AuditEventsWhere(ctx context.Context, limit int, cursor int64, f models.AuditFilter) ([]models.AuditEvent, error)
 	Builds(ctx context.Context, module string, limit int, cursor int64) ([]models.Build, *models.Module, error)
 	Compose(ctx context.Context, ids []int64, by string, signer models.Signer) (map[int64]*models.Composed, map[int64]error, error)
-	CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error)
+	MachineSent(ctx context.Context, name string) (*models.Machine, models.PendingSend, error)
 	Declaration(ctx context.Context, machineID, generation int64) (*models.Declaration, error)
 	HostDefault(ctx context.Context) (string, error)
 	LastUpgrade(ctx context.Context, machineID int64) (*models.RolloutMachine, string, error)
