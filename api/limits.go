@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
@@ -192,4 +194,38 @@ func (b *bodyBudget) give(addr string, n int64) {
 	close(b.freed)
 	b.freed = make(chan struct{})
 	b.mu.Unlock()
+}
+
+// textParams refuses a path parameter or a query value that is not text: a
+// NUL, or bytes that are not UTF-8. Each store answered them its own way
+// (SQLite a 404 or an empty page, PostgreSQL a 400), as bodies with them are
+// refused alike.
+func textParams(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		names, values := c.ParamNames(), c.ParamValues()
+		for i := range min(len(names), len(values)) {
+			if why := notText(values[i]); why != "" {
+				return models.Invalid(names[i], why)
+			}
+		}
+		for name, vs := range c.QueryParams() {
+			for _, v := range vs {
+				if why := notText(v); why != "" {
+					return models.Invalid(models.EscapeLogLine(name, 100), why)
+				}
+			}
+		}
+		return next(c)
+	}
+}
+
+// notText says why s is not text, or "".
+func notText(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "may not contain a NUL character"
+	}
+	return ""
 }

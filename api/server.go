@@ -256,7 +256,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/install/mesh-host/:digest", s.installBinary, s.installLimited)
 	e.GET("/metrics", s.metrics())
 
-	v1 := e.Group("/api/v1")
+	v1 := e.Group("/api/v1", textParams)
 	v1.POST("/auth/login", s.login)
 	v1.POST("/enroll", s.enroll, s.enrolLimited)
 
