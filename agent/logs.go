@@ -461,6 +461,16 @@ func (s *supervisor) noteExit(id string, pid int, err error) {
 	}
 }
 
+// noteGone writes to a service's log that its process, adopted from the
+// host before this one, is gone: not this host's child, so how it ended is
+// not known (its log went from its last line to the next start).
+func (s *supervisor) noteGone(id string, pid int) {
+	if f, err := os.OpenFile(s.LogPath(id), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+		fmt.Fprintf(f, "--- mesh-host: %s (pid %d) exited (started by an earlier run of mesh-host, so how it ended is not known)\n", id, pid)
+		f.Close()
+	}
+}
+
 // Tail implements serviceTail: the end of the service's log and its
 // rotated files.
 func (s *supervisor) Tail(_ context.Context, id string, n, budget int) ([]string, bool, error) {

@@ -390,6 +390,15 @@ func serviceEnv(root string, env map[string]string) []string {
 // watch keeps a service running: when it exits it is started again, with
 // backoff (1 s doubling to 30 s, reset after a minute of running).
 func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
+	// Only a child of this host is waited for, its exit written to its log
+	// as it ends (noteExit); one adopted from a host before this one is
+	// found gone, and said so here. Looked at before the service is
+	// watched: until then a child's exit is kept in exitWhy, after its
+	// reaping mark is gone.
+	_, child := s.reaping.Load(p.PID)
+	if !child {
+		_, child = s.exitWhy.Load(p.PID)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sv := &supervised{id: r.ID, res: r, digest: digest, cancel: cancel, done: make(chan struct{}), pid: p, upSince: time.Now()}
 	if up, ok := runningFor(p.StartTime); ok {
@@ -431,6 +440,9 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 			news := sv.exited(s, cur.PID, time.Now())
 			sv.mu.Unlock()
 			s.exitWhy.Delete(cur.PID)
+			if !child {
+				s.noteGone(r.ID, cur.PID)
+			}
 			if news && s.onExit != nil {
 				s.onExit(r.ID)
 			}
@@ -453,7 +465,7 @@ func (s *supervisor) watch(r models.Resource, digest string, p pidRecord) {
 				s.log.Error("restarting service", "service", r.ID, "err", err)
 				continue
 			}
-			startedAt = time.Now()
+			startedAt, child = time.Now(), true
 			sv.mu.Lock()
 			sv.down, sv.upSince = false, startedAt
 			sv.restarts = np.Restarts
