@@ -232,7 +232,7 @@ func (c *client) fetchBlob(ctx context.Context, stateDir, digest string, size in
 		}
 		fi, _ := os.Stat(part)
 		resumed := fi != nil && fi.Size() > 0
-		if err := c.download(ctx, digest, part); err != nil {
+		if err := c.download(ctx, digest, part, size); err != nil {
 			lastErr = err
 			c.next()
 			continue
@@ -262,7 +262,11 @@ func (c *client) fetchBlob(ctx context.Context, stateDir, digest string, size in
 	return "", fmt.Errorf("artifact %s: %w", digest, lastErr)
 }
 
-func (c *client) download(ctx context.Context, digest, part string) error {
+// download appends the artifact's bytes to part, at most size in all when
+// the size is known (size > 0): an answer that goes on past it is not the
+// artifact, and was written to the state dir's disk until its 30 minutes
+// ran out (the digest judged only after).
+func (c *client) download(ctx context.Context, digest, part string, size int64) error {
 	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -302,8 +306,18 @@ func (c *client) download(ctx context.Context, digest, part string) error {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return fmt.Errorf("GET %s: %s: %s", models.BlobURL(digest), resp.Status, strings.TrimSpace(problemDetail(b)))
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	var body io.Reader = resp.Body
+	start, _ := f.Seek(0, io.SeekEnd)
+	if size > 0 {
+		body = io.LimitReader(resp.Body, size-start+1)
+	}
+	n, err := io.Copy(f, body)
+	if err != nil {
 		return err
+	}
+	if size > 0 && start+n > size {
+		_ = f.Truncate(0) // not the artifact: nothing of it is kept
+		return fmt.Errorf("GET %s: the answer goes on past the artifact's %d bytes", models.BlobURL(digest), size)
 	}
 	return f.Sync()
 }
