@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
@@ -204,28 +202,17 @@ func textParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		names, values := c.ParamNames(), c.ParamValues()
 		for i := range min(len(names), len(values)) {
-			if why := notText(values[i]); why != "" {
+			if why := models.NotText(values[i]); why != "" {
 				return models.Invalid(names[i], why)
 			}
 		}
 		for name, vs := range c.QueryParams() {
 			for _, v := range vs {
-				if why := notText(v); why != "" {
+				if why := models.NotText(v); why != "" {
 					return models.Invalid(models.EscapeLogLine(name, 100), why)
 				}
 			}
 		}
 		return next(c)
 	}
-}
-
-// notText says why s is not text, or "".
-func notText(s string) string {
-	switch {
-	case !utf8.ValidString(s):
-		return "not valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "may not contain a NUL character"
-	}
-	return ""
 }

@@ -211,3 +211,15 @@ func ValidResourceID(id string) error {
 	}
 	return nil
 }
+
+// NotText says why s is not text a store takes alike on both dialects (a
+// NUL, bytes that are not UTF-8), or "" when it is.
+func NotText(s string) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "may not contain a NUL character"
+	}
+	return ""
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"mesh/models"
 	"net"
 	"net/http"
 	"net/netip"
@@ -182,6 +183,12 @@ func (s *Server) mac(kind, value string) string {
 func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
+		// A page's address is text, as the API's is: a NUL or bytes not
+		// UTF-8 in a name or a filter was answered by each store its own
+		// way (SQLite a 404 or an empty page, PostgreSQL a 400).
+		if why := addressText(c); why != "" {
+			return s.errorPage(c, http.StatusBadRequest, why)
+		}
 		tok, ok := s.csrfToken(c)
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
@@ -227,6 +234,25 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(csrfCtxKey, tok)
 		return next(c)
 	}
+}
+
+// addressText says why a request's path parameters or query values are
+// not text, or "".
+func addressText(c echo.Context) string {
+	names, values := c.ParamNames(), c.ParamValues()
+	for i := range min(len(names), len(values)) {
+		if why := models.NotText(values[i]); why != "" {
+			return fmt.Sprintf("The address's %s is %s; nothing was read.", names[i], why)
+		}
+	}
+	for name, vs := range c.QueryParams() {
+		for _, v := range vs {
+			if why := models.NotText(v); why != "" {
+				return fmt.Sprintf("The address's %q is %s; nothing was read.", models.EscapeLogLine(name, 100), why)
+			}
+		}
+	}
+	return ""
 }
 
 // formText says why a form's fields cannot be taken as text, as the API
