@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 	"gorm.io/gorm/clause"
 
 	"mesh/models"
@@ -64,9 +65,7 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 		drop()
 		return fmt.Errorf("backup to %s: %w", abs, err)
 	}
-	// A link, not a rename: a file made under the name meanwhile is
-	// never replaced.
-	if err := os.Link(partial, abs); err != nil {
+	if err := placeNew(partial, abs); err != nil {
 		drop()
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("%s exists: a backup is written to a new file", abs)
@@ -75,6 +74,33 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 	}
 	drop()
 	return syncPath(dir)
+}
+
+// link puts a file under a second name (os.Link; a test stands in for a
+// filesystem without hard links).
+var link = os.Link
+
+// placeNew gives the file at from the name to, never replacing a file made
+// under it meanwhile: a hard link, or on a filesystem without them (FAT and
+// exFAT, many SMB mounts: a backup disk), a rename that refuses to replace
+// (RENAME_NOREPLACE), else a rename after a look. from is left for the
+// caller to remove.
+func placeNew(from, to string) error {
+	err := link(from, to)
+	if err == nil || errors.Is(err, os.ErrExist) {
+		return err
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return os.ErrExist
+	}
+	if _, serr := os.Lstat(to); serr == nil {
+		return os.ErrExist
+	}
+	return os.Rename(from, to)
 }
 
 // backupFailed says why a backup's copy failed. A full disk is the

@@ -68,7 +68,8 @@ func newClient(url, token string, caPEM []byte) (*client.ClientWithResponses, er
 		}))
 }
 
-// idleTimeout bounds each read of an answer: the transport's
+// idleTimeout bounds each write of a request and each read of an
+// answer: the transport's
 // ResponseHeaderTimeout covers only the wait for an answer's headers, so a
 // controller (or anything between) that sent them and then stalled held
 // meshctl for good in the read of the body. The reads are timed only once
@@ -83,6 +84,13 @@ func dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		// A blocked write wakes once half its queue has drained: a queue
+		// grown to megabytes would take a slow link longer than
+		// idleTimeout to drain half of, and a write making progress be
+		// cut. A megabyte drains by half in two minutes at 4 KiB/s.
+		_ = tc.SetWriteBuffer(1 << 20)
 	}
 	return &idleConn{Conn: c, idle: idleTimeout}, nil
 }
@@ -108,6 +116,26 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	return c.Conn.Read(p)
+}
+
+// Write writes p in pieces, each of which must be taken within
+// idleTimeout: a controller (or a proxy) that stopped reading an upload
+// held meshctl in its write for good, the transport's header timeout
+// starting only once the body is written whole.
+func (c *idleConn) Write(p []byte) (int, error) {
+	const piece = 16 << 10
+	n := 0
+	for n < len(p) {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.idle)); err != nil {
+			return n, err
+		}
+		k, err := c.Conn.Write(p[n:min(len(p), n+piece)])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // arm starts (or, for a request about to be written, stops) timing the
