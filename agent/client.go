@@ -129,6 +129,14 @@ func (c *client) poll(ctx context.Context, finished int64, finishedSend string, 
 	case http.StatusNotModified:
 		return &pollResult{notModified: true, tlsHint: resp.Header.Get("X-Mesh-TLS")}, nil
 	case http.StatusOK:
+		if send := resp.Header.Get("X-Mesh-Send"); send != "" && !models.IsSendID(send) {
+			// Not signed, and kept as the finished generation's send for
+			// every later poll: one that is no send id (a proxy's doing)
+			// had every later poll refused 400, for good. Taken as a
+			// failed poll: the next one, or the next controller, answers.
+			return nil, fmt.Errorf("%w: poll %s: its X-Mesh-Send %q is no send id: the answer is not the controller's as it left it",
+				errSwitch, c.base(), models.EscapeLogLine(send, 80))
+		}
 		b, err := io.ReadAll(io.LimitReader(resp.Body, MaxDeclaration+1))
 		if err != nil {
 			// Cut off or trickled past the deadline: the next controller

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"mesh/auth"
@@ -84,7 +83,7 @@ func (s *Server) pollDeclaration(c echo.Context) error {
 	}
 	ps := newPollSession(s, p.hostID, p.Machine, p.enrolment, known, time.Now().Add(wait))
 	if fs := c.Request().Header.Get(models.HeaderFinishedSend); fs != "" {
-		if _, err := uuid.Parse(fs); err != nil || len(fs) != 36 {
+		if !models.IsSendID(fs) {
 			return models.Invalid(models.HeaderFinishedSend, "the X-Mesh-Send of the answer that delivered the generation in If-None-Match")
 		}
 		ps.finishedSend = strings.ToLower(fs)

@@ -335,6 +335,12 @@ type Send struct {
 	Schema     int       `gorm:"default:1" json:"schema"` // the declaration schema the bytes were in
 }
 
+// IsSendID says whether s has a send id's form: a UUID of 36 characters.
+func IsSendID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}
+
 // SendOf is the send row of c's declaration to its machine by instance,
 // with a new time-ordered id: the one shape of a send row, whether a poll
 // writes it through the send writer or composing writes it with the
