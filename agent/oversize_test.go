@@ -31,7 +31,7 @@ func TestPoll_OversizeDeclarationRefusedAndReported(t *testing.T) {
 			polls = append(polls, time.Now())
 			mu.Unlock()
 			w.Header().Set("ETag", `"9"`)
-			w.Header().Set("X-Mesh-Send", "s9")
+			w.Header().Set("X-Mesh-Send", "0193b1f2-0000-7000-8000-000000000009")
 			_, _ = w.Write([]byte(strings.Repeat(" ", MaxDeclaration+1)))
 		case "/api/v1/host/reports":
 			b, _ := io.ReadAll(r.Body)
@@ -68,7 +68,7 @@ func TestPoll_OversizeDeclarationRefusedAndReported(t *testing.T) {
 		}
 		return false
 	})
-	if got.Send != "" || got.Generation != 0 || !strings.Contains(got.Reason, "larger than the size cap") || !strings.Contains(got.Reason, "send s9, generation 9 claimed") {
+	if got.Send != "" || got.Generation != 0 || !strings.Contains(got.Reason, "larger than the size cap") || !strings.Contains(got.Reason, "send 0193b1f2-0000-7000-8000-000000000009, generation 9 claimed") {
 		t.Fatalf("the refusal: %+v", got)
 	}
 	testwait.For(t, 10*time.Second, "the refusal journaled", func() bool {
