@@ -42,6 +42,20 @@ func certificateDigest(r models.Resource) string {
 // and says when the certificate is to be renewed; an error when either is
 // missing, unreadable, or they do not belong together.
 func (a *Agent) certificateOnDisk(r models.Resource) (time.Time, error) {
+	// The files themselves, never what a link planted in their place
+	// names: read through links to another certificate's key and chain
+	// (for the same names), "this" certificate was on disk and valid, and
+	// the chown that followed gave the other's private key to this one's
+	// owner. A link is written over by a new certificate.
+	for _, p := range []string{r.Path, r.KeyPath} {
+		fi, err := a.root.root.Lstat(rel(p))
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !fi.Mode().IsRegular() {
+			return time.Time{}, fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
+		}
+	}
 	chain, err := a.root.root.ReadFile(rel(r.Path))
 	if err != nil {
 		return time.Time{}, err
@@ -162,11 +176,21 @@ func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Reso
 	if err != nil {
 		return time.Time{}, err
 	}
-	// The key first: a chain on disk always has its key beside it.
+	// The key, then the chain, each written whole and renamed into place.
+	// A chain that cannot be written (a full disk) puts the key before it
+	// back: left beside the old chain, the new key made a pair that does
+	// not load, where a valid certificate had been. (A host killed between
+	// the two renames leaves that pair until its next apply writes both.)
+	oldKey, oldErr := a.root.root.ReadFile(rel(r.KeyPath))
 	if err := a.root.writeFile(r.KeyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), keyMode(r.Mode)); err != nil {
 		return time.Time{}, err
 	}
 	if err := a.root.writeFile(r.Path, []byte(chain), 0o644); err != nil {
+		if oldErr == nil {
+			if kerr := a.root.writeFile(r.KeyPath, oldKey, keyMode(r.Mode)); kerr != nil {
+				err = fmt.Errorf("%w; the key before it could not be put back either: %v", err, kerr)
+			}
+		}
 		return time.Time{}, err
 	}
 	if err := a.chown(r); err != nil {
@@ -187,9 +211,12 @@ func (a *Agent) certificateModes(r models.Resource) (string, error) {
 		p    string
 		mode fs.FileMode
 	}{{r.KeyPath, keyMode(r.Mode)}, {r.Path, 0o644}} {
-		fi, err := a.root.root.Stat(rel(f.p))
+		fi, err := a.root.root.Lstat(rel(f.p))
 		if err != nil {
 			return "", err
+		}
+		if !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%s is not a regular file (%s)", f.p, fi.Mode().Type())
 		}
 		if have := fi.Mode().Perm(); have != f.mode {
 			if err := a.root.root.Chmod(rel(f.p), f.mode); err != nil {
@@ -239,7 +266,8 @@ func (a *Agent) chown(r models.Resource) error {
 		gid, _ = strconv.Atoi(g.Gid)
 	}
 	for _, p := range []string{r.KeyPath, r.Path} {
-		if err := a.root.root.Chown(rel(p), uid, gid); err != nil {
+		// Lchown: a link planted meanwhile is given, not what it names.
+		if err := a.root.root.Lchown(rel(p), uid, gid); err != nil {
 			return fmt.Errorf("owner %s of %s: %w", r.Owner, p, err)
 		}
 	}

@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/models"
+)
+
+// certController signs service certificates for the declared lifetime
+// (1h here) while refuse is false; refuses (403) while it is true. It
+// returns the reports it received.
+func certController(t *testing.T, a *Agent, refuse *atomic.Bool) *[]models.Report {
+	t.Helper()
+	ca := newCA(t)
+	var reports []models.Report
+	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/host/service-certificates" {
+			var rep models.Report
+			_ = json.NewDecoder(r.Body).Decode(&rep)
+			reports = append(reports, rep)
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		if refuse.Load() {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"title":"Forbidden","detail":"no"}`))
+			return
+		}
+		var req models.CertificateRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		blk, _ := pem.Decode([]byte(req.CSR))
+		csr, err := x509.ParseCertificateRequest(blk.Bytes)
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		chain, _, err := ca.IssueService(csr, csr.DNSNames, time.Now(), time.Hour)
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]string{"chain": string(chain)})
+	}))
+	t.Cleanup(ctl.Close)
+	a.id = &Identity{Machine: "m1", Controllers: []string{ctl.URL}, Token: "t", ca: ca.Cert}
+	a.client = newClient(a.id)
+	a.outbox = outbox{dir: filepath.Join(a.cfg.StateDir, "outbox"), stateDir: a.cfg.StateDir}
+	a.logs = &logShipper{}
+	return &reports
+}
+
+// TestCertificate_AChainThatCannotBeWrittenPutsTheKeyBack: a renewal whose chain cannot be
+// written (disk full; the host dying between the two renames is the same
+// state) leaves the new key beside the old chain: the valid certificate
+// that was there is gone, and the pair on disk does not load.
+func TestCertificate_AChainThatCannotBeWrittenPutsTheKeyBack(t *testing.T) {
+	a := testAgent(t)
+	var refuse atomic.Bool
+	certController(t, a, &refuse)
+	cert := models.Resource{ID: "web.cert", Module: "web", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
+		Path: "/etc/web/chain.pem", KeyPath: "/etc/web/key.pem", Mode: "0600", Lifetime: "1h"}
+	if _, err := applyAs(t, a, 1, cert); err != nil {
+		t.Fatal(err)
+	}
+	a.state.Applied, a.state.AppliedSend = 1, "0193b1f2-0000-7000-8000-000000000001"
+	if _, err := a.certificateOnDisk(cert); err != nil {
+		t.Fatal(err)
+	}
+	o := a.obtained[cert.ID]
+	o.at = o.at.Add(-41 * time.Minute)
+	a.obtained[cert.ID] = o
+	// Room for the key (~240 bytes), not for the chain (~1.2 KB).
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := syscall.Rlimit{Cur: 600, Max: old.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.issueCertificate(context.Background(), a.state.AppliedSend, cert)
+	_ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	if err == nil {
+		t.Fatal("the chain was written under a limit of 600 bytes a file")
+	}
+	t.Logf("renewal failed: %v", err)
+	if _, err := a.certificateOnDisk(cert); err != nil {
+		t.Fatalf("a renewal that failed writing the chain left the certificate on disk broken (the old one was valid): %v", err)
+	}
+}
+
+// TestCertificate_LinksPlantedAtItsPathsAreNotFollowed: two certificates for
+// the same name, A's key owned by daemon, B's owned by nobody in a
+// directory nobody can write (its own data directory). nobody replaces
+// its key and chain with links to A's; the next apply finds "B" on disk
+// and valid, and chowns through the links: A's private key becomes
+// nobody's.
+func TestCertificate_LinksPlantedAtItsPathsAreNotFollowed(t *testing.T) {
+	a := testAgent(t)
+	var refuse atomic.Bool
+	certController(t, a, &refuse)
+	ca := models.Resource{ID: "a.cert", Module: "a", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
+		Path: "/etc/a/chain.pem", KeyPath: "/etc/a/key.pem", Mode: "0600", Owner: "daemon", Lifetime: "1h"}
+	cb := models.Resource{ID: "b.cert", Module: "b", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
+		Path: "/srv/b/chain.pem", KeyPath: "/srv/b/key.pem", Mode: "0600", Owner: "nobody", Lifetime: "1h"}
+	if _, err := applyAs(t, a, 1, ca, cb); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(a.root.dir, "srv/b")
+	_ = os.Chown(dir, 65534, 65534) // nobody's own directory
+	for _, f := range []string{"key.pem", "chain.pem"} {
+		_ = os.Remove(filepath.Join(dir, f))
+		if err := os.Symlink("../../etc/a/"+f, filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, err := applyAs(t, a, 2, ca, cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(a.root.dir, "etc/a/key.pem"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != 1 {
+		t.Fatalf("A's private key (declared owner daemon, uid 1) is now uid %d after links planted at B's paths (actions %+v)", st.Uid, acts)
+	}
+}
