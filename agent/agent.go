@@ -105,6 +105,9 @@ type Agent struct {
 	// declaration gives.
 	applyingSend string
 	renewWait    time.Duration // backoff of a failing renewal
+	// renewals are the certificates whose renewal fails, by resource: each
+	// a failing check until it is renewed (renewalChecks).
+	renewals renewalFailures
 	// obtained are the service certificates this process obtained, by
 	// resource: when (by the monotonic clock) and which (see renewalAt).
 	obtained map[string]obtainedCert
@@ -809,7 +812,7 @@ func (a *Agent) checkAll(ctx context.Context, rs []models.Resource, settle time.
 	if c := a.writes.stateDirCheck(a.cfg.StateDir); c != nil {
 		res = append(res, *c)
 	}
-	return res
+	return append(res, a.renewals.checks()...)
 }
 
 // lookSoon wakes the check loop (never blocks).

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -137,5 +138,64 @@ func TestCertificate_LinksPlantedAtItsPathsAreNotFollowed(t *testing.T) {
 	}
 	if st.Uid != 1 {
 		t.Fatalf("A's private key (declared owner daemon, uid 1) is now uid %d after links planted at B's paths (actions %+v)", st.Uid, acts)
+	}
+}
+
+// A renewal the controller refused was reported and journaled as outcome
+// "renewed" (its failure in the reason), one a minute, and the machine read
+// healthy until the certificate expired. Nothing renewed is no "renewed":
+// the certificate is a failing check, saying why and until when the one in
+// place holds, until it is renewed.
+func TestCertificate_AFailingRenewalIsAFailingCheckNotARenewal(t *testing.T) {
+	a := testAgent(t)
+	var refuse atomic.Bool
+	certController(t, a, &refuse)
+	cert := models.Resource{ID: "web.cert", Module: "web", Build: 1, Kind: models.ResourceCertificate, Names: []string{"web.m1.mesh"},
+		Path: "/etc/web/chain.pem", KeyPath: "/etc/web/key.pem", Mode: "0600", Lifetime: "1h"}
+	if _, err := applyAs(t, a, 1, cert); err != nil {
+		t.Fatal(err)
+	}
+	a.state.Applied, a.state.AppliedSend = 1, "0193b1f2-0000-7000-8000-000000000001"
+	before, _ := os.ReadFile(filepath.Join(a.root.dir, "etc/web/chain.pem"))
+	o := a.obtained[cert.ID]
+	o.at = o.at.Add(-41 * time.Minute) // two thirds on: due
+	a.obtained[cert.ID] = o
+	journaled := func() []Entry {
+		j, err := ReadJournal(a.cfg.StateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	n := len(journaled())
+	refuse.Store(true)
+	a.renewDue(context.Background())
+	after, _ := os.ReadFile(filepath.Join(a.root.dir, "etc/web/chain.pem"))
+	if string(before) != string(after) {
+		t.Fatal("a refused renewal changed the chain")
+	}
+	for _, e := range journaled()[n:] {
+		if e.Outcome == models.OutcomeRenewed {
+			t.Fatalf("nothing was renewed (the controller refused), yet the journal says %q: %+v", e.Outcome, e)
+		}
+	}
+	failing := func() *models.CheckResult {
+		for _, c := range a.checkAll(context.Background(), nil, 0) {
+			if c.Resource == cert.ID && !c.OK {
+				return &c
+			}
+		}
+		return nil
+	}
+	if c := failing(); c == nil || !strings.Contains(c.Detail, "its renewal fails") || !strings.Contains(c.Detail, "valid until") {
+		t.Fatalf("a failing renewal is no failing check of its certificate: %+v", c)
+	}
+	refuse.Store(false)
+	a.renewDue(context.Background())
+	if c := failing(); c != nil {
+		t.Fatalf("renewed, and its check still fails: %+v", c)
+	}
+	if j := journaled(); j[len(j)-1].Outcome != models.OutcomeRenewed {
+		t.Fatalf("the renewal is not journaled: %+v", j[len(j)-1])
 	}
 }

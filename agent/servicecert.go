@@ -12,10 +12,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"mesh/meshca"
@@ -367,22 +370,113 @@ func (a *Agent) renewDue(ctx context.Context) {
 			continue
 		}
 		started := time.Now().UTC()
-		act := models.Action{Resource: id, Action: "updated", Digest: m.Digest}
-		reason := ""
 		notAfter, err := a.issueCertificate(ctx, a.state.AppliedSend, r)
 		if err != nil {
+			// Nothing was renewed: not a report saying "renewed" (one a
+			// minute said so, the failure in its reason, and the machine
+			// read healthy until the certificate expired), but a failing
+			// check of the certificate until it is renewed.
 			a.renewWait = min(max(2*a.renewWait, 2*time.Second), time.Minute)
-			reason = fmt.Sprintf("renewing %s failed: %v", id, err)
 			a.cfg.Log.Warn("certificate renewal failed", "resource", id, "err", err)
-			act.Detail = reason
-		} else {
-			a.renewWait = 0
-			act.Detail = fmt.Sprintf("renewed %s for %s until %s", r.Path, strings.Join(r.Names, ", "), notAfter.UTC().Format(time.RFC3339)) + a.onRenew(ctx, r)
-			a.cfg.Log.Info("certificate renewed", "resource", id, "until", notAfter)
+			a.renewals.failed(id, a.validUntil(r), err)
+			a.lookSoon()
+			continue
 		}
+		a.renewWait = 0
+		a.renewals.renewed(id)
+		a.lookSoon()
+		act := models.Action{Resource: id, Action: "updated", Digest: m.Digest,
+			Detail: fmt.Sprintf("renewed %s for %s until %s", r.Path, strings.Join(r.Names, ", "), notAfter.UTC().Format(time.RFC3339)) + a.onRenew(ctx, r)}
+		a.cfg.Log.Info("certificate renewed", "resource", id, "until", notAfter)
 		a.record(ctx, models.Report{Send: a.state.AppliedSend, Generation: a.state.Applied, Digest: a.state.AppliedDigest,
-			Outcome: models.OutcomeRenewed, Reason: reason, StartedAt: &started}, []models.Action{act}, nil)
+			Outcome: models.OutcomeRenewed, StartedAt: &started}, []models.Action{act}, nil)
 	}
+	a.renewals.keepOnly(func(id string) bool {
+		m, ok := a.state.Resources[id]
+		return ok && m.Kind == models.ResourceCertificate
+	})
+}
+
+// validUntil is when the certificate on disk for r expires (zero when
+// none can be read).
+func (a *Agent) validUntil(r models.Resource) time.Time {
+	chain, err := a.root.root.ReadFile(rel(r.Path))
+	if err != nil {
+		return time.Time{}
+	}
+	blk, _ := pem.Decode(chain)
+	if blk == nil {
+		return time.Time{}
+	}
+	leaf, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return time.Time{}
+	}
+	return leaf.NotAfter
+}
+
+// renewalFailures are the certificates whose renewal between applies
+// fails, each a failing check saying since when and why (the check loop
+// reads them while the poll loop renews).
+type renewalFailures struct {
+	mu sync.Mutex
+	by map[string]renewalFailure
+}
+
+type renewalFailure struct {
+	since, until time.Time // the first failure; the expiry of the certificate in place
+	tries        int
+	why          string
+}
+
+func (f *renewalFailures) failed(id string, until time.Time, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.by == nil {
+		f.by = map[string]renewalFailure{}
+	}
+	rf, ok := f.by[id]
+	if !ok {
+		rf.since = time.Now().UTC()
+	}
+	rf.until, rf.why = until, err.Error()
+	rf.tries++
+	f.by[id] = rf
+}
+
+func (f *renewalFailures) renewed(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.by, id)
+}
+
+// keepOnly forgets the failures of certificates no longer declared.
+func (f *renewalFailures) keepOnly(declared func(id string) bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.by {
+		if !declared(id) {
+			delete(f.by, id)
+		}
+	}
+}
+
+// checks are the failing checks of the certificates whose renewal fails.
+func (f *renewalFailures) checks() []models.CheckResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []models.CheckResult
+	for _, id := range slices.Sorted(maps.Keys(f.by)) {
+		rf := f.by[id]
+		until := "cannot be read"
+		if !rf.until.IsZero() {
+			until = "valid until " + rf.until.Format(time.RFC3339)
+		}
+		out = append(out, models.CheckResult{Resource: id, At: time.Now().UTC(),
+			Detail: fmt.Sprintf("its renewal fails (%d tries since %s): %s; the certificate in place is %s",
+				rf.tries, rf.since.Format(time.RFC3339), models.EscapeLogLine(rf.why, 400), until)})
+	}
+	return out
 }
 
 // postCertificate asks the controller to sign a service's CSR; it returns
