@@ -529,7 +529,7 @@ func (a *Agent) applyResource(ctx context.Context, r models.Resource, st *State,
 		m.Digest = act.Digest
 		digests[r.ID] = m.Digest
 		rc := r
-		m.Resource = &rc
+		m.Resource, m.Send = &rc, a.applyingSend
 		st.Resources[r.ID] = m
 		return act, nil
 	case "service":

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -370,7 +371,8 @@ func (a *Agent) renewDue(ctx context.Context) {
 			continue
 		}
 		started := time.Now().UTC()
-		notAfter, err := a.issueCertificate(ctx, a.state.AppliedSend, r)
+		send := cmp.Or(m.Send, a.state.AppliedSend) // the send that gave it as it is
+		notAfter, err := a.issueCertificate(ctx, send, r)
 		if err != nil {
 			// Nothing was renewed: not a report saying "renewed" (one a
 			// minute said so, the failure in its reason, and the machine
