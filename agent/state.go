@@ -47,20 +47,20 @@ type State struct {
 
 // Managed is one resource the host manages.
 type Managed struct {
-	Kind     string            `json:"kind"`
-	Module   string            `json:"module"`
-	Build    int64             `json:"build"`
-	Path     string            `json:"path,omitempty"`
-	Digest   string            `json:"digest"`
-	OnRemove string            `json:"on_remove,omitempty"`
-	Resource *models.Resource  `json:"resource,omitempty"` // services: how to run it on adoption
+	Kind     string           `json:"kind"`
+	Module   string           `json:"module"`
+	Build    int64            `json:"build"`
+	Path     string           `json:"path,omitempty"`
+	Digest   string           `json:"digest"`
+	OnRemove string           `json:"on_remove,omitempty"`
+	Resource *models.Resource `json:"resource,omitempty"` // services: how to run it on adoption
 	// Send is the send whose declaration gave a certificate as it is: its
 	// renewal names it. The applied send did not always give it: a
 	// generation that re-issued the certificate for new names and was then
 	// rejected keeps it, its renewal asked for names the applied send's
 	// declaration does not give, and was refused until it expired.
-	Send string `json:"send,omitempty"`
-	Extra    map[string]string `json:"extra,omitempty"`
+	Send  string            `json:"send,omitempty"`
+	Extra map[string]string `json:"extra,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
