@@ -191,6 +191,11 @@ func (c *client) postReport(ctx context.Context, body []byte) error {
 		// Not a judgement of the report: a token the controller cannot
 		// check now, a slow request, a busy controller. Sent again later.
 		return fmt.Errorf("report: %s: %s", resp.Status, problemDetail(b))
+	case resp.StatusCode >= 400 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json"):
+		// Not the controller's words (it says every refusal as a problem):
+		// a proxy's 404 or 403 between. Taken as a refusal, the report was
+		// moved to the journal and the controller never heard of it.
+		return fmt.Errorf("%w: report: %s, not in the controller's words: %.120q", errSwitch, resp.Status, b)
 	case resp.StatusCode >= 400:
 		return &reportRefused{status: resp.StatusCode, detail: problemDetail(b)}
 	}
