@@ -238,6 +238,7 @@ func (a *Agent) applyInFull(ctx context.Context, d *models.DeclarationPayload, s
 			units, a.reloadPending = len(actions), true
 		}
 		delete(st.Resources, id)
+		a.renewals.renewed(id) // no longer declared: no renewal of it to fail
 		actions = append(actions, act)
 	}
 	if units >= 0 || a.reloadPending {

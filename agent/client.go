@@ -321,14 +321,15 @@ func (c *client) download(ctx context.Context, digest, part string, size int64) 
 	}
 	var body io.Reader = resp.Body
 	start, _ := f.Seek(0, io.SeekEnd)
-	if size > 0 {
+	known := size > 0 || digest == models.DigestOf(nil) // an empty artifact's size is known too
+	if known {
 		body = io.LimitReader(resp.Body, size-start+1)
 	}
 	n, err := io.Copy(f, body)
 	if err != nil {
 		return err
 	}
-	if size > 0 && start+n > size {
+	if known && start+n > size {
 		_ = f.Truncate(0) // not the artifact: nothing of it is kept
 		return fmt.Errorf("GET %s: the answer goes on past the artifact's %d bytes", models.BlobURL(digest), size)
 	}

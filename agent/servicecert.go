@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -185,7 +186,13 @@ func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Reso
 	// back: left beside the old chain, the new key made a pair that does
 	// not load, where a valid certificate had been. (A host killed between
 	// the two renames leaves that pair until its next apply writes both.)
-	oldKey, oldErr := a.root.root.ReadFile(rel(r.KeyPath))
+	// Read only if it is the file itself: through a link planted there, the
+	// key put back would be another certificate's, written as this one's.
+	var oldKey []byte
+	oldErr := errors.New("no key before it")
+	if fi, err := a.root.root.Lstat(rel(r.KeyPath)); err == nil && fi.Mode().IsRegular() {
+		oldKey, oldErr = a.root.root.ReadFile(rel(r.KeyPath))
+	}
 	if err := a.root.writeFile(r.KeyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), keyMode(r.Mode)); err != nil {
 		return time.Time{}, err
 	}
@@ -201,6 +208,7 @@ func (a *Agent) issueCertificate(ctx context.Context, send string, r models.Reso
 		return time.Time{}, err
 	}
 	a.noteObtained(r.ID, leaf, lifetime, time.Now())
+	a.renewals.renewed(r.ID) // however it was issued, an apply's or a renewal's
 	return leaf.NotAfter, nil
 }
 
@@ -402,6 +410,9 @@ func (a *Agent) renewDue(ctx context.Context) {
 // validUntil is when the certificate on disk for r expires (zero when
 // none can be read).
 func (a *Agent) validUntil(r models.Resource) time.Time {
+	if fi, err := a.root.root.Lstat(rel(r.Path)); err != nil || !fi.Mode().IsRegular() {
+		return time.Time{}
+	}
 	chain, err := a.root.root.ReadFile(rel(r.Path))
 	if err != nil {
 		return time.Time{}
