@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -200,6 +201,9 @@ func (b *bodyBudget) give(addr string, n int64) {
 // refused alike.
 func textParams(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if !strings.HasPrefix(c.Request().URL.Path, "/api/v1/") {
+			return next(c) // the dashboard's pages say it their own way
+		}
 		names, values := c.ParamNames(), c.ParamValues()
 		for i := range min(len(names), len(values)) {
 			if why := models.NotText(values[i]); why != "" {

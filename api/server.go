@@ -247,6 +247,10 @@ func (s *Server) Register(e *echo.Echo) {
 	e.Use(s.bodyLimit)
 	e.Use(s.accessLog)
 	e.Use(s.plainHTTP)
+	// Not as the group's middleware: echo then answers every path under
+	// the group it has no route for with its own bare 404, where a path
+	// or a method it lacks is said in words.
+	e.Use(textParams)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -256,7 +260,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.GET("/install/mesh-host/:digest", s.installBinary, s.installLimited)
 	e.GET("/metrics", s.metrics())
 
-	v1 := e.Group("/api/v1", textParams)
+	v1 := e.Group("/api/v1")
 	v1.POST("/auth/login", s.login)
 	v1.POST("/enroll", s.enroll, s.enrolLimited)
 
