@@ -522,7 +522,7 @@ func (a *Agent) applyWithRetries(ctx context.Context, send string, v *verified) 
 		if err == nil {
 			checks := a.checkAll(ctx, v.decl.Resources, 15*time.Second)
 			for _, c := range checks {
-				if !c.OK && c.Resource != models.HostStateCheck {
+				if !c.OK && isService(v.decl.Resources, c.Resource) {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
 				}
 			}
@@ -779,7 +779,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			cur[c.Resource] = c.OK
 			if was, ok := prev[c.Resource]; !ok || was != c.OK {
 				a.cfg.Log.Info("check", "service", c.Resource, "ok", c.OK, "detail", c.Detail)
-				if !c.OK && c.Resource != models.HostStateCheck {
+				if !c.OK && isService(rs, c.Resource) {
 					a.logs.mark(c.Resource, models.LogUnhealthy)
 				}
 			}
@@ -798,6 +798,19 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			a.cfg.Log.Warn("checked report waits in the outbox", "err", err)
 		}
 	}
+}
+
+// isService says whether id is a service among rs: only a service has
+// output to ship when its check fails (the host's own check of its state
+// dir, and a certificate whose renewal fails, have none: a certificate's
+// "lines" were read and shipped as a service's).
+func isService(rs []models.Resource, id string) bool {
+	for i := range rs {
+		if rs[i].ID == id {
+			return rs[i].Kind == "service"
+		}
+	}
+	return false
 }
 
 // checkAll runs the checks of rs as checkServices does, with what the
