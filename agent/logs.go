@@ -486,14 +486,63 @@ func (s *supervisor) Tail(_ context.Context, id string, n, budget int) ([]string
 func (s *systemdServices) Tail(ctx context.Context, id string, n, budget int) ([]string, bool, error) {
 	// One line more than asked: if it comes, older output was left out.
 	cmd := exec.CommandContext(ctx, s.journalctl, "--unit", UnitName(id), "--lines", strconv.Itoa(n+1), "--output", "cat", "--no-pager", "--quiet")
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
+	// Only the end is kept, as readEnd keeps of a log file: the lines a
+	// unit's journal holds may be far longer than what is shipped, and
+	// all of them were read into memory (64 MiB of lines, 320 MiB
+	// allocated, to ship 16 KiB).
+	out := &tailBuffer{max: 4 * budget}
+	var errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, &limitedBuffer{max: 64 << 10, b: &errOut}
 	if err := cmd.Run(); err != nil {
 		return nil, false, fmt.Errorf("journalctl: %v: %s", err, strings.TrimSpace(errOut.String()))
 	}
-	raw := splitLines(out.Bytes())
+	b := out.bytes()
+	if out.dropped {
+		// The first line is a piece of one: dropped with what came before.
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	raw := splitLines(b)
 	lines, cut := selectTail(raw, n, budget)
-	return lines, cut || len(raw) > n, nil
+	return lines, cut || out.dropped || len(raw) > n, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max     int
+	buf     []byte
+	dropped bool // bytes before the kept ones were written
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= t.max {
+		t.dropped = t.dropped || len(t.buf) > 0 || len(p) > t.max
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.dropped = true
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) bytes() []byte { return t.buf }
+
+// limitedBuffer keeps the first max bytes written to b.
+type limitedBuffer struct {
+	max int
+	b   *bytes.Buffer
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
 
 // Restarts implements restartCounter: each unit's NRestarts, the restarts

@@ -29,6 +29,11 @@ type systemdServices struct {
 	mu        sync.Mutex
 	settledAt map[string]unitRun
 	firstSeen map[string]time.Time
+	// owed are the services whose unit file was written and not yet
+	// reloaded, enabled and restarted: the retry of an apply whose reload
+	// failed found the file as declared, said "unchanged", and systemd ran
+	// the unit before it.
+	owed map[string]bool
 }
 
 // unitRun is a unit's NRestarts and its main process's start (systemd's
@@ -126,13 +131,17 @@ func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest 
 	}
 	p := unitPath(r.ID)
 	old, err := s.root.root.ReadFile(rel(p))
-	if err == nil && string(old) == unit {
+	s.mu.Lock()
+	owed := s.owed[r.ID]
+	s.mu.Unlock()
+	if err == nil && string(old) == unit && !owed {
 		return "unchanged", s.run(ctx, "start", UnitName(r.ID))
 	}
 	action := "created"
 	if err == nil {
 		action = "updated"
 	}
+	s.setOwed(r.ID, true)
 	if err := s.root.writeFile(p, []byte(unit), 0o644); err != nil {
 		return "", err
 	}
@@ -142,7 +151,24 @@ func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest 
 	if err := s.run(ctx, "enable", UnitName(r.ID)); err != nil {
 		return "", err
 	}
-	return action, s.run(ctx, "restart", UnitName(r.ID))
+	if err := s.run(ctx, "restart", UnitName(r.ID)); err != nil {
+		return "", err
+	}
+	s.setOwed(r.ID, false)
+	return action, nil
+}
+
+func (s *systemdServices) setOwed(id string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owed == nil {
+		s.owed = map[string]bool{}
+	}
+	if on {
+		s.owed[id] = true
+	} else {
+		delete(s.owed, id)
+	}
 }
 
 // unitHeader starts every unit this host writes (Unit).
@@ -186,9 +212,16 @@ func (s *systemdServices) Strays(known func(id string) bool) []string {
 
 // Stop implements services.
 func (s *systemdServices) Stop(ctx context.Context, id string) error {
+	_, gone := s.root.root.Lstat(rel(unitPath(id)))
 	if err := s.run(ctx, "disable", "--now", UnitName(id)); err != nil {
-		return err
+		if !os.IsNotExist(gone) {
+			return err
+		}
+		// A person stopped it and removed its unit already: systemd
+		// answers a stop of a unit it has no file for with an error, and
+		// every later apply failed on a service that was gone.
 	}
+	s.setOwed(id, false)
 	if err := s.root.remove(unitPath(id)); err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -198,7 +231,11 @@ func (s *systemdServices) Stop(ctx context.Context, id string) error {
 // Renewed implements services.
 func (s *systemdServices) Renewed(ctx context.Context, id, signal string) error {
 	if signal != "" {
-		return s.run(ctx, "kill", "--signal=SIG"+signal, UnitName(id))
+		// The main process, as the host's own supervisor signals it:
+		// systemctl kill's default is every process of the unit (workers,
+		// a wrapper's children), most of which SIGHUP ends. --kill-who is
+		// the spelling systemd before 252 knows; 252 takes it still.
+		return s.run(ctx, "kill", "--kill-who=main", "--signal=SIG"+signal, UnitName(id))
 	}
 	return s.run(ctx, "restart", UnitName(id))
 }
