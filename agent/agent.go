@@ -272,7 +272,9 @@ func newAgent(cfg Config) (*Agent, error) {
 		sup.onExit = func(string) { a.lookSoon() }
 		a.services = sup
 	case "systemd":
-		a.services = newSystemd(root)
+		sd := newSystemd(root)
+		sd.owedFile = filepath.Join(cfg.StateDir, "units-owed.json")
+		a.services = sd
 	default:
 		return nil, fmt.Errorf("--services must be host or systemd, not %q", cfg.Services)
 	}

@@ -498,8 +498,11 @@ func (s *systemdServices) Tail(ctx context.Context, id string, n, budget int) ([
 	}
 	b := out.bytes()
 	if out.dropped {
-		// The first line is a piece of one: dropped with what came before.
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		// The first line is a piece of one: dropped with what came before,
+		// unless it is the only one (a last line longer than what is
+		// kept, its end the reason the unit failed), kept cut as
+		// tailFiles keeps it.
+		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(bytes.TrimRight(b, "\n")) {
 			b = b[i+1:]
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,11 @@ type systemdServices struct {
 	// failed found the file as declared, said "unchanged", and systemd ran
 	// the unit before it.
 	owed map[string]bool
+	// owedFile keeps owed across the host's restarts (in its state dir;
+	// "" keeps it in memory): a new service's unit written and its reload
+	// failed, the host restarted before the retry, was never enabled.
+	owedFile string
+	owedRead bool
 }
 
 // unitRun is a unit's NRestarts and its main process's start (systemd's
@@ -132,6 +139,7 @@ func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest 
 	p := unitPath(r.ID)
 	old, err := s.root.root.ReadFile(rel(p))
 	s.mu.Lock()
+	s.readOwed()
 	owed := s.owed[r.ID]
 	s.mu.Unlock()
 	if err == nil && string(old) == unit && !owed {
@@ -161,13 +169,36 @@ func (s *systemdServices) Ensure(ctx context.Context, r models.Resource, digest 
 func (s *systemdServices) setOwed(id string, on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.owed == nil {
-		s.owed = map[string]bool{}
+	s.readOwed()
+	if s.owed[id] == on {
+		return
 	}
 	if on {
 		s.owed[id] = true
 	} else {
 		delete(s.owed, id)
+	}
+	if s.owedFile != "" {
+		ids := slices.Sorted(maps.Keys(s.owed))
+		_ = writeJSONAtomic(s.owedFile, ids, 0o600)
+	}
+}
+
+// readOwed reads what a run of the host before this one left owed, once
+// (s.mu held).
+func (s *systemdServices) readOwed() {
+	if s.owed == nil {
+		s.owed = map[string]bool{}
+	}
+	if s.owedRead || s.owedFile == "" {
+		return
+	}
+	s.owedRead = true
+	var ids []string
+	if readJSON(s.owedFile, &ids) == nil {
+		for _, id := range ids {
+			s.owed[id] = true
+		}
 	}
 }
 
@@ -217,9 +248,15 @@ func (s *systemdServices) Stop(ctx context.Context, id string) error {
 		if !os.IsNotExist(gone) {
 			return err
 		}
-		// A person stopped it and removed its unit already: systemd
-		// answers a stop of a unit it has no file for with an error, and
-		// every later apply failed on a service that was gone.
+		// Its unit file is gone (a person's doing): disable refuses, and
+		// never reaches the stop. A unit still loaded is stopped; one
+		// systemd no longer knows ("not loaded", exit 5) was stopped
+		// already, where every later apply failed on a service that was
+		// gone.
+		if err := s.run(ctx, "stop", UnitName(id)); err != nil && !strings.Contains(err.Error(), "exit status 5") &&
+			!strings.Contains(err.Error(), "not loaded") {
+			return err
+		}
 	}
 	s.setOwed(id, false)
 	if err := s.root.remove(unitPath(id)); err != nil && !os.IsNotExist(err) {

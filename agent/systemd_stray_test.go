@@ -24,6 +24,7 @@ func systemdAgentOver(tb testing.TB, state, rootDir, stand string) *Agent {
 	}
 	s := newSystemd(root)
 	s.systemctl = stand
+	s.owedFile = filepath.Join(state, "units-owed.json")
 	cfg := Config{StateDir: state, Root: rootDir, Services: "systemd", Systemctl: stand}
 	cfg.defaults()
 	return &Agent{cfg: cfg, client: newClient(&Identity{Controllers: []string{"http://127.0.0.1:1"}}), root: root,
