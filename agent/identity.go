@@ -184,6 +184,15 @@ func Enroll(ctx context.Context, e Enrolment) (_ *Identity, err error) {
 	if _, err := os.Stat(identityPath(e.StateDir)); err == nil {
 		return nil, fmt.Errorf("%s is already enrolled (host.json exists); to enrol this machine again (its machine was revoked or deleted), stop the host, remove %s, run this again, then start the host", e.StateDir, identityPath(e.StateDir))
 	}
+	// What is written once the controller answers is checked before the
+	// join token is sent: a failure after it, the single-use token spent
+	// and the name taken, left a machine no host holds credentials for.
+	if _, err := LoadState(e.StateDir); err != nil {
+		return nil, fmt.Errorf("the state dir's state.json cannot be read (%v): nothing was sent and the join token is unspent; move it aside and run this again", err)
+	}
+	if err := probeWrite(e.StateDir, minProbe); err != nil {
+		return nil, fmt.Errorf("the state dir %s takes no writes (%v): nothing was sent and the join token is unspent", e.StateDir, err)
+	}
 	fields := map[string]string{"join_token": e.JoinToken, "name": e.Name, "os": runtime.GOOS,
 		"arch": runtime.GOARCH, "host_version": version.Version, "schema": SchemaHeader}
 	// Over TLS the machine asks for its certificate: its key is made here
