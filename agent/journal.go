@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,26 +97,70 @@ func ReadJournal(dir string) ([]Entry, error) {
 	defer f.Close()
 	var es []Entry
 	var damage JournalDamage
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for n := 1; sc.Scan(); n++ {
-		if len(strings.TrimSpace(sc.Text())) == 0 {
-			continue
-		}
-		var e Entry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+	r := bufio.NewReaderSize(f, 1<<20)
+	for n := 1; ; n++ {
+		line, err := readJournalLine(r, maxJournalLine)
+		if errors.Is(err, errLineTooLong) {
+			// A damaged stretch (zeros after a crash) past any entry's
+			// length: skipped like any line that does not parse, where
+			// it ended the read and every entry after, and before, it
+			// went unprinted.
 			damage.Lines = append(damage.Lines, n)
 			continue
 		}
-		es = append(es, e)
-	}
-	if err := sc.Err(); err != nil {
-		return es, err
+		if err != nil && !errors.Is(err, io.EOF) {
+			return es, err
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			var e Entry
+			if jerr := json.Unmarshal(line, &e); jerr != nil {
+				damage.Lines = append(damage.Lines, n)
+			} else {
+				es = append(es, e)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
 	}
 	if len(damage.Lines) > 0 {
 		return es, &damage
 	}
 	return es, nil
+}
+
+// maxJournalLine is the longest journal line read; a longer one is
+// damage (an entry is kilobytes: its actions and reason, bounded).
+const maxJournalLine = 64 << 20
+
+var errLineTooLong = errors.New("journal line too long")
+
+// readJournalLine reads one line (its newline dropped), or skips to the end
+// of one longer than max, saying so (errLineTooLong); io.EOF with the last
+// line when it has no newline.
+func readJournalLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	long := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !long {
+			if len(line)+len(chunk) > max+1 {
+				long, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err != nil && !errors.Is(err, io.EOF):
+			return nil, err
+		}
+		if long {
+			return nil, errLineTooLong // at the end of the file, the next read says io.EOF
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), err
+	}
 }
 
 // PrintJournal writes the journal for a person, or as JSON lines. Lines
