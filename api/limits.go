@@ -70,16 +70,6 @@ func (l *addressLimiter) blocked(addr string) error {
 	return &models.RetryAfterError{After: d, Err: fmt.Errorf("%w: too many %s from %s; try again in %s", models.ErrTooManyRequests, l.what, addr, models.DurationWords(d))}
 }
 
-// limitByAddress is middleware spending one token per request.
-func (l *addressLimiter) limitByAddress(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if err := l.take(c.RealIP()); err != nil {
-			return err
-		}
-		return next(c)
-	}
-}
-
 // Body read deadlines: a slow sender of a body is cut off, generously for
 // uploads, sooner for a webhook (HookBodyDeadline). A request without a
 // body (a long poll above all) gets none: when a read deadline passes

@@ -16,7 +16,6 @@ import (
 // MachineStore is machines, their assignments and variables, and the host protocol's records.
 type MachineStore interface {
 	Machine(ctx context.Context, name string) (*models.Machine, error)
-	Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error)
 	MachineSent(ctx context.Context, name string) (*models.Machine, models.PendingSend, error)
 	MachinesSent(ctx context.Context, limit int, cursor int64) ([]models.Machine, map[int64]models.PendingSend, error)
 	MachinesInState(ctx context.Context, state string, rules models.StateRules, now time.Time, before int64, n, batch int,

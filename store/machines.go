@@ -257,18 +257,8 @@ func (s *Store) Machine(ctx context.Context, name string) (*models.Machine, erro
 	return &m, nil
 }
 
-// Machines lists machines newest first, after cursor (an id; 0 = from the top).
-func (s *Store) Machines(ctx context.Context, limit int, cursor int64) ([]models.Machine, error) {
-	var ms []models.Machine
-	q := s.db.WithContext(ctx).Order("id DESC").Limit(limit)
-	if cursor > 0 {
-		q = q.Where("id < ?", cursor)
-	}
-	return ms, mapErr(q.Find(&ms).Error)
-}
-
 // MachineSent reads a machine and what was sent of its current generation
-// (CurrentSends) in one snapshot of the store: read apart, a generation
+// (currentSends) in one snapshot of the store: read apart, a generation
 // made between the two reads was said "not sent yet" of the generation
 // before it, which had been sent.
 func (s *Store) MachineSent(ctx context.Context, name string) (*models.Machine, models.PendingSend, error) {
@@ -289,7 +279,7 @@ func (s *Store) MachineSent(ctx context.Context, name string) (*models.Machine, 
 }
 
 // MachinesSent is Machines with what was sent of each one's current
-// generation (CurrentSends), in one snapshot of the store (MachineSent).
+// generation (currentSends), in one snapshot of the store (MachineSent).
 func (s *Store) MachinesSent(ctx context.Context, limit int, cursor int64) ([]models.Machine, map[int64]models.PendingSend, error) {
 	var ms []models.Machine
 	var sent map[int64]models.PendingSend

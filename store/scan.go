@@ -147,8 +147,8 @@ func machineStates(db *gorm.DB) ([]models.Machine, error) {
 
 // Overview reads, in one snapshot of the store, every machine with the
 // columns MachineStates reads, the machines pick chooses among them whole
-// (MachinesByID), and what was sent of the current generation of those
-// (CurrentSends). Read one after another, a machine that changed between
+// (machinesByID), and what was sent of the current generation of those
+// (currentSends). Read one after another, a machine that changed between
 // the reads was counted under one state and shown under another: a row
 // saying behind under the filter current.
 func (s *Store) Overview(ctx context.Context, pick func(all []models.Machine) []int64) (all, shown []models.Machine, sent map[int64]models.PendingSend, err error) {
@@ -169,8 +169,8 @@ func (s *Store) Overview(ctx context.Context, pick func(all []models.Machine) []
 // MachinesInState reads, in one snapshot of the store, up to n machines
 // that keep says are in state, newest first from ids below before (0: from
 // the newest), judging the candidates MachineStatesBefore narrows to a
-// batch at a time; the chosen machines whole (MachinesByID, newest first);
-// and what was sent of their current generation (CurrentSends). more says
+// batch at a time; the chosen machines whole (machinesByID, newest first);
+// and what was sent of their current generation (currentSends). more says
 // whether another such machine follows them. Judged in one read and read
 // whole in another, a machine that changed between them was listed under
 // a state its own view did not say.
@@ -287,13 +287,8 @@ func scanState(r *sql.Rows, ms *[]models.Machine) error {
 	return nil
 }
 
-// MachinesByID reads the machines ids names, whole, in name order (a
+// machinesByID reads the machines ids names, whole, in name order (a
 // machine deleted meanwhile is not there).
-func (s *Store) MachinesByID(ctx context.Context, ids []int64) ([]models.Machine, error) {
-	ms, err := machinesByID(s.db.WithContext(ctx), ids)
-	return ms, mapErr(err)
-}
-
 func machinesByID(db *gorm.DB, ids []int64) ([]models.Machine, error) {
 	var ms []models.Machine
 	if len(ids) == 0 {

@@ -222,14 +222,9 @@ func (s *Store) CountSends(ctx context.Context) (int64, error) {
 	return n, mapErr(s.db.WithContext(ctx).Model(&models.Send{}).Count(&n).Error)
 }
 
-// CurrentSends reads, for each of ms that is behind, the sends of its
+// currentSends reads, for each of ms that is behind, the sends of its
 // current generation (its state's words say whether it was sent it); a
 // machine that finished its generation reads none.
-func (s *Store) CurrentSends(ctx context.Context, ms []models.Machine) (map[int64]models.PendingSend, error) {
-	out, err := currentSends(s.db.WithContext(ctx), ms)
-	return out, mapErr(err)
-}
-
 func currentSends(db *gorm.DB, ms []models.Machine) (map[int64]models.PendingSend, error) {
 	out := map[int64]models.PendingSend{}
 	var ids []int64
