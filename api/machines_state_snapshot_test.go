@@ -3,7 +3,6 @@ package api_test
 import (
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"gorm.io/gorm"
@@ -22,27 +21,14 @@ func TestMachines_AStatesPageListsOnlyMachinesInIt(t *testing.T) {
 		if m := readState(e, "m1"); m.State != "current" {
 			t.Fatalf("m1 before: %+v", m)
 		}
-		db := e.Ctl.Store.DB()
-		var armed atomic.Bool
-		hook := "test:bump-during-read"
-		if err := db.Callback().Query().Before("gorm:query").Register(hook, func(g *gorm.DB) {
-			if g.Statement.Table != "machines" || !strings.Contains(fmt.Sprint(g.Statement.Clauses["WHERE"].Expression), "id IN") ||
-				!armed.CompareAndSwap(true, false) {
-				return
-			}
-			if err := db.Session(&gorm.Session{NewDB: true}).Exec(`UPDATE machines SET generation = generation + 1 WHERE name = 'm1'`).Error; err != nil {
-				t.Errorf("bumping m1: %v", err)
-			}
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = db.Callback().Query().Remove(hook) }()
-		armed.Store(true)
+		fired := bumpM1Once(t, e, true, func(g *gorm.DB) bool {
+			return g.Statement.Table == "machines" && strings.Contains(fmt.Sprint(g.Statement.Clauses["WHERE"].Expression), "id IN")
+		})
 		var l struct {
 			Items []machineState `json:"items"`
 		}
 		e.JSON(ctltest.Request{Method: "GET", Path: "/api/v1/machines?state=current", Token: e.Admin}, 200, &l)
-		if armed.Load() {
+		if !fired() {
 			t.Fatal("the page's machines were not read by id: the test no longer changes m1 between the reads")
 		}
 		for _, m := range l.Items {
