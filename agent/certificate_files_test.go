@@ -80,9 +80,7 @@ func TestCertificate_AChainThatCannotBeWrittenPutsTheKeyBack(t *testing.T) {
 	if _, err := a.certificateOnDisk(cert); err != nil {
 		t.Fatal(err)
 	}
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute)
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID)
 	// Room for the key (~240 bytes), not for the chain (~1.2 KB).
 	var old syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
@@ -157,9 +155,7 @@ func TestCertificate_AFailingRenewalIsAFailingCheckNotARenewal(t *testing.T) {
 	}
 	a.state.Applied, a.state.AppliedSend = 1, "0193b1f2-0000-7000-8000-000000000001"
 	before, _ := os.ReadFile(filepath.Join(a.root.dir, "etc/web/chain.pem"))
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute) // two thirds on: due
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID) // two thirds on: due
 	journaled := func() []Entry {
 		j, err := ReadJournal(a.cfg.StateDir)
 		if err != nil {
@@ -198,4 +194,12 @@ func TestCertificate_AFailingRenewalIsAFailingCheckNotARenewal(t *testing.T) {
 	if j := journaled(); j[len(j)-1].Outcome != models.OutcomeRenewed {
 		t.Fatalf("the renewal is not journaled: %+v", j[len(j)-1])
 	}
+}
+
+// makeDue moves a certificate this process obtained, of an hour's
+// lifetime, past two thirds of it: its renewal is due.
+func makeDue(a *Agent, id string) {
+	o := a.obtained[id]
+	o.at = o.at.Add(-41 * time.Minute)
+	a.obtained[id] = o
 }

@@ -97,9 +97,7 @@ func TestCertificate_RenewalNamesTheSendThatGaveItsNames(t *testing.T) {
 		t.Fatalf("want generation 3 rejected, 2 applied: applied %d finished %d", a.state.Applied, a.state.Finished)
 	}
 	// Two thirds on.
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute)
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID)
 	for range 3 {
 		a.renewDue(context.Background())
 	}

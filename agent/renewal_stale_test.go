@@ -23,9 +23,7 @@ func TestCertificate_RenewalFailureClearedByAnApplyThatReissues(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.state.Applied, a.state.AppliedSend = 1, "0193b1f2-0000-7000-8000-000000000001"
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute) // due
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID) // due
 	refuse.Store(true)
 	a.renewDue(context.Background())
 	failing := func() *models.CheckResult {
@@ -78,9 +76,7 @@ func TestCertificate_RenewalFailureOfARemovedCertificateIsNotInTheApplysChecks(t
 		t.Fatal(err)
 	}
 	a.state.Applied, a.state.AppliedSend = 1, "0193b1f2-0000-7000-8000-000000000001"
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute)
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID)
 	refuse.Store(true)
 	a.renewDue(context.Background())
 	if _, err := applyAs(t, a, 2); err != nil {

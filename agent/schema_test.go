@@ -178,9 +178,7 @@ func TestServiceCert_ClockAheadDoesNotRenewInALoop(t *testing.T) {
 		t.Fatalf("the poll is held %s for a certificate obtained just now", h)
 	}
 	// 41 minutes on, by the time it has been held, it is due.
-	o := a.obtained[cert.ID]
-	o.at = o.at.Add(-41 * time.Minute)
-	a.obtained[cert.ID] = o
+	makeDue(a, cert.ID)
 	a.renewDue(context.Background())
 	mu.Lock()
 	n = signed
