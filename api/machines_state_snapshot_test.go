@@ -14,14 +14,14 @@ import (
 // whole was listed under that state with another one in its own view:
 // GET /machines?state=current gave an item whose state said behind.
 func TestMachines_AStatesPageListsOnlyMachinesInIt(t *testing.T) {
-	each(t, func(t *testing.T, e *ctltest.Env) {
+	eachBumpingM1(t, true, func(t *testing.T, e *ctltest.Env, bumpM1Once func(func(*gorm.DB) bool) func() bool) {
 		en := e.Enroll("m1")
 		send, gen := sendPoll(t, e, en.Token, 0)
 		report(e, en.Token, map[string]any{"send": send, "generation": gen, "outcome": "applied"})
 		if m := readState(e, "m1"); m.State != "current" {
 			t.Fatalf("m1 before: %+v", m)
 		}
-		fired := bumpM1Once(t, e, true, func(g *gorm.DB) bool {
+		fired := bumpM1Once(func(g *gorm.DB) bool {
 			return g.Statement.Table == "machines" && strings.Contains(fmt.Sprint(g.Statement.Clauses["WHERE"].Expression), "id IN")
 		})
 		var l struct {

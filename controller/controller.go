@@ -111,6 +111,13 @@ type Config struct {
 	// certificate, until then; after it such hosts are refused with how to
 	// move. Zero: TLS only, and bearer-only hosts are never cut off.
 	HostBearerUntil time.Time
+
+	// StoreOpened, when set, is given the store once it is open and
+	// migrated, before the controller begins any work on it. Tests arm
+	// hooks on the store's gorm callbacks there: a callback registered or
+	// removed while the controller's workers query races their reads of
+	// gorm's callback list.
+	StoreOpened func(*store.Store)
 }
 
 // Controller is a running controller instance.
@@ -185,6 +192,9 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	st, err := OpenStore(ctx, cfg, true)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.StoreOpened != nil {
+		cfg.StoreOpened(st)
 	}
 	c, err := start(ctx, cfg, st)
 	if err != nil {

@@ -131,6 +131,9 @@ type Options struct {
 	MachineCertLifetime, MachineCertGrace time.Duration
 	// Advertise is the controller's --advertise.
 	Advertise []string
+	// StoreOpened is the controller's (controller.Config.StoreOpened):
+	// where a test registers gorm callbacks, before any worker queries.
+	StoreOpened func(*store.Store)
 }
 
 // Start runs a controller on a fresh store of the dialect.
@@ -154,7 +157,8 @@ func StartWith(tb testing.TB, sc store.Config, opts ...Options) *Env {
 	cfg := controller.Config{Listen: "127.0.0.1:0", DataDir: sc.DataDir, DatabaseURL: sc.DatabaseURL, Out: &out,
 		FlushEvery: o.FlushEvery, HeartbeatEvery: o.HeartbeatEvery, RolloutEvery: o.RolloutEvery, ResyncEvery: o.ResyncEvery, StoreTimeout: o.StoreTimeout, DrainTimeout: 5 * time.Second,
 		Log: slog.New(slog.NewTextHandler(testWriter{tb}, &slog.HandlerOptions{Level: level})),
-		TLS: o.TLS, MachineCertLifetime: o.MachineCertLifetime, MachineCertGrace: o.MachineCertGrace, Advertise: o.Advertise}
+		TLS: o.TLS, MachineCertLifetime: o.MachineCertLifetime, MachineCertGrace: o.MachineCertGrace, Advertise: o.Advertise,
+		StoreOpened: o.StoreOpened}
 	c, err := controller.Start(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
