@@ -17,6 +17,12 @@ const (
 	MaxPasswordBytes = 72
 )
 
+// PasswordCost is bcrypt's cost for the hashes HashPassword makes and the
+// unknown user's (CheckNoUser). Test controllers lower it (ctltest): a
+// test's first user and login at the default cost took ~0.5 s of CPU
+// under the race detector, most of a test controller's start.
+var PasswordCost = bcrypt.DefaultCost
+
 // HashPassword hashes a password for the store, refusing short ones.
 func HashPassword(pw string) (string, error) {
 	pw = norm.NFC.String(pw)
@@ -26,7 +32,7 @@ func HashPassword(pw string) (string, error) {
 	if len(pw) > MaxPasswordBytes {
 		return "", models.Invalid("password", "at most 72 bytes")
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(pw), PasswordCost)
 	return string(h), err
 }
 
@@ -53,7 +59,7 @@ func check(hash []byte, pw string) bool {
 // user takes as long to refuse as a wrong password (no user enumeration
 // by timing).
 var dummyHash = sync.OnceValue(func() []byte {
-	h, _ := bcrypt.GenerateFromPassword([]byte("no user has this password"), bcrypt.DefaultCost)
+	h, _ := bcrypt.GenerateFromPassword([]byte("no user has this password"), PasswordCost)
 	return h
 })
 

@@ -1,6 +1,10 @@
 // Package ctltest starts real controllers for tests, on loopback with a real
 // store, and talks to them over real HTTP. Every response a test receives is
 // validated against openapi.yaml, so the spec cannot drift from the code.
+//
+// Its controllers hash passwords at bcrypt's least cost (auth.PasswordCost):
+// what a test checks of a password is the same at any cost, and the default
+// cost made most of a test controller's start under the race detector.
 package ctltest
 
 import (
@@ -26,7 +30,10 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"mesh"
+	"mesh/auth"
 	"mesh/controller"
 	"mesh/meshca"
 	"mesh/store"
@@ -44,6 +51,8 @@ type Env struct {
 	stopOnce sync.Once
 	uploads  atomic.Int64 // Upload's count, its commit: each upload a build of its own
 }
+
+func init() { auth.PasswordCost = bcrypt.MinCost }
 
 var (
 	specOnce   sync.Once
@@ -139,7 +148,7 @@ type Options struct {
 // Start runs a controller on a fresh store of the dialect.
 func Start(tb testing.TB, dialect string, opts ...Options) *Env {
 	tb.Helper()
-	return StartWith(tb, storetest.Config(tb, dialect), opts...)
+	return StartWith(tb, storetest.Migrated(tb, dialect), opts...)
 }
 
 // StartWith runs a controller on the store cfg names.
