@@ -278,8 +278,9 @@ func (s *Store) MachineSent(ctx context.Context, name string) (*models.Machine, 
 	return &m, sent[m.ID], nil
 }
 
-// MachinesSent is Machines with what was sent of each one's current
-// generation (currentSends), in one snapshot of the store (MachineSent).
+// MachinesSent lists machines newest first, after cursor (an id; 0 = from
+// the top), with what was sent of each one's current generation
+// (currentSends), in one snapshot of the store (MachineSent).
 func (s *Store) MachinesSent(ctx context.Context, limit int, cursor int64) ([]models.Machine, map[int64]models.PendingSend, error) {
 	var ms []models.Machine
 	var sent map[int64]models.PendingSend
